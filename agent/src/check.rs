@@ -1,0 +1,333 @@
+//! `trainprof config check`: the effective configuration, in words and as JSON.
+//!
+//! `--steps N` evaluates each feature's window at steps 0..N-1 with the same code the
+//! hook uses, from step 0, so what it lists is what a run that counts from 0 will get.
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+use trainprof_config::{
+    CProfileTimer, Config, Feature, FileStatus, Loaded, Off, PythonProfiler, Range, Step,
+};
+use trainprof_output::UtcTime;
+
+/// What the features do over steps 0..N-1; `None` for a time-based window.
+struct StepReport {
+    n: u64,
+    detailed: Option<Vec<u64>>,
+    dataloader: Option<Vec<u64>>,
+    python: Option<Vec<u64>>,
+    smdataparallel: Option<Vec<u64>>,
+}
+
+impl StepReport {
+    fn new(config: &Config, n: u64, now_s: f64) -> StepReport {
+        StepReport {
+            n,
+            detailed: active_steps(&config.detailed, n, now_s),
+            dataloader: active_steps(&config.dataloader.feature, n, now_s),
+            python: active_steps(&config.python.feature, n, now_s),
+            smdataparallel: active_steps(&config.smdataparallel, n, now_s),
+        }
+    }
+}
+
+/// Steps among 0..n at which the feature is active, asked in order on a copy of its
+/// window; `None` when the window depends on the clock.
+fn active_steps(feature: &Feature, n: u64, now_s: f64) -> Option<Vec<u64>> {
+    if matches!(feature.window().range(), Range::Time { .. }) && feature.is_enabled() {
+        return None;
+    }
+    let mut f = feature.clone();
+    Some(
+        (0..n)
+            .filter(|&s| f.is_active(Step::At(s), now_s))
+            .collect(),
+    )
+}
+
+/// The check's JSON object (the shape tools rely on; see the README).
+pub fn to_json(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> Value {
+    let c = &loaded.config;
+    let report = steps.map(|n| StepReport::new(c, n, now_s));
+    let steps_of =
+        |pick: fn(&StepReport) -> &Option<Vec<u64>>| report.as_ref().map(|r| json!(pick(r)));
+    let with_steps = |mut obj: Value, active: Option<Value>| {
+        if let (Some(a), Some(map)) = (active, obj.as_object_mut()) {
+            map.insert("active_steps".into(), a);
+        }
+        obj
+    };
+    let mut dataloader = with_steps(
+        feature_json(&c.dataloader.feature),
+        steps_of(|r| &r.dataloader),
+    );
+    dataloader["metrics_regex"] = json!(c.dataloader.metrics_regex);
+    let mut python = with_steps(feature_json(&c.python.feature), steps_of(|r| &r.python));
+    python["profiler"] = json!(c.python.profiler.as_str());
+    python["timer"] = json!(c.python.timer.map(CProfileTimer::as_str));
+    json!({
+        "config_path": loaded.path.display().to_string(),
+        "config_file": match &loaded.file {
+            FileStatus::Read => "read",
+            FileStatus::Missing => "missing",
+            FileStatus::Unusable(_) => "unusable",
+        },
+        "enabled": c.enabled,
+        "interval_ms": c.interval_ms,
+        "local_path": c.local_path,
+        "s3_output_path": c.s3_output_path,
+        "rotate_max_file_size": c.rotate_max_file_size,
+        "rotate_close_interval_s": c.rotate_close_interval_s,
+        "file_open_fail_threshold": c.file_open_fail_threshold,
+        "features": {
+            "detailed": with_steps(feature_json(&c.detailed), steps_of(|r| &r.detailed)),
+            "dataloader": dataloader,
+            "python": python,
+            "smdataparallel": with_steps(feature_json(&c.smdataparallel), steps_of(|r| &r.smdataparallel)),
+        },
+        "problems": c.problems.iter().map(|p| json!({"key": p.key, "message": p.message})).collect::<Vec<_>>(),
+    })
+}
+
+fn feature_json(f: &Feature) -> Value {
+    let (start_step, num_steps, start_time_s, duration_s) =
+        match (f.is_enabled(), f.window().range()) {
+            (true, Range::Steps { start, num }) => (
+                json!(start),
+                json!(num.unwrap_or(1)),
+                Value::Null,
+                Value::Null,
+            ),
+            (true, Range::Time { start, duration }) => {
+                (Value::Null, Value::Null, json!(start), json!(duration))
+            }
+            _ => (Value::Null, Value::Null, Value::Null, Value::Null),
+        };
+    json!({
+        "enabled": f.is_enabled(),
+        "off_reason": f.off_reason().map(off_reason),
+        "start_step": start_step,
+        "num_steps": num_steps,
+        "start_time_s": start_time_s,
+        "duration_s": duration_s,
+        "window": describe_window(f),
+    })
+}
+
+fn off_reason(o: Off) -> &'static str {
+    match o {
+        Off::NotConfigured => "not_configured",
+        Off::Invalid => "invalid",
+        Off::ModelParallel => "model_parallel",
+        Off::ProfilerDisabled => "profiler_disabled",
+    }
+}
+
+/// A window in words: "steps 5–5", "from 2026-11-22T10:00:00Z for 30 s", …
+fn describe_window(f: &Feature) -> String {
+    match f.off_reason() {
+        Some(Off::NotConfigured) => return "off (not configured)".into(),
+        Some(Off::Invalid) => return "off (invalid, see problems)".into(),
+        Some(Off::ModelParallel) => return "off (model-parallel training, SM_HPS)".into(),
+        Some(Off::ProfilerDisabled) => return "off (profiler disabled)".into(),
+        None => {}
+    }
+    let plural = |n: u64| {
+        if n == 1 {
+            "1 step".to_owned()
+        } else {
+            format!("{n} steps")
+        }
+    };
+    match f.window().range() {
+        Range::Never => "on, but never active (no step or time range)".into(),
+        Range::Steps {
+            start: Some(s),
+            num,
+        } => match num.unwrap_or(1) {
+            0 => format!("never (StartStep {s} with NumSteps 0)"),
+            n => format!("steps {s}–{}", s.saturating_add(n - 1)),
+        },
+        Range::Steps { start: None, num } => match num.unwrap_or(1) {
+            0 => "never (NumSteps 0)".into(),
+            n => format!("{} from the first step checked", plural(n)),
+        },
+        Range::Time {
+            start: Some(t),
+            duration: Some(d),
+        } => format!("from {} for {d} s", utc(t)),
+        Range::Time {
+            start: None,
+            duration: Some(d),
+        } => format!("for {d} s from the first step checked"),
+        Range::Time {
+            start: Some(t),
+            duration: None,
+        } => {
+            format!("one step: the first step at or after {}", utc(t))
+        }
+        Range::Time {
+            start: None,
+            duration: None,
+        } => "one step: the first step checked".into(),
+    }
+}
+
+fn utc(t: f64) -> String {
+    #[allow(clippy::cast_possible_truncation)] // a validated, finite time in seconds
+    let secs = t.floor() as i64;
+    let frac = t - t.floor();
+    let base = UtcTime::from_epoch_s(secs).to_string();
+    if frac > 0.0 {
+        format!("{} (+{frac:.3} s)", base)
+    } else {
+        base
+    }
+}
+
+/// The check for people.
+pub fn to_text(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> String {
+    let c = &loaded.config;
+    let mut out = String::new();
+    let file = match &loaded.file {
+        FileStatus::Read => "read".to_owned(),
+        FileStatus::Missing => "no such file: built-in defaults".to_owned(),
+        FileStatus::Unusable(why) => format!("unusable: {why}"),
+    };
+    let _ = writeln!(out, "config file: {} ({file})", loaded.path.display());
+    let _ = writeln!(out, "profiling: {}", if c.enabled { "on" } else { "off" });
+    let _ = writeln!(out, "interval: {} ms", c.interval_ms);
+    let _ = writeln!(out, "local path: {}", c.local_path);
+    let _ = writeln!(
+        out,
+        "S3 output: {}",
+        c.s3_output_path
+            .as_deref()
+            .unwrap_or("none (files stay local)")
+    );
+    let _ = writeln!(
+        out,
+        "timeline files: rotate at {} bytes or every {} s; writer stops after {} failed opens",
+        c.rotate_max_file_size, c.rotate_close_interval_s, c.file_open_fail_threshold
+    );
+    let _ = writeln!(out, "detailed: {}", train(describe_window(&c.detailed)));
+    let mut dl = describe_window(&c.dataloader.feature);
+    if c.dataloader.feature.is_enabled() {
+        let _ = write!(dl, ", names matching {:?}", c.dataloader.metrics_regex);
+    }
+    let _ = writeln!(out, "dataloader: {dl}");
+    let mut py = describe_window(&c.python.feature);
+    if c.python.feature.is_enabled() {
+        py.push_str(match (c.python.profiler, c.python.timer) {
+            (PythonProfiler::Pyinstrument, _) => ", pyinstrument",
+            (PythonProfiler::CProfile, Some(CProfileTimer::Default)) => ", cProfile, timer by step",
+            (PythonProfiler::CProfile, Some(CProfileTimer::CpuTime)) => ", cProfile, cpu_time",
+            (PythonProfiler::CProfile, Some(CProfileTimer::OffCpuTime)) => {
+                ", cProfile, off_cpu_time"
+            }
+            (PythonProfiler::CProfile, _) => ", cProfile, total_time",
+        });
+    }
+    let _ = writeln!(out, "python: {py}");
+    let _ = writeln!(
+        out,
+        "smdataparallel: {}",
+        describe_window(&c.smdataparallel)
+    );
+    if let Some(n) = steps {
+        let r = StepReport::new(c, n, now_s);
+        let _ = writeln!(
+            out,
+            "steps 0..{} (evaluated from step 0):",
+            r.n.saturating_sub(1)
+        );
+        let python_timer = |s: u64| match c.python.timer {
+            Some(t @ CProfileTimer::Default) => {
+                format!(" ({})", t.for_window_start(Step::At(s)).as_str())
+            }
+            _ => String::new(),
+        };
+        for (name, active, label) in [
+            ("detailed", &r.detailed, None),
+            ("dataloader", &r.dataloader, None),
+            (
+                "python",
+                &r.python,
+                Some(&python_timer as &dyn Fn(u64) -> String),
+            ),
+            ("smdataparallel", &r.smdataparallel, None),
+        ] {
+            let _ = writeln!(out, "  {name}: {}", list_steps(active.as_deref(), label));
+        }
+    }
+    if c.problems.is_empty() {
+        let _ = writeln!(out, "problems: none");
+    } else {
+        let _ = writeln!(out, "problems ({}):", c.problems.len());
+        for p in &c.problems {
+            let _ = writeln!(out, "  {p}");
+        }
+    }
+    out
+}
+
+/// Detailed profiling runs in training steps (Keras: train batches only).
+fn train(words: String) -> String {
+    if words.starts_with("steps ") {
+        format!("train {words}")
+    } else {
+        words
+    }
+}
+
+/// "0–4, 9" or, with a label per step, "9 (total_time), 10 (cpu_time)".
+fn list_steps(active: Option<&[u64]>, label: Option<&dyn Fn(u64) -> String>) -> String {
+    let Some(active) = active else {
+        return "depends on the clock (time-based window)".into();
+    };
+    if active.is_empty() {
+        return "none".into();
+    }
+    if let Some(label) = label {
+        return active
+            .iter()
+            .map(|&s| format!("{s}{}", label(s)))
+            .collect::<Vec<_>>()
+            .join(", ");
+    }
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &s in active {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == s => *end = s,
+            _ => runs.push((s, s)),
+        }
+    }
+    runs.iter()
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}–{b}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_lists() {
+        assert_eq!(list_steps(Some(&[0, 1, 2, 5, 7, 8]), None), "0–2, 5, 7–8");
+        assert_eq!(list_steps(Some(&[]), None), "none");
+        assert_eq!(
+            list_steps(None, None),
+            "depends on the clock (time-based window)"
+        );
+        let l = |s: u64| format!(" (s{s})");
+        assert_eq!(list_steps(Some(&[9, 10]), Some(&l)), "9 (s9), 10 (s10)");
+    }
+}

@@ -1,0 +1,118 @@
+//! `trainprof`: command-line entry point. See the crate docs of `trainprof_agent`.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Parser, Subcommand};
+use trainprof_config::{FileStatus, OverrideKey, Sources};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "trainprof",
+    version,
+    about = "In-container profiler for ML training jobs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Work with the profiler configuration (SMPROFILER_CONFIG_PATH).
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCommand {
+    /// Print the effective configuration, when each feature's window opens, and every problem.
+    ///
+    /// Exit status: 0 when the file was read (with problems or not), 2 when it is missing,
+    /// unreadable or not a JSON object.
+    Check {
+        /// The file to check [default: $SMPROFILER_CONFIG_PATH, else /opt/ml/input/config/profilerconfig.json]
+        path: Option<PathBuf>,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Also list which of the steps 0..N-1 each step-based feature profiles.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+        steps: Option<u64>,
+        #[command(flatten)]
+        overrides: OverrideFlags,
+    },
+}
+
+/// Flags that override the file (and the TRAINPROF_* variables).
+#[derive(Args, Debug)]
+struct OverrideFlags {
+    /// Output root [overrides ProfilingParameters.LocalPath, TRAINPROF_LOCAL_PATH]
+    #[arg(long, value_name = "DIR")]
+    local_path: Option<String>,
+    /// System sampling interval, 100..=60000 [overrides ProfilingIntervalInMilliseconds, TRAINPROF_INTERVAL_MS]
+    #[arg(long, value_name = "N")]
+    interval_ms: Option<String>,
+    /// Upload destination s3://bucket/prefix [overrides S3OutputPath, TRAINPROF_S3_OUTPUT_PATH]
+    #[arg(long, value_name = "URL")]
+    s3: Option<String>,
+}
+
+impl OverrideFlags {
+    fn apply(self, mut s: Sources) -> Sources {
+        for (key, flag, value) in [
+            (OverrideKey::LocalPath, "--local-path", self.local_path),
+            (OverrideKey::IntervalMs, "--interval-ms", self.interval_ms),
+            (OverrideKey::S3OutputPath, "--s3", self.s3),
+        ] {
+            if let Some(v) = value {
+                s = s.with_flag(key, flag, v);
+            }
+        }
+        s
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Config {
+            command:
+                ConfigCommand::Check {
+                    path,
+                    json,
+                    steps,
+                    overrides,
+                },
+        } => {
+            let mut sources = Sources::from_process_env();
+            if let Some(p) = path {
+                sources = sources.with_config_path(p);
+            }
+            let loaded = trainprof_config::load(&overrides.apply(sources));
+            let now_s = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            let text = if json {
+                let mut s = trainprof_agent::check::to_json(&loaded, steps, now_s).to_string();
+                s.push('\n');
+                s
+            } else {
+                trainprof_agent::check::to_text(&loaded, steps, now_s)
+            };
+            // A closed stdout (`| head`) is not worth a panic.
+            let _ = std::io::stdout().write_all(text.as_bytes());
+            let reason = match &loaded.file {
+                FileStatus::Read => return ExitCode::SUCCESS,
+                FileStatus::Missing => format!("no config file at {}", loaded.path.display()),
+                FileStatus::Unusable(why) => why.clone(),
+            };
+            let _ = writeln!(std::io::stderr(), "trainprof: {reason}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Numbers as the SageMaker SDK writes them: JSON numbers or numeric strings.
+//!
+//! The conversions mirror Python's `int(v)` and `float(v)`, which smdebug applies: a float
+//! number truncates under `int`, a string must be an integer literal for `int` ("2.0" is
+//! refused) and any float literal for `float` ("1e3" is fine). Booleans are refused
+//! (Python would take `True` as 1, which no user means). `null` is treated as "not given"
+//! by the callers, before conversion.
+
+use serde_json::Value;
+
+/// Python's `int(v)`, limited to `i64`. The error is a short reason for a problem line.
+pub(crate) fn py_int(v: &Value) -> Result<i64, String> {
+    match v {
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Ok(i)
+            } else if n.is_u64() {
+                Err(format!("{n} is out of range"))
+            } else if let Some(f) = n.as_f64() {
+                float_to_int(f)
+            } else {
+                Err(format!("{n} is out of range"))
+            }
+        }
+        Value::String(s) => parse_int_str(s).ok_or_else(|| format!("{s:?} is not an integer")),
+        other => Err(format!("expected a number, got {}", kind(other))),
+    }
+}
+
+/// Python's `float(v)`, with inf and nan refused (no setting here means them).
+pub(crate) fn py_float(v: &Value) -> Result<f64, String> {
+    let f = match v {
+        Value::Number(n) => n.as_f64().ok_or_else(|| format!("{n} is out of range"))?,
+        Value::String(s) => parse_float_str(s).ok_or_else(|| format!("{s:?} is not a number"))?,
+        other => return Err(format!("expected a number, got {}", kind(other))),
+    };
+    if f.is_finite() {
+        Ok(f)
+    } else {
+        Err(format!("{v} is not a finite number"))
+    }
+}
+
+fn float_to_int(f: f64) -> Result<i64, String> {
+    // i64::MAX as f64 rounds up to 2^63, so the upper bound is exclusive.
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    if f.is_finite() && f.trunc() >= -LIMIT && f.trunc() < LIMIT {
+        #[allow(clippy::cast_possible_truncation)] // range checked just above
+        Ok(f.trunc() as i64)
+    } else {
+        Err(format!("{f} is out of range"))
+    }
+}
+
+/// An integer literal as Python's `int(str)` takes it: surrounding whitespace, one sign,
+/// decimal digits with single underscores between them.
+fn parse_int_str(s: &str) -> Option<i64> {
+    let t = s.trim();
+    let (neg, digits) = match t.as_bytes().first()? {
+        b'-' => (true, &t[1..]),
+        b'+' => (false, &t[1..]),
+        _ => (false, t),
+    };
+    if digits.is_empty()
+        || digits.starts_with('_')
+        || digits.ends_with('_')
+        || digits.contains("__")
+        || !digits.bytes().all(|b| b.is_ascii_digit() || b == b'_')
+    {
+        return None;
+    }
+    let clean: String = digits.chars().filter(|&c| c != '_').collect();
+    let v: i128 = clean.parse().ok()?;
+    i64::try_from(if neg { -v } else { v }).ok()
+}
+
+/// A float literal as Python's `float(str)` takes it (inf / nan are parsed, then refused by
+/// the caller).
+fn parse_float_str(s: &str) -> Option<f64> {
+    let t = s.trim();
+    let ok_chars = t
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-' | b'_'));
+    if t.is_empty() || !ok_chars || t.contains("__") {
+        return None;
+    }
+    let clean: String = t.chars().filter(|&c| c != '_').collect();
+    clean.parse().ok()
+}
+
+/// How a JSON value is named in messages.
+pub(crate) fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn int_like_python() {
+        assert_eq!(py_int(&json!(5)), Ok(5));
+        assert_eq!(py_int(&json!(2.9)), Ok(2));
+        assert_eq!(py_int(&json!(-2.9)), Ok(-2));
+        assert_eq!(py_int(&json!("2")), Ok(2));
+        assert_eq!(py_int(&json!(" +1_000 ")), Ok(1000));
+        assert!(py_int(&json!("2.0")).is_err());
+        assert!(py_int(&json!("None")).is_err());
+        assert!(py_int(&json!("")).is_err());
+        assert!(py_int(&json!(true)).is_err());
+        assert!(py_int(&json!(1e300)).is_err());
+        assert!(py_int(&json!("99999999999999999999")).is_err());
+        assert_eq!(
+            py_int(&json!(u64::MAX)).unwrap_err(),
+            "18446744073709551615 is out of range"
+        );
+    }
+
+    #[test]
+    fn float_like_python() {
+        assert_eq!(py_float(&json!(0.5)), Ok(0.5));
+        assert_eq!(py_float(&json!("0.5")), Ok(0.5));
+        assert_eq!(py_float(&json!("1e3")), Ok(1000.0));
+        assert_eq!(py_float(&json!(" 60 ")), Ok(60.0));
+        assert_eq!(py_float(&json!(7)), Ok(7.0));
+        assert!(py_float(&json!("inf")).is_err());
+        assert!(py_float(&json!("nan")).is_err());
+        assert!(py_float(&json!("None")).is_err());
+        assert!(py_float(&json!([1])).is_err());
+    }
+}

@@ -1,0 +1,658 @@
+//! The JSON document -> [`Config`], one key at a time.
+//!
+//! Each key is read on its own: a bad scalar falls back to its own default, a bad
+//! sub-config turns off its own feature, and each leaves one [`Problem`]. Keys match
+//! without regard to case (smdebug lowercases the whole text); values keep their case.
+
+use regex::RegexBuilder;
+use serde_json::{Map, Value};
+
+use crate::convert::{kind, py_float, py_int};
+use crate::feature::{
+    CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler,
+};
+use crate::literal;
+use crate::sources::{OverrideKey, Sources};
+use crate::window::Range;
+use crate::{Config, FileStatus, INTERVAL_MS_RANGE, Problem};
+
+/// Regexes bigger than this when compiled are refused (hostile configs).
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+pub(crate) fn build(file: &FileStatus, doc: Option<&Value>, sources: &Sources) -> Config {
+    let mut cfg = Config::defaults();
+    let mut p = Problems::default();
+    let mut disable = false;
+    let mut unusable = false;
+    match (file, doc) {
+        (FileStatus::Read, Some(Value::Object(top))) => {
+            read_top(top, &mut cfg, &mut disable, &mut p)
+        }
+        (FileStatus::Unusable(why), _) => {
+            unusable = true;
+            p.push("file", format!("{why}; profiling is off"));
+        }
+        _ => {}
+    }
+    for o in &sources.overrides {
+        let v = Value::String(o.value.clone());
+        let origin = o.origin.as_str();
+        match o.key {
+            OverrideKey::LocalPath => match local_path(&v) {
+                Ok(path) => cfg.local_path = path,
+                Err(e) => p.push(origin, format!("{e}; keeping {:?}", cfg.local_path)),
+            },
+            OverrideKey::IntervalMs => match interval_ms(&v) {
+                Ok(ms) => cfg.interval_ms = ms,
+                Err(e) => p.push(origin, format!("{e}; keeping {} ms", cfg.interval_ms)),
+            },
+            OverrideKey::S3OutputPath => match s3_url(&v) {
+                Ok(url) => cfg.s3_output_path = url,
+                Err(e) => p.push(
+                    origin,
+                    format!(
+                        "{e}; keeping {}",
+                        cfg.s3_output_path.as_deref().unwrap_or("no upload")
+                    ),
+                ),
+            },
+            OverrideKey::Disable => match env_flag(&o.value) {
+                Some(d) => disable = d,
+                None => {
+                    disable = true;
+                    p.push(
+                        origin,
+                        format!(
+                            "unrecognised value {:?} (use 1 or 0); profiling is off",
+                            o.value
+                        ),
+                    );
+                }
+            },
+        }
+    }
+    if cfg.detailed.is_enabled()
+        && let Some(which) = sources.sm_hps.as_deref().and_then(model_parallel)
+    {
+        cfg.detailed.turn_off(Off::ModelParallel);
+        p.push(
+            "env:SM_HPS",
+            format!("model-parallel training (mp_parameters.{which}): detailed profiling is off, as in smdebug"),
+        );
+    }
+    if disable || unusable {
+        cfg.enabled = false;
+        for f in [
+            &mut cfg.detailed,
+            &mut cfg.dataloader.feature,
+            &mut cfg.python.feature,
+            &mut cfg.smdataparallel,
+        ] {
+            f.turn_off(Off::ProfilerDisabled);
+        }
+    }
+    cfg.problems = p.0;
+    cfg
+}
+
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn push(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+}
+
+/// The keys of one JSON object, matched case-insensitively against the documented ones.
+struct Keys<'a> {
+    parent: String,
+    found: Vec<(&'static str, &'a Value)>,
+}
+
+impl<'a> Keys<'a> {
+    /// Unknown keys and keys given twice (in different case) are reported here.
+    fn fold(
+        obj: &'a Map<String, Value>,
+        parent: &str,
+        known: &[&'static str],
+        p: &mut Problems,
+    ) -> Keys<'a> {
+        let mut keys = Keys {
+            parent: parent.to_owned(),
+            found: Vec::new(),
+        };
+        for (k, v) in obj {
+            match known.iter().find(|c| c.eq_ignore_ascii_case(k.trim())) {
+                None => p.push(keys.path(k), "unknown key, ignored"),
+                Some(&c) => {
+                    if let Some(slot) = keys.found.iter_mut().find(|(f, _)| *f == c) {
+                        slot.1 = v;
+                        p.push(
+                            keys.path(c),
+                            "given more than once (keys ignore case); the last one is used",
+                        );
+                    } else {
+                        keys.found.push((c, v));
+                    }
+                }
+            }
+        }
+        keys
+    }
+
+    /// The value of a documented key; `null` counts as not given.
+    fn get(&self, canonical: &str) -> Option<&'a Value> {
+        self.found
+            .iter()
+            .find(|(c, v)| *c == canonical && !v.is_null())
+            .map(|(_, v)| *v)
+    }
+
+    fn path(&self, key: &str) -> String {
+        if self.parent.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{}.{key}", self.parent)
+        }
+    }
+
+    /// Converts one scalar; on failure reports it and keeps `current`.
+    fn scalar<T: std::fmt::Debug>(
+        &self,
+        key: &str,
+        current: &mut T,
+        p: &mut Problems,
+        conv: impl Fn(&Value) -> Result<T, String>,
+    ) {
+        if let Some(v) = self.get(key) {
+            match conv(v) {
+                Ok(x) => *current = x,
+                Err(e) => p.push(
+                    self.path(key),
+                    format!("{e}; using the default {current:?}"),
+                ),
+            }
+        }
+    }
+}
+
+fn read_top(top: &Map<String, Value>, cfg: &mut Config, disable: &mut bool, p: &mut Problems) {
+    let keys = Keys::fold(
+        top,
+        "",
+        &[
+            "ProfilingParameters",
+            "DisableProfiler",
+            "S3OutputPath",
+            "ProfilingIntervalInMilliseconds",
+        ],
+        p,
+    );
+    if let Some(v) = keys.get("DisableProfiler") {
+        *disable = match v {
+            Value::Bool(b) => *b,
+            Value::String(s) if s.trim().eq_ignore_ascii_case("true") => true,
+            Value::String(s) if s.trim().eq_ignore_ascii_case("false") => false,
+            other => {
+                p.push(
+                    "DisableProfiler",
+                    format!("unrecognised value {other} (use true or false); profiling is off"),
+                );
+                true
+            }
+        };
+    }
+    keys.scalar(
+        "ProfilingIntervalInMilliseconds",
+        &mut cfg.interval_ms,
+        p,
+        interval_ms,
+    );
+    keys.scalar("S3OutputPath", &mut cfg.s3_output_path, p, s3_url);
+    match keys.get("ProfilingParameters") {
+        None => {}
+        Some(Value::Object(params)) => read_params(params, cfg, p),
+        Some(other) => p.push(
+            "ProfilingParameters",
+            format!(
+                "is {}, expected an object; framework profiling is off",
+                kind(other)
+            ),
+        ),
+    }
+}
+
+fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) {
+    let keys = Keys::fold(
+        params,
+        "ProfilingParameters",
+        &[
+            "LocalPath",
+            "RotateMaxFileSizeInBytes",
+            "RotateFileCloseIntervalInSeconds",
+            "FileOpenFailThreshold",
+            "DetailedProfilingConfig",
+            "DataloaderProfilingConfig",
+            "PythonProfilingConfig",
+            "SMDataParallelProfilingConfig",
+            // Written by the SDK, read by nobody (smdebug neither): ignored quietly.
+            "HorovodProfilingConfig",
+            "ProfilerEnabled",
+        ],
+        p,
+    );
+    keys.scalar("LocalPath", &mut cfg.local_path, p, local_path);
+    keys.scalar(
+        "RotateMaxFileSizeInBytes",
+        &mut cfg.rotate_max_file_size,
+        p,
+        |v| {
+            // smdebug: int(float(v)).
+            let f = py_float(v)?;
+            if (1.0..18_446_744_073_709_551_616.0).contains(&f) {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // range checked
+                Ok(f as u64)
+            } else {
+                Err(format!("{v} is not a positive number of bytes"))
+            }
+        },
+    );
+    keys.scalar(
+        "RotateFileCloseIntervalInSeconds",
+        &mut cfg.rotate_close_interval_s,
+        p,
+        |v| {
+            let f = py_float(v)?;
+            if f > 0.0 {
+                Ok(f)
+            } else {
+                Err(format!("{v} is not a positive number of seconds"))
+            }
+        },
+    );
+    keys.scalar(
+        "FileOpenFailThreshold",
+        &mut cfg.file_open_fail_threshold,
+        p,
+        |v| {
+            let i = py_int(v)?;
+            u32::try_from(i)
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| format!("{v} is not a positive count"))
+        },
+    );
+    if keys.get("ProfilerEnabled").is_some() {
+        p.push(
+            keys.path("ProfilerEnabled"),
+            "ignored (a pre-release smdebug key); use the top-level DisableProfiler to switch profiling off",
+        );
+    }
+    let sub = |name: &str, p: &mut Problems| sub_config(keys.get(name), &keys.path(name), p);
+    if let Some(s) = sub("DetailedProfilingConfig", p) {
+        cfg.detailed = feature(s, &keys.path("DetailedProfilingConfig"), Which::Detailed, p);
+    }
+    if let Some(s) = sub("SMDataParallelProfilingConfig", p) {
+        cfg.smdataparallel = feature(
+            s,
+            &keys.path("SMDataParallelProfilingConfig"),
+            Which::SmDataParallel,
+            p,
+        );
+    }
+    if let Some(s) = sub("DataloaderProfilingConfig", p) {
+        cfg.dataloader = dataloader(s, &keys.path("DataloaderProfilingConfig"), p);
+    }
+    if let Some(s) = sub("PythonProfilingConfig", p) {
+        cfg.python = python(s, &keys.path("PythonProfilingConfig"), p);
+    }
+}
+
+/// A sub-config that was given: its dict, or `Err` when it is broken (already reported).
+type Sub = Result<Map<String, Value>, ()>;
+
+/// `None` when absent or empty (`{}`): the feature is not configured, which is no problem.
+fn sub_config(v: Option<&Value>, path: &str, p: &mut Problems) -> Option<Sub> {
+    let parsed = match v? {
+        Value::String(s) => literal::parse(s).map_err(|e| format!("is not a dict literal: {e}")),
+        obj @ Value::Object(_) => Ok(obj.clone()),
+        other => Err(format!(
+            "is {}, expected a dict literal string or a JSON object",
+            kind(other)
+        )),
+    };
+    let why = match parsed {
+        Ok(Value::Object(m)) if m.is_empty() => return None,
+        Ok(Value::Object(m)) => return Some(Ok(m)),
+        Ok(other) => format!("is {}, expected a dict", kind(&other)),
+        Err(e) => e,
+    };
+    p.push(path, format!("{why}; this feature is off"));
+    Some(Err(()))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Which {
+    Detailed,
+    Dataloader,
+    Python,
+    SmDataParallel,
+}
+
+const SUB_KEYS: &[&str] = &[
+    "StartStep",
+    "NumSteps",
+    "StartTimeInSecSinceEpoch",
+    "DurationInSeconds",
+    "Duration",
+    "MetricsRegex",
+    "ProfilerName",
+    "cProfileTimer",
+    // Declared by smdebug, never read.
+    "DefaultProfiling",
+];
+
+/// A sub-config's window. `Err` means the feature is off; its problem is already reported.
+fn range_of(keys: &Keys<'_>, which: Which, p: &mut Problems) -> Result<Range, ()> {
+    for (key, owner) in [
+        ("MetricsRegex", Which::Dataloader),
+        ("ProfilerName", Which::Python),
+        ("cProfileTimer", Which::Python),
+    ] {
+        if which != owner && keys.get(key).is_some() {
+            p.push(keys.path(key), "does not apply to this feature, ignored");
+        }
+    }
+    fn off<T>(keys: &Keys<'_>, p: &mut Problems, key: &str, why: String) -> Result<T, ()> {
+        p.push(keys.path(key), format!("{why}; this feature is off"));
+        Err(())
+    }
+    let step = |key: &str, p: &mut Problems| -> Result<Option<u64>, ()> {
+        let Some(v) = keys.get(key) else {
+            return Ok(None);
+        };
+        match py_int(v).map(u64::try_from) {
+            Ok(Ok(n)) => Ok(Some(n)),
+            Ok(Err(_)) => off(keys, p, key, format!("{v} is negative")),
+            Err(e) => off(keys, p, key, e),
+        }
+    };
+    let seconds = |key: &str, p: &mut Problems| -> Result<Option<f64>, ()> {
+        let Some(v) = keys.get(key) else {
+            return Ok(None);
+        };
+        match py_float(v) {
+            Ok(f) if f >= 0.0 => Ok(Some(f)),
+            Ok(_) => off(keys, p, key, format!("{v} is negative")),
+            Err(e) => off(keys, p, key, e),
+        }
+    };
+    let start_step = step("StartStep", p)?;
+    let num_steps = step("NumSteps", p)?;
+    let start_time = seconds("StartTimeInSecSinceEpoch", p)?;
+    // The SDK writes `Duration`; smdebug reads only `DurationInSeconds`. We take both.
+    let duration = match (seconds("DurationInSeconds", p)?, seconds("Duration", p)?) {
+        (Some(a), Some(b)) if a != b => {
+            p.push(
+                keys.path("Duration"),
+                "DurationInSeconds is also given and wins; Duration ignored",
+            );
+            Some(a)
+        }
+        (a, b) => a.or(b),
+    };
+    let Ok(range) = Range::from_fields(start_step, num_steps, start_time, duration) else {
+        p.push(
+            &keys.parent,
+            "has both a step range (StartStep/NumSteps) and a time range \
+             (StartTimeInSecSinceEpoch/Duration); this feature is off, as in smdebug",
+        );
+        return Err(());
+    };
+    match range {
+        Range::Never if start_step == Some(0) => p.push(
+            keys.path("StartStep"),
+            "0 counts as not given (as in smdebug), so this window never opens; \
+             add NumSteps to profile from step 0",
+        ),
+        Range::Never => p.push(
+            &keys.parent,
+            "has no step or time range: enabled but never active",
+        ),
+        Range::Steps {
+            start: Some(s),
+            num: Some(0),
+        } => {
+            p.push(
+                keys.path("NumSteps"),
+                format!("0 with StartStep {s}: the window is empty and never opens"),
+            );
+        }
+        _ => {}
+    }
+    Ok(range)
+}
+
+fn feature(sub: Sub, path: &str, which: Which, p: &mut Problems) -> Feature {
+    let Ok(m) = sub else {
+        return Feature::off(Off::Invalid);
+    };
+    let keys = Keys::fold(&m, path, SUB_KEYS, p);
+    match range_of(&keys, which, p) {
+        Ok(range) => Feature::on(range),
+        Err(()) => Feature::off(Off::Invalid),
+    }
+}
+
+fn dataloader(sub: Sub, path: &str, p: &mut Problems) -> DataloaderFeature {
+    let invalid = DataloaderFeature {
+        feature: Feature::off(Off::Invalid),
+        ..DataloaderFeature::not_configured()
+    };
+    let Ok(m) = sub else { return invalid };
+    let keys = Keys::fold(&m, path, SUB_KEYS, p);
+    let Ok(range) = range_of(&keys, Which::Dataloader, p) else {
+        return invalid;
+    };
+    let pattern = match keys.get("MetricsRegex") {
+        None => ".*".to_owned(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            p.push(
+                keys.path("MetricsRegex"),
+                format!("is {}, expected a string; this feature is off", kind(other)),
+            );
+            return invalid;
+        }
+    };
+    let compiled = RegexBuilder::new(&format!("^(?:{pattern})"))
+        .case_insensitive(true)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build();
+    match compiled {
+        Ok(re) => DataloaderFeature::new(Feature::on(range), pattern, re),
+        Err(e) => {
+            let reason = e
+                .to_string()
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .trim()
+                .to_owned();
+            p.push(
+                keys.path("MetricsRegex"),
+                format!(
+                    "{pattern:?} is not a valid regular expression ({reason}); this feature is off"
+                ),
+            );
+            invalid
+        }
+    }
+}
+
+fn python(sub: Sub, path: &str, p: &mut Problems) -> PythonFeature {
+    let invalid = PythonFeature {
+        feature: Feature::off(Off::Invalid),
+        ..PythonFeature::not_configured()
+    };
+    let Ok(m) = sub else { return invalid };
+    let keys = Keys::fold(&m, path, SUB_KEYS, p);
+    let Ok(range) = range_of(&keys, Which::Python, p) else {
+        return invalid;
+    };
+    let profiler = match keys.get("ProfilerName") {
+        None => PythonProfiler::CProfile,
+        Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("cprofile") => {
+            PythonProfiler::CProfile
+        }
+        Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("pyinstrument") => {
+            PythonProfiler::Pyinstrument
+        }
+        Some(other) => {
+            p.push(
+                keys.path("ProfilerName"),
+                format!("{other} is not cProfile or pyinstrument; this feature is off"),
+            );
+            return invalid;
+        }
+    };
+    let timer = match (profiler, keys.get("cProfileTimer")) {
+        (PythonProfiler::Pyinstrument, _) => None,
+        (PythonProfiler::CProfile, None) => Some(CProfileTimer::TotalTime),
+        (PythonProfiler::CProfile, Some(v)) => match v.as_str().and_then(CProfileTimer::parse) {
+            Some(t) => Some(t),
+            None => {
+                p.push(
+                    keys.path("cProfileTimer"),
+                    format!("{v} is not one of total_time, cpu_time, off_cpu_time, default; this feature is off"),
+                );
+                return invalid;
+            }
+        },
+    };
+    PythonFeature {
+        feature: Feature::on(range),
+        profiler,
+        timer,
+    }
+}
+
+// ---- scalar converters: Ok(value) or a short reason -------------------------------
+
+fn local_path(v: &Value) -> Result<String, String> {
+    match v {
+        Value::String(s) if s.trim().is_empty() => Err("is empty".into()),
+        Value::String(s) if s.contains('\0') => Err("contains a NUL character".into()),
+        Value::String(s) => Ok(s.clone()),
+        other => Err(format!("is {}, expected a path", kind(other))),
+    }
+}
+
+fn interval_ms(v: &Value) -> Result<u32, String> {
+    let ms = py_int(v)?;
+    u32::try_from(ms)
+        .ok()
+        .filter(|ms| INTERVAL_MS_RANGE.contains(ms))
+        .ok_or_else(|| {
+            format!(
+                "{v} is outside {}..={} ms",
+                INTERVAL_MS_RANGE.start(),
+                INTERVAL_MS_RANGE.end()
+            )
+        })
+}
+
+/// `s3://bucket[/prefix]`, returned without a trailing slash; empty means no upload.
+fn s3_url(v: &Value) -> Result<Option<String>, String> {
+    let Value::String(s) = v else {
+        return Err(format!("is {}, expected s3://bucket/prefix", kind(v)));
+    };
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let rest = s
+        .get(..5)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("s3://"))
+        .map(|_| &s[5..])
+        .ok_or_else(|| format!("{s:?} does not start with s3://"))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let bucket_ok = (3..=63).contains(&bucket.len())
+        && bucket
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+    if !bucket_ok {
+        return Err(format!("{bucket:?} is not a valid S3 bucket name"));
+    }
+    let prefix = prefix.trim_end_matches('/');
+    Ok(Some(if prefix.is_empty() {
+        format!("s3://{bucket}")
+    } else {
+        format!("s3://{bucket}/{prefix}")
+    }))
+}
+
+/// `TRAINPROF_DISABLE`: the usual spellings of yes and no.
+fn env_flag(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "" | "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// smdebug's `check_smmodelparallel_training`: the key that marks model parallelism.
+fn model_parallel(sm_hps: &str) -> Option<&'static str> {
+    let v: Value = serde_json::from_str(sm_hps).ok()?;
+    let mp = v.get("mp_parameters")?.as_object()?;
+    ["pipeline_parallel_degree", "partitions"]
+        .into_iter()
+        .find(|k| mp.contains_key(*k))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn s3_urls() {
+        let ok = |s: &str| s3_url(&json!(s)).unwrap();
+        assert_eq!(ok("s3://my-bucket/a/b/"), Some("s3://my-bucket/a/b".into()));
+        assert_eq!(ok("S3://my-bucket"), Some("s3://my-bucket".into()));
+        assert_eq!(ok(""), None);
+        assert!(s3_url(&json!("https://my-bucket")).is_err());
+        assert!(s3_url(&json!("s3://")).is_err());
+        assert!(s3_url(&json!("s3://My_Bucket/x")).is_err());
+        assert!(s3_url(&json!(5)).is_err());
+    }
+
+    #[test]
+    fn env_flags() {
+        assert_eq!(env_flag("1"), Some(true));
+        assert_eq!(env_flag(" TRUE "), Some(true));
+        assert_eq!(env_flag("0"), Some(false));
+        assert_eq!(env_flag(""), Some(false));
+        assert_eq!(env_flag("maybe"), None);
+    }
+
+    #[test]
+    fn model_parallel_detection() {
+        assert_eq!(
+            model_parallel(r#"{"mp_parameters":{"partitions": 2}}"#),
+            Some("partitions")
+        );
+        assert_eq!(
+            model_parallel(r#"{"mp_parameters":{"pipeline_parallel_degree": 2}}"#),
+            Some("pipeline_parallel_degree")
+        );
+        assert_eq!(model_parallel("{}"), None);
+        assert_eq!(model_parallel("not json"), None);
+        assert_eq!(model_parallel(r#"{"mp_parameters": 3}"#), None);
+    }
+}

@@ -39,29 +39,21 @@ fn active_steps(feature: &Feature, n: u64, now_s: f64) -> Option<Vec<u64>> {
         return None;
     }
     let mut f = feature.clone();
-    Some(
-        (0..n)
-            .filter(|&s| f.is_active(Step::At(s), now_s))
-            .collect(),
-    )
+    Some((0..n).filter(|&s| f.is_active(Step::At(s), now_s)).collect())
 }
 
 /// The check's JSON object (the shape tools rely on; see the README).
 pub fn to_json(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> Value {
     let c = &loaded.config;
     let report = steps.map(|n| StepReport::new(c, n, now_s));
-    let steps_of =
-        |pick: fn(&StepReport) -> &Option<Vec<u64>>| report.as_ref().map(|r| json!(pick(r)));
+    let steps_of = |pick: fn(&StepReport) -> &Option<Vec<u64>>| report.as_ref().map(|r| json!(pick(r)));
     let with_steps = |mut obj: Value, active: Option<Value>| {
         if let (Some(a), Some(map)) = (active, obj.as_object_mut()) {
             map.insert("active_steps".into(), a);
         }
         obj
     };
-    let mut dataloader = with_steps(
-        feature_json(&c.dataloader.feature),
-        steps_of(|r| &r.dataloader),
-    );
+    let mut dataloader = with_steps(feature_json(&c.dataloader.feature), steps_of(|r| &r.dataloader));
     dataloader["metrics_regex"] = json!(c.dataloader.metrics_regex);
     let mut python = with_steps(feature_json(&c.python.feature), steps_of(|r| &r.python));
     python["profiler"] = json!(c.python.profiler.as_str());
@@ -91,19 +83,13 @@ pub fn to_json(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> Value {
 }
 
 fn feature_json(f: &Feature) -> Value {
-    let (start_step, num_steps, start_time_s, duration_s) =
-        match (f.is_enabled(), f.window().range()) {
-            (true, Range::Steps { start, num }) => (
-                json!(start),
-                json!(num.unwrap_or(1)),
-                Value::Null,
-                Value::Null,
-            ),
-            (true, Range::Time { start, duration }) => {
-                (Value::Null, Value::Null, json!(start), json!(duration))
-            }
-            _ => (Value::Null, Value::Null, Value::Null, Value::Null),
-        };
+    let (start_step, num_steps, start_time_s, duration_s) = match (f.is_enabled(), f.window().range()) {
+        (true, Range::Steps { start, num }) => {
+            (json!(start), json!(num.unwrap_or(1)), Value::Null, Value::Null)
+        }
+        (true, Range::Time { start, duration }) => (Value::Null, Value::Null, json!(start), json!(duration)),
+        _ => (Value::Null, Value::Null, Value::Null, Value::Null),
+    };
     json!({
         "enabled": f.is_enabled(),
         "off_reason": f.off_reason().map(off_reason),
@@ -134,18 +120,11 @@ fn describe_window(f: &Feature) -> String {
         None => {}
     }
     let plural = |n: u64| {
-        if n == 1 {
-            "1 step".to_owned()
-        } else {
-            format!("{n} steps")
-        }
+        if n == 1 { "1 step".to_owned() } else { format!("{n} steps") }
     };
     match f.window().range() {
         Range::Never => "on, but never active (no step or time range)".into(),
-        Range::Steps {
-            start: Some(s),
-            num,
-        } => match num.unwrap_or(1) {
+        Range::Steps { start: Some(s), num } => match num.unwrap_or(1) {
             0 => format!("never (StartStep {s} with NumSteps 0)"),
             n => format!("steps {s}–{}", s.saturating_add(n - 1)),
         },
@@ -153,24 +132,12 @@ fn describe_window(f: &Feature) -> String {
             0 => "never (NumSteps 0)".into(),
             n => format!("{} from the first step checked", plural(n)),
         },
-        Range::Time {
-            start: Some(t),
-            duration: Some(d),
-        } => format!("from {} for {d} s", utc(t)),
-        Range::Time {
-            start: None,
-            duration: Some(d),
-        } => format!("for {d} s from the first step checked"),
-        Range::Time {
-            start: Some(t),
-            duration: None,
-        } => {
+        Range::Time { start: Some(t), duration: Some(d) } => format!("from {} for {d} s", utc(t)),
+        Range::Time { start: None, duration: Some(d) } => format!("for {d} s from the first step checked"),
+        Range::Time { start: Some(t), duration: None } => {
             format!("one step: the first step at or after {}", utc(t))
         }
-        Range::Time {
-            start: None,
-            duration: None,
-        } => "one step: the first step checked".into(),
+        Range::Time { start: None, duration: None } => "one step: the first step checked".into(),
     }
 }
 
@@ -179,11 +146,7 @@ fn utc(t: f64) -> String {
     let secs = t.floor() as i64;
     let frac = t - t.floor();
     let base = UtcTime::from_epoch_s(secs).to_string();
-    if frac > 0.0 {
-        format!("{} (+{frac:.3} s)", base)
-    } else {
-        base
-    }
+    if frac > 0.0 { format!("{} (+{frac:.3} s)", base) } else { base }
 }
 
 /// The check for people.
@@ -199,13 +162,7 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> String {
     let _ = writeln!(out, "profiling: {}", if c.enabled { "on" } else { "off" });
     let _ = writeln!(out, "interval: {} ms", c.interval_ms);
     let _ = writeln!(out, "local path: {}", c.local_path);
-    let _ = writeln!(
-        out,
-        "S3 output: {}",
-        c.s3_output_path
-            .as_deref()
-            .unwrap_or("none (files stay local)")
-    );
+    let _ = writeln!(out, "S3 output: {}", c.s3_output_path.as_deref().unwrap_or("none (files stay local)"));
     let _ = writeln!(
         out,
         "timeline files: rotate at {} bytes or every {} s; writer stops after {} failed opens",
@@ -223,25 +180,15 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> String {
             (PythonProfiler::Pyinstrument, _) => ", pyinstrument",
             (PythonProfiler::CProfile, Some(CProfileTimer::Default)) => ", cProfile, timer by step",
             (PythonProfiler::CProfile, Some(CProfileTimer::CpuTime)) => ", cProfile, cpu_time",
-            (PythonProfiler::CProfile, Some(CProfileTimer::OffCpuTime)) => {
-                ", cProfile, off_cpu_time"
-            }
+            (PythonProfiler::CProfile, Some(CProfileTimer::OffCpuTime)) => ", cProfile, off_cpu_time",
             (PythonProfiler::CProfile, _) => ", cProfile, total_time",
         });
     }
     let _ = writeln!(out, "python: {py}");
-    let _ = writeln!(
-        out,
-        "smdataparallel: {}",
-        describe_window(&c.smdataparallel)
-    );
+    let _ = writeln!(out, "smdataparallel: {}", describe_window(&c.smdataparallel));
     if let Some(n) = steps {
         let r = StepReport::new(c, n, now_s);
-        let _ = writeln!(
-            out,
-            "steps 0..{} (evaluated from step 0):",
-            r.n.saturating_sub(1)
-        );
+        let _ = writeln!(out, "steps 0..{} (evaluated from step 0):", r.n.saturating_sub(1));
         let python_timer = |s: u64| match c.python.timer {
             Some(t @ CProfileTimer::Default) => {
                 format!(" ({})", t.for_window_start(Step::At(s)).as_str())
@@ -251,11 +198,7 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> String {
         for (name, active, label) in [
             ("detailed", &r.detailed, None),
             ("dataloader", &r.dataloader, None),
-            (
-                "python",
-                &r.python,
-                Some(&python_timer as &dyn Fn(u64) -> String),
-            ),
+            ("python", &r.python, Some(&python_timer as &dyn Fn(u64) -> String)),
             ("smdataparallel", &r.smdataparallel, None),
         ] {
             let _ = writeln!(out, "  {name}: {}", list_steps(active.as_deref(), label));
@@ -274,11 +217,7 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> String {
 
 /// Detailed profiling runs in training steps (Keras: train batches only).
 fn train(words: String) -> String {
-    if words.starts_with("steps ") {
-        format!("train {words}")
-    } else {
-        words
-    }
+    if words.starts_with("steps ") { format!("train {words}") } else { words }
 }
 
 /// "0–4, 9" or, with a label per step, "9 (total_time), 10 (cpu_time)".
@@ -290,11 +229,7 @@ fn list_steps(active: Option<&[u64]>, label: Option<&dyn Fn(u64) -> String>) -> 
         return "none".into();
     }
     if let Some(label) = label {
-        return active
-            .iter()
-            .map(|&s| format!("{s}{}", label(s)))
-            .collect::<Vec<_>>()
-            .join(", ");
+        return active.iter().map(|&s| format!("{s}{}", label(s))).collect::<Vec<_>>().join(", ");
     }
     let mut runs: Vec<(u64, u64)> = Vec::new();
     for &s in active {
@@ -304,13 +239,7 @@ fn list_steps(active: Option<&[u64]>, label: Option<&dyn Fn(u64) -> String>) -> 
         }
     }
     runs.iter()
-        .map(|&(a, b)| {
-            if a == b {
-                a.to_string()
-            } else {
-                format!("{a}–{b}")
-            }
-        })
+        .map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}–{b}") })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -323,10 +252,7 @@ mod tests {
     fn step_lists() {
         assert_eq!(list_steps(Some(&[0, 1, 2, 5, 7, 8]), None), "0–2, 5, 7–8");
         assert_eq!(list_steps(Some(&[]), None), "none");
-        assert_eq!(
-            list_steps(None, None),
-            "depends on the clock (time-based window)"
-        );
+        assert_eq!(list_steps(None, None), "depends on the clock (time-based window)");
         let l = |s: u64| format!(" (s{s})");
         assert_eq!(list_steps(Some(&[9, 10]), Some(&l)), "9 (s9), 10 (s10)");
     }

@@ -9,11 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use trainprof_config::{FileStatus, OverrideKey, Sources};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "trainprof",
-    version,
-    about = "In-container profiler for ML training jobs"
-)]
+#[command(name = "trainprof", version, about = "In-container profiler for ML training jobs")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -80,23 +76,13 @@ impl OverrideFlags {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Config {
-            command:
-                ConfigCommand::Check {
-                    path,
-                    json,
-                    steps,
-                    overrides,
-                },
-        } => {
+        Command::Config { command: ConfigCommand::Check { path, json, steps, overrides } } => {
             let mut sources = Sources::from_process_env();
             if let Some(p) = path {
                 sources = sources.with_config_path(p);
             }
             let loaded = trainprof_config::load(&overrides.apply(sources));
-            let now_s = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
+            let now_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
             let text = if json {
                 let mut s = trainprof_agent::check::to_json(&loaded, steps, now_s).to_string();
                 s.push('\n');

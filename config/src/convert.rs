@@ -34,11 +34,7 @@ pub(crate) fn py_float(v: &Value) -> Result<f64, String> {
         Value::String(s) => parse_float_str(s).ok_or_else(|| format!("{s:?} is not a number"))?,
         other => return Err(format!("expected a number, got {}", kind(other))),
     };
-    if f.is_finite() {
-        Ok(f)
-    } else {
-        Err(format!("{v} is not a finite number"))
-    }
+    if f.is_finite() { Ok(f) } else { Err(format!("{v} is not a finite number")) }
 }
 
 fn float_to_int(f: f64) -> Result<i64, String> {
@@ -78,9 +74,7 @@ fn parse_int_str(s: &str) -> Option<i64> {
 /// the caller).
 fn parse_float_str(s: &str) -> Option<f64> {
     let t = s.trim();
-    let ok_chars = t
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-' | b'_'));
+    let ok_chars = t.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-' | b'_'));
     if t.is_empty() || !ok_chars || t.contains("__") {
         return None;
     }
@@ -119,10 +113,7 @@ mod tests {
         assert!(py_int(&json!(true)).is_err());
         assert!(py_int(&json!(1e300)).is_err());
         assert!(py_int(&json!("99999999999999999999")).is_err());
-        assert_eq!(
-            py_int(&json!(u64::MAX)).unwrap_err(),
-            "18446744073709551615 is out of range"
-        );
+        assert_eq!(py_int(&json!(u64::MAX)).unwrap_err(), "18446744073709551615 is out of range");
     }
 
     #[test]

@@ -30,17 +30,11 @@ impl Feature {
     }
 
     pub(crate) fn off(why: Off) -> Feature {
-        Feature {
-            off: Some(why),
-            window: Window::new(Range::Never),
-        }
+        Feature { off: Some(why), window: Window::new(Range::Never) }
     }
 
     pub(crate) fn on(range: Range) -> Feature {
-        Feature {
-            off: None,
-            window: Window::new(range),
-        }
+        Feature { off: None, window: Window::new(range) }
     }
 
     pub(crate) fn turn_off(&mut self, why: Off) {
@@ -82,23 +76,11 @@ pub struct DataloaderFeature {
 
 impl DataloaderFeature {
     pub(crate) fn not_configured() -> DataloaderFeature {
-        DataloaderFeature {
-            feature: Feature::not_configured(),
-            metrics_regex: ".*".into(),
-            matcher: None,
-        }
+        DataloaderFeature { feature: Feature::not_configured(), metrics_regex: ".*".into(), matcher: None }
     }
 
-    pub(crate) fn new(
-        feature: Feature,
-        metrics_regex: String,
-        matcher: Regex,
-    ) -> DataloaderFeature {
-        DataloaderFeature {
-            feature,
-            metrics_regex,
-            matcher: Some(matcher),
-        }
+    pub(crate) fn new(feature: Feature, metrics_regex: String, matcher: Regex) -> DataloaderFeature {
+        DataloaderFeature { feature, metrics_regex, matcher: Some(matcher) }
     }
 
     /// Does `MetricsRegex` match the start of `name` (ignoring case)?
@@ -154,14 +136,9 @@ impl CProfileTimer {
     }
 
     pub(crate) fn parse(s: &str) -> Option<CProfileTimer> {
-        [
-            CProfileTimer::TotalTime,
-            CProfileTimer::CpuTime,
-            CProfileTimer::OffCpuTime,
-            CProfileTimer::Default,
-        ]
-        .into_iter()
-        .find(|t| t.as_str().eq_ignore_ascii_case(s.trim()))
+        [CProfileTimer::TotalTime, CProfileTimer::CpuTime, CProfileTimer::OffCpuTime, CProfileTimer::Default]
+            .into_iter()
+            .find(|t| t.as_str().eq_ignore_ascii_case(s.trim()))
     }
 
     /// The timer for a window that starts at `start`; never [`CProfileTimer::Default`].
@@ -206,22 +183,13 @@ mod tests {
         assert_eq!(t.for_window_start(Step::At(11)), CProfileTimer::OffCpuTime);
         assert_eq!(t.for_window_start(Step::At(12)), CProfileTimer::TotalTime);
         assert_eq!(t.for_window_start(Step::Any), CProfileTimer::TotalTime);
-        assert_eq!(
-            CProfileTimer::CpuTime.for_window_start(Step::At(9)),
-            CProfileTimer::CpuTime
-        );
+        assert_eq!(CProfileTimer::CpuTime.for_window_start(Step::At(9)), CProfileTimer::CpuTime);
     }
 
     #[test]
     fn timer_names_any_case() {
-        assert_eq!(
-            CProfileTimer::parse("CPU_TIME"),
-            Some(CProfileTimer::CpuTime)
-        );
-        assert_eq!(
-            CProfileTimer::parse("Default"),
-            Some(CProfileTimer::Default)
-        );
+        assert_eq!(CProfileTimer::parse("CPU_TIME"), Some(CProfileTimer::CpuTime));
+        assert_eq!(CProfileTimer::parse("Default"), Some(CProfileTimer::Default));
         assert_eq!(CProfileTimer::parse("wall"), None);
     }
 }

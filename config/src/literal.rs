@@ -35,11 +35,7 @@ impl std::error::Error for LiteralError {}
 
 /// Parses one Python literal (the whole input, surrounding whitespace allowed).
 pub fn parse(text: &str) -> Result<Value, LiteralError> {
-    let mut p = Parser {
-        s: text.as_bytes(),
-        text,
-        pos: 0,
-    };
+    let mut p = Parser { s: text.as_bytes(), text, pos: 0 };
     p.skip_space();
     if p.pos == p.s.len() {
         return Err(p.err("empty string, expected a dict such as {\"StartStep\": 5}"));
@@ -60,10 +56,7 @@ struct Parser<'a> {
 
 impl Parser<'_> {
     fn err(&self, message: impl Into<String>) -> LiteralError {
-        LiteralError {
-            offset: self.pos,
-            message: message.into(),
-        }
+        LiteralError { offset: self.pos, message: message.into() }
     }
 
     fn peek(&self) -> Option<u8> {
@@ -104,10 +97,7 @@ impl Parser<'_> {
     }
 
     fn char_here(&self) -> char {
-        self.text
-            .get(self.pos..)
-            .and_then(|t| t.chars().next())
-            .unwrap_or('?')
+        self.text.get(self.pos..).and_then(|t| t.chars().next()).unwrap_or('?')
     }
 
     fn expect(&mut self, c: u8) -> Result<(), LiteralError> {
@@ -133,10 +123,7 @@ impl Parser<'_> {
             let key = match self.value(depth + 1)? {
                 Value::String(k) => k,
                 _ => {
-                    return Err(LiteralError {
-                        offset: key_at,
-                        message: "dict keys must be strings".into(),
-                    });
+                    return Err(LiteralError { offset: key_at, message: "dict keys must be strings".into() });
                 }
             };
             self.expect(b':')?;
@@ -174,10 +161,7 @@ impl Parser<'_> {
 
     fn name(&mut self) -> Result<Value, LiteralError> {
         let start = self.pos;
-        while self
-            .peek()
-            .is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_')
-        {
+        while self.peek().is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_') {
             self.pos += 1;
         }
         let word = &self.text[start..self.pos];
@@ -212,10 +196,7 @@ impl Parser<'_> {
         let mut out = String::new();
         loop {
             let Some(c) = self.peek() else {
-                return Err(LiteralError {
-                    offset: start,
-                    message: "string is not closed".into(),
-                });
+                return Err(LiteralError { offset: start, message: "string is not closed".into() });
             };
             match c {
                 _ if c == quote => {
@@ -302,29 +283,19 @@ impl Parser<'_> {
                 out.push(ch);
                 Ok(())
             }
-            None => Err(LiteralError {
-                offset: at,
-                message: "escape is not a valid character".into(),
-            }),
+            None => Err(LiteralError { offset: at, message: "escape is not a valid character".into() }),
         }
     }
 
     fn hex_digits(&mut self, n: usize, at: usize) -> Result<u32, LiteralError> {
-        let digits = self
-            .text
-            .get(self.pos..self.pos + n)
-            .filter(|d| d.bytes().all(|b| b.is_ascii_hexdigit()));
+        let digits =
+            self.text.get(self.pos..self.pos + n).filter(|d| d.bytes().all(|b| b.is_ascii_hexdigit()));
         let Some(digits) = digits else {
-            return Err(LiteralError {
-                offset: at,
-                message: format!("escape needs {n} hex digits"),
-            });
+            return Err(LiteralError { offset: at, message: format!("escape needs {n} hex digits") });
         };
         self.pos += n;
-        u32::from_str_radix(digits, 16).map_err(|_| LiteralError {
-            offset: at,
-            message: "bad hex escape".into(),
-        })
+        u32::from_str_radix(digits, 16)
+            .map_err(|_| LiteralError { offset: at, message: "bad hex escape".into() })
     }
 
     fn number(&mut self) -> Result<Value, LiteralError> {
@@ -337,9 +308,7 @@ impl Parser<'_> {
             self.skip_space();
         }
         let body_start = self.pos;
-        while self
-            .peek()
-            .is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
+        while self.peek().is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.'))
             || (matches!(self.peek(), Some(b'+' | b'-'))
                 && matches!(self.s.get(self.pos.wrapping_sub(1)), Some(b'e' | b'E'))
                 && !self.text[body_start..self.pos].starts_with("0x")
@@ -348,10 +317,7 @@ impl Parser<'_> {
             self.pos += 1;
         }
         let body = &self.text[body_start..self.pos];
-        let bad = |message: String| LiteralError {
-            offset: start,
-            message,
-        };
+        let bad = |message: String| LiteralError { offset: start, message };
         if body.is_empty() {
             return Err(bad("a sign must be followed by a number".into()));
         }
@@ -376,16 +342,13 @@ impl Parser<'_> {
             return int_value(if negative { -v } else { v }).ok_or_else(|| bad(out_of_range(body)));
         }
         // Rust's float parser would also take "inf" and "nan"; Python literals do not.
-        let is_float = clean
-            .bytes()
-            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
-            && clean.bytes().any(|b| b.is_ascii_digit());
+        let is_float =
+            clean.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
+                && clean.bytes().any(|b| b.is_ascii_digit());
         let v: f64 = if is_float { clean.parse().ok() } else { None }
             .ok_or_else(|| bad(format!("{body:?} is not a number")))?;
         let v = if negative { -v } else { v };
-        Number::from_f64(v)
-            .map(Value::Number)
-            .ok_or_else(|| bad(out_of_range(body)))
+        Number::from_f64(v).map(Value::Number).ok_or_else(|| bad(out_of_range(body)))
     }
 }
 
@@ -411,18 +374,17 @@ mod tests {
     fn sdk_output_with_trailing_comma() {
         let v = parse(r#"{"StartStep": 5, "NumSteps": 1, }"#).unwrap();
         assert_eq!(v, json!({"StartStep": 5, "NumSteps": 1}));
-        let v = parse(r#"{"StartStep": 9, "NumSteps": 3, "ProfilerName": "cProfile", "cProfileTimer": "default", }"#)
-            .unwrap();
+        let v = parse(
+            r#"{"StartStep": 9, "NumSteps": 3, "ProfilerName": "cProfile", "cProfileTimer": "default", }"#,
+        )
+        .unwrap();
         assert_eq!(v["ProfilerName"], "cProfile");
     }
 
     #[test]
     fn python_str_of_a_dict() {
         let v = parse("{'StartStep': 3, 'NumSteps': 2, 'MetricsRegex': 'Dataloader:.*'}").unwrap();
-        assert_eq!(
-            v,
-            json!({"StartStep": 3, "NumSteps": 2, "MetricsRegex": "Dataloader:.*"})
-        );
+        assert_eq!(v, json!({"StartStep": 3, "NumSteps": 2, "MetricsRegex": "Dataloader:.*"}));
     }
 
     #[test]
@@ -437,8 +399,7 @@ mod tests {
 
     #[test]
     fn escapes_follow_python() {
-        let v = parse(r#"{"r": "\d+\.json", "q": 'it\'s', "n": "a\tb\x41\u00e9", "raw": r"\n"}"#)
-            .unwrap();
+        let v = parse(r#"{"r": "\d+\.json", "q": 'it\'s', "n": "a\tb\x41\u00e9", "raw": r"\n"}"#).unwrap();
         assert_eq!(v["r"], r"\d+\.json");
         assert_eq!(v["q"], "it's");
         assert_eq!(v["n"], "a\tbAé");
@@ -470,42 +431,12 @@ mod tests {
         let e = parse("{not valid").unwrap_err();
         assert!(e.message.contains("not a literal"), "{e}");
         assert_eq!(parse("").unwrap_err().offset, 0);
-        assert!(
-            parse("{'a': 1} x")
-                .unwrap_err()
-                .message
-                .contains("after the end")
-        );
-        assert!(
-            parse("{'a' 1}")
-                .unwrap_err()
-                .message
-                .contains("expected ':'")
-        );
-        assert!(
-            parse("{1: 2}")
-                .unwrap_err()
-                .message
-                .contains("keys must be strings")
-        );
-        assert!(
-            parse("{'a': 'b")
-                .unwrap_err()
-                .message
-                .contains("not closed")
-        );
-        assert!(
-            parse("{'a': 1e999}")
-                .unwrap_err()
-                .message
-                .contains("out of range")
-        );
-        assert!(
-            parse("{'a': 123456789012345678901234567890}")
-                .unwrap_err()
-                .message
-                .contains("out of range")
-        );
+        assert!(parse("{'a': 1} x").unwrap_err().message.contains("after the end"));
+        assert!(parse("{'a' 1}").unwrap_err().message.contains("expected ':'"));
+        assert!(parse("{1: 2}").unwrap_err().message.contains("keys must be strings"));
+        assert!(parse("{'a': 'b").unwrap_err().message.contains("not closed"));
+        assert!(parse("{'a': 1e999}").unwrap_err().message.contains("out of range"));
+        assert!(parse("{'a': 123456789012345678901234567890}").unwrap_err().message.contains("out of range"));
     }
 
     #[test]

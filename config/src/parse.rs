@@ -8,9 +8,7 @@ use regex::RegexBuilder;
 use serde_json::{Map, Value};
 
 use crate::convert::{kind, py_float, py_int};
-use crate::feature::{
-    CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler,
-};
+use crate::feature::{CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler};
 use crate::literal;
 use crate::sources::{OverrideKey, Sources};
 use crate::window::Range;
@@ -25,9 +23,7 @@ pub(crate) fn build(file: &FileStatus, doc: Option<&Value>, sources: &Sources) -
     let mut disable = false;
     let mut unusable = false;
     match (file, doc) {
-        (FileStatus::Read, Some(Value::Object(top))) => {
-            read_top(top, &mut cfg, &mut disable, &mut p)
-        }
+        (FileStatus::Read, Some(Value::Object(top))) => read_top(top, &mut cfg, &mut disable, &mut p),
         (FileStatus::Unusable(why), _) => {
             unusable = true;
             p.push("file", format!("{why}; profiling is off"));
@@ -50,10 +46,7 @@ pub(crate) fn build(file: &FileStatus, doc: Option<&Value>, sources: &Sources) -
                 Ok(url) => cfg.s3_output_path = url,
                 Err(e) => p.push(
                     origin,
-                    format!(
-                        "{e}; keeping {}",
-                        cfg.s3_output_path.as_deref().unwrap_or("no upload")
-                    ),
+                    format!("{e}; keeping {}", cfg.s3_output_path.as_deref().unwrap_or("no upload")),
                 ),
             },
             OverrideKey::Disable => match env_flag(&o.value) {
@@ -62,10 +55,7 @@ pub(crate) fn build(file: &FileStatus, doc: Option<&Value>, sources: &Sources) -
                     disable = true;
                     p.push(
                         origin,
-                        format!(
-                            "unrecognised value {:?} (use 1 or 0); profiling is off",
-                            o.value
-                        ),
+                        format!("unrecognised value {:?} (use 1 or 0); profiling is off", o.value),
                     );
                 }
             },
@@ -77,17 +67,16 @@ pub(crate) fn build(file: &FileStatus, doc: Option<&Value>, sources: &Sources) -
         cfg.detailed.turn_off(Off::ModelParallel);
         p.push(
             "env:SM_HPS",
-            format!("model-parallel training (mp_parameters.{which}): detailed profiling is off, as in smdebug"),
+            format!(
+                "model-parallel training (mp_parameters.{which}): detailed profiling is off, as in smdebug"
+            ),
         );
     }
     if disable || unusable {
         cfg.enabled = false;
-        for f in [
-            &mut cfg.detailed,
-            &mut cfg.dataloader.feature,
-            &mut cfg.python.feature,
-            &mut cfg.smdataparallel,
-        ] {
+        for f in
+            [&mut cfg.detailed, &mut cfg.dataloader.feature, &mut cfg.python.feature, &mut cfg.smdataparallel]
+        {
             f.turn_off(Off::ProfilerDisabled);
         }
     }
@@ -100,10 +89,7 @@ struct Problems(Vec<Problem>);
 
 impl Problems {
     fn push(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        self.0.push(Problem {
-            key: key.into(),
-            message: message.into(),
-        });
+        self.0.push(Problem { key: key.into(), message: message.into() });
     }
 }
 
@@ -115,26 +101,15 @@ struct Keys<'a> {
 
 impl<'a> Keys<'a> {
     /// Unknown keys and keys given twice (in different case) are reported here.
-    fn fold(
-        obj: &'a Map<String, Value>,
-        parent: &str,
-        known: &[&'static str],
-        p: &mut Problems,
-    ) -> Keys<'a> {
-        let mut keys = Keys {
-            parent: parent.to_owned(),
-            found: Vec::new(),
-        };
+    fn fold(obj: &'a Map<String, Value>, parent: &str, known: &[&'static str], p: &mut Problems) -> Keys<'a> {
+        let mut keys = Keys { parent: parent.to_owned(), found: Vec::new() };
         for (k, v) in obj {
             match known.iter().find(|c| c.eq_ignore_ascii_case(k.trim())) {
                 None => p.push(keys.path(k), "unknown key, ignored"),
                 Some(&c) => {
                     if let Some(slot) = keys.found.iter_mut().find(|(f, _)| *f == c) {
                         slot.1 = v;
-                        p.push(
-                            keys.path(c),
-                            "given more than once (keys ignore case); the last one is used",
-                        );
+                        p.push(keys.path(c), "given more than once (keys ignore case); the last one is used");
                     } else {
                         keys.found.push((c, v));
                     }
@@ -146,18 +121,11 @@ impl<'a> Keys<'a> {
 
     /// The value of a documented key; `null` counts as not given.
     fn get(&self, canonical: &str) -> Option<&'a Value> {
-        self.found
-            .iter()
-            .find(|(c, v)| *c == canonical && !v.is_null())
-            .map(|(_, v)| *v)
+        self.found.iter().find(|(c, v)| *c == canonical && !v.is_null()).map(|(_, v)| *v)
     }
 
     fn path(&self, key: &str) -> String {
-        if self.parent.is_empty() {
-            key.to_owned()
-        } else {
-            format!("{}.{key}", self.parent)
-        }
+        if self.parent.is_empty() { key.to_owned() } else { format!("{}.{key}", self.parent) }
     }
 
     /// Converts one scalar; on failure reports it and keeps `current`.
@@ -171,10 +139,7 @@ impl<'a> Keys<'a> {
         if let Some(v) = self.get(key) {
             match conv(v) {
                 Ok(x) => *current = x,
-                Err(e) => p.push(
-                    self.path(key),
-                    format!("{e}; using the default {current:?}"),
-                ),
+                Err(e) => p.push(self.path(key), format!("{e}; using the default {current:?}")),
             }
         }
     }
@@ -184,12 +149,7 @@ fn read_top(top: &Map<String, Value>, cfg: &mut Config, disable: &mut bool, p: &
     let keys = Keys::fold(
         top,
         "",
-        &[
-            "ProfilingParameters",
-            "DisableProfiler",
-            "S3OutputPath",
-            "ProfilingIntervalInMilliseconds",
-        ],
+        &["ProfilingParameters", "DisableProfiler", "S3OutputPath", "ProfilingIntervalInMilliseconds"],
         p,
     );
     if let Some(v) = keys.get("DisableProfiler") {
@@ -206,22 +166,14 @@ fn read_top(top: &Map<String, Value>, cfg: &mut Config, disable: &mut bool, p: &
             }
         };
     }
-    keys.scalar(
-        "ProfilingIntervalInMilliseconds",
-        &mut cfg.interval_ms,
-        p,
-        interval_ms,
-    );
+    keys.scalar("ProfilingIntervalInMilliseconds", &mut cfg.interval_ms, p, interval_ms);
     keys.scalar("S3OutputPath", &mut cfg.s3_output_path, p, s3_url);
     match keys.get("ProfilingParameters") {
         None => {}
         Some(Value::Object(params)) => read_params(params, cfg, p),
         Some(other) => p.push(
             "ProfilingParameters",
-            format!(
-                "is {}, expected an object; framework profiling is off",
-                kind(other)
-            ),
+            format!("is {}, expected an object; framework profiling is off", kind(other)),
         ),
     }
 }
@@ -246,46 +198,24 @@ fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) 
         p,
     );
     keys.scalar("LocalPath", &mut cfg.local_path, p, local_path);
-    keys.scalar(
-        "RotateMaxFileSizeInBytes",
-        &mut cfg.rotate_max_file_size,
-        p,
-        |v| {
-            // smdebug: int(float(v)).
-            let f = py_float(v)?;
-            if (1.0..18_446_744_073_709_551_616.0).contains(&f) {
-                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // range checked
-                Ok(f as u64)
-            } else {
-                Err(format!("{v} is not a positive number of bytes"))
-            }
-        },
-    );
-    keys.scalar(
-        "RotateFileCloseIntervalInSeconds",
-        &mut cfg.rotate_close_interval_s,
-        p,
-        |v| {
-            let f = py_float(v)?;
-            if f > 0.0 {
-                Ok(f)
-            } else {
-                Err(format!("{v} is not a positive number of seconds"))
-            }
-        },
-    );
-    keys.scalar(
-        "FileOpenFailThreshold",
-        &mut cfg.file_open_fail_threshold,
-        p,
-        |v| {
-            let i = py_int(v)?;
-            u32::try_from(i)
-                .ok()
-                .filter(|&n| n >= 1)
-                .ok_or_else(|| format!("{v} is not a positive count"))
-        },
-    );
+    keys.scalar("RotateMaxFileSizeInBytes", &mut cfg.rotate_max_file_size, p, |v| {
+        // smdebug: int(float(v)).
+        let f = py_float(v)?;
+        if (1.0..18_446_744_073_709_551_616.0).contains(&f) {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // range checked
+            Ok(f as u64)
+        } else {
+            Err(format!("{v} is not a positive number of bytes"))
+        }
+    });
+    keys.scalar("RotateFileCloseIntervalInSeconds", &mut cfg.rotate_close_interval_s, p, |v| {
+        let f = py_float(v)?;
+        if f > 0.0 { Ok(f) } else { Err(format!("{v} is not a positive number of seconds")) }
+    });
+    keys.scalar("FileOpenFailThreshold", &mut cfg.file_open_fail_threshold, p, |v| {
+        let i = py_int(v)?;
+        u32::try_from(i).ok().filter(|&n| n >= 1).ok_or_else(|| format!("{v} is not a positive count"))
+    });
     if keys.get("ProfilerEnabled").is_some() {
         p.push(
             keys.path("ProfilerEnabled"),
@@ -297,12 +227,8 @@ fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) 
         cfg.detailed = feature(s, &keys.path("DetailedProfilingConfig"), Which::Detailed, p);
     }
     if let Some(s) = sub("SMDataParallelProfilingConfig", p) {
-        cfg.smdataparallel = feature(
-            s,
-            &keys.path("SMDataParallelProfilingConfig"),
-            Which::SmDataParallel,
-            p,
-        );
+        cfg.smdataparallel =
+            feature(s, &keys.path("SMDataParallelProfilingConfig"), Which::SmDataParallel, p);
     }
     if let Some(s) = sub("DataloaderProfilingConfig", p) {
         cfg.dataloader = dataloader(s, &keys.path("DataloaderProfilingConfig"), p);
@@ -320,10 +246,7 @@ fn sub_config(v: Option<&Value>, path: &str, p: &mut Problems) -> Option<Sub> {
     let parsed = match v? {
         Value::String(s) => literal::parse(s).map_err(|e| format!("is not a dict literal: {e}")),
         obj @ Value::Object(_) => Ok(obj.clone()),
-        other => Err(format!(
-            "is {}, expected a dict literal string or a JSON object",
-            kind(other)
-        )),
+        other => Err(format!("is {}, expected a dict literal string or a JSON object", kind(other))),
     };
     let why = match parsed {
         Ok(Value::Object(m)) if m.is_empty() => return None,
@@ -371,13 +294,21 @@ fn range_of(keys: &Keys<'_>, which: Which, p: &mut Problems) -> Result<Range, ()
         p.push(keys.path(key), format!("{why}; this feature is off"));
         Err(())
     }
-    let step = |key: &str, p: &mut Problems| -> Result<Option<u64>, ()> {
+    // Negative values are odd but well defined (smdebug does the arithmetic): noted, kept.
+    let negative = |p: &mut Problems, key: &str| {
+        p.push(keys.path(key), "is negative; the window is computed as smdebug does, from step 0 on");
+    };
+    let step = |key: &str, p: &mut Problems| -> Result<Option<i64>, ()> {
         let Some(v) = keys.get(key) else {
             return Ok(None);
         };
-        match py_int(v).map(u64::try_from) {
-            Ok(Ok(n)) => Ok(Some(n)),
-            Ok(Err(_)) => off(keys, p, key, format!("{v} is negative")),
+        match py_int(v) {
+            Ok(n) => {
+                if n < 0 {
+                    negative(p, key);
+                }
+                Ok(Some(n))
+            }
             Err(e) => off(keys, p, key, e),
         }
     };
@@ -386,8 +317,12 @@ fn range_of(keys: &Keys<'_>, which: Which, p: &mut Problems) -> Result<Range, ()
             return Ok(None);
         };
         match py_float(v) {
-            Ok(f) if f >= 0.0 => Ok(Some(f)),
-            Ok(_) => off(keys, p, key, format!("{v} is negative")),
+            Ok(f) => {
+                if f < 0.0 {
+                    negative(p, key);
+                }
+                Ok(Some(f))
+            }
             Err(e) => off(keys, p, key, e),
         }
     };
@@ -397,10 +332,7 @@ fn range_of(keys: &Keys<'_>, which: Which, p: &mut Problems) -> Result<Range, ()
     // The SDK writes `Duration`; smdebug reads only `DurationInSeconds`. We take both.
     let duration = match (seconds("DurationInSeconds", p)?, seconds("Duration", p)?) {
         (Some(a), Some(b)) if a != b => {
-            p.push(
-                keys.path("Duration"),
-                "DurationInSeconds is also given and wins; Duration ignored",
-            );
+            p.push(keys.path("Duration"), "DurationInSeconds is also given and wins; Duration ignored");
             Some(a)
         }
         (a, b) => a.or(b),
@@ -419,14 +351,8 @@ fn range_of(keys: &Keys<'_>, which: Which, p: &mut Problems) -> Result<Range, ()
             "0 counts as not given (as in smdebug), so this window never opens; \
              add NumSteps to profile from step 0",
         ),
-        Range::Never => p.push(
-            &keys.parent,
-            "has no step or time range: enabled but never active",
-        ),
-        Range::Steps {
-            start: Some(s),
-            num: Some(0),
-        } => {
+        Range::Never => p.push(&keys.parent, "has no step or time range: enabled but never active"),
+        Range::Steps { start: Some(s), num: Some(0) } if num_steps == Some(0) => {
             p.push(
                 keys.path("NumSteps"),
                 format!("0 with StartStep {s}: the window is empty and never opens"),
@@ -449,10 +375,8 @@ fn feature(sub: Sub, path: &str, which: Which, p: &mut Problems) -> Feature {
 }
 
 fn dataloader(sub: Sub, path: &str, p: &mut Problems) -> DataloaderFeature {
-    let invalid = DataloaderFeature {
-        feature: Feature::off(Off::Invalid),
-        ..DataloaderFeature::not_configured()
-    };
+    let invalid =
+        DataloaderFeature { feature: Feature::off(Off::Invalid), ..DataloaderFeature::not_configured() };
     let Ok(m) = sub else { return invalid };
     let keys = Keys::fold(&m, path, SUB_KEYS, p);
     let Ok(range) = range_of(&keys, Which::Dataloader, p) else {
@@ -476,18 +400,10 @@ fn dataloader(sub: Sub, path: &str, p: &mut Problems) -> DataloaderFeature {
     match compiled {
         Ok(re) => DataloaderFeature::new(Feature::on(range), pattern, re),
         Err(e) => {
-            let reason = e
-                .to_string()
-                .lines()
-                .last()
-                .unwrap_or_default()
-                .trim()
-                .to_owned();
+            let reason = e.to_string().lines().last().unwrap_or_default().trim().to_owned();
             p.push(
                 keys.path("MetricsRegex"),
-                format!(
-                    "{pattern:?} is not a valid regular expression ({reason}); this feature is off"
-                ),
+                format!("{pattern:?} is not a valid regular expression ({reason}); this feature is off"),
             );
             invalid
         }
@@ -495,10 +411,7 @@ fn dataloader(sub: Sub, path: &str, p: &mut Problems) -> DataloaderFeature {
 }
 
 fn python(sub: Sub, path: &str, p: &mut Problems) -> PythonFeature {
-    let invalid = PythonFeature {
-        feature: Feature::off(Off::Invalid),
-        ..PythonFeature::not_configured()
-    };
+    let invalid = PythonFeature { feature: Feature::off(Off::Invalid), ..PythonFeature::not_configured() };
     let Ok(m) = sub else { return invalid };
     let keys = Keys::fold(&m, path, SUB_KEYS, p);
     let Ok(range) = range_of(&keys, Which::Python, p) else {
@@ -506,9 +419,7 @@ fn python(sub: Sub, path: &str, p: &mut Problems) -> PythonFeature {
     };
     let profiler = match keys.get("ProfilerName") {
         None => PythonProfiler::CProfile,
-        Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("cprofile") => {
-            PythonProfiler::CProfile
-        }
+        Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("cprofile") => PythonProfiler::CProfile,
         Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("pyinstrument") => {
             PythonProfiler::Pyinstrument
         }
@@ -523,22 +434,20 @@ fn python(sub: Sub, path: &str, p: &mut Problems) -> PythonFeature {
     let timer = match (profiler, keys.get("cProfileTimer")) {
         (PythonProfiler::Pyinstrument, _) => None,
         (PythonProfiler::CProfile, None) => Some(CProfileTimer::TotalTime),
-        (PythonProfiler::CProfile, Some(v)) => match v.as_str().and_then(CProfileTimer::parse) {
-            Some(t) => Some(t),
-            None => {
-                p.push(
+        (PythonProfiler::CProfile, Some(v)) => {
+            match v.as_str().and_then(CProfileTimer::parse) {
+                Some(t) => Some(t),
+                None => {
+                    p.push(
                     keys.path("cProfileTimer"),
                     format!("{v} is not one of total_time, cpu_time, off_cpu_time, default; this feature is off"),
                 );
-                return invalid;
+                    return invalid;
+                }
             }
-        },
+        }
     };
-    PythonFeature {
-        feature: Feature::on(range),
-        profiler,
-        timer,
-    }
+    PythonFeature { feature: Feature::on(range), profiler, timer }
 }
 
 // ---- scalar converters: Ok(value) or a short reason -------------------------------
@@ -554,16 +463,9 @@ fn local_path(v: &Value) -> Result<String, String> {
 
 fn interval_ms(v: &Value) -> Result<u32, String> {
     let ms = py_int(v)?;
-    u32::try_from(ms)
-        .ok()
-        .filter(|ms| INTERVAL_MS_RANGE.contains(ms))
-        .ok_or_else(|| {
-            format!(
-                "{v} is outside {}..={} ms",
-                INTERVAL_MS_RANGE.start(),
-                INTERVAL_MS_RANGE.end()
-            )
-        })
+    u32::try_from(ms).ok().filter(|ms| INTERVAL_MS_RANGE.contains(ms)).ok_or_else(|| {
+        format!("{v} is outside {}..={} ms", INTERVAL_MS_RANGE.start(), INTERVAL_MS_RANGE.end())
+    })
 }
 
 /// `s3://bucket[/prefix]`, returned without a trailing slash; empty means no upload.
@@ -582,18 +484,12 @@ fn s3_url(v: &Value) -> Result<Option<String>, String> {
         .ok_or_else(|| format!("{s:?} does not start with s3://"))?;
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     let bucket_ok = (3..=63).contains(&bucket.len())
-        && bucket
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+        && bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
     if !bucket_ok {
         return Err(format!("{bucket:?} is not a valid S3 bucket name"));
     }
     let prefix = prefix.trim_end_matches('/');
-    Ok(Some(if prefix.is_empty() {
-        format!("s3://{bucket}")
-    } else {
-        format!("s3://{bucket}/{prefix}")
-    }))
+    Ok(Some(if prefix.is_empty() { format!("s3://{bucket}") } else { format!("s3://{bucket}/{prefix}") }))
 }
 
 /// `TRAINPROF_DISABLE`: the usual spellings of yes and no.
@@ -609,9 +505,7 @@ fn env_flag(s: &str) -> Option<bool> {
 fn model_parallel(sm_hps: &str) -> Option<&'static str> {
     let v: Value = serde_json::from_str(sm_hps).ok()?;
     let mp = v.get("mp_parameters")?.as_object()?;
-    ["pipeline_parallel_degree", "partitions"]
-        .into_iter()
-        .find(|k| mp.contains_key(*k))
+    ["pipeline_parallel_degree", "partitions"].into_iter().find(|k| mp.contains_key(*k))
 }
 
 #[cfg(test)]
@@ -643,10 +537,7 @@ mod tests {
 
     #[test]
     fn model_parallel_detection() {
-        assert_eq!(
-            model_parallel(r#"{"mp_parameters":{"partitions": 2}}"#),
-            Some("partitions")
-        );
+        assert_eq!(model_parallel(r#"{"mp_parameters":{"partitions": 2}}"#), Some("partitions"));
         assert_eq!(
             model_parallel(r#"{"mp_parameters":{"pipeline_parallel_degree": 2}}"#),
             Some("pipeline_parallel_degree")

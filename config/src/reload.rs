@@ -44,11 +44,7 @@ impl Loader {
     pub fn new(sources: Sources) -> Loader {
         let raw = read_bytes(sources.config_path());
         let loaded = build(&sources, &raw);
-        Loader {
-            last: raw.ok().flatten(),
-            sources,
-            loaded,
-        }
+        Loader { last: raw.ok().flatten(), sources, loaded }
     }
 
     /// Re-reads the file; rebuilds the config only when the bytes changed.
@@ -86,11 +82,7 @@ fn build(sources: &Sources, raw: &Result<Option<Vec<u8>>, String>) -> Loaded {
         Err(why) => (FileStatus::Unusable(why.clone()), None),
     };
     let config = parse::build(&file, doc.as_ref(), sources);
-    Loaded {
-        path: sources.config_path().to_owned(),
-        file,
-        config,
-    }
+    Loaded { path: sources.config_path().to_owned(), file, config }
 }
 
 /// `Ok(None)` when there is no file.
@@ -102,10 +94,9 @@ fn read_bytes(path: &Path) -> Result<Option<Vec<u8>>, String> {
     };
     let mut bytes = Vec::new();
     match file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes) {
-        Ok(n) if n as u64 > MAX_FILE_BYTES => Err(format!(
-            "{} is larger than {MAX_FILE_BYTES} bytes",
-            path.display()
-        )),
+        Ok(n) if n as u64 > MAX_FILE_BYTES => {
+            Err(format!("{} is larger than {MAX_FILE_BYTES} bytes", path.display()))
+        }
         Ok(_) => Ok(Some(bytes)),
         Err(e) => Err(format!("cannot read {}: {e}", path.display())),
     }
@@ -120,16 +111,9 @@ pub(crate) fn parse_document(bytes: &[u8]) -> (FileStatus, Option<Value>) {
     let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
     match serde_json::from_slice::<Value>(bytes) {
         Ok(doc @ Value::Object(_)) => (FileStatus::Read, Some(doc)),
-        Ok(other) => (
-            FileStatus::Unusable(format!(
-                "the file holds {}, not a JSON object",
-                kind(&other)
-            )),
-            None,
-        ),
-        Err(e) => (
-            FileStatus::Unusable(format!("the file is not valid JSON ({e})")),
-            None,
-        ),
+        Ok(other) => {
+            (FileStatus::Unusable(format!("the file holds {}, not a JSON object", kind(&other))), None)
+        }
+        Err(e) => (FileStatus::Unusable(format!("the file is not valid JSON ({e})")), None),
     }
 }

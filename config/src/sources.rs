@@ -18,12 +18,8 @@ pub enum OverrideKey {
 }
 
 impl OverrideKey {
-    pub const ALL: [OverrideKey; 4] = [
-        OverrideKey::LocalPath,
-        OverrideKey::IntervalMs,
-        OverrideKey::S3OutputPath,
-        OverrideKey::Disable,
-    ];
+    pub const ALL: [OverrideKey; 4] =
+        [OverrideKey::LocalPath, OverrideKey::IntervalMs, OverrideKey::S3OutputPath, OverrideKey::Disable];
 
     /// The environment variable for this setting.
     pub fn env_var(self) -> &'static str {
@@ -65,11 +61,7 @@ pub struct Sources {
 impl Sources {
     /// No environment: the default path, nothing overridden.
     pub fn new() -> Sources {
-        Sources {
-            config_path: PathBuf::from(DEFAULT_CONFIG_PATH),
-            overrides: Vec::new(),
-            sm_hps: None,
-        }
+        Sources { config_path: PathBuf::from(DEFAULT_CONFIG_PATH), overrides: Vec::new(), sm_hps: None }
     }
 
     /// Reads `SMPROFILER_CONFIG_PATH`, the `TRAINPROF_*` overrides and `SM_HPS` through
@@ -81,11 +73,7 @@ impl Sources {
         }
         for key in OverrideKey::ALL {
             if let Some(value) = var(key.env_var()) {
-                s.overrides.push(Override {
-                    key,
-                    value,
-                    origin: format!("env:{}", key.env_var()),
-                });
+                s.overrides.push(Override { key, value, origin: format!("env:{}", key.env_var()) });
             }
         }
         s.sm_hps = var("SM_HPS");
@@ -106,11 +94,7 @@ impl Sources {
     /// Adds a command-line flag's value; it wins over the file and the environment.
     /// `flag` is the flag's name as typed, for problem lines (`--interval-ms`).
     pub fn with_flag(mut self, key: OverrideKey, flag: &str, value: impl Into<String>) -> Sources {
-        self.overrides.push(Override {
-            key,
-            value: value.into(),
-            origin: format!("flag:{flag}"),
-        });
+        self.overrides.push(Override { key, value: value.into(), origin: format!("flag:{flag}") });
         self
     }
 

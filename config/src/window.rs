@@ -30,16 +30,10 @@ pub enum Step {
 pub enum Range {
     /// Steps `start .. start + num`. `start: None` = the first step asked about;
     /// `num: None` = 1.
-    Steps {
-        start: Option<u64>,
-        num: Option<u64>,
-    },
+    Steps { start: Option<u64>, num: Option<u64> },
     /// Seconds since the epoch. `start: None` = the time of the first question;
     /// `duration: None` = one step, the first asked about at or after `start`.
-    Time {
-        start: Option<f64>,
-        duration: Option<f64>,
-    },
+    Time { start: Option<f64>, duration: Option<f64> },
     /// Configured, but with no step or time field that counts: never active.
     Never,
 }
@@ -47,30 +41,46 @@ pub enum Range {
 impl Range {
     /// Builds the range from the four fields as smdebug sees them (already converted and
     /// checked to be non-negative). `Err` when both a step and a time range are present.
+    ///
+    /// Negative values are kept as smdebug keeps them (Python ints): StartStep -1 with
+    /// NumSteps 3 covers steps -1, 0, 1, so trainprof, which counts from 0, profiles 0 and 1.
     pub(crate) fn from_fields(
-        start_step: Option<u64>,
-        num_steps: Option<u64>,
+        start_step: Option<i64>,
+        num_steps: Option<i64>,
         start_time: Option<f64>,
         duration: Option<f64>,
     ) -> Result<Range, BothRanges> {
         // Python truthiness: None and 0 are both "absent" here.
-        let truthy_u = |v: Option<u64>| v.is_some_and(|v| v != 0);
+        let truthy_u = |v: Option<i64>| v.is_some_and(|v| v != 0);
         let truthy_f = |v: Option<f64>| v.is_some_and(|v| v != 0.0);
         let has_steps = truthy_u(start_step) || truthy_u(num_steps);
         let has_time = truthy_f(start_time) || truthy_f(duration);
         match (has_steps, has_time) {
             (true, true) => Err(BothRanges),
-            (true, false) => Ok(Range::Steps {
-                start: start_step,
-                num: num_steps,
-            }),
+            (true, false) => {
+                let (start, num) = steps_from_zero(start_step, num_steps);
+                Ok(Range::Steps { start, num })
+            }
             // A zero duration is no duration (smdebug: `if self.duration_in_sec:`).
-            (false, true) => Ok(Range::Time {
-                start: start_time,
-                duration: duration.filter(|&d| d != 0.0),
-            }),
+            (false, true) => Ok(Range::Time { start: start_time, duration: duration.filter(|&d| d != 0.0) }),
             (false, false) => Ok(Range::Never),
         }
+    }
+}
+
+/// The part of a step range at or after step 0, as (start, num). Non-negative input is
+/// returned as it is; `start: None` (resolved later, to a step >= 0) with a negative count
+/// is an empty window.
+fn steps_from_zero(start: Option<i64>, num: Option<i64>) -> (Option<u64>, Option<u64>) {
+    let to_u = |v: i64| u64::try_from(v.max(0)).unwrap_or(0);
+    match (start, num) {
+        (Some(s), n) if s < 0 || n.is_some_and(|n| n < 0) => {
+            let end = s.saturating_add(n.unwrap_or(1));
+            let s = s.max(0);
+            (Some(to_u(s)), Some(to_u(end.saturating_sub(s))))
+        }
+        (None, Some(n)) if n < 0 => (None, Some(0)),
+        (s, n) => (s.map(to_u), n.map(to_u)),
     }
 }
 
@@ -95,13 +105,7 @@ impl Window {
             Range::Time { start, .. } => (None, start),
             Range::Never => (None, None),
         };
-        Window {
-            range,
-            start_step,
-            end_step: None,
-            start_time,
-            end_time: None,
-        }
+        Window { range, start_step, end_step: None, start_time, end_time: None }
     }
 
     /// The range as configured (nothing resolved).
@@ -130,12 +134,7 @@ impl Window {
     /// End of a time window with a duration (exclusive), once known.
     pub fn end_time(&self) -> Option<f64> {
         self.end_time.or(match (self.range, self.start_time) {
-            (
-                Range::Time {
-                    duration: Some(d), ..
-                },
-                Some(start),
-            ) => Some(start + d),
+            (Range::Time { duration: Some(d), .. }, Some(start)) => Some(start + d),
             _ => None,
         })
     }
@@ -148,14 +147,10 @@ impl Window {
             Range::Steps { num, .. } => {
                 let Step::At(step) = step else { return true };
                 let start = *self.start_step.get_or_insert(step);
-                let end = *self
-                    .end_step
-                    .get_or_insert(start.saturating_add(num.unwrap_or(1)));
+                let end = *self.end_step.get_or_insert(start.saturating_add(num.unwrap_or(1)));
                 start <= step && step < end
             }
-            Range::Time {
-                duration: Some(d), ..
-            } => {
+            Range::Time { duration: Some(d), .. } => {
                 let start = *self.start_time.get_or_insert(now_s);
                 let end = *self.end_time.get_or_insert(start + d);
                 start <= now_s && now_s < end
@@ -181,38 +176,24 @@ mod tests {
     /// Steps 0..=5 at times 1000..=1005, one question per step (spec §1.7's examples).
     fn active_steps(range: Range, first_question_at: u64) -> Vec<u64> {
         let mut w = Window::new(range);
-        (first_question_at..6)
-            .filter(|&s| w.is_active(Step::At(s), 1000.0 + s as f64))
-            .collect()
+        (first_question_at..6).filter(|&s| w.is_active(Step::At(s), 1000.0 + s as f64)).collect()
     }
 
-    fn range(s: Option<u64>, n: Option<u64>, t: Option<f64>, d: Option<f64>) -> Range {
+    fn range(s: Option<i64>, n: Option<i64>, t: Option<f64>, d: Option<f64>) -> Range {
         Range::from_fields(s, n, t, d).unwrap()
     }
 
     #[test]
     fn spec_examples() {
         assert_eq!(active_steps(range(Some(2), None, None, None), 0), [2]);
-        assert_eq!(
-            active_steps(range(Some(0), None, None, None), 0),
-            Vec::<u64>::new()
-        );
+        assert_eq!(active_steps(range(Some(0), None, None, None), 0), Vec::<u64>::new());
         assert_eq!(active_steps(range(Some(0), Some(2), None, None), 0), [0, 1]);
         assert_eq!(active_steps(range(None, Some(2), None, None), 3), [3, 4]);
         assert_eq!(active_steps(range(None, None, Some(1002.0), None), 0), [2]);
-        assert_eq!(
-            active_steps(range(None, None, Some(1001.0), Some(2.0)), 0),
-            [1, 2]
-        );
+        assert_eq!(active_steps(range(None, None, Some(1001.0), Some(2.0)), 0), [1, 2]);
         assert_eq!(active_steps(range(None, None, None, Some(2.0)), 0), [0, 1]);
-        assert_eq!(
-            Range::from_fields(Some(1), None, None, Some(3.0)),
-            Err(BothRanges)
-        );
-        assert_eq!(
-            active_steps(range(Some(0), None, None, Some(5.0)), 0),
-            [0, 1, 2, 3, 4]
-        );
+        assert_eq!(Range::from_fields(Some(1), None, None, Some(3.0)), Err(BothRanges));
+        assert_eq!(active_steps(range(Some(0), None, None, Some(5.0)), 0), [0, 1, 2, 3, 4]);
     }
 
     #[test]
@@ -257,11 +238,16 @@ mod tests {
     }
 
     #[test]
+    fn negative_steps_as_python_counts_them() {
+        assert_eq!(active_steps(range(Some(-1), Some(3), None, None), 0), [0, 1]);
+        assert_eq!(active_steps(range(Some(-1), None, None, None), 0), Vec::<u64>::new());
+        assert_eq!(active_steps(range(Some(4), Some(-2), None, None), 0), Vec::<u64>::new());
+        assert_eq!(active_steps(range(None, Some(-2), None, None), 0), Vec::<u64>::new());
+    }
+
+    #[test]
     fn empty_and_never() {
-        assert_eq!(
-            active_steps(range(Some(5), Some(0), None, None), 0),
-            Vec::<u64>::new()
-        );
+        assert_eq!(active_steps(range(Some(5), Some(0), None, None), 0), Vec::<u64>::new());
         assert_eq!(range(None, Some(0), None, Some(0.0)), Range::Never);
         let mut w = Window::new(Range::Never);
         assert!(!w.is_active(Step::Any, 0.0));
@@ -270,9 +256,15 @@ mod tests {
 
     #[test]
     fn huge_numbers_do_not_overflow() {
-        let mut w = Window::new(range(Some(u64::MAX), Some(u64::MAX), None, None));
+        let mut w = Window::new(Range::Steps { start: Some(u64::MAX), num: Some(u64::MAX) });
         assert!(!w.is_active(Step::At(u64::MAX - 1), 0.0));
         assert_eq!(w.end_step(), Some(u64::MAX));
+        let mut w = Window::new(range(Some(i64::MAX), Some(i64::MAX), None, None));
+        assert!(w.is_active(Step::At(i64::MAX as u64), 0.0));
+        assert_eq!(
+            range(Some(i64::MIN), Some(i64::MIN), None, None),
+            Range::Steps { start: Some(0), num: Some(0) }
+        );
         let mut w = Window::new(range(None, None, None, Some(f64::MAX)));
         assert!(w.is_active(Step::At(0), f64::MAX));
     }

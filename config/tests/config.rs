@@ -3,18 +3,18 @@
 //! differences from smdebug, overrides and reload, and a property test over arbitrary
 //! input.
 
+#![allow(clippy::unwrap_used, clippy::type_complexity)]
+
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 use trainprof_config::{
-    CProfileTimer, Config, FileStatus, Loader, Off, OverrideKey, PythonProfiler, Range, Reload,
-    Sources, Step, from_bytes, load,
+    CProfileTimer, Config, FileStatus, Loader, Off, OverrideKey, PythonProfiler, Range, Reload, Sources,
+    Step, from_bytes, load,
 };
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
 fn load_fixture(name: &str) -> trainprof_config::Loaded {
@@ -36,8 +36,7 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(name: &str) -> Scratch {
-        let dir =
-            std::env::temp_dir().join(format!("trainprof-config-{name}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("trainprof-config-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
@@ -61,50 +60,18 @@ impl Drop for Scratch {
 /// Steps 0..=5 at times 1000..=1005 (one per step), first question at `from`.
 fn table_steps(sub: &str, from: u64) -> (Config, Vec<u64>) {
     let mut c = detailed(sub);
-    let steps = (from..6)
-        .filter(|&s| c.detailed.is_active(Step::At(s), 1000.0 + s as f64))
-        .collect();
+    let steps = (from..6).filter(|&s| c.detailed.is_active(Step::At(s), 1000.0 + s as f64)).collect();
     (c, steps)
 }
 
 #[test]
 fn spec_1_7_table() {
-    let rows: &[(
-        &str,
-        u64,
-        &[u64],
-        Option<(Option<u64>, Option<u64>)>,
-        Option<(f64, f64)>,
-    )] = &[
-        (
-            r#"{"StartStep": 2}"#,
-            0,
-            &[2],
-            Some((Some(2), Some(3))),
-            None,
-        ),
+    let rows: &[(&str, u64, &[u64], Option<(Option<u64>, Option<u64>)>, Option<(f64, f64)>)] = &[
+        (r#"{"StartStep": 2}"#, 0, &[2], Some((Some(2), Some(3))), None),
         (r#"{"StartStep": 0}"#, 0, &[], None, None),
-        (
-            r#"{"StartStep": 0, "NumSteps": 2}"#,
-            0,
-            &[0, 1],
-            Some((Some(0), Some(2))),
-            None,
-        ),
-        (
-            r#"{"NumSteps": 2}"#,
-            3,
-            &[3, 4],
-            Some((Some(3), Some(5))),
-            None,
-        ),
-        (
-            r#"{"StartTimeInSecSinceEpoch": 1002}"#,
-            0,
-            &[2],
-            Some((None, Some(3))),
-            None,
-        ),
+        (r#"{"StartStep": 0, "NumSteps": 2}"#, 0, &[0, 1], Some((Some(0), Some(2))), None),
+        (r#"{"NumSteps": 2}"#, 3, &[3, 4], Some((Some(3), Some(5))), None),
+        (r#"{"StartTimeInSecSinceEpoch": 1002}"#, 0, &[2], Some((None, Some(3))), None),
         (
             r#"{"StartTimeInSecSinceEpoch": 1001, "DurationInSeconds": 2}"#,
             0,
@@ -112,27 +79,9 @@ fn spec_1_7_table() {
             None,
             Some((1001.0, 1003.0)),
         ),
-        (
-            r#"{"DurationInSeconds": 2}"#,
-            0,
-            &[0, 1],
-            None,
-            Some((1000.0, 1002.0)),
-        ),
-        (
-            r#"{"StartStep": 1, "DurationInSeconds": 3}"#,
-            0,
-            &[],
-            None,
-            None,
-        ),
-        (
-            r#"{"StartStep": 0, "DurationInSeconds": 5}"#,
-            0,
-            &[0, 1, 2, 3, 4],
-            None,
-            Some((1000.0, 1005.0)),
-        ),
+        (r#"{"DurationInSeconds": 2}"#, 0, &[0, 1], None, Some((1000.0, 1002.0))),
+        (r#"{"StartStep": 1, "DurationInSeconds": 3}"#, 0, &[], None, None),
+        (r#"{"StartStep": 0, "DurationInSeconds": 5}"#, 0, &[0, 1, 2, 3, 4], None, Some((1000.0, 1005.0))),
     ];
     for &(sub, from, want, steps, times) in rows {
         let (c, got) = table_steps(sub, from);
@@ -145,20 +94,13 @@ fn spec_1_7_table() {
             assert_eq!(w.end_step(), end, "{sub}");
         }
         if let Some((start, end)) = times {
-            assert_eq!(
-                (w.start_time(), w.end_time()),
-                (Some(start), Some(end)),
-                "{sub}"
-            );
+            assert_eq!((w.start_time(), w.end_time()), (Some(start), Some(end)), "{sub}");
         }
     }
     // The step-and-time row is an error that turns the feature off.
     let c = detailed(r#"{"StartStep": 1, "DurationInSeconds": 3}"#);
     assert_eq!(c.detailed.off_reason(), Some(Off::Invalid));
-    assert_eq!(
-        problem_keys(&c),
-        ["ProfilingParameters.DetailedProfilingConfig"]
-    );
+    assert_eq!(problem_keys(&c), ["ProfilingParameters.DetailedProfilingConfig"]);
 }
 
 // ---- spec §7: smdebug's config-parser test cases ----------------------------------
@@ -168,61 +110,23 @@ const NOW: f64 = 1_700_000_000.0;
 #[test]
 fn detailed_profiling_ranges() {
     // (sub-config, active at step 3 / now, (start_step, end_step), (start_time, end_time))
-    type Case = (
-        String,
-        bool,
-        Option<(Option<u64>, Option<u64>)>,
-        Option<(Option<f64>, Option<f64>)>,
-    );
+    type Case = (String, bool, Option<(Option<u64>, Option<u64>)>, Option<(Option<f64>, Option<f64>)>);
     let t = NOW;
     let cases: Vec<Case> = vec![
-        (
-            r#"{"StartStep": 3, "NumSteps": 2}"#.into(),
-            true,
-            Some((Some(3), Some(5))),
-            None,
-        ),
-        (
-            r#"{"StartStep": 3}"#.into(),
-            true,
-            Some((Some(3), Some(4))),
-            None,
-        ),
-        (
-            r#"{"NumSteps": 2}"#.into(),
-            true,
-            Some((Some(3), Some(5))),
-            None,
-        ),
+        (r#"{"StartStep": 3, "NumSteps": 2}"#.into(), true, Some((Some(3), Some(5))), None),
+        (r#"{"StartStep": 3}"#.into(), true, Some((Some(3), Some(4))), None),
+        (r#"{"NumSteps": 2}"#.into(), true, Some((Some(3), Some(5))), None),
         (
             format!(r#"{{"StartTimeInSecSinceEpoch": {t}, "DurationInSeconds": 500}}"#),
             true,
             None,
             Some((Some(t), Some(t + 500.0))),
         ),
+        (format!(r#"{{"StartTimeInSecSinceEpoch": {t}}}"#), true, Some((None, Some(4))), None),
+        (r#"{"DurationInSeconds": 500}"#.into(), true, None, Some((Some(NOW), Some(NOW + 500.0)))),
+        (r#"{"StartStep": 1}"#.into(), false, Some((Some(1), Some(2))), None),
         (
-            format!(r#"{{"StartTimeInSecSinceEpoch": {t}}}"#),
-            true,
-            Some((None, Some(4))),
-            None,
-        ),
-        (
-            r#"{"DurationInSeconds": 500}"#.into(),
-            true,
-            None,
-            Some((Some(NOW), Some(NOW + 500.0))),
-        ),
-        (
-            r#"{"StartStep": 1}"#.into(),
-            false,
-            Some((Some(1), Some(2))),
-            None,
-        ),
-        (
-            format!(
-                r#"{{"StartTimeInSecSinceEpoch": {}, "DurationInSeconds": 500}}"#,
-                t - 1000.0
-            ),
+            format!(r#"{{"StartTimeInSecSinceEpoch": {}, "DurationInSeconds": 500}}"#, t - 1000.0),
             false,
             None,
             Some((Some(t - 1000.0), Some(t - 500.0))),
@@ -243,9 +147,7 @@ fn detailed_profiling_ranges() {
             assert_eq!((w.start_time(), w.end_time()), (s, e), "{sub}");
         }
     }
-    let mut c = detailed(&format!(
-        r#"{{"StartStep": 3, "StartTimeInSecSinceEpoch": {t}}}"#
-    ));
+    let mut c = detailed(&format!(r#"{{"StartStep": 3, "StartTimeInSecSinceEpoch": {t}}}"#));
     assert!(!c.detailed.is_enabled());
     assert!(!c.detailed.is_active(Step::At(3), NOW));
 }
@@ -258,32 +160,20 @@ fn dataloader(sub: &str) -> Config {
 #[test]
 fn dataloader_profiling_ranges() {
     let mut c = dataloader(r#"{"StartStep": 3, "MetricsRegex": "Dataloader:Event"}"#);
-    assert!(
-        c.dataloader
-            .is_active_for("Dataloader:Event1", Step::At(3), NOW)
-    );
+    assert!(c.dataloader.is_active_for("Dataloader:Event1", Step::At(3), NOW));
     assert_eq!(c.dataloader.feature.window().end_step(), Some(4));
-    assert_eq!(
-        c.dataloader.metrics_regex, "Dataloader:Event",
-        "the regex keeps its case"
-    );
+    assert_eq!(c.dataloader.metrics_regex, "Dataloader:Event", "the regex keeps its case");
 
     // The name does not match: inactive, and nothing is resolved.
     let mut c = dataloader(r#"{"NumSteps": 1, "MetricsRegex": "Dataloader:Event2"}"#);
-    assert!(
-        !c.dataloader
-            .is_active_for("Dataloader:Event1", Step::At(3), NOW)
-    );
+    assert!(!c.dataloader.is_active_for("Dataloader:Event1", Step::At(3), NOW));
     assert_eq!(c.dataloader.feature.window().start_step(), None);
     assert_eq!(c.dataloader.feature.window().end_step(), None);
 
     // No regex: ".*", and matching ignores case and is anchored at the start only.
     let mut c = dataloader(r#"{"StartStep": 3}"#);
     assert_eq!(c.dataloader.metrics_regex, ".*");
-    assert!(
-        c.dataloader
-            .is_active_for("Dataloader:Event1", Step::At(3), NOW)
-    );
+    assert!(c.dataloader.is_active_for("Dataloader:Event1", Step::At(3), NOW));
     let c = dataloader(r#"{"StartStep": 3, "MetricsRegex": "dataloaderiter"}"#);
     assert!(c.dataloader.matches_name("DataLoaderIter::GetNext"));
     assert!(!c.dataloader.matches_name("x DataLoaderIter"));
@@ -291,14 +181,8 @@ fn dataloader_profiling_ranges() {
     // An invalid regex turns dataloader profiling off.
     let mut c = dataloader(r#"{"StartStep": 3, "MetricsRegex": "*"}"#);
     assert_eq!(c.dataloader.feature.off_reason(), Some(Off::Invalid));
-    assert!(
-        !c.dataloader
-            .is_active_for("Dataloader:Event1", Step::At(3), NOW)
-    );
-    assert_eq!(
-        problem_keys(&c),
-        ["ProfilingParameters.DataloaderProfilingConfig.MetricsRegex"]
-    );
+    assert!(!c.dataloader.is_active_for("Dataloader:Event1", Step::At(3), NOW));
+    assert_eq!(problem_keys(&c), ["ProfilingParameters.DataloaderProfilingConfig.MetricsRegex"]);
 }
 
 fn python(sub: &str) -> Config {
@@ -314,9 +198,8 @@ fn python_profiling_ranges() {
         ("off_cpu_time", CProfileTimer::OffCpuTime),
         ("default", CProfileTimer::Default),
     ] {
-        let c = python(&format!(
-            r#"{{"StartStep": 3, "ProfilerName": "cprofile", "cProfileTimer": "{timer}"}}"#
-        ));
+        let c =
+            python(&format!(r#"{{"StartStep": 3, "ProfilerName": "cprofile", "cProfileTimer": "{timer}"}}"#));
         assert_eq!(c.python.timer, Some(want));
     }
     let mut c = python(r#"{"StartStep": 3, "NumSteps": 2}"#);
@@ -326,12 +209,8 @@ fn python_profiling_ranges() {
     );
     assert!(c.python.feature.is_active(Step::At(3), NOW));
 
-    let c =
-        python(r#"{"StartStep": 3, "ProfilerName": "pyinstrument", "cProfileTimer": "cpu_time"}"#);
-    assert_eq!(
-        (c.python.profiler, c.python.timer),
-        (PythonProfiler::Pyinstrument, None)
-    );
+    let c = python(r#"{"StartStep": 3, "ProfilerName": "pyinstrument", "cProfileTimer": "cpu_time"}"#);
+    assert_eq!((c.python.profiler, c.python.timer), (PythonProfiler::Pyinstrument, None));
 
     // Name and timer without a range: enabled, never active.
     let mut c = python(r#"{"ProfilerName": "cprofile", "cProfileTimer": "cpu_time"}"#);
@@ -339,10 +218,9 @@ fn python_profiling_ranges() {
     assert!(!c.python.feature.is_active(Step::At(3), NOW));
     assert_eq!(c.python.feature.window().range(), Range::Never);
 
-    for bad in [
-        r#"{"StartStep": 3, "ProfilerName": "yappi"}"#,
-        r#"{"StartStep": 3, "cProfileTimer": "wall"}"#,
-    ] {
+    for bad in
+        [r#"{"StartStep": 3, "ProfilerName": "yappi"}"#, r#"{"StartStep": 3, "cProfileTimer": "wall"}"#]
+    {
         let mut c = python(bad);
         assert_eq!(c.python.feature.off_reason(), Some(Off::Invalid), "{bad}");
         assert!(!c.python.feature.is_active(Step::At(3), NOW));
@@ -354,10 +232,7 @@ fn python_profiling_ranges() {
 fn python_step_any_before_step_zero() {
     let mut c = python(r#"{"StartStep": 9, "NumSteps": 3}"#);
     assert!(c.python.feature.is_active(Step::Any, NOW));
-    assert_eq!(
-        c.python.timer.unwrap().for_window_start(Step::Any),
-        CProfileTimer::TotalTime
-    );
+    assert_eq!(c.python.timer.unwrap().for_window_start(Step::Any), CProfileTimer::TotalTime);
 }
 
 #[test]
@@ -403,16 +278,9 @@ fn disabled_profiler() {
 
 #[test]
 fn default_trace_file_values() {
-    let c = from_bytes(
-        br#"{"ProfilingParameters": {"LocalPath": "/tmp/x"}}"#,
-        &Sources::new(),
-    );
+    let c = from_bytes(br#"{"ProfilingParameters": {"LocalPath": "/tmp/x"}}"#, &Sources::new());
     assert_eq!(
-        (
-            c.file_open_fail_threshold,
-            c.rotate_max_file_size,
-            c.rotate_close_interval_s
-        ),
+        (c.file_open_fail_threshold, c.rotate_max_file_size, c.rotate_close_interval_s),
         (50, 10_485_760, 60.0)
     );
     assert_eq!(c.interval_ms, 500);
@@ -425,34 +293,18 @@ fn string_data_in_config() {
     let c = &l.config;
     assert_eq!(l.file, FileStatus::Read);
     assert_eq!(
-        (
-            c.rotate_max_file_size,
-            c.rotate_close_interval_s,
-            c.file_open_fail_threshold
-        ),
+        (c.rotate_max_file_size, c.rotate_close_interval_s, c.file_open_fail_threshold),
         (1000, 0.5, 3)
     );
     assert_eq!(c.interval_ms, 200);
     // Step and time fields together: detailed off; quoted numbers in the others are read.
     assert_eq!(c.detailed.off_reason(), Some(Off::Invalid));
-    assert_eq!(
-        c.smdataparallel.window().range(),
-        Range::Steps {
-            start: Some(6),
-            num: Some(2)
-        }
-    );
+    assert_eq!(c.smdataparallel.window().range(), Range::Steps { start: Some(6), num: Some(2) });
     assert_eq!(
         c.python.feature.window().range(),
-        Range::Time {
-            start: Some(1_700_000_000.25),
-            duration: Some(2.5)
-        }
+        Range::Time { start: Some(1_700_000_000.25), duration: Some(2.5) }
     );
-    assert_eq!(
-        problem_keys(c),
-        ["ProfilingParameters.DetailedProfilingConfig"]
-    );
+    assert_eq!(problem_keys(c), ["ProfilingParameters.DetailedProfilingConfig"]);
 }
 
 #[test]
@@ -460,11 +312,7 @@ fn invalid_string_data_in_config() {
     let c = load_fixture("none_strings.json").config;
     assert!(c.enabled);
     assert_eq!(
-        (
-            c.rotate_max_file_size,
-            c.rotate_close_interval_s,
-            c.file_open_fail_threshold
-        ),
+        (c.rotate_max_file_size, c.rotate_close_interval_s, c.file_open_fail_threshold),
         (10_485_760, 60.0, 50)
     );
     // Unlike smdebug, the good LocalPath is kept: a bad value resets only its own key.
@@ -488,39 +336,21 @@ fn case_insensitive_keys_values_keep_case() {
     let mut c = load_fixture("mixed_case.json").config;
     assert_eq!(c.local_path, "/data/Profiler/Run-A");
     assert_eq!(
-        (
-            c.rotate_max_file_size,
-            c.rotate_close_interval_s,
-            c.file_open_fail_threshold
-        ),
+        (c.rotate_max_file_size, c.rotate_close_interval_s, c.file_open_fail_threshold),
         (2048, 2.0, 7)
     );
-    assert_eq!(
-        c.detailed.window().range(),
-        Range::Steps {
-            start: Some(4),
-            num: Some(2)
-        }
-    );
+    assert_eq!(c.detailed.window().range(), Range::Steps { start: Some(4), num: Some(2) });
     assert_eq!(c.dataloader.metrics_regex, "DataLoaderIter::GetNext");
-    assert!(
-        c.dataloader
-            .is_active_for("dataloaderiter::getnext", Step::At(1), NOW)
-    );
-    assert_eq!(
-        (c.python.profiler, c.python.timer),
-        (PythonProfiler::CProfile, Some(CProfileTimer::CpuTime))
-    );
+    assert!(c.dataloader.is_active_for("dataloaderiter::getnext", Step::At(1), NOW));
+    assert_eq!((c.python.profiler, c.python.timer), (PythonProfiler::CProfile, Some(CProfileTimer::CpuTime)));
     assert!(c.problems.is_empty(), "{:?}", c.problems);
 }
 
 #[test]
 fn update_step_config_on_reload() {
     let dir = Scratch::new("reload-step");
-    let path = dir.write(
-        "p.json",
-        r#"{"ProfilingParameters": {"DetailedProfilingConfig": "{\"NumSteps\": 2}"}}"#,
-    );
+    let path =
+        dir.write("p.json", r#"{"ProfilingParameters": {"DetailedProfilingConfig": "{\"NumSteps\": 2}"}}"#);
     let mut loader = Loader::new(Sources::new().with_config_path(&path));
     assert_eq!(loader.config().detailed.window().start_step(), None);
     assert!(loader.config_mut().detailed.is_active(Step::At(5), NOW));
@@ -535,15 +365,12 @@ fn update_step_config_on_reload() {
     assert!(loader.config_mut().detailed.is_active(Step::At(6), NOW));
     assert!(!loader.config_mut().detailed.is_active(Step::At(7), NOW));
 
-    dir.write("p.json", r#"{"ProfilingParameters": {"DetailedProfilingConfig": "{\"StartStep\": 10, \"NumSteps\": 5}"}}"#);
-    assert_eq!(loader.reload(), Reload::Changed);
-    assert_eq!(
-        loader.config().detailed.window().range(),
-        Range::Steps {
-            start: Some(10),
-            num: Some(5)
-        }
+    dir.write(
+        "p.json",
+        r#"{"ProfilingParameters": {"DetailedProfilingConfig": "{\"StartStep\": 10, \"NumSteps\": 5}"}}"#,
     );
+    assert_eq!(loader.reload(), Reload::Changed);
+    assert_eq!(loader.config().detailed.window().range(), Range::Steps { start: Some(10), num: Some(5) });
 }
 
 #[test]
@@ -566,10 +393,7 @@ fn update_time_config_on_reload() {
     );
     assert_eq!(loader.reload(), Reload::Changed);
     let w = loader.config().detailed.window();
-    assert_eq!(
-        (w.start_time(), w.end_time()),
-        (Some(1_700_000_000.0), Some(1_700_000_005.0))
-    );
+    assert_eq!((w.start_time(), w.end_time()), (Some(1_700_000_000.0), Some(1_700_000_005.0)));
 }
 
 #[test]
@@ -578,10 +402,7 @@ fn update_disabled_to_enabled_on_reload() {
     let path = dir.write("p.json", r#"{"DisableProfiler": true}"#);
     let mut loader = Loader::new(Sources::new().with_config_path(&path));
     assert!(!loader.config().enabled);
-    dir.write(
-        "p.json",
-        r#"{"ProfilingParameters": {"DetailedProfilingConfig": "{\"StartStep\": 2}"}}"#,
-    );
+    dir.write("p.json", r#"{"ProfilingParameters": {"DetailedProfilingConfig": "{\"StartStep\": 2}"}}"#);
     assert_eq!(loader.reload(), Reload::Changed);
     assert!(loader.config().enabled && loader.config().detailed.is_enabled());
 }
@@ -608,10 +429,7 @@ fn reload_when_the_file_goes_and_comes_back() {
 fn model_parallel_turns_detailed_off() {
     let sub = r#"{"ProfilingParameters": {"DetailedProfilingConfig": "{\"StartStep\": 2}"}}"#;
     let env = |hps: &'static str| move |k: &str| (k == "SM_HPS").then(|| hps.to_owned());
-    let c = from_bytes(
-        sub.as_bytes(),
-        &Sources::from_env(env(r#"{"mp_parameters":{"partitions": 2}}"#)),
-    );
+    let c = from_bytes(sub.as_bytes(), &Sources::from_env(env(r#"{"mp_parameters":{"partitions": 2}}"#)));
     assert_eq!(c.detailed.off_reason(), Some(Off::ModelParallel));
     assert_eq!(problem_keys(&c), ["env:SM_HPS"]);
     let c = from_bytes(sub.as_bytes(), &Sources::from_env(env("{}")));
@@ -630,33 +448,21 @@ fn sdk_default_framework_profile() {
     let mut c = l.config;
     assert_eq!(l.file, FileStatus::Read);
     assert!(c.enabled);
-    assert_eq!(
-        c.s3_output_path.as_deref(),
-        Some("s3://my-training-bucket/job-0001/profiler-output")
-    );
+    assert_eq!(c.s3_output_path.as_deref(), Some("s3://my-training-bucket/job-0001/profiler-output"));
     assert_eq!(c.local_path, "/opt/ml/output/profiler/");
     assert_eq!(steps_of(&mut c.detailed, 20), [5]);
     assert_eq!(steps_of(&mut c.dataloader.feature, 20), [7]);
     assert_eq!(steps_of(&mut c.python.feature, 20), [9, 10, 11]);
     assert_eq!(steps_of(&mut c.smdataparallel, 20), [15]);
     assert_eq!(c.python.timer, Some(CProfileTimer::Default));
-    assert!(
-        c.problems.is_empty(),
-        "HorovodProfilingConfig is ignored quietly: {:?}",
-        c.problems
-    );
+    assert!(c.problems.is_empty(), "HorovodProfilingConfig is ignored quietly: {:?}", c.problems);
 }
 
 #[test]
 fn sdk_step_range() {
     let mut c = load_fixture("sdk_step_range.json").config;
     assert_eq!(c.interval_ms, 100);
-    for f in [
-        &mut c.detailed,
-        &mut c.dataloader.feature,
-        &mut c.python.feature,
-        &mut c.smdataparallel,
-    ] {
+    for f in [&mut c.detailed, &mut c.dataloader.feature, &mut c.python.feature, &mut c.smdataparallel] {
         assert_eq!(steps_of(f, 10), [3, 4]);
     }
     assert!(c.problems.is_empty());
@@ -666,10 +472,7 @@ fn sdk_step_range() {
 fn sdk_time_range_with_duration() {
     // smdebug ignores the SDK's `Duration` (one step at the start time); we read it.
     let mut c = load_fixture("sdk_time_range.json").config;
-    let range = Range::Time {
-        start: Some(1_700_000_000.5),
-        duration: Some(30.0),
-    };
+    let range = Range::Time { start: Some(1_700_000_000.5), duration: Some(30.0) };
     assert_eq!(c.detailed.window().range(), range);
     assert!(!c.detailed.is_active(Step::At(0), 1_700_000_000.0));
     assert!(c.detailed.is_active(Step::At(1), 1_700_000_001.0));
@@ -683,15 +486,9 @@ fn sdk_per_feature_configs() {
     let mut c = load_fixture("sdk_per_feature.json").config;
     assert_eq!(c.interval_ms, 1000);
     assert_eq!(steps_of(&mut c.detailed, 10), [2, 3, 4]);
-    assert!(
-        c.dataloader
-            .is_active_for("DataLoaderIter::GetNext", Step::At(4), NOW)
-    );
+    assert!(c.dataloader.is_active_for("DataLoaderIter::GetNext", Step::At(4), NOW));
     assert!(!c.dataloader.matches_name("GetNext"));
-    assert_eq!(
-        (c.python.profiler, c.python.timer),
-        (PythonProfiler::Pyinstrument, None)
-    );
+    assert_eq!((c.python.profiler, c.python.timer), (PythonProfiler::Pyinstrument, None));
     assert_eq!(steps_of(&mut c.python.feature, 10), [6, 7]);
     assert_eq!(c.smdataparallel.off_reason(), Some(Off::NotConfigured));
 }
@@ -701,26 +498,17 @@ fn sdk_disable_profiler() {
     let c = load_fixture("sdk_disable.json").config;
     assert!(!c.enabled && framework_off(&c));
     for v in [r#""true""#, r#""TRUE""#, "true"] {
-        let c = from_bytes(
-            format!(r#"{{"DisableProfiler": {v}}}"#).as_bytes(),
-            &Sources::new(),
-        );
+        let c = from_bytes(format!(r#"{{"DisableProfiler": {v}}}"#).as_bytes(), &Sources::new());
         assert!(!c.enabled, "{v}");
         assert!(c.problems.is_empty());
     }
     for v in [r#""False""#, "false", "null"] {
-        let c = from_bytes(
-            format!(r#"{{"DisableProfiler": {v}}}"#).as_bytes(),
-            &Sources::new(),
-        );
+        let c = from_bytes(format!(r#"{{"DisableProfiler": {v}}}"#).as_bytes(), &Sources::new());
         assert!(c.enabled, "{v}");
     }
     // Unrecognised: reported, and off (smdebug's truthiness would make "False" mean off).
     for v in [r#""maybe""#, "1", "[]"] {
-        let c = from_bytes(
-            format!(r#"{{"DisableProfiler": {v}}}"#).as_bytes(),
-            &Sources::new(),
-        );
+        let c = from_bytes(format!(r#"{{"DisableProfiler": {v}}}"#).as_bytes(), &Sources::new());
         assert!(!c.enabled, "{v}");
         assert_eq!(problem_keys(&c), ["DisableProfiler"]);
     }
@@ -732,10 +520,7 @@ fn sdk_disable_profiler() {
 fn sub_configs_as_json_objects_and_python_literals() {
     let mut c = load_fixture("json_objects.json").config;
     assert_eq!(steps_of(&mut c.detailed, 10), [1, 2]);
-    assert!(
-        c.dataloader.is_active_for("Loader", Step::At(4), NOW),
-        "start resolved at the first question"
-    );
+    assert!(c.dataloader.is_active_for("Loader", Step::At(4), NOW), "start resolved at the first question");
     assert_eq!(c.python.profiler, PythonProfiler::Pyinstrument);
     assert_eq!(steps_of(&mut c.python.feature, 10), [0, 1, 2, 3]);
     assert_eq!(
@@ -748,10 +533,7 @@ fn sub_configs_as_json_objects_and_python_literals() {
     let doc = r#"{"ProfilingParameters": {"DetailedProfilingConfig": "{'StartStep': 3, 'NumSteps': 2, 'Extra': True}"}}"#;
     let mut c = from_bytes(doc.as_bytes(), &Sources::new());
     assert_eq!(steps_of(&mut c.detailed, 10), [3, 4]);
-    assert_eq!(
-        problem_keys(&c),
-        ["ProfilingParameters.DetailedProfilingConfig.Extra"]
-    );
+    assert_eq!(problem_keys(&c), ["ProfilingParameters.DetailedProfilingConfig.Extra"]);
 }
 
 #[test]
@@ -763,18 +545,11 @@ fn each_broken_part_turns_off_only_itself() {
     assert_eq!(c.local_path, "/tmp/Keep-My-Case");
     assert_eq!(c.rotate_max_file_size, 10_485_760);
     assert_eq!(c.rotate_close_interval_s, 30.0, "good sibling kept");
-    assert_eq!(
-        c.file_open_fail_threshold, 50,
-        "\"2.0\" is not an integer, as in Python"
-    );
+    assert_eq!(c.file_open_fail_threshold, 50, "\"2.0\" is not an integer, as in Python");
     assert_eq!(c.detailed.off_reason(), Some(Off::Invalid));
     assert_eq!(c.dataloader.feature.off_reason(), Some(Off::Invalid));
     assert_eq!(c.python.feature.off_reason(), Some(Off::Invalid));
-    assert_eq!(
-        steps_of(&mut c.smdataparallel, 20),
-        [15],
-        "the good feature still works"
-    );
+    assert_eq!(steps_of(&mut c.smdataparallel, 20), [15], "the good feature still works");
     assert_eq!(
         problem_keys(&c),
         [
@@ -792,54 +567,28 @@ fn each_broken_part_turns_off_only_itself() {
     assert!(unknown.message.contains("unknown key"), "{unknown}");
     let detailed = &c.problems[5];
     assert!(
-        detailed.message.contains("not a dict literal")
-            && detailed.message.ends_with("this feature is off")
+        detailed.message.contains("not a dict literal") && detailed.message.ends_with("this feature is off")
     );
 }
 
 #[test]
 fn duration_and_zero_hints() {
     let c = detailed(r#"{"StartTimeInSecSinceEpoch": 100, "Duration": 5, "DurationInSeconds": 7}"#);
-    assert_eq!(
-        c.detailed.window().range(),
-        Range::Time {
-            start: Some(100.0),
-            duration: Some(7.0)
-        }
-    );
-    assert_eq!(
-        problem_keys(&c),
-        ["ProfilingParameters.DetailedProfilingConfig.Duration"]
-    );
+    assert_eq!(c.detailed.window().range(), Range::Time { start: Some(100.0), duration: Some(7.0) });
+    assert_eq!(problem_keys(&c), ["ProfilingParameters.DetailedProfilingConfig.Duration"]);
 
     let c = detailed(r#"{"StartStep": 0}"#);
     assert!(c.detailed.is_enabled());
-    assert_eq!(
-        problem_keys(&c),
-        ["ProfilingParameters.DetailedProfilingConfig.StartStep"]
-    );
+    assert_eq!(problem_keys(&c), ["ProfilingParameters.DetailedProfilingConfig.StartStep"]);
     let c = detailed(r#"{"StartStep": 4, "NumSteps": 0}"#);
-    assert_eq!(
-        problem_keys(&c),
-        ["ProfilingParameters.DetailedProfilingConfig.NumSteps"]
-    );
-    let c = detailed(r#"{"StartStep": -1}"#);
-    assert_eq!(c.detailed.off_reason(), Some(Off::Invalid));
+    assert_eq!(problem_keys(&c), ["ProfilingParameters.DetailedProfilingConfig.NumSteps"]);
+    let mut c = detailed(r#"{"StartStep": -1, "NumSteps": 3}"#);
+    assert_eq!(steps_of(&mut c.detailed, 5), [0, 1], "Python arithmetic: steps -1, 0, 1");
+    assert_eq!(problem_keys(&c), ["ProfilingParameters.DetailedProfilingConfig.StartStep"]);
     let c = detailed(r#"{"StartStep": 2.9}"#);
-    assert_eq!(
-        c.detailed.window().range(),
-        Range::Steps {
-            start: Some(2),
-            num: None
-        },
-        "int(2.9) == 2"
-    );
+    assert_eq!(c.detailed.window().range(), Range::Steps { start: Some(2), num: None }, "int(2.9) == 2");
     let c = detailed(r#"{"StartStep": "2.5"}"#);
-    assert_eq!(
-        c.detailed.off_reason(),
-        Some(Off::Invalid),
-        "int(\"2.5\") fails in Python too"
-    );
+    assert_eq!(c.detailed.off_reason(), Some(Off::Invalid), "int(\"2.5\") fails in Python too");
 }
 
 #[test]
@@ -874,17 +623,10 @@ fn environment_and_flags_override_the_file() {
         .with_flag(OverrideKey::LocalPath, "--local-path", "/flag/out")
         .with_flag(OverrideKey::S3OutputPath, "--s3", "");
     let c = load(&s).config;
-    assert_eq!(
-        (c.local_path.as_str(), c.interval_ms, c.s3_output_path),
-        ("/flag/out", 1000, None)
-    );
+    assert_eq!((c.local_path.as_str(), c.interval_ms, c.s3_output_path), ("/flag/out", 1000, None));
 
     // A bad override is reported and the value below it stays.
-    let s = Sources::new().with_config_path(&file).with_flag(
-        OverrideKey::IntervalMs,
-        "--interval-ms",
-        "5",
-    );
+    let s = Sources::new().with_config_path(&file).with_flag(OverrideKey::IntervalMs, "--interval-ms", "5");
     let c = load(&s).config;
     assert_eq!(c.interval_ms, 500);
     assert_eq!(problem_keys(&c), ["flag:--interval-ms"]);
@@ -908,26 +650,14 @@ fn kill_switch_from_the_environment() {
     assert_eq!(problem_keys(&c), ["env:TRAINPROF_DISABLE"]);
     // TRAINPROF_DISABLE=0 overrides DisableProfiler, but not a file that cannot be read.
     let on = Sources::from_env(|k| (k == "TRAINPROF_DISABLE").then(|| "0".to_owned()));
-    assert!(
-        load(&on.clone().with_config_path(fixture("sdk_disable.json")))
-            .config
-            .enabled
-    );
-    assert!(
-        !load(&on.with_config_path(fixture("not_json.json")))
-            .config
-            .enabled
-    );
+    assert!(load(&on.clone().with_config_path(fixture("sdk_disable.json"))).config.enabled);
+    assert!(!load(&on.with_config_path(fixture("not_json.json"))).config.enabled);
 }
 
 #[test]
 fn unreadable_paths() {
     let l = load(&Sources::new().with_config_path(env!("CARGO_MANIFEST_DIR")));
-    assert!(
-        matches!(l.file, FileStatus::Unusable(ref why) if why.contains("cannot")),
-        "{:?}",
-        l.file
-    );
+    assert!(matches!(l.file, FileStatus::Unusable(ref why) if why.contains("cannot")), "{:?}", l.file);
     assert!(!l.config.enabled);
 }
 
@@ -942,20 +672,11 @@ fn arb_value() -> impl Strategy<Value = serde_json::Value> {
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::from),
         any::<u64>().prop_map(Value::from),
-        any::<f64>()
-            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
         (-3i64..20).prop_map(Value::from),
         "[ -~]{0,12}".prop_map(Value::String),
-        prop_oneof![
-            Just("None"),
-            Just("1e3"),
-            Just("inf"),
-            Just("-1"),
-            Just("2.5"),
-            Just(".*"),
-            Just("*")
-        ]
-        .prop_map(|s| Value::String(s.to_owned())),
+        prop_oneof![Just("None"), Just("1e3"), Just("inf"), Just("-1"), Just("2.5"), Just(".*"), Just("*")]
+            .prop_map(|s| Value::String(s.to_owned())),
     ];
     leaf.prop_recursive(4, 48, 6, |inner| {
         prop_oneof![
@@ -994,13 +715,15 @@ fn arb_key() -> impl Strategy<Value = String> {
         (prop::sample::select(VOCABULARY), any::<u64>()).prop_map(|(k, bits)| {
             k.chars()
                 .enumerate()
-                .map(|(i, c)| {
-                    if bits >> (i % 64) & 1 == 1 {
-                        c.to_ascii_uppercase()
-                    } else {
-                        c.to_ascii_lowercase()
-                    }
-                })
+                .map(
+                    |(i, c)| {
+                        if bits >> (i % 64) & 1 == 1 {
+                            c.to_ascii_uppercase()
+                        } else {
+                            c.to_ascii_lowercase()
+                        }
+                    },
+                )
                 .collect()
         }),
         "[a-zA-Z]{0,8}",
@@ -1014,11 +737,7 @@ fn arb_sub_config_text() -> impl Strategy<Value = String> {
         let text = v.to_string();
         match mode % 4 {
             0 => text,
-            1 => text
-                .replace('"', "'")
-                .replace("true", "True")
-                .replace("null", "None")
-                .replace('}', ", }"),
+            1 => text.replace('"', "'").replace("true", "True").replace("null", "None").replace('}', ", }"),
             2 => text.chars().take(cut).collect(),
             _ => text.replace(':', " : ").replace(',', ",,"),
         }
@@ -1029,8 +748,7 @@ fn exercise(mut c: Config) {
     for s in [0, 1, 5, 9, 10, 11, u64::MAX - 1, u64::MAX] {
         for now in [0.0, 1_700_000_000.0, f64::MAX] {
             c.detailed.is_active(Step::At(s), now);
-            c.dataloader
-                .is_active_for("DataLoaderIter::GetNext", Step::At(s), now);
+            c.dataloader.is_active_for("DataLoaderIter::GetNext", Step::At(s), now);
             c.python.feature.is_active(Step::Any, now);
             c.smdataparallel.is_active(Step::At(s), now);
         }

@@ -32,22 +32,12 @@ impl UtcTime {
         let (year, month, day) = civil_from_days(days);
         // secs < 86_400, so each part fits a u8.
         let [hour, minute, second] = [secs / 3600, secs % 3600 / 60, secs % 60].map(|v| v as u8);
-        UtcTime {
-            year,
-            month,
-            day,
-            hour,
-            minute,
-            second,
-        }
+        UtcTime { year, month, day, hour, minute, second }
     }
 
     /// `YYYYMMDDHH`, the hour-folder name.
     pub fn hour_dir(&self) -> String {
-        format!(
-            "{:04}{:02}{:02}{:02}",
-            self.year, self.month, self.day, self.hour
-        )
+        format!("{:04}{:02}{:02}{:02}", self.year, self.month, self.day, self.hour)
     }
 }
 
@@ -94,10 +84,7 @@ pub fn timeline_file(end_us: i64, node_id: &str, suffix: &str) -> String {
 pub const PYTHON_TIMELINE_SUFFIX: &str = "pythontimeline.json";
 
 /// The end-of-job markers smdebug's `ProfilerTrial` waits for (spec §2.4).
-pub const END_MARKERS: [&str; 2] = [
-    "system/training_job_end.ts",
-    "framework/training_job_end.ts",
-];
+pub const END_MARKERS: [&str; 2] = ["system/training_job_end.ts", "framework/training_job_end.ts"];
 
 /// A node id for file names: readers split names on `_`, so every `_` becomes `-` (as
 /// smdebug does), and `/` (which would make a folder) too.
@@ -113,34 +100,16 @@ mod tests {
     fn utc_calendar() {
         assert_eq!(UtcTime::from_epoch_s(0).to_string(), "1970-01-01T00:00:00Z");
         // From the spec: 1595455620 is 2020-07-22T22:07:00Z.
-        assert_eq!(
-            UtcTime::from_epoch_s(1_595_455_620).to_string(),
-            "2020-07-22T22:07:00Z"
-        );
-        assert_eq!(
-            UtcTime::from_epoch_s(951_782_400).to_string(),
-            "2000-02-29T00:00:00Z"
-        );
-        assert_eq!(
-            UtcTime::from_epoch_s(4_107_542_399).to_string(),
-            "2100-02-28T23:59:59Z"
-        );
-        assert_eq!(
-            UtcTime::from_epoch_s(-1).to_string(),
-            "1969-12-31T23:59:59Z"
-        );
-        assert_eq!(
-            UtcTime::from_epoch_s(1_795_316_901).hour_dir(),
-            "2026112203"
-        );
+        assert_eq!(UtcTime::from_epoch_s(1_595_455_620).to_string(), "2020-07-22T22:07:00Z");
+        assert_eq!(UtcTime::from_epoch_s(951_782_400).to_string(), "2000-02-29T00:00:00Z");
+        assert_eq!(UtcTime::from_epoch_s(4_107_542_399).to_string(), "2100-02-28T23:59:59Z");
+        assert_eq!(UtcTime::from_epoch_s(-1).to_string(), "1969-12-31T23:59:59Z");
+        assert_eq!(UtcTime::from_epoch_s(1_795_316_901).hour_dir(), "2026112203");
     }
 
     #[test]
     fn paths() {
-        assert_eq!(
-            system_file(1_595_455_620, 1),
-            "system/incremental/2020072222/1595455620.algo-1.json"
-        );
+        assert_eq!(system_file(1_595_455_620, 1), "system/incremental/2020072222/1595455620.algo-1.json");
         assert_eq!(
             timeline_file(1_795_316_901_809_988, "29945-vm", PYTHON_TIMELINE_SUFFIX),
             "framework/pevents/2026112203/1795316901809988_29945-vm_pythontimeline.json"

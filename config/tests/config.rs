@@ -325,9 +325,10 @@ fn invalid_string_data_in_config() {
             "ProfilingParameters.RotateMaxFileSizeInBytes",
             "ProfilingParameters.RotateFileCloseIntervalInSeconds",
             "ProfilingParameters.FileOpenFailThreshold",
+            "ProfilingParameters.ProfilerEnabled",
             "ProfilingParameters.DetailedProfilingConfig.StartStep",
         ],
-        "one line per bad scalar, one for the broken sub-config"
+        "one line per bad scalar, one for the legacy key, one for the broken sub-config"
     );
 }
 

@@ -167,7 +167,12 @@ fn read_top(top: &Map<String, Value>, cfg: &mut Config, disable: &mut bool, p: &
         };
     }
     keys.scalar("ProfilingIntervalInMilliseconds", &mut cfg.interval_ms, p, interval_ms);
-    keys.scalar("S3OutputPath", &mut cfg.s3_output_path, p, s3_url);
+    if let Some(v) = keys.get("S3OutputPath") {
+        match s3_url(v) {
+            Ok(url) => cfg.s3_output_path = url,
+            Err(e) => p.push("S3OutputPath", format!("{e}; files stay local (no upload)")),
+        }
+    }
     match keys.get("ProfilingParameters") {
         None => {}
         Some(Value::Object(params)) => read_params(params, cfg, p),
@@ -400,7 +405,9 @@ fn dataloader(sub: Sub, path: &str, p: &mut Problems) -> DataloaderFeature {
     match compiled {
         Ok(re) => DataloaderFeature::new(Feature::on(range), pattern, re),
         Err(e) => {
-            let reason = e.to_string().lines().last().unwrap_or_default().trim().to_owned();
+            let text = e.to_string();
+            let last = text.lines().last().unwrap_or_default().trim();
+            let reason = last.strip_prefix("error: ").unwrap_or(last);
             p.push(
                 keys.path("MetricsRegex"),
                 format!("{pattern:?} is not a valid regular expression ({reason}); this feature is off"),

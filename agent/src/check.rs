@@ -188,7 +188,11 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> String {
     let _ = writeln!(out, "smdataparallel: {}", describe_window(&c.smdataparallel));
     if let Some(n) = steps {
         let r = StepReport::new(c, n, now_s);
-        let _ = writeln!(out, "steps 0..{} (evaluated from step 0):", r.n.saturating_sub(1));
+        if r.n == 0 {
+            let _ = writeln!(out, "steps: none evaluated (--steps 0)");
+        } else {
+            let _ = writeln!(out, "steps 0..{} (evaluated from step 0):", r.n - 1);
+        }
         let python_timer = |s: u64| match c.python.timer {
             Some(t @ CProfileTimer::Default) => {
                 format!(" ({})", t.for_window_start(Step::At(s)).as_str())

@@ -56,6 +56,9 @@ struct OverrideFlags {
     /// Upload destination s3://bucket/prefix [overrides S3OutputPath, TRAINPROF_S3_OUTPUT_PATH]
     #[arg(long, value_name = "URL")]
     s3: Option<String>,
+    /// Switch profiling off [overrides DisableProfiler, TRAINPROF_DISABLE]
+    #[arg(long)]
+    disable: bool,
 }
 
 impl OverrideFlags {
@@ -64,6 +67,7 @@ impl OverrideFlags {
             (OverrideKey::LocalPath, "--local-path", self.local_path),
             (OverrideKey::IntervalMs, "--interval-ms", self.interval_ms),
             (OverrideKey::S3OutputPath, "--s3", self.s3),
+            (OverrideKey::Disable, "--disable", self.disable.then(|| "1".to_owned())),
         ] {
             if let Some(v) = value {
                 s = s.with_flag(key, flag, v);

@@ -154,9 +154,14 @@ fn environment_and_flags() {
     assert_eq!(v["local_path"], "/flag/out");
     assert_eq!(v["s3_output_path"], "s3://env-bucket/x");
 
-    let out =
-        trainprof(&["config", "check", "--json", path.to_str().unwrap()], &[("TRAINPROF_DISABLE", "1")]);
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["enabled"], false);
-    assert_eq!(v["features"]["detailed"]["enabled"], false);
+    let p = path.to_str().unwrap();
+    for (args, env) in [
+        (["config", "check", "--json", p, "--interval-ms", "200"], [("TRAINPROF_DISABLE", "1")]),
+        (["config", "check", "--json", p, "--disable", "--s3="], [("TRAINPROF_DISABLE", "0")]),
+    ] {
+        let out = trainprof(&args, &env);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["enabled"], false, "{args:?} {env:?}");
+        assert_eq!(v["features"]["detailed"]["enabled"], false);
+    }
 }

@@ -75,7 +75,12 @@ fn parse_int_str(s: &str) -> Option<i64> {
 fn parse_float_str(s: &str) -> Option<f64> {
     let t = s.trim();
     let ok_chars = t.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-' | b'_'));
-    if t.is_empty() || !ok_chars || t.contains("__") {
+    // Python: an underscore only between two digits.
+    let b = t.as_bytes();
+    let lone_underscores = b.iter().enumerate().all(|(i, &c)| {
+        c != b'_' || (i > 0 && b[i - 1].is_ascii_digit() && b.get(i + 1).is_some_and(u8::is_ascii_digit))
+    });
+    if t.is_empty() || !ok_chars || !lone_underscores {
         return None;
     }
     let clean: String = t.chars().filter(|&c| c != '_').collect();
@@ -127,5 +132,9 @@ mod tests {
         assert!(py_float(&json!("nan")).is_err());
         assert!(py_float(&json!("None")).is_err());
         assert!(py_float(&json!([1])).is_err());
+        assert_eq!(py_float(&json!("1_000.5")), Ok(1000.5));
+        for bad in ["_1", "1_", "1_.5", "1._5", "1__0", "1e_3"] {
+            assert!(py_float(&json!(bad)).is_err(), "{bad}");
+        }
     }
 }

@@ -18,7 +18,7 @@ use serde_json::{Map, Number, Value};
 /// Nesting deeper than this is refused, so hostile input cannot exhaust the stack.
 const MAX_DEPTH: usize = 32;
 
-/// Why a literal could not be read; `offset` is a byte offset into the input.
+/// Why a literal could not be read; `offset` counts characters from the start (0-based).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiteralError {
     pub offset: usize,
@@ -36,16 +36,11 @@ impl std::error::Error for LiteralError {}
 /// Parses one Python literal (the whole input, surrounding whitespace allowed).
 pub fn parse(text: &str) -> Result<Value, LiteralError> {
     let mut p = Parser { s: text.as_bytes(), text, pos: 0 };
-    p.skip_space();
-    if p.pos == p.s.len() {
-        return Err(p.err("empty string, expected a dict such as {\"StartStep\": 5}"));
-    }
-    let v = p.value(0)?;
-    p.skip_space();
-    if p.pos != p.s.len() {
-        return Err(p.err("unexpected text after the end of the literal"));
-    }
-    Ok(v)
+    p.literal().map_err(|e| LiteralError {
+        // The parser counts bytes; people count characters.
+        offset: text.get(..e.offset).map_or(e.offset, |t| t.chars().count()),
+        ..e
+    })
 }
 
 struct Parser<'a> {
@@ -55,6 +50,19 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
+    fn literal(&mut self) -> Result<Value, LiteralError> {
+        self.skip_space();
+        if self.pos == self.s.len() {
+            return Err(self.err("empty string, expected a dict such as {\"StartStep\": 5}"));
+        }
+        let v = self.value(0)?;
+        self.skip_space();
+        if self.pos != self.s.len() {
+            return Err(self.err("unexpected text after the end of the literal"));
+        }
+        Ok(v)
+    }
+
     fn err(&self, message: impl Into<String>) -> LiteralError {
         LiteralError { offset: self.pos, message: message.into() }
     }
@@ -437,6 +445,13 @@ mod tests {
         assert!(parse("{'a': 'b").unwrap_err().message.contains("not closed"));
         assert!(parse("{'a': 1e999}").unwrap_err().message.contains("out of range"));
         assert!(parse("{'a': 123456789012345678901234567890}").unwrap_err().message.contains("out of range"));
+    }
+
+    #[test]
+    fn offsets_count_characters() {
+        let e = parse("{'é': 1 x}").unwrap_err();
+        assert_eq!(e.offset, 8, "{e}");
+        assert!(e.to_string().ends_with("(at character 9)"));
     }
 
     #[test]

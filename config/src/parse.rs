@@ -104,7 +104,7 @@ impl<'a> Keys<'a> {
     fn fold(obj: &'a Map<String, Value>, parent: &str, known: &[&'static str], p: &mut Problems) -> Keys<'a> {
         let mut keys = Keys { parent: parent.to_owned(), found: Vec::new() };
         for (k, v) in obj {
-            match known.iter().find(|c| c.eq_ignore_ascii_case(k.trim())) {
+            match known.iter().find(|c| c.eq_ignore_ascii_case(k)) {
                 None => p.push(keys.path(k), "unknown key, ignored"),
                 Some(&c) => {
                     if let Some(slot) = keys.found.iter_mut().find(|(f, _)| *f == c) {
@@ -300,8 +300,8 @@ fn range_of(keys: &Keys<'_>, which: Which, p: &mut Problems) -> Result<Range, ()
         Err(())
     }
     // Negative values are odd but well defined (smdebug does the arithmetic): noted, kept.
-    let negative = |p: &mut Problems, key: &str| {
-        p.push(keys.path(key), "is negative; the window is computed as smdebug does, from step 0 on");
+    let negative = |p: &mut Problems, key: &str, what: &str| {
+        p.push(keys.path(key), format!("is negative; kept as smdebug keeps it ({what})"));
     };
     let step = |key: &str, p: &mut Problems| -> Result<Option<i64>, ()> {
         let Some(v) = keys.get(key) else {
@@ -310,7 +310,7 @@ fn range_of(keys: &Keys<'_>, which: Which, p: &mut Problems) -> Result<Range, ()
         match py_int(v) {
             Ok(n) => {
                 if n < 0 {
-                    negative(p, key);
+                    negative(p, key, "the window is cut to the steps from 0 on");
                 }
                 Ok(Some(n))
             }
@@ -324,7 +324,7 @@ fn range_of(keys: &Keys<'_>, which: Which, p: &mut Problems) -> Result<Range, ()
         match py_float(v) {
             Ok(f) => {
                 if f < 0.0 {
-                    negative(p, key);
+                    negative(p, key, "a time before 1970 or a negative duration never opens");
                 }
                 Ok(Some(f))
             }
@@ -398,10 +398,9 @@ fn dataloader(sub: Sub, path: &str, p: &mut Problems) -> DataloaderFeature {
             return invalid;
         }
     };
-    let compiled = RegexBuilder::new(&format!("^(?:{pattern})"))
-        .case_insensitive(true)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .build();
+    // Checked alone first: "x)|(?:y" would otherwise escape the anchor below.
+    let build = |re: &str| RegexBuilder::new(re).case_insensitive(true).size_limit(REGEX_SIZE_LIMIT).build();
+    let compiled = build(&pattern).and_then(|_| build(&format!("^(?:{pattern})")));
     match compiled {
         Ok(re) => DataloaderFeature::new(Feature::on(range), pattern, re),
         Err(e) => {
@@ -503,7 +502,7 @@ fn s3_url(v: &Value) -> Result<Option<String>, String> {
 fn env_flag(s: &str) -> Option<bool> {
     match s.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Some(true),
-        "" | "0" | "false" | "no" | "off" => Some(false),
+        "0" | "false" | "no" | "off" => Some(false),
         _ => None,
     }
 }
@@ -538,7 +537,7 @@ mod tests {
         assert_eq!(env_flag("1"), Some(true));
         assert_eq!(env_flag(" TRUE "), Some(true));
         assert_eq!(env_flag("0"), Some(false));
-        assert_eq!(env_flag(""), Some(false));
+        assert_eq!(env_flag(""), None);
         assert_eq!(env_flag("maybe"), None);
     }
 

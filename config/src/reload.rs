@@ -4,8 +4,11 @@
 //! [`Loader`] is meant for a background thread that calls [`Loader::reload`] at most
 //! once a second: it reads the (small) file, and only when its bytes differ from last
 //! time builds a new [`Config`]; otherwise the current one, with its lazily resolved
-//! windows, stays as it is. A file that disappears gives the no-file defaults, and one
-//! that comes back is read again (smdebug ignores both).
+//! windows, stays as it is. "Changed" means different bytes (smdebug compares the parsed
+//! document), so a whitespace-only edit also re-resolves the windows. A file that
+//! disappears gives the no-file defaults, and one that comes back is read again (smdebug
+//! turns profiling off for the first and does not notice the second). A file that stays
+//! unreadable with the same error is reported once, not at every reload.
 //!
 //! Write the file atomically (write elsewhere, then rename): a reader that catches a
 //! half-written file sees invalid JSON and switches profiling off until the next read.
@@ -34,30 +37,28 @@ pub enum Reload {
 #[derive(Debug)]
 pub struct Loader {
     sources: Sources,
-    /// The bytes the current config was built from; `None` = no file.
-    last: Option<Vec<u8>>,
+    /// What the current config was built from: the bytes (`None` = no file) or the
+    /// reason the file could not be read.
+    last: Raw,
     loaded: Loaded,
 }
 
 impl Loader {
     /// Reads the file once.
     pub fn new(sources: Sources) -> Loader {
-        let raw = read_bytes(sources.config_path());
-        let loaded = build(&sources, &raw);
-        Loader { last: raw.ok().flatten(), sources, loaded }
+        let last = read_bytes(sources.config_path());
+        let loaded = build(&sources, &last);
+        Loader { last, sources, loaded }
     }
 
     /// Re-reads the file; rebuilds the config only when the bytes changed.
     pub fn reload(&mut self) -> Reload {
         let raw = read_bytes(self.sources.config_path());
-        if let Ok(bytes) = &raw
-            && *bytes == self.last
-        {
+        if raw == self.last {
             return Reload::Unchanged;
         }
         self.loaded = build(&self.sources, &raw);
-        // An unreadable file is retried at every reload until it reads.
-        self.last = raw.ok().flatten();
+        self.last = raw;
         Reload::Changed
     }
 
@@ -75,7 +76,10 @@ impl Loader {
     }
 }
 
-fn build(sources: &Sources, raw: &Result<Option<Vec<u8>>, String>) -> Loaded {
+/// A file's bytes, `Ok(None)` when there is none, or why it could not be read.
+type Raw = Result<Option<Vec<u8>>, String>;
+
+fn build(sources: &Sources, raw: &Raw) -> Loaded {
     let (file, doc) = match raw {
         Ok(Some(bytes)) => parse_document(bytes),
         Ok(None) => (FileStatus::Missing, None),
@@ -85,8 +89,15 @@ fn build(sources: &Sources, raw: &Result<Option<Vec<u8>>, String>) -> Loaded {
     Loaded { path: sources.config_path().to_owned(), file, config }
 }
 
-/// `Ok(None)` when there is no file.
-fn read_bytes(path: &Path) -> Result<Option<Vec<u8>>, String> {
+/// `Ok(None)` when there is no file. Anything but a regular file (a directory, a FIFO that
+/// would block the reader) is refused without opening it.
+fn read_bytes(path: &Path) -> Raw {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Err(format!("{} is not a regular file", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
+    }
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

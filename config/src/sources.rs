@@ -30,16 +30,6 @@ impl OverrideKey {
             OverrideKey::Disable => "TRAINPROF_DISABLE",
         }
     }
-
-    /// The key it replaces in the file, as documented.
-    pub fn file_key(self) -> &'static str {
-        match self {
-            OverrideKey::LocalPath => "ProfilingParameters.LocalPath",
-            OverrideKey::IntervalMs => "ProfilingIntervalInMilliseconds",
-            OverrideKey::S3OutputPath => "S3OutputPath",
-            OverrideKey::Disable => "DisableProfiler",
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +62,9 @@ impl Sources {
             s.config_path = PathBuf::from(p);
         }
         for key in OverrideKey::ALL {
-            if let Some(value) = var(key.env_var()) {
+            // An empty kill switch is "not set", never "on" (`TRAINPROF_DISABLE=` in a script).
+            let value = var(key.env_var()).filter(|v| key != OverrideKey::Disable || !v.trim().is_empty());
+            if let Some(value) = value {
                 s.overrides.push(Override { key, value, origin: format!("env:{}", key.env_var()) });
             }
         }

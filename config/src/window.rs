@@ -39,8 +39,8 @@ pub enum Range {
 }
 
 impl Range {
-    /// Builds the range from the four fields as smdebug sees them (already converted and
-    /// checked to be non-negative). `Err` when both a step and a time range are present.
+    /// Builds the range from the four fields as smdebug sees them (already converted).
+    /// `Err` when both a step and a time range are present.
     ///
     /// Negative values are kept as smdebug keeps them (Python ints): StartStep -1 with
     /// NumSteps 3 covers steps -1, 0, 1, so trainprof, which counts from 0, profiles 0 and 1.

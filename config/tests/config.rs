@@ -178,6 +178,11 @@ fn dataloader_profiling_ranges() {
     assert!(c.dataloader.matches_name("DataLoaderIter::GetNext"));
     assert!(!c.dataloader.matches_name("x DataLoaderIter"));
 
+    // A pattern cannot escape the start anchor (Python's re rejects this one too).
+    let c = dataloader(r#"{"StartStep": 3, "MetricsRegex": "x)|(?:y"}"#);
+    assert_eq!(c.dataloader.feature.off_reason(), Some(Off::Invalid));
+    assert!(!c.dataloader.matches_name("zzzy"));
+
     // An invalid regex turns dataloader profiling off.
     let mut c = dataloader(r#"{"StartStep": 3, "MetricsRegex": "*"}"#);
     assert_eq!(c.dataloader.feature.off_reason(), Some(Off::Invalid));
@@ -593,6 +598,38 @@ fn duration_and_zero_hints() {
 }
 
 #[test]
+fn out_of_range_scalars_fall_back_one_by_one() {
+    for (key, value) in [
+        ("RotateMaxFileSizeInBytes", "0"),
+        ("RotateMaxFileSizeInBytes", "-5"),
+        ("RotateMaxFileSizeInBytes", "\"inf\""),
+        ("RotateFileCloseIntervalInSeconds", "0"),
+        ("FileOpenFailThreshold", "0"),
+        ("FileOpenFailThreshold", "true"),
+    ] {
+        let doc = format!(r#"{{"ProfilingParameters": {{"LocalPath": "/tmp/k", "{key}": {value}}}}}"#);
+        let c = from_bytes(doc.as_bytes(), &Sources::new());
+        assert_eq!(
+            (c.rotate_max_file_size, c.rotate_close_interval_s, c.file_open_fail_threshold),
+            (10_485_760, 60.0, 50),
+            "{key}: {value}"
+        );
+        assert_eq!(c.local_path, "/tmp/k");
+        assert_eq!(problem_keys(&c), [format!("ProfilingParameters.{key}")], "{key}: {value}");
+    }
+    let c = detailed(r#"{"StartStep": true}"#);
+    assert_eq!(c.detailed.off_reason(), Some(Off::Invalid), "int(True) is not a step");
+}
+
+#[test]
+fn keys_are_not_trimmed() {
+    // smdebug would not match " StartStep " either: unknown, so no range, never active.
+    let c = detailed("{' StartStep ': 5}");
+    assert_eq!(c.detailed.window().range(), Range::Never);
+    assert!(problem_keys(&c).contains(&"ProfilingParameters.DetailedProfilingConfig. StartStep "));
+}
+
+#[test]
 fn duplicate_keys_last_wins_and_is_reported() {
     let c = from_bytes(
         br#"{"ProfilingIntervalInMilliseconds": 100, "profilingintervalinmilliseconds": 200}"#,
@@ -646,6 +683,9 @@ fn kill_switch_from_the_environment() {
     let c = with("1");
     assert!(!c.enabled && framework_off(&c));
     assert!(with("0").enabled);
+    // Set but empty is not set: it does not turn the file's DisableProfiler off.
+    let empty = Sources::from_env(|k| (k == "TRAINPROF_DISABLE").then(String::new));
+    assert!(!load(&empty.with_config_path(fixture("sdk_disable.json"))).config.enabled);
     let c = with("perhaps");
     assert!(!c.enabled);
     assert_eq!(problem_keys(&c), ["env:TRAINPROF_DISABLE"]);
@@ -658,8 +698,25 @@ fn kill_switch_from_the_environment() {
 #[test]
 fn unreadable_paths() {
     let l = load(&Sources::new().with_config_path(env!("CARGO_MANIFEST_DIR")));
-    assert!(matches!(l.file, FileStatus::Unusable(ref why) if why.contains("cannot")), "{:?}", l.file);
+    assert!(
+        matches!(l.file, FileStatus::Unusable(ref why) if why.contains("not a regular file")),
+        "{:?}",
+        l.file
+    );
     assert!(!l.config.enabled);
+
+    // A FIFO would block a reader that opened it: refused without opening.
+    let dir = Scratch::new("fifo");
+    let fifo = dir.0.join("profilerconfig.json");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let mut loader = Loader::new(Sources::new().with_config_path(&fifo));
+    assert!(matches!(loader.loaded().file, FileStatus::Unusable(_)));
+    // The same error again is no change (callers log changes).
+    assert_eq!(loader.reload(), Reload::Unchanged);
+    std::fs::remove_file(&fifo).unwrap();
+    assert_eq!(loader.reload(), Reload::Changed);
+    assert_eq!(loader.loaded().file, FileStatus::Missing);
 }
 
 // ---- no input makes it panic ----------------------------------------------------------

@@ -1,0 +1,535 @@
+//! The hook's state: one [`Hook`] per process (the C ABI keeps it in a global; tests make
+//! their own).
+//!
+//! Threads and what they touch:
+//!
+//! * the trainer's threads record events (hot path: two atomic loads and one push into a
+//!   bounded lock-free [`ArrayQueue`]; when it is full the event is dropped and counted),
+//!   begin and end steps (atomics), and ask about windows (the `gate` mutex, which only
+//!   trainer threads ever lock);
+//! * one writer thread, started by [`Hook::spawn_writer`], pops events and writes the
+//!   timeline files, re-reads the config at most once a second, and hands a changed config
+//!   over through `pending`; a trainer thread takes it with `try_lock` at the next step
+//!   boundary, so it never waits for the writer.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use trainprof_config::{Config, Loader, Reload, Step};
+
+use crate::event::{Event, MAX_ARGS, NO_STEP, TrainprofArg, TrainprofArgKind};
+use crate::python::{self, Outcome, Position, TrainprofBoundary};
+use crate::status::TrainprofStatus;
+use crate::writer::{self, TimelineWriter};
+
+/// A training mode, numbered as smdebug's `ModeKeys`.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrainprofMode {
+    Train = 1,
+    Eval = 2,
+    Predict = 3,
+    Global = 4,
+}
+
+impl TrainprofMode {
+    pub const ALL: [TrainprofMode; 4] =
+        [TrainprofMode::Train, TrainprofMode::Eval, TrainprofMode::Predict, TrainprofMode::Global];
+
+    pub fn from_i32(v: i32) -> Option<TrainprofMode> {
+        TrainprofMode::ALL.into_iter().find(|m| *m as i32 == v)
+    }
+
+    /// The phase (and name) of this mode's step events: `Step:ModeKeys.TRAIN`.
+    pub fn step_phase(self) -> &'static str {
+        match self {
+            TrainprofMode::Train => "Step:ModeKeys.TRAIN",
+            TrainprofMode::Eval => "Step:ModeKeys.EVAL",
+            TrainprofMode::Predict => "Step:ModeKeys.PREDICT",
+            TrainprofMode::Global => "Step:ModeKeys.GLOBAL",
+        }
+    }
+
+    /// The mode in Python-stats directory names.
+    pub fn python_name(self) -> &'static str {
+        match self {
+            TrainprofMode::Train => "train",
+            TrainprofMode::Eval => "eval",
+            TrainprofMode::Predict => "predict",
+            TrainprofMode::Global => "global",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize - 1
+    }
+
+    /// The name id of [`TrainprofMode::step_phase`], registered when the hook is made.
+    pub fn step_name_id(self) -> u32 {
+        self.index() as u32
+    }
+}
+
+/// A profiling feature whose window can be asked about.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrainprofFeature {
+    Detailed = 1,
+    Dataloader = 2,
+    Python = 3,
+    Smdataparallel = 4,
+}
+
+impl TrainprofFeature {
+    pub fn from_i32(v: i32) -> Option<TrainprofFeature> {
+        use TrainprofFeature::*;
+        [Detailed, Dataloader, Python, Smdataparallel].into_iter().find(|f| *f as i32 == v)
+    }
+}
+
+/// The frameworks smdebug names folders after.
+pub const FRAMEWORKS: [&str; 4] = ["pytorch", "tensorflow", "mxnet", "xgboost"];
+
+/// Everything needed to make a [`Hook`].
+#[derive(Debug)]
+pub struct Options {
+    /// One of [`FRAMEWORKS`].
+    pub framework: &'static str,
+    pub config: Config,
+    pub node_id: String,
+    pub os_pid: u32,
+    pub queue_capacity: usize,
+    /// The writer's base time (µs since the epoch).
+    pub base_us: i64,
+}
+
+/// Counters, for `trainprof_stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Dropped on the trainer's thread because the queue was full.
+    pub dropped_queue_full: u64,
+    /// Dropped by the writer (turned off after failed opens, or a file it could not write).
+    pub dropped_writer: u64,
+    pub written: u64,
+    pub files_sealed: u64,
+    pub open_failures: u64,
+}
+
+struct Names {
+    table: Mutex<NameTable>,
+    /// How many names are registered: ids below it are valid. Read on the hot path.
+    count: AtomicU32,
+}
+
+#[derive(Default)]
+struct NameTable {
+    list: Vec<Arc<str>>,
+    index: HashMap<Arc<str>, u32>,
+}
+
+/// The trainer-side window state. Only trainer threads lock it.
+struct Gate {
+    config: Config,
+    python: python::Windows,
+}
+
+struct Steps {
+    /// The current mode (`TrainprofMode` as i32), 0 before the first step.
+    mode: AtomicI32,
+    /// The current step of the current mode, [`NO_STEP`] before the first step.
+    step: AtomicI64,
+    begin_us: AtomicI64,
+    in_step: AtomicBool,
+    /// The next step number of each mode, when the caller does not give one.
+    next: [AtomicI64; 4],
+}
+
+/// The hook. See the module docs for who touches what.
+pub struct Hook {
+    queue: ArrayQueue<Event>,
+    dropped_full: AtomicU64,
+    names: Names,
+    enabled: AtomicBool,
+    steps: Steps,
+    gate: Mutex<Gate>,
+    pending: Mutex<Option<Box<Config>>>,
+    framework: &'static str,
+    node_id: String,
+    local_path: PathBuf,
+    os_pid: u32,
+    base_us: i64,
+    rotate: (u64, i64, u32),
+    written: AtomicU64,
+    dropped_writer: AtomicU64,
+    files_sealed: AtomicU64,
+    open_failures: AtomicU64,
+    stop: AtomicBool,
+    finished: (Mutex<bool>, Condvar),
+}
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hook")
+            .field("framework", &self.framework)
+            .field("node_id", &self.node_id)
+            .field("local_path", &self.local_path)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Locks `m`, ignoring poisoning (a panic in another thread leaves plain data behind).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Wall-clock time in µs since the epoch (clock_gettime through the vDSO: no syscall).
+pub fn now_us() -> i64 {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Wall-clock time in µs since the epoch, with the sub-µs part, as Python's
+/// `time.time() * 1e6`.
+pub fn now_us_f64() -> f64 {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    d.as_nanos() as f64 / 1000.0
+}
+
+impl Hook {
+    pub fn new(o: Options) -> Arc<Hook> {
+        let mut table = NameTable::default();
+        for m in TrainprofMode::ALL {
+            let name: Arc<str> = Arc::from(m.step_phase());
+            table.index.insert(name.clone(), table.list.len() as u32);
+            table.list.push(name);
+        }
+        let count = table.list.len() as u32;
+        let c = &o.config;
+        Arc::new(Hook {
+            queue: ArrayQueue::new(o.queue_capacity.max(1)),
+            dropped_full: AtomicU64::new(0),
+            names: Names { table: Mutex::new(table), count: AtomicU32::new(count) },
+            enabled: AtomicBool::new(c.enabled),
+            steps: Steps {
+                mode: AtomicI32::new(0),
+                step: AtomicI64::new(NO_STEP),
+                begin_us: AtomicI64::new(0),
+                in_step: AtomicBool::new(false),
+                next: Default::default(),
+            },
+            framework: o.framework,
+            node_id: o.node_id,
+            local_path: c.local_path().to_path_buf(),
+            os_pid: o.os_pid,
+            base_us: o.base_us,
+            rotate: (c.rotate_max_file_size, interval_us(c.rotate_close_interval_s), c.file_open_fail_threshold),
+            gate: Mutex::new(Gate { config: o.config, python: python::Windows::default() }),
+            pending: Mutex::new(None),
+            written: AtomicU64::new(0),
+            dropped_writer: AtomicU64::new(0),
+            files_sealed: AtomicU64::new(0),
+            open_failures: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            finished: (Mutex::new(false), Condvar::new()),
+        })
+    }
+
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    pub fn local_path(&self) -> &std::path::Path {
+        &self.local_path
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Relaxed)
+    }
+
+    /// Registers `name` (idempotent) and returns its id.
+    pub fn register_name(&self, name: &str) -> u32 {
+        let mut t = lock(&self.names.table);
+        if let Some(&id) = t.index.get(name) {
+            return id;
+        }
+        let id = t.list.len() as u32;
+        let name: Arc<str> = Arc::from(name);
+        t.index.insert(name.clone(), id);
+        t.list.push(name);
+        self.names.count.store(id + 1, Release);
+        id
+    }
+
+    fn valid_id(&self, id: u32) -> bool {
+        id < self.names.count.load(Acquire)
+    }
+
+    /// The hot path: queues one complete event, or drops and counts it.
+    pub fn record(
+        &self,
+        phase: u32,
+        name: u32,
+        start_us: i64,
+        end_us: i64,
+        step: i64,
+        args: &[TrainprofArg],
+    ) -> TrainprofStatus {
+        if !self.enabled.load(Relaxed) {
+            return TrainprofStatus::Disabled;
+        }
+        if end_us < start_us || args.len() > MAX_ARGS || !self.valid_id(phase) || !self.valid_id(name) {
+            return TrainprofStatus::InvalidArgument;
+        }
+        let mut ev = Event {
+            phase,
+            name,
+            start_us,
+            end_us,
+            step: if step < 0 { self.steps.step.load(Relaxed) } else { step },
+            n_args: args.len() as u8,
+            args: [TrainprofArg::EMPTY; MAX_ARGS],
+        };
+        for (slot, a) in ev.args.iter_mut().zip(args) {
+            if !self.valid_id(a.key) || !(0..=2).contains(&a.kind) {
+                return TrainprofStatus::InvalidArgument;
+            }
+            *slot = *a;
+        }
+        self.push(ev)
+    }
+
+    fn push(&self, ev: Event) -> TrainprofStatus {
+        match self.queue.push(ev) {
+            Ok(()) => TrainprofStatus::Ok,
+            Err(_) => {
+                self.dropped_full.fetch_add(1, Relaxed);
+                TrainprofStatus::Dropped
+            }
+        }
+    }
+
+    /// Begins a step of `mode`: `step` if it is ≥ 0, else the next of that mode (from 0).
+    /// Takes a reloaded config, if the writer has one ready.
+    pub fn step_begin(&self, mode: TrainprofMode, step: i64, now_us: i64) -> u64 {
+        self.take_pending();
+        let n = if step >= 0 { step } else { self.steps.next[mode.index()].load(Relaxed) };
+        self.steps.next[mode.index()].store(n.saturating_add(1), Relaxed);
+        self.steps.mode.store(mode as i32, Relaxed);
+        self.steps.step.store(n, Relaxed);
+        self.steps.begin_us.store(now_us, Relaxed);
+        self.steps.in_step.store(true, Release);
+        n as u64
+    }
+
+    /// Ends the current step and records its `Step:ModeKeys.<MODE>` event.
+    pub fn step_end(&self, now_us: i64) -> TrainprofStatus {
+        if !self.steps.in_step.swap(false, AcqRel) {
+            return TrainprofStatus::NoStep;
+        }
+        let Some(mode) = TrainprofMode::from_i32(self.steps.mode.load(Relaxed)) else {
+            return TrainprofStatus::NoStep;
+        };
+        let begin = self.steps.begin_us.load(Relaxed);
+        let id = mode.step_name_id();
+        self.record(id, id, begin, now_us.max(begin), self.steps.step.load(Relaxed), &[])
+    }
+
+    fn position(&self) -> Position {
+        let mode = TrainprofMode::from_i32(self.steps.mode.load(Relaxed)).unwrap_or(TrainprofMode::Train);
+        Position {
+            mode: mode.python_name(),
+            step: u64::try_from(self.steps.step.load(Relaxed)).unwrap_or(0),
+            pytorch: self.framework == "pytorch",
+        }
+    }
+
+    /// The current step, or `None` before the first.
+    pub fn current_step(&self) -> Option<u64> {
+        u64::try_from(self.steps.step.load(Relaxed)).ok()
+    }
+
+    fn take_pending(&self) {
+        let new = match self.pending.try_lock() {
+            Ok(mut slot) => slot.take(),
+            Err(_) => None,
+        };
+        if let Some(config) = new {
+            self.enabled.store(config.enabled, Relaxed);
+            let mut gate = lock(&self.gate);
+            gate.config = *config;
+        }
+    }
+
+    /// Is `feature`'s window open at `step` (< 0: the current step)? `name` is the metrics
+    /// name for the dataloader feature.
+    pub fn is_active(&self, feature: TrainprofFeature, step: i64, name: Option<&str>, now_s: f64) -> bool {
+        if !self.enabled.load(Relaxed) {
+            return false;
+        }
+        let step = if step >= 0 { step as u64 } else { self.current_step().unwrap_or(0) };
+        let at = Step::At(step);
+        let mut gate = lock(&self.gate);
+        let c = &mut gate.config;
+        match feature {
+            TrainprofFeature::Detailed => c.detailed.is_active(at, now_s),
+            TrainprofFeature::Dataloader => c.dataloader.is_active_for(name.unwrap_or(""), at, now_s),
+            TrainprofFeature::Python => c.python.feature.is_active(at, now_s),
+            TrainprofFeature::Smdataparallel => c.smdataparallel.is_active(at, now_s),
+        }
+    }
+
+    /// A Python-profiling boundary: which window ended (with its directory under
+    /// `LocalPath`) and which starts.
+    pub fn python_boundary(&self, b: TrainprofBoundary, now_us: impl FnMut() -> f64) -> Outcome {
+        let at = self.position();
+        let mut gate = lock(&self.gate);
+        let Gate { config, python } = &mut *gate;
+        if !config.enabled {
+            // Profiling switched off: close what runs, start nothing.
+            let mut off = config.python.clone();
+            off.feature = Config::defaults().python.feature;
+            return python.boundary(b, &mut off, at, now_us);
+        }
+        python.boundary(b, &mut config.python, at, now_us)
+    }
+
+    /// `<LocalPath>/framework/<framework>/<profiler>/<node>/<dir_name>`, and the temporary
+    /// directory the stats are written to before they are renamed there.
+    pub fn python_stats_paths(&self, profiler: &str, dir_name: &str) -> (PathBuf, PathBuf) {
+        let done = self.local_path.join("framework").join(self.framework).join(profiler).join(&self.node_id).join(dir_name);
+        let tmp = self.local_path.join(".tmp").join(&self.node_id).join(dir_name);
+        (done, tmp)
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            dropped_queue_full: self.dropped_full.load(Relaxed),
+            dropped_writer: self.dropped_writer.load(Relaxed),
+            written: self.written.load(Relaxed),
+            files_sealed: self.files_sealed.load(Relaxed),
+            open_failures: self.open_failures.load(Relaxed),
+        }
+    }
+
+    /// Events lost so far, for any reason.
+    pub fn dropped(&self) -> u64 {
+        let s = self.stats();
+        s.dropped_queue_full + s.dropped_writer
+    }
+
+    /// Pops one queued event (for tests that drain the queue themselves).
+    pub fn pop(&self) -> Option<Event> {
+        self.queue.pop()
+    }
+
+    /// Starts the writer thread. `loader` re-reads the config; `clock` gives µs since the
+    /// epoch.
+    pub fn spawn_writer(self: &Arc<Self>, loader: Option<Loader>, clock: fn() -> i64) -> std::io::Result<()> {
+        let hook = Arc::clone(self);
+        thread::Builder::new().name("trainprof-writer".into()).spawn(move || {
+            hook.run_writer(loader, clock);
+            let (done, cv) = &hook.finished;
+            *lock(done) = true;
+            cv.notify_all();
+        })?;
+        Ok(())
+    }
+
+    /// Asks the writer to drain the queue, seal its file and stop; waits at most `timeout`.
+    /// True when it finished in time.
+    pub fn stop_writer(&self, timeout: Duration) -> bool {
+        self.enabled.store(false, Relaxed);
+        self.stop.store(true, Release);
+        let (done, cv) = &self.finished;
+        let deadline = Instant::now() + timeout;
+        let mut finished = lock(done);
+        while !*finished {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            finished = cv.wait_timeout(finished, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        true
+    }
+
+    fn run_writer(&self, mut loader: Option<Loader>, clock: fn() -> i64) {
+        let (max_bytes, interval, threshold) = self.rotate;
+        let settings = writer::Settings {
+            root: self.local_path.clone(),
+            node_id: self.node_id.clone(),
+            os_pid: self.os_pid,
+            rotate_max_bytes: max_bytes,
+            rotate_interval_us: interval,
+            file_open_fail_threshold: threshold,
+        };
+        let mut w = TimelineWriter::new(settings, self.base_us);
+        let mut names: Vec<Arc<str>> = Vec::new();
+        let mut last_reload = clock();
+        loop {
+            let stopping = self.stop.load(Acquire);
+            let mut n = 0usize;
+            while let Some(ev) = self.queue.pop() {
+                let top = ev.phase.max(ev.name).max(ev.args().iter().map(|a| a.key).max().unwrap_or(0));
+                if top as usize >= names.len() {
+                    names.clone_from(&lock(&self.names.table).list);
+                }
+                w.write(&ev, &names, clock());
+                n += 1;
+                if n == 4096 {
+                    break;
+                }
+            }
+            let now = clock();
+            if n > 0 {
+                w.flush();
+            }
+            w.rotate_if_due(now);
+            let c = w.counts();
+            self.written.store(c.written, Relaxed);
+            self.dropped_writer.store(c.dropped, Relaxed);
+            self.files_sealed.store(c.files_sealed, Relaxed);
+            self.open_failures.store(c.open_failures, Relaxed);
+            if stopping && self.queue.is_empty() {
+                w.close();
+                let c = w.counts();
+                self.written.store(c.written, Relaxed);
+                self.dropped_writer.store(c.dropped, Relaxed);
+                self.files_sealed.store(c.files_sealed, Relaxed);
+                return;
+            }
+            if let Some(l) = loader.as_mut()
+                && now.saturating_sub(last_reload) >= 1_000_000
+            {
+                last_reload = now;
+                if l.reload() == Reload::Changed {
+                    let c = l.config();
+                    crate::log(&format_args!("config changed ({}); new windows apply from the next step", l.loaded().path.display()));
+                    for p in &c.problems {
+                        crate::log(&format_args!("config: {}: {}", p.key, p.message));
+                    }
+                    w.set_rotation(c.rotate_max_file_size, interval_us(c.rotate_close_interval_s));
+                    *lock(&self.pending) = Some(Box::new(c.clone()));
+                }
+            }
+            if n == 0 {
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+fn interval_us(s: f64) -> i64 {
+    if s.is_finite() && s > 0.0 { (s * 1e6).min(i64::MAX as f64) as i64 } else { i64::MAX }
+}
+
+/// A Float argument's value bits.
+pub fn float_arg(key: u32, v: f64) -> TrainprofArg {
+    TrainprofArg { key, kind: TrainprofArgKind::Float as i32, value: v.to_bits() as i64 }
+}

@@ -1,0 +1,162 @@
+//! The lines of a framework timeline file (spec §3.5): a bare JSON array whose first two
+//! lines carry the base time, one `process_name` / `process_sort_index` pair per phase
+//! the first time it appears in a file, then one complete (`X`) event per line.
+//!
+//! Lines are formatted the way Python's `json.dumps` writes them (`", "` and `": "`), so a
+//! file reads like one written by smdebug.
+
+use std::fmt::Write as _;
+
+use crate::event::{Event, TrainprofArgKind};
+
+/// The first line of every file: pid 0 carries the base time that `ts` is relative to.
+pub fn header(out: &mut String, base_us: i64) {
+    let _ = write!(
+        out,
+        "{{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {{\"start_time_since_epoch_in_micros\": {base_us}}}}},\n\
+         {{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": 0, \"args\": {{\"sort_index\": 0}}}}"
+    );
+}
+
+/// The two metadata lines that name phase `index`.
+pub fn phase_meta(out: &mut String, index: u32, phase: &str) {
+    out.push_str("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": ");
+    let _ = write!(out, "{index}, \"args\": {{\"name\": ");
+    json_string(out, phase);
+    let _ = write!(
+        out,
+        "}}}},\n{{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": {index}, \"args\": {{\"sort_index\": {index}}}}}"
+    );
+}
+
+/// One complete event. `name_of` resolves the ids of the event's name and argument keys.
+pub fn record<'a>(
+    out: &mut String,
+    ev: &Event,
+    phase_index: u32,
+    base_us: i64,
+    os_pid: u32,
+    name_of: impl Fn(u32) -> &'a str,
+) {
+    out.push_str("{\"name\": ");
+    json_string(out, name_of(ev.name));
+    let ts = ev.start_us.saturating_sub(base_us);
+    let dur = ev.end_us.saturating_sub(ev.start_us);
+    let _ = write!(out, ", \"pid\": {phase_index}, \"ph\": \"X\", \"ts\": {ts}, \"dur\": {dur}, \"args\": {{\"pid\": {os_pid}");
+    if ev.step >= 0 {
+        // A string, as smdebug's hooks write it; readers accept both.
+        let _ = write!(out, ", \"step_num\": \"{}\"", ev.step);
+    }
+    for arg in ev.args() {
+        out.push_str(", ");
+        json_string(out, name_of(arg.key));
+        out.push_str(": ");
+        match arg.kind {
+            k if k == TrainprofArgKind::Float as i32 => {
+                let v = f64::from_bits(arg.value as u64);
+                if v.is_finite() {
+                    // `{:?}` keeps a fractional part (`2.0`), like Python.
+                    let _ = write!(out, "{v:?}");
+                } else {
+                    out.push_str("null");
+                }
+            }
+            k if k == TrainprofArgKind::Bool as i32 => {
+                out.push_str(if arg.value != 0 { "true" } else { "false" })
+            }
+            _ => {
+                let _ = write!(out, "{}", arg.value);
+            }
+        }
+    }
+    out.push_str("}}");
+}
+
+/// `s` as a JSON string literal.
+pub fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{MAX_ARGS, NO_STEP, TrainprofArg};
+
+    fn event(step: i64, args: &[TrainprofArg]) -> Event {
+        let mut ev = Event {
+            phase: 1,
+            name: 2,
+            start_us: 1_795_316_901_771_000,
+            end_us: 1_795_316_901_781_000,
+            step,
+            n_args: args.len() as u8,
+            args: [TrainprofArg::EMPTY; MAX_ARGS],
+        };
+        ev.args[..args.len()].copy_from_slice(args);
+        ev
+    }
+
+    fn names(id: u32) -> &'static str {
+        ["k\"ey", "Forward", "Net", "worker_id", "ratio", "pin_memory"][id as usize]
+    }
+
+    #[test]
+    fn lines_are_what_smdebug_writes() {
+        let mut s = String::new();
+        header(&mut s, 1_795_316_901_767_630);
+        assert_eq!(
+            s,
+            "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"start_time_since_epoch_in_micros\": 1795316901767630}},\n\
+             {\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"sort_index\": 0}}"
+        );
+        s.clear();
+        phase_meta(&mut s, 3, "Step:ModeKeys.TRAIN");
+        assert_eq!(
+            s,
+            "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 3, \"args\": {\"name\": \"Step:ModeKeys.TRAIN\"}},\n\
+             {\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": 3, \"args\": {\"sort_index\": 3}}"
+        );
+        s.clear();
+        record(&mut s, &event(0, &[]), 1, 1_795_316_901_767_630, 29945, names);
+        assert_eq!(
+            s,
+            "{\"name\": \"Net\", \"pid\": 1, \"ph\": \"X\", \"ts\": 3370, \"dur\": 10000, \"args\": {\"pid\": 29945, \"step_num\": \"0\"}}"
+        );
+    }
+
+    #[test]
+    fn arguments_and_escapes() {
+        let args = [
+            TrainprofArg { key: 3, kind: TrainprofArgKind::Int as i32, value: -7 },
+            TrainprofArg { key: 4, kind: TrainprofArgKind::Float as i32, value: 2.0f64.to_bits() as i64 },
+            TrainprofArg { key: 5, kind: TrainprofArgKind::Bool as i32, value: 1 },
+            TrainprofArg { key: 0, kind: TrainprofArgKind::Float as i32, value: f64::NAN.to_bits() as i64 },
+        ];
+        let mut s = String::new();
+        record(&mut s, &event(NO_STEP, &args), 2, 1_795_316_901_781_500, 1, names);
+        assert_eq!(
+            s,
+            "{\"name\": \"Net\", \"pid\": 2, \"ph\": \"X\", \"ts\": -10500, \"dur\": 10000, \"args\": {\"pid\": 1, \
+             \"worker_id\": -7, \"ratio\": 2.0, \"pin_memory\": true, \"k\\\"ey\": null}}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v["args"]["k\"ey"], serde_json::Value::Null);
+        s.clear();
+        json_string(&mut s, "a\u{1}\n\\é");
+        assert_eq!(s, "\"a\\u0001\\n\\\\é\"");
+    }
+}

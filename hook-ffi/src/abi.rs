@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use trainprof_config::{CProfileTimer, Loader, PythonProfiler, Sources};
 
-use crate::event::{MAX_ARGS, TrainprofArg};
+use crate::event::{TRAINPROF_MAX_ARGS, TrainprofArg};
 use crate::hook::{self, FRAMEWORKS, Hook, Options, TrainprofFeature, TrainprofMode};
 use crate::python::TrainprofBoundary;
 use crate::status::TrainprofStatus;
-use crate::{ABI_VERSION, guard, log, node};
+use crate::{TRAINPROF_ABI_VERSION, guard, log, node};
 
 /// The crate version, NUL-terminated for C.
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
@@ -141,10 +141,10 @@ fn copy_out(s: &str, buf: &mut [c_char]) -> Result<(), TrainprofStatus> {
     Ok(())
 }
 
-/// The ABI version ([`ABI_VERSION`]).
+/// The ABI version ([`TRAINPROF_ABI_VERSION`]).
 #[unsafe(no_mangle)]
 pub extern "C" fn trainprof_abi_version() -> u32 {
-    guard(0, || ABI_VERSION)
+    guard(0, || TRAINPROF_ABI_VERSION)
 }
 
 /// The library's version as a static NUL-terminated string (`"0.1.0"`); never NULL.
@@ -240,6 +240,12 @@ fn init(framework: &'static str) -> TrainprofStatus {
             libc::pthread_atfork(None, None, Some(in_forked_child));
             libc::atexit(at_exit);
         }
+        // This library's own std: the hook only sees panics raised in this library. A
+        // caught panic is one log line, not a backtrace in the trainer's output.
+        std::panic::set_hook(Box::new(|info| {
+            let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+            log(&format_args!("internal error{at} (caught; the call returned an error and the trainer goes on)"));
+        }));
     });
     STATE.store(RUNNING, Release);
     done.0 = true;
@@ -353,7 +359,7 @@ pub unsafe extern "C" fn trainprof_record(
         };
         let args = match n_args {
             0 => &[][..],
-            n if n as usize > MAX_ARGS => return TrainprofStatus::InvalidArgument,
+            n if n as usize > TRAINPROF_MAX_ARGS => return TrainprofStatus::InvalidArgument,
             _ if args.is_null() => return TrainprofStatus::NullArgument,
             // SAFETY: args is not NULL and the caller promises n_args valid elements.
             n => unsafe { std::slice::from_raw_parts(args, n as usize) },

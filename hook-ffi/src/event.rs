@@ -4,7 +4,7 @@
 //! building and queueing one never allocates.
 
 /// At most this many extra numeric arguments per event.
-pub const MAX_ARGS: usize = 4;
+pub const TRAINPROF_MAX_ARGS: usize = 4;
 
 /// The kind of a numeric argument's value.
 #[repr(i32)]
@@ -33,7 +33,7 @@ pub struct TrainprofArg {
 }
 
 impl TrainprofArg {
-    pub const EMPTY: TrainprofArg = TrainprofArg { key: 0, kind: 0, value: 0 };
+    pub(crate) const EMPTY: TrainprofArg = TrainprofArg { key: 0, kind: 0, value: 0 };
 }
 
 /// A complete event (`ph: "X"`), as queued. Times are µs since the epoch.
@@ -46,7 +46,7 @@ pub struct Event {
     /// The step number for `args.step_num`, or [`NO_STEP`].
     pub step: i64,
     pub n_args: u8,
-    pub args: [TrainprofArg; MAX_ARGS],
+    pub args: [TrainprofArg; TRAINPROF_MAX_ARGS],
 }
 
 /// [`Event::step`] when the event belongs to no step (nothing began yet).
@@ -54,6 +54,6 @@ pub const NO_STEP: i64 = -1;
 
 impl Event {
     pub fn args(&self) -> &[TrainprofArg] {
-        &self.args[..usize::from(self.n_args).min(MAX_ARGS)]
+        &self.args[..usize::from(self.n_args).min(TRAINPROF_MAX_ARGS)]
     }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 use trainprof_config::{Config, Loader, Reload, Step};
 
-use crate::event::{Event, MAX_ARGS, NO_STEP, TrainprofArg, TrainprofArgKind};
+use crate::event::{Event, TRAINPROF_MAX_ARGS, NO_STEP, TrainprofArg, TrainprofArgKind};
 use crate::python::{self, Outcome, Position, TrainprofBoundary};
 use crate::status::TrainprofStatus;
 use crate::writer::{self, TimelineWriter};
@@ -38,7 +38,7 @@ pub enum TrainprofMode {
 }
 
 impl TrainprofMode {
-    pub const ALL: [TrainprofMode; 4] =
+    pub(crate) const ALL: [TrainprofMode; 4] =
         [TrainprofMode::Train, TrainprofMode::Eval, TrainprofMode::Predict, TrainprofMode::Global];
 
     pub fn from_i32(v: i32) -> Option<TrainprofMode> {
@@ -283,7 +283,7 @@ impl Hook {
         if !self.enabled.load(Relaxed) {
             return TrainprofStatus::Disabled;
         }
-        if end_us < start_us || args.len() > MAX_ARGS || !self.valid_id(phase) || !self.valid_id(name) {
+        if end_us < start_us || args.len() > TRAINPROF_MAX_ARGS || !self.valid_id(phase) || !self.valid_id(name) {
             return TrainprofStatus::InvalidArgument;
         }
         let mut ev = Event {
@@ -293,7 +293,7 @@ impl Hook {
             end_us,
             step: if step < 0 { self.steps.step.load(Relaxed) } else { step },
             n_args: args.len() as u8,
-            args: [TrainprofArg::EMPTY; MAX_ARGS],
+            args: [TrainprofArg::EMPTY; TRAINPROF_MAX_ARGS],
         };
         for (slot, a) in ev.args.iter_mut().zip(args) {
             if !self.valid_id(a.key) || !(0..=2).contains(&a.kind) {

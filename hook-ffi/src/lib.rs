@@ -40,7 +40,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// The ABI version: bumped whenever an export changes meaning or signature. The Python
 /// package refuses a library whose ABI version differs from its own.
-pub const ABI_VERSION: u32 = 1;
+pub const TRAINPROF_ABI_VERSION: u32 = 1;
 
 /// Runs `f`, returning `fallback` if it panics: no panic may cross the C ABI.
 pub(crate) fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {

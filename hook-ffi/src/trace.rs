@@ -94,7 +94,7 @@ pub fn json_string(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{MAX_ARGS, NO_STEP, TrainprofArg};
+    use crate::event::{TRAINPROF_MAX_ARGS, NO_STEP, TrainprofArg};
 
     fn event(step: i64, args: &[TrainprofArg]) -> Event {
         let mut ev = Event {
@@ -104,7 +104,7 @@ mod tests {
             end_us: 1_795_316_901_781_000,
             step,
             n_args: args.len() as u8,
-            args: [TrainprofArg::EMPTY; MAX_ARGS],
+            args: [TrainprofArg::EMPTY; TRAINPROF_MAX_ARGS],
         };
         ev.args[..args.len()].copy_from_slice(args);
         ev

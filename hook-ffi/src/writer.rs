@@ -300,7 +300,7 @@ fn sync_dir(dir: Option<&Path>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{MAX_ARGS, TrainprofArg};
+    use crate::event::{TRAINPROF_MAX_ARGS, TrainprofArg};
 
     const BASE: i64 = 1_795_316_901_000_000;
 
@@ -320,7 +320,7 @@ mod tests {
     }
 
     fn ev(phase: u32, name: u32, start_us: i64, end_us: i64, step: i64) -> Event {
-        Event { phase, name, start_us, end_us, step, n_args: 0, args: [TrainprofArg::EMPTY; MAX_ARGS] }
+        Event { phase, name, start_us, end_us, step, n_args: 0, args: [TrainprofArg::EMPTY; TRAINPROF_MAX_ARGS] }
     }
 
     fn sealed(root: &Path) -> Vec<(String, serde_json::Value)> {

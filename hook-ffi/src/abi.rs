@@ -221,7 +221,14 @@ fn init(framework: &'static str) -> TrainprofStatus {
     let queue_capacity = env("TRAINPROF_QUEUE_EVENTS")
         .and_then(|v| v.trim().parse::<usize>().ok())
         .map_or(QUEUE_EVENTS_DEFAULT, |v| v.clamp(*QUEUE_EVENTS_RANGE.start(), *QUEUE_EVENTS_RANGE.end()));
-    let hook = Hook::new(Options { framework, config, node_id, os_pid: pid, queue_capacity, base_us: hook::now_us() });
+    let hook = Hook::new(Options {
+        framework,
+        config,
+        node_id,
+        os_pid: pid,
+        queue_capacity,
+        base_us: hook::now_us(),
+    });
     if let Err(e) = hook.spawn_writer(Some(loader), hook::now_us) {
         log(&format_args!("cannot start the writer thread: {e}; the hook is off"));
         STATE.store(DISABLED, Release);
@@ -244,7 +251,9 @@ fn init(framework: &'static str) -> TrainprofStatus {
         // caught panic is one log line, not a backtrace in the trainer's output.
         std::panic::set_hook(Box::new(|info| {
             let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
-            log(&format_args!("internal error{at} (caught; the call returned an error and the trainer goes on)"));
+            log(&format_args!(
+                "internal error{at} (caught; the call returned an error and the trainer goes on)"
+            ));
         }));
     });
     STATE.store(RUNNING, Release);
@@ -448,7 +457,10 @@ pub unsafe extern "C" fn trainprof_window_active(
 /// # Safety
 /// `out` is NULL or valid for a write of a `TrainprofPythonWindow`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn trainprof_python_boundary(boundary: i32, out: *mut TrainprofPythonWindow) -> TrainprofStatus {
+pub unsafe extern "C" fn trainprof_python_boundary(
+    boundary: i32,
+    out: *mut TrainprofPythonWindow,
+) -> TrainprofStatus {
     guard(TrainprofStatus::Internal, || {
         if out.is_null() {
             return TrainprofStatus::NullArgument;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 use trainprof_config::{Config, Loader, Reload, Step};
 
-use crate::event::{Event, TRAINPROF_MAX_ARGS, NO_STEP, TrainprofArg, TrainprofArgKind};
+use crate::event::{Event, NO_STEP, TRAINPROF_MAX_ARGS, TrainprofArg, TrainprofArgKind};
 use crate::python::{self, Outcome, Position, TrainprofBoundary};
 use crate::status::TrainprofStatus;
 use crate::writer::{self, TimelineWriter};
@@ -228,7 +228,11 @@ impl Hook {
             local_path: c.local_path().to_path_buf(),
             os_pid: o.os_pid,
             base_us: o.base_us,
-            rotate: (c.rotate_max_file_size, interval_us(c.rotate_close_interval_s), c.file_open_fail_threshold),
+            rotate: (
+                c.rotate_max_file_size,
+                interval_us(c.rotate_close_interval_s),
+                c.file_open_fail_threshold,
+            ),
             gate: Mutex::new(Gate { config: o.config, python: python::Windows::default() }),
             pending: Mutex::new(None),
             written: AtomicU64::new(0),
@@ -283,7 +287,11 @@ impl Hook {
         if !self.enabled.load(Relaxed) {
             return TrainprofStatus::Disabled;
         }
-        if end_us < start_us || args.len() > TRAINPROF_MAX_ARGS || !self.valid_id(phase) || !self.valid_id(name) {
+        if end_us < start_us
+            || args.len() > TRAINPROF_MAX_ARGS
+            || !self.valid_id(phase)
+            || !self.valid_id(name)
+        {
             return TrainprofStatus::InvalidArgument;
         }
         let mut ev = Event {
@@ -402,7 +410,13 @@ impl Hook {
     /// `<LocalPath>/framework/<framework>/<profiler>/<node>/<dir_name>`, and the temporary
     /// directory the stats are written to before they are renamed there.
     pub fn python_stats_paths(&self, profiler: &str, dir_name: &str) -> (PathBuf, PathBuf) {
-        let done = self.local_path.join("framework").join(self.framework).join(profiler).join(&self.node_id).join(dir_name);
+        let done = self
+            .local_path
+            .join("framework")
+            .join(self.framework)
+            .join(profiler)
+            .join(&self.node_id)
+            .join(dir_name);
         let tmp = self.local_path.join(".tmp").join(&self.node_id).join(dir_name);
         (done, tmp)
     }
@@ -510,7 +524,10 @@ impl Hook {
                 last_reload = now;
                 if l.reload() == Reload::Changed {
                     let c = l.config();
-                    crate::log(&format_args!("config changed ({}); new windows apply from the next step", l.loaded().path.display()));
+                    crate::log(&format_args!(
+                        "config changed ({}); new windows apply from the next step",
+                        l.loaded().path.display()
+                    ));
                     for p in &c.problems {
                         crate::log(&format_args!("config: {}: {}", p.key, p.message));
                     }
@@ -532,4 +549,166 @@ fn interval_us(s: f64) -> i64 {
 /// A Float argument's value bits.
 pub fn float_arg(key: u32, v: f64) -> TrainprofArg {
     TrainprofArg { key, kind: TrainprofArgKind::Float as i32, value: v.to_bits() as i64 }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicI64;
+
+    use trainprof_config::Sources;
+
+    use super::*;
+
+    fn hook_with(config: Config, queue_capacity: usize) -> Arc<Hook> {
+        Hook::new(Options {
+            framework: "pytorch",
+            config,
+            node_id: "0-test".into(),
+            os_pid: 1,
+            queue_capacity,
+            base_us: 1_795_316_901_000_000,
+        })
+    }
+
+    const THREADS: u64 = 8;
+    const PER_THREAD: u64 = 1_000_000;
+
+    /// Every thread records PER_THREAD events and counts what each call returned.
+    fn hammer(hook: &Arc<Hook>, phase: u32) -> (u64, u64) {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let hook = Arc::clone(hook);
+                thread::spawn(move || {
+                    let (mut ok, mut dropped) = (0u64, 0u64);
+                    for i in 0..PER_THREAD as i64 {
+                        match hook.record(phase, phase, i, i + 1, t as i64, &[]) {
+                            TrainprofStatus::Ok => ok += 1,
+                            TrainprofStatus::Dropped => dropped += 1,
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                    (ok, dropped)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_exactly() {
+        let hook = hook_with(Config::defaults(), 10_000);
+        let phase = hook.register_name("Forward");
+        let (ok, dropped) = hammer(&hook, phase);
+        assert_eq!(ok, 10_000);
+        assert_eq!(dropped, THREADS * PER_THREAD - 10_000);
+        assert_eq!(hook.stats().dropped_queue_full, dropped);
+        assert_eq!(std::iter::from_fn(|| hook.pop()).count(), 10_000);
+    }
+
+    #[test]
+    fn with_a_consumer_every_event_is_either_taken_or_counted() {
+        let hook = hook_with(Config::defaults(), 4096);
+        let phase = hook.register_name("Forward");
+        let stop = Arc::new(AtomicBool::new(false));
+        let consumer = {
+            let (hook, stop) = (Arc::clone(&hook), Arc::clone(&stop));
+            thread::spawn(move || {
+                let mut n = 0u64;
+                let mut per_thread = [0u64; THREADS as usize];
+                loop {
+                    match hook.pop() {
+                        Some(ev) => {
+                            n += 1;
+                            per_thread[ev.step as usize] += 1;
+                        }
+                        None if stop.load(Acquire) => return (n, per_thread),
+                        None => std::hint::spin_loop(),
+                    }
+                }
+            })
+        };
+        let (ok, dropped) = hammer(&hook, phase);
+        stop.store(true, Release);
+        let (taken, per_thread) = consumer.join().unwrap();
+        assert_eq!(ok + dropped, THREADS * PER_THREAD);
+        assert_eq!(taken, ok);
+        assert_eq!(hook.stats().dropped_queue_full, dropped);
+        assert_eq!(per_thread.iter().sum::<u64>(), ok);
+    }
+
+    #[test]
+    fn invalid_events_are_refused_before_the_queue() {
+        let hook = hook_with(Config::defaults(), 16);
+        let p = hook.register_name("Forward");
+        assert_eq!(hook.register_name("Forward"), p);
+        let bad_kind = TrainprofArg { key: p, kind: 9, value: 0 };
+        let bad_key = TrainprofArg { key: 999, kind: 0, value: 0 };
+        assert_eq!(hook.record(p, 999, 0, 1, 0, &[]), TrainprofStatus::InvalidArgument);
+        assert_eq!(hook.record(p, p, 5, 4, 0, &[]), TrainprofStatus::InvalidArgument);
+        assert_eq!(hook.record(p, p, 0, 1, 0, &[bad_kind]), TrainprofStatus::InvalidArgument);
+        assert_eq!(hook.record(p, p, 0, 1, 0, &[bad_key]), TrainprofStatus::InvalidArgument);
+        assert_eq!(hook.record(p, p, 0, 1, 0, &[TrainprofArg::EMPTY; 5]), TrainprofStatus::InvalidArgument);
+        assert!(hook.pop().is_none());
+        assert_eq!(hook.step_end(10), TrainprofStatus::NoStep);
+    }
+
+    #[test]
+    fn steps_are_counted_per_mode_and_step_events_recorded() {
+        let hook = hook_with(Config::defaults(), 64);
+        assert_eq!(hook.step_begin(TrainprofMode::Train, -1, 100), 0);
+        assert_eq!(hook.step_end(150), TrainprofStatus::Ok);
+        assert_eq!(hook.step_begin(TrainprofMode::Train, -1, 200), 1);
+        assert_eq!(hook.step_begin(TrainprofMode::Eval, -1, 300), 0);
+        assert_eq!(hook.step_end(350), TrainprofStatus::Ok);
+        assert_eq!(hook.step_begin(TrainprofMode::Train, 10, 400), 10);
+        assert_eq!(hook.step_begin(TrainprofMode::Train, -1, 500), 11);
+        let evs: Vec<_> =
+            std::iter::from_fn(|| hook.pop()).map(|e| (e.phase, e.start_us, e.end_us, e.step)).collect();
+        let (train, eval) = (TrainprofMode::Train.step_name_id(), TrainprofMode::Eval.step_name_id());
+        assert_eq!(evs, [(train, 100, 150, 0), (eval, 300, 350, 0)]);
+    }
+
+    static FAKE_NOW: AtomicI64 = AtomicI64::new(1_795_316_901_000_000);
+
+    fn fake_now() -> i64 {
+        FAKE_NOW.load(Relaxed)
+    }
+
+    /// A changed config file is read by the writer thread and applies from the next step
+    /// boundary, not before.
+    #[test]
+    fn reloaded_windows_apply_from_the_next_step() {
+        let dir = std::env::temp_dir().join(format!("trainprof-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("profilerconfig.json");
+        let config = |start: u32| {
+            format!(
+                r#"{{"ProfilingParameters": {{"LocalPath": "{}", "DetailedProfilingConfig": "{{\"StartStep\": {start}, \"NumSteps\": 1}}"}}}}"#,
+                dir.join("out").display()
+            )
+        };
+        std::fs::write(&path, config(2)).unwrap();
+        let loader = Loader::new(Sources::new().with_config_path(&path));
+        let hook = hook_with(loader.config().clone(), 64);
+        hook.spawn_writer(Some(loader), fake_now).unwrap();
+        let detailed = |step| hook.is_active(TrainprofFeature::Detailed, step, None, 0.0);
+        hook.step_begin(TrainprofMode::Train, 0, 0);
+        assert!(detailed(2) && !detailed(3));
+
+        std::fs::write(&path, config(3)).unwrap();
+        FAKE_NOW.fetch_add(2_000_000, Relaxed);
+        // Wait for the writer's reload (it polls every 10 ms); the windows stay as they
+        // were until a step begins.
+        let mut waited = 0;
+        while lock(&hook.pending).is_none() {
+            assert!(waited < 500, "the writer never reloaded the config");
+            thread::sleep(Duration::from_millis(10));
+            waited += 1;
+        }
+        assert!(detailed(2) && !detailed(3));
+        hook.step_begin(TrainprofMode::Train, 1, 0);
+        assert!(!detailed(2) && detailed(3));
+        assert!(hook.stop_writer(Duration::from_secs(5)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -11,7 +11,8 @@
 use std::path::Path;
 
 /// Launcher variables that carry the global rank, in the order they are tried.
-pub const RANK_VARS: [&str; 5] = ["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"];
+pub const RANK_VARS: [&str; 5] =
+    ["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"];
 
 /// Where SageMaker writes the resource config.
 pub const DEFAULT_RESOURCE_CONFIG: &str = "/opt/ml/input/config/resourceconfig.json";
@@ -72,7 +73,10 @@ mod tests {
         assert_eq!(node_id(env(&[("SLURM_PROCID", "7"), ("TRAINPROF_RESOURCE_CONFIG", rc)]), 99), "7-algo-1");
         // A variable that is not a number is skipped, as is a missing one.
         assert_eq!(
-            node_id(env(&[("RANK", "x"), ("OMPI_COMM_WORLD_RANK", "2"), ("TRAINPROF_RESOURCE_CONFIG", rc)]), 99),
+            node_id(
+                env(&[("RANK", "x"), ("OMPI_COMM_WORLD_RANK", "2"), ("TRAINPROF_RESOURCE_CONFIG", rc)]),
+                99
+            ),
             "2-algo-1"
         );
         assert_eq!(node_id(env(&[("TRAINPROF_RESOURCE_CONFIG", rc)]), 99), "99-algo-1");

@@ -105,7 +105,10 @@ impl Windows {
             }
             TrainprofBoundary::StepEnd if at.pytorch => return out,
             TrainprofBoundary::StepStart | TrainprofBoundary::ForwardPassEnd | TrainprofBoundary::StepEnd => {
-                ((at.mode, Some(at.step)), enabled && feature.feature.is_active(Step::At(at.step), now_us() / 1e6))
+                (
+                    (at.mode, Some(at.step)),
+                    enabled && feature.feature.is_active(Step::At(at.step), now_us() / 1e6),
+                )
             }
             TrainprofBoundary::Close => (("posthookclose", None), enabled),
             TrainprofBoundary::Exit => (("posthookclose", None), false),
@@ -120,7 +123,9 @@ impl Windows {
         }
         if next {
             match b {
-                TrainprofBoundary::Close => self.start(&mut out, feature, "prestepzero", None, "end", now_us()),
+                TrainprofBoundary::Close => {
+                    self.start(&mut out, feature, "prestepzero", None, "end", now_us())
+                }
                 _ => self.start(&mut out, feature, at.mode, Some(at.step), b.phase(), now_us()),
             }
         }
@@ -173,7 +178,9 @@ mod tests {
     /// The PyTorch sequence of spec §4.1's real listing: StartStep 2, NumSteps 2, steps 0..4.
     #[test]
     fn pytorch_sequence_matches_smdebug() {
-        let mut f = feature(r#"{"StartStep": 2, "NumSteps": 2, "ProfilerName": "cProfile", "cProfileTimer": "total_time"}"#);
+        let mut f = feature(
+            r#"{"StartStep": 2, "NumSteps": 2, "ProfilerName": "cProfile", "cProfileTimer": "total_time"}"#,
+        );
         let mut w = Windows::default();
         let mut t = 100.0;
         let mut now = move || {
@@ -185,7 +192,9 @@ mod tests {
         let o = w.boundary(TrainprofBoundary::Start, &mut f, pos(0), &mut now);
         assert_eq!(o.started, Some((PythonProfiler::CProfile, Some(CProfileTimer::TotalTime))));
         for step in 0..5 {
-            for b in [TrainprofBoundary::StepStart, TrainprofBoundary::ForwardPassEnd, TrainprofBoundary::StepEnd] {
+            for b in
+                [TrainprofBoundary::StepStart, TrainprofBoundary::ForwardPassEnd, TrainprofBoundary::StepEnd]
+            {
                 names.extend(w.boundary(b, &mut f, pos(step), &mut now).ended.map(|e| e.0));
             }
         }
@@ -206,7 +215,9 @@ mod tests {
 
     #[test]
     fn tensorflow_cuts_at_step_end_and_default_timer_cycles() {
-        let mut f = feature(r#"{"StartStep": 9, "NumSteps": 3, "ProfilerName": "cProfile", "cProfileTimer": "default"}"#);
+        let mut f = feature(
+            r#"{"StartStep": 9, "NumSteps": 3, "ProfilerName": "cProfile", "cProfileTimer": "default"}"#,
+        );
         let mut w = Windows::default();
         let mut t = 0.0;
         let mut now = move || {
@@ -220,11 +231,26 @@ mod tests {
         for step in 8..13 {
             for b in [TrainprofBoundary::StepStart, TrainprofBoundary::StepEnd] {
                 let o = w.boundary(b, &mut f, pos(step), &mut now);
-                names.extend(o.ended.map(|e| e.0.split('_').map(|h| h.rsplit_once('-').unwrap().0.to_owned()).collect::<Vec<_>>().join("_")));
+                names.extend(o.ended.map(|e| {
+                    e.0.split('_')
+                        .map(|h| h.rsplit_once('-').unwrap().0.to_owned())
+                        .collect::<Vec<_>>()
+                        .join("_")
+                }));
                 timers.extend(o.started.and_then(|s| s.1));
             }
         }
-        assert_eq!(timers, [CProfileTimer::TotalTime, CProfileTimer::TotalTime, CProfileTimer::CpuTime, CProfileTimer::CpuTime, CProfileTimer::OffCpuTime, CProfileTimer::OffCpuTime]);
+        assert_eq!(
+            timers,
+            [
+                CProfileTimer::TotalTime,
+                CProfileTimer::TotalTime,
+                CProfileTimer::CpuTime,
+                CProfileTimer::CpuTime,
+                CProfileTimer::OffCpuTime,
+                CProfileTimer::OffCpuTime
+            ]
+        );
         assert_eq!(
             names,
             [
@@ -244,7 +270,12 @@ mod tests {
         let mut f = trainprof_config::Config::defaults().python;
         let mut w = Windows::default();
         let pos = Position { mode: "train", step: 0, pytorch: true };
-        for b in [TrainprofBoundary::Start, TrainprofBoundary::StepStart, TrainprofBoundary::Close, TrainprofBoundary::Exit] {
+        for b in [
+            TrainprofBoundary::Start,
+            TrainprofBoundary::StepStart,
+            TrainprofBoundary::Close,
+            TrainprofBoundary::Exit,
+        ] {
             assert_eq!(w.boundary(b, &mut f, pos, || 1.0), Outcome::default());
         }
     }

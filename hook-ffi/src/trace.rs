@@ -42,7 +42,10 @@ pub fn record<'a>(
     json_string(out, name_of(ev.name));
     let ts = ev.start_us.saturating_sub(base_us);
     let dur = ev.end_us.saturating_sub(ev.start_us);
-    let _ = write!(out, ", \"pid\": {phase_index}, \"ph\": \"X\", \"ts\": {ts}, \"dur\": {dur}, \"args\": {{\"pid\": {os_pid}");
+    let _ = write!(
+        out,
+        ", \"pid\": {phase_index}, \"ph\": \"X\", \"ts\": {ts}, \"dur\": {dur}, \"args\": {{\"pid\": {os_pid}"
+    );
     if ev.step >= 0 {
         // A string, as smdebug's hooks write it; readers accept both.
         let _ = write!(out, ", \"step_num\": \"{}\"", ev.step);
@@ -94,7 +97,7 @@ pub fn json_string(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{TRAINPROF_MAX_ARGS, NO_STEP, TrainprofArg};
+    use crate::event::{NO_STEP, TRAINPROF_MAX_ARGS, TrainprofArg};
 
     fn event(step: i64, args: &[TrainprofArg]) -> Event {
         let mut ev = Event {

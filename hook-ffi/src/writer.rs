@@ -193,10 +193,7 @@ impl TimelineWriter {
 
     fn open(&mut self, now_us: i64) -> bool {
         let tmp = self.tmp_path();
-        let opened = tmp
-            .parent()
-            .map_or(Ok(()), fs::create_dir_all)
-            .and_then(|()| File::create(&tmp));
+        let opened = tmp.parent().map_or(Ok(()), fs::create_dir_all).and_then(|()| File::create(&tmp));
         match opened {
             Ok(f) => {
                 let mut out = BufWriter::with_capacity(64 * 1024, f);
@@ -242,7 +239,11 @@ impl TimelineWriter {
     /// and its temporary file removed, so that no half-written file is ever sealed.
     fn abandon(&mut self, e: &io::Error) {
         if let Some(f) = self.file.take() {
-            crate::log(&format_args!("write to {} failed ({e}); dropping its {} events", f.tmp.display(), f.records));
+            crate::log(&format_args!(
+                "write to {} failed ({e}); dropping its {} events",
+                f.tmp.display(),
+                f.records
+            ));
             self.counts.written -= f.records;
             self.counts.dropped += f.records;
             drop(f.out.into_parts());
@@ -253,11 +254,8 @@ impl TimelineWriter {
 
     fn seal(&mut self) {
         let Some(mut f) = self.file.take() else { return };
-        let written = f
-            .out
-            .write_all(b"\n]")
-            .and_then(|()| f.out.flush())
-            .and_then(|()| f.out.get_ref().sync_all());
+        let written =
+            f.out.write_all(b"\n]").and_then(|()| f.out.flush()).and_then(|()| f.out.get_ref().sync_all());
         if let Err(e) = written {
             self.file = Some(f);
             self.abandon(&e);
@@ -320,7 +318,15 @@ mod tests {
     }
 
     fn ev(phase: u32, name: u32, start_us: i64, end_us: i64, step: i64) -> Event {
-        Event { phase, name, start_us, end_us, step, n_args: 0, args: [TrainprofArg::EMPTY; TRAINPROF_MAX_ARGS] }
+        Event {
+            phase,
+            name,
+            start_us,
+            end_us,
+            step,
+            n_args: 0,
+            args: [TrainprofArg::EMPTY; TRAINPROF_MAX_ARGS],
+        }
     }
 
     fn sealed(root: &Path) -> Vec<(String, serde_json::Value)> {

@@ -668,6 +668,13 @@ mod tests {
         assert_eq!(evs, [(train, 100, 150, 0), (eval, 300, 350, 0)]);
     }
 
+    /// Replaces `path` atomically, as the README asks: a reader never sees half a file.
+    fn write_atomically(path: &std::path::Path, text: String) {
+        let tmp = path.with_extension("new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+
     static FAKE_NOW: AtomicI64 = AtomicI64::new(1_795_316_901_000_000);
 
     fn fake_now() -> i64 {
@@ -695,20 +702,84 @@ mod tests {
         hook.step_begin(TrainprofMode::Train, 0, 0);
         assert!(detailed(2) && !detailed(3));
 
-        std::fs::write(&path, config(3)).unwrap();
-        FAKE_NOW.fetch_add(2_000_000, Relaxed);
-        // Wait for the writer's reload (it polls every 10 ms); the windows stay as they
-        // were until a step begins.
-        let mut waited = 0;
-        while lock(&hook.pending).is_none() {
-            assert!(waited < 500, "the writer never reloaded the config");
-            thread::sleep(Duration::from_millis(10));
-            waited += 1;
-        }
+        write_atomically(&path, config(3));
+        // The windows stay as they were until a step begins.
+        wait_for_reload(&hook);
         assert!(detailed(2) && !detailed(3));
         hook.step_begin(TrainprofMode::Train, 1, 0);
         assert!(!detailed(2) && detailed(3));
         assert!(hook.stop_writer(Duration::from_secs(5)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Waits until the writer has a reloaded config ready (it polls every 10 ms).
+    fn wait_for_reload(hook: &Hook) {
+        for _ in 0..500 {
+            if lock(&hook.pending).is_some() {
+                return;
+            }
+            // The writer compares with the time it last looked, which may be after any
+            // one advance: keep the clock moving.
+            FAKE_NOW.fetch_add(200_000, Relaxed);
+            thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the writer never reloaded the config");
+    }
+
+    /// Python profiling switched on by a reload starts at the next boundary (smdebug's
+    /// hook crashes); profiling switched off by a reload refuses events and the open file
+    /// is still sealed.
+    #[test]
+    fn reload_turns_python_on_then_profiling_off() {
+        let dir = std::env::temp_dir().join(format!("trainprof-reload2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("profilerconfig.json");
+        let out = dir.join("out");
+        let write = |extra: &str| {
+            let doc = format!(
+                r#"{{{extra}"ProfilingParameters": {{"LocalPath": "{}", "PythonProfilingConfig": "{{\"StartStep\": 1, \"NumSteps\": 1}}"}}}}"#,
+                out.display()
+            );
+            write_atomically(
+                &path,
+                if extra == "none" {
+                    format!(r#"{{"ProfilingParameters": {{"LocalPath": "{}"}}}}"#, out.display())
+                } else {
+                    doc.replace("none", "")
+                },
+            );
+        };
+        write("none");
+        let loader = Loader::new(Sources::new().with_config_path(&path));
+        let hook = hook_with(loader.config().clone(), 64);
+        hook.spawn_writer(Some(loader), fake_now).unwrap();
+        let forward = hook.register_name("Forward");
+        assert!(hook.python_boundary(TrainprofBoundary::Start, || 1.0).started.is_none());
+
+        write("");
+        wait_for_reload(&hook);
+        hook.step_begin(TrainprofMode::Train, 1, 0);
+        let o = hook.python_boundary(TrainprofBoundary::StepStart, || 2.0);
+        assert_eq!(o.started.map(|s| s.0), Some(trainprof_config::PythonProfiler::CProfile));
+        assert_eq!(hook.record(forward, forward, 10, 20, -1, &[]), TrainprofStatus::Ok);
+
+        write(r#""DisableProfiler": true, "#);
+        wait_for_reload(&hook);
+        hook.step_begin(TrainprofMode::Train, 2, 0);
+        assert_eq!(hook.record(forward, forward, 30, 40, -1, &[]), TrainprofStatus::Disabled);
+        assert!(!hook.is_active(TrainprofFeature::Python, 1, None, 0.0));
+        // The running window ends; none starts.
+        let o = hook.python_boundary(TrainprofBoundary::StepStart, || 3.0);
+        assert!(o.ended.is_some() && o.started.is_none());
+        assert!(hook.stop_writer(Duration::from_secs(5)));
+        assert_eq!(hook.stats().written, 1);
+        assert_eq!(hook.stats().files_sealed, 1);
+        let tmp_left = std::fs::read_dir(out.join("framework"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "tmp"))
+            .count();
+        assert_eq!(tmp_left, 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

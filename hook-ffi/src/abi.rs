@@ -38,7 +38,9 @@ const DOWN: u8 = 5;
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static HOOK: OnceLock<Arc<Hook>> = OnceLock::new();
 static FORKED: AtomicBool = AtomicBool::new(false);
-static HANDLERS: Once = Once::new();
+static AT_FORK: Once = Once::new();
+static AT_EXIT: Once = Once::new();
+static PANIC_HOOK: Once = Once::new();
 
 /// A profiler for Python windows.
 #[repr(i32)]
@@ -76,6 +78,18 @@ pub struct TrainprofPythonWindow {
     pub ended_dir: [c_char; TRAINPROF_PATH_MAX],
     /// A directory outside the readers' view, on the same file system, NUL-terminated.
     pub ended_tmp_dir: [c_char; TRAINPROF_PATH_MAX],
+}
+
+impl TrainprofPythonWindow {
+    /// Nothing ended, nothing started.
+    const NOTHING: TrainprofPythonWindow = TrainprofPythonWindow {
+        ended: 0,
+        started: 0,
+        profiler: 0,
+        timer: 0,
+        ended_dir: [0; TRAINPROF_PATH_MAX],
+        ended_tmp_dir: [0; TRAINPROF_PATH_MAX],
+    };
 }
 
 /// Counters, see `trainprof_stats`.
@@ -177,6 +191,13 @@ pub unsafe extern "C" fn trainprof_init(framework: *const c_char) -> TrainprofSt
         let Some(fw) = FRAMEWORKS.iter().copied().find(|f| *f == fw) else {
             return TrainprofStatus::InvalidArgument;
         };
+        // Before the state changes: a child forked at any later moment is marked, so it
+        // can never wait for an initialisation that its copy of the parent will not finish.
+        AT_FORK.call_once(|| {
+            // SAFETY: the handler is an extern "C" fn without arguments that never unwinds.
+            unsafe { libc::pthread_atfork(None, None, Some(in_forked_child)) };
+        });
+        install_panic_hook();
         loop {
             match STATE.compare_exchange(UNINIT, INITIALIZING, AcqRel, Acquire) {
                 Ok(_) => return init(fw),
@@ -241,14 +262,19 @@ fn init(framework: &'static str) -> TrainprofStatus {
         hook.local_path().join("framework").display()
     ));
     let _ = HOOK.set(hook);
-    HANDLERS.call_once(|| {
-        // SAFETY: both handlers are extern "C" fns without arguments that never unwind.
-        unsafe {
-            libc::pthread_atfork(None, None, Some(in_forked_child));
-            libc::atexit(at_exit);
-        }
-        // This library's own std: the hook only sees panics raised in this library. A
-        // caught panic is one log line, not a backtrace in the trainer's output.
+    AT_EXIT.call_once(|| {
+        // SAFETY: the handler is an extern "C" fn without arguments that never unwinds.
+        unsafe { libc::atexit(at_exit) };
+    });
+    STATE.store(RUNNING, Release);
+    done.0 = true;
+    TrainprofStatus::Ok
+}
+
+/// This library has its own std, so its panic hook only sees panics raised in this
+/// library. A caught panic becomes one log line, not a backtrace in the trainer's output.
+fn install_panic_hook() {
+    PANIC_HOOK.call_once(|| {
         std::panic::set_hook(Box::new(|info| {
             let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
             log(&format_args!(
@@ -256,9 +282,6 @@ fn init(framework: &'static str) -> TrainprofStatus {
             ));
         }));
     });
-    STATE.store(RUNNING, Release);
-    done.0 = true;
-    TrainprofStatus::Ok
 }
 
 /// `pthread_atfork` child handler: async-signal-safe, one atomic store.
@@ -325,6 +348,9 @@ pub extern "C" fn trainprof_shutdown(timeout_ms: u32) -> TrainprofStatus {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn trainprof_register_name(name: *const c_char, out_id: *mut u32) -> TrainprofStatus {
     guard(TrainprofStatus::Internal, || {
+        if FORKED.load(Relaxed) {
+            return TrainprofStatus::ForkedChild;
+        }
         let hook = match running() {
             Ok(h) => h,
             Err(e) => return e,
@@ -431,6 +457,13 @@ pub unsafe extern "C" fn trainprof_window_active(
     out_active: *mut i32,
 ) -> TrainprofStatus {
     guard(TrainprofStatus::Internal, || {
+        if FORKED.load(Relaxed) {
+            if !out_active.is_null() {
+                // SAFETY: not NULL, and the caller promises it is valid for a write.
+                unsafe { out_active.write(0) };
+            }
+            return TrainprofStatus::ForkedChild;
+        }
         if out_active.is_null() {
             return TrainprofStatus::NullArgument;
         }
@@ -462,17 +495,17 @@ pub unsafe extern "C" fn trainprof_python_boundary(
     out: *mut TrainprofPythonWindow,
 ) -> TrainprofStatus {
     guard(TrainprofStatus::Internal, || {
+        if FORKED.load(Relaxed) {
+            if !out.is_null() {
+                // SAFETY: not NULL, and the caller promises it is valid for a write.
+                unsafe { out.write(TrainprofPythonWindow::NOTHING) };
+            }
+            return TrainprofStatus::ForkedChild;
+        }
         if out.is_null() {
             return TrainprofStatus::NullArgument;
         }
-        let mut w = TrainprofPythonWindow {
-            ended: 0,
-            started: 0,
-            profiler: 0,
-            timer: 0,
-            ended_dir: [0; TRAINPROF_PATH_MAX],
-            ended_tmp_dir: [0; TRAINPROF_PATH_MAX],
-        };
+        let mut w = TrainprofPythonWindow::NOTHING;
         let r = (|| {
             let hook = hook_any()?;
             let b = TrainprofBoundary::from_i32(boundary).ok_or(TrainprofStatus::InvalidArgument)?;
@@ -511,6 +544,9 @@ pub unsafe extern "C" fn trainprof_python_boundary(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn trainprof_node_id(buf: *mut c_char, cap: usize) -> TrainprofStatus {
     guard(TrainprofStatus::Internal, || {
+        if FORKED.load(Relaxed) {
+            return TrainprofStatus::ForkedChild;
+        }
         if buf.is_null() {
             return TrainprofStatus::NullArgument;
         }
@@ -531,6 +567,13 @@ pub unsafe extern "C" fn trainprof_node_id(buf: *mut c_char, cap: usize) -> Trai
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn trainprof_stats(out: *mut TrainprofStats) -> TrainprofStatus {
     guard(TrainprofStatus::Internal, || {
+        if FORKED.load(Relaxed) {
+            if !out.is_null() {
+                // SAFETY: not NULL, and the caller promises it is valid for a write.
+                unsafe { out.write(TrainprofStats::default()) };
+            }
+            return TrainprofStatus::ForkedChild;
+        }
         if out.is_null() {
             return TrainprofStatus::NullArgument;
         }
@@ -564,6 +607,10 @@ pub extern "C" fn trainprof_dropped_events() -> u64 {
 /// (`INTERNAL`). It exists so that tests can prove that no panic crosses the ABI.
 #[unsafe(no_mangle)]
 pub extern "C" fn trainprof_selftest_panic() -> TrainprofStatus {
+    if FORKED.load(Relaxed) {
+        return TrainprofStatus::ForkedChild;
+    }
+    install_panic_hook();
     guard(TrainprofStatus::Internal, || {
         let v: Vec<u8> = Vec::new();
         // An index out of bounds: a real panic, not a simulated one.

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -152,7 +152,9 @@ struct Steps {
 /// The hook. See the module docs for who touches what.
 pub struct Hook {
     queue: ArrayQueue<Event>,
-    dropped_full: AtomicU64,
+    dropped_full: ShardedCounter,
+    /// Events pushed after the writer's final drain and taken back (see [`Hook::push`]).
+    dropped_late: AtomicU64,
     names: Names,
     enabled: AtomicBool,
     steps: Steps,
@@ -180,6 +182,32 @@ impl std::fmt::Debug for Hook {
             .field("local_path", &self.local_path)
             .field("stats", &self.stats())
             .finish_non_exhaustive()
+    }
+}
+
+/// A counter split over cache lines, so that threads dropping events at the same time
+/// do not fight over one line; each thread adds to its own slot (by a thread-local index).
+#[derive(Debug, Default)]
+struct ShardedCounter([PaddedU64; SHARDS]);
+
+const SHARDS: usize = 16;
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct PaddedU64(AtomicU64);
+
+impl ShardedCounter {
+    fn add(&self, n: u64) {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        thread_local! {
+            static SLOT: usize = NEXT.fetch_add(1, Relaxed) % SHARDS;
+        }
+        let i = SLOT.try_with(|s| *s).unwrap_or(0);
+        self.0[i].0.fetch_add(n, Relaxed);
+    }
+
+    fn sum(&self) -> u64 {
+        self.0.iter().map(|c| c.0.load(Relaxed)).sum()
     }
 }
 
@@ -213,7 +241,8 @@ impl Hook {
         let c = &o.config;
         Arc::new(Hook {
             queue: ArrayQueue::new(o.queue_capacity.max(1)),
-            dropped_full: AtomicU64::new(0),
+            dropped_full: ShardedCounter::default(),
+            dropped_late: AtomicU64::new(0),
             names: Names { table: Mutex::new(table), count: AtomicU32::new(count) },
             enabled: AtomicBool::new(c.enabled),
             steps: Steps {
@@ -314,9 +343,21 @@ impl Hook {
 
     fn push(&self, ev: Event) -> TrainprofStatus {
         match self.queue.push(ev) {
+            // The writer may have made its last check for an empty queue between our
+            // checks and the push. The queue's tail update and both loads of `stop` are
+            // SeqCst, so either the writer sees this event or we see `stop` here; then we
+            // take one event back (ours, or another late one) and count it, so that every
+            // OK is written and every loss is counted.
+            Ok(()) if self.stop.load(SeqCst) => match self.queue.pop() {
+                Some(_) => {
+                    self.dropped_late.fetch_add(1, Relaxed);
+                    TrainprofStatus::ShutDown
+                }
+                None => TrainprofStatus::Ok,
+            },
             Ok(()) => TrainprofStatus::Ok,
             Err(_) => {
-                self.dropped_full.fetch_add(1, Relaxed);
+                self.dropped_full.add(1);
                 TrainprofStatus::Dropped
             }
         }
@@ -423,8 +464,8 @@ impl Hook {
 
     pub fn stats(&self) -> Stats {
         Stats {
-            dropped_queue_full: self.dropped_full.load(Relaxed),
-            dropped_writer: self.dropped_writer.load(Relaxed),
+            dropped_queue_full: self.dropped_full.sum(),
+            dropped_writer: self.dropped_writer.load(Relaxed) + self.dropped_late.load(Relaxed),
             written: self.written.load(Relaxed),
             files_sealed: self.files_sealed.load(Relaxed),
             open_failures: self.open_failures.load(Relaxed),
@@ -458,8 +499,7 @@ impl Hook {
     /// Asks the writer to drain the queue, seal its file and stop; waits at most `timeout`.
     /// True when it finished in time.
     pub fn stop_writer(&self, timeout: Duration) -> bool {
-        self.enabled.store(false, Relaxed);
-        self.stop.store(true, Release);
+        self.stop.store(true, SeqCst);
         let (done, cv) = &self.finished;
         let deadline = Instant::now() + timeout;
         let mut finished = lock(done);
@@ -487,7 +527,7 @@ impl Hook {
         let mut names: Vec<Arc<str>> = Vec::new();
         let mut last_reload = clock();
         loop {
-            let stopping = self.stop.load(Acquire);
+            let stopping = self.stop.load(SeqCst);
             let mut n = 0usize;
             while let Some(ev) = self.queue.pop() {
                 let top = ev.phase.max(ev.name).max(ev.args().iter().map(|a| a.key).max().unwrap_or(0));
@@ -781,5 +821,39 @@ mod tests {
             .count();
         assert_eq!(tmp_left, 0);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Events recorded while the writer stops are either written or counted: an OK is
+    /// never lost (a push can land after the writer's final drain).
+    #[test]
+    fn recording_through_a_shutdown_loses_no_ok() {
+        for round in 0..10 {
+            let dir = std::env::temp_dir().join(format!("trainprof-late-{}-{round}", std::process::id()));
+            let mut config = Config::defaults();
+            config.local_path = dir.display().to_string();
+            let hook = hook_with(config, 1 << 16);
+            let p = hook.register_name("Forward");
+            hook.spawn_writer(None, now_us).unwrap();
+            let recorders: Vec<_> = (0..3)
+                .map(|_| {
+                    let hook = Arc::clone(&hook);
+                    thread::spawn(move || {
+                        let (mut ok, mut other) = (0u64, 0u64);
+                        for i in 0..20_000 {
+                            match hook.record(p, p, i, i + 1, 0, &[]) {
+                                TrainprofStatus::Ok => ok += 1,
+                                _ => other += 1,
+                            }
+                        }
+                        (ok, other)
+                    })
+                })
+                .collect();
+            thread::sleep(Duration::from_millis(2));
+            assert!(hook.stop_writer(Duration::from_secs(10)));
+            let ok: u64 = recorders.into_iter().map(|r| r.join().unwrap().0).sum();
+            assert_eq!(hook.stats().written, ok, "round {round}");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
 }

@@ -49,6 +49,10 @@ pub struct Config {
     /// unrecognised value of either, or a file that exists but cannot be read as JSON):
     /// then nothing is sampled or written, and every feature is off.
     pub enabled: bool,
+    /// `ProfilingParameters` is present and an object: the framework side (the hook's
+    /// timelines and windows) is configured. Without it smdebug writes no framework files,
+    /// and neither does the hook unless `LocalPath` is overridden.
+    pub framework_configured: bool,
     /// System sampling interval (`ProfilingIntervalInMilliseconds`).
     pub interval_ms: u32,
     /// Root of all output (`ProfilingParameters.LocalPath`), case kept.
@@ -71,6 +75,7 @@ impl Config {
     pub fn defaults() -> Config {
         Config {
             enabled: true,
+            framework_configured: false,
             interval_ms: DEFAULT_INTERVAL_MS,
             local_path: DEFAULT_LOCAL_PATH.to_owned(),
             s3_output_path: None,

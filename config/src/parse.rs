@@ -175,7 +175,11 @@ fn read_top(top: &Map<String, Value>, cfg: &mut Config, disable: &mut bool, p: &
     }
     match keys.get("ProfilingParameters") {
         None => {}
-        Some(Value::Object(params)) => read_params(params, cfg, p),
+        Some(Value::Object(params)) => {
+            // `{}` counts as absent, as in smdebug.
+            cfg.framework_configured = !params.is_empty();
+            read_params(params, cfg, p)
+        }
         Some(other) => p.push(
             "ProfilingParameters",
             format!("is {}, expected an object; framework profiling is off", kind(other)),

@@ -858,3 +858,17 @@ proptest! {
         let _ = trainprof_config::literal::parse(&text);
     }
 }
+
+/// The framework side (the hook) is configured only by a non-empty `ProfilingParameters`
+/// object, as smdebug's `profiling_enabled`.
+#[test]
+fn framework_configured_only_with_profiling_parameters() {
+    let c = |doc: &str| trainprof_config::from_bytes(doc.as_bytes(), &Sources::new());
+    assert!(!c("{}").framework_configured);
+    assert!(!c(r#"{"ProfilingParameters": {}}"#).framework_configured);
+    assert!(!c(r#"{"ProfilingParameters": "x"}"#).framework_configured);
+    assert!(!c(r#"{"ProfilingIntervalInMilliseconds": 100}"#).framework_configured);
+    assert!(c(r#"{"ProfilingParameters": {"LocalPath": "/x"}}"#).framework_configured);
+    assert!(c(r#"{"profilingparameters": {"rotatemaxfilesizeinbytes": 100}}"#).framework_configured);
+    assert!(!trainprof_config::Config::defaults().framework_configured);
+}

@@ -421,6 +421,8 @@ TrainprofStatus trainprof_window_active(int32_t feature,
  A Python-profiling boundary (a `TrainprofBoundary`): fills `*out` with the window that
  ended here (if any) and the one that starts (if any). Works until the process exits,
  also after `trainprof_shutdown`, so that the post-close window can end at exit.
+ `BUFFER_TOO_SMALL` (a `LocalPath` near `TRAINPROF_PATH_MAX`) loses the ended window's
+ directory; `started` is still filled in.
 
  # Safety
  `out` is NULL or valid for a write of a `TrainprofPythonWindow`.

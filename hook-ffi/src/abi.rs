@@ -231,8 +231,14 @@ fn init(framework: &'static str) -> TrainprofStatus {
         log(&format_args!("config: {}: {}", p.key, p.message));
     }
     let config = loader.config().clone();
-    if !config.enabled {
-        log(&format_args!("profiling is disabled; the hook does nothing in this process"));
+    let local_path_override = env("TRAINPROF_LOCAL_PATH").is_some_and(|v| !v.trim().is_empty());
+    if !hook::records(&config, local_path_override) {
+        let why = if config.enabled {
+            "the config has no ProfilingParameters (set TRAINPROF_LOCAL_PATH to record anyway)"
+        } else {
+            "profiling is disabled"
+        };
+        log(&format_args!("{why}; the hook does nothing in this process"));
         STATE.store(DISABLED, Release);
         done.0 = true;
         return TrainprofStatus::Disabled;
@@ -249,6 +255,7 @@ fn init(framework: &'static str) -> TrainprofStatus {
         os_pid: pid,
         queue_capacity,
         base_us: hook::now_us(),
+        local_path_override,
     });
     if let Err(e) = hook.spawn_writer(Some(loader), hook::now_us) {
         log(&format_args!("cannot start the writer thread: {e}; the hook is off"));
@@ -486,6 +493,8 @@ pub unsafe extern "C" fn trainprof_window_active(
 /// A Python-profiling boundary (a `TrainprofBoundary`): fills `*out` with the window that
 /// ended here (if any) and the one that starts (if any). Works until the process exits,
 /// also after `trainprof_shutdown`, so that the post-close window can end at exit.
+/// `BUFFER_TOO_SMALL` (a `LocalPath` near `TRAINPROF_PATH_MAX`) loses the ended window's
+/// directory; `started` is still filled in.
 ///
 /// # Safety
 /// `out` is NULL or valid for a write of a `TrainprofPythonWindow`.
@@ -510,12 +519,7 @@ pub unsafe extern "C" fn trainprof_python_boundary(
             let hook = hook_any()?;
             let b = TrainprofBoundary::from_i32(boundary).ok_or(TrainprofStatus::InvalidArgument)?;
             let o = hook.python_boundary(b, hook::now_us_f64);
-            if let Some((name, profiler)) = o.ended {
-                let (done, tmp) = hook.python_stats_paths(profiler.as_str(), &name);
-                copy_out(&done.to_string_lossy(), &mut w.ended_dir)?;
-                copy_out(&tmp.to_string_lossy(), &mut w.ended_tmp_dir)?;
-                w.ended = 1;
-            }
+            // What starts first: a path too long for the buffer must not hide it.
             if let Some((profiler, timer)) = o.started {
                 w.started = 1;
                 w.profiler = match profiler {
@@ -528,6 +532,12 @@ pub unsafe extern "C" fn trainprof_python_boundary(
                     Some(CProfileTimer::OffCpuTime) => TrainprofCprofileTimer::OffCpuTime,
                     Some(_) => TrainprofCprofileTimer::TotalTime,
                 } as i32;
+            }
+            if let Some((name, profiler)) = o.ended {
+                let (done, tmp) = hook.python_stats_paths(profiler.as_str(), &name);
+                copy_out(&done.to_string_lossy(), &mut w.ended_dir)?;
+                copy_out(&tmp.to_string_lossy(), &mut w.ended_tmp_dir)?;
+                w.ended = 1;
             }
             Ok(TrainprofStatus::Ok)
         })();

@@ -106,6 +106,16 @@ pub struct Options {
     pub queue_capacity: usize,
     /// The writer's base time (µs since the epoch).
     pub base_us: i64,
+    /// `LocalPath` was given by `TRAINPROF_LOCAL_PATH`: record even without a
+    /// `ProfilingParameters` section (see [`records`]).
+    pub local_path_override: bool,
+}
+
+/// Whether the hook records under `config`: profiling is on, and the framework side is
+/// configured (`ProfilingParameters`, as smdebug requires) or the user named an output
+/// folder explicitly.
+pub fn records(config: &Config, local_path_override: bool) -> bool {
+    config.enabled && (config.framework_configured || local_path_override)
 }
 
 /// Counters, for `trainprof_stats`.
@@ -157,6 +167,7 @@ pub struct Hook {
     dropped_late: AtomicU64,
     names: Names,
     enabled: AtomicBool,
+    local_path_override: bool,
     steps: Steps,
     gate: Mutex<Gate>,
     pending: Mutex<Option<Box<Config>>>,
@@ -244,7 +255,8 @@ impl Hook {
             dropped_full: ShardedCounter::default(),
             dropped_late: AtomicU64::new(0),
             names: Names { table: Mutex::new(table), count: AtomicU32::new(count) },
-            enabled: AtomicBool::new(c.enabled),
+            enabled: AtomicBool::new(records(c, o.local_path_override)),
+            local_path_override: o.local_path_override,
             steps: Steps {
                 mode: AtomicI32::new(0),
                 step: AtomicI64::new(NO_STEP),
@@ -409,7 +421,7 @@ impl Hook {
             Err(_) => None,
         };
         if let Some(config) = new {
-            self.enabled.store(config.enabled, Relaxed);
+            self.enabled.store(records(&config, self.local_path_override), Relaxed);
             let mut gate = lock(&self.gate);
             gate.config = *config;
         }
@@ -439,7 +451,7 @@ impl Hook {
         let at = self.position();
         let mut gate = lock(&self.gate);
         let Gate { config, python } = &mut *gate;
-        if !config.enabled {
+        if !records(config, self.local_path_override) {
             // Profiling switched off: close what runs, start nothing.
             let mut off = config.python.clone();
             off.feature = Config::defaults().python.feature;
@@ -599,7 +611,8 @@ mod tests {
 
     use super::*;
 
-    fn hook_with(config: Config, queue_capacity: usize) -> Arc<Hook> {
+    fn hook_with(mut config: Config, queue_capacity: usize) -> Arc<Hook> {
+        config.framework_configured = true;
         Hook::new(Options {
             framework: "pytorch",
             config,
@@ -607,6 +620,7 @@ mod tests {
             os_pid: 1,
             queue_capacity,
             base_us: 1_795_316_901_000_000,
+            local_path_override: false,
         })
     }
 

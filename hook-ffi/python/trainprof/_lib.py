@@ -1,0 +1,251 @@
+"""ctypes binding of ``libtrainprof_hook.so`` (``hook-ffi/include/trainprof_hook.h``).
+
+Every structure mirrors the header field for field, and every exported function gets its
+``argtypes`` / ``restype`` here, so a wrong call is a ``ctypes.ArgumentError`` in Python
+rather than undefined behaviour in C. Nothing here runs at import time: :func:`load` opens
+the library when a :class:`trainprof.Profiler` is made.
+"""
+
+import ctypes
+import os
+import threading
+
+#: The ABI this package speaks (``TRAINPROF_ABI_VERSION``).
+ABI_VERSION = 1
+#: ``TRAINPROF_PATH_MAX``: bytes in each path buffer of :class:`TrainprofPythonWindow`.
+PATH_MAX = 4096
+#: ``TRAINPROF_MAX_ARGS``: extra arguments per event.
+MAX_ARGS = 4
+
+#: The library's file name, looked for inside this package when ``TRAINPROF_HOOK_LIB`` is unset.
+LIB_NAME = "libtrainprof_hook.so"
+#: The environment variable naming the library to load.
+LIB_ENV = "TRAINPROF_HOOK_LIB"
+
+# enum TrainprofStatus
+STATUS_OK = 0
+STATUS_NOT_INITIALIZED = 1
+STATUS_SHUT_DOWN = 2
+STATUS_DISABLED = 3
+STATUS_FORKED_CHILD = 4
+STATUS_DROPPED = 5
+STATUS_TIMEOUT = 6
+STATUS_NO_STEP = 7
+STATUS_NULL_ARGUMENT = -1
+STATUS_INVALID_UTF8 = -2
+STATUS_INVALID_ARGUMENT = -3
+STATUS_INTERNAL = -4
+STATUS_IO = -5
+STATUS_BUFFER_TOO_SMALL = -6
+
+STATUS_NAMES = {
+    STATUS_OK: "OK",
+    STATUS_NOT_INITIALIZED: "NOT_INITIALIZED",
+    STATUS_SHUT_DOWN: "SHUT_DOWN",
+    STATUS_DISABLED: "DISABLED",
+    STATUS_FORKED_CHILD: "FORKED_CHILD",
+    STATUS_DROPPED: "DROPPED",
+    STATUS_TIMEOUT: "TIMEOUT",
+    STATUS_NO_STEP: "NO_STEP",
+    STATUS_NULL_ARGUMENT: "NULL_ARGUMENT",
+    STATUS_INVALID_UTF8: "INVALID_UTF8",
+    STATUS_INVALID_ARGUMENT: "INVALID_ARGUMENT",
+    STATUS_INTERNAL: "INTERNAL",
+    STATUS_IO: "IO",
+    STATUS_BUFFER_TOO_SMALL: "BUFFER_TOO_SMALL",
+}
+
+# enum TrainprofMode
+MODE_TRAIN = 1
+MODE_EVAL = 2
+MODE_PREDICT = 3
+MODE_GLOBAL = 4
+
+# enum TrainprofFeature
+FEATURE_DETAILED = 1
+FEATURE_DATALOADER = 2
+FEATURE_PYTHON = 3
+FEATURE_SMDATAPARALLEL = 4
+
+# enum TrainprofBoundary
+BOUNDARY_START = 1
+BOUNDARY_STEP_START = 2
+BOUNDARY_FORWARD_PASS_END = 3
+BOUNDARY_STEP_END = 4
+BOUNDARY_CLOSE = 5
+BOUNDARY_EXIT = 6
+
+# enum TrainprofArgKind
+ARG_KIND_INT = 0
+ARG_KIND_FLOAT = 1
+ARG_KIND_BOOL = 2
+
+# enum TrainprofPythonProfiler
+PYTHON_PROFILER_NONE = 0
+PYTHON_PROFILER_CPROFILE = 1
+PYTHON_PROFILER_PYINSTRUMENT = 2
+
+# enum TrainprofCprofileTimer
+CPROFILE_TIMER_NONE = 0
+CPROFILE_TIMER_TOTAL_TIME = 1
+CPROFILE_TIMER_CPU_TIME = 2
+CPROFILE_TIMER_OFF_CPU_TIME = 3
+
+
+def status_name(status):
+    """``OK``, ``DISABLED``, ... for a status code (``STATUS_<n>`` for an unknown one)."""
+    return STATUS_NAMES.get(status, "STATUS_%d" % status)
+
+
+class TrainprofArg(ctypes.Structure):
+    """``struct TrainprofArg``: ``args.<name of key> = value``."""
+
+    _fields_ = [
+        ("key", ctypes.c_uint32),
+        ("kind", ctypes.c_int32),
+        ("value", ctypes.c_int64),
+    ]
+
+
+class TrainprofPythonWindow(ctypes.Structure):
+    """``struct TrainprofPythonWindow``: what ``trainprof_python_boundary`` decided."""
+
+    _fields_ = [
+        ("ended", ctypes.c_int32),
+        ("started", ctypes.c_int32),
+        ("profiler", ctypes.c_int32),
+        ("timer", ctypes.c_int32),
+        ("ended_dir", ctypes.c_char * PATH_MAX),
+        ("ended_tmp_dir", ctypes.c_char * PATH_MAX),
+    ]
+
+
+class TrainprofStats(ctypes.Structure):
+    """``struct TrainprofStats``: the hook's counters."""
+
+    _fields_ = [
+        ("dropped_queue_full", ctypes.c_uint64),
+        ("dropped_writer", ctypes.c_uint64),
+        ("written", ctypes.c_uint64),
+        ("files_sealed", ctypes.c_uint64),
+        ("open_failures", ctypes.c_uint64),
+    ]
+
+
+_Status = ctypes.c_int32  # TrainprofStatus is an int32_t in C
+
+# name -> (restype, argtypes), every export of trainprof_hook.h.
+_PROTOTYPES = {
+    "trainprof_abi_version": (ctypes.c_uint32, []),
+    "trainprof_version": (ctypes.c_char_p, []),
+    "trainprof_init": (_Status, [ctypes.c_char_p]),
+    "trainprof_shutdown": (_Status, [ctypes.c_uint32]),
+    "trainprof_register_name": (_Status, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint32)]),
+    "trainprof_record": (
+        _Status,
+        [
+            ctypes.c_uint32,
+            ctypes.c_uint32,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.POINTER(TrainprofArg),
+            ctypes.c_uint32,
+        ],
+    ),
+    "trainprof_step_begin": (_Status, [ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]),
+    "trainprof_step_end": (_Status, []),
+    "trainprof_now_us": (ctypes.c_int64, []),
+    "trainprof_window_active": (
+        _Status,
+        [ctypes.c_int32, ctypes.c_int64, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32)],
+    ),
+    "trainprof_python_boundary": (_Status, [ctypes.c_int32, ctypes.POINTER(TrainprofPythonWindow)]),
+    "trainprof_node_id": (_Status, [ctypes.c_char_p, ctypes.c_size_t]),
+    "trainprof_stats": (_Status, [ctypes.POINTER(TrainprofStats)]),
+    "trainprof_dropped_events": (ctypes.c_uint64, []),
+    "trainprof_selftest_panic": (_Status, []),
+}
+
+
+class LibraryError(ImportError):
+    """The hook library cannot be loaded, or speaks another ABI."""
+
+
+def default_path():
+    """``libtrainprof_hook.so`` inside this package's directory."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), LIB_NAME)
+
+
+def resolve_path(path=None):
+    """The library to load: ``path``, else ``$TRAINPROF_HOOK_LIB``, else :func:`default_path`."""
+    if path:
+        return os.fspath(path), "the lib_path argument"
+    env = os.environ.get(LIB_ENV)
+    if env:
+        return env, "$" + LIB_ENV
+    return default_path(), "the trainprof package directory"
+
+
+def _how_to_fix():
+    return "set %s to the path of %s, or copy the library to %s before installing the package" % (
+        LIB_ENV,
+        LIB_NAME,
+        default_path(),
+    )
+
+
+def bind(lib):
+    """Sets ``restype`` / ``argtypes`` of every export on a ``ctypes.CDLL``; returns it."""
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        fn = getattr(lib, name)  # AttributeError when the export is missing
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+_cache = {}
+_cache_lock = threading.Lock()
+
+
+def load(path=None):
+    """Loads and binds the library (once per path), checking its ABI version.
+
+    Raises :class:`LibraryError` (an ``ImportError``) with a message that names where the
+    library was looked for and how to point the package at it.
+    """
+    where, source = resolve_path(path)
+    with _cache_lock:
+        lib = _cache.get(where)
+        if lib is not None:
+            return lib
+        if not os.path.exists(where):
+            raise LibraryError(
+                "trainprof: the hook library %s (from %s) does not exist; %s" % (where, source, _how_to_fix()),
+                path=where,
+            )
+        try:
+            lib = ctypes.CDLL(where)
+        except OSError as e:
+            raise LibraryError(
+                "trainprof: cannot load the hook library %s (from %s): %s; %s" % (where, source, e, _how_to_fix()),
+                path=where,
+            ) from e
+        try:
+            bind(lib)
+        except AttributeError as e:
+            raise LibraryError(
+                "trainprof: %s (from %s) is not a trainprof hook library (%s); %s" % (where, source, e, _how_to_fix()),
+                path=where,
+            ) from e
+        abi = lib.trainprof_abi_version()
+        if abi != ABI_VERSION:
+            version = lib.trainprof_version()
+            raise LibraryError(
+                "trainprof: %s (from %s, version %s) has ABI version %d, this package needs %d; "
+                "use the library built from the same trainprof release"
+                % (where, source, version.decode("utf-8", "replace") if version else "?", abi, ABI_VERSION),
+                path=where,
+            )
+        _cache[where] = lib
+        return lib

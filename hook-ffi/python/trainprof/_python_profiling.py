@@ -1,0 +1,332 @@
+"""Python-profiling windows: cProfile or pyinstrument, cut where the hook library says.
+
+The library decides the windows (smdebug's sequence, spec §4.2) and names their
+directories; this module runs the profilers. At each boundary it asks
+``trainprof_python_boundary``: when a window ended, the running profiler is stopped, its
+stats are written into ``ended_tmp_dir`` (outside the readers' view) and that directory is
+renamed to ``ended_dir``, so a reader never sees half-written stats; when a window starts,
+a new profiler is started with the profiler and cProfile timer the library chose.
+
+File contents are smdebug's (spec §4.3): cProfile ``python_stats`` is
+``pstats.Stats(profile).dump_stats``; pyinstrument writes ``python_stats.json``
+(``JSONRenderer``) and ``python_stats.html``, or ``{"root_frame": null}`` and an error page
+when pyinstrument fails.
+
+Nothing here raises into the trainer: a problem is one ``trainprof: ...`` line on stderr and
+the window is skipped. In a ``fork()``ed child the inherited profiler is switched off and
+nothing is ever written.
+"""
+
+import cProfile
+import ctypes
+import json
+import os
+import pstats
+import threading
+import weakref
+
+from . import _lib
+from ._log import warn
+
+CPROFILE_STATS_FILENAME = "python_stats"
+PYINSTRUMENT_JSON_FILENAME = "python_stats.json"
+PYINSTRUMENT_HTML_FILENAME = "python_stats.html"
+
+
+# cProfile timers, as smdebug's smdebug/profiler/python_profile_utils.py defines them.
+def total_time():
+    """Wall-clock time (``os.times().elapsed``)."""
+    return os.times().elapsed
+
+
+def cpu_time():
+    """CPU time of this process (user + system)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def off_cpu_time():
+    """Wall-clock time not spent on a CPU (elapsed - (user + system))."""
+    t = os.times()
+    return t.elapsed - (t.user + t.system)
+
+
+TIMERS = {
+    _lib.CPROFILE_TIMER_NONE: total_time,
+    _lib.CPROFILE_TIMER_TOTAL_TIME: total_time,
+    _lib.CPROFILE_TIMER_CPU_TIME: cpu_time,
+    _lib.CPROFILE_TIMER_OFF_CPU_TIME: off_cpu_time,
+}
+
+
+class _CProfileRun:
+    """One cProfile window."""
+
+    name = "cProfile"
+
+    def __init__(self, timer):
+        self._profile = cProfile.Profile(timer)
+
+    def start(self):
+        self._profile.enable()
+
+    def stop(self):
+        self._profile.disable()
+
+    def abandon(self):
+        self._profile.disable()
+
+    def dump(self, directory):
+        pstats.Stats(self._profile).dump_stats(os.path.join(directory, CPROFILE_STATS_FILENAME))
+
+
+class _PyinstrumentRun:
+    """One pyinstrument window."""
+
+    name = "pyinstrument"
+
+    def __init__(self, module):
+        self._renderers = module.renderers
+        self._profiler = module.Profiler()
+        self._failed = False
+
+    def start(self):
+        self._profiler.start()
+
+    def stop(self):
+        try:
+            self._profiler.stop()
+        except Exception as e:  # pyinstrument's sporadic internal errors: smdebug's fallback files
+            self._failed = e
+
+    def abandon(self):
+        self.stop()
+
+    def _render(self, session):
+        return (
+            self._renderers.JSONRenderer().render(session),
+            self._renderers.HTMLRenderer().render(session),  # what Profiler.output_html() does
+        )
+
+    def dump(self, directory):
+        try:
+            if self._failed:
+                raise self._failed
+            session = self._profiler.last_session
+            try:
+                json_stats, html = self._render(session)
+            except AssertionError:
+                # pyinstrument 3 asserts when the samples have two outermost frames: a
+                # window that runs from the main module into the atexit handlers (the
+                # post-close window). Keep the samples under the first outermost frame.
+                records = getattr(session, "frame_records", None)
+                if not records or not records[0][0]:
+                    raise
+                root = records[0][0][0]
+                session.frame_records = [r for r in records if r[0] and r[0][0] == root]
+                json_stats, html = self._render(session)
+        except Exception as e:
+            warn(
+                "pyinstrument failed (%s: %s); the window's stats are smdebug's error placeholder"
+                % (type(e).__name__, e),
+                key=("pyinstrument-failed", type(e).__name__),
+            )
+            json_stats = json.dumps({"root_frame": None})
+            html = "An error occurred during profiling!"
+        with open(os.path.join(directory, PYINSTRUMENT_JSON_FILENAME), "w") as f:
+            f.write(json_stats)
+        with open(os.path.join(directory, PYINSTRUMENT_HTML_FILENAME), "w") as f:
+            f.write(html)
+
+
+def _import_pyinstrument():
+    """pyinstrument and its renderers, or None (one warning) when it is not installed."""
+    try:
+        import pyinstrument
+        import pyinstrument.renderers  # noqa: F401  (JSONRenderer)
+
+        return pyinstrument
+    except Exception as e:
+        warn(
+            "pyinstrument cannot be imported (%s: %s); Python-profiling windows with ProfilerName "
+            "Pyinstrument are skipped (pip install pyinstrument)" % (type(e).__name__, e),
+            key="pyinstrument-missing",
+        )
+        return None
+
+
+def _remove_empty_parents(path, stop):
+    """Removes the empty directories above ``path`` up to, not including, ``stop``."""
+    parent = os.path.dirname(path)
+    while parent and parent != stop and parent.startswith(stop + os.sep):
+        try:
+            os.rmdir(parent)
+        except OSError:
+            return
+        parent = os.path.dirname(parent)
+
+
+class Windows:
+    """The process's Python-profiling state: the running window's profiler, if any.
+
+    One per process and library (see :func:`windows_for`), because the library keeps one
+    window sequence per process.
+    """
+
+    def __init__(self, lib):
+        self._lib = lib
+        self._pid = os.getpid()
+        self._lock = threading.RLock()
+        self._running = None
+        self._pyinstrument = None
+        self.closed = False
+        self.exited = False
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref))
+
+    def _forked(self):
+        return os.getpid() != self._pid
+
+    def boundary(self, boundary):
+        """Applies one boundary (a ``BOUNDARY_*``). Never raises."""
+        if self._forked():
+            return
+        try:
+            with self._lock:
+                if self.exited or (self.closed and boundary != _lib.BOUNDARY_EXIT):
+                    return
+                if boundary == _lib.BOUNDARY_CLOSE:
+                    self.closed = True
+                elif boundary == _lib.BOUNDARY_EXIT:
+                    self.exited = True
+                self._apply(boundary)
+        except Exception as e:
+            warn("Python profiling: %s: %s (profiling goes on)" % (type(e).__name__, e))
+
+    def close(self):
+        """The hook closes: ends the running window, starts the post-close one (once)."""
+        self.boundary(_lib.BOUNDARY_CLOSE)
+
+    def exit(self):
+        """Process exit: ends the post-close window (once, after :meth:`close`)."""
+        if self.closed:
+            self.boundary(_lib.BOUNDARY_EXIT)
+
+    def _apply(self, boundary):
+        w = _lib.TrainprofPythonWindow()
+        status = self._lib.trainprof_python_boundary(boundary, ctypes.byref(w))
+        if status != _lib.STATUS_OK:
+            if status < 0:
+                # The library may have ended (and started) a window without telling which:
+                # drop the running profiler rather than let it run into the next window.
+                self._abandon()
+                warn(
+                    "trainprof_python_boundary returned %s; Python profiling may miss windows"
+                    % _lib.status_name(status),
+                    key=("boundary", status),
+                )
+            return
+        if w.ended:
+            self._end(os.fsdecode(w.ended_dir), os.fsdecode(w.ended_tmp_dir))
+        if w.started:
+            self._start(w.profiler, w.timer)
+
+    def _end(self, ended_dir, tmp_dir):
+        run, self._running = self._running, None
+        if run is None:  # the window had no profiler (pyinstrument missing, or start failed)
+            return
+        try:
+            run.stop()
+        except Exception as e:
+            warn(
+                "cannot stop the %s profiler: %s: %s; window %s skipped" % (run.name, type(e).__name__, e, ended_dir),
+                key=("stop", run.name),
+            )
+            return
+        try:
+            _makedirs(tmp_dir)
+            run.dump(tmp_dir)
+            os.makedirs(os.path.dirname(ended_dir), exist_ok=True)
+            os.rename(tmp_dir, ended_dir)
+        except Exception as e:
+            warn(
+                "cannot write %s stats to %s: %s: %s (training goes on)" % (run.name, ended_dir, type(e).__name__, e),
+                key=("write", type(e).__name__),
+            )
+            _rmtree_quietly(tmp_dir)
+        try:
+            common = os.path.commonpath([ended_dir, tmp_dir])
+            _remove_empty_parents(tmp_dir, common)
+        except Exception:
+            pass
+
+    def _start(self, profiler, timer):
+        if self._running is not None:  # not expected: a start always follows an end
+            self._abandon()
+        if profiler == _lib.PYTHON_PROFILER_CPROFILE:
+            run = _CProfileRun(TIMERS.get(timer, total_time))
+        elif profiler == _lib.PYTHON_PROFILER_PYINSTRUMENT:
+            if self._pyinstrument is None:
+                self._pyinstrument = _import_pyinstrument() or False
+            if not self._pyinstrument:
+                return
+            run = _PyinstrumentRun(self._pyinstrument)
+        else:
+            return
+        try:
+            run.start()
+        except Exception as e:
+            warn(
+                "cannot start the %s profiler (%s: %s); its windows are skipped" % (run.name, type(e).__name__, e),
+                key=("start", run.name),
+            )
+            return
+        self._running = run
+
+    def _abandon(self):
+        run, self._running = self._running, None
+        if run is not None:
+            try:
+                run.abandon()
+            except Exception:
+                pass
+
+    def in_forked_child(self):
+        """Called in a fork()ed child: the inherited profiler stops, nothing is written."""
+        self._lock = threading.RLock()  # another thread may have held it at fork time
+        self._abandon()
+
+
+def _makedirs(path):
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileNotFoundError:  # a parent was removed by another process's clean-up meanwhile
+        os.makedirs(path, exist_ok=True)
+
+
+def _rmtree_quietly(path):
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _after_fork_in_child(ref):
+    w = ref()
+    if w is not None:
+        try:
+            w.in_forked_child()
+        except Exception:
+            pass
+
+
+_windows = {}
+_windows_lock = threading.Lock()
+
+
+def windows_for(lib):
+    """The process's :class:`Windows` for ``lib``."""
+    with _windows_lock:
+        w = _windows.get(id(lib))
+        if w is None:
+            w = _windows[id(lib)] = Windows(lib)
+        return w

@@ -1,0 +1,323 @@
+"""The trainprof package itself: imports, library lookup and errors, argument checking,
+disabled profiling, fork()ed children, and the C ABI's statuses through ctypes."""
+
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from smdebug.profiler.algorithm_metrics_reader import LocalAlgorithmMetricsReader
+
+# smdebug-style statuses (trainprof_hook.h)
+OK, NOT_INITIALIZED, SHUT_DOWN, DISABLED, FORKED_CHILD, NO_STEP = 0, 1, 2, 3, 4, 7
+NULL_ARGUMENT, INVALID_UTF8, INVALID_ARGUMENT, INTERNAL, BUFFER_TOO_SMALL = -1, -2, -3, -4, -6
+
+PYTHON_WINDOWS = {"PythonProfilingConfig": {"StartStep": 2, "NumSteps": 2, "ProfilerName": "cProfile"}}
+
+
+def fake_frameworks(root):
+    """torch and tensorflow packages that only say they were imported."""
+    for name in ("torch", "tensorflow"):
+        (root / name).mkdir(parents=True)
+        (root / name / "__init__.py").write_text("IMPORTED_BY_TRAINPROF_TEST = True\n")
+    return root
+
+
+def test_import_pulls_in_no_framework_and_no_library(run_script, tmp_path, package_dir):
+    fakes = fake_frameworks(tmp_path / "fakes")
+    run = run_script("api.py", {"case": "import"}, pythonpath=f"{package_dir}{os.pathsep}{fakes}").check()
+    m = run.manifest
+    assert m["torch"] is False and m["tensorflow"] is False, m["new_modules"]
+    assert not any(n.split(".")[0] in ("torch", "tensorflow", "pyinstrument", "smdebug") for n in m["new_modules"])
+    assert m["library_mapped"] is False and m["loaded"] == 0
+    assert "trainprof" in m["new_modules"]
+    # The fake packages are importable in that environment: had trainprof imported them, it would show.
+    check = subprocess.run(
+        [sys.executable, "-c", "import torch, tensorflow; print(torch.IMPORTED_BY_TRAINPROF_TEST)"],
+        env={**os.environ, "PYTHONPATH": str(fakes)},
+        capture_output=True,
+        text=True,
+    )
+    assert check.stdout.strip() == "True", check.stderr
+
+
+def error_of(run):
+    profiler = run.check().manifest["profiler"]
+    assert "error" in profiler, f"Profiler() worked: {profiler}"
+    return profiler
+
+
+def test_wrong_library_path_is_a_clear_error(run_script, tmp_path, package_dir):
+    missing = tmp_path / "nowhere" / "libtrainprof_hook.so"
+    e = error_of(run_script("api.py", {"case": "load"}, env={"TRAINPROF_HOOK_LIB": missing}))
+    assert e["import_error"] and e["error"] == "LibraryError"
+    assert str(missing) in e["message"] and "TRAINPROF_HOOK_LIB" in e["message"]
+    assert str(package_dir / "trainprof" / "libtrainprof_hook.so") in e["message"]
+
+    not_a_library = tmp_path / "libtrainprof_hook.so"
+    not_a_library.write_text("not an ELF file\n")
+    e = error_of(run_script("api.py", {"case": "load"}, env={"TRAINPROF_HOOK_LIB": not_a_library}))
+    assert e["import_error"] and str(not_a_library) in e["message"] and "cannot load" in e["message"]
+
+    # Not set: the package's own directory, here a copy of the package without a library.
+    copy = tmp_path / "pkg"
+    shutil.copytree(package_dir / "trainprof", copy / "trainprof", ignore=shutil.ignore_patterns("*.so"))
+    e = error_of(run_script("api.py", {"case": "load"}, env={"TRAINPROF_HOOK_LIB": None}, pythonpath=copy))
+    assert e["import_error"]
+    assert str(copy / "trainprof" / "libtrainprof_hook.so") in e["message"] and "TRAINPROF_HOOK_LIB" in e["message"]
+
+
+def test_abi_mismatch_is_refused(run_script):
+    e = error_of(run_script("api.py", {"case": "abi"}))
+    assert e["import_error"] and "ABI version 1" in e["message"] and "needs 2" in e["message"]
+
+
+def test_programmer_mistakes_raise_value_error(run_script):
+    run = run_script("api.py", {"case": "errors"}, config={}).check()
+    m = run.manifest
+    assert m["init_status"] == OK
+    for case in (
+        "framework",
+        "mode",
+        "negative_step",
+        "feature",
+        "dataloader_without_name",
+        "five_args",
+        "string_arg",
+        "name_not_str",
+        "nul_in_name",
+        "end_before_start",
+        "nan_time",
+        "int64_overflow",
+    ):
+        assert m[case].get("error") == "ValueError", (case, m[case])
+    assert (m["step"], m["next_step"], m["eval_step"]) == (7, 8, 0)
+    assert m["step_end_twice"] == {"ok": "None"}  # NO_STEP: a warning, not an exception
+    assert "trainprof: step_end() without step_begin()" in run.proc.stderr
+    assert m["close_twice"] == {"ok": "None"}
+    assert m["registered_names"] == ["Forward", "Net", "a", "b", "c", "d"]  # no rejected name got in
+
+    events = LocalAlgorithmMetricsReader(trace_root_folder=str(run.out)).get_events(0, 10**18)
+    assert sorted((e.event_phase, e.event_name, e.event_args["step_num"]) for e in events) == [
+        ("Forward", "Net", "0"),
+        ("Step:ModeKeys.EVAL", "Step:ModeKeys.EVAL", "0"),
+    ]
+    fwd = next(e for e in events if e.event_name == "Net")
+    assert {k: fwd.event_args[k] for k in "abcd"} == {"a": -(2**63), "b": False, "c": 1e300, "d": 3}
+    assert m["stats"]["written"] == 2
+
+
+@pytest.mark.parametrize("how", ["DisableProfiler", "TRAINPROF_DISABLE"])
+def test_disabled_profiling_writes_nothing(run_script, how):
+    config = {"RotateMaxFileSizeInBytes": 1500, "DetailedProfilingConfig": {"StartStep": 1}, **PYTHON_WINDOWS}
+    params = {"phases": [["train", 4], ["eval", 2]]}
+    if how == "DisableProfiler":
+        run = run_script("loop.py", params, config=config, top={"DisableProfiler": True})
+    else:
+        run = run_script("loop.py", params, config=config, env={"TRAINPROF_DISABLE": "1"})
+    m = run.check().manifest
+    assert m["init_status"] == DISABLED
+    assert m["node_id"] is None
+    assert m["steps"] == [["train", s] for s in range(4)] + [["eval", s] for s in range(2)]
+    assert not any(a[f] for a in m["active"] for f in ("detailed", "dataloader", "python", "smdataparallel"))
+    assert m["stats"] == dict.fromkeys(
+        ("dropped_queue_full", "dropped_writer", "written", "files_sealed", "open_failures"), 0
+    )
+    files = [os.path.join(d, f) for d, _, fs in os.walk(run.out) for f in fs]
+    assert files == []
+    assert "Traceback" not in run.proc.stderr
+
+
+def test_forked_child_is_inert(run_script):
+    """A child forked inside a Python-profiling window keeps calling the profiler and exits
+    with os._exit(0): it records nothing, writes no stats, and the parent's files are whole."""
+    run = run_script(
+        "loop.py",
+        {"phases": [["train", 5]], "fork_at": ["train", 2]},
+        config={"RotateMaxFileSizeInBytes": 1500, **PYTHON_WINDOWS},
+    ).check()
+    m = run.manifest
+    assert m["child_exit_status"] == 0
+    assert m["parent_profiler_running_at_fork"] is True  # the fork happened inside a window
+    c = json.loads((run.manifest_path.parent / "manifest.json.child.json").read_text())
+    assert c["pid"] != m["pid"]
+    assert c["profiler_running"] is False  # the inherited cProfile profiler was switched off
+    assert (c["step_begin"], c["forward_end"], c["step_end"], c["close"]) == (None, None, None, None)
+    assert c["active"] == [False, False, False, False]
+    assert c["stats"] is None and c["node_id"] is None
+    assert c["lib"] == {
+        "step_begin": FORKED_CHILD,
+        "record": FORKED_CHILD,
+        "python_boundary": FORKED_CHILD,
+        "python_boundary_ended": 0,
+        "python_boundary_started": 0,
+        "shutdown": FORKED_CHILD,
+        "init": FORKED_CHILD,
+    }
+
+    # The parent: all its events, none of the child's, in sealed files.
+    events = LocalAlgorithmMetricsReader(trace_root_folder=str(run.out)).get_events(0, 10**18)
+    got = collections.Counter((e.event_phase, e.event_name, e.event_args.get("step_num")) for e in events)
+    want = collections.Counter((e["phase"], e["name"], str(e["step"])) for e in m["events"])
+    assert got == want
+    assert {e.event_args["pid"] for e in events} == {m["pid"]}
+    leftovers = [os.path.join(d, n) for d, ds, fs in os.walk(run.out) for n in ds + fs if n.endswith(".tmp")]
+    assert leftovers == []
+
+    # Exactly the parent's windows; the child added none (it shares the parent's node id).
+    root = run.out / "framework" / "pytorch" / "cprofile"
+    assert os.listdir(root) == [m["node_id"]]
+    windows = {"_".join("-".join(h.split("-")[:3]) for h in d.split("_")) for d in os.listdir(root / m["node_id"])}
+    assert windows == {
+        "prestepzero-*-start_train-0-stepstart",
+        "train-2-stepstart_train-2-forwardpassend",
+        "train-2-forwardpassend_train-3-stepstart",
+        "train-3-stepstart_train-3-forwardpassend",
+        "train-3-forwardpassend_train-4-stepstart",
+        "prestepzero-*-end_posthookclose-*-end",
+    }
+
+
+def test_c_abi_statuses_through_ctypes(run_script):
+    run = run_script("abi.py", config={}).check()
+    assert run.proc.stdout.strip() == "still alive"
+    m = run.manifest
+    assert m["abi_version"] == 1 and m["version"] == "0.1.0"
+    assert m["before_init"] == {
+        "register_name": NOT_INITIALIZED,
+        "step_begin": NOT_INITIALIZED,
+        "step_end": NOT_INITIALIZED,
+        "record": NOT_INITIALIZED,
+        "shutdown": NOT_INITIALIZED,
+        "python_boundary": NOT_INITIALIZED,
+        "dropped": 0,
+    }
+    assert (m["init_null"], m["init_bad_utf8"], m["init_unknown_framework"]) == (
+        NULL_ARGUMENT,
+        INVALID_UTF8,
+        INVALID_ARGUMENT,
+    )
+    assert (m["init"], m["init_again"]) == (OK, OK)
+    assert m["null"] == dict.fromkeys(m["null"], NULL_ARGUMENT) and len(m["null"]) == 8
+    assert m["utf8"] == {"register_name": INVALID_UTF8, "window_active_dataloader": INVALID_UTF8}
+    assert m["invalid"] == dict.fromkeys(m["invalid"], INVALID_ARGUMENT) and len(m["invalid"]) == 7
+    assert m["node_id_small_buffer"] == BUFFER_TOO_SMALL
+    assert m["step_end_without_step"] == NO_STEP
+    assert (m["selftest_panic"], m["selftest_panic_again"]) == (INTERNAL, INTERNAL)
+    assert m["after_panic"] == {"step_begin": OK, "step": 0, "record": OK, "step_end": OK, "shutdown": OK}
+    assert m["written"] == 2
+    assert m["after_shutdown"] == {"record": SHUT_DOWN, "init": SHUT_DOWN, "shutdown": SHUT_DOWN}
+    # The caught panic is one log line, not a Rust panic message with a backtrace hint.
+    assert "panicked at" not in run.proc.stderr
+    assert run.proc.stderr.count("internal error") == 2, run.proc.stderr
+
+
+def test_pip_installed_package_loads_its_bundled_library(tmp_path, hook_lib, package_dir):
+    """The package-data configuration carries a copied-in libtrainprof_hook.so, and the
+    installed package finds it without TRAINPROF_HOOK_LIB."""
+    src = tmp_path / "src"
+    shutil.copytree(package_dir, src, ignore=shutil.ignore_patterns("*.so", "build", "*.egg-info", "__pycache__"))
+    shutil.copy(hook_lib, src / "trainprof" / "libtrainprof_hook.so")
+    site = tmp_path / "site"
+    try:
+        import wheel  # noqa: F401  (setuptools < 70.1 needs it to build a wheel)
+
+        have_wheel = True
+    except ImportError:
+        have_wheel = False
+    if have_wheel:
+        cmd = [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index"]
+        cmd += ["--quiet", "--target", str(site), str(src)]
+    else:
+        # Without `wheel` (and offline) pip cannot build; setuptools' build_py copies exactly
+        # what an install would (packages and package data) from the same pyproject.toml.
+        cmd = [sys.executable, "-c", "from setuptools import setup; setup()", "-q", "build_py", "-d", str(site)]
+    build = subprocess.run(cmd, cwd=src, capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0, build.stdout + build.stderr
+    assert (site / "trainprof" / "libtrainprof_hook.so").is_file()
+    env = {k: v for k, v in os.environ.items() if k not in ("TRAINPROF_HOOK_LIB", "PYTHONPATH")}
+    env.update(PYTHONPATH=str(site), SMPROFILER_CONFIG_PATH=str(tmp_path / "config.json"))
+    (tmp_path / "config.json").write_text('{"DisableProfiler": true}')
+    probe = subprocess.run(
+        [sys.executable, "-c", "import trainprof; p = trainprof.Profiler(); print(trainprof.__file__, p.init_status)"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert probe.returncode == 0, probe.stderr
+    path, status = probe.stdout.split()
+    assert path == str(site / "trainprof" / "__init__.py") and status == str(DISABLED)
+
+
+def test_unwritable_local_path_never_reaches_the_loop(run_script, tmp_path):
+    """Stats and timelines cannot be written (LocalPath lies under a regular file): the loop
+    finishes, the package says so in one line, the hook counts what it dropped."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    run = run_script(
+        "loop.py",
+        {"phases": [["train", 5]], "local_path": str(blocker / "out")},
+        config={"FileOpenFailThreshold": 2, **PYTHON_WINDOWS},
+        env={"TRAINPROF_LOCAL_PATH": blocker / "out"},
+    ).check()
+    m = run.manifest
+    assert m["init_status"] == OK
+    warnings = [line for line in run.proc.stderr.splitlines() if line.startswith("trainprof: ")]
+    assert len(warnings) == 1 and "cannot write cProfile stats" in warnings[0], run.proc.stderr
+    assert m["stats"]["written"] == 0 and m["stats"]["open_failures"] >= 1
+    assert m["dropped"] == len(m["events"]) == m["stats"]["dropped_writer"]
+    assert "Traceback" not in run.proc.stderr
+
+
+def test_exit_without_close_seals_everything(run_script):
+    """A loop that never calls close(): the atexit handler closes the profiler (sealing
+    the last timeline file) and the post-close window ends at exit."""
+    run = run_script(
+        "loop.py",
+        {"phases": [["train", 5]], "close": False},
+        config={"RotateMaxFileSizeInBytes": 1500, **PYTHON_WINDOWS},
+    ).check()
+    m = run.manifest
+    events = LocalAlgorithmMetricsReader(trace_root_folder=str(run.out)).get_events(0, 10**18)
+    # Everything, including the event recorded where the loop would have closed.
+    assert len(events) == len(m["events"]) + 1 and sum(e.event_name == "AfterClose" for e in events) == 1
+    leftovers = [os.path.join(d, n) for d, ds, fs in os.walk(run.out) for n in ds + fs if n.endswith(".tmp")]
+    assert leftovers == []
+    root = run.out / "framework" / "pytorch" / "cprofile" / m["node_id"]
+    windows = {"_".join("-".join(h.split("-")[:3]) for h in d.split("_")) for d in os.listdir(root)}
+    assert "prestepzero-*-end_posthookclose-*-end" in windows and len(windows) == 6, windows
+
+
+@pytest.mark.parametrize("config", ["missing", "no ProfilingParameters", "ProfilingParameters {}", "ProfilingParameters not an object"])
+def test_no_framework_config_writes_nothing(run_script, tmp_path, config):
+    # As smdebug: without a (non-empty) ProfilingParameters object the hook records nothing.
+    # LocalPath is then the default /opt/ml/output/profiler, so the proof is the init
+    # status and the log line, not an empty folder.
+    if config == "missing":
+        run = run_script("loop.py", {"phases": [["train", 3]]})
+    else:
+        doc = {
+            "no ProfilingParameters": {},
+            "ProfilingParameters {}": {"ProfilingParameters": {}},
+            "ProfilingParameters not an object": {"ProfilingParameters": "x"},
+        }[config]
+        path = tmp_path / "profilerconfig.json"
+        path.write_text(json.dumps(doc))
+        run = run_script("loop.py", {"phases": [["train", 3]]}, env={"SMPROFILER_CONFIG_PATH": path})
+    run.check()
+    assert run.manifest["init_status"] == 3  # TRAINPROF_STATUS_DISABLED
+    assert "no ProfilingParameters" in run.proc.stderr
+    assert run.manifest["stats"]["written"] == 0
+
+
+def test_local_path_override_records_without_a_config(run_script, tmp_path):
+    out = tmp_path / "out"
+    run = run_script("loop.py", {"phases": [["train", 3]]}, env={"TRAINPROF_LOCAL_PATH": out})
+    run.check()
+    assert run.manifest["init_status"] == 0
+    files = [os.path.join(d, f) for d, _, fs in os.walk(out / "framework" / "pevents") for f in fs]
+    assert files and all(f.endswith("_pythontimeline.json") for f in files)

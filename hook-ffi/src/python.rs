@@ -168,6 +168,14 @@ mod tests {
         trainprof_config::from_bytes(doc.as_bytes(), &Sources::new()).python
     }
 
+    /// A clock that advances by `step` at every reading.
+    fn ticking(mut t: f64, step: f64) -> impl FnMut() -> f64 {
+        move || {
+            t += step;
+            t
+        }
+    }
+
     #[test]
     fn python_float_text() {
         assert_eq!(py_float(1_795_316_597_979_670.5), "1795316597979670.5");
@@ -182,11 +190,7 @@ mod tests {
             r#"{"StartStep": 2, "NumSteps": 2, "ProfilerName": "cProfile", "cProfileTimer": "total_time"}"#,
         );
         let mut w = Windows::default();
-        let mut t = 100.0;
-        let mut now = move || {
-            t += 1.5;
-            t
-        };
+        let mut now = ticking(100.0, 1.5);
         let mut names = Vec::new();
         let pos = |step| Position { mode: "train", step, pytorch: true };
         let o = w.boundary(TrainprofBoundary::Start, &mut f, pos(0), &mut now);
@@ -219,11 +223,7 @@ mod tests {
             r#"{"StartStep": 9, "NumSteps": 3, "ProfilerName": "cProfile", "cProfileTimer": "default"}"#,
         );
         let mut w = Windows::default();
-        let mut t = 0.0;
-        let mut now = move || {
-            t += 1.0;
-            t
-        };
+        let mut now = ticking(0.0, 1.0);
         let pos = |step| Position { mode: "eval", step, pytorch: false };
         let mut timers = Vec::new();
         let mut names = Vec::new();

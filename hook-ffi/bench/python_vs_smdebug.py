@@ -1,0 +1,104 @@
+"""Benchmark (not a test): the cost, on the training thread, of recording one timeline
+event from Python, trainprof vs smdebug 1.0.34's own writer, side by side in one run.
+
+    scripts/bench-hook-python        # builds the release library, runs this with .venv
+
+Both write the same events ("Forward"/"Net", step_num, pid) with the same rotation limits
+into separate temporary folders; the time measured is the call on the training thread
+(smdebug's TimelineFileWriter.write_trace_events blocks when its 100-entry queue is full;
+trainprof's Profiler.record_event never blocks and drops and counts instead). Each side is
+also timed until its files are complete (close), and the events found in the files are
+counted.
+"""
+
+import glob
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+N = int(os.environ.get("BENCH_EVENTS", "200000"))
+BATCH = 100
+
+
+def percentiles(per_call_ns):
+    s = sorted(per_call_ns)
+    pick = lambda q: s[min(len(s) - 1, int(q * len(s)))]
+    return "p50 %7.0f  p90 %7.0f  p99 %7.0f ns/event" % (pick(0.5), pick(0.9), pick(0.99))
+
+
+def count_events(root):
+    n = 0
+    for path in glob.glob(os.path.join(root, "framework", "pevents", "*", "*.json")):
+        with open(path) as f:
+            n += sum(1 for e in json.load(f) if e.get("ph") == "X")
+    return n
+
+
+def run(label, record, close, root):
+    batches = []
+    t_all = time.perf_counter_ns()
+    for b in range(N // BATCH):
+        t0 = time.perf_counter_ns()
+        for i in range(BATCH):
+            record(b * BATCH + i)
+        batches.append((time.perf_counter_ns() - t0) / BATCH)
+    t_calls = time.perf_counter_ns() - t_all
+    close()
+    t_done = time.perf_counter_ns() - t_all
+    print("%-10s %s   calls %.2f s, until files complete %.2f s, events in files %d of %d"
+          % (label, percentiles(batches), t_calls / 1e9, t_done / 1e9, count_events(root), N))
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="trainprof-pybench-")
+    config = {"ProfilingParameters": {"RotateMaxFileSizeInBytes": 10485760, "RotateFileCloseIntervalInSeconds": 60}}
+
+    # smdebug 1.0.34
+    sm_root = os.path.join(tmp, "smdebug")
+    config["ProfilingParameters"]["LocalPath"] = sm_root
+    sm_cfg = os.path.join(tmp, "smdebug.json")
+    with open(sm_cfg, "w") as f:
+        json.dump(config, f)
+    os.environ["SMPROFILER_CONFIG_PATH"] = sm_cfg
+    from smdebug.core.tfevent.timeline_file_writer import TimelineFileWriter
+    from smdebug.profiler.profiler_config_parser import ProfilerConfigParser
+
+    writer = TimelineFileWriter(profiler_config_parser=ProfilerConfigParser())
+    pid = os.getpid()
+    base = time.time()
+    run(
+        "smdebug",
+        lambda i: writer.write_trace_events(
+            timestamp=base + i * 1e-5, training_phase="Forward", op_name="Net", duration=1e-6,
+            pid=pid, step_num=str(i // 1000),
+        ),
+        writer.close,
+        sm_root,
+    )
+
+    # trainprof
+    tp_root = os.path.join(tmp, "trainprof")
+    config["ProfilingParameters"]["LocalPath"] = tp_root
+    tp_cfg = os.path.join(tmp, "trainprof.json")
+    with open(tp_cfg, "w") as f:
+        json.dump(config, f)
+    os.environ["SMPROFILER_CONFIG_PATH"] = tp_cfg
+    import trainprof
+
+    prof = trainprof.Profiler(framework="pytorch")
+    start_us = int(base * 1e6)
+    run(
+        "trainprof",
+        lambda i: prof.record_event("Forward", "Net", start_us + 10 * i, start_us + 10 * i + 1, step=i // 1000),
+        prof.close,
+        tp_root,
+    )
+    print("trainprof dropped (queue full): %d" % prof.stats()["dropped_queue_full"])
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

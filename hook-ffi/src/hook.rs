@@ -163,8 +163,10 @@ struct Steps {
 pub struct Hook {
     queue: ArrayQueue<Event>,
     dropped_full: ShardedCounter,
-    /// Events pushed after the writer's final drain and taken back (see [`Hook::push`]).
-    dropped_late: AtomicU64,
+    /// Pushes under way (see [`Hook::push`]).
+    in_flight: ShardedCounter,
+    /// Events left in the queue when the writer thread died (a caught panic).
+    dropped_writer_died: AtomicU64,
     names: Names,
     enabled: AtomicBool,
     local_path_override: bool,
@@ -208,17 +210,18 @@ const SHARDS: usize = 16;
 struct PaddedU64(AtomicU64);
 
 impl ShardedCounter {
-    fn add(&self, n: u64) {
+    /// This thread's slot.
+    fn slot() -> usize {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         thread_local! {
             static SLOT: usize = NEXT.fetch_add(1, Relaxed) % SHARDS;
         }
-        let i = SLOT.try_with(|s| *s).unwrap_or(0);
-        self.0[i].0.fetch_add(n, Relaxed);
+        SLOT.try_with(|s| *s).unwrap_or(0)
     }
 
+    /// The total (slots add and subtract with wrapping, so the sum is exact).
     fn sum(&self) -> u64 {
-        self.0.iter().map(|c| c.0.load(Relaxed)).sum()
+        self.0.iter().fold(0u64, |a, c| a.wrapping_add(c.0.load(SeqCst)))
     }
 }
 
@@ -253,7 +256,8 @@ impl Hook {
         Arc::new(Hook {
             queue: ArrayQueue::new(o.queue_capacity.max(1)),
             dropped_full: ShardedCounter::default(),
-            dropped_late: AtomicU64::new(0),
+            in_flight: ShardedCounter::default(),
+            dropped_writer_died: AtomicU64::new(0),
             names: Names { table: Mutex::new(table), count: AtomicU32::new(count) },
             enabled: AtomicBool::new(records(c, o.local_path_override)),
             local_path_override: o.local_path_override,
@@ -354,25 +358,25 @@ impl Hook {
     }
 
     fn push(&self, ev: Event) -> TrainprofStatus {
-        match self.queue.push(ev) {
-            // The writer may have made its last check for an empty queue between our
-            // checks and the push. The queue's tail update and both loads of `stop` are
-            // SeqCst, so either the writer sees this event or we see `stop` here; then we
-            // take one event back (ours, or another late one) and count it, so that every
-            // OK is written and every loss is counted.
-            Ok(()) if self.stop.load(SeqCst) => match self.queue.pop() {
-                Some(_) => {
-                    self.dropped_late.fetch_add(1, Relaxed);
-                    TrainprofStatus::ShutDown
+        // In flight from here to the end: the writer's final drain waits until no push is
+        // in flight, and a push that starts after the stop is refused. `stop` and the
+        // in-flight counts are SeqCst, so one of the two always sees the other: every OK
+        // event is written, and no event is taken back.
+        let slot = ShardedCounter::slot();
+        self.in_flight.0[slot].0.fetch_add(1, SeqCst);
+        let status = if self.stop.load(SeqCst) {
+            TrainprofStatus::ShutDown
+        } else {
+            match self.queue.push(ev) {
+                Ok(()) => TrainprofStatus::Ok,
+                Err(_) => {
+                    self.dropped_full.0[slot].0.fetch_add(1, Relaxed);
+                    TrainprofStatus::Dropped
                 }
-                None => TrainprofStatus::Ok,
-            },
-            Ok(()) => TrainprofStatus::Ok,
-            Err(_) => {
-                self.dropped_full.add(1);
-                TrainprofStatus::Dropped
             }
-        }
+        };
+        self.in_flight.0[slot].0.fetch_sub(1, SeqCst);
+        status
     }
 
     /// Begins a step of `mode`: `step` if it is ≥ 0, else the next of that mode (from 0).
@@ -477,7 +481,7 @@ impl Hook {
     pub fn stats(&self) -> Stats {
         Stats {
             dropped_queue_full: self.dropped_full.sum(),
-            dropped_writer: self.dropped_writer.load(Relaxed) + self.dropped_late.load(Relaxed),
+            dropped_writer: self.dropped_writer.load(Relaxed) + self.dropped_writer_died.load(Relaxed),
             written: self.written.load(Relaxed),
             files_sealed: self.files_sealed.load(Relaxed),
             open_failures: self.open_failures.load(Relaxed),
@@ -500,7 +504,22 @@ impl Hook {
     pub fn spawn_writer(self: &Arc<Self>, loader: Option<Loader>, clock: fn() -> i64) -> std::io::Result<()> {
         let hook = Arc::clone(self);
         thread::Builder::new().name("trainprof-writer".into()).spawn(move || {
-            hook.run_writer(loader, clock);
+            let ran =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.run_writer(loader, clock)));
+            if ran.is_err() {
+                // A bug, not a state: stop recording, count what is left, never hang a
+                // shutdown.
+                hook.enabled.store(false, Relaxed);
+                hook.stop.store(true, SeqCst);
+                while hook.in_flight.sum() != 0 {
+                    thread::yield_now();
+                }
+                let left = std::iter::from_fn(|| hook.queue.pop()).count() as u64;
+                hook.dropped_writer_died.fetch_add(left, Relaxed);
+                crate::log(&format_args!(
+                    "the writer thread failed; recording is off ({left} queued events dropped)"
+                ));
+            }
             let (done, cv) = &hook.finished;
             *lock(done) = true;
             cv.notify_all();
@@ -562,7 +581,7 @@ impl Hook {
             self.dropped_writer.store(c.dropped, Relaxed);
             self.files_sealed.store(c.files_sealed, Relaxed);
             self.open_failures.store(c.open_failures, Relaxed);
-            if stopping && self.queue.is_empty() {
+            if stopping && self.in_flight.sum() == 0 && self.queue.is_empty() {
                 w.close();
                 let c = w.counts();
                 self.written.store(c.written, Relaxed);
@@ -619,10 +638,14 @@ mod tests {
             node_id: "0-test".into(),
             os_pid: 1,
             queue_capacity,
-            base_us: 1_795_316_901_000_000,
+            base_us: HOOK_BASE,
             local_path_override: false,
         })
     }
+
+    const HOOK_BASE: i64 = 1_795_316_901_000_000;
+    /// Event times in tests: well after HOOK_BASE.
+    const BASE: i64 = HOOK_BASE + 1_000_000;
 
     const THREADS: u64 = 8;
     const PER_THREAD: u64 = 1_000_000;
@@ -837,36 +860,53 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// Events recorded while the writer stops are either written or counted: an OK is
-    /// never lost (a push can land after the writer's final drain).
+    /// Events recorded while the writer stops: exactly those that got OK are in the files
+    /// (a push can race with the writer's final drain).
     #[test]
-    fn recording_through_a_shutdown_loses_no_ok() {
+    fn recording_through_a_shutdown_writes_exactly_the_ok_events() {
         for round in 0..10 {
             let dir = std::env::temp_dir().join(format!("trainprof-late-{}-{round}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
             let mut config = Config::defaults();
             config.local_path = dir.display().to_string();
             let hook = hook_with(config, 1 << 16);
             let p = hook.register_name("Forward");
             hook.spawn_writer(None, now_us).unwrap();
-            let recorders: Vec<_> = (0..3)
-                .map(|_| {
-                    let hook = Arc::clone(&hook);
+            let started = Arc::new(std::sync::Barrier::new(4));
+            let recorders: Vec<_> = (0..3i64)
+                .map(|t| {
+                    let (hook, started) = (Arc::clone(&hook), Arc::clone(&started));
                     thread::spawn(move || {
-                        let (mut ok, mut other) = (0u64, 0u64);
+                        started.wait();
+                        let mut ok = Vec::new();
                         for i in 0..20_000 {
-                            match hook.record(p, p, i, i + 1, 0, &[]) {
-                                TrainprofStatus::Ok => ok += 1,
-                                _ => other += 1,
+                            let id = t * 1_000_000 + i;
+                            if hook.record(p, p, BASE + id, BASE + id + 1, 0, &[]) == TrainprofStatus::Ok {
+                                ok.push(id);
                             }
                         }
-                        (ok, other)
+                        ok
                     })
                 })
                 .collect();
-            thread::sleep(Duration::from_millis(2));
+            started.wait();
+            thread::sleep(Duration::from_millis(1));
             assert!(hook.stop_writer(Duration::from_secs(10)));
-            let ok: u64 = recorders.into_iter().map(|r| r.join().unwrap().0).sum();
-            assert_eq!(hook.stats().written, ok, "round {round}");
+            let mut ok: Vec<i64> = recorders.into_iter().flat_map(|r| r.join().unwrap()).collect();
+            ok.sort_unstable();
+            let mut written = Vec::new();
+            // No folder at all when the stop came before the first event.
+            for hour in std::fs::read_dir(dir.join("framework/pevents")).into_iter().flatten() {
+                for f in std::fs::read_dir(hour.unwrap().path()).unwrap() {
+                    let v: serde_json::Value =
+                        serde_json::from_slice(&std::fs::read(f.unwrap().path()).unwrap()).unwrap();
+                    let events = v.as_array().unwrap().iter().filter(|e| e["ph"] == "X");
+                    written.extend(events.map(|e| e["ts"].as_i64().unwrap() + HOOK_BASE - BASE));
+                }
+            }
+            written.sort_unstable();
+            assert_eq!(written, ok, "round {round}");
+            assert_eq!(hook.stats().written, ok.len() as u64);
             let _ = std::fs::remove_dir_all(&dir);
         }
     }

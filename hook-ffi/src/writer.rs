@@ -275,9 +275,21 @@ impl TimelineWriter {
                 self.counts.files_sealed += 1;
             }
             Err(e) => {
-                // The complete file stays under its temporary name; the agent's start-up
-                // repair picks it up.
-                crate::log(&format_args!("cannot rename {} to {}: {e}", f.tmp.display(), path.display()));
+                // The complete file is moved aside under a unique temporary name (the next
+                // file reuses the usual one), for the agent's start-up repair; its events
+                // count as dropped, and the failure counts toward FileOpenFailThreshold.
+                let aside = f.tmp.with_extension(format!("{t}.tmp"));
+                let kept = fs::rename(&f.tmp, &aside).is_ok();
+                crate::log(&format_args!(
+                    "cannot rename {} to {}: {e}; {} events {}",
+                    f.tmp.display(),
+                    path.display(),
+                    f.records,
+                    if kept { format!("kept in {}", aside.display()) } else { "lost".to_owned() }
+                ));
+                self.counts.written -= f.records;
+                self.counts.dropped += f.records;
+                self.open_failed();
             }
         }
     }
@@ -457,6 +469,29 @@ mod tests {
         let files = sealed(&root);
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].1.as_array().unwrap().len(), 5);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_failed_rename_keeps_the_file_aside_and_counts_its_events() {
+        let root = tempdir("renamefail");
+        fs::create_dir_all(root.join("framework")).unwrap();
+        // `pevents` is a file, so no hour folder can be made under it.
+        fs::write(root.join("framework/pevents"), b"").unwrap();
+        let mut w = TimelineWriter::new(settings(&root, 1 << 20, 60), BASE);
+        w.write(&ev(1, 2, BASE, BASE + 5, 0), &names(), BASE + 10);
+        w.write(&ev(1, 2, BASE, BASE + 7, 1), &names(), BASE + 10);
+        w.close();
+        assert_eq!(w.counts(), Counts { written: 0, dropped: 2, files_sealed: 0, open_failures: 1 });
+        let aside: Vec<_> = fs::read_dir(root.join("framework"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert_eq!(aside, [format!("0-algo-1_pythontimeline.json.{}.tmp", BASE + 7)]);
+        let kept: serde_json::Value =
+            serde_json::from_slice(&fs::read(root.join("framework").join(&aside[0])).unwrap()).unwrap();
+        assert_eq!(kept.as_array().unwrap().len(), 6);
         fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -225,6 +225,9 @@ class Windows:
                     % _lib.status_name(status),
                     key=("boundary", status),
                 )
+                # `started` is filled in even when the ended window's path did not fit.
+                if status == _lib.STATUS_BUFFER_TOO_SMALL and w.started:
+                    self._start(w.profiler, w.timer)
             return
         if w.ended:
             self._end(os.fsdecode(w.ended_dir), os.fsdecode(w.ended_tmp_dir))

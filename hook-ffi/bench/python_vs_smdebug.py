@@ -52,17 +52,22 @@ def run(label, record, close, root):
           % (label, percentiles(batches), t_calls / 1e9, t_done / 1e9, count_events(root), N))
 
 
+def use_config(tmp, name):
+    """Writes a config with LocalPath <tmp>/<name>, points SMPROFILER_CONFIG_PATH at it."""
+    root = os.path.join(tmp, name)
+    params = {"LocalPath": root, "RotateMaxFileSizeInBytes": 10485760, "RotateFileCloseIntervalInSeconds": 60}
+    path = os.path.join(tmp, name + ".json")
+    with open(path, "w") as f:
+        json.dump({"ProfilingParameters": params}, f)
+    os.environ["SMPROFILER_CONFIG_PATH"] = path
+    return root
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="trainprof-pybench-")
-    config = {"ProfilingParameters": {"RotateMaxFileSizeInBytes": 10485760, "RotateFileCloseIntervalInSeconds": 60}}
 
     # smdebug 1.0.34
-    sm_root = os.path.join(tmp, "smdebug")
-    config["ProfilingParameters"]["LocalPath"] = sm_root
-    sm_cfg = os.path.join(tmp, "smdebug.json")
-    with open(sm_cfg, "w") as f:
-        json.dump(config, f)
-    os.environ["SMPROFILER_CONFIG_PATH"] = sm_cfg
+    sm_root = use_config(tmp, "smdebug")
     from smdebug.core.tfevent.timeline_file_writer import TimelineFileWriter
     from smdebug.profiler.profiler_config_parser import ProfilerConfigParser
 
@@ -80,12 +85,7 @@ def main():
     )
 
     # trainprof
-    tp_root = os.path.join(tmp, "trainprof")
-    config["ProfilingParameters"]["LocalPath"] = tp_root
-    tp_cfg = os.path.join(tmp, "trainprof.json")
-    with open(tp_cfg, "w") as f:
-        json.dump(config, f)
-    os.environ["SMPROFILER_CONFIG_PATH"] = tp_cfg
+    tp_root = use_config(tmp, "trainprof")
     import trainprof
 
     prof = trainprof.Profiler(framework="pytorch")

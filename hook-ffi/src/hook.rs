@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 use trainprof_config::{Config, Loader, Reload, Step};
 
-use crate::event::{Event, NO_STEP, TRAINPROF_MAX_ARGS, TrainprofArg, TrainprofArgKind};
+use crate::event::{Event, NO_STEP, TRAINPROF_MAX_ARGS, TrainprofArg};
 use crate::python::{self, Outcome, Position, TrainprofBoundary};
 use crate::status::TrainprofStatus;
 use crate::writer::{self, TimelineWriter};
@@ -615,11 +615,6 @@ impl Hook {
 
 fn interval_us(s: f64) -> i64 {
     if s.is_finite() && s > 0.0 { (s * 1e6).min(i64::MAX as f64) as i64 } else { i64::MAX }
-}
-
-/// A Float argument's value bits.
-pub fn float_arg(key: u32, v: f64) -> TrainprofArg {
-    TrainprofArg { key, kind: TrainprofArgKind::Float as i32, value: v.to_bits() as i64 }
 }
 
 #[cfg(test)]

@@ -688,12 +688,15 @@ mod tests {
                 let mut n = 0u64;
                 let mut per_thread = [0u64; THREADS as usize];
                 loop {
+                    // Read `stop` before popping: an empty queue seen after every producer
+                    // finished is really empty, one seen before may still be filled.
+                    let producers_done = stop.load(Acquire);
                     match hook.pop() {
                         Some(ev) => {
                             n += 1;
                             per_thread[ev.step as usize] += 1;
                         }
-                        None if stop.load(Acquire) => return (n, per_thread),
+                        None if producers_done => return (n, per_thread),
                         None => std::hint::spin_loop(),
                     }
                 }

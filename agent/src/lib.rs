@@ -1,7 +1,12 @@
 //! The `trainprof` binary's library: everything but argument parsing lives here so that
 //! it can be tested without spawning the binary.
 //!
-//! Today it holds `config check`; the samplers (`sample/`), the uploader (`upload/`) and
-//! `trainprof run` (`launch.rs`) build on the same configuration.
+//! * [`check`]: `trainprof config check`;
+//! * [`sample`]: the samplers (procfs, cgroup, NVML, the trainer's process tree);
+//! * the system metrics writer, the sampling loop and `trainprof run` / `trainprof agent`
+//!   build on them; the uploader (issue 6) on the same configuration.
 
 pub mod check;
+pub mod log;
+pub mod sample;
+pub mod system;

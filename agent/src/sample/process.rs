@@ -1,0 +1,312 @@
+//! The trainer's process tree (for `trainprof run`) and the agent itself.
+//!
+//! The tree is rediscovered rarely (every [`REDISCOVER`]) by one scan of `/proc/*/stat`
+//! for parent pids; between scans each known process is read through its own open
+//! `/proc/<pid>/stat`, which fails once the process is gone (so a reused pid is never
+//! confused with the old process). A process is counted from its second reading: CPU
+//! time spent by a child that lives less than one rediscovery period is not seen.
+//!
+//! Type `trainer`, Dimension `ProcessTree`, Names `CPUPercent` (100 = one core busy),
+//! `RSSBytes`, `Processes`. The agent's own use is Type `agent`, Dimension `Self`, Names
+//! `CPUPercent`, `CPUMicrosPerTick`, `RSSBytes`, written at most every 10 s.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{Metrics, Name, ProcFile, SampleError, Sampler, fields, parse_u64};
+
+/// How often the tree is rescanned.
+pub const REDISCOVER: Duration = Duration::from_secs(2);
+
+/// What one `/proc/<pid>/stat` line says that matters here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidStat {
+    pub ppid: u32,
+    /// utime + stime, in clock ticks.
+    pub cpu_ticks: u64,
+    /// Resident pages.
+    pub rss_pages: u64,
+}
+
+/// Parses `/proc/<pid>/stat`. The command name is in parentheses and may itself contain
+/// spaces and parentheses, so fields are counted after the *last* `)`.
+pub fn parse_pid_stat(text: &[u8]) -> Option<PidStat> {
+    let close = text.iter().rposition(|&b| b == b')')?;
+    // After ")": state(3) ppid(4) pgrp session tty tpgid flags minflt cminflt majflt
+    // cmajflt utime(14) stime(15) cutime cstime priority nice threads itrealvalue
+    // starttime(22) vsize(23) rss(24)
+    let mut f = fields(&text[close + 1..]);
+    let ppid = u32::try_from(parse_u64(f.nth(1)?)?).ok()?;
+    let utime = parse_u64(f.nth(9)?)?;
+    let stime = parse_u64(f.next()?)?;
+    let rss = f.nth(8)?;
+    // rss is signed in the kernel's format; a negative value reads as 0.
+    let rss_pages = parse_u64(rss).unwrap_or(0);
+    Some(PidStat { ppid, cpu_ticks: utime.saturating_add(stime), rss_pages })
+}
+
+/// The pids under `root` (itself included) given (pid, ppid) pairs.
+pub fn descendants(root: u32, pairs: &[(u32, u32)]) -> Vec<u32> {
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(pairs.iter().filter(|&&(pid, ppid)| ppid == parent && pid != root).map(|&(pid, _)| pid));
+        i += 1;
+    }
+    tree.sort_unstable();
+    tree.dedup();
+    tree
+}
+
+fn sysconf(name: libc::c_int, fallback: u64) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(name) };
+    u64::try_from(v).ok().filter(|&v| v > 0).unwrap_or(fallback)
+}
+
+/// Clock ticks per second (`USER_HZ`).
+pub fn clock_ticks() -> u64 {
+    sysconf(libc::_SC_CLK_TCK, 100)
+}
+
+/// Bytes per page.
+pub fn page_size() -> u64 {
+    sysconf(libc::_SC_PAGESIZE, 4096)
+}
+
+#[derive(Debug)]
+struct Known {
+    pid: u32,
+    file: ProcFile,
+    /// `None` until the first reading.
+    ticks: Option<u64>,
+}
+
+/// The process-tree sampler.
+#[derive(Debug)]
+pub struct TreeSampler {
+    proc: PathBuf,
+    root: u32,
+    known: Vec<Known>,
+    last_scan: Option<Duration>,
+    prev_at: Duration,
+    pairs: Vec<(u32, u32)>,
+    hz: f64,
+    page: u64,
+}
+
+impl TreeSampler {
+    pub fn new(proc: &Path, root: u32, now: Duration) -> TreeSampler {
+        let mut s = TreeSampler {
+            proc: proc.to_owned(),
+            root,
+            known: Vec::new(),
+            last_scan: None,
+            prev_at: now,
+            pairs: Vec::new(),
+            hz: clock_ticks() as f64,
+            page: page_size(),
+        };
+        s.rediscover(now);
+        let _ = s.read_all();
+        s
+    }
+
+    fn rediscover(&mut self, now: Duration) {
+        self.last_scan = Some(now);
+        self.pairs.clear();
+        let Ok(dir) = std::fs::read_dir(&self.proc) else { return };
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            if let Ok(text) = std::fs::read(entry.path().join("stat"))
+                && let Some(st) = parse_pid_stat(&text)
+            {
+                self.pairs.push((pid, st.ppid));
+            }
+        }
+        let tree = descendants(self.root, &self.pairs);
+        self.known.retain(|k| tree.binary_search(&k.pid).is_ok());
+        for pid in tree {
+            if !self.known.iter().any(|k| k.pid == pid)
+                && let Ok(file) = ProcFile::open(self.proc.join(pid.to_string()).join("stat"))
+            {
+                self.known.push(Known { pid, file, ticks: None });
+            }
+        }
+    }
+
+    /// Reads every known process; returns (CPU ticks since the last reading, RSS pages),
+    /// and forgets the processes that are gone.
+    fn read_all(&mut self) -> (u64, u64) {
+        let (mut ticks, mut rss) = (0u64, 0u64);
+        self.known.retain_mut(|k| {
+            let Some(st) = k.file.read().ok().and_then(parse_pid_stat) else { return false };
+            if let Some(prev) = k.ticks {
+                ticks = ticks.saturating_add(st.cpu_ticks.saturating_sub(prev));
+            }
+            k.ticks = Some(st.cpu_ticks);
+            rss = rss.saturating_add(st.rss_pages);
+            true
+        });
+        (ticks, rss)
+    }
+
+    /// How many processes it follows now.
+    pub fn processes(&self) -> usize {
+        self.known.len()
+    }
+}
+
+impl Sampler for TreeSampler {
+    fn name(&self) -> &'static str {
+        "trainer"
+    }
+
+    fn sample(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
+        if self.last_scan.is_none_or(|t| now.saturating_sub(t) >= REDISCOVER) {
+            self.rediscover(now);
+        }
+        let (ticks, rss_pages) = self.read_all();
+        let secs = now.saturating_sub(self.prev_at).as_secs_f64();
+        self.prev_at = now;
+        if self.known.is_empty() {
+            return Ok(());
+        }
+        let cpu = if secs > 0.0 { ticks as f64 / self.hz / secs * 100.0 } else { f64::NAN };
+        out.push("trainer", Name::Static("CPUPercent"), "ProcessTree", cpu);
+        out.push("trainer", Name::Static("RSSBytes"), "ProcessTree", rss_pages.saturating_mul(self.page) as f64);
+        out.push("trainer", Name::Static("Processes"), "ProcessTree", self.known.len() as f64);
+        Ok(())
+    }
+}
+
+/// The agent's own CPU time (user + system, µs) and current RSS (bytes).
+pub fn self_usage() -> (u64, u64) {
+    // SAFETY: getrusage writes into the zeroed struct we own.
+    let cpu_us = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut ru) == 0 {
+            let us = |tv: libc::timeval| (tv.tv_sec as u64).saturating_mul(1_000_000).saturating_add(tv.tv_usec as u64);
+            us(ru.ru_utime) + us(ru.ru_stime)
+        } else {
+            0
+        }
+    };
+    let rss = std::fs::read("/proc/self/statm")
+        .ok()
+        .and_then(|t| fields(&t).nth(1).and_then(parse_u64))
+        .map_or(0, |pages| pages.saturating_mul(page_size()));
+    (cpu_us, rss)
+}
+
+/// The agent's own cost, at most every `every`.
+#[derive(Debug)]
+pub struct SelfSampler {
+    every: Duration,
+    prev_at: Duration,
+    prev_cpu_us: u64,
+    ticks: u64,
+}
+
+impl SelfSampler {
+    pub fn new(every: Duration, now: Duration) -> SelfSampler {
+        SelfSampler { every, prev_at: now, prev_cpu_us: self_usage().0, ticks: 0 }
+    }
+}
+
+impl Sampler for SelfSampler {
+    fn name(&self) -> &'static str {
+        "agent"
+    }
+
+    fn sample(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
+        self.ticks += 1;
+        let dt = now.saturating_sub(self.prev_at);
+        if dt < self.every {
+            return Ok(());
+        }
+        let (cpu_us, rss) = self_usage();
+        let used = cpu_us.saturating_sub(self.prev_cpu_us) as f64;
+        out.push("agent", Name::Static("CPUPercent"), "Self", used / dt.as_secs_f64() / 1e4);
+        out.push("agent", Name::Static("CPUMicrosPerTick"), "Self", used / self.ticks as f64);
+        out.push("agent", Name::Static("RSSBytes"), "Self", rss as f64);
+        (self.prev_at, self.prev_cpu_us, self.ticks) = (now, cpu_us, 0);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(pid: u32, comm: &str, ppid: u32, utime: u64, stime: u64, rss: i64) -> String {
+        format!(
+            "{pid} ({comm}) S {ppid} 1 1 0 -1 4194304 100 0 0 0 {utime} {stime} 0 0 20 0 1 0 541020 3133440 {rss} \
+18446744073709551615 1 2 3 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n"
+        )
+    }
+
+    #[test]
+    fn parses_stat_with_awkward_names() {
+        let s = stat(7, "py (worker) 1", 3, 250, 50, 1000);
+        assert_eq!(parse_pid_stat(s.as_bytes()), Some(PidStat { ppid: 3, cpu_ticks: 300, rss_pages: 1000 }));
+        let real = b"9303 (cat) R 9295 9295 5465 0 -1 4194304 100 0 0 0 3 4 0 0 20 0 1 0 541020 3133440 383 18446744073709551615 94560746942464 0";
+        assert_eq!(parse_pid_stat(real), Some(PidStat { ppid: 9295, cpu_ticks: 7, rss_pages: 383 }));
+        assert_eq!(parse_pid_stat(b"12 (x) S"), None);
+        assert_eq!(parse_pid_stat(b"no parens"), None);
+    }
+
+    #[test]
+    fn tree_from_pairs() {
+        let pairs = [(1, 0), (10, 1), (11, 10), (12, 11), (13, 1), (14, 10)];
+        assert_eq!(descendants(10, &pairs), vec![10, 11, 12, 14]);
+        assert_eq!(descendants(99, &pairs), vec![99]);
+    }
+
+    #[test]
+    fn follows_the_tree_and_forgets_the_dead() {
+        let proc = std::env::temp_dir().join(format!("trainprof-tree-{}", std::process::id()));
+        let put = |pid: u32, ppid: u32, ticks: u64, rss: i64| {
+            std::fs::create_dir_all(proc.join(pid.to_string())).unwrap();
+            std::fs::write(proc.join(format!("{pid}/stat")), stat(pid, "python", ppid, ticks, 0, rss)).unwrap();
+        };
+        put(1, 0, 0, 0);
+        put(100, 1, 1000, 10);
+        put(101, 100, 500, 20);
+        put(200, 1, 9999, 99);
+        let mut s = TreeSampler::new(&proc, 100, Duration::ZERO);
+        assert_eq!(s.processes(), 2);
+        let hz = clock_ticks();
+        put(100, 1, 1000 + hz, 10);
+        put(101, 100, 500 + hz / 2, 30);
+        put(200, 1, 99_999, 99);
+        let mut m = Metrics::new();
+        s.sample(Duration::from_secs(1), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "CPUPercent", "ProcessTree"), Some(150.0));
+        assert_eq!(m.get("trainer", "RSSBytes", "ProcessTree"), Some((40 * page_size()) as f64));
+        assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(2.0));
+        // A child appears (seen at the next rescan, counted from its second reading);
+        // 101 exits.
+        put(102, 101, 5000, 5);
+        std::fs::remove_dir_all(proc.join("101")).unwrap();
+        m.clear();
+        s.sample(Duration::from_secs(3), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(1.0));
+        // 102's parent is gone: it is no longer under 100 (re-parented in real life).
+        assert_eq!(m.get("trainer", "CPUPercent", "ProcessTree"), Some(0.0));
+        std::fs::remove_dir_all(&proc).unwrap();
+    }
+
+    #[test]
+    fn the_agent_measures_itself_at_most_every_period() {
+        let mut s = SelfSampler::new(Duration::from_secs(10), Duration::ZERO);
+        let mut m = Metrics::new();
+        s.sample(Duration::from_secs(5), &mut m).unwrap();
+        assert!(m.is_empty());
+        s.sample(Duration::from_secs(10), &mut m).unwrap();
+        assert!(m.get("agent", "RSSBytes", "Self").unwrap() > 0.0);
+        assert!(m.get("agent", "CPUPercent", "Self").unwrap() >= 0.0);
+    }
+}

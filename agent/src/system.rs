@@ -1,0 +1,304 @@
+//! The system metrics files (spec §2): JSON lines, one file per node and minute,
+//! `system/incremental/<UTC YYYYMMDDHH>/<window start s>.algo-<n>.json`.
+//!
+//! A file is written as `system/.<window start>.algo-<n>.tmp` (no `.json` in the name, so
+//! no smdebug reader lists it, pitfall 18) and *sealed* when a tick falls in another
+//! minute, or at the end: flush, fsync, rename, fsync of the folder. A sealed file is
+//! never overwritten: if the name is taken (an agent restarted within the same minute)
+//! the next free second is used, which is still a window start ≤ every line inside.
+//! Every tick is written through to the kernel, so a killed agent loses at most the tick
+//! being written; the next start repairs the temporary file (issue 6).
+
+use std::fmt::Write as _;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+
+use crate::sample::Metric;
+
+/// Why a tick could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum SystemWriteError {
+    #[error("cannot write {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SystemWriteError + '_ {
+    move |source| SystemWriteError::Io { path: path.to_owned(), source }
+}
+
+#[derive(Debug)]
+struct Open {
+    window_s: i64,
+    tmp: PathBuf,
+    file: File,
+    lines: u64,
+}
+
+/// What the writer did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SystemCounts {
+    pub files_sealed: u64,
+    pub lines: u64,
+    /// Ticks that could not be written (the folder unwritable, the disk full).
+    pub ticks_lost: u64,
+}
+
+/// Writes ticks into minute files under `<root>/system/`.
+#[derive(Debug)]
+pub struct SystemWriter {
+    root: PathBuf,
+    algo_n: u32,
+    node_id: String,
+    open: Option<Open>,
+    buf: String,
+    counts: SystemCounts,
+}
+
+impl SystemWriter {
+    pub fn new(root: &Path, algo_n: u32) -> SystemWriter {
+        SystemWriter {
+            root: root.to_owned(),
+            algo_n,
+            node_id: format!("algo-{algo_n}"),
+            open: None,
+            buf: String::with_capacity(16 * 1024),
+            counts: SystemCounts::default(),
+        }
+    }
+
+    pub fn counts(&self) -> SystemCounts {
+        self.counts
+    }
+
+    /// The `NodeId` of every line.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// Writes one tick, all lines with the same `Timestamp` (`wall_s`, epoch seconds).
+    /// Returns the file it sealed when the tick opened a new minute.
+    pub fn write_tick(&mut self, wall_s: f64, metrics: &[Metric]) -> Result<Option<PathBuf>, SystemWriteError> {
+        // Microseconds are all the readers keep (they compare in ns from a float); the
+        // window is taken from the rounded time so every line is inside its file's minute.
+        let ts = (wall_s * 1e6).round() / 1e6;
+        let window_s = (ts.floor() as i64).div_euclid(60) * 60;
+        let sealed = match &self.open {
+            Some(o) if o.window_s != window_s => self.seal()?,
+            _ => None,
+        };
+        if metrics.is_empty() {
+            return Ok(sealed);
+        }
+        self.buf.clear();
+        for m in metrics {
+            // Two decimals like the platform's files; large counts stay integers.
+            let v = (m.value * 100.0).round() / 100.0;
+            let _ = writeln!(
+                self.buf,
+                r#"{{"Type":"{}","Name":"{}","Dimension":"{}","Value":{},"NodeId":"{}","Timestamp":{}}}"#,
+                m.kind, m.name, m.dimension, v, self.node_id, ts
+            );
+        }
+        let result = self.append(window_s, metrics.len() as u64);
+        if result.is_err() {
+            self.counts.ticks_lost += 1;
+        }
+        result.map(|()| sealed)
+    }
+
+    fn append(&mut self, window_s: i64, lines: u64) -> Result<(), SystemWriteError> {
+        if self.open.is_none() {
+            let dir = self.root.join("system");
+            std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+            let tmp = dir.join(format!(".{window_s}.algo-{}.tmp", self.algo_n));
+            let file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp).map_err(io_err(&tmp))?;
+            self.open = Some(Open { window_s, tmp, file, lines: 0 });
+        }
+        let Some(o) = self.open.as_mut() else { return Ok(()) };
+        // One write per tick: nothing sits in a user-space buffer if the agent is killed.
+        o.file.write_all(self.buf.as_bytes()).map_err(io_err(&o.tmp))?;
+        o.lines += lines;
+        self.counts.lines += lines;
+        Ok(())
+    }
+
+    /// Seals the open file, if any, and returns its final path. A file that cannot be
+    /// sealed stays under its temporary name for the next start to repair.
+    pub fn seal(&mut self) -> Result<Option<PathBuf>, SystemWriteError> {
+        let Some(o) = self.open.take() else { return Ok(None) };
+        if o.lines == 0 {
+            drop(o.file);
+            let _ = std::fs::remove_file(&o.tmp);
+            return Ok(None);
+        }
+        o.file.sync_all().map_err(io_err(&o.tmp))?;
+        drop(o.file);
+        let path = self.free_name(o.window_s);
+        let dir = path.parent().unwrap_or(&self.root).to_owned();
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        std::fs::rename(&o.tmp, &path).map_err(io_err(&path))?;
+        // The rename is durable only once the folder is.
+        File::open(&dir).and_then(|d| d.sync_all()).map_err(io_err(&dir))?;
+        self.counts.files_sealed += 1;
+        Ok(Some(path))
+    }
+
+    /// `<window>.algo-<n>.json`, or the next second whose name is free.
+    fn free_name(&self, window_s: i64) -> PathBuf {
+        let mut s = window_s;
+        loop {
+            let path = self.root.join(trainprof_output::system_file(s, self.algo_n));
+            if s >= window_s + 59 || std::fs::symlink_metadata(&path).is_err() {
+                return path;
+            }
+            s += 1;
+        }
+    }
+}
+
+impl Drop for SystemWriter {
+    fn drop(&mut self) {
+        if let Err(e) = self.seal() {
+            crate::log!("{e}; the temporary file is repaired at the next start");
+        }
+    }
+}
+
+/// `algo-<n>` for this host (issue 5 §2): `current_host` of the resource config when it
+/// reads `algo-<n>`; else the host's position in its `hosts` list + 1; else a node-rank
+/// variable + 1; else 1.
+pub fn algo_index(resource_config: Option<&serde_json::Value>, var: impl Fn(&str) -> Option<String>) -> u32 {
+    if let Some(rc) = resource_config {
+        let current = rc.get("current_host").and_then(|v| v.as_str());
+        if let Some(n) = current.and_then(|h| h.strip_prefix("algo-")).and_then(|n| n.parse::<u32>().ok()) {
+            return n;
+        }
+        let hosts = rc.get("hosts").and_then(|v| v.as_array());
+        if let (Some(cur), Some(hosts)) = (current, hosts)
+            && let Some(i) = hosts.iter().position(|h| h.as_str() == Some(cur))
+        {
+            return u32::try_from(i).map_or(1, |i| i.saturating_add(1));
+        }
+    }
+    NODE_RANK_VARS
+        .iter()
+        .find_map(|v| var(v).and_then(|s| s.trim().parse::<u32>().ok()))
+        .map_or(1, |r| r.saturating_add(1))
+}
+
+/// Variables that carry the node's index in the cluster, in the order they are tried
+/// (torchrun, PyTorch Lightning, SLURM, Open MPI).
+pub const NODE_RANK_VARS: [&str; 4] = ["GROUP_RANK", "NODE_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_NODE_RANK"];
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::sample::{Metrics, Name};
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("trainprof-system-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn tick(v: f64) -> Metrics {
+        let mut m = Metrics::new();
+        m.push("cpu", Name::Indexed("cpu", 0), "CPUUtilization", v);
+        m.push("network", Name::Static("ReceiveBytesPerSecond"), "Algorithm", 123_456_789.0);
+        m
+    }
+
+    fn files(root: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![root.to_owned()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    out.push(e.path().strip_prefix(root).unwrap().to_string_lossy().into_owned());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn one_file_per_minute_sealed_by_rename() {
+        let root = tmpdir("minutes");
+        let mut w = SystemWriter::new(&root, 2);
+        // 2020-07-22T22:07:00Z = 1595455620
+        assert_eq!(w.write_tick(1_595_455_620.5, tick(12.345).as_slice()).unwrap(), None);
+        assert_eq!(w.write_tick(1_595_455_679.999_999_4, tick(1.0).as_slice()).unwrap(), None);
+        assert_eq!(files(&root), vec!["system/.1595455620.algo-2.tmp"]);
+        let sealed = w.write_tick(1_595_455_680.25, tick(99.999).as_slice()).unwrap().unwrap();
+        assert!(sealed.ends_with("system/incremental/2020072222/1595455620.algo-2.json"));
+        let text = std::fs::read_to_string(&sealed).unwrap();
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert_eq!(
+            lines[0],
+            r#"{"Type":"cpu","Name":"cpu0","Dimension":"CPUUtilization","Value":12.35,"NodeId":"algo-2","Timestamp":1595455620.5}"#
+        );
+        assert!(lines[1].contains(r#""Value":123456789,"#));
+        assert!(lines[3].ends_with(r#""Timestamp":1595455679.999999}"#), "{}", lines[3]);
+        assert!(text.ends_with('\n'));
+        drop(w);
+        assert_eq!(
+            files(&root),
+            vec!["system/incremental/2020072222/1595455620.algo-2.json", "system/incremental/2020072222/1595455680.algo-2.json"]
+        );
+        assert_eq!(std::fs::read_to_string(root.join("system/incremental/2020072222/1595455680.algo-2.json")).unwrap().lines().count(), 2);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_restart_in_the_same_minute_never_overwrites() {
+        let root = tmpdir("restart");
+        for v in [1.0, 2.0] {
+            let mut w = SystemWriter::new(&root, 1);
+            w.write_tick(1_595_455_630.0, tick(v).as_slice()).unwrap();
+            assert_eq!(w.seal().unwrap().is_some(), true);
+            assert_eq!(w.counts(), SystemCounts { files_sealed: 1, lines: 2, ticks_lost: 0 });
+        }
+        let names = files(&root);
+        assert_eq!(
+            names,
+            vec!["system/incremental/2020072222/1595455620.algo-1.json", "system/incremental/2020072222/1595455621.algo-1.json"]
+        );
+        assert!(std::fs::read_to_string(root.join(&names[0])).unwrap().contains(r#""Value":1,"#));
+        // Nothing written: nothing sealed, no file left.
+        let mut w = SystemWriter::new(&root, 1);
+        w.write_tick(1_595_455_700.0, &[]).unwrap();
+        assert_eq!(w.seal().unwrap(), None);
+        assert_eq!(files(&root).len(), 2);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn an_unwritable_root_loses_ticks_and_counts_them() {
+        let root = tmpdir("unwritable");
+        std::fs::write(root.join("system"), b"a file where the folder should be").unwrap();
+        let mut w = SystemWriter::new(&root, 1);
+        assert!(w.write_tick(1_595_455_630.0, tick(1.0).as_slice()).is_err());
+        assert!(w.write_tick(1_595_455_631.0, tick(1.0).as_slice()).is_err());
+        assert_eq!(w.counts().ticks_lost, 2);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn algo_index_from_resource_config_hosts_or_rank() {
+        let none = |_: &str| None;
+        assert_eq!(algo_index(Some(&json!({"current_host": "algo-3"})), none), 3);
+        assert_eq!(algo_index(Some(&json!({"current_host": "b", "hosts": ["a", "b", "c"]})), none), 2);
+        assert_eq!(algo_index(Some(&json!({"current_host": "z", "hosts": ["a"]})), none), 1);
+        let rank = |k: &str| (k == "NODE_RANK").then(|| "4".to_owned());
+        assert_eq!(algo_index(None, rank), 5);
+        assert_eq!(algo_index(None, none), 1);
+    }
+}

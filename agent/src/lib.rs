@@ -7,6 +7,9 @@
 //!   build on them; the uploader (issue 6) on the same configuration.
 
 pub mod check;
+pub mod launch;
 pub mod log;
 pub mod sample;
+pub mod signals;
 pub mod system;
+pub mod tick;

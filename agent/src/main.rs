@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Parser, Subcommand};
+
+mod cmd;
 use trainprof_config::{FileStatus, OverrideKey, Sources};
 
 #[derive(Parser, Debug)]
@@ -17,11 +19,42 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Sample the system into system metrics files until SIGTERM / SIGINT.
+    Agent {
+        #[command(flatten)]
+        flags: AgentFlags,
+    },
+    /// Run CMD with the agent's sampling around it; exit with CMD's status.
+    ///
+    /// CMD gets TRAINPROF_HOOK_LIB (when the hook library sits next to this binary) and
+    /// the configuration in use. SIGTERM / SIGINT sent to trainprof are passed on to CMD;
+    /// when CMD exits every file is sealed, the training_job_end.ts markers are written
+    /// and a summary is printed on stderr.
+    Run {
+        #[command(flatten)]
+        flags: AgentFlags,
+        /// The command and its arguments (after `--`).
+        #[arg(required = true, last = true, value_name = "CMD")]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Work with the profiler configuration (SMPROFILER_CONFIG_PATH).
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+}
+
+/// The flags of `agent` and `run`.
+#[derive(Args, Debug)]
+struct AgentFlags {
+    /// The configuration file [default: $SMPROFILER_CONFIG_PATH, else /opt/ml/input/config/profilerconfig.json]
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// S3-compatible endpoint for the upload, e.g. http://127.0.0.1:9000
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    #[command(flatten)]
+    overrides: OverrideFlags,
 }
 
 #[derive(Subcommand, Debug)]
@@ -80,6 +113,8 @@ impl OverrideFlags {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Agent { flags } => cmd::main(flags, None),
+        Command::Run { flags, command } => cmd::main(flags, Some(command)),
         Command::Config { command: ConfigCommand::Check { path, json, steps, overrides } } => {
             let mut sources = Sources::from_process_env();
             if let Some(p) = path {

@@ -78,7 +78,11 @@ impl SystemWriter {
 
     /// Writes one tick, all lines with the same `Timestamp` (`wall_s`, epoch seconds).
     /// Returns the file it sealed when the tick opened a new minute.
-    pub fn write_tick(&mut self, wall_s: f64, metrics: &[Metric]) -> Result<Option<PathBuf>, SystemWriteError> {
+    pub fn write_tick(
+        &mut self,
+        wall_s: f64,
+        metrics: &[Metric],
+    ) -> Result<Option<PathBuf>, SystemWriteError> {
         // Microseconds are all the readers keep (they compare in ns from a float); the
         // window is taken from the rounded time so every line is inside its file's minute.
         let ts = (wall_s * 1e6).round() / 1e6;
@@ -112,7 +116,12 @@ impl SystemWriter {
             let dir = self.root.join("system");
             std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
             let tmp = dir.join(format!(".{window_s}.algo-{}.tmp", self.algo_n));
-            let file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp).map_err(io_err(&tmp))?;
+            let file = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)
+                .map_err(io_err(&tmp))?;
             self.open = Some(Open { window_s, tmp, file, lines: 0 });
         }
         let Some(o) = self.open.as_mut() else { return Ok(()) };
@@ -189,7 +198,8 @@ pub fn algo_index(resource_config: Option<&serde_json::Value>, var: impl Fn(&str
 
 /// Variables that carry the node's index in the cluster, in the order they are tried
 /// (torchrun, PyTorch Lightning, SLURM, Open MPI).
-pub const NODE_RANK_VARS: [&str; 4] = ["GROUP_RANK", "NODE_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_NODE_RANK"];
+pub const NODE_RANK_VARS: [&str; 4] =
+    ["GROUP_RANK", "NODE_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_NODE_RANK"];
 
 #[cfg(test)]
 mod tests {
@@ -251,9 +261,18 @@ mod tests {
         drop(w);
         assert_eq!(
             files(&root),
-            vec!["system/incremental/2020072222/1595455620.algo-2.json", "system/incremental/2020072222/1595455680.algo-2.json"]
+            vec![
+                "system/incremental/2020072222/1595455620.algo-2.json",
+                "system/incremental/2020072222/1595455680.algo-2.json"
+            ]
         );
-        assert_eq!(std::fs::read_to_string(root.join("system/incremental/2020072222/1595455680.algo-2.json")).unwrap().lines().count(), 2);
+        assert_eq!(
+            std::fs::read_to_string(root.join("system/incremental/2020072222/1595455680.algo-2.json"))
+                .unwrap()
+                .lines()
+                .count(),
+            2
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 
@@ -263,13 +282,16 @@ mod tests {
         for v in [1.0, 2.0] {
             let mut w = SystemWriter::new(&root, 1);
             w.write_tick(1_595_455_630.0, tick(v).as_slice()).unwrap();
-            assert_eq!(w.seal().unwrap().is_some(), true);
+            assert!(w.seal().unwrap().is_some());
             assert_eq!(w.counts(), SystemCounts { files_sealed: 1, lines: 2, ticks_lost: 0 });
         }
         let names = files(&root);
         assert_eq!(
             names,
-            vec!["system/incremental/2020072222/1595455620.algo-1.json", "system/incremental/2020072222/1595455621.algo-1.json"]
+            vec![
+                "system/incremental/2020072222/1595455620.algo-1.json",
+                "system/incremental/2020072222/1595455621.algo-1.json"
+            ]
         );
         assert!(std::fs::read_to_string(root.join(&names[0])).unwrap().contains(r#""Value":1,"#));
         // Nothing written: nothing sealed, no file left.

@@ -34,7 +34,9 @@ pub fn parse_stat(text: &[u8], out: &mut Vec<CpuLine>) -> Result<(), String> {
     for line in text.split(|&b| b == b'\n') {
         let Some(rest) = line.strip_prefix(b"cpu") else { continue };
         let mut f = fields(rest);
-        let label = if rest.first().is_some_and(|b| b.is_ascii_whitespace()) { &b""[..] } else {
+        let label = if rest.first().is_some_and(|b| b.is_ascii_whitespace()) {
+            &b""[..]
+        } else {
             f.next().unwrap_or_default()
         };
         let core = if label.is_empty() {

@@ -35,8 +35,10 @@ pub fn parse_diskstats(text: &[u8], keep: impl Fn(&[u8]) -> bool) -> Result<Disk
         // reads, reads merged, sectors read, ms reading, writes, writes merged, sectors written
         let mut v = [0u64; 7];
         for slot in &mut v {
-            let field = f.next().ok_or_else(|| format!("short line for {}", String::from_utf8_lossy(name)))?;
-            *slot = parse_u64(field).ok_or_else(|| format!("bad number in line for {}", String::from_utf8_lossy(name)))?;
+            let field =
+                f.next().ok_or_else(|| format!("short line for {}", String::from_utf8_lossy(name)))?;
+            *slot = parse_u64(field)
+                .ok_or_else(|| format!("bad number in line for {}", String::from_utf8_lossy(name)))?;
         }
         t.ios = t.ios.wrapping_add(v[0]).wrapping_add(v[4]);
         t.read_bytes = t.read_bytes.wrapping_add(v[2].wrapping_mul(SECTOR));
@@ -81,7 +83,12 @@ impl DiskSampler {
                 return Ok(None);
             }
         };
-        let mut s = DiskSampler { file: ProcFile::open(proc.join("diskstats"))?, disks, prev: DiskTotals::default(), prev_at: now };
+        let mut s = DiskSampler {
+            file: ProcFile::open(proc.join("diskstats"))?,
+            disks,
+            prev: DiskTotals::default(),
+            prev_at: now,
+        };
         s.prev = s.read()?;
         Ok(Some(s))
     }
@@ -94,7 +101,8 @@ impl DiskSampler {
     fn read(&mut self) -> Result<DiskTotals, SampleError> {
         let disks = &self.disks;
         let text = self.file.read()?;
-        parse_diskstats(text, |n| disks.iter().any(|d| d == n)).map_err(|e| SampleError::parse(self.file.path(), e))
+        parse_diskstats(text, |n| disks.iter().any(|d| d == n))
+            .map_err(|e| SampleError::parse(self.file.path(), e))
     }
 }
 
@@ -107,8 +115,18 @@ impl Sampler for DiskSampler {
         let cur = self.read()?;
         let dt = now.saturating_sub(self.prev_at);
         out.push("i/o", Name::Static("IOPS"), "", rate(self.prev.ios, cur.ios, dt));
-        out.push("i/o", Name::Static("ReadThroughputInBytesPerSecond"), "", rate(self.prev.read_bytes, cur.read_bytes, dt));
-        out.push("i/o", Name::Static("WriteThroughputInBytesPerSecond"), "", rate(self.prev.write_bytes, cur.write_bytes, dt));
+        out.push(
+            "i/o",
+            Name::Static("ReadThroughputInBytesPerSecond"),
+            "",
+            rate(self.prev.read_bytes, cur.read_bytes, dt),
+        );
+        out.push(
+            "i/o",
+            Name::Static("WriteThroughputInBytesPerSecond"),
+            "",
+            rate(self.prev.write_bytes, cur.write_bytes, dt),
+        );
         (self.prev, self.prev_at) = (cur, now);
         Ok(())
     }
@@ -138,7 +156,9 @@ mod tests {
     fn whole_physical_disks_only_with_rates() {
         let root = std::env::temp_dir().join(format!("trainprof-disk-{}", std::process::id()));
         let (proc, sys) = (root.join("proc"), root.join("sys"));
-        for d in ["proc", "sys/block", "sys/devices/virtual/block/loop0", "sys/devices/pci0/virtio1/block/vda"] {
+        for d in
+            ["proc", "sys/block", "sys/devices/virtual/block/loop0", "sys/devices/pci0/virtio1/block/vda"]
+        {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
         std::os::unix::fs::symlink("../devices/virtual/block/loop0", sys.join("block/loop0")).unwrap();

@@ -52,7 +52,12 @@ pub struct NetSampler {
 
 impl NetSampler {
     pub fn probe(proc: &Path, now: Duration) -> Result<NetSampler, SampleError> {
-        let mut s = NetSampler { file: ProcFile::open(proc.join("net/dev"))?, prev: Vec::new(), prev_at: now, seen: Vec::new() };
+        let mut s = NetSampler {
+            file: ProcFile::open(proc.join("net/dev"))?,
+            prev: Vec::new(),
+            prev_at: now,
+            seen: Vec::new(),
+        };
         s.update()?;
         Ok(s)
     }

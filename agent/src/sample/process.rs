@@ -176,7 +176,12 @@ impl Sampler for TreeSampler {
         }
         let cpu = if secs > 0.0 { ticks as f64 / self.hz / secs * 100.0 } else { f64::NAN };
         out.push("trainer", Name::Static("CPUPercent"), "ProcessTree", cpu);
-        out.push("trainer", Name::Static("RSSBytes"), "ProcessTree", rss_pages.saturating_mul(self.page) as f64);
+        out.push(
+            "trainer",
+            Name::Static("RSSBytes"),
+            "ProcessTree",
+            rss_pages.saturating_mul(self.page) as f64,
+        );
         out.push("trainer", Name::Static("Processes"), "ProcessTree", self.known.len() as f64);
         Ok(())
     }
@@ -188,7 +193,9 @@ pub fn self_usage() -> (u64, u64) {
     let cpu_us = unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
         if libc::getrusage(libc::RUSAGE_SELF, &mut ru) == 0 {
-            let us = |tv: libc::timeval| (tv.tv_sec as u64).saturating_mul(1_000_000).saturating_add(tv.tv_usec as u64);
+            let us = |tv: libc::timeval| {
+                (tv.tv_sec as u64).saturating_mul(1_000_000).saturating_add(tv.tv_usec as u64)
+            };
             us(ru.ru_utime) + us(ru.ru_stime)
         } else {
             0
@@ -270,7 +277,8 @@ mod tests {
         let proc = std::env::temp_dir().join(format!("trainprof-tree-{}", std::process::id()));
         let put = |pid: u32, ppid: u32, ticks: u64, rss: i64| {
             std::fs::create_dir_all(proc.join(pid.to_string())).unwrap();
-            std::fs::write(proc.join(format!("{pid}/stat")), stat(pid, "python", ppid, ticks, 0, rss)).unwrap();
+            std::fs::write(proc.join(format!("{pid}/stat")), stat(pid, "python", ppid, ticks, 0, rss))
+                .unwrap();
         };
         put(1, 0, 0, 0);
         put(100, 1, 1000, 10);

@@ -1,0 +1,279 @@
+//! `trainprof agent` and `trainprof run`: the output folder, the samplers, the end markers
+//! and the summary. Argument parsing and process plumbing live in `main.rs`.
+
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::sample::cgroup::{CgroupMemory, CgroupSampler};
+use crate::sample::cpu::CpuSampler;
+use crate::sample::disk::DiskSampler;
+use crate::sample::memory::MemorySampler;
+use crate::sample::net::NetSampler;
+use crate::sample::process::{SelfSampler, TreeSampler};
+use crate::sample::{Roots, SampleError, Sampler, gpu};
+use crate::tick::LoopCounts;
+
+/// The agent writes its own metrics at most this often.
+pub const SELF_EVERY: Duration = Duration::from_secs(10);
+
+/// The folder used when the configured one cannot be written and nobody chose it.
+pub const FALLBACK_DIR: &str = "trainprof-output";
+
+/// Checks that `dir` can be created and written (by making and removing a file).
+pub fn writable(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let probe = dir.join(format!(".trainprof-write-test-{}", std::process::id()));
+    std::fs::write(&probe, b"")?;
+    std::fs::remove_file(&probe)
+}
+
+/// Where the files go. `explicit`: the user chose the folder (flag, variable or config
+/// file), so an unwritable one is an error; otherwise the first writable of the default,
+/// `./trainprof-output` and `<tmp>/trainprof-output`, with a line saying so.
+pub fn output_root(
+    configured: &Path,
+    explicit: bool,
+    cwd: &Path,
+) -> Result<(PathBuf, Option<String>), String> {
+    let first = match writable(configured) {
+        Ok(()) => return Ok((configured.to_owned(), None)),
+        Err(e) if explicit => return Err(format!("cannot write to {}: {e}", configured.display())),
+        Err(e) => e,
+    };
+    for dir in [cwd.join(FALLBACK_DIR), std::env::temp_dir().join(FALLBACK_DIR)] {
+        if writable(&dir).is_ok() {
+            let note = format!(
+                "cannot write to {} ({first}); writing to {} instead",
+                configured.display(),
+                dir.display()
+            );
+            return Ok((dir, Some(note)));
+        }
+    }
+    Err(format!("cannot write to {} ({first}) nor to a fallback folder", configured.display()))
+}
+
+/// What the probes found, for the start-up line and the summary.
+#[derive(Default)]
+pub struct Probed {
+    pub samplers: Vec<Box<dyn Sampler>>,
+    /// One line per source that is not sampled, and why.
+    pub absent: Vec<String>,
+    pub cores: usize,
+    pub gpus: usize,
+}
+
+impl std::fmt::Debug for Probed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<_> = self.samplers.iter().map(|s| s.name()).collect();
+        f.debug_struct("Probed").field("samplers", &names).field("absent", &self.absent).finish()
+    }
+}
+
+/// Probes every source. A source that fails to probe is left out with its reason; the
+/// agent runs with whatever remains.
+pub fn probe_samplers(
+    roots: &Roots,
+    now: Duration,
+    trainer: Option<u32>,
+    nvml_lib: Option<&OsStr>,
+) -> Probed {
+    let mut p = Probed::default();
+    let keep = |p: &mut Probed, what: &str, r: Result<Option<Box<dyn Sampler>>, SampleError>| match r {
+        Ok(Some(s)) => p.samplers.push(s),
+        Ok(None) => p.absent.push(format!("{what}: not here")),
+        Err(e) => p.absent.push(format!("{what}: {e}")),
+    };
+    let cpu = CpuSampler::probe(&roots.proc).map(|s| {
+        p.cores = s.cores();
+        Some(Box::new(s) as Box<dyn Sampler>)
+    });
+    keep(&mut p, "cpu", cpu);
+    let cgroup_memory = CgroupMemory::probe(roots).unwrap_or_else(|e| {
+        crate::log!("memory against the host: {e}");
+        None
+    });
+    keep(&mut p, "memory", MemorySampler::probe(&roots.proc, cgroup_memory).map(|s| Some(Box::new(s) as _)));
+    keep(
+        &mut p,
+        "disks",
+        DiskSampler::probe(&roots.proc, &roots.sys, now).map(|s| s.map(|s| Box::new(s) as _)),
+    );
+    keep(&mut p, "network", NetSampler::probe(&roots.proc, now).map(|s| Some(Box::new(s) as _)));
+    keep(&mut p, "cgroup", CgroupSampler::probe(roots, now).map(|s| s.map(|s| Box::new(s) as _)));
+    let gpus = gpu::probe(nvml_lib).map(|s| {
+        s.map(|s| {
+            p.gpus = s.facts().len();
+            Box::new(s) as Box<dyn Sampler>
+        })
+    });
+    keep(&mut p, "gpu", gpus);
+    if let Some(pid) = trainer {
+        p.samplers.push(Box::new(TreeSampler::new(&roots.proc, pid, now)));
+    }
+    p.samplers.push(Box::new(SelfSampler::new(SELF_EVERY, now)));
+    p
+}
+
+/// Writes `system/training_job_end.ts` and `framework/training_job_end.ts` (spec §2.4);
+/// the content is the time, which no reader looks at.
+pub fn write_end_markers(root: &Path, wall_s: f64) -> io::Result<()> {
+    for rel in trainprof_output::END_MARKERS {
+        let path = root.join(rel);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&path, format!("{wall_s:.6}\n"))?;
+    }
+    Ok(())
+}
+
+/// Sealed files under the output folder, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutputCounts {
+    pub system: u64,
+    pub timelines: u64,
+    pub python_stats: u64,
+    /// Temporary files left behind (a writer that could not seal).
+    pub temporary: u64,
+}
+
+/// Counts what is under `root` the way the readers see it.
+pub fn count_outputs(root: &Path) -> OutputCounts {
+    let mut c = OutputCounts::default();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            let path = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+                continue;
+            }
+            let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if rel.starts_with(".tmp/") || name.ends_with(".tmp") {
+                c.temporary += 1;
+            } else if rel.starts_with("system/incremental/") && name.ends_with(".json") {
+                c.system += 1;
+            } else if rel.starts_with("framework/pevents/") && name.ends_with(".json") {
+                c.timelines += 1;
+            } else if rel.starts_with("framework/")
+                && (rel.contains("/cprofile/") || rel.contains("/pyinstrument/"))
+            {
+                c.python_stats += 1;
+            }
+        }
+    }
+    c
+}
+
+/// `libtrainprof_hook.so` next to the binary, or in `../lib` from it.
+pub fn hook_lib_near(exe: &Path) -> Option<PathBuf> {
+    let dir = exe.parent()?;
+    [dir.join("libtrainprof_hook.so"), dir.join("../lib/libtrainprof_hook.so")]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+/// The agent's cost over its life.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SelfCost {
+    pub cpu_us: u64,
+    pub rss_bytes: u64,
+    pub wall_s: f64,
+}
+
+/// The closing summary, a few lines.
+pub fn summary(root: &Path, out: OutputCounts, loop_counts: &LoopCounts, cost: SelfCost) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "output: {}", root.display());
+    let _ = write!(
+        s,
+        "files: {} system, {} timeline, {} python-stats",
+        out.system, out.timelines, out.python_stats
+    );
+    if out.temporary > 0 {
+        let _ = write!(s, ", {} temporary (not sealed)", out.temporary);
+    }
+    s.push('\n');
+    let failures: Vec<String> = loop_counts
+        .sample_failures
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect();
+    let _ = writeln!(
+        s,
+        "ticks: {} written, {} skipped (late), {} lost (not written); failed reads: {}",
+        loop_counts.ticks.saturating_sub(loop_counts.system.ticks_lost),
+        loop_counts.skipped,
+        loop_counts.system.ticks_lost,
+        if failures.is_empty() { "none".to_owned() } else { failures.join(", ") }
+    );
+    let per_tick = if loop_counts.ticks > 0 { cost.cpu_us as f64 / loop_counts.ticks as f64 } else { 0.0 };
+    let share = if cost.wall_s > 0.0 { cost.cpu_us as f64 / 1e4 / cost.wall_s } else { 0.0 };
+    let _ = writeln!(
+        s,
+        "agent: {:.1} ms CPU in {:.1} s ({share:.2} % of one core, {per_tick:.0} µs per tick), RSS {:.1} MiB",
+        cost.cpu_us as f64 / 1e3,
+        cost.wall_s,
+        cost.rss_bytes as f64 / 1_048_576.0
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("trainprof-launch-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn the_default_folder_falls_back_a_chosen_one_does_not() {
+        let d = tmp("root");
+        let blocked = d.join("file");
+        std::fs::write(&blocked, b"x").unwrap();
+        let (root, note) = output_root(&blocked.join("out"), false, &d).unwrap();
+        assert_eq!(root, d.join(FALLBACK_DIR));
+        assert!(note.unwrap().contains("instead"));
+        assert!(output_root(&blocked.join("out"), true, &d).unwrap_err().contains("cannot write"));
+        assert_eq!(output_root(&d.join("ok"), true, &d).unwrap(), (d.join("ok"), None));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn markers_and_counts() {
+        let d = tmp("count");
+        write_end_markers(&d, 1.5).unwrap();
+        for f in [
+            "system/incremental/2026112203/1795316880.algo-1.json",
+            "system/.1795316940.algo-1.tmp",
+            "framework/pevents/2026112203/1795316901809988_0-algo-1_pythontimeline.json",
+            "framework/pytorch/cprofile/0-algo-1/prestepzero-x/python_stats",
+            ".tmp/0-algo-1/y",
+        ] {
+            std::fs::create_dir_all(d.join(f).parent().unwrap()).unwrap();
+            std::fs::write(d.join(f), b"").unwrap();
+        }
+        assert!(d.join("system/training_job_end.ts").is_file());
+        assert!(d.join("framework/training_job_end.ts").is_file());
+        let c = count_outputs(&d);
+        assert_eq!(c, OutputCounts { system: 1, timelines: 1, python_stats: 1, temporary: 2 });
+        let lc =
+            LoopCounts { ticks: 30, sample_failures: vec![("gpu", 2), ("cpu", 0)], ..LoopCounts::default() };
+        let text = summary(&d, c, &lc, SelfCost { cpu_us: 3000, rss_bytes: 5 << 20, wall_s: 3.0 });
+        assert!(text.contains("files: 1 system, 1 timeline, 1 python-stats, 2 temporary"), "{text}");
+        assert!(text.contains("failed reads: gpu 2"), "{text}");
+        assert!(text.contains("0.10 % of one core, 100 µs per tick), RSS 5.0 MiB"), "{text}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

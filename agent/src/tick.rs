@@ -1,0 +1,399 @@
+//! The sampling loop: every interval, all samplers into one buffer with one timestamp,
+//! then one write.
+//!
+//! Ticks are due at `start + k × interval` and never drift. A tick that comes late (the
+//! machine was busy, a GPU call hung) is taken once, now, and the deadlines it overran
+//! are skipped and counted, never queued up and run back to back.
+
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::sample::{Metrics, Sampler};
+use crate::system::{SystemCounts, SystemWriter};
+
+/// Monotonic and wall time, and a way to wait that a stop request cuts short.
+pub trait Clock {
+    /// Monotonic time since an arbitrary start.
+    fn mono(&self) -> Duration;
+    /// Seconds since the Unix epoch.
+    fn wall_s(&self) -> f64;
+    /// Waits until `mono() >= deadline` or a stop is requested; true when stopping.
+    fn wait_until(&self, deadline: Duration) -> bool;
+}
+
+/// A stop request that wakes the loop at once.
+#[derive(Debug, Clone, Default)]
+pub struct Stop {
+    inner: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl Stop {
+    pub fn new() -> Stop {
+        Stop::default()
+    }
+
+    pub fn request(&self) {
+        let (flag, cv) = &*self.inner;
+        *flag.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        cv.notify_all();
+    }
+
+    pub fn requested(&self) -> bool {
+        *self.inner.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The real clocks.
+#[derive(Debug)]
+pub struct SystemClock {
+    origin: Instant,
+    stop: Stop,
+}
+
+impl SystemClock {
+    pub fn new(stop: Stop) -> SystemClock {
+        SystemClock { origin: Instant::now(), stop }
+    }
+}
+
+impl Clock for SystemClock {
+    fn mono(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    fn wall_s(&self) -> f64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+    }
+
+    fn wait_until(&self, deadline: Duration) -> bool {
+        let (flag, cv) = &*self.stop.inner;
+        let mut stopped = flag.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if *stopped {
+                return true;
+            }
+            let now = self.mono();
+            if now >= deadline {
+                return false;
+            }
+            stopped = cv.wait_timeout(stopped, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+}
+
+/// One sampler and what the loop knows about its health.
+struct Source {
+    sampler: Box<dyn Sampler>,
+    failures: u64,
+    /// The last error's text, to log only changes.
+    failing: Option<String>,
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source")
+            .field("sampler", &self.sampler.name())
+            .field("failures", &self.failures)
+            .finish()
+    }
+}
+
+/// What the loop did, for the summary and the agent's own metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoopCounts {
+    pub ticks: u64,
+    /// Deadlines skipped because a tick came late.
+    pub skipped: u64,
+    /// Failed reads, per sampler name.
+    pub sample_failures: Vec<(&'static str, u64)>,
+    pub system: SystemCounts,
+    /// The CPU time of the sampling thread, µs (when the platform tells).
+    pub sampling_cpu_us: u64,
+}
+
+/// The samplers, the buffer and the writer.
+#[derive(Debug)]
+pub struct Ticker {
+    sources: Vec<Source>,
+    metrics: Metrics,
+    writer: SystemWriter,
+    interval: Duration,
+    ticks: u64,
+    skipped: u64,
+    write_failing: bool,
+    sealed: Vec<std::path::PathBuf>,
+}
+
+impl Ticker {
+    pub fn new(samplers: Vec<Box<dyn Sampler>>, writer: SystemWriter, interval: Duration) -> Ticker {
+        let sources =
+            samplers.into_iter().map(|sampler| Source { sampler, failures: 0, failing: None }).collect();
+        Ticker {
+            sources,
+            metrics: Metrics::new(),
+            writer,
+            interval: interval.max(Duration::from_millis(1)),
+            ticks: 0,
+            skipped: 0,
+            write_failing: false,
+            sealed: Vec::new(),
+        }
+    }
+
+    /// The names of the samplers it runs.
+    pub fn sampler_names(&self) -> Vec<&'static str> {
+        self.sources.iter().map(|s| s.sampler.name()).collect()
+    }
+
+    /// One tick: every sampler, then one write.
+    pub fn tick(&mut self, mono: Duration, wall_s: f64) {
+        self.ticks += 1;
+        self.metrics.clear();
+        for s in &mut self.sources {
+            match s.sampler.sample(mono, &mut self.metrics) {
+                Ok(()) => {
+                    if s.failing.take().is_some() {
+                        crate::log!("{} sampler recovered", s.sampler.name());
+                    }
+                }
+                Err(e) => {
+                    s.failures += 1;
+                    let text = e.to_string();
+                    if s.failing.as_deref() != Some(text.as_str()) {
+                        crate::log!("{} sampler: {text} (counted; sampling goes on)", s.sampler.name());
+                        s.failing = Some(text);
+                    }
+                }
+            }
+        }
+        match self.writer.write_tick(wall_s, self.metrics.as_slice()) {
+            Ok(sealed) => {
+                if std::mem::take(&mut self.write_failing) {
+                    crate::log!("system metrics are written again");
+                }
+                self.sealed.extend(sealed);
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.write_failing, true) {
+                    crate::log!("{e}; ticks are lost and counted until it works again");
+                }
+            }
+        }
+    }
+
+    /// Runs ticks until `clock` says stop; then seals the open file.
+    pub fn run(&mut self, clock: &dyn Clock) {
+        let start = clock.mono();
+        let mut k: u64 = 1;
+        loop {
+            let deadline = start + self.interval.saturating_mul(u32::try_from(k).unwrap_or(u32::MAX));
+            if clock.wait_until(deadline) {
+                break;
+            }
+            let now = clock.mono();
+            self.tick(now, clock.wall_s());
+            // The next deadline after the end of this tick; any passed meanwhile are skipped.
+            let done = clock.mono().saturating_sub(start);
+            let next = u64::try_from(done.as_nanos() / self.interval.as_nanos())
+                .unwrap_or(u64::MAX)
+                .saturating_add(1);
+            self.skipped += next.saturating_sub(k + 1);
+            k = next.max(k + 1);
+        }
+        self.finish();
+    }
+
+    /// Seals the open file.
+    pub fn finish(&mut self) {
+        match self.writer.seal() {
+            Ok(sealed) => self.sealed.extend(sealed),
+            Err(e) => crate::log!("{e}; the temporary file is repaired at the next start"),
+        }
+    }
+
+    /// The files sealed so far, oldest first, taken out.
+    pub fn take_sealed(&mut self) -> Vec<std::path::PathBuf> {
+        std::mem::take(&mut self.sealed)
+    }
+
+    pub fn counts(&self) -> LoopCounts {
+        LoopCounts {
+            ticks: self.ticks,
+            skipped: self.skipped,
+            sample_failures: self.sources.iter().map(|s| (s.sampler.name(), s.failures)).collect(),
+            system: self.writer.counts(),
+            sampling_cpu_us: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::Ordering::SeqCst;
+
+    use super::*;
+    use crate::sample::{Name, SampleError};
+
+    /// Time moves only when the loop waits or a sampler "works".
+    struct FakeClock {
+        now_ns: AtomicU64,
+        wall0: f64,
+        stop_at: Duration,
+    }
+
+    impl FakeClock {
+        fn new(wall0: f64, stop_at_ms: u64) -> Arc<FakeClock> {
+            Arc::new(FakeClock {
+                now_ns: AtomicU64::new(0),
+                wall0,
+                stop_at: Duration::from_millis(stop_at_ms),
+            })
+        }
+        fn set(&self, d: Duration) {
+            self.now_ns.store(d.as_nanos() as u64, SeqCst);
+        }
+    }
+
+    impl Clock for FakeClock {
+        fn mono(&self) -> Duration {
+            Duration::from_nanos(self.now_ns.load(SeqCst))
+        }
+        fn wall_s(&self) -> f64 {
+            self.wall0 + self.mono().as_secs_f64()
+        }
+        fn wait_until(&self, deadline: Duration) -> bool {
+            if deadline >= self.stop_at {
+                self.set(self.stop_at);
+                return true;
+            }
+            self.set(self.mono().max(deadline));
+            false
+        }
+    }
+
+    /// Reports the time it was called at; takes `cost` of (fake) time on the calls listed
+    /// in `slow`, fails on those in `fail`.
+    struct Probe {
+        clock: Arc<FakeClock>,
+        slow: Vec<u64>,
+        cost: Duration,
+        n: u64,
+        fail: Vec<u64>,
+    }
+
+    impl Sampler for Probe {
+        fn name(&self) -> &'static str {
+            "probe"
+        }
+        fn sample(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
+            self.n += 1;
+            if self.slow.contains(&self.n) {
+                self.clock.set(self.clock.mono() + self.cost);
+            }
+            if self.fail.contains(&self.n) {
+                return Err(SampleError::parse(Path::new("/fake"), "scripted"));
+            }
+            out.push("cpu", Name::Indexed("cpu", 0), "CPUUtilization", now.as_millis() as f64);
+            out.push("memory", Name::Static("MemoryUsedPercent"), "", 1.0);
+            Ok(())
+        }
+    }
+
+    fn root(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("trainprof-tick-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn lines(root: &Path) -> Vec<serde_json::Value> {
+        let mut out: Vec<serde_json::Value> = Vec::new();
+        let mut stack = vec![root.join("system")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    for l in std::fs::read_to_string(e.path()).unwrap().lines() {
+                        out.push(serde_json::from_str(l).unwrap());
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| a["Timestamp"].as_f64().partial_cmp(&b["Timestamp"].as_f64()).unwrap());
+        out
+    }
+
+    #[test]
+    fn ticks_do_not_drift_and_late_ones_are_skipped_not_queued() {
+        // The minute changes 1 s in (…620).
+        let clock = FakeClock::new(1_595_455_619.0, 2050);
+        let dir = root("drift");
+        // Tick 3 takes 350 ms: deadlines 400, 500, 600 are overrun, 700 is next.
+        let probe = Probe {
+            clock: Arc::clone(&clock),
+            slow: vec![3],
+            cost: Duration::from_millis(350),
+            n: 0,
+            fail: vec![],
+        };
+        let mut t =
+            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        t.run(&*clock);
+        let c = t.counts();
+        let cpu: Vec<f64> =
+            lines(&dir).iter().filter(|l| l["Type"] == "cpu").map(|l| l["Value"].as_f64().unwrap()).collect();
+        let expected: Vec<f64> =
+            [100, 200, 300].into_iter().chain((7..=20).map(|k| k * 100)).map(f64::from).collect();
+        assert_eq!(cpu, expected);
+        assert_eq!(c.ticks, 17);
+        assert_eq!(c.skipped, 3);
+        // Both metrics of a tick share one timestamp; the minute boundary split the files.
+        let all = lines(&dir);
+        assert!(all.chunks(2).all(|p| p[0]["Timestamp"] == p[1]["Timestamp"]));
+        assert_eq!(c.system.files_sealed, 2);
+        assert_eq!(c.system.lines, 34);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_failing_sampler_is_counted_and_the_loop_goes_on() {
+        let clock = FakeClock::new(1_595_455_600.0, 1050);
+        let dir = root("fail");
+        let probe = Probe {
+            clock: Arc::clone(&clock),
+            slow: vec![],
+            cost: Duration::ZERO,
+            n: 0,
+            fail: vec![2, 3, 7],
+        };
+        let mut t =
+            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        t.run(&*clock);
+        let c = t.counts();
+        assert_eq!(c.ticks, 10);
+        assert_eq!(c.sample_failures, vec![("probe", 3)]);
+        assert_eq!(lines(&dir).len(), 14);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_stop_request_wakes_the_real_clock_at_once() {
+        let stop = Stop::new();
+        let clock = SystemClock::new(stop.clone());
+        let waker = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                std::thread::sleep(Duration::from_millis(50));
+                stop.request();
+            }
+        });
+        let t0 = Instant::now();
+        assert!(clock.wait_until(Duration::from_secs(600)));
+        assert!(t0.elapsed() < Duration::from_secs(60));
+        waker.join().unwrap();
+        assert!(stop.requested());
+        assert!(!SystemClock::new(Stop::new()).wait_until(Duration::ZERO));
+    }
+}

@@ -181,16 +181,24 @@ impl Ticker {
         }
     }
 
-    /// Runs ticks until `clock` says stop; then seals the open file.
+    /// Runs ticks until `clock` says stop, takes a last tick for the time since the
+    /// previous one (so a job shorter than one interval still leaves a system file, which
+    /// smdebug's `ProfilerTrial` waits for), then seals the open file.
     pub fn run(&mut self, clock: &dyn Clock) {
         let start = clock.mono();
+        let mut last = start;
         let mut k: u64 = 1;
         loop {
             let deadline = start + self.interval.saturating_mul(u32::try_from(k).unwrap_or(u32::MAX));
             if clock.wait_until(deadline) {
+                let now = clock.mono();
+                if now.saturating_sub(last) >= Duration::from_millis(10) {
+                    self.tick(now, clock.wall_s());
+                }
                 break;
             }
             let now = clock.mono();
+            last = now;
             self.tick(now, clock.wall_s());
             // The next deadline after the end of this tick; any passed meanwhile are skipped.
             let done = clock.mono().saturating_sub(start);
@@ -344,16 +352,21 @@ mod tests {
         let c = t.counts();
         let cpu: Vec<f64> =
             lines(&dir).iter().filter(|l| l["Type"] == "cpu").map(|l| l["Value"].as_f64().unwrap()).collect();
-        let expected: Vec<f64> =
-            [100, 200, 300].into_iter().chain((7..=20).map(|k| k * 100)).map(f64::from).collect();
+        let expected: Vec<f64> = [100, 200, 300]
+            .into_iter()
+            .chain((7..=20).map(|k| k * 100))
+            .chain([2050])
+            .map(f64::from)
+            .collect();
         assert_eq!(cpu, expected);
-        assert_eq!(c.ticks, 17);
+        // …the last one at the stop.
+        assert_eq!(c.ticks, 18);
         assert_eq!(c.skipped, 3);
         // Both metrics of a tick share one timestamp; the minute boundary split the files.
         let all = lines(&dir);
         assert!(all.chunks(2).all(|p| p[0]["Timestamp"] == p[1]["Timestamp"]));
         assert_eq!(c.system.files_sealed, 2);
-        assert_eq!(c.system.lines, 34);
+        assert_eq!(c.system.lines, 36);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -372,9 +385,9 @@ mod tests {
             Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
         t.run(&*clock);
         let c = t.counts();
-        assert_eq!(c.ticks, 10);
+        assert_eq!(c.ticks, 11);
         assert_eq!(c.sample_failures, vec![("probe", 3)]);
-        assert_eq!(lines(&dir).len(), 14);
+        assert_eq!(lines(&dir).len(), 16);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

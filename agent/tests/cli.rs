@@ -1,6 +1,6 @@
 //! The `trainprof` binary as users run it.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -164,4 +164,226 @@ fn environment_and_flags() {
         assert_eq!(v["enabled"], false, "{args:?} {env:?}");
         assert_eq!(v["features"]["detailed"]["enabled"], false);
     }
+}
+
+// ---- trainprof agent / trainprof run -------------------------------------------------
+
+/// A fresh folder for one test.
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("trainprof-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `trainprof ARGS` ready to spawn, with the variables it reads cleared.
+fn command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainprof"));
+    cmd.args(args);
+    for var in [
+        "SMPROFILER_CONFIG_PATH",
+        "TRAINPROF_LOCAL_PATH",
+        "TRAINPROF_INTERVAL_MS",
+        "TRAINPROF_S3_OUTPUT_PATH",
+        "TRAINPROF_DISABLE",
+        "TRAINPROF_HOOK_LIB",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("TRAINPROF_RESOURCE_CONFIG", "/nonexistent/resourceconfig.json");
+    cmd.env("SMPROFILER_CONFIG_PATH", "/nonexistent/profilerconfig.json");
+    cmd
+}
+
+/// Every file under `root`, relative, sorted.
+fn tree(root: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path().strip_prefix(root).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn sigterm(child: &std::process::Child) {
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+}
+
+/// The sealed system files and the end markers, and nothing temporary.
+fn assert_sealed(root: &std::path::Path) -> Vec<String> {
+    let files = tree(root);
+    assert!(files.contains(&"system/training_job_end.ts".to_owned()), "{files:?}");
+    assert!(files.contains(&"framework/training_job_end.ts".to_owned()), "{files:?}");
+    assert!(!files.iter().any(|f| f.ends_with(".tmp")), "{files:?}");
+    let system: Vec<String> = files.into_iter().filter(|f| f.starts_with("system/incremental/")).collect();
+    assert!(!system.is_empty());
+    for f in &system {
+        // system/incremental/<10-digit hour>/<10-digit seconds>.algo-1.json
+        let parts: Vec<&str> = f.split('/').collect();
+        assert_eq!(parts.len(), 4, "{f}");
+        assert_eq!(parts[2].len(), 10, "{f}");
+        let (secs, rest) = parts[3].split_once('.').unwrap();
+        assert_eq!(secs.len(), 10, "{f}");
+        assert_eq!(rest, "algo-1.json", "{f}");
+        let text = std::fs::read_to_string(root.join(f)).unwrap();
+        assert!(text.ends_with('\n'));
+        for line in text.lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["NodeId"], "algo-1");
+        }
+    }
+    system
+}
+
+#[test]
+fn run_passes_the_exit_status_on_and_seals_everything() {
+    let d = scratch("run-status");
+    let out = command(&[
+        "run",
+        "--interval-ms",
+        "100",
+        "--local-path",
+        d.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "sleep 1; exit 3",
+    ])
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_sealed(&d);
+    assert!(stderr.contains(&format!("output: {}", d.display())), "{stderr}");
+    assert!(stderr.contains("lost (not written)"), "{stderr}");
+    assert!(stderr.contains("% of one core"), "{stderr}");
+    // A command killed by a signal: 128 + the signal, as a shell reports it.
+    let out = command(&["run", "--local-path", d.to_str().unwrap(), "--", "sh", "-c", "kill -KILL $$"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(137));
+    // A command that does not exist: 127, and nothing is left behind.
+    let out = command(&["run", "--local-path", d.join("x").to_str().unwrap(), "--", "/nonexistent/cmd"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot run /nonexistent/cmd"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn run_passes_sigterm_on_to_the_command() {
+    let d = scratch("run-sigterm");
+    let ready = d.join("ready");
+    let script = format!("trap 'exit 7' TERM; touch {}; while :; do sleep 0.05; done", ready.display());
+    let child = command(&[
+        "run",
+        "--interval-ms",
+        "100",
+        "--local-path",
+        d.join("out").to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_for("the command's trap", || ready.exists());
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert!(stderr.contains("SIGTERM passed on to"), "{stderr}");
+    assert_sealed(&d.join("out"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn run_gives_the_command_the_config_and_the_chosen_folder() {
+    let d = scratch("run-env");
+    let cfg = fixture("sdk_default.json");
+    let seen = d.join("seen");
+    let script =
+        format!("printf '%s|%s' \"$SMPROFILER_CONFIG_PATH\" \"$TRAINPROF_LOCAL_PATH\" > {}", seen.display());
+    let out = command(&[
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--local-path",
+        d.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), format!("{}|{}", cfg.display(), d.display()));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn agent_runs_until_sigterm_then_seals() {
+    let d = scratch("agent");
+    let child = command(&["agent", "--interval-ms", "100", "--local-path", d.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first tick has been written to the temporary file.
+    wait_for("the first tick", || {
+        std::fs::read_dir(d.join("system"))
+            .map(|mut it| it.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".tmp"))))
+            .unwrap_or(false)
+    });
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("SIGTERM: sealing files and stopping"), "{stderr}");
+    let system = assert_sealed(&d);
+    let lines: usize =
+        system.iter().map(|f| std::fs::read_to_string(d.join(f)).unwrap().lines().count()).sum();
+    assert!(lines > 0);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn an_unwritable_chosen_folder_stops_the_agent_but_never_the_training() {
+    let d = scratch("unwritable");
+    std::fs::write(d.join("file"), b"x").unwrap();
+    let bad = d.join("file/out");
+    let out = command(&["agent", "--local-path", bad.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write to"));
+    let out = command(&["run", "--local-path", bad.to_str().unwrap(), "--", "sh", "-c", "exit 5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("running the command without profiling"));
+    // Disabled: the command runs, nothing is written.
+    let out = command(&["run", "--disable", "--local-path", d.join("off").to_str().unwrap(), "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!d.join("off").exists());
+    std::fs::remove_dir_all(&d).unwrap();
 }

@@ -1,0 +1,149 @@
+"""`trainprof run` around a CPU-burning command, read back by smdebug 1.0.34's
+LocalSystemMetricsReader (the compatibility oracle for system metrics files, spec §2).
+
+The GPU rows come from a fake libnvidia-ml.so.1 built here with cc from the agent's test
+source (agent/tests/c/fake_nvml.c): two GPUs, gpu1 without power readings. Everything
+else is this machine's real /proc and cgroup files.
+"""
+
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+from smdebug.profiler.system_metrics_reader import LocalSystemMetricsReader
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FAKE_NVML = ROOT / "agent" / "tests" / "c" / "fake_nvml.c"
+
+BURN = """
+import sys, time
+t = time.time()
+while time.time() - t < 3.0:
+    pass
+sys.exit(4)
+"""
+
+# (Type, Name prefix or exact Name, Dimension) that must be there: spec §2.3's
+# vocabulary, then trainprof's own.
+REQUIRED = [
+    ("cpu", "cpu", "CPUUtilization"),
+    ("cpu", "cpu", "I/OWaitPercentage"),
+    ("gpu", "gpu", "GPUUtilization"),
+    ("gpu", "gpu", "GPUMemoryUtilization"),
+    ("memory", "MemoryUsedPercent", ""),
+    ("i/o", "IOPS", ""),
+    ("i/o", "ReadThroughputInBytesPerSecond", ""),
+    ("i/o", "WriteThroughputInBytesPerSecond", ""),
+    ("network", "ReceiveBytesPerSecond", "Algorithm"),
+    ("network", "TransmitBytesPerSecond", "Algorithm"),
+    ("trainer", "CPUPercent", "ProcessTree"),
+    ("trainer", "RSSBytes", "ProcessTree"),
+]
+
+
+def online_cores():
+    with open("/proc/stat") as f:
+        return sorted(
+            int(line.split()[0][3:]) for line in f if line.startswith("cpu") and line[3].isdigit()
+        )
+
+
+@pytest.fixture(scope="module")
+def fake_nvml(tmp_path_factory):
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.fail("no C compiler (cc) on PATH")
+    out = tmp_path_factory.mktemp("nvml") / "libnvidia-ml.so.1"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(out), str(FAKE_NVML)], check=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def burned(trainprof_bin, fake_nvml, tmp_path_factory):
+    """One `trainprof run` of the burn script; (returncode, stderr, events, root)."""
+    root = tmp_path_factory.mktemp("run") / "profiler"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINPROF_", "SMPROFILER_"))}
+    env["TRAINPROF_NVML_LIB"] = str(fake_nvml)
+    env["TRAINPROF_RESOURCE_CONFIG"] = str(root / "no-resourceconfig.json")
+    env["SMPROFILER_CONFIG_PATH"] = str(root / "no-profilerconfig.json")
+    t0 = time.time()
+    proc = subprocess.run(
+        [str(trainprof_bin), "run", "--interval-ms", "100", "--local-path", str(root), "--",
+         sys.executable, "-c", BURN],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    t1 = time.time()
+    reader = LocalSystemMetricsReader(str(root))
+    # File names are window starts (whole minutes): ask from well before the run.
+    events = reader.get_events(int((t0 - 120) * 1e6), int((t1 + 1) * 1e6))
+    return proc.returncode, proc.stderr, events, root
+
+
+def test_exit_status_is_passed_through(burned):
+    code, stderr, _, _ = burned
+    assert code == 4, stderr
+
+
+def test_every_type_and_dimension_and_all_cores(burned):
+    _, stderr, events, _ = burned
+    assert events, stderr
+    seen = {(e.type, e.name, e.dimension) for e in events}
+    for kind, name, dim in REQUIRED:
+        assert any(t == kind and n.startswith(name) and d == dim for t, n, d in seen), (kind, name, dim, stderr)
+    for core in online_cores():
+        assert ("cpu", f"cpu{core}", "CPUUtilization") in seen
+        assert ("cpu", f"cpu{core}", "I/OWaitPercentage") in seen
+    assert {n for t, n, d in seen if t == "gpu"} == {"gpu0", "gpu1"}
+    # The fake gpu1 does not support power: switched off for it alone.
+    assert ("gpu", "gpu0", "GPUPowerWatts") in seen
+    assert ("gpu", "gpu1", "GPUPowerWatts") not in seen
+    assert all(e.node_id == "algo-1" for e in events)
+
+
+def test_about_thirty_ticks_each_with_one_timestamp(burned):
+    _, _, events, _ = burned
+    stamps = sorted({e.timestamp for e in events})
+    # 3 s at 100 ms, plus the interpreter's start-up and the last tick at the end.
+    assert 26 <= len(stamps) <= 40, len(stamps)
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert statistics.median(gaps) == pytest.approx(0.1, abs=0.02)
+    # Every tick carries the per-core rows of all cores under one timestamp.
+    per_tick = {}
+    for e in events:
+        if e.type == "cpu" and e.name.startswith("cpu") and e.dimension == "CPUUtilization":
+            per_tick.setdefault(e.timestamp, set()).add(e.name)
+    assert all(len(names) == len(online_cores()) for names in per_tick.values())
+
+
+def test_values_in_range_and_the_busy_core_is_busy(burned):
+    _, _, events, _ = burned
+    for e in events:
+        assert isinstance(e.value, (int, float)), e.__dict__
+        assert e.value >= 0, e.__dict__
+        if e.dimension in ("CPUUtilization", "I/OWaitPercentage", "GPUUtilization", "GPUMemoryUtilization") \
+                or e.name == "MemoryUsedPercent":
+            assert e.value <= 100, e.__dict__
+    busiest = {}
+    for e in events:
+        if e.type == "cpu" and e.name.startswith("cpu") and e.dimension == "CPUUtilization":
+            busiest[e.timestamp] = max(busiest.get(e.timestamp, 0), e.value)
+    # The burning thread keeps one core (nearly) full; it may move between cores
+    # within a tick, so ask for "mostly busy" most of the time.
+    busy_ticks = sum(1 for v in busiest.values() if v >= 50)
+    assert busy_ticks >= 0.7 * len(busiest), sorted(busiest.items())
+    trainer = [e.value for e in events if e.type == "trainer" and e.name == "CPUPercent"]
+    assert statistics.median(trainer) >= 70, trainer
+
+
+def test_sealed_files_and_end_markers(burned):
+    _, stderr, _, root = burned
+    assert (root / "system" / "training_job_end.ts").is_file()
+    assert (root / "framework" / "training_job_end.ts").is_file()
+    names = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+    assert not [n for n in names if n.endswith(".tmp")], names
+    assert "files: " in stderr and " system" in stderr, stderr

@@ -132,11 +132,14 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
             probed.cores,
             probed.gpus
         );
-        for a in &probed.absent {
-            log!("not sampled: {a}");
+        if !probed.absent.is_empty() {
+            log!("not sampled: {}", probed.absent.join("; "));
         }
+        let cpu_before = self_usage().0;
         ticker.run(&clock);
-        counts = Some(ticker.counts());
+        let mut c = ticker.counts();
+        c.sampling_cpu_us = self_usage().0.saturating_sub(cpu_before);
+        counts = Some(c);
     } else {
         // Nothing to sample: wait for the child (or a signal) all the same.
         clock.wait_until(Duration::MAX);

@@ -60,7 +60,7 @@ pub fn output_root(
 #[derive(Default)]
 pub struct Probed {
     pub samplers: Vec<Box<dyn Sampler>>,
-    /// One line per source that is not sampled, and why.
+    /// The sources that are not sampled: a name (not here), or a name and why.
     pub absent: Vec<String>,
     pub cores: usize,
     pub gpus: usize,
@@ -84,7 +84,7 @@ pub fn probe_samplers(
     let mut p = Probed::default();
     let keep = |p: &mut Probed, what: &str, r: Result<Option<Box<dyn Sampler>>, SampleError>| match r {
         Ok(Some(s)) => p.samplers.push(s),
-        Ok(None) => p.absent.push(format!("{what}: not here")),
+        Ok(None) => p.absent.push(what.to_owned()),
         Err(e) => p.absent.push(format!("{what}: {e}")),
     };
     let cpu = CpuSampler::probe(&roots.proc).map(|s| {
@@ -214,11 +214,12 @@ pub fn summary(root: &Path, out: OutputCounts, loop_counts: &LoopCounts, cost: S
         loop_counts.system.ticks_lost,
         if failures.is_empty() { "none".to_owned() } else { failures.join(", ") }
     );
-    let per_tick = if loop_counts.ticks > 0 { cost.cpu_us as f64 / loop_counts.ticks as f64 } else { 0.0 };
+    let ticks = loop_counts.ticks.max(1) as f64;
+    let per_tick = loop_counts.sampling_cpu_us as f64 / ticks;
     let share = if cost.wall_s > 0.0 { cost.cpu_us as f64 / 1e4 / cost.wall_s } else { 0.0 };
     let _ = writeln!(
         s,
-        "agent: {:.1} ms CPU in {:.1} s ({share:.2} % of one core, {per_tick:.0} µs per tick), RSS {:.1} MiB",
+        "agent: {:.1} ms CPU in {:.1} s ({share:.2} % of one core; {per_tick:.0} µs per tick after start-up), RSS {:.1} MiB",
         cost.cpu_us as f64 / 1e3,
         cost.wall_s,
         cost.rss_bytes as f64 / 1_048_576.0
@@ -268,12 +269,16 @@ mod tests {
         assert!(d.join("framework/training_job_end.ts").is_file());
         let c = count_outputs(&d);
         assert_eq!(c, OutputCounts { system: 1, timelines: 1, python_stats: 1, temporary: 2 });
-        let lc =
-            LoopCounts { ticks: 30, sample_failures: vec![("gpu", 2), ("cpu", 0)], ..LoopCounts::default() };
+        let lc = LoopCounts {
+            ticks: 30,
+            sampling_cpu_us: 1500,
+            sample_failures: vec![("gpu", 2), ("cpu", 0)],
+            ..LoopCounts::default()
+        };
         let text = summary(&d, c, &lc, SelfCost { cpu_us: 3000, rss_bytes: 5 << 20, wall_s: 3.0 });
         assert!(text.contains("files: 1 system, 1 timeline, 1 python-stats, 2 temporary"), "{text}");
         assert!(text.contains("failed reads: gpu 2"), "{text}");
-        assert!(text.contains("0.10 % of one core, 100 µs per tick), RSS 5.0 MiB"), "{text}");
+        assert!(text.contains("0.10 % of one core; 50 µs per tick after start-up), RSS 5.0 MiB"), "{text}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -107,7 +107,8 @@ pub struct LoopCounts {
     /// Failed reads, per sampler name.
     pub sample_failures: Vec<(&'static str, u64)>,
     pub system: SystemCounts,
-    /// The CPU time of the sampling thread, µs (when the platform tells).
+    /// The process's CPU time from the first tick to the last, µs (set by the caller, who
+    /// owns the clock of the whole process).
     pub sampling_cpu_us: u64,
 }
 

@@ -147,3 +147,32 @@ def test_sealed_files_and_end_markers(burned):
     names = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
     assert not [n for n in names if n.endswith(".tmp")], names
     assert "files: " in stderr and " system" in stderr, stderr
+
+
+def test_run_around_a_trainer_that_uses_the_package(trainprof_bin, tmp_path):
+    """`trainprof run` hands the trainer the hook library next to the binary: the trainer's
+    timelines and the system files land side by side, and the summary counts both."""
+    lib = trainprof_bin.parent / "libtrainprof_hook.so"
+    if not lib.is_file():
+        pytest.fail(f"{lib} missing: build the hook (`cargo build -p trainprof-hook`; scripts/test does)")
+    out = tmp_path / "out"
+    config = tmp_path / "profilerconfig.json"
+    config.write_text('{"ProfilingParameters": {"LocalPath": "%s"}}' % out)
+    seen = tmp_path / "hook_lib_seen"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINPROF_", "SMPROFILER_"))}
+    env["PYTHONPATH"] = str(ROOT / "hook-ffi" / "python")
+    env["TRAINPROF_RESOURCE_CONFIG"] = str(tmp_path / "no-resourceconfig.json")
+    env["TRAINPROF_TEST_MANIFEST"] = str(tmp_path / "manifest.json")
+    env["TRAINPROF_TEST_PARAMS"] = '{"phases": [["train", 5]], "work_ms": 20}'
+    loop = ROOT / "tests" / "hook" / "scripts" / "loop.py"
+    script = f'printf %s "$TRAINPROF_HOOK_LIB" > {seen} && exec {sys.executable} {loop}'
+    proc = subprocess.run(
+        [str(trainprof_bin), "run", "--config", str(config), "--interval-ms", "100", "--", "sh", "-c", script],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert pathlib.Path(seen.read_text()).resolve() == lib.resolve()
+    timelines = list((out / "framework" / "pevents").rglob("*_pythontimeline.json"))
+    system = list((out / "system" / "incremental").rglob("*.algo-1.json"))
+    assert timelines and system, proc.stderr
+    assert f"files: {len(system)} system, {len(timelines)} timeline" in proc.stderr, proc.stderr

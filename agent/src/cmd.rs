@@ -3,13 +3,13 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, ExitStatus};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use trainprof_agent::launch::{self, SelfCost};
 use trainprof_agent::sample::{Roots, gpu, process::self_usage};
 use trainprof_agent::system::{SystemWriter, algo_index};
-use trainprof_agent::tick::{Clock as _, Stop, SystemClock, Ticker};
+use trainprof_agent::tick::{Clock as _, LoopCounts, Stop, SystemClock, Ticker};
 use trainprof_agent::{log, signals};
 use trainprof_config::{DEFAULT_LOCAL_PATH, FileStatus, Sources};
 
@@ -46,7 +46,7 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
 
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let root = if config.enabled {
-        let explicit = config.local_path != DEFAULT_LOCAL_PATH;
+        let explicit = config.local_path() != std::path::Path::new(DEFAULT_LOCAL_PATH);
         match launch::output_root(config.local_path(), explicit, &cwd) {
             Ok((root, note)) => {
                 if let Some(n) = note {
@@ -69,7 +69,6 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     };
 
     let stop = Stop::new();
-    let clock = SystemClock::new(stop.clone());
     let started = Instant::now();
 
     // The child first: the trainer must start even if sampling cannot.
@@ -78,7 +77,7 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
         Some(argv) => {
             let fell_back = root.as_ref().is_some_and(|r| r != config.local_path());
             let local_path_env = if explicit_local_path.is_some() || fell_back { root.clone() } else { None };
-            match spawn(argv, config_flag.as_ref(), local_path_env.as_ref()) {
+            match spawn(argv, config_flag.as_ref(), local_path_env.as_ref(), config.enabled) {
                 Ok(c) => Some(c),
                 Err((code, e)) => {
                     log!("cannot run {}: {e}", argv[0].to_string_lossy());
@@ -88,22 +87,19 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
         }
     };
     let child_pid = child.as_ref().map(std::process::Child::id);
-    let status: Arc<Mutex<Option<ExitStatus>>> = Arc::new(Mutex::new(None));
-    let waiter = child.map(|mut c| {
-        let (status, stop) = (Arc::clone(&status), stop.clone());
-        std::thread::spawn(move || {
-            let st = c.wait().ok();
-            *status.lock().unwrap_or_else(PoisonError::into_inner) = st;
-            stop.request();
-        })
-    });
+    let exited = Arc::new(Mutex::new(false));
     let signal_stop = stop.clone();
+    let signal_exited = Arc::clone(&exited);
     let spawned = signals::spawn(move |sig| match child_pid {
-        // Ctrl-C in a terminal already reached the trainer (same process group).
+        // Ctrl-C in a terminal already reached the trainer (same process group); and a
+        // reaped child's pid may belong to someone else by now.
         Some(pid) if sig.from_process => {
-            log!("{} passed on to {pid}", sig.name());
-            if let Err(e) = signals::send(pid, sig.signo) {
-                log!("cannot pass {} on to {pid}: {e}", sig.name());
+            let gone = signal_exited.lock().unwrap_or_else(PoisonError::into_inner);
+            if !*gone {
+                log!("{} passed on to {pid}", sig.name());
+                if let Err(e) = signals::send(pid, sig.signo) {
+                    log!("cannot pass {} on to {pid}: {e}", sig.name());
+                }
             }
         }
         Some(_) => {}
@@ -113,60 +109,103 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
         }
     });
     if let Err(e) = spawned {
-        log!("cannot start the signal thread: {e}");
+        log!("cannot start the signal thread ({e}): SIGTERM/SIGINT act as usual");
+        signals::unblock();
     }
 
-    let mut counts = None;
-    if let Some(root) = &root {
-        let roots = Roots::host();
-        let now = clock.mono();
-        let probed = launch::probe_samplers(&roots, now, child_pid, gpu::lib_from_env().as_deref());
-        let algo_n = algo_index(read_resource_config().as_ref(), |k| std::env::var(k).ok());
-        let interval = Duration::from_millis(u64::from(config.interval_ms));
-        let mut ticker = Ticker::new(probed.samplers, SystemWriter::new(root, algo_n), interval);
-        log!(
-            "sampling every {} ms into {} as algo-{algo_n}: {} ({} cores, {} GPUs)",
-            config.interval_ms,
-            root.join("system").display(),
-            ticker.sampler_names().join(", "),
-            probed.cores,
-            probed.gpus
-        );
-        if !probed.absent.is_empty() {
-            log!("not sampled: {}", probed.absent.join("; "));
+    // Sampling runs on its own thread: a hung NVML call or a panic there must not keep
+    // `run` from returning the trainer's status.
+    let (done_tx, done_rx) = mpsc::channel();
+    let sampler = root.clone().map(|root| {
+        let stop = stop.clone();
+        std::thread::Builder::new().name("trainprof-sampler".into()).spawn(move || {
+            let clock = SystemClock::new(stop);
+            let counts = sample(&root, &clock, child_pid, config.interval_ms);
+            let _ = done_tx.send(counts);
+        })
+    });
+    let sampler = match sampler {
+        Some(Err(e)) => {
+            log!("cannot start the sampling thread: {e}");
+            None
         }
-        let cpu_before = self_usage().0;
-        ticker.run(&clock);
-        let mut c = ticker.counts();
-        c.sampling_cpu_us = self_usage().0.saturating_sub(cpu_before);
-        counts = Some(c);
-    } else {
-        // Nothing to sample: wait for the child (or a signal) all the same.
-        clock.wait_until(Duration::MAX);
-    }
+        Some(Ok(h)) => Some(h),
+        None => None,
+    };
 
-    if let Some(w) = waiter {
-        let _ = w.join();
-    }
-    if let (Some(root), Some(counts)) = (&root, &counts) {
-        if let Err(e) = launch::write_end_markers(root, clock.wall_s()) {
+    let status = match child {
+        Some(mut c) => {
+            let st = c.wait();
+            *exited.lock().unwrap_or_else(PoisonError::into_inner) = true;
+            stop.request();
+            Some(st)
+        }
+        None => {
+            SystemClock::new(stop.clone()).wait_until(Duration::MAX);
+            None
+        }
+    };
+
+    let counts = match (&sampler, done_rx.recv_timeout(FINISH_TIMEOUT)) {
+        (None, _) => None,
+        (Some(_), Ok(c)) => Some(c),
+        (Some(_), Err(_)) => {
+            log!(
+                "sampling did not stop within {} s; its open file is repaired at the next start",
+                FINISH_TIMEOUT.as_secs()
+            );
+            None
+        }
+    };
+    if let Some(root) = &root
+        && sampler.is_some()
+    {
+        if let Err(e) = launch::write_end_markers(root, SystemClock::new(Stop::new()).wall_s()) {
             log!("cannot write the training_job_end.ts markers: {e}");
         }
-        let (cpu_us, rss_bytes) = self_usage();
-        let cost = SelfCost { cpu_us, rss_bytes, wall_s: started.elapsed().as_secs_f64() };
-        for line in launch::summary(root, launch::count_outputs(root), counts, cost).lines() {
-            log!("{line}");
+        if let Some(counts) = &counts {
+            let (cpu_us, rss_bytes) = self_usage();
+            let cost = SelfCost { cpu_us, rss_bytes, wall_s: started.elapsed().as_secs_f64() };
+            for line in launch::summary(root, launch::count_outputs(root), counts, cost).lines() {
+                log!("{line}");
+            }
         }
     }
-    let status = *status.lock().unwrap_or_else(PoisonError::into_inner);
-    match (command.is_some(), status) {
-        (false, _) => ExitCode::SUCCESS,
-        (true, Some(st)) => ExitCode::from(exit_code(st)),
-        (true, None) => {
-            log!("lost track of the command's exit status");
+    match status {
+        None => ExitCode::SUCCESS,
+        Some(Ok(st)) => ExitCode::from(exit_code(st)),
+        Some(Err(e)) => {
+            log!("lost track of the command's exit status: {e}");
             ExitCode::from(1)
         }
     }
+}
+
+/// How long `run` waits for sampling to seal its file once the command has exited.
+const FINISH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The sampling thread: probes, ticks until stopped, seals.
+fn sample(root: &std::path::Path, clock: &SystemClock, trainer: Option<u32>, interval_ms: u32) -> LoopCounts {
+    let roots = Roots::host();
+    let probed = launch::probe_samplers(&roots, &|| clock.mono(), trainer, gpu::lib_from_env().as_deref());
+    let algo_n = algo_index(read_resource_config().as_ref(), |k| std::env::var(k).ok());
+    let interval = Duration::from_millis(u64::from(interval_ms));
+    let mut ticker = Ticker::new(probed.samplers, SystemWriter::new(root, algo_n), interval);
+    log!(
+        "sampling every {interval_ms} ms into {} as algo-{algo_n}: {} ({} cores, {} GPUs)",
+        root.join("system").display(),
+        ticker.sampler_names().join(", "),
+        probed.cores,
+        probed.gpus
+    );
+    if !probed.absent.is_empty() {
+        log!("not sampled: {}", probed.absent.join("; "));
+    }
+    let cpu_before = self_usage().0;
+    ticker.run(clock);
+    let mut c = ticker.counts();
+    c.sampling_cpu_us = self_usage().0.saturating_sub(cpu_before);
+    c
 }
 
 /// Starts the command with what the Python package needs in its environment. The error
@@ -175,13 +214,18 @@ fn spawn(
     argv: &[OsString],
     config: Option<&PathBuf>,
     local_path: Option<&PathBuf>,
+    enabled: bool,
 ) -> Result<std::process::Child, (u8, std::io::Error)> {
     let Some((program, args)) = argv.split_first() else {
         return Err((2, std::io::Error::other("no command")));
     };
     let mut cmd = Command::new(program);
     cmd.args(args);
-    if std::env::var_os("TRAINPROF_HOOK_LIB").is_none()
+    signals::unblock_in_child(&mut cmd);
+    if !enabled {
+        // Off for the trainer too (--disable, or a config file that cannot be trusted).
+        cmd.env("TRAINPROF_DISABLE", "1");
+    } else if std::env::var_os("TRAINPROF_HOOK_LIB").is_none()
         && let Some(lib) = std::env::current_exe().ok().and_then(|exe| launch::hook_lib_near(&exe))
     {
         cmd.env("TRAINPROF_HOOK_LIB", lib);

@@ -74,10 +74,12 @@ impl std::fmt::Debug for Probed {
 }
 
 /// Probes every source. A source that fails to probe is left out with its reason; the
-/// agent runs with whatever remains.
+/// agent runs with whatever remains. `now` is asked again for each sampler, since a probe
+/// (NVML's above all) can take a while and a sampler's first rate is measured from its
+/// own first reading.
 pub fn probe_samplers(
     roots: &Roots,
-    now: Duration,
+    now: &dyn Fn() -> Duration,
     trainer: Option<u32>,
     nvml_lib: Option<&OsStr>,
 ) -> Probed {
@@ -100,10 +102,10 @@ pub fn probe_samplers(
     keep(
         &mut p,
         "disks",
-        DiskSampler::probe(&roots.proc, &roots.sys, now).map(|s| s.map(|s| Box::new(s) as _)),
+        DiskSampler::probe(&roots.proc, &roots.sys, now()).map(|s| s.map(|s| Box::new(s) as _)),
     );
-    keep(&mut p, "network", NetSampler::probe(&roots.proc, now).map(|s| Some(Box::new(s) as _)));
-    keep(&mut p, "cgroup", CgroupSampler::probe(roots, now).map(|s| s.map(|s| Box::new(s) as _)));
+    keep(&mut p, "network", NetSampler::probe(&roots.proc, now()).map(|s| Some(Box::new(s) as _)));
+    keep(&mut p, "cgroup", CgroupSampler::probe(roots, now()).map(|s| s.map(|s| Box::new(s) as _)));
     let gpus = gpu::probe(nvml_lib).map(|s| {
         s.map(|s| {
             p.gpus = s.facts().len();
@@ -112,9 +114,9 @@ pub fn probe_samplers(
     });
     keep(&mut p, "gpu", gpus);
     if let Some(pid) = trainer {
-        p.samplers.push(Box::new(TreeSampler::new(&roots.proc, pid, now)));
+        p.samplers.push(Box::new(TreeSampler::new(&roots.proc, pid, now())));
     }
-    p.samplers.push(Box::new(SelfSampler::new(SELF_EVERY, now)));
+    p.samplers.push(Box::new(SelfSampler::new(SELF_EVERY, now())));
     p
 }
 

@@ -2,8 +2,9 @@
 //! handler runs in an arbitrary thread and nothing async-signal-unsafe is ever needed.
 //!
 //! [`block`] must run before any other thread starts (threads inherit the mask). A child
-//! started with `std::process::Command` gets an empty mask again (the standard library
-//! resets it between fork and exec), so the trainer sees the signals normally.
+//! inherits it too (the standard library no longer resets the mask between fork and
+//! exec), so every command must be started through [`unblock_in_child`]: a trainer with
+//! SIGTERM blocked could not be stopped.
 
 use std::io;
 
@@ -44,6 +45,27 @@ pub fn block() -> io::Result<()> {
     // SAFETY: `s` is an initialised set; a null old-set pointer is allowed.
     let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &s, std::ptr::null_mut()) };
     if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) }
+}
+
+/// Undoes [`block`] in the calling thread (when no thread can take the signals).
+pub fn unblock() {
+    let s = set();
+    // SAFETY: `s` is an initialised set; a null old-set pointer is allowed.
+    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &s, std::ptr::null_mut()) };
+}
+
+/// Makes `cmd` unblock SIGTERM and SIGINT in the child, between fork and exec.
+pub fn unblock_in_child(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt as _;
+    let s = set();
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // pthread_sigmask, which is async-signal-safe, on a set built before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let rc = libc::pthread_sigmask(libc::SIG_UNBLOCK, &s, std::ptr::null_mut());
+            if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) }
+        });
+    }
 }
 
 /// Starts the thread that waits for the signals and calls `on_signal` for each.

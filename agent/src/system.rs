@@ -1,17 +1,20 @@
 //! The system metrics files (spec §2): JSON lines, one file per node and minute,
 //! `system/incremental/<UTC YYYYMMDDHH>/<window start s>.algo-<n>.json`.
 //!
-//! A file is written as `system/.<window start>.algo-<n>.tmp` (no `.json` in the name, so
-//! no smdebug reader lists it, pitfall 18) and *sealed* when a tick falls in another
-//! minute, or at the end: flush, fsync, rename, fsync of the folder. A sealed file is
-//! never overwritten: if the name is taken (an agent restarted within the same minute)
-//! the next free second is used, which is still a window start ≤ every line inside.
-//! Every tick is written through to the kernel, so a killed agent loses at most the tick
-//! being written; the next start repairs the temporary file (issue 6).
+//! A file is written as `system/.<window start>.algo-<n>.<pid>.tmp` (no `.json` in the
+//! name, so no smdebug reader lists it, pitfall 18) and *sealed* when a tick falls in
+//! another minute, or at the end: fsync, link to the final name, unlink, fsync of the
+//! folder. A sealed file is never overwritten (the link fails on an existing name): if
+//! the minute's name is taken (an agent restarted within the same minute) the second of
+//! the file's first line is used, which is still a window start ≤ every line inside; if
+//! that is taken too, the file stays under its temporary name and is counted.
+//! Every tick is one `write`, so a killed agent loses at most the tick being written (a
+//! failed write is cut off again, so no partial line stays); the next start repairs the
+//! temporary file (issue 6).
 
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write as _};
+use std::io::{self, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 
 use crate::sample::Metric;
@@ -30,9 +33,13 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SystemWriteError + '_ {
 #[derive(Debug)]
 struct Open {
     window_s: i64,
+    /// The whole second of the first line.
+    first_s: i64,
     tmp: PathBuf,
     file: File,
     lines: u64,
+    /// Bytes written so far: where a failed write is cut back to.
+    len: u64,
 }
 
 /// What the writer did so far.
@@ -42,6 +49,8 @@ pub struct SystemCounts {
     pub lines: u64,
     /// Ticks that could not be written (the folder unwritable, the disk full).
     pub ticks_lost: u64,
+    /// Files that could not be sealed and stay under their temporary name.
+    pub seal_failures: u64,
 }
 
 /// Writes ticks into minute files under `<root>/system/`.
@@ -88,7 +97,10 @@ impl SystemWriter {
         let ts = (wall_s * 1e6).round() / 1e6;
         let window_s = (ts.floor() as i64).div_euclid(60) * 60;
         let sealed = match &self.open {
-            Some(o) if o.window_s != window_s => self.seal()?,
+            Some(o) if o.window_s != window_s => self.seal().unwrap_or_else(|e| {
+                crate::log!("{e}; the file stays under its temporary name");
+                None
+            }),
             _ => None,
         };
         if metrics.is_empty() {
@@ -104,36 +116,42 @@ impl SystemWriter {
                 m.kind, m.name, m.dimension, v, self.node_id, ts
             );
         }
-        let result = self.append(window_s, metrics.len() as u64);
+        let result = self.append(window_s, ts.floor() as i64, metrics.len() as u64);
         if result.is_err() {
             self.counts.ticks_lost += 1;
         }
         result.map(|()| sealed)
     }
 
-    fn append(&mut self, window_s: i64, lines: u64) -> Result<(), SystemWriteError> {
+    fn append(&mut self, window_s: i64, first_s: i64, lines: u64) -> Result<(), SystemWriteError> {
         if self.open.is_none() {
             let dir = self.root.join("system");
             std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-            let tmp = dir.join(format!(".{window_s}.algo-{}.tmp", self.algo_n));
+            let tmp = dir.join(format!(".{window_s}.algo-{}.{}.tmp", self.algo_n, std::process::id()));
             let file = OpenOptions::new()
                 .write(true)
                 .create(true)
                 .truncate(true)
                 .open(&tmp)
                 .map_err(io_err(&tmp))?;
-            self.open = Some(Open { window_s, tmp, file, lines: 0 });
+            self.open = Some(Open { window_s, first_s, tmp, file, lines: 0, len: 0 });
         }
         let Some(o) = self.open.as_mut() else { return Ok(()) };
         // One write per tick: nothing sits in a user-space buffer if the agent is killed.
-        o.file.write_all(self.buf.as_bytes()).map_err(io_err(&o.tmp))?;
+        if let Err(e) = o.file.write_all(self.buf.as_bytes()) {
+            // Cut a partly written tick off again: readers reject a broken line.
+            let _ = o.file.set_len(o.len);
+            let _ = o.file.seek(SeekFrom::Start(o.len));
+            return Err(io_err(&o.tmp)(e));
+        }
+        o.len += self.buf.len() as u64;
         o.lines += lines;
         self.counts.lines += lines;
         Ok(())
     }
 
     /// Seals the open file, if any, and returns its final path. A file that cannot be
-    /// sealed stays under its temporary name for the next start to repair.
+    /// sealed stays under its temporary name (counted) for the next start to repair.
     pub fn seal(&mut self) -> Result<Option<PathBuf>, SystemWriteError> {
         let Some(o) = self.open.take() else { return Ok(None) };
         if o.lines == 0 {
@@ -141,28 +159,45 @@ impl SystemWriter {
             let _ = std::fs::remove_file(&o.tmp);
             return Ok(None);
         }
-        o.file.sync_all().map_err(io_err(&o.tmp))?;
-        drop(o.file);
-        let path = self.free_name(o.window_s);
-        let dir = path.parent().unwrap_or(&self.root).to_owned();
-        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-        std::fs::rename(&o.tmp, &path).map_err(io_err(&path))?;
-        // The rename is durable only once the folder is.
-        File::open(&dir).and_then(|d| d.sync_all()).map_err(io_err(&dir))?;
-        self.counts.files_sealed += 1;
-        Ok(Some(path))
+        let result = self.place(o);
+        if result.is_err() {
+            self.counts.seal_failures += 1;
+        }
+        result.map(Some)
     }
 
-    /// `<window>.algo-<n>.json`, or the next second whose name is free.
-    fn free_name(&self, window_s: i64) -> PathBuf {
-        let mut s = window_s;
-        loop {
+    fn place(&mut self, o: Open) -> Result<PathBuf, SystemWriteError> {
+        o.file.sync_all().map_err(io_err(&o.tmp))?;
+        drop(o.file);
+        for s in [o.window_s, o.first_s.max(o.window_s)] {
             let path = self.root.join(trainprof_output::system_file(s, self.algo_n));
-            if s >= window_s + 59 || std::fs::symlink_metadata(&path).is_err() {
-                return path;
+            let dir = path.parent().unwrap_or(&self.root).to_owned();
+            std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+            if !link_no_replace(&o.tmp, &path).map_err(io_err(&path))? {
+                continue;
             }
-            s += 1;
+            // The new name is durable only once the folder is.
+            File::open(&dir).and_then(|d| d.sync_all()).map_err(io_err(&dir))?;
+            self.counts.files_sealed += 1;
+            return Ok(path);
         }
+        let taken = io::Error::new(io::ErrorKind::AlreadyExists, "its names are taken");
+        Err(io_err(&o.tmp)(taken))
+    }
+}
+
+/// Gives `from` the name `to` unless `to` exists: false when it does. A hard link cannot
+/// replace a file, so the check and the move are one step; where hard links are not
+/// supported, a rename after a check.
+fn link_no_replace(from: &Path, to: &Path) -> io::Result<bool> {
+    match std::fs::hard_link(from, to) {
+        Ok(()) => {
+            std::fs::remove_file(from)?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(_) if std::fs::symlink_metadata(to).is_ok() => Ok(false),
+        Err(_) => std::fs::rename(from, to).map(|()| true),
     }
 }
 
@@ -245,7 +280,7 @@ mod tests {
         // 2020-07-22T22:07:00Z = 1595455620
         assert_eq!(w.write_tick(1_595_455_620.5, tick(12.345).as_slice()).unwrap(), None);
         assert_eq!(w.write_tick(1_595_455_679.999_999_4, tick(1.0).as_slice()).unwrap(), None);
-        assert_eq!(files(&root), vec!["system/.1595455620.algo-2.tmp"]);
+        assert_eq!(files(&root), vec![format!("system/.1595455620.algo-2.{}.tmp", std::process::id())]);
         let sealed = w.write_tick(1_595_455_680.25, tick(99.999).as_slice()).unwrap().unwrap();
         assert!(sealed.ends_with("system/incremental/2020072222/1595455620.algo-2.json"));
         let text = std::fs::read_to_string(&sealed).unwrap();
@@ -279,21 +314,34 @@ mod tests {
     #[test]
     fn a_restart_in_the_same_minute_never_overwrites() {
         let root = tmpdir("restart");
-        for v in [1.0, 2.0] {
+        let mut counts = Vec::new();
+        // Three agents one after the other within the minute starting at …620.
+        for (v, at) in [(1.0, 1_595_455_630.0), (2.0, 1_595_455_640.3), (3.0, 1_595_455_640.7)] {
             let mut w = SystemWriter::new(&root, 1);
-            w.write_tick(1_595_455_630.0, tick(v).as_slice()).unwrap();
-            assert!(w.seal().unwrap().is_some());
-            assert_eq!(w.counts(), SystemCounts { files_sealed: 1, lines: 2, ticks_lost: 0 });
+            w.write_tick(at, tick(v).as_slice()).unwrap();
+            let _ = w.seal();
+            counts.push(w.counts());
         }
         let names = files(&root);
+        let pid = std::process::id();
         assert_eq!(
             names,
             vec![
-                "system/incremental/2020072222/1595455620.algo-1.json",
-                "system/incremental/2020072222/1595455621.algo-1.json"
+                format!("system/.1595455620.algo-1.{pid}.tmp"),
+                "system/incremental/2020072222/1595455620.algo-1.json".to_owned(),
+                "system/incremental/2020072222/1595455640.algo-1.json".to_owned(),
             ]
         );
-        assert!(std::fs::read_to_string(root.join(&names[0])).unwrap().contains(r#""Value":1,"#));
+        assert!(std::fs::read_to_string(root.join(&names[1])).unwrap().contains(r#""Value":1,"#));
+        assert!(std::fs::read_to_string(root.join(&names[2])).unwrap().contains(r#""Value":2,"#));
+        // The third could take neither name: kept, not written over anything, and counted.
+        assert!(std::fs::read_to_string(root.join(&names[0])).unwrap().contains(r#""Value":3,"#));
+        assert_eq!(counts[1], SystemCounts { files_sealed: 1, lines: 2, ..SystemCounts::default() });
+        assert_eq!(
+            counts[2],
+            SystemCounts { files_sealed: 0, lines: 2, seal_failures: 1, ..SystemCounts::default() }
+        );
+        std::fs::remove_file(root.join(&names[0])).unwrap();
         // Nothing written: nothing sealed, no file left.
         let mut w = SystemWriter::new(&root, 1);
         w.write_tick(1_595_455_700.0, &[]).unwrap();

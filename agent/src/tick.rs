@@ -76,10 +76,16 @@ impl Clock for SystemClock {
             if now >= deadline {
                 return false;
             }
-            stopped = cv.wait_timeout(stopped, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
+            // Capped, so that a far deadline (Duration::MAX: "until stopped") is no
+            // special case for the platform's timed wait.
+            let wait = (deadline - now).min(Duration::from_secs(3600));
+            stopped = cv.wait_timeout(stopped, wait).unwrap_or_else(PoisonError::into_inner).0;
         }
     }
 }
+
+/// The shortest stretch a last tick at the stop covers (unless it is the only tick).
+const LAST_TICK_MIN: Duration = Duration::from_millis(50);
 
 /// One sampler and what the loop knows about its health.
 struct Source {
@@ -192,8 +198,10 @@ impl Ticker {
         loop {
             let deadline = start + self.interval.saturating_mul(u32::try_from(k).unwrap_or(u32::MAX));
             if clock.wait_until(deadline) {
+                // Always when there was no tick yet; else when the stretch is long enough
+                // for jiffy-based CPU figures (10 ms resolution) to mean something.
                 let now = clock.mono();
-                if now.saturating_sub(last) >= Duration::from_millis(10) {
+                if self.ticks == 0 || now.saturating_sub(last) >= LAST_TICK_MIN {
                     self.tick(now, clock.wall_s());
                 }
                 break;
@@ -229,7 +237,11 @@ impl Ticker {
         LoopCounts {
             ticks: self.ticks,
             skipped: self.skipped,
-            sample_failures: self.sources.iter().map(|s| (s.sampler.name(), s.failures)).collect(),
+            sample_failures: self
+                .sources
+                .iter()
+                .map(|s| (s.sampler.name(), s.failures + s.sampler.failures()))
+                .collect(),
             system: self.writer.counts(),
             sampling_cpu_us: 0,
         }
@@ -389,6 +401,20 @@ mod tests {
         assert_eq!(c.ticks, 11);
         assert_eq!(c.sample_failures, vec![("probe", 3)]);
         assert_eq!(lines(&dir).len(), 16);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_stop_before_the_first_deadline_still_leaves_one_tick() {
+        let clock = FakeClock::new(1_595_455_600.0, 5);
+        let dir = root("early");
+        let probe =
+            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
+        let mut t =
+            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        t.run(&*clock);
+        assert_eq!(t.counts().ticks, 1);
+        assert_eq!(lines(&dir).len(), 2);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

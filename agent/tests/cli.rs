@@ -291,7 +291,21 @@ fn run_passes_the_exit_status_on_and_seals_everything() {
 fn run_passes_sigterm_on_to_the_command() {
     let d = scratch("run-sigterm");
     let ready = d.join("ready");
-    let script = format!("trap 'exit 7' TERM; touch {}; while :; do sleep 0.05; done", ready.display());
+    // Python, not sh: a shell unblocks signals when it sets a trap, Python does not, so
+    // this also proves the command starts with SIGTERM and SIGINT unblocked. The script
+    // writes its blocked mask and gives up by itself when it cannot be stopped, so the
+    // test fails instead of hanging.
+    let script = format!(
+        "import signal, sys, time\n\
+         blocked = int([l for l in open('/proc/self/status') if l.startswith('SigBlk')][0].split()[1], 16)\n\
+         signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n\
+         open({:?}, 'w').write(str(blocked & 0x4002))\n\
+         if blocked & 0x4002: sys.exit(9)\n\
+         t = time.time()\n\
+         while time.time() - t < 60: time.sleep(0.05)\n\
+         sys.exit(8)\n",
+        ready.to_str().unwrap()
+    );
     let child = command(&[
         "run",
         "--interval-ms",
@@ -299,14 +313,15 @@ fn run_passes_sigterm_on_to_the_command() {
         "--local-path",
         d.join("out").to_str().unwrap(),
         "--",
-        "sh",
+        "python3",
         "-c",
         &script,
     ])
     .stderr(std::process::Stdio::piped())
     .spawn()
     .unwrap();
-    wait_for("the command's trap", || ready.exists());
+    wait_for("the command's handler", || std::fs::read_to_string(&ready).is_ok_and(|t| !t.is_empty()));
+    assert_eq!(std::fs::read_to_string(&ready).unwrap(), "0", "SIGTERM/SIGINT blocked in the command");
     sigterm(&child);
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -379,11 +394,23 @@ fn an_unwritable_chosen_folder_stops_the_agent_but_never_the_training() {
         .unwrap();
     assert_eq!(out.status.code(), Some(5));
     assert!(String::from_utf8_lossy(&out.stderr).contains("running the command without profiling"));
-    // Disabled: the command runs, nothing is written.
-    let out = command(&["run", "--disable", "--local-path", d.join("off").to_str().unwrap(), "--", "true"])
-        .output()
-        .unwrap();
+    // Disabled: the command runs, told that profiling is off; nothing is written.
+    let seen = d.join("seen");
+    let script = format!("printf %s \"$TRAINPROF_DISABLE\" > {}", seen.display());
+    let out = command(&[
+        "run",
+        "--disable",
+        "--local-path",
+        d.join("off").to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .output()
+    .unwrap();
     assert_eq!(out.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), "1");
     assert!(!d.join("off").exists());
     std::fs::remove_dir_all(&d).unwrap();
 }

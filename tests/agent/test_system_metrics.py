@@ -108,10 +108,14 @@ def test_every_type_and_dimension_and_all_cores(burned):
 def test_about_thirty_ticks_each_with_one_timestamp(burned):
     _, _, events, _ = burned
     stamps = sorted({e.timestamp for e in events})
-    # 3 s at 100 ms, plus the interpreter's start-up and the last tick at the end.
-    assert 26 <= len(stamps) <= 40, len(stamps)
+    # 3 s at 100 ms, plus the interpreter's start-up and the last tick at the end; a
+    # loaded machine may skip a few (skipped ticks are counted, never queued).
+    assert 20 <= len(stamps) <= 40, len(stamps)
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
     assert statistics.median(gaps) == pytest.approx(0.1, abs=0.02)
+    # Deadlines do not drift: each tick is close to start + k * 100 ms.
+    phase = [((t - stamps[0]) * 10) % 1 for t in stamps[1:-1]]
+    assert statistics.median(min(p, 1 - p) for p in phase) < 0.2, phase
     # Every tick carries the per-core rows of all cores under one timestamp.
     per_tick = {}
     for e in events:
@@ -133,11 +137,12 @@ def test_values_in_range_and_the_busy_core_is_busy(burned):
         if e.type == "cpu" and e.name.startswith("cpu") and e.dimension == "CPUUtilization":
             busiest[e.timestamp] = max(busiest.get(e.timestamp, 0), e.value)
     # The burning thread keeps one core (nearly) full; it may move between cores
-    # within a tick, so ask for "mostly busy" most of the time.
+    # within a tick, and a loaded CI machine shares the cores, so ask for "half busy"
+    # most of the time, and an idle machine would not pass.
     busy_ticks = sum(1 for v in busiest.values() if v >= 50)
-    assert busy_ticks >= 0.7 * len(busiest), sorted(busiest.items())
+    assert busy_ticks >= 0.6 * len(busiest), sorted(busiest.items())
     trainer = [e.value for e in events if e.type == "trainer" and e.name == "CPUPercent"]
-    assert statistics.median(trainer) >= 70, trainer
+    assert statistics.median(trainer) >= 40, trainer
 
 
 def test_sealed_files_and_end_markers(burned):

@@ -58,9 +58,11 @@ pub fn parse_stat(text: &[u8], out: &mut Vec<CpuLine>) -> Result<(), String> {
         }
         let [user, nice, system, idle, iowait, irq, softirq, steal, guest, guest_nice] = v;
         // Guest time is already part of user and nice.
-        let total = (user.saturating_sub(guest) + nice.saturating_sub(guest_nice))
-            .saturating_add(system + idle + iowait + irq + softirq + steal + guest + guest_nice);
-        out.push(CpuLine { core, times: CpuTimes { total, idle: idle + iowait, iowait } });
+        let total =
+            [nice.saturating_sub(guest_nice), system, idle, iowait, irq, softirq, steal, guest, guest_nice]
+                .into_iter()
+                .fold(user.saturating_sub(guest), u64::saturating_add);
+        out.push(CpuLine { core, times: CpuTimes { total, idle: idle.saturating_add(iowait), iowait } });
     }
     if out.first().is_none_or(|l| l.core.is_some()) {
         return Err("no total cpu line".into());

@@ -377,6 +377,10 @@ impl<S: GpuSource> Sampler for GpuSampler<S> {
         "gpu"
     }
 
+    fn failures(&self) -> u64 {
+        self.failures
+    }
+
     /// Reads every query that is not switched off, of every GPU. Failures are handled here
     /// (switched off, or counted and logged on change), so this always returns `Ok` with
     /// whatever could be read: one GPU or one field failing must not cost the others.

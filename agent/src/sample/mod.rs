@@ -148,6 +148,12 @@ pub trait Sampler: Send {
     /// Appends this tick's metrics to `out`. On error nothing half-made should be left
     /// behind that a later tick would misread (keep the previous counters).
     fn sample(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError>;
+
+    /// Failures the sampler handled itself (a GPU field left out of a tick) rather than
+    /// returned; the loop adds them to the ones it counted.
+    fn failures(&self) -> u64 {
+        0
+    }
 }
 
 /// A pseudo-file kept open and re-read from offset 0 each time (one `pread` per 4 KiB,

@@ -99,11 +99,7 @@ pub fn probe_samplers(
         None
     });
     keep(&mut p, "memory", MemorySampler::probe(&roots.proc, cgroup_memory).map(|s| Some(Box::new(s) as _)));
-    keep(
-        &mut p,
-        "disks",
-        DiskSampler::probe(&roots.proc, &roots.sys, now()).map(|s| s.map(|s| Box::new(s) as _)),
-    );
+    keep(&mut p, "disks", DiskSampler::probe(&roots.sys, now()).map(|s| s.map(|s| Box::new(s) as _)));
     keep(&mut p, "network", NetSampler::probe(&roots.proc, now()).map(|s| Some(Box::new(s) as _)));
     keep(&mut p, "cgroup", CgroupSampler::probe(roots, now()).map(|s| s.map(|s| Box::new(s) as _)));
     let gpus = gpu::probe(nvml_lib).map(|s| {

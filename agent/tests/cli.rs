@@ -15,18 +15,24 @@ fn fixture(name: &str) -> PathBuf {
 fn trainprof(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainprof"));
     cmd.args(args);
+    clear_env(&mut cmd);
+    cmd.envs(env.iter().copied());
+    cmd.output().unwrap()
+}
+
+/// Removes the variables trainprof reads, so that a test depends only on what it sets.
+fn clear_env(cmd: &mut Command) {
     for var in [
         "SMPROFILER_CONFIG_PATH",
         "TRAINPROF_LOCAL_PATH",
         "TRAINPROF_INTERVAL_MS",
         "TRAINPROF_S3_OUTPUT_PATH",
         "TRAINPROF_DISABLE",
+        "TRAINPROF_HOOK_LIB",
         "SM_HPS",
     ] {
         cmd.env_remove(var);
     }
-    cmd.envs(env.iter().copied());
-    cmd.output().unwrap()
 }
 
 fn check_json(path: &str, extra: &[&str]) -> (i32, Value) {
@@ -180,16 +186,7 @@ fn scratch(tag: &str) -> PathBuf {
 fn command(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainprof"));
     cmd.args(args);
-    for var in [
-        "SMPROFILER_CONFIG_PATH",
-        "TRAINPROF_LOCAL_PATH",
-        "TRAINPROF_INTERVAL_MS",
-        "TRAINPROF_S3_OUTPUT_PATH",
-        "TRAINPROF_DISABLE",
-        "TRAINPROF_HOOK_LIB",
-    ] {
-        cmd.env_remove(var);
-    }
+    clear_env(&mut cmd);
     cmd.env("TRAINPROF_RESOURCE_CONFIG", "/nonexistent/resourceconfig.json");
     cmd.env("SMPROFILER_CONFIG_PATH", "/nonexistent/profilerconfig.json");
     cmd

@@ -149,11 +149,15 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     let counts = match (&sampler, done_rx.recv_timeout(FINISH_TIMEOUT)) {
         (None, _) => None,
         (Some(_), Ok(c)) => Some(c),
-        (Some(_), Err(_)) => {
+        (Some(_), Err(mpsc::RecvTimeoutError::Timeout)) => {
             log!(
                 "sampling did not stop within {} s; its open file is repaired at the next start",
                 FINISH_TIMEOUT.as_secs()
             );
+            None
+        }
+        (Some(_), Err(mpsc::RecvTimeoutError::Disconnected)) => {
+            log!("sampling ended abnormally; its open file is repaired at the next start");
             None
         }
     };

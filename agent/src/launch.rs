@@ -139,9 +139,10 @@ pub struct OutputCounts {
     pub temporary: u64,
 }
 
-/// Counts what is under `root` the way the readers see it.
-pub fn count_outputs(root: &Path) -> OutputCounts {
-    let mut c = OutputCounts::default();
+/// Every file under `root` (not following links), as sorted `/`-separated paths relative
+/// to it; unreadable folders are skipped.
+pub fn files_under(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
     let mut stack = vec![root.to_owned()];
     while let Some(dir) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
@@ -149,21 +150,30 @@ pub fn count_outputs(root: &Path) -> OutputCounts {
             let path = e.path();
             if e.file_type().is_ok_and(|t| t.is_dir()) {
                 stack.push(path);
-                continue;
+            } else {
+                out.push(path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned());
             }
-            let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if rel.starts_with(".tmp/") || name.ends_with(".tmp") {
-                c.temporary += 1;
-            } else if rel.starts_with("system/incremental/") && name.ends_with(".json") {
-                c.system += 1;
-            } else if rel.starts_with("framework/pevents/") && name.ends_with(".json") {
-                c.timelines += 1;
-            } else if rel.starts_with("framework/")
-                && (rel.contains("/cprofile/") || rel.contains("/pyinstrument/"))
-            {
-                c.python_stats += 1;
-            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Counts what is under `root` the way the readers see it.
+pub fn count_outputs(root: &Path) -> OutputCounts {
+    let mut c = OutputCounts::default();
+    for rel in files_under(root) {
+        let name = rel.rsplit('/').next().unwrap_or(&rel);
+        if rel.starts_with(".tmp/") || name.ends_with(".tmp") {
+            c.temporary += 1;
+        } else if rel.starts_with("system/incremental/") && name.ends_with(".json") {
+            c.system += 1;
+        } else if rel.starts_with("framework/pevents/") && name.ends_with(".json") {
+            c.timelines += 1;
+        } else if rel.starts_with("framework/")
+            && (rel.contains("/cprofile/") || rel.contains("/pyinstrument/"))
+        {
+            c.python_stats += 1;
         }
     }
     c

@@ -241,6 +241,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::launch::files_under as files;
     use crate::sample::{Metrics, Name};
 
     fn tmpdir(tag: &str) -> PathBuf {
@@ -255,22 +256,6 @@ mod tests {
         m.push("cpu", Name::Indexed("cpu", 0), "CPUUtilization", v);
         m.push("network", Name::Static("ReceiveBytesPerSecond"), "Algorithm", 123_456_789.0);
         m
-    }
-
-    fn files(root: &Path) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut stack = vec![root.to_owned()];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap().flatten() {
-                if e.file_type().unwrap().is_dir() {
-                    stack.push(e.path());
-                } else {
-                    out.push(e.path().strip_prefix(root).unwrap().to_string_lossy().into_owned());
-                }
-            }
-        }
-        out.sort();
-        out
     }
 
     #[test]

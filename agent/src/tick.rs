@@ -128,7 +128,6 @@ pub struct Ticker {
     ticks: u64,
     skipped: u64,
     write_failing: bool,
-    sealed: Vec<std::path::PathBuf>,
 }
 
 impl Ticker {
@@ -143,7 +142,6 @@ impl Ticker {
             ticks: 0,
             skipped: 0,
             write_failing: false,
-            sealed: Vec::new(),
         }
     }
 
@@ -174,11 +172,11 @@ impl Ticker {
             }
         }
         match self.writer.write_tick(wall_s, self.metrics.as_slice()) {
-            Ok(sealed) => {
+            Ok(_sealed) => {
+                // (Issue 6's uploader takes the sealed path from here.)
                 if std::mem::take(&mut self.write_failing) {
                     crate::log!("system metrics are written again");
                 }
-                self.sealed.extend(sealed);
             }
             Err(e) => {
                 if !std::mem::replace(&mut self.write_failing, true) {
@@ -223,14 +221,9 @@ impl Ticker {
     /// Seals the open file.
     pub fn finish(&mut self) {
         match self.writer.seal() {
-            Ok(sealed) => self.sealed.extend(sealed),
+            Ok(_) => {}
             Err(e) => crate::log!("{e}; the temporary file is repaired at the next start"),
         }
-    }
-
-    /// The files sealed so far, oldest first, taken out.
-    pub fn take_sealed(&mut self) -> Vec<std::path::PathBuf> {
-        std::mem::take(&mut self.sealed)
     }
 
     pub fn counts(&self) -> LoopCounts {
@@ -330,16 +323,9 @@ mod tests {
 
     fn lines(root: &Path) -> Vec<serde_json::Value> {
         let mut out: Vec<serde_json::Value> = Vec::new();
-        let mut stack = vec![root.join("system")];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap().flatten() {
-                if e.file_type().unwrap().is_dir() {
-                    stack.push(e.path());
-                } else {
-                    for l in std::fs::read_to_string(e.path()).unwrap().lines() {
-                        out.push(serde_json::from_str(l).unwrap());
-                    }
-                }
+        for f in crate::launch::files_under(&root.join("system")) {
+            for l in std::fs::read_to_string(root.join("system").join(f)).unwrap().lines() {
+                out.push(serde_json::from_str(l).unwrap());
             }
         }
         out.sort_by(|a, b| a["Timestamp"].as_f64().partial_cmp(&b["Timestamp"].as_f64()).unwrap());

@@ -192,23 +192,6 @@ fn command(args: &[&str]) -> Command {
     cmd
 }
 
-/// Every file under `root`, relative, sorted.
-fn tree(root: &std::path::Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-            } else {
-                out.push(e.path().strip_prefix(root).unwrap().to_string_lossy().into_owned());
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let t0 = std::time::Instant::now();
     while !cond() {
@@ -224,7 +207,7 @@ fn sigterm(child: &std::process::Child) {
 
 /// The sealed system files and the end markers, and nothing temporary.
 fn assert_sealed(root: &std::path::Path) -> Vec<String> {
-    let files = tree(root);
+    let files = trainprof_agent::launch::files_under(root);
     assert!(files.contains(&"system/training_job_end.ts".to_owned()), "{files:?}");
     assert!(files.contains(&"framework/training_job_end.ts".to_owned()), "{files:?}");
     assert!(!files.iter().any(|f| f.ends_with(".tmp")), "{files:?}");

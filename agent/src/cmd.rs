@@ -1,7 +1,7 @@
 //! `trainprof agent` and `trainprof run`: configuration, signals, the child, the loop.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
@@ -10,7 +10,7 @@ use trainprof_agent::launch::{self, SelfCost};
 use trainprof_agent::sample::{Roots, gpu, process::self_usage};
 use trainprof_agent::system::{SystemWriter, algo_index};
 use trainprof_agent::tick::{Clock as _, LoopCounts, Stop, SystemClock, Ticker};
-use trainprof_agent::{log, signals};
+use trainprof_agent::{log, signals, upload};
 use trainprof_config::{DEFAULT_LOCAL_PATH, FileStatus, Sources};
 
 use crate::AgentFlags;
@@ -25,6 +25,13 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     }
     let explicit_local_path = flags.overrides.local_path.clone();
     let config_flag = flags.config.clone();
+    let upload_flags = UploadFlags {
+        endpoint: flags.s3_endpoint.clone(),
+        keep_local: flags.keep_local,
+        spool_max_bytes: flags.spool_max_bytes,
+        deadline: Duration::from_secs(flags.upload_deadline_s),
+        multipart_bytes: flags.s3_multipart_bytes,
+    };
     let mut sources = Sources::from_process_env();
     if let Some(p) = &flags.config {
         sources = sources.with_config_path(p);
@@ -39,10 +46,6 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
         log!("config: {p}");
     }
     let config = loaded.config;
-    if let Some(s3) = &config.s3_output_path {
-        let endpoint = flags.s3_endpoint.as_deref().map(|e| format!(" via {e}")).unwrap_or_default();
-        log!("S3 upload to {s3}{endpoint} is not in this build yet: files stay under the output folder");
-    }
 
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let root = if config.enabled {
@@ -67,6 +70,15 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
         log!("profiling is off (DisableProfiler, TRAINPROF_DISABLE or --disable)");
         None
     };
+
+    if let Some(root) = &root {
+        repair(root);
+    }
+    let uploader = match (&root, &config.s3_output_path) {
+        (Some(root), Some(s3)) => start_upload(root, s3, &upload_flags),
+        _ => None,
+    };
+    let waker = uploader.as_ref().map(upload::Handle::waker);
 
     let stop = Stop::new();
     let started = Instant::now();
@@ -120,7 +132,7 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
         let stop = stop.clone();
         std::thread::Builder::new().name("trainprof-sampler".into()).spawn(move || {
             let clock = SystemClock::new(stop);
-            let counts = sample(&root, &clock, child_pid, config.interval_ms);
+            let counts = sample(&root, &clock, child_pid, config.interval_ms, waker);
             let _ = done_tx.send(counts);
         })
     });
@@ -164,13 +176,23 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     if let Some(root) = &root
         && sampler.is_some()
     {
+        // What a killed trainer left behind, now that it is gone (`run`); a live writer's
+        // file is locked and left alone (`agent`).
+        repair(root);
         if let Err(e) = launch::write_end_markers(root, SystemClock::new(Stop::new()).wall_s()) {
             log!("cannot write the training_job_end.ts markers: {e}");
         }
+        // The markers go last, once everything else is in S3.
+        let uploaded = uploader.map(|u| u.finish(upload_flags.deadline));
         if let Some(counts) = &counts {
             let (cpu_us, rss_bytes) = self_usage();
             let cost = SelfCost { cpu_us, rss_bytes, wall_s: started.elapsed().as_secs_f64() };
             for line in launch::summary(root, launch::count_outputs(root), counts, cost).lines() {
+                log!("{line}");
+            }
+        }
+        if let Some(report) = uploaded {
+            for line in upload_summary(root, report.as_ref(), upload_flags.deadline).lines() {
                 log!("{line}");
             }
         }
@@ -188,13 +210,111 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
 /// How long `run` waits for sampling to seal its file once the command has exited.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The upload flags, taken from [`AgentFlags`] before the overrides are used up.
+struct UploadFlags {
+    endpoint: Option<String>,
+    keep_local: bool,
+    spool_max_bytes: u64,
+    deadline: Duration,
+    multipart_bytes: u64,
+}
+
+/// Seals what dead writers left under `root`, with one line when there was any.
+fn repair(root: &Path) {
+    let r = upload::repair::repair_all(root, Duration::ZERO, std::time::SystemTime::now());
+    if r.repaired > 0 {
+        log!("repaired {} temporary files ({} records)", r.repaired, r.records);
+    }
+    for f in &r.failed {
+        log!("{f}");
+    }
+}
+
+fn start_upload(root: &Path, s3: &str, flags: &UploadFlags) -> Option<upload::Handle> {
+    let url = match upload::store::S3Url::parse(s3) {
+        Ok(u) => u,
+        Err(e) => {
+            log!("S3OutputPath: {e}; files stay under {}", root.display());
+            return None;
+        }
+    };
+    let options = upload::store::S3Options {
+        endpoint: flags.endpoint.clone(),
+        multipart_threshold: flags.multipart_bytes,
+        ..upload::store::S3Options::default()
+    };
+    let mut settings = upload::Settings::new(root);
+    settings.keep_local = flags.keep_local;
+    settings.spool_max_bytes = flags.spool_max_bytes;
+    let via = flags.endpoint.as_deref().map(|e| format!(" via {e}")).unwrap_or_default();
+    match upload::spawn_s3(url, options, settings) {
+        Ok(h) => {
+            let kept = if flags.keep_local { "kept" } else { "deleted" };
+            log!(
+                "uploading sealed files under {} to {s3}{via} (local copies {kept} once uploaded)",
+                root.display()
+            );
+            Some(h)
+        }
+        Err(e) => {
+            log!("cannot start the uploader ({e}); files stay under {}", root.display());
+            None
+        }
+    }
+}
+
+/// The upload lines of the summary.
+fn upload_summary(root: &Path, report: Option<&upload::Report>, deadline: Duration) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let Some(r) = report else {
+        let left = upload::sealed_files(root).len();
+        let _ = writeln!(
+            s,
+            "upload: did not finish within {} s; {left} files left on local disk under {}",
+            deadline.as_secs(),
+            root.display()
+        );
+        return s;
+    };
+    let c = &r.counts;
+    let _ = writeln!(
+        s,
+        "upload: {} files uploaded ({} bytes), {} already in S3, {} failed attempts",
+        c.uploaded, c.uploaded_bytes, c.already_there, c.failed_attempts
+    );
+    if c.spool_dropped > 0 || c.conflicts > 0 {
+        let _ = writeln!(
+            s,
+            "upload: {} files ({} bytes) deleted unsent because the spool was full; {} not overwritten in S3",
+            c.spool_dropped, c.spool_dropped_bytes, c.conflicts
+        );
+    }
+    let _ = writeln!(s, "upload: {} files left on local disk under {}", r.left.len(), root.display());
+    if let Some(e) = &r.last_error
+        && !r.left.is_empty()
+    {
+        let _ = writeln!(s, "upload: last error: {e}");
+    }
+    s
+}
+
 /// The sampling thread: probes, ticks until stopped, seals.
-fn sample(root: &std::path::Path, clock: &SystemClock, trainer: Option<u32>, interval_ms: u32) -> LoopCounts {
+fn sample(
+    root: &Path,
+    clock: &SystemClock,
+    trainer: Option<u32>,
+    interval_ms: u32,
+    waker: Option<upload::Waker>,
+) -> LoopCounts {
     let roots = Roots::host();
     let probed = launch::probe_samplers(&roots, &|| clock.mono(), trainer, gpu::lib_from_env().as_deref());
     let algo_n = algo_index(read_resource_config().as_ref(), |k| std::env::var(k).ok());
     let interval = Duration::from_millis(u64::from(interval_ms));
     let mut ticker = Ticker::new(probed.samplers, SystemWriter::new(root, algo_n), interval);
+    if let Some(w) = waker {
+        ticker.wake_on_seal(w);
+    }
     log!(
         "sampling every {interval_ms} ms into {} as algo-{algo_n}: {} ({} cores, {} GPUs)",
         root.join("system").display(),

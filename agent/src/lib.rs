@@ -13,3 +13,4 @@ pub mod sample;
 pub mod signals;
 pub mod system;
 pub mod tick;
+pub mod upload;

@@ -53,6 +53,18 @@ struct AgentFlags {
     /// S3-compatible endpoint for the upload, e.g. http://127.0.0.1:9000
     #[arg(long, value_name = "URL")]
     s3_endpoint: Option<String>,
+    /// Keep uploaded files on disk (listed in <LocalPath>/.trainprof/uploaded) instead of deleting them
+    #[arg(long)]
+    keep_local: bool,
+    /// Bytes of files waiting for S3 above which the oldest are deleted (counted)
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
+    spool_max_bytes: u64,
+    /// Seconds allowed at the end (SIGTERM, or CMD's exit) to upload what is left
+    #[arg(long, value_name = "S", default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    upload_deadline_s: u64,
+    /// Files larger than this are uploaded in parts (of at least 5 MiB)
+    #[arg(long, value_name = "BYTES", default_value_t = 16 << 20, hide = true)]
+    s3_multipart_bytes: u64,
     #[command(flatten)]
     overrides: OverrideFlags,
 }

@@ -134,6 +134,12 @@ impl SystemWriter {
                 .truncate(true)
                 .open(&tmp)
                 .map_err(io_err(&tmp))?;
+            // Held for the file's life: the repair leaves a locked file alone. The pid in
+            // the name keeps two live agents apart; a dead one's file was repaired before
+            // sampling started, so the truncation above never meets one.
+            if let Err(e) = file.try_lock() {
+                crate::log!("cannot lock {}: {e}", tmp.display());
+            }
             self.open = Some(Open { window_s, first_s, tmp, file, lines: 0, len: 0 });
         }
         let Some(o) = self.open.as_mut() else { return Ok(()) };
@@ -169,27 +175,44 @@ impl SystemWriter {
     fn place(&mut self, o: Open) -> Result<PathBuf, SystemWriteError> {
         o.file.sync_all().map_err(io_err(&o.tmp))?;
         drop(o.file);
-        for s in [o.window_s, o.first_s.max(o.window_s)] {
-            let path = self.root.join(trainprof_output::system_file(s, self.algo_n));
-            let dir = path.parent().unwrap_or(&self.root).to_owned();
-            std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-            if !link_no_replace(&o.tmp, &path).map_err(io_err(&path))? {
-                continue;
-            }
-            // The new name is durable only once the folder is.
-            File::open(&dir).and_then(|d| d.sync_all()).map_err(io_err(&dir))?;
-            self.counts.files_sealed += 1;
-            return Ok(path);
-        }
-        let taken = io::Error::new(io::ErrorKind::AlreadyExists, "its names are taken");
-        Err(io_err(&o.tmp)(taken))
+        // A writer's first file is named by its first line's second: an earlier agent may
+        // have sealed, uploaded and deleted the minute's name already (a restart).
+        let names: &[i64] =
+            if self.counts.files_sealed == 0 { &[o.first_s] } else { &[o.window_s, o.first_s] };
+        let path = place_sealed(&self.root, &o.tmp, names, self.algo_n)?;
+        self.counts.files_sealed += 1;
+        Ok(path)
     }
+}
+
+/// Gives the synced temporary file `tmp` the first free name of `names` (window starts in
+/// epoch seconds, each ≤ the file's first line) under `root`, never replacing a file; then
+/// syncs the folder. Used by the writer and by the start-up repair.
+pub(crate) fn place_sealed(
+    root: &Path,
+    tmp: &Path,
+    names: &[i64],
+    algo_n: u32,
+) -> Result<PathBuf, SystemWriteError> {
+    for &s in names {
+        let path = root.join(trainprof_output::system_file(s, algo_n));
+        let dir = path.parent().unwrap_or(root).to_owned();
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        if !link_no_replace(tmp, &path).map_err(io_err(&path))? {
+            continue;
+        }
+        // The new name is durable only once the folder is.
+        File::open(&dir).and_then(|d| d.sync_all()).map_err(io_err(&dir))?;
+        return Ok(path);
+    }
+    let taken = io::Error::new(io::ErrorKind::AlreadyExists, "its names are taken");
+    Err(io_err(tmp)(taken))
 }
 
 /// Gives `from` the name `to` unless `to` exists: false when it does. A hard link cannot
 /// replace a file, so the check and the move are one step; where hard links are not
 /// supported, a rename after a check.
-fn link_no_replace(from: &Path, to: &Path) -> io::Result<bool> {
+pub(crate) fn link_no_replace(from: &Path, to: &Path) -> io::Result<bool> {
     match std::fs::hard_link(from, to) {
         Ok(()) => {
             std::fs::remove_file(from)?;
@@ -300,7 +323,9 @@ mod tests {
     fn a_restart_in_the_same_minute_never_overwrites() {
         let root = tmpdir("restart");
         let mut counts = Vec::new();
-        // Three agents one after the other within the minute starting at …620.
+        // Three agents one after the other within the minute starting at …620. Each one's
+        // first file is named by its first line's second (the minute's name may have been
+        // uploaded and deleted by an earlier agent).
         for (v, at) in [(1.0, 1_595_455_630.0), (2.0, 1_595_455_640.3), (3.0, 1_595_455_640.7)] {
             let mut w = SystemWriter::new(&root, 1);
             w.write_tick(at, tick(v).as_slice()).unwrap();
@@ -313,13 +338,13 @@ mod tests {
             names,
             vec![
                 format!("system/.1595455620.algo-1.{pid}.tmp"),
-                "system/incremental/2020072222/1595455620.algo-1.json".to_owned(),
+                "system/incremental/2020072222/1595455630.algo-1.json".to_owned(),
                 "system/incremental/2020072222/1595455640.algo-1.json".to_owned(),
             ]
         );
         assert!(std::fs::read_to_string(root.join(&names[1])).unwrap().contains(r#""Value":1,"#));
         assert!(std::fs::read_to_string(root.join(&names[2])).unwrap().contains(r#""Value":2,"#));
-        // The third could take neither name: kept, not written over anything, and counted.
+        // The third's name is taken: kept, not written over anything, and counted.
         assert!(std::fs::read_to_string(root.join(&names[0])).unwrap().contains(r#""Value":3,"#));
         assert_eq!(counts[1], SystemCounts { files_sealed: 1, lines: 2, ..SystemCounts::default() });
         assert_eq!(

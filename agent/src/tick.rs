@@ -128,6 +128,8 @@ pub struct Ticker {
     ticks: u64,
     skipped: u64,
     write_failing: bool,
+    /// Told about every sealed file.
+    on_seal: Option<crate::upload::Waker>,
 }
 
 impl Ticker {
@@ -142,7 +144,13 @@ impl Ticker {
             ticks: 0,
             skipped: 0,
             write_failing: false,
+            on_seal: None,
         }
+    }
+
+    /// Wakes the uploader whenever a file is sealed.
+    pub fn wake_on_seal(&mut self, waker: crate::upload::Waker) {
+        self.on_seal = Some(waker);
     }
 
     /// The names of the samplers it runs.
@@ -172,8 +180,10 @@ impl Ticker {
             }
         }
         match self.writer.write_tick(wall_s, self.metrics.as_slice()) {
-            Ok(_sealed) => {
-                // (Issue 6's uploader takes the sealed path from here.)
+            Ok(sealed) => {
+                if let (Some(_), Some(w)) = (sealed, &self.on_seal) {
+                    w.wake();
+                }
                 if std::mem::take(&mut self.write_failing) {
                     crate::log!("system metrics are written again");
                 }

@@ -1,0 +1,577 @@
+//! Upload of every sealed file under `LocalPath` to S3 (issue 6).
+//!
+//! The uploader is one thread with its own single-threaded tokio runtime; nothing else in
+//! the agent is async. It learns about files by walking `system/` and `framework/` under
+//! the output root once a second (the hook's files are sealed by another process), and
+//! sooner when the sampler wakes it after a seal. A file is uploaded when it is sealed:
+//! hidden files, names ending in `.tmp` and the folders `.tmp/` and `.trainprof/` are
+//! never looked at. Each upload asks the store first what it has under the key:
+//! * nothing: the file is sent (in parts above a threshold);
+//! * the same bytes (length and MD5): it is already there (a restart after an upload
+//!   whose local delete did not happen) and is not sent again;
+//! * something else: it is never overwritten; the file stays on disk, reported.
+//!
+//! Only after the store confirmed it is a file deleted, or with `--keep-local` recorded in
+//! `.trainprof/uploaded` and left in place. Failures back off as [`retry`] describes; the
+//! files wait on disk. Pending files are bounded by `spool_max_bytes`: past it the oldest
+//! pending files are deleted, counted and logged (the training's disk matters more than
+//! the oldest profile data). The end markers go last, once nothing else is pending, and
+//! only when the agent finishes. At the finish the uploader has until a deadline; what
+//! is not in S3 by then stays on disk and is listed in the report.
+//!
+//! The temporary files of writers that died are repaired ([`repair`]) at every walk once
+//! they are a few seconds old and unlocked, so a trainer killed under a running agent
+//! still gets its timeline uploaded.
+
+pub mod repair;
+pub mod retry;
+pub mod store;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use self::retry::{Backoff, ErrorClass, Policy};
+use self::store::{ObjectStore, StoreError};
+
+/// The marker files: uploaded after everything else, at the finish only.
+const MARKERS: [&str; 2] = trainprof_output::END_MARKERS;
+
+/// Where `--keep-local` records the files S3 has.
+pub const LEDGER: &str = ".trainprof/uploaded";
+
+/// What the uploader is told to do.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub root: PathBuf,
+    /// Keep uploaded files (recorded in [`LEDGER`]) instead of deleting them.
+    pub keep_local: bool,
+    /// Bytes of pending files above which the oldest are dropped.
+    pub spool_max_bytes: u64,
+    /// Uploads in flight at once.
+    pub concurrency: usize,
+    pub scan_interval: Duration,
+    /// Temporary files younger than this are not repaired while running.
+    pub repair_min_age: Duration,
+    pub policy: Policy,
+}
+
+impl Settings {
+    pub fn new(root: &Path) -> Settings {
+        Settings {
+            root: root.to_owned(),
+            keep_local: false,
+            spool_max_bytes: 1 << 30,
+            concurrency: 4,
+            scan_interval: Duration::from_secs(1),
+            repair_min_age: Duration::from_secs(5),
+            policy: Policy::default(),
+        }
+    }
+}
+
+/// What the uploader is asked from outside.
+#[derive(Debug)]
+pub enum Msg {
+    /// A file was sealed: walk now.
+    Wake,
+    /// Upload what is there, the markers last, then stop; give up at the deadline.
+    Finish { deadline: Instant },
+}
+
+/// What the uploader did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub uploaded: u64,
+    pub uploaded_bytes: u64,
+    /// Files the store already had with the same bytes: not sent again.
+    pub already_there: u64,
+    pub failed_attempts: u64,
+    /// Files the store has different bytes for under the same key: kept on disk.
+    pub conflicts: u64,
+    /// Pending files deleted because the spool was full.
+    pub spool_dropped: u64,
+    pub spool_dropped_bytes: u64,
+    /// Temporary files repaired while running.
+    pub repaired: u64,
+}
+
+/// The uploader's final word.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub counts: Counts,
+    /// Files (relative paths) still on disk and not in the store.
+    pub left: Vec<String>,
+    /// The last error, if the store was failing at the end.
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    len: u64,
+    mtime: SystemTime,
+}
+
+enum Outcome {
+    Uploaded,
+    AlreadyThere,
+    Conflict,
+}
+
+/// The uploader's state between events.
+struct Uploader<S> {
+    store: Arc<S>,
+    settings: Settings,
+    counts: Counts,
+    pending: BTreeMap<String, Pending>,
+    in_flight: HashSet<String>,
+    /// Uploaded files still on disk (`--keep-local`, or a delete that failed), with their
+    /// length when uploaded.
+    done: HashMap<String, u64>,
+    conflicts: HashSet<String>,
+    backoff: Backoff,
+    not_before: Instant,
+    /// The code of the failure being reported, so each state change is logged once.
+    failing: Option<String>,
+    last_error: Option<String>,
+    spool_full: bool,
+    finishing: bool,
+}
+
+/// Runs the uploader until `Finish` arrives (or every sender is gone) and its work is done
+/// or its deadline passed.
+pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Receiver<Msg>) -> Report {
+    let seed = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id());
+    let mut up = Uploader {
+        store: Arc::new(store),
+        counts: Counts::default(),
+        pending: BTreeMap::new(),
+        in_flight: HashSet::new(),
+        done: if settings.keep_local { read_ledger(&settings.root) } else { HashMap::new() },
+        conflicts: HashSet::new(),
+        backoff: Backoff::new(settings.policy, seed),
+        not_before: Instant::now(),
+        failing: None,
+        last_error: None,
+        spool_full: false,
+        finishing: false,
+        settings,
+    };
+    let mut tasks: JoinSet<(String, Result<Outcome, StoreError>)> = JoinSet::new();
+    let mut next_scan = Instant::now();
+    let mut deadline: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if now >= next_scan {
+            up.scan(now);
+            next_scan = now + up.settings.scan_interval;
+        }
+        up.start_uploads(&mut tasks, now);
+        if up.finishing && up.pending.is_empty() && tasks.is_empty() {
+            break;
+        }
+        let wake_at = if up.pending.len() > up.in_flight.len() && up.not_before > now {
+            next_scan.min(up.not_before)
+        } else {
+            next_scan
+        };
+        let wake_at = deadline.map_or(wake_at, |d| wake_at.min(d));
+        tokio::select! {
+            msg = rx.recv(), if !up.finishing => match msg {
+                Some(Msg::Wake) => next_scan = Instant::now(),
+                Some(Msg::Finish { deadline: d }) => {
+                    up.finishing = true;
+                    deadline = Some(d);
+                    next_scan = Instant::now();
+                }
+                None => {
+                    up.finishing = true;
+                    deadline = Some(Instant::now());
+                }
+            },
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                match joined {
+                    Ok((rel, result)) => up.finished(rel, result),
+                    Err(e) => crate::log!("an upload task ended abnormally: {e}"),
+                }
+            }
+            () = tokio::time::sleep_until(wake_at) => {}
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            // Everything in flight is dropped: those files stay on disk.
+            tasks.abort_all();
+            up.in_flight.clear();
+            break;
+        }
+    }
+    up.report()
+}
+
+impl<S: ObjectStore> Uploader<S> {
+    /// Repairs dead writers' files and brings `pending` up to date with the disk.
+    fn scan(&mut self, now: Instant) {
+        let min_age = if self.finishing { Duration::ZERO } else { self.settings.repair_min_age };
+        let r = repair::repair_all(&self.settings.root, min_age, SystemTime::now());
+        if r.repaired > 0 {
+            crate::log!("repaired {} temporary files ({} records)", r.repaired, r.records);
+            self.counts.repaired += r.repaired;
+        }
+        for f in &r.failed {
+            crate::log!("{f}");
+        }
+        let mut seen = HashSet::new();
+        for (rel, meta) in sealed_files(&self.settings.root) {
+            let is_marker = MARKERS.contains(&rel.as_str());
+            seen.insert(rel.clone());
+            if (is_marker && !self.finishing)
+                || self.in_flight.contains(&rel)
+                || self.conflicts.contains(&rel)
+                || self.done.get(&rel) == Some(&meta.len())
+            {
+                continue;
+            }
+            let p = Pending { len: meta.len(), mtime: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH) };
+            self.pending.insert(rel, p);
+        }
+        // Gone from the disk (someone else cleaned up): nothing left to upload.
+        self.pending.retain(|rel, _| seen.contains(rel) || self.in_flight.contains(rel));
+        self.bound_spool();
+        let _ = now;
+    }
+
+    /// Deletes the oldest pending files while the pending bytes exceed the bound.
+    fn bound_spool(&mut self) {
+        let total: u64 = self.pending.values().map(|p| p.len).sum();
+        if total <= self.settings.spool_max_bytes {
+            if self.spool_full {
+                crate::log!("spool below {} bytes again", self.settings.spool_max_bytes);
+                self.spool_full = false;
+            }
+            return;
+        }
+        let mut oldest: Vec<(SystemTime, String, u64)> = self
+            .pending
+            .iter()
+            .filter(|(rel, _)| !self.in_flight.contains(*rel) && !MARKERS.contains(&rel.as_str()))
+            .map(|(rel, p)| (p.mtime, rel.clone(), p.len))
+            .collect();
+        oldest.sort();
+        let mut excess = total - self.settings.spool_max_bytes;
+        let (mut files, mut bytes) = (0u64, 0u64);
+        for (_, rel, len) in oldest {
+            if excess == 0 {
+                break;
+            }
+            if std::fs::remove_file(self.settings.root.join(&rel)).is_ok() {
+                self.pending.remove(&rel);
+                excess = excess.saturating_sub(len);
+                files += 1;
+                bytes += len;
+            }
+        }
+        self.counts.spool_dropped += files;
+        self.counts.spool_dropped_bytes += bytes;
+        if !self.spool_full {
+            crate::log!(
+                "spool full: more than {} bytes wait for S3; deleting the oldest files ({files} so far, {bytes} bytes)",
+                self.settings.spool_max_bytes
+            );
+            self.spool_full = true;
+        }
+    }
+
+    fn start_uploads(&mut self, tasks: &mut JoinSet<(String, Result<Outcome, StoreError>)>, now: Instant) {
+        if now < self.not_before {
+            return;
+        }
+        let data_waiting = self.pending.keys().any(|rel| !MARKERS.contains(&rel.as_str()));
+        let mut order: Vec<(SystemTime, &String)> = self
+            .pending
+            .iter()
+            .filter(|(rel, _)| !self.in_flight.contains(*rel))
+            // Markers only when nothing else is waiting or in flight.
+            .filter(|(rel, _)| {
+                !MARKERS.contains(&rel.as_str()) || (!data_waiting && self.in_flight.is_empty())
+            })
+            .map(|(rel, p)| (p.mtime, rel))
+            .collect();
+        order.sort();
+        // While failing, one request at a time probes the store.
+        let slots = if self.failing.is_some() { 1 } else { self.settings.concurrency.max(1) };
+        let starts: Vec<String> = order
+            .into_iter()
+            .take(slots.saturating_sub(self.in_flight.len()))
+            .map(|(_, rel)| rel.clone())
+            .collect();
+        for rel in starts {
+            self.in_flight.insert(rel.clone());
+            let store = Arc::clone(&self.store);
+            let path = self.settings.root.join(&rel);
+            tasks.spawn(async move {
+                let result = upload_one(&*store, &rel, &path).await;
+                (rel, result)
+            });
+        }
+    }
+
+    fn finished(&mut self, rel: String, result: Result<Outcome, StoreError>) {
+        self.in_flight.remove(&rel);
+        match result {
+            Ok(outcome) => {
+                self.backoff.success();
+                if self.failing.take().is_some() {
+                    crate::log!("{} reachable again: uploading", self.store.describe());
+                    self.last_error = None;
+                }
+                let len = self.pending.remove(&rel).map_or(0, |p| p.len);
+                match outcome {
+                    Outcome::Uploaded => {
+                        self.counts.uploaded += 1;
+                        self.counts.uploaded_bytes += len;
+                        self.confirmed(&rel, len);
+                    }
+                    Outcome::AlreadyThere => {
+                        self.counts.already_there += 1;
+                        self.confirmed(&rel, len);
+                    }
+                    Outcome::Conflict => {
+                        crate::log!(
+                            "{}/{rel} already holds other bytes: not overwritten; the file stays at {}",
+                            self.store.describe(),
+                            self.settings.root.join(&rel).display()
+                        );
+                        self.counts.conflicts += 1;
+                        self.conflicts.insert(rel);
+                    }
+                }
+            }
+            Err(e) => {
+                self.counts.failed_attempts += 1;
+                let delay = self.backoff.failure(e.class);
+                self.not_before = Instant::now() + delay;
+                self.last_error = Some(e.to_string());
+                if self.failing.as_deref() != Some(e.code.as_str()) {
+                    let waiting = self.pending.len();
+                    match e.class {
+                        ErrorClass::Fatal => crate::log!(
+                            "UPLOAD REFUSED by {}: {e}. {waiting} files wait under {}; trying again every {} s",
+                            self.store.describe(),
+                            self.settings.root.display(),
+                            self.settings.policy.fatal.as_secs()
+                        ),
+                        ErrorClass::Retry | ErrorClass::Throttled => crate::log!(
+                            "upload to {} failing ({e}); {waiting} files wait under {}, retrying with back-off",
+                            self.store.describe(),
+                            self.settings.root.display()
+                        ),
+                    }
+                    self.failing = Some(e.code.clone());
+                }
+            }
+        }
+    }
+
+    /// The store has `rel`: delete it, or record it and keep it.
+    fn confirmed(&mut self, rel: &str, len: u64) {
+        let path = self.settings.root.join(rel);
+        if !self.settings.keep_local {
+            match std::fs::remove_file(&path) {
+                Ok(()) => return,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+                Err(e) => crate::log!("uploaded {} but cannot delete it: {e}", path.display()),
+            }
+        }
+        if let Err(e) = append_ledger(&self.settings.root, rel, len) {
+            crate::log!("cannot record {rel} in {LEDGER}: {e}");
+        }
+        self.done.insert(rel.to_owned(), len);
+    }
+
+    fn report(self) -> Report {
+        let mut left: Vec<String> = self.pending.keys().chain(self.conflicts.iter()).cloned().collect();
+        // Markers are only pending at the finish; list any that did not make it.
+        for m in MARKERS {
+            if self.settings.root.join(m).is_file()
+                && !self.done.contains_key(m)
+                && !left.iter().any(|l| l == m)
+            {
+                left.push(m.to_owned());
+            }
+        }
+        left.sort();
+        left.dedup();
+        Report { counts: self.counts, left, last_error: self.last_error }
+    }
+}
+
+/// Asks the store what it has under `rel`, and sends the file unless it has these bytes.
+async fn upload_one<S: ObjectStore>(store: &S, rel: &str, path: &Path) -> Result<Outcome, StoreError> {
+    let io_error = |e: std::io::Error| StoreError {
+        class: ErrorClass::Retry,
+        code: "io".to_owned(),
+        op: "read",
+        key: rel.to_owned(),
+        detail: e.to_string(),
+    };
+    let len = std::fs::metadata(path).map_err(io_error)?.len();
+    match store.head(rel).await? {
+        None => {
+            store.put_file(rel, path, len).await?;
+            Ok(Outcome::Uploaded)
+        }
+        Some(remote) if remote.len != len => Ok(Outcome::Conflict),
+        Some(remote) => match remote.etag.as_deref() {
+            // A multipart ETag is not the file's MD5: the length has to do.
+            Some(tag) if !tag.contains('-') && tag != md5_hex(path).map_err(io_error)? => {
+                Ok(Outcome::Conflict)
+            }
+            _ => Ok(Outcome::AlreadyThere),
+        },
+    }
+}
+
+fn md5_hex(path: &Path) -> std::io::Result<String> {
+    use md5::Digest as _;
+    let mut f = std::fs::File::open(path)?;
+    let mut hasher = md5::Md5::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+#[cfg(test)]
+fn md5_hex_bytes(bytes: &[u8]) -> String {
+    use md5::Digest as _;
+    hex(&md5::Md5::digest(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::with_capacity(32), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// Every sealed file under `root/system` and `root/framework`, with its metadata, as
+/// `/`-separated paths relative to `root`. Hidden entries and `*.tmp` are skipped, and
+/// links are not followed.
+pub fn sealed_files(root: &Path) -> Vec<(String, std::fs::Metadata)> {
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = ["system", "framework"].iter().map(|d| root.join(d)).collect();
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || name.ends_with(".tmp") {
+                continue;
+            }
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else if meta.is_file() {
+                let path = e.path();
+                let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
+                out.push((rel, meta));
+            }
+        }
+    }
+    out
+}
+
+fn read_ledger(root: &Path) -> HashMap<String, u64> {
+    let text = std::fs::read_to_string(root.join(LEDGER)).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (rel, len) = l.rsplit_once('\t')?;
+            Some((rel.to_owned(), len.parse().ok()?))
+        })
+        .collect()
+}
+
+fn append_ledger(root: &Path, rel: &str, len: u64) -> std::io::Result<()> {
+    let path = root.join(LEDGER);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    f.write_all(format!("{rel}\t{len}\n").as_bytes())
+}
+
+/// The uploader's thread, seen from the rest of the agent.
+#[derive(Debug)]
+pub struct Handle {
+    tx: mpsc::Sender<Msg>,
+    done: std::sync::mpsc::Receiver<Report>,
+}
+
+/// Tells the uploader that a file was sealed.
+#[derive(Debug, Clone)]
+pub struct Waker(mpsc::Sender<Msg>);
+
+impl Waker {
+    /// Never blocks: when the channel is full a walk is due anyway.
+    pub fn wake(&self) {
+        let _ = self.0.try_send(Msg::Wake);
+    }
+}
+
+impl Handle {
+    pub fn waker(&self) -> Waker {
+        Waker(self.tx.clone())
+    }
+
+    /// Asks for the final uploads and waits for them, at most `within` (plus a second for
+    /// the report). `None` when the uploader did not answer in time.
+    pub fn finish(self, within: Duration) -> Option<Report> {
+        let deadline = std::time::Instant::now() + within;
+        let mut msg = Msg::Finish { deadline: Instant::now() + within };
+        loop {
+            match self.tx.try_send(msg) {
+                Ok(()) => break,
+                Err(mpsc::error::TrySendError::Closed(_)) => break,
+                Err(mpsc::error::TrySendError::Full(m)) if std::time::Instant::now() < deadline => {
+                    msg = m;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(mpsc::error::TrySendError::Full(_)) => return None,
+            }
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        self.done.recv_timeout(left + Duration::from_secs(1)).ok()
+    }
+}
+
+/// Starts the uploader thread for S3.
+pub fn spawn_s3(url: store::S3Url, options: store::S3Options, settings: Settings) -> std::io::Result<Handle> {
+    // Room for a few wakes; a full channel means a walk is due anyway (see `wake`).
+    let (tx, rx) = mpsc::channel(8);
+    let (done_tx, done) = std::sync::mpsc::sync_channel(1);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    std::thread::Builder::new().name("trainprof-upload".into()).spawn(move || {
+        let report = runtime.block_on(async {
+            let s3 = store::S3Store::connect(url, options).await;
+            run(s3, settings, rx).await
+        });
+        let _ = done_tx.send(report);
+        // Connections still open to a dead server must not hold the exit up.
+        runtime.shutdown_background();
+    })?;
+    Ok(Handle { tx, done })
+}

@@ -1,0 +1,347 @@
+//! The object store the uploader writes to: a trait, its S3 implementation (aws-sdk-s3),
+//! and the classification of S3's errors.
+//!
+//! Keys given to a store are paths relative to `LocalPath` (`system/incremental/…`); the
+//! store puts its own prefix in front.
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::{ByteStream, Length};
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_smithy_types::error::display::DisplayErrorContext;
+
+use super::retry::ErrorClass;
+
+/// What the store holds under a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remote {
+    pub len: u64,
+    /// As the store reports it, quotes removed: the MD5 of the bytes in hex for an object
+    /// sent in one piece; `<hex>-<parts>` for a multipart upload.
+    pub etag: Option<String>,
+}
+
+/// A failed request, classified. Never carries credentials.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{op} {key}: {code}: {detail}")]
+pub struct StoreError {
+    pub class: ErrorClass,
+    /// The store's error code (`NoSuchBucket`, `SlowDown`) or the kind of failure
+    /// (`connection`, `timeout`, `io`).
+    pub code: String,
+    pub op: &'static str,
+    pub key: String,
+    pub detail: String,
+}
+
+/// Where the uploader puts files. `Send + Sync + 'static` so that uploads run as tasks.
+pub trait ObjectStore: Send + Sync + 'static {
+    /// `s3://bucket/prefix`, for logs.
+    fn describe(&self) -> String;
+    /// What is stored under `key`, if anything.
+    fn head(&self, key: &str) -> impl Future<Output = Result<Option<Remote>, StoreError>> + Send;
+    /// Stores the `len` bytes of the file at `path` under `key`; Ok only once the store
+    /// confirmed it.
+    fn put_file(
+        &self,
+        key: &str,
+        path: &Path,
+        len: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// `s3://bucket/prefix`, split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Url {
+    pub bucket: String,
+    /// Without leading or trailing `/`; may be empty.
+    pub prefix: String,
+}
+
+impl S3Url {
+    pub fn parse(url: &str) -> Result<S3Url, String> {
+        let rest = url.strip_prefix("s3://").ok_or_else(|| format!("{url:?} does not start with s3://"))?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(format!("{url:?} names no bucket"));
+        }
+        Ok(S3Url { bucket: bucket.to_owned(), prefix: prefix.trim_matches('/').to_owned() })
+    }
+
+    pub fn key(&self, rel: &str) -> String {
+        if self.prefix.is_empty() { rel.to_owned() } else { format!("{}/{rel}", self.prefix) }
+    }
+}
+
+/// How the S3 client is made.
+#[derive(Debug, Clone)]
+pub struct S3Options {
+    /// `--s3-endpoint`; `AWS_ENDPOINT_URL(_S3)` is read by the SDK itself. Either one
+    /// switches to path-style addressing, which S3-compatible servers expect.
+    pub endpoint: Option<String>,
+    /// Files larger than this go up in parts.
+    pub multipart_threshold: u64,
+    pub part_size: u64,
+}
+
+impl Default for S3Options {
+    fn default() -> S3Options {
+        S3Options { endpoint: None, multipart_threshold: 16 << 20, part_size: 8 << 20 }
+    }
+}
+
+/// S3 through aws-sdk-s3: credentials from the standard chain (environment, profile, the
+/// container endpoint of ECS and SageMaker, the instance profile), region from the
+/// environment or us-east-1. The SDK's own retries are off: the uploader classifies and
+/// backs off itself.
+#[derive(Debug, Clone)]
+pub struct S3Store {
+    client: aws_sdk_s3::Client,
+    url: S3Url,
+    options: S3Options,
+}
+
+impl S3Store {
+    pub async fn connect(url: S3Url, options: S3Options) -> S3Store {
+        use aws_config::meta::region::RegionProviderChain;
+        use aws_config::retry::RetryConfig;
+        use aws_config::timeout::TimeoutConfig;
+        use aws_smithy_http_client::tls;
+
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
+            .build_https();
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(Duration::from_secs(3))
+            .read_timeout(Duration::from_secs(30))
+            .operation_attempt_timeout(Duration::from_secs(120))
+            .build();
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .http_client(http)
+            .region(RegionProviderChain::default_provider().or_else("us-east-1"))
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(timeouts);
+        if let Some(e) = &options.endpoint {
+            loader = loader.endpoint_url(e);
+        }
+        let shared = loader.load().await;
+        let path_style = options.endpoint.is_some()
+            || ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"].iter().any(|v| std::env::var_os(v).is_some());
+        let config = aws_sdk_s3::config::Builder::from(&shared).force_path_style(path_style).build();
+        S3Store { client: aws_sdk_s3::Client::from_conf(config), url, options }
+    }
+
+    async fn put_multipart(&self, rel: &str, key: &str, path: &Path, len: u64) -> Result<(), StoreError> {
+        let op = "CreateMultipartUpload";
+        let created = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.url.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| classify(op, rel, &e))?;
+        let Some(id) = created.upload_id() else {
+            return Err(store_error(ErrorClass::Retry, "NoUploadId", op, rel, "the reply has no upload id"));
+        };
+        let sent = self.send_parts(rel, key, id, path, len).await;
+        if sent.is_err() {
+            // Parts of an unfinished upload cost storage until aborted; best effort.
+            let _ = self
+                .client
+                .abort_multipart_upload()
+                .bucket(&self.url.bucket)
+                .key(key)
+                .upload_id(id)
+                .send()
+                .await;
+        }
+        sent
+    }
+
+    async fn send_parts(
+        &self,
+        rel: &str,
+        key: &str,
+        id: &str,
+        path: &Path,
+        len: u64,
+    ) -> Result<(), StoreError> {
+        let part_size = self.options.part_size.max(5 << 20);
+        let mut parts = Vec::new();
+        let mut offset = 0;
+        let mut number = 1;
+        while offset < len {
+            let size = part_size.min(len - offset);
+            let body = ByteStream::read_from()
+                .path(path)
+                .offset(offset)
+                .length(Length::Exact(size))
+                .build()
+                .await
+                .map_err(|e| store_error(ErrorClass::Retry, "io", "UploadPart", rel, &e.to_string()))?;
+            let out = self
+                .client
+                .upload_part()
+                .bucket(&self.url.bucket)
+                .key(key)
+                .upload_id(id)
+                .part_number(number)
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| classify("UploadPart", rel, &e))?;
+            parts.push(
+                CompletedPart::builder()
+                    .part_number(number)
+                    .set_e_tag(out.e_tag().map(str::to_owned))
+                    .set_checksum_crc32(out.checksum_crc32().map(str::to_owned))
+                    .build(),
+            );
+            offset += size;
+            number += 1;
+        }
+        self.client
+            .complete_multipart_upload()
+            .bucket(&self.url.bucket)
+            .key(key)
+            .upload_id(id)
+            .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+            .send()
+            .await
+            .map_err(|e| classify("CompleteMultipartUpload", rel, &e))?;
+        Ok(())
+    }
+}
+
+impl ObjectStore for S3Store {
+    fn describe(&self) -> String {
+        format!("s3://{}/{}", self.url.bucket, self.url.prefix)
+    }
+
+    async fn head(&self, rel: &str) -> Result<Option<Remote>, StoreError> {
+        let got = self.client.head_object().bucket(&self.url.bucket).key(self.url.key(rel)).send().await;
+        match got {
+            Ok(o) => Ok(Some(Remote {
+                len: o.content_length().and_then(|l| u64::try_from(l).ok()).unwrap_or(0),
+                etag: o.e_tag().map(|t| t.trim_matches('"').to_owned()),
+            })),
+            Err(SdkError::ServiceError(e)) if e.err().is_not_found() => Ok(None),
+            Err(e) => Err(classify("HeadObject", rel, &e)),
+        }
+    }
+
+    async fn put_file(&self, rel: &str, path: &Path, len: u64) -> Result<(), StoreError> {
+        let key = self.url.key(rel);
+        if len > self.options.multipart_threshold {
+            return self.put_multipart(rel, &key, path, len).await;
+        }
+        let body = ByteStream::read_from()
+            .path(path)
+            .length(Length::Exact(len))
+            .build()
+            .await
+            .map_err(|e| store_error(ErrorClass::Retry, "io", "PutObject", rel, &e.to_string()))?;
+        self.client
+            .put_object()
+            .bucket(&self.url.bucket)
+            .key(&key)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| classify("PutObject", rel, &e))?;
+        Ok(())
+    }
+}
+
+fn store_error(class: ErrorClass, code: &str, op: &'static str, key: &str, detail: &str) -> StoreError {
+    StoreError { class, code: code.to_owned(), op, key: key.to_owned(), detail: detail.to_owned() }
+}
+
+/// Error codes after which the same request keeps failing until someone acts.
+const FATAL_CODES: &[&str] = &[
+    "AccessDenied",
+    "AllAccessDisabled",
+    "AccountProblem",
+    "AuthorizationHeaderMalformed",
+    "ExpiredToken",
+    "InvalidAccessKeyId",
+    "InvalidBucketName",
+    "InvalidToken",
+    "NoSuchBucket",
+    "PermanentRedirect",
+    "SignatureDoesNotMatch",
+];
+
+const THROTTLE_CODES: &[&str] =
+    &["SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests"];
+
+/// Sorts an SDK error into retry / throttled / fatal.
+pub fn classify<E>(op: &'static str, key: &str, err: &SdkError<E, HttpResponse>) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let detail = DisplayErrorContext(err).to_string();
+    let (class, code) = match err {
+        SdkError::ServiceError(ctx) => {
+            let code = ctx.err().code().unwrap_or("").to_owned();
+            let status = ctx.raw().status().as_u16();
+            (classify_service(&code, status), if code.is_empty() { format!("HTTP {status}") } else { code })
+        }
+        SdkError::TimeoutError(_) => (ErrorClass::Retry, "timeout".to_owned()),
+        SdkError::DispatchFailure(d) if d.is_timeout() => (ErrorClass::Retry, "timeout".to_owned()),
+        SdkError::DispatchFailure(d) if d.is_io() => (ErrorClass::Retry, "connection".to_owned()),
+        SdkError::DispatchFailure(_) => (ErrorClass::Retry, "dispatch".to_owned()),
+        SdkError::ResponseError(_) => (ErrorClass::Retry, "response".to_owned()),
+        // No credentials, a bad endpoint: nothing a retry changes by itself.
+        SdkError::ConstructionFailure(_) => (ErrorClass::Fatal, "request".to_owned()),
+        _ => (ErrorClass::Retry, "unknown".to_owned()),
+    };
+    StoreError { class, code, op, key: key.to_owned(), detail }
+}
+
+/// The class of an error reply: by code first, then by HTTP status.
+pub fn classify_service(code: &str, status: u16) -> ErrorClass {
+    if THROTTLE_CODES.contains(&code) || status == 429 || status == 503 {
+        ErrorClass::Throttled
+    } else if FATAL_CODES.contains(&code) || status == 401 || status == 403 {
+        ErrorClass::Fatal
+    } else if status >= 500 || status == 0 || code == "RequestTimeout" || code == "RequestTimeTooSkewed" {
+        ErrorClass::Retry
+    } else {
+        // Another 4xx: this request is wrong and sending it again will not fix it.
+        ErrorClass::Fatal
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_urls_split_into_bucket_and_prefix() {
+        let u = S3Url::parse("s3://b/some/prefix/").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((u.bucket.as_str(), u.prefix.as_str()), ("b", "some/prefix"));
+        assert_eq!(u.key("system/x.json"), "some/prefix/system/x.json");
+        let bare = S3Url::parse("s3://b").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(bare.key("system/x.json"), "system/x.json");
+        assert!(S3Url::parse("https://b/p").is_err());
+        assert!(S3Url::parse("s3:///p").is_err());
+    }
+
+    #[test]
+    fn service_errors_are_classified_by_code_then_status() {
+        assert_eq!(classify_service("NoSuchBucket", 404), ErrorClass::Fatal);
+        assert_eq!(classify_service("AccessDenied", 403), ErrorClass::Fatal);
+        assert_eq!(classify_service("", 403), ErrorClass::Fatal);
+        assert_eq!(classify_service("SlowDown", 503), ErrorClass::Throttled);
+        assert_eq!(classify_service("", 429), ErrorClass::Throttled);
+        assert_eq!(classify_service("InternalError", 500), ErrorClass::Retry);
+        assert_eq!(classify_service("RequestTimeout", 400), ErrorClass::Retry);
+        assert_eq!(classify_service("EntityTooLarge", 400), ErrorClass::Fatal);
+    }
+}

@@ -1,0 +1,346 @@
+//! The uploader against an in-memory store that fails on command.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::retry::{ErrorClass, Policy};
+use super::store::{ObjectStore, Remote, StoreError};
+use super::{Msg, Report, Settings, run};
+
+/// What the fake store holds and how it misbehaves.
+#[derive(Debug, Default)]
+struct State {
+    objects: Mutex<HashMap<String, Vec<u8>>>,
+    /// Keys in the order their puts succeeded.
+    put_order: Mutex<Vec<String>>,
+    /// Every request fails with a connection error while set.
+    down: AtomicBool,
+    /// Every request fails with this fatal code while set.
+    fatal: Mutex<Option<String>>,
+    requests: AtomicU64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct FaultStore(Arc<State>);
+
+impl FaultStore {
+    fn check(&self, op: &'static str, key: &str) -> Result<(), StoreError> {
+        self.0.requests.fetch_add(1, Ordering::SeqCst);
+        let err = |class, code: &str| StoreError {
+            class,
+            code: code.to_owned(),
+            op,
+            key: key.to_owned(),
+            detail: "injected".to_owned(),
+        };
+        if self.0.down.load(Ordering::SeqCst) {
+            return Err(err(ErrorClass::Retry, "connection"));
+        }
+        if let Some(code) = self.0.fatal.lock().unwrap().clone() {
+            return Err(err(ErrorClass::Fatal, &code));
+        }
+        Ok(())
+    }
+
+    fn keys(&self) -> Vec<String> {
+        let mut k: Vec<String> = self.0.objects.lock().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    }
+}
+
+impl ObjectStore for FaultStore {
+    fn describe(&self) -> String {
+        "fake://".to_owned()
+    }
+
+    async fn head(&self, key: &str) -> Result<Option<Remote>, StoreError> {
+        self.check("HeadObject", key)?;
+        Ok(self
+            .0
+            .objects
+            .lock()
+            .unwrap()
+            .get(key)
+            .map(|b| Remote { len: b.len() as u64, etag: Some(super::md5_hex_bytes(b)) }))
+    }
+
+    async fn put_file(&self, key: &str, path: &Path, len: u64) -> Result<(), StoreError> {
+        self.check("PutObject", key)?;
+        let bytes = std::fs::read(path).unwrap();
+        assert_eq!(bytes.len() as u64, len);
+        self.0.objects.lock().unwrap().insert(key.to_owned(), bytes);
+        self.0.put_order.lock().unwrap().push(key.to_owned());
+        Ok(())
+    }
+}
+
+fn root(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("trainprof-upload-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn put(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn settings(root: &Path) -> Settings {
+    let mut s = Settings::new(root);
+    s.scan_interval = Duration::from_millis(20);
+    s.policy = Policy {
+        retry_base: Duration::from_millis(5),
+        throttled_base: Duration::from_millis(10),
+        cap: Duration::from_millis(40),
+        fatal: Duration::from_millis(50),
+    };
+    s
+}
+
+const SYS: &str = "system/incremental/2020072013/1595253600.algo-1.json";
+const SYS2: &str = "system/incremental/2020072013/1595253660.algo-1.json";
+const TIMELINE: &str = "framework/pevents/2020072013/1595253601000000_0-algo-1_pythontimeline.json";
+const STATS: &str =
+    "framework/pytorch/cprofile/0-algo-1/prestepzero-0-start0_prestepzero-0-end1/python_stats";
+
+/// Four sealed files and some that are never uploaded; the returned file holds the lock
+/// of a live writer's temporary file (a dead writer's would be repaired and uploaded).
+fn data_files(root: &Path) -> std::fs::File {
+    put(root, SYS, "{\"Timestamp\": 1}\n");
+    put(root, SYS2, "{\"Timestamp\": 2}\n");
+    put(root, TIMELINE, "[\n{}\n]");
+    put(root, STATS, "stats");
+    put(root, LIVE_TMP, "{\"Timestamp\": 3}\n");
+    put(root, ".tmp/0-algo-1/window/python_stats", "partial");
+    put(root, "system/incremental/2020072013/.hidden.json", "x");
+    put(root, "notes.txt", "mine");
+    let live = std::fs::OpenOptions::new().read(true).write(true).open(root.join(LIVE_TMP)).unwrap();
+    live.try_lock().unwrap();
+    live
+}
+
+const LIVE_TMP: &str = "system/.1595253720.algo-1.77.tmp";
+
+/// Runs the uploader on `store` until finished (`deadline` from the start), with `during`
+/// called while it runs.
+async fn upload(
+    store: FaultStore,
+    settings: Settings,
+    deadline: Duration,
+    during: impl AsyncFnOnce(&mpsc::Sender<Msg>),
+) -> Report {
+    let (tx, rx) = mpsc::channel(8);
+    let task = tokio::spawn(run(store, settings, rx));
+    during(&tx).await;
+    tx.send(Msg::Finish { deadline: Instant::now() + deadline }).await.unwrap();
+    task.await.unwrap()
+}
+
+async fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn every_sealed_file_is_uploaded_then_deleted_and_nothing_else_is_touched() {
+    let root = root("all");
+    let _live = data_files(&root);
+    let store = FaultStore::default();
+    let report = upload(store.clone(), settings(&root), Duration::from_secs(10), async |_| {}).await;
+    assert_eq!(store.keys(), [TIMELINE, STATS, SYS, SYS2]);
+    assert_eq!(store.0.objects.lock().unwrap()[SYS], b"{\"Timestamp\": 1}\n");
+    assert_eq!(report.counts.uploaded, 4);
+    assert_eq!(report.counts.uploaded_bytes, 17 + 17 + 6 + 5);
+    assert!(report.left.is_empty(), "{:?}", report.left);
+    let on_disk = crate::launch::files_under(&root);
+    assert_eq!(
+        on_disk,
+        [
+            ".tmp/0-algo-1/window/python_stats",
+            "notes.txt",
+            LIVE_TMP,
+            "system/incremental/2020072013/.hidden.json"
+        ]
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[tokio::test]
+async fn keep_local_records_uploads_and_a_restart_sends_nothing_again() {
+    let root = root("keep");
+    let _live = data_files(&root);
+    let store = FaultStore::default();
+    let mut s = settings(&root);
+    s.keep_local = true;
+    let first = upload(store.clone(), s.clone(), Duration::from_secs(10), async |_| {}).await;
+    assert_eq!(first.counts.uploaded, 4);
+    assert!(root.join(SYS).is_file(), "kept");
+    let ledger = std::fs::read_to_string(root.join(super::LEDGER)).unwrap();
+    assert_eq!(ledger.lines().count(), 4, "{ledger}");
+
+    // The same files again: the ledger says they are there, not even a HEAD is sent.
+    let before = store.0.requests.load(Ordering::SeqCst);
+    let second = upload(store.clone(), s.clone(), Duration::from_secs(10), async |_| {}).await;
+    assert_eq!(second.counts, super::Counts::default());
+    assert_eq!(store.0.requests.load(Ordering::SeqCst), before);
+
+    // Without the ledger (a crash between the upload and the record): HEAD finds the
+    // same bytes and nothing is sent twice.
+    std::fs::remove_file(root.join(super::LEDGER)).unwrap();
+    let third = upload(store.clone(), s, Duration::from_secs(10), async |_| {}).await;
+    assert_eq!((third.counts.uploaded, third.counts.already_there), (0, 4));
+    assert_eq!(store.0.put_order.lock().unwrap().len(), 4, "every key put once");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[tokio::test]
+async fn an_outage_only_delays_and_every_file_is_put_once() {
+    let root = root("outage");
+    put(&root, SYS, "{\"Timestamp\": 1}\n");
+    let store = FaultStore::default();
+    store.0.down.store(true, Ordering::SeqCst);
+    let s2 = store.clone();
+    let r2 = root.clone();
+    let report = upload(store.clone(), settings(&root), Duration::from_secs(10), async move |tx| {
+        // Files keep coming while the store is down.
+        for i in 0..5 {
+            put(&r2, &format!("system/incremental/2020072014/159525720{i}.algo-1.json"), "{}\n");
+            tx.send(Msg::Wake).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        wait_for("failed attempts", || s2.0.requests.load(Ordering::SeqCst) >= 5).await;
+        assert!(s2.keys().is_empty());
+        s2.0.down.store(false, Ordering::SeqCst);
+    })
+    .await;
+    assert_eq!(store.keys().len(), 6);
+    assert_eq!(store.0.put_order.lock().unwrap().len(), 6, "no file put twice");
+    assert_eq!(report.counts.uploaded, 6);
+    assert!(report.counts.failed_attempts >= 5, "{:?}", report.counts);
+    assert!(report.left.is_empty());
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[tokio::test]
+async fn markers_go_last_and_only_at_the_finish() {
+    let root = root("markers");
+    let _live = data_files(&root);
+    for m in trainprof_output::END_MARKERS {
+        put(&root, m, "1595253700.000000\n");
+    }
+    let store = FaultStore::default();
+    let s2 = store.clone();
+    upload(store.clone(), settings(&root), Duration::from_secs(10), async move |_| {
+        wait_for("the data files", || s2.keys().len() == 4).await;
+        // Several walks later the markers are still held back.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(s2.keys().len(), 4);
+    })
+    .await;
+    let order = store.0.put_order.lock().unwrap().clone();
+    assert_eq!(order.len(), 6);
+    let mut last_two = order[4..].to_vec();
+    last_two.sort();
+    assert_eq!(last_two, ["framework/training_job_end.ts", "system/training_job_end.ts"]);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[tokio::test]
+async fn with_the_store_down_the_finish_ends_at_its_deadline_and_keeps_every_file() {
+    let root = root("deadline");
+    let _live = data_files(&root);
+    for m in trainprof_output::END_MARKERS {
+        put(&root, m, "1\n");
+    }
+    let store = FaultStore::default();
+    store.0.down.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let report = upload(store.clone(), settings(&root), Duration::from_millis(300), async |_| {}).await;
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(
+        report.left,
+        [TIMELINE, STATS, "framework/training_job_end.ts", SYS, SYS2, "system/training_job_end.ts"]
+    );
+    assert!(
+        report.last_error.as_deref().is_some_and(|e| e.contains("connection")),
+        "{:?}",
+        report.last_error
+    );
+    for rel in &report.left {
+        assert!(root.join(rel).is_file(), "{rel} kept");
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[tokio::test]
+async fn a_fatal_error_probes_one_file_at_a_time_and_recovers() {
+    let root = root("fatal");
+    let _live = data_files(&root);
+    let store = FaultStore::default();
+    *store.0.fatal.lock().unwrap() = Some("NoSuchBucket".to_owned());
+    let s2 = store.clone();
+    let report = upload(store.clone(), settings(&root), Duration::from_secs(10), async move |_| {
+        wait_for("a few probes", || s2.0.requests.load(Ordering::SeqCst) >= 3).await;
+        *s2.0.fatal.lock().unwrap() = None;
+    })
+    .await;
+    assert_eq!(report.counts.uploaded, 4);
+    // While failing, one request at a time: the probes are spaced by the fatal delay.
+    assert!(report.counts.failed_attempts >= 3 && report.counts.failed_attempts < 10, "{:?}", report.counts);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[tokio::test]
+async fn other_bytes_under_the_same_key_are_never_overwritten() {
+    let root = root("conflict");
+    put(&root, SYS, "{\"Timestamp\": 1}\n");
+    put(&root, SYS2, "{\"Timestamp\": 2}\n");
+    let store = FaultStore::default();
+    store.0.objects.lock().unwrap().insert(SYS.to_owned(), b"{\"Timestamp\": 9}\n".to_vec());
+    let report = upload(store.clone(), settings(&root), Duration::from_secs(10), async |_| {}).await;
+    assert_eq!(store.0.objects.lock().unwrap()[SYS], b"{\"Timestamp\": 9}\n");
+    assert_eq!((report.counts.uploaded, report.counts.conflicts), (1, 1));
+    assert_eq!(report.left, [SYS]);
+    assert!(root.join(SYS).is_file());
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[tokio::test]
+async fn a_full_spool_drops_the_oldest_files_and_counts_them() {
+    let root = root("spool");
+    let store = FaultStore::default();
+    store.0.down.store(true, Ordering::SeqCst);
+    let names: Vec<String> =
+        (0..6).map(|i| format!("system/incremental/2020072014/15952572{i}0.algo-1.json")).collect();
+    for n in &names {
+        put(&root, n, &"x".repeat(99));
+        // Distinct modification times, oldest first.
+        std::thread::sleep(Duration::from_millis(15));
+    }
+    let mut s = settings(&root);
+    s.spool_max_bytes = 350;
+    let s2 = store.clone();
+    let report = upload(store.clone(), s, Duration::from_secs(10), async move |_| {
+        wait_for("a failed attempt", || s2.0.requests.load(Ordering::SeqCst) >= 1).await;
+        s2.0.down.store(false, Ordering::SeqCst);
+    })
+    .await;
+    assert_eq!(report.counts.spool_dropped, 3, "{:?}", report.counts);
+    assert_eq!(report.counts.spool_dropped_bytes, 297);
+    assert_eq!(store.keys(), names[3..].to_vec(), "the newest are kept and uploaded");
+    std::fs::remove_dir_all(&root).unwrap();
+}

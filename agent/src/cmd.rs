@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use trainprof_agent::launch::{self, SelfCost};
-use trainprof_agent::sample::{Roots, gpu, process::self_usage};
+use trainprof_agent::sample::process::{self_usage, thread_cpu_us};
+use trainprof_agent::sample::{Roots, gpu};
 use trainprof_agent::system::{SystemWriter, algo_index};
 use trainprof_agent::tick::{Clock as _, LoopCounts, Stop, SystemClock, Ticker};
 use trainprof_agent::{log, signals, upload};
@@ -271,7 +272,7 @@ fn upload_summary(root: &Path, report: Option<&upload::Report>, deadline: Durati
         let left = upload::sealed_files(root).len();
         let _ = writeln!(
             s,
-            "upload: did not finish within {} s; {left} files left on local disk under {}",
+            "upload: did not finish within {} s or stopped; {left} files left on local disk under {}",
             deadline.as_secs(),
             root.display()
         );
@@ -325,10 +326,10 @@ fn sample(
     if !probed.absent.is_empty() {
         log!("not sampled: {}", probed.absent.join("; "));
     }
-    let cpu_before = self_usage().0;
+    let cpu_before = thread_cpu_us();
     ticker.run(clock);
     let mut c = ticker.counts();
-    c.sampling_cpu_us = self_usage().0.saturating_sub(cpu_before);
+    c.sampling_cpu_us = thread_cpu_us().saturating_sub(cpu_before);
     c
 }
 

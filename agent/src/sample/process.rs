@@ -189,10 +189,25 @@ impl Sampler for TreeSampler {
 
 /// The agent's own CPU time (user + system, µs) and current RSS (bytes).
 pub fn self_usage() -> (u64, u64) {
+    let cpu_us = cpu_us(libc::RUSAGE_SELF);
+    let rss = std::fs::read("/proc/self/statm")
+        .ok()
+        .and_then(|t| fields(&t).nth(1).and_then(parse_u64))
+        .map_or(0, |pages| pages.saturating_mul(page_size()));
+    (cpu_us, rss)
+}
+
+/// The calling thread's CPU time (user + system, µs): the sampling loop's own cost,
+/// without the uploader's.
+pub fn thread_cpu_us() -> u64 {
+    cpu_us(libc::RUSAGE_THREAD)
+}
+
+fn cpu_us(who: libc::c_int) -> u64 {
     // SAFETY: getrusage writes into the zeroed struct we own.
-    let cpu_us = unsafe {
+    unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut ru) == 0 {
+        if libc::getrusage(who, &mut ru) == 0 {
             let us = |tv: libc::timeval| {
                 (tv.tv_sec as u64).saturating_mul(1_000_000).saturating_add(tv.tv_usec as u64)
             };
@@ -200,12 +215,7 @@ pub fn self_usage() -> (u64, u64) {
         } else {
             0
         }
-    };
-    let rss = std::fs::read("/proc/self/statm")
-        .ok()
-        .and_then(|t| fields(&t).nth(1).and_then(parse_u64))
-        .map_or(0, |pages| pages.saturating_mul(page_size()));
-    (cpu_us, rss)
+    }
 }
 
 /// The agent's own cost, at most every `every`.

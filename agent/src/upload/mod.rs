@@ -538,7 +538,7 @@ impl Handle {
     }
 
     /// Asks for the final uploads and waits for them, at most `within` (plus a second for
-    /// the report). `None` when the uploader did not answer in time.
+    /// the report). `None` when the uploader did not answer in time or had stopped.
     pub fn finish(self, within: Duration) -> Option<Report> {
         let deadline = std::time::Instant::now() + within;
         let mut msg = Msg::Finish { deadline: Instant::now() + within };
@@ -565,11 +565,19 @@ pub fn spawn_s3(url: store::S3Url, options: store::S3Options, settings: Settings
     let (done_tx, done) = std::sync::mpsc::sync_channel(1);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     std::thread::Builder::new().name("trainprof-upload".into()).spawn(move || {
-        let report = runtime.block_on(async {
-            let s3 = store::S3Store::connect(url, options).await;
-            run(s3, settings, rx).await
-        });
-        let _ = done_tx.send(report);
+        let uploaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            runtime.block_on(async {
+                let s3 = store::S3Store::connect(url, options).await;
+                run(s3, settings, rx).await
+            })
+        }));
+        match uploaded {
+            Ok(report) => {
+                let _ = done_tx.send(report);
+            }
+            // The sender is dropped: `finish` sees it at once, the files stay on disk.
+            Err(_) => crate::log!("the uploader stopped on an internal error; files stay on disk"),
+        }
         // Connections still open to a dead server must not hold the exit up.
         runtime.shutdown_background();
     })?;

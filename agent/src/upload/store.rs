@@ -12,7 +12,6 @@ use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::{ByteStream, Length};
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-use aws_smithy_types::error::display::DisplayErrorContext;
 
 use super::retry::ErrorClass;
 
@@ -107,7 +106,6 @@ pub struct S3Store {
 
 impl S3Store {
     pub async fn connect(url: S3Url, options: S3Options) -> S3Store {
-        use aws_config::meta::region::RegionProviderChain;
         use aws_config::retry::RetryConfig;
         use aws_config::timeout::TimeoutConfig;
         use aws_smithy_http_client::tls;
@@ -122,7 +120,6 @@ impl S3Store {
             .build();
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .http_client(http)
-            .region(RegionProviderChain::default_provider().or_else("us-east-1"))
             .retry_config(RetryConfig::disabled())
             .timeout_config(timeouts);
         if let Some(e) = &options.endpoint {
@@ -131,7 +128,13 @@ impl S3Store {
         let shared = loader.load().await;
         let path_style = options.endpoint.is_some()
             || ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"].iter().any(|v| std::env::var_os(v).is_some());
-        let config = aws_sdk_s3::config::Builder::from(&shared).force_path_style(path_style).build();
+        let mut config = aws_sdk_s3::config::Builder::from(&shared).force_path_style(path_style);
+        if shared.region().is_none() {
+            // Requests are signed for a region; S3 redirects wrong guesses with an error
+            // that names the right one (PermanentRedirect, logged).
+            config = config.region(aws_config::Region::from_static("us-east-1"));
+        }
+        let config = config.build();
         S3Store { client: aws_sdk_s3::Client::from_conf(config), url, options }
     }
 
@@ -285,7 +288,7 @@ pub fn classify<E>(op: &'static str, key: &str, err: &SdkError<E, HttpResponse>)
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
-    let detail = DisplayErrorContext(err).to_string();
+    let detail = chain(err);
     let (class, code) = match err {
         SdkError::ServiceError(ctx) => {
             let code = ctx.err().code().unwrap_or("").to_owned();
@@ -295,6 +298,10 @@ where
         SdkError::TimeoutError(_) => (ErrorClass::Retry, "timeout".to_owned()),
         SdkError::DispatchFailure(d) if d.is_timeout() => (ErrorClass::Retry, "timeout".to_owned()),
         SdkError::DispatchFailure(d) if d.is_io() => (ErrorClass::Retry, "connection".to_owned()),
+        // No credentials from any source of the chain, and the like: reported once, probed.
+        SdkError::DispatchFailure(_) if detail.contains("credentials") => {
+            (ErrorClass::Fatal, "credentials".to_owned())
+        }
         SdkError::DispatchFailure(_) => (ErrorClass::Retry, "dispatch".to_owned()),
         SdkError::ResponseError(_) => (ErrorClass::Retry, "response".to_owned()),
         // No credentials, a bad endpoint: nothing a retry changes by itself.
@@ -302,6 +309,21 @@ where
         _ => (ErrorClass::Retry, "unknown".to_owned()),
     };
     StoreError { class, code, op, key: key.to_owned(), detail }
+}
+
+/// An error and its sources, `: `-separated, each said once (the SDK's wrappers repeat
+/// their source's text).
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(err);
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    parts.join(": ")
 }
 
 /// The class of an error reply: by code first, then by HTTP status.

@@ -174,12 +174,14 @@ impl SystemWriter {
 
     fn place(&mut self, o: Open) -> Result<PathBuf, SystemWriteError> {
         o.file.sync_all().map_err(io_err(&o.tmp))?;
-        drop(o.file);
         // A writer's first file is named by its first line's second: an earlier agent may
         // have sealed, uploaded and deleted the minute's name already (a restart).
         let names: &[i64] =
             if self.counts.files_sealed == 0 { &[o.first_s] } else { &[o.window_s, o.first_s] };
+        // The file (and its lock) lives until it has its name, so that a repair never
+        // takes it for a dead writer's.
         let path = place_sealed(&self.root, &o.tmp, names, self.algo_n)?;
+        drop(o.file);
         self.counts.files_sealed += 1;
         Ok(path)
     }

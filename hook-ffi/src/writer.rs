@@ -1,8 +1,12 @@
 //! The framework timeline writer (spec §3.3–§3.5), run by the hook's one background thread.
 //!
 //! A file is opened lazily at the first event, under a temporary name that no smdebug
-//! reader matches (`framework/<node>_pythontimeline.json.tmp`, truncated on open, never
-//! appended to). It is *sealed* — closed with `\n]`, flushed, fsync'd and renamed to
+//! reader matches (`framework/<node>_pythontimeline.json.tmp`), and locked (`flock`) for
+//! its whole life, so that the agent's repair can tell it from a dead writer's. A
+//! non-empty file found under that name is such a leftover (a killed trainer with the
+//! same node id): it is moved aside as `<node>_pythontimeline.json.stale-<µs>.tmp` for
+//! the agent to repair, never truncated or appended to. A file is *sealed* — closed with
+//! `\n]`, flushed, fsync'd and renamed to
 //! `framework/pevents/<hour>/<T>_<node>_pythontimeline.json` — when it reaches
 //! `RotateMaxFileSizeInBytes`, when it has been open for `RotateFileCloseIntervalInSeconds`
 //! (also while idle, unlike smdebug), and at shutdown.
@@ -12,8 +16,9 @@
 //! pitfalls 12 and 13). Every time is passed in by the caller, so tests need no sleeping.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -193,7 +198,7 @@ impl TimelineWriter {
 
     fn open(&mut self, now_us: i64) -> bool {
         let tmp = self.tmp_path();
-        let opened = tmp.parent().map_or(Ok(()), fs::create_dir_all).and_then(|()| File::create(&tmp));
+        let opened = tmp.parent().map_or(Ok(()), fs::create_dir_all).and_then(|()| open_locked(&tmp, now_us));
         match opened {
             Ok(f) => {
                 let mut out = BufWriter::with_capacity(64 * 1024, f);
@@ -246,8 +251,9 @@ impl TimelineWriter {
             ));
             self.counts.written -= f.records;
             self.counts.dropped += f.records;
-            drop(f.out.into_parts());
+            // Removed while still locked, so that the agent never repairs it.
             let _ = fs::remove_file(&f.tmp);
+            drop(f.out.into_parts());
             self.open_failed();
         }
     }
@@ -297,6 +303,34 @@ impl TimelineWriter {
     fn final_path(&self, t: i64) -> PathBuf {
         self.settings.root.join(timeline_file(t, &self.settings.node_id, PYTHON_TIMELINE_SUFFIX))
     }
+}
+
+/// Opens `tmp` empty and locked (the lock lives as long as the file). The lock is taken
+/// waiting, on the writer thread: the agent's repair holds one for milliseconds. A file
+/// with content is a dead writer's (a live one holds the lock): it is moved aside, still
+/// locked, for the agent to repair, and a new file is made.
+fn open_locked(tmp: &Path, now_us: i64) -> io::Result<File> {
+    for attempt in 0..4 {
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(tmp)?;
+        if let Err(e) = file.lock() {
+            // No locks on this filesystem: the file is still used; the agent's repair
+            // cannot lock it either, and leaves it alone.
+            crate::log(&format_args!("cannot lock {}: {e}", tmp.display()));
+        }
+        let held = file.metadata()?;
+        // The agent may have repaired (renamed) the file between the open and the lock.
+        let same = fs::symlink_metadata(tmp).is_ok_and(|m| m.ino() == held.ino() && m.dev() == held.dev());
+        if !same {
+            continue;
+        }
+        if held.len() == 0 {
+            return Ok(file);
+        }
+        let aside = tmp.with_extension(format!("stale-{}.tmp", now_us.saturating_add(attempt)));
+        crate::log(&format_args!("moving a dead writer's {} aside to {}", tmp.display(), aside.display()));
+        fs::rename(tmp, &aside)?;
+    }
+    Err(io::Error::other("it kept changing while being opened"))
 }
 
 fn sync_dir(dir: Option<&Path>) {
@@ -458,17 +492,31 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_temporary_file_is_truncated_not_appended_to() {
+    fn a_stale_temporary_file_is_moved_aside_not_truncated_or_appended_to() {
         let root = tempdir("stale");
-        let w0 = TimelineWriter::new(settings(&root, 1 << 20, 60), BASE);
-        fs::create_dir_all(w0.tmp_path().parent().unwrap()).unwrap();
-        fs::write(w0.tmp_path(), b"[\n{\"garbage\": ").unwrap();
-        let mut w = w0;
+        let mut w = TimelineWriter::new(settings(&root, 1 << 20, 60), BASE);
+        fs::create_dir_all(w.tmp_path().parent().unwrap()).unwrap();
+        let stale = b"[\n{\"garbage\": ";
+        fs::write(w.tmp_path(), stale).unwrap();
         w.write(&ev(1, 2, BASE, BASE + 5, 0), &names(), BASE + 10);
+        // The open file is locked: the agent's repair sees a live writer.
+        let other = File::open(w.tmp_path()).unwrap();
+        assert!(matches!(other.try_lock(), Err(fs::TryLockError::WouldBlock)));
         w.close();
         let files = sealed(&root);
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].1.as_array().unwrap().len(), 5);
+        let aside = root.join(format!("framework/0-algo-1_pythontimeline.json.stale-{}.tmp", BASE + 10));
+        assert_eq!(fs::read(&aside).unwrap(), stale);
+        // An empty leftover (killed before its first flush) is simply used.
+        fs::remove_file(&aside).unwrap();
+        fs::write(w.tmp_path(), b"").unwrap();
+        w.write(&ev(1, 2, BASE, BASE + 5, 1), &names(), BASE + 20);
+        w.close();
+        assert_eq!(sealed(&root).len(), 2);
+        let left: Vec<_> =
+            fs::read_dir(root.join("framework")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["pevents"]);
         fs::remove_dir_all(&root).unwrap();
     }
 

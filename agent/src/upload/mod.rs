@@ -144,6 +144,9 @@ struct Uploader<S> {
     last_error: Option<String>,
     spool_full: bool,
     finishing: bool,
+    /// Repair failures already logged (a file that cannot be repaired stays and fails
+    /// again at every walk).
+    repair_failures: HashSet<String>,
 }
 
 /// Runs the uploader until `Finish` arrives (or every sender is gone) and its work is done
@@ -164,6 +167,7 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
         last_error: None,
         spool_full: false,
         finishing: false,
+        repair_failures: HashSet::new(),
         settings,
     };
     let mut tasks: JoinSet<(String, Result<Outcome, StoreError>)> = JoinSet::new();
@@ -225,8 +229,10 @@ impl<S: ObjectStore> Uploader<S> {
             crate::log!("repaired {} temporary files ({} records)", r.repaired, r.records);
             self.counts.repaired += r.repaired;
         }
-        for f in &r.failed {
-            crate::log!("{f}");
+        for f in r.failed {
+            if self.repair_failures.insert(f.clone()) {
+                crate::log!("{f}");
+            }
         }
         let mut seen = HashSet::new();
         for (rel, meta) in sealed_files(&self.settings.root) {

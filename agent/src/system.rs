@@ -174,30 +174,50 @@ impl SystemWriter {
 
     fn place(&mut self, o: Open) -> Result<PathBuf, SystemWriteError> {
         o.file.sync_all().map_err(io_err(&o.tmp))?;
-        // A writer's first file is named by its first line's second: an earlier agent may
-        // have sealed, uploaded and deleted the minute's name already (a restart).
-        let names: &[i64] =
-            if self.counts.files_sealed == 0 { &[o.first_s] } else { &[o.window_s, o.first_s] };
+        let names = if self.counts.files_sealed == 0 {
+            first_file_names(o.window_s, o.first_s)
+        } else {
+            std::iter::once(o.window_s).chain(first_file_names(o.window_s + 1, o.first_s)).collect()
+        };
         // The file (and its lock) lives until it has its name, so that a repair never
         // takes it for a dead writer's.
-        let path = place_sealed(&self.root, &o.tmp, names, self.algo_n)?;
+        let path = place_sealed(&self.root, &o.tmp, &names, self.algo_n)?;
         drop(o.file);
         self.counts.files_sealed += 1;
         Ok(path)
     }
 }
 
+/// The names a writer's first file (or a repaired one, which may have been a first file)
+/// may take: the second of its first line, then each second before it down to the minute.
+/// Not the minute first: an earlier agent may have sealed, uploaded and deleted that name
+/// (a restart), and two agents restarted within one second still find a free name.
+pub(crate) fn first_file_names(window_s: i64, first_s: i64) -> Vec<i64> {
+    if first_s <= window_s { vec![first_s] } else { (window_s..=first_s).rev().collect() }
+}
+
+/// Every system file name ever given under a root, one relative path a line: a name whose
+/// file was uploaded and deleted is not free again.
+pub const USED_NAMES: &str = ".trainprof/system-names";
+
 /// Gives the synced temporary file `tmp` the first free name of `names` (window starts in
-/// epoch seconds, each ≤ the file's first line) under `root`, never replacing a file; then
-/// syncs the folder. Used by the writer and by the start-up repair.
+/// epoch seconds, each ≤ the file's first line) under `root` — free meaning neither on
+/// disk nor in [`USED_NAMES`] — never replacing a file; records the name and syncs the
+/// folder. Used by the writer and by the repair.
 pub(crate) fn place_sealed(
     root: &Path,
     tmp: &Path,
     names: &[i64],
     algo_n: u32,
 ) -> Result<PathBuf, SystemWriteError> {
+    let used = std::fs::read_to_string(root.join(USED_NAMES)).unwrap_or_default();
+    let used: std::collections::HashSet<&str> = used.lines().collect();
     for &s in names {
-        let path = root.join(trainprof_output::system_file(s, algo_n));
+        let rel = trainprof_output::system_file(s, algo_n);
+        if used.contains(rel.as_str()) {
+            continue;
+        }
+        let path = root.join(&rel);
         let dir = path.parent().unwrap_or(root).to_owned();
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         if !link_no_replace(tmp, &path).map_err(io_err(&path))? {
@@ -205,10 +225,22 @@ pub(crate) fn place_sealed(
         }
         // The new name is durable only once the folder is.
         File::open(&dir).and_then(|d| d.sync_all()).map_err(io_err(&dir))?;
+        if let Err(e) = record_name(root, &rel) {
+            crate::log!("cannot record {rel} in {USED_NAMES}: {e}");
+        }
         return Ok(path);
     }
     let taken = io::Error::new(io::ErrorKind::AlreadyExists, "its names are taken");
     Err(io_err(tmp)(taken))
+}
+
+fn record_name(root: &Path, rel: &str) -> io::Result<()> {
+    let path = root.join(USED_NAMES);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
+    f.write_all(format!("{rel}\n").as_bytes())
 }
 
 /// Gives `from` the name `to` unless `to` exists: false when it does. A hard link cannot
@@ -266,7 +298,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::launch::files_under as files;
+    /// The files under `root`, without the agent's own records in `.trainprof/`.
+    fn files(root: &std::path::Path) -> Vec<String> {
+        crate::launch::files_under(root).into_iter().filter(|f| !f.starts_with(".trainprof/")).collect()
+    }
     use crate::sample::{Metrics, Name};
 
     fn tmpdir(tag: &str) -> PathBuf {
@@ -325,32 +360,50 @@ mod tests {
     fn a_restart_in_the_same_minute_never_overwrites() {
         let root = tmpdir("restart");
         let mut counts = Vec::new();
-        // Three agents one after the other within the minute starting at …620. Each one's
-        // first file is named by its first line's second (the minute's name may have been
-        // uploaded and deleted by an earlier agent).
-        for (v, at) in [(1.0, 1_595_455_630.0), (2.0, 1_595_455_640.3), (3.0, 1_595_455_640.7)] {
+        // Agents one after the other within the minute starting at …620. Each one's first
+        // file is named by its first line's second, else a second before it down to the
+        // minute: never a name used before, even when that file is gone (uploaded).
+        let mut agent = |v: f64, at: f64| {
             let mut w = SystemWriter::new(&root, 1);
             w.write_tick(at, tick(v).as_slice()).unwrap();
             let _ = w.seal();
             counts.push(w.counts());
-        }
+        };
+        agent(1.0, 1_595_455_630.0);
+        agent(2.0, 1_595_455_640.3);
+        agent(3.0, 1_595_455_640.7);
+        let dir = "system/incremental/2020072222";
+        std::fs::remove_file(root.join(format!("{dir}/1595455630.algo-1.json"))).unwrap();
+        agent(4.0, 1_595_455_630.5);
+        agent(5.0, 1_595_455_620.2);
+        agent(6.0, 1_595_455_620.9);
         let names = files(&root);
         let pid = std::process::id();
         assert_eq!(
             names,
             vec![
                 format!("system/.1595455620.algo-1.{pid}.tmp"),
-                "system/incremental/2020072222/1595455630.algo-1.json".to_owned(),
-                "system/incremental/2020072222/1595455640.algo-1.json".to_owned(),
+                format!("{dir}/1595455620.algo-1.json"),
+                format!("{dir}/1595455629.algo-1.json"),
+                format!("{dir}/1595455639.algo-1.json"),
+                format!("{dir}/1595455640.algo-1.json"),
             ]
         );
-        assert!(std::fs::read_to_string(root.join(&names[1])).unwrap().contains(r#""Value":1,"#));
-        assert!(std::fs::read_to_string(root.join(&names[2])).unwrap().contains(r#""Value":2,"#));
-        // The third's name is taken: kept, not written over anything, and counted.
-        assert!(std::fs::read_to_string(root.join(&names[0])).unwrap().contains(r#""Value":3,"#));
+        let value = |n: &str| std::fs::read_to_string(root.join(n)).unwrap();
+        assert!(value(&names[1]).contains(r#""Value":5,"#));
+        assert!(value(&names[2]).contains(r#""Value":4,"#));
+        assert!(value(&names[3]).contains(r#""Value":3,"#));
+        assert!(value(&names[4]).contains(r#""Value":2,"#));
+        // The sixth's only name is taken: kept, not written over anything, and counted.
+        assert!(value(&names[0]).contains(r#""Value":6,"#));
+        assert_eq!(
+            std::fs::read_to_string(root.join(USED_NAMES)).unwrap().lines().count(),
+            5,
+            "every name given is recorded"
+        );
         assert_eq!(counts[1], SystemCounts { files_sealed: 1, lines: 2, ..SystemCounts::default() });
         assert_eq!(
-            counts[2],
+            counts[5],
             SystemCounts { files_sealed: 0, lines: 2, seal_failures: 1, ..SystemCounts::default() }
         );
         std::fs::remove_file(root.join(&names[0])).unwrap();
@@ -358,7 +411,7 @@ mod tests {
         let mut w = SystemWriter::new(&root, 1);
         w.write_tick(1_595_455_700.0, &[]).unwrap();
         assert_eq!(w.seal().unwrap(), None);
-        assert_eq!(files(&root).len(), 2);
+        assert_eq!(files(&root).len(), 4);
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -30,7 +30,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use trainprof_output::{PYTHON_TIMELINE_SUFFIX, timeline_file};
 
-use crate::system::{SystemWriteError, link_no_replace, place_sealed};
+use crate::system::{SystemWriteError, first_file_names, link_no_replace, place_sealed};
 
 /// What [`repair_all`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -256,8 +256,7 @@ fn repair_system(
         file.set_len(keep as u64).map_err(io_err(path))?;
     }
     file.sync_all().map_err(io_err(path))?;
-    let names: &[i64] = if first_s == window_s { &[first_s] } else { &[first_s, window_s] };
-    let sealed = place_sealed(root, path, names, algo_n)?;
+    let sealed = place_sealed(root, path, &first_file_names(window_s, first_s), algo_n)?;
     Ok(Outcome::Sealed { path: sealed, records: lines, cut: (bytes.len() - keep) as u64 })
 }
 
@@ -356,7 +355,10 @@ fn place_timeline(root: &Path, tmp: &Path, end_us: i64, node: &str) -> Result<Pa
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::launch::files_under as files;
+    /// The files under `root`, without the agent's own records in `.trainprof/`.
+    fn files(root: &std::path::Path) -> Vec<String> {
+        crate::launch::files_under(root).into_iter().filter(|f| !f.starts_with(".trainprof/")).collect()
+    }
 
     /// smdebug 1.0.34's own output (`spec/examples/generated_smdebug_1.0.34_…`): a sealed
     /// file is byte for byte what a killed writer's prefix extends to.
@@ -634,7 +636,7 @@ mod tests {
         assert_eq!(repair(&root), RepairReport::default());
         let mut sorted = others.map(str::to_owned).to_vec();
         sorted.sort();
-        assert_eq!(files(&root), sorted);
+        assert_eq!(crate::launch::files_under(&root), sorted);
         fs::remove_dir_all(&root).unwrap();
     }
 

@@ -323,7 +323,9 @@ impl<S: ObjectStore> Uploader<S> {
             let store = Arc::clone(&self.store);
             let path = self.settings.root.join(&rel);
             tasks.spawn(async move {
-                let result = upload_one(&*store, &rel, &path).await;
+                // A marker is a time, not data: a newer one replaces an older job's.
+                let replace = MARKERS.contains(&rel.as_str());
+                let result = upload_one(&*store, &rel, &path, replace).await;
                 (rel, result)
             });
         }
@@ -419,8 +421,14 @@ impl<S: ObjectStore> Uploader<S> {
     }
 }
 
-/// Asks the store what it has under `rel`, and sends the file unless it has these bytes.
-async fn upload_one<S: ObjectStore>(store: &S, rel: &str, path: &Path) -> Result<Outcome, StoreError> {
+/// Asks the store what it has under `rel`, and sends the file unless it has these bytes
+/// (or, unless `replace`, other bytes).
+async fn upload_one<S: ObjectStore>(
+    store: &S,
+    rel: &str,
+    path: &Path,
+    replace: bool,
+) -> Result<Outcome, StoreError> {
     let io_error = |e: std::io::Error| StoreError {
         class: ErrorClass::Retry,
         code: "io".to_owned(),
@@ -429,6 +437,10 @@ async fn upload_one<S: ObjectStore>(store: &S, rel: &str, path: &Path) -> Result
         detail: e.to_string(),
     };
     let len = std::fs::metadata(path).map_err(io_error)?.len();
+    if replace {
+        store.put_file(rel, path, len).await?;
+        return Ok(Outcome::Uploaded);
+    }
     match store.head(rel).await? {
         None => {
             store.put_file(rel, path, len).await?;

@@ -242,14 +242,19 @@ async fn markers_go_last_and_only_at_the_finish() {
         put(&root, m, "1595253700.000000\n");
     }
     let store = FaultStore::default();
+    for m in trainprof_output::END_MARKERS {
+        store.0.objects.lock().unwrap().insert(m.to_owned(), b"1500000000.000000\n".to_vec());
+    }
     let s2 = store.clone();
-    upload(store.clone(), settings(&root), Duration::from_secs(10), async move |_| {
-        wait_for("the data files", || s2.keys().len() == 4).await;
+    let report = upload(store.clone(), settings(&root), Duration::from_secs(10), async move |_| {
+        wait_for("the data files", || s2.keys().len() == 6).await;
         // Several walks later the markers are still held back.
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(s2.keys().len(), 4);
+        assert_eq!(s2.0.put_order.lock().unwrap().len(), 4);
     })
     .await;
+    assert_eq!((report.counts.uploaded, report.counts.conflicts), (6, 0));
+    assert_eq!(store.0.objects.lock().unwrap()["system/training_job_end.ts"], b"1595253700.000000\n");
     let order = store.0.put_order.lock().unwrap().clone();
     assert_eq!(order.len(), 6);
     let mut last_two = order[4..].to_vec();

@@ -790,3 +790,24 @@ def test_secret_never_logged_even_verbose_and_errors_said_once(trainprof_bin, s3
     assert [b["Name"] for b in s3.client.list_buckets()["Buckets"]] == [s3.bucket]  # it created no bucket
     assert_no_secret(agent)
     assert_no_secret_in_tree(out)
+
+
+def test_a_large_file_goes_up_in_parts_with_the_same_bytes(trainprof_bin, s3, procs, tmp_path):
+    """A file above the multipart threshold (lowered here) arrives whole: same bytes, and
+    the ETag of a multipart upload (`<md5 of md5s>-<parts>`)."""
+    out = tmp_path / "out"
+    prefix = "jobs/multipart"
+    rel = "framework/pevents/2020072013/1595253601000000_0-algo-1_pythontimeline.json"
+    body = os.urandom(13_000_000)
+    (out / rel).parent.mkdir(parents=True)
+    (out / rel).write_bytes(body)
+    run = procs.start([trainprof_bin, "run", *upload_args(out, s3.url(prefix), s3.endpoint,
+                                                          "--s3-multipart-bytes", "6000000"),
+                       "--", sys.executable, "-c", "pass"], env_for(tmp_path, s3.endpoint), "run")
+    assert run.wait(RUN_TIMEOUT_S) == 0, run.stderr()
+    key = under(prefix, rel)
+    assert s3.get(key) == body
+    etag = s3.client.head_object(Bucket=s3.bucket, Key=key)["ETag"].strip('"')
+    assert etag.endswith("-2"), etag  # 8 MiB + the rest
+    assert not (out / rel).exists()
+    assert Summary(run.stderr()).left == 0

@@ -180,13 +180,7 @@ impl S3Store {
         let mut number = 1;
         while offset < len {
             let size = part_size.min(len - offset);
-            let body = ByteStream::read_from()
-                .path(path)
-                .offset(offset)
-                .length(Length::Exact(size))
-                .build()
-                .await
-                .map_err(|e| store_error(ErrorClass::Retry, "io", "UploadPart", rel, &e.to_string()))?;
+            let body = file_body(path, offset, size, "UploadPart", rel).await?;
             let out = self
                 .client
                 .upload_part()
@@ -243,12 +237,7 @@ impl ObjectStore for S3Store {
         if len > self.options.multipart_threshold {
             return self.put_multipart(rel, &key, path, len).await;
         }
-        let body = ByteStream::read_from()
-            .path(path)
-            .length(Length::Exact(len))
-            .build()
-            .await
-            .map_err(|e| store_error(ErrorClass::Retry, "io", "PutObject", rel, &e.to_string()))?;
+        let body = file_body(path, 0, len, "PutObject", rel).await?;
         self.client
             .put_object()
             .bucket(&self.url.bucket)
@@ -259,6 +248,23 @@ impl ObjectStore for S3Store {
             .map_err(|e| classify("PutObject", rel, &e))?;
         Ok(())
     }
+}
+
+/// `len` bytes of the file from `offset`, streamed (never the whole file in memory).
+async fn file_body(
+    path: &Path,
+    offset: u64,
+    len: u64,
+    op: &'static str,
+    rel: &str,
+) -> Result<ByteStream, StoreError> {
+    ByteStream::read_from()
+        .path(path)
+        .offset(offset)
+        .length(Length::Exact(len))
+        .build()
+        .await
+        .map_err(|e| store_error(ErrorClass::Retry, "io", op, rel, &e.to_string()))
 }
 
 fn store_error(class: ErrorClass, code: &str, op: &'static str, key: &str, detail: &str) -> StoreError {

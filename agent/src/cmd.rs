@@ -284,11 +284,11 @@ fn upload_summary(root: &Path, report: Option<&upload::Report>, deadline: Durati
         "upload: {} files uploaded ({} bytes), {} already in S3, {} failed attempts",
         c.uploaded, c.uploaded_bytes, c.already_there, c.failed_attempts
     );
-    if c.spool_dropped > 0 || c.conflicts > 0 {
+    if c.spool_dropped > 0 || c.conflicts > 0 || c.rejected > 0 {
         let _ = writeln!(
             s,
-            "upload: {} files ({} bytes) deleted unsent because the spool was full; {} not overwritten in S3",
-            c.spool_dropped, c.spool_dropped_bytes, c.conflicts
+            "upload: {} files ({} bytes) deleted unsent because the spool was full; {} not overwritten in S3; {} refused",
+            c.spool_dropped, c.spool_dropped_bytes, c.conflicts, c.rejected
         );
     }
     let _ = writeln!(s, "upload: {} files left on local disk under {}", r.left.len(), root.display());

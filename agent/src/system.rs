@@ -220,14 +220,16 @@ pub(crate) fn place_sealed(
         let path = root.join(&rel);
         let dir = path.parent().unwrap_or(root).to_owned();
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        // Recorded before it is taken: a name given and then lost to a crash is still
+        // never given again.
+        if let Err(e) = record_name(root, &rel) {
+            crate::log!("cannot record {rel} in {USED_NAMES}: {e}");
+        }
         if !link_no_replace(tmp, &path).map_err(io_err(&path))? {
             continue;
         }
         // The new name is durable only once the folder is.
         File::open(&dir).and_then(|d| d.sync_all()).map_err(io_err(&dir))?;
-        if let Err(e) = record_name(root, &rel) {
-            crate::log!("cannot record {rel} in {USED_NAMES}: {e}");
-        }
         return Ok(path);
     }
     let taken = io::Error::new(io::ErrorKind::AlreadyExists, "its names are taken");
@@ -249,7 +251,11 @@ fn record_name(root: &Path, rel: &str) -> io::Result<()> {
 pub(crate) fn link_no_replace(from: &Path, to: &Path) -> io::Result<bool> {
     match std::fs::hard_link(from, to) {
         Ok(()) => {
-            std::fs::remove_file(from)?;
+            // Sealed from here on; a temporary name that stays behind has a second link
+            // and the repair only removes it.
+            if let Err(e) = std::fs::remove_file(from) {
+                crate::log!("{} is sealed as {} but stays behind: {e}", from.display(), to.display());
+            }
             Ok(true)
         }
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),

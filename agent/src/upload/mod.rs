@@ -40,7 +40,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use self::retry::{Backoff, ErrorClass, Policy};
-use self::store::{ObjectStore, StoreError};
+use self::store::{ObjectStore, Put, StoreError};
 
 /// The marker files: uploaded after everything else, at the finish only.
 const MARKERS: [&str; 2] = trainprof_output::END_MARKERS;
@@ -97,6 +97,9 @@ pub struct Counts {
     pub failed_attempts: u64,
     /// Files the store has different bytes for under the same key: kept on disk.
     pub conflicts: u64,
+    /// Files the store refused for themselves (an unreadable file, a key S3 will not
+    /// take): kept on disk, tried again at the next start.
+    pub rejected: u64,
     /// Pending files deleted because the spool was full.
     pub spool_dropped: u64,
     pub spool_dropped_bytes: u64,
@@ -136,11 +139,16 @@ struct Uploader<S> {
     /// Uploaded files still on disk (`--keep-local`, or a delete that failed), with their
     /// length when uploaded.
     done: HashMap<String, u64>,
-    conflicts: HashSet<String>,
+    /// Files kept on disk for good in this run: other bytes in the store, or refused.
+    set_aside: HashSet<String>,
+    /// When each file was last tried: while failing, the least recently tried goes next,
+    /// so one bad file cannot hold the others up.
+    tried: HashMap<String, Instant>,
+    tasks: HashMap<tokio::task::Id, String>,
     backoff: Backoff,
     not_before: Instant,
-    /// The code of the failure being reported, so each state change is logged once.
-    failing: Option<String>,
+    /// The class of the failure being reported, so each state change is logged once.
+    failing: Option<ErrorClass>,
     last_error: Option<String>,
     spool_full: bool,
     finishing: bool,
@@ -160,7 +168,9 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
         pending: BTreeMap::new(),
         in_flight: HashSet::new(),
         done: if settings.keep_local { read_ledger(&settings.root) } else { HashMap::new() },
-        conflicts: HashSet::new(),
+        set_aside: HashSet::new(),
+        tried: HashMap::new(),
+        tasks: HashMap::new(),
         backoff: Backoff::new(settings.policy, seed),
         not_before: Instant::now(),
         failing: None,
@@ -176,9 +186,25 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
     loop {
         let now = Instant::now();
         if now >= next_scan {
-            up.scan(now);
-            next_scan = now + up.settings.scan_interval;
+            // The walk and the repair are blocking file work: off the runtime's thread, so
+            // uploads in flight go on, and bounded by the deadline.
+            let root = up.settings.root.clone();
+            let min_age = if up.finishing { Duration::ZERO } else { up.settings.repair_min_age };
+            let walk = tokio::task::spawn_blocking(move || {
+                (repair::repair_all(&root, min_age, SystemTime::now()), sealed_files(&root))
+            });
+            let walked = match deadline {
+                Some(d) => tokio::time::timeout_at(d, walk).await.ok(),
+                None => Some(walk.await),
+            };
+            match walked {
+                Some(Ok((repaired, files))) => up.scan(repaired, files),
+                Some(Err(e)) => crate::log!("walking {} failed: {e}", up.settings.root.display()),
+                None => {}
+            }
+            next_scan = Instant::now() + up.settings.scan_interval;
         }
+        let now = Instant::now();
         up.start_uploads(&mut tasks, now);
         if up.finishing && up.pending.is_empty() && tasks.is_empty() {
             break;
@@ -196,16 +222,30 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
                     up.finishing = true;
                     deadline = Some(d);
                     next_scan = Instant::now();
+                    // One more try right away, whatever the back-off said (a fatal error's
+                    // probe interval is longer than the deadline).
+                    up.not_before = Instant::now();
                 }
                 None => {
                     up.finishing = true;
                     deadline = Some(Instant::now());
                 }
             },
-            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+            Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                 match joined {
-                    Ok((rel, result)) => up.finished(rel, result),
-                    Err(e) => crate::log!("an upload task ended abnormally: {e}"),
+                    Ok((id, (rel, result))) => {
+                        up.tasks.remove(&id);
+                        up.finished(rel, result);
+                    }
+                    Err(e) => {
+                        // A panic in one upload: that file waits for the next start.
+                        if let Some(rel) = up.tasks.remove(&e.id()) {
+                            crate::log!("uploading {rel} ended abnormally: {e}; it stays on disk");
+                            up.in_flight.remove(&rel);
+                            up.pending.remove(&rel);
+                            up.set_aside.insert(rel);
+                        }
+                    }
                 }
             }
             () = tokio::time::sleep_until(wake_at) => {}
@@ -222,9 +262,7 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
 
 impl<S: ObjectStore> Uploader<S> {
     /// Repairs dead writers' files and brings `pending` up to date with the disk.
-    fn scan(&mut self, now: Instant) {
-        let min_age = if self.finishing { Duration::ZERO } else { self.settings.repair_min_age };
-        let r = repair::repair_all(&self.settings.root, min_age, SystemTime::now());
+    fn scan(&mut self, r: repair::RepairReport, files: Vec<(String, std::fs::Metadata)>) {
         if r.repaired > 0 {
             crate::log!("repaired {} temporary files ({} records)", r.repaired, r.records);
             self.counts.repaired += r.repaired;
@@ -235,12 +273,12 @@ impl<S: ObjectStore> Uploader<S> {
             }
         }
         let mut seen = HashSet::new();
-        for (rel, meta) in sealed_files(&self.settings.root) {
+        for (rel, meta) in files {
             let is_marker = MARKERS.contains(&rel.as_str());
             seen.insert(rel.clone());
             if (is_marker && !self.finishing)
                 || self.in_flight.contains(&rel)
-                || self.conflicts.contains(&rel)
+                || self.set_aside.contains(&rel)
                 || self.done.get(&rel) == Some(&meta.len())
             {
                 continue;
@@ -251,7 +289,6 @@ impl<S: ObjectStore> Uploader<S> {
         // Gone from the disk (someone else cleaned up): nothing left to upload.
         self.pending.retain(|rel, _| seen.contains(rel) || self.in_flight.contains(rel));
         self.bound_spool();
-        let _ = now;
     }
 
     /// Deletes the oldest pending files while the pending bytes exceed the bound.
@@ -300,7 +337,7 @@ impl<S: ObjectStore> Uploader<S> {
             return;
         }
         let data_waiting = self.pending.keys().any(|rel| !MARKERS.contains(&rel.as_str()));
-        let mut order: Vec<(SystemTime, &String)> = self
+        let mut order: Vec<(Option<Instant>, SystemTime, &String)> = self
             .pending
             .iter()
             .filter(|(rel, _)| !self.in_flight.contains(*rel))
@@ -308,7 +345,7 @@ impl<S: ObjectStore> Uploader<S> {
             .filter(|(rel, _)| {
                 !MARKERS.contains(&rel.as_str()) || (!data_waiting && self.in_flight.is_empty())
             })
-            .map(|(rel, p)| (p.mtime, rel))
+            .map(|(rel, p)| (self.tried.get(rel).copied(), p.mtime, rel))
             .collect();
         order.sort();
         // While failing, one request at a time probes the store.
@@ -316,18 +353,21 @@ impl<S: ObjectStore> Uploader<S> {
         let starts: Vec<String> = order
             .into_iter()
             .take(slots.saturating_sub(self.in_flight.len()))
-            .map(|(_, rel)| rel.clone())
+            .map(|(_, _, rel)| rel.clone())
             .collect();
         for rel in starts {
             self.in_flight.insert(rel.clone());
+            self.tried.insert(rel.clone(), now);
             let store = Arc::clone(&self.store);
             let path = self.settings.root.join(&rel);
-            tasks.spawn(async move {
+            let task_rel = rel.clone();
+            let handle = tasks.spawn(async move {
                 // A marker is a time, not data: a newer one replaces an older job's.
                 let replace = MARKERS.contains(&rel.as_str());
                 let result = upload_one(&*store, &rel, &path, replace).await;
                 (rel, result)
             });
+            self.tasks.insert(handle.id(), task_rel);
         }
     }
 
@@ -335,6 +375,7 @@ impl<S: ObjectStore> Uploader<S> {
         self.in_flight.remove(&rel);
         match result {
             Ok(outcome) => {
+                self.tried.remove(&rel);
                 self.backoff.success();
                 if self.failing.take().is_some() {
                     crate::log!("{} reachable again: uploading", self.store.describe());
@@ -358,16 +399,28 @@ impl<S: ObjectStore> Uploader<S> {
                             self.settings.root.join(&rel).display()
                         );
                         self.counts.conflicts += 1;
-                        self.conflicts.insert(rel);
+                        self.set_aside.insert(rel);
                     }
                 }
+            }
+            Err(e) if e.file_only => {
+                crate::log!(
+                    "{} refused {rel}: {e}; the file stays at {} (tried again at the next start)",
+                    self.store.describe(),
+                    self.settings.root.join(&rel).display()
+                );
+                self.counts.failed_attempts += 1;
+                self.counts.rejected += 1;
+                self.tried.remove(&rel);
+                self.pending.remove(&rel);
+                self.set_aside.insert(rel);
             }
             Err(e) => {
                 self.counts.failed_attempts += 1;
                 let delay = self.backoff.failure(e.class);
                 self.not_before = Instant::now() + delay;
                 self.last_error = Some(e.to_string());
-                if self.failing.as_deref() != Some(e.code.as_str()) {
+                if self.failing != Some(e.class) {
                     let waiting = self.pending.len();
                     match e.class {
                         ErrorClass::Fatal => crate::log!(
@@ -382,7 +435,7 @@ impl<S: ObjectStore> Uploader<S> {
                             self.settings.root.display()
                         ),
                     }
-                    self.failing = Some(e.code.clone());
+                    self.failing = Some(e.class);
                 }
             }
         }
@@ -405,7 +458,7 @@ impl<S: ObjectStore> Uploader<S> {
     }
 
     fn report(self) -> Report {
-        let mut left: Vec<String> = self.pending.keys().chain(self.conflicts.iter()).cloned().collect();
+        let mut left: Vec<String> = self.pending.keys().chain(self.set_aside.iter()).cloned().collect();
         // Markers are only pending at the finish; list any that did not make it.
         for m in MARKERS {
             if self.settings.root.join(m).is_file()
@@ -421,8 +474,8 @@ impl<S: ObjectStore> Uploader<S> {
     }
 }
 
-/// Asks the store what it has under `rel`, and sends the file unless it has these bytes
-/// (or, unless `replace`, other bytes).
+/// Sends the file unless the store has something under `rel` (unless `replace`); if it
+/// has, compares: the same bytes are already there, other bytes are a conflict.
 async fn upload_one<S: ObjectStore>(
     store: &S,
     rel: &str,
@@ -435,25 +488,39 @@ async fn upload_one<S: ObjectStore>(
         op: "read",
         key: rel.to_owned(),
         detail: e.to_string(),
+        file_only: true,
     };
     let len = std::fs::metadata(path).map_err(io_error)?.len();
-    if replace {
-        store.put_file(rel, path, len).await?;
+    if store.put_file(rel, path, len, !replace).await? == Put::Stored {
         return Ok(Outcome::Uploaded);
     }
-    match store.head(rel).await? {
-        None => {
-            store.put_file(rel, path, len).await?;
-            Ok(Outcome::Uploaded)
+    let remote = match store.head(rel).await {
+        Ok(Some(remote)) => remote,
+        // Gone again in between: the next attempt puts it.
+        Ok(None) => {
+            return Err(StoreError {
+                class: ErrorClass::Retry,
+                code: "Vanished".to_owned(),
+                op: "HeadObject",
+                key: rel.to_owned(),
+                detail: "the object that blocked the put is gone".to_owned(),
+                file_only: false,
+            });
         }
-        Some(remote) if remote.len != len => Ok(Outcome::Conflict),
-        Some(remote) => match remote.etag.as_deref() {
-            // A multipart ETag is not the file's MD5: the length has to do.
-            Some(tag) if !tag.contains('-') && tag != md5_hex(path).map_err(io_error)? => {
-                Ok(Outcome::Conflict)
-            }
-            _ => Ok(Outcome::AlreadyThere),
-        },
+        // Not allowed to look (no s3:GetObject): never overwrite what cannot be compared.
+        Err(e) if e.class == ErrorClass::Fatal => return Ok(Outcome::Conflict),
+        Err(e) => return Err(e),
+    };
+    if remote.len != len {
+        return Ok(Outcome::Conflict);
+    }
+    match remote.etag.as_deref() {
+        // A multipart ETag is not the file's MD5 (nor one under SSE-KMS): the length has
+        // to do.
+        Some(tag) if !tag.contains('-') && tag.len() == 32 && tag != md5_hex(path).map_err(io_error)? => {
+            Ok(Outcome::Conflict)
+        }
+        _ => Ok(Outcome::AlreadyThere),
     }
 }
 
@@ -496,7 +563,8 @@ pub fn sealed_files(root: &Path) -> Vec<(String, std::fs::Metadata)> {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
         for e in entries.flatten() {
             let name = e.file_name();
-            let name = name.to_string_lossy();
+            // A name that is not UTF-8 is no name a writer of ours gives, nor an S3 key.
+            let Some(name) = name.to_str() else { continue };
             if name.starts_with('.') || name.ends_with(".tmp") {
                 continue;
             }
@@ -518,6 +586,10 @@ fn read_ledger(root: &Path) -> HashMap<String, u64> {
     text.lines()
         .filter_map(|l| {
             let (rel, len) = l.rsplit_once('\t')?;
+            // A marker of an earlier job is no reason to skip this job's.
+            if MARKERS.contains(&rel) {
+                return None;
+            }
             Some((rel.to_owned(), len.parse().ok()?))
         })
         .collect()

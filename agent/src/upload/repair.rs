@@ -186,6 +186,13 @@ fn repair_one(
         Locked::Live => return Ok(Outcome::Live),
         Locked::Gone => return Ok(Outcome::Gone),
     };
+    // A second link: the writer was killed between giving the file its final name and
+    // removing the temporary one. The data is sealed already; sealing it again would
+    // make it two objects.
+    if file.metadata().map_err(io_err(path))?.nlink() > 1 {
+        fs::remove_file(path).map_err(io_err(path))?;
+        return Ok(Outcome::Gone);
+    }
     file.seek(SeekFrom::Start(0)).map_err(io_err(path))?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).map_err(io_err(path))?;
@@ -566,6 +573,20 @@ mod tests {
         }
         assert_eq!(fs::read_to_string(root.join(TIMELINE_NAME)).unwrap(), "sealed before");
         assert!(!aside.exists() && !stale.exists());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_writer_killed_between_link_and_unlink_leaves_one_sealed_file() {
+        let root = tmpdir("linked");
+        let tmp = root.join("system/.1595455620.algo-1.1.tmp");
+        fs::write(&tmp, line(1_595_455_621.5, 1)).unwrap();
+        let sealed = root.join("system/incremental/2020072222/1595455621.algo-1.json");
+        fs::create_dir_all(sealed.parent().unwrap()).unwrap();
+        fs::hard_link(&tmp, &sealed).unwrap();
+        assert_eq!(repair(&root), RepairReport::default());
+        assert_eq!(files(&root), ["system/incremental/2020072222/1595455621.algo-1.json"]);
+        assert_eq!(fs::read_to_string(&sealed).unwrap(), line(1_595_455_621.5, 1));
         fs::remove_dir_all(&root).unwrap();
     }
 

@@ -35,6 +35,9 @@ pub struct StoreError {
     pub op: &'static str,
     pub key: String,
     pub detail: String,
+    /// The error concerns this file only (a local read error, a key S3 will not take):
+    /// the file is set aside and the others go on, with no back-off.
+    pub file_only: bool,
 }
 
 /// Where the uploader puts files. `Send + Sync + 'static` so that uploads run as tasks.
@@ -43,14 +46,25 @@ pub trait ObjectStore: Send + Sync + 'static {
     fn describe(&self) -> String;
     /// What is stored under `key`, if anything.
     fn head(&self, key: &str) -> impl Future<Output = Result<Option<Remote>, StoreError>> + Send;
-    /// Stores the `len` bytes of the file at `path` under `key`; Ok only once the store
-    /// confirmed it.
+    /// Stores the `len` bytes of the file at `path` under `key`; `Stored` only once the
+    /// store confirmed it. With `if_absent`, an existing object is left as it is and the
+    /// answer is `Exists` (S3: `If-None-Match: *`, atomic on the server, and needing no
+    /// permission beyond `PutObject`).
     fn put_file(
         &self,
         key: &str,
         path: &Path,
         len: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+        if_absent: bool,
+    ) -> impl Future<Output = Result<Put, StoreError>> + Send;
+}
+
+/// What a put did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Put {
+    Stored,
+    /// `if_absent` and the key was taken: nothing written.
+    Exists,
 }
 
 /// `s3://bucket/prefix`, split.
@@ -138,7 +152,14 @@ impl S3Store {
         S3Store { client: aws_sdk_s3::Client::from_conf(config), url, options }
     }
 
-    async fn put_multipart(&self, rel: &str, key: &str, path: &Path, len: u64) -> Result<(), StoreError> {
+    async fn put_multipart(
+        &self,
+        rel: &str,
+        key: &str,
+        path: &Path,
+        len: u64,
+        if_absent: bool,
+    ) -> Result<Put, StoreError> {
         let op = "CreateMultipartUpload";
         let created = self
             .client
@@ -151,8 +172,8 @@ impl S3Store {
         let Some(id) = created.upload_id() else {
             return Err(store_error(ErrorClass::Retry, "NoUploadId", op, rel, "the reply has no upload id"));
         };
-        let sent = self.send_parts(rel, key, id, path, len).await;
-        if sent.is_err() {
+        let sent = self.send_parts(rel, key, id, path, len, if_absent).await;
+        if !matches!(sent, Ok(Put::Stored)) {
             // Parts of an unfinished upload cost storage until aborted; best effort.
             let _ = self
                 .client
@@ -173,7 +194,8 @@ impl S3Store {
         id: &str,
         path: &Path,
         len: u64,
-    ) -> Result<(), StoreError> {
+        if_absent: bool,
+    ) -> Result<Put, StoreError> {
         let part_size = self.options.part_size.max(5 << 20);
         let mut parts = Vec::new();
         let mut offset = 0;
@@ -202,16 +224,17 @@ impl S3Store {
             offset += size;
             number += 1;
         }
-        self.client
+        let done = self
+            .client
             .complete_multipart_upload()
             .bucket(&self.url.bucket)
             .key(key)
             .upload_id(id)
             .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+            .set_if_none_match(if_absent.then(|| "*".to_owned()))
             .send()
-            .await
-            .map_err(|e| classify("CompleteMultipartUpload", rel, &e))?;
-        Ok(())
+            .await;
+        put_result("CompleteMultipartUpload", rel, done)
     }
 }
 
@@ -232,21 +255,38 @@ impl ObjectStore for S3Store {
         }
     }
 
-    async fn put_file(&self, rel: &str, path: &Path, len: u64) -> Result<(), StoreError> {
+    async fn put_file(&self, rel: &str, path: &Path, len: u64, if_absent: bool) -> Result<Put, StoreError> {
         let key = self.url.key(rel);
         if len > self.options.multipart_threshold {
-            return self.put_multipart(rel, &key, path, len).await;
+            return self.put_multipart(rel, &key, path, len, if_absent).await;
         }
         let body = file_body(path, 0, len, "PutObject", rel).await?;
-        self.client
+        let done = self
+            .client
             .put_object()
             .bucket(&self.url.bucket)
             .key(&key)
             .body(body)
+            .set_if_none_match(if_absent.then(|| "*".to_owned()))
             .send()
-            .await
-            .map_err(|e| classify("PutObject", rel, &e))?;
-        Ok(())
+            .await;
+        put_result("PutObject", rel, done)
+    }
+}
+
+/// A put's reply: 412 Precondition Failed means `If-None-Match: *` found the key taken.
+fn put_result<T, E>(
+    op: &'static str,
+    rel: &str,
+    reply: Result<T, SdkError<E, HttpResponse>>,
+) -> Result<Put, StoreError>
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match reply {
+        Ok(_) => Ok(Put::Stored),
+        Err(SdkError::ServiceError(e)) if e.raw().status().as_u16() == 412 => Ok(Put::Exists),
+        Err(e) => Err(classify(op, rel, &e)),
     }
 }
 
@@ -268,7 +308,14 @@ async fn file_body(
 }
 
 fn store_error(class: ErrorClass, code: &str, op: &'static str, key: &str, detail: &str) -> StoreError {
-    StoreError { class, code: code.to_owned(), op, key: key.to_owned(), detail: detail.to_owned() }
+    StoreError {
+        class,
+        code: code.to_owned(),
+        op,
+        key: key.to_owned(),
+        detail: detail.to_owned(),
+        file_only: false,
+    }
 }
 
 /// Error codes after which the same request keeps failing until someone acts.
@@ -277,7 +324,6 @@ const FATAL_CODES: &[&str] = &[
     "AllAccessDisabled",
     "AccountProblem",
     "AuthorizationHeaderMalformed",
-    "ExpiredToken",
     "InvalidAccessKeyId",
     "InvalidBucketName",
     "InvalidToken",
@@ -285,6 +331,11 @@ const FATAL_CODES: &[&str] = &[
     "PermanentRedirect",
     "SignatureDoesNotMatch",
 ];
+
+/// 4xx codes that a later attempt can get past (a token being refreshed, a conflicting
+/// operation, a body cut in transit).
+const RETRY_CODES: &[&str] =
+    &["ExpiredToken", "OperationAborted", "NoSuchUpload", "IncompleteBody", "BadDigest", "RequestTimeout"];
 
 const THROTTLE_CODES: &[&str] =
     &["SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests"];
@@ -295,11 +346,17 @@ where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
     let detail = chain(err);
+    let mut file_only = false;
     let (class, code) = match err {
         SdkError::ServiceError(ctx) => {
             let code = ctx.err().code().unwrap_or("").to_owned();
             let status = ctx.raw().status().as_u16();
-            (classify_service(&code, status), if code.is_empty() { format!("HTTP {status}") } else { code })
+            let class = classify_service(&code, status);
+            // A refusal that is not about the bucket or the credentials is about this key.
+            file_only = class == ErrorClass::Fatal
+                && !FATAL_CODES.contains(&code.as_str())
+                && !matches!(status, 301 | 401 | 403 | 404);
+            (class, if code.is_empty() { format!("HTTP {status}") } else { code })
         }
         SdkError::TimeoutError(_) => (ErrorClass::Retry, "timeout".to_owned()),
         SdkError::DispatchFailure(d) if d.is_timeout() => (ErrorClass::Retry, "timeout".to_owned()),
@@ -314,7 +371,7 @@ where
         SdkError::ConstructionFailure(_) => (ErrorClass::Fatal, "request".to_owned()),
         _ => (ErrorClass::Retry, "unknown".to_owned()),
     };
-    StoreError { class, code, op, key: key.to_owned(), detail }
+    StoreError { class, code, op, key: key.to_owned(), detail, file_only }
 }
 
 /// An error and its sources, `: `-separated, each said once (the SDK's wrappers repeat
@@ -338,7 +395,7 @@ pub fn classify_service(code: &str, status: u16) -> ErrorClass {
         ErrorClass::Throttled
     } else if FATAL_CODES.contains(&code) || status == 401 || status == 403 {
         ErrorClass::Fatal
-    } else if status >= 500 || status == 0 || code == "RequestTimeout" || code == "RequestTimeTooSkewed" {
+    } else if status >= 500 || status == 0 || RETRY_CODES.contains(&code) || code == "RequestTimeTooSkewed" {
         ErrorClass::Retry
     } else {
         // Another 4xx: this request is wrong and sending it again will not fix it.
@@ -371,5 +428,7 @@ mod tests {
         assert_eq!(classify_service("InternalError", 500), ErrorClass::Retry);
         assert_eq!(classify_service("RequestTimeout", 400), ErrorClass::Retry);
         assert_eq!(classify_service("EntityTooLarge", 400), ErrorClass::Fatal);
+        assert_eq!(classify_service("ExpiredToken", 400), ErrorClass::Retry);
+        assert_eq!(classify_service("OperationAborted", 409), ErrorClass::Retry);
     }
 }

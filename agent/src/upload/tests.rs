@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::retry::{ErrorClass, Policy};
-use super::store::{ObjectStore, Remote, StoreError};
+use super::store::{ObjectStore, Put, Remote, StoreError};
 use super::{Msg, Report, Settings, run};
 
 /// What the fake store holds and how it misbehaves.
@@ -24,6 +24,8 @@ struct State {
     down: AtomicBool,
     /// Every request fails with this fatal code while set.
     fatal: Mutex<Option<String>>,
+    /// Puts of this key are refused for the key itself (as S3 refuses a key too long).
+    refuse: Mutex<Option<String>>,
     requests: AtomicU64,
 }
 
@@ -39,6 +41,7 @@ impl FaultStore {
             op,
             key: key.to_owned(),
             detail: "injected".to_owned(),
+            file_only: false,
         };
         if self.0.down.load(Ordering::SeqCst) {
             return Err(err(ErrorClass::Retry, "connection"));
@@ -72,13 +75,27 @@ impl ObjectStore for FaultStore {
             .map(|b| Remote { len: b.len() as u64, etag: Some(super::md5_hex_bytes(b)) }))
     }
 
-    async fn put_file(&self, key: &str, path: &Path, len: u64) -> Result<(), StoreError> {
+    async fn put_file(&self, key: &str, path: &Path, len: u64, if_absent: bool) -> Result<Put, StoreError> {
         self.check("PutObject", key)?;
+        if self.0.refuse.lock().unwrap().as_deref() == Some(key) {
+            return Err(StoreError {
+                class: ErrorClass::Fatal,
+                code: "KeyTooLongError".to_owned(),
+                op: "PutObject",
+                key: key.to_owned(),
+                detail: "injected".to_owned(),
+                file_only: true,
+            });
+        }
         let bytes = std::fs::read(path).unwrap();
         assert_eq!(bytes.len() as u64, len);
-        self.0.objects.lock().unwrap().insert(key.to_owned(), bytes);
+        let mut objects = self.0.objects.lock().unwrap();
+        if if_absent && objects.contains_key(key) {
+            return Ok(Put::Exists);
+        }
+        objects.insert(key.to_owned(), bytes);
         self.0.put_order.lock().unwrap().push(key.to_owned());
-        Ok(())
+        Ok(Put::Stored)
     }
 }
 
@@ -347,5 +364,24 @@ async fn a_full_spool_drops_the_oldest_files_and_counts_them() {
     assert_eq!(report.counts.spool_dropped, 3, "{:?}", report.counts);
     assert_eq!(report.counts.spool_dropped_bytes, 297);
     assert_eq!(store.keys(), names[3..].to_vec(), "the newest are kept and uploaded");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[tokio::test]
+async fn a_file_the_store_refuses_is_set_aside_and_the_others_go_on() {
+    let root = root("refused");
+    let _live = data_files(&root);
+    for m in trainprof_output::END_MARKERS {
+        put(&root, m, "1595253700.000000\n");
+    }
+    let store = FaultStore::default();
+    *store.0.refuse.lock().unwrap() = Some(SYS.to_owned());
+    let report = upload(store.clone(), settings(&root), Duration::from_secs(10), async |_| {}).await;
+    assert_eq!((report.counts.uploaded, report.counts.rejected), (5, 1), "{:?}", report.counts);
+    assert_eq!(report.left, [SYS]);
+    assert!(root.join(SYS).is_file());
+    // No back-off: the refusal concerned that file only, and the markers still went.
+    assert_eq!(store.0.put_order.lock().unwrap().len(), 5);
+    assert!(store.keys().contains(&"system/training_job_end.ts".to_owned()));
     std::fs::remove_dir_all(&root).unwrap();
 }

@@ -269,11 +269,21 @@ impl TimelineWriter {
         }
         let mut t = f.max_end_us.max(self.last_name_us.saturating_add(1));
         let mut path = self.final_path(t);
-        while path.exists() {
-            t += 1;
-            path = self.final_path(t);
-        }
-        let moved = path.parent().map_or(Ok(()), fs::create_dir_all).and_then(|()| fs::rename(&f.tmp, &path));
+        // Never over an existing file (the agent's repair may have placed one under the
+        // same name): the next microsecond instead.
+        let moved = loop {
+            let placed = path
+                .parent()
+                .map_or(Ok(()), fs::create_dir_all)
+                .and_then(|()| rename_no_replace(&f.tmp, &path));
+            match placed {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    t += 1;
+                    path = self.final_path(t);
+                }
+                other => break other,
+            }
+        };
         match moved {
             Ok(()) => {
                 sync_dir(path.parent());
@@ -331,6 +341,37 @@ fn open_locked(tmp: &Path, now_us: i64) -> io::Result<File> {
         fs::rename(tmp, &aside)?;
     }
     Err(io::Error::other("it kept changing while being opened"))
+}
+
+/// `rename` that fails with `AlreadyExists` instead of replacing `to` (`RENAME_NOREPLACE`);
+/// where the file system cannot do that, a check and a rename.
+fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let (Ok(from_c), Ok(to_c)) = (
+        std::ffi::CString::new(from.as_os_str().as_bytes()),
+        std::ffi::CString::new(to.as_os_str().as_bytes()),
+    ) else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    // SAFETY: both paths are NUL-terminated strings that live across the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from_c.as_ptr(),
+            libc::AT_FDCWD,
+            to_c.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EINVAL | libc::ENOSYS) if !to.exists() => fs::rename(from, to),
+        Some(libc::EINVAL | libc::ENOSYS) => Err(io::Error::from(io::ErrorKind::AlreadyExists)),
+        _ => Err(e),
+    }
 }
 
 fn sync_dir(dir: Option<&Path>) {
@@ -488,6 +529,27 @@ mod tests {
         }
         assert!(!w.is_healthy());
         assert_eq!(w.counts(), Counts { written: 0, dropped: 4, files_sealed: 0, open_failures: 2 });
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_file_already_under_the_name_is_never_replaced() {
+        let root = tempdir("taken");
+        // Placed by the agent's repair under the very name this file would take.
+        let taken =
+            root.join(format!("framework/pevents/2026112203/{}_0-algo-1_pythontimeline.json", BASE + 42358));
+        fs::create_dir_all(taken.parent().unwrap()).unwrap();
+        fs::write(&taken, "[]").unwrap();
+        let mut w = TimelineWriter::new(settings(&root, 1 << 20, 60), BASE);
+        w.write(&ev(0, 0, BASE + 1000, BASE + 42358, 0), &names(), BASE + 43_000);
+        w.close();
+        assert_eq!(fs::read_to_string(&taken).unwrap(), "[]");
+        let names: Vec<String> = sealed(&root).into_iter().map(|(n, _)| n).collect();
+        assert!(
+            names.contains(&format!("2026112203/{}_0-algo-1_pythontimeline.json", BASE + 42359)),
+            "{names:?}"
+        );
+        assert_eq!(w.counts().files_sealed, 1);
         fs::remove_dir_all(&root).unwrap();
     }
 

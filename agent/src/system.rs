@@ -175,9 +175,9 @@ impl SystemWriter {
     fn place(&mut self, o: Open) -> Result<PathBuf, SystemWriteError> {
         o.file.sync_all().map_err(io_err(&o.tmp))?;
         let names = if self.counts.files_sealed == 0 {
-            first_file_names(o.window_s, o.first_s)
+            first_file_names(o.first_s)
         } else {
-            std::iter::once(o.window_s).chain(first_file_names(o.window_s + 1, o.first_s)).collect()
+            std::iter::once(o.window_s).chain(first_file_names(o.first_s)).collect()
         };
         // The file (and its lock) lives until it has its name, so that a repair never
         // takes it for a dead writer's.
@@ -189,11 +189,13 @@ impl SystemWriter {
 }
 
 /// The names a writer's first file (or a repaired one, which may have been a first file)
-/// may take: the second of its first line, then each second before it down to the minute.
+/// may take: the second of its first line, then each second before it, for a minute.
 /// Not the minute first: an earlier agent may have sealed, uploaded and deleted that name
-/// (a restart), and two agents restarted within one second still find a free name.
-pub(crate) fn first_file_names(window_s: i64, first_s: i64) -> Vec<i64> {
-    if first_s <= window_s { vec![first_s] } else { (window_s..=first_s).rev().collect() }
+/// (a restart), and agents restarted within one second still find a free name. A name
+/// only has to be ≤ every line in the file (the readers look 180 s around a query), so it
+/// may lie before the minute.
+pub(crate) fn first_file_names(first_s: i64) -> Vec<i64> {
+    (first_s.saturating_sub(60)..=first_s).rev().collect()
 }
 
 /// Every system file name ever given under a root, one relative path a line: a name whose
@@ -384,11 +386,10 @@ mod tests {
         agent(5.0, 1_595_455_620.2);
         agent(6.0, 1_595_455_620.9);
         let names = files(&root);
-        let pid = std::process::id();
         assert_eq!(
             names,
             vec![
-                format!("system/.1595455620.algo-1.{pid}.tmp"),
+                format!("{dir}/1595455619.algo-1.json"),
                 format!("{dir}/1595455620.algo-1.json"),
                 format!("{dir}/1595455629.algo-1.json"),
                 format!("{dir}/1595455639.algo-1.json"),
@@ -396,28 +397,38 @@ mod tests {
             ]
         );
         let value = |n: &str| std::fs::read_to_string(root.join(n)).unwrap();
+        // The sixth started in the same second as the fifth: a name before the minute,
+        // still ≤ every line in it.
+        assert!(value(&names[0]).contains(r#""Value":6,"#));
         assert!(value(&names[1]).contains(r#""Value":5,"#));
         assert!(value(&names[2]).contains(r#""Value":4,"#));
         assert!(value(&names[3]).contains(r#""Value":3,"#));
         assert!(value(&names[4]).contains(r#""Value":2,"#));
-        // The sixth's only name is taken: kept, not written over anything, and counted.
-        assert!(value(&names[0]).contains(r#""Value":6,"#));
         assert_eq!(
             std::fs::read_to_string(root.join(USED_NAMES)).unwrap().lines().count(),
-            5,
+            6,
             "every name given is recorded"
         );
         assert_eq!(counts[1], SystemCounts { files_sealed: 1, lines: 2, ..SystemCounts::default() });
-        assert_eq!(
-            counts[5],
-            SystemCounts { files_sealed: 0, lines: 2, seal_failures: 1, ..SystemCounts::default() }
-        );
-        std::fs::remove_file(root.join(&names[0])).unwrap();
+        assert_eq!(counts[5], SystemCounts { files_sealed: 1, lines: 2, ..SystemCounts::default() });
+
+        // Every name of a minute taken: the file stays under its temporary name, counted.
+        let mut w = SystemWriter::new(&root, 1);
+        let used: String =
+            (1_595_455_570..=1_595_455_630).map(|s| trainprof_output::system_file(s, 1) + "\n").collect();
+        std::fs::write(root.join(USED_NAMES), used).unwrap();
+        w.write_tick(1_595_455_630.5, tick(7.0).as_slice()).unwrap();
+        assert!(w.seal().is_err());
+        assert_eq!(w.counts().seal_failures, 1);
+        let pid = std::process::id();
+        let tmp = format!("system/.1595455620.algo-1.{pid}.tmp");
+        assert!(files(&root).contains(&tmp));
+        std::fs::remove_file(root.join(tmp)).unwrap();
         // Nothing written: nothing sealed, no file left.
         let mut w = SystemWriter::new(&root, 1);
         w.write_tick(1_595_455_700.0, &[]).unwrap();
         assert_eq!(w.seal().unwrap(), None);
-        assert_eq!(files(&root).len(), 4);
+        assert_eq!(files(&root).len(), 5);
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -197,7 +197,7 @@ fn repair_one(
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).map_err(io_err(path))?;
     match temp {
-        Temp::System { window_s, algo_n } => repair_system(root, path, &file, &bytes, *window_s, *algo_n),
+        Temp::System { algo_n, .. } => repair_system(root, path, &file, &bytes, *algo_n),
         Temp::Timeline { node } => repair_timeline(root, path, &mut file, &bytes, node),
     }
     // `file`, and with it the lock, is dropped only here, after the temporary name is gone.
@@ -244,7 +244,6 @@ fn repair_system(
     path: &Path,
     file: &File,
     bytes: &[u8],
-    window_s: i64,
     algo_n: u32,
 ) -> Result<Outcome, RepairError> {
     let mut keep = 0;
@@ -263,7 +262,7 @@ fn repair_system(
         file.set_len(keep as u64).map_err(io_err(path))?;
     }
     file.sync_all().map_err(io_err(path))?;
-    let sealed = place_sealed(root, path, &first_file_names(window_s, first_s), algo_n)?;
+    let sealed = place_sealed(root, path, &first_file_names(first_s), algo_n)?;
     Ok(Outcome::Sealed { path: sealed, records: lines, cut: (bytes.len() - keep) as u64 })
 }
 
@@ -458,13 +457,17 @@ mod tests {
         let text = line(1_595_455_621.5, 1);
         fs::write(root.join("system/.1595455620.algo-1.1.tmp"), &text).unwrap();
         let report = repair(&root);
-        // The second choice: the window's start.
+        // The next choice: a second earlier.
         let other = root.join("system/incremental/2020072222/1595455620.algo-1.json");
         assert_eq!(report.sealed, std::slice::from_ref(&other));
         assert_eq!(fs::read_to_string(&other).unwrap(), text);
         assert_eq!(fs::read_to_string(root.join(taken)).unwrap(), "sealed before");
 
-        // Both names taken: the file stays, cut, and the failure names it.
+        // Every name of the minute before taken (given before, say): the file stays, cut,
+        // and the failure names it.
+        let used: String =
+            (1_595_455_561..=1_595_455_621).map(|s| trainprof_output::system_file(s, 1) + "\n").collect();
+        fs::write(root.join(crate::system::USED_NAMES), used).unwrap();
         let tmp = root.join("system/.1595455620.algo-1.2.tmp");
         fs::write(&tmp, text.clone() + "{\"cut").unwrap();
         let report = repair(&root);

@@ -1,0 +1,517 @@
+"""PyTorch adapter: profiling a training script with two added lines::
+
+    import trainprof.torch
+    hook = trainprof.torch.attach(model)                        # steps, detailed window
+    loader = trainprof.torch.profile_dataloader(loader)         # dataloader window (optional)
+    for x, y in loader:
+        loss = loss_fn(model(x), y)                             # each top-level forward = one step
+        ...
+    hook.close()                                                # also done at exit
+
+Steps are counted as smdebug 1.0.34's PyTorch hook counts them (spec §1.12): every call of the
+top module's ``forward`` begins a step (forward pre-hook); the global step ``hook.step`` counts
+every step of every mode from 0 and is the step the detailed and dataloader windows are tested
+at (the dataloader one at ``hook.step + 1``, the step the next batch is for). The step's
+``Step:ModeKeys.<MODE>`` event, numbered per mode, ends when the next step begins or at
+:meth:`TorchHook.close`. The mode is ``train`` or ``eval`` from ``model.training``, unless
+:meth:`TorchHook.set_mode` names one.
+
+While the detailed window is open (from the pre-hook of its first step to the pre-hook of the
+first step after it):
+
+* ``Forward`` (the top module, pre-hook to forward hook) and ``Forward-SubModuleInternal``
+  (every submodule, by its ``named_modules()`` name) events; the submodule hooks exist only
+  while the window is open;
+* ``torch.profiler`` (CPU, and CUDA where ``torch.cuda.is_available()``) runs, started and
+  stopped exactly at the window's edges; at the end its op events become ``cpu_functions``
+  events and its kernel events ``gpu_functions-dev:<n>`` events (spec §3.8), each numbered
+  with the global step it began in.
+
+This module imports torch only when it needs it (a window opens, a loader is wrapped);
+``import trainprof`` never imports it. Profiling problems never raise into the training
+loop: the feature concerned turns off with one ``trainprof: ...`` line on stderr and
+training goes on. In a ``fork()``ed child (a DataLoader worker) every hook does nothing.
+"""
+
+import atexit
+import bisect
+import os
+import threading
+
+from . import Profiler
+from ._log import warn
+
+__all__ = ["attach", "profile_dataloader", "TorchHook", "ProfiledDataLoader"]
+
+#: Mode names :meth:`TorchHook.set_mode` accepts (``None``: from ``model.training``).
+MODES = ("train", "eval", "predict", "global")
+
+_FORWARD = "Forward"
+_SUBMODULE = "Forward-SubModuleInternal"
+_CPU_FUNCTIONS = "cpu_functions"
+_GPU_FUNCTIONS = "gpu_functions-dev:"
+_DL_ITER = "DataLoaderIter"
+_DL_INIT = "DataLoaderIterInitialize"
+
+_latest = None  # the most recent TorchHook: profile_dataloader()'s default
+_latest_lock = threading.Lock()
+
+
+def attach(model, profiler=None, mode=None, module_events=True, op_events=True):
+    """Hooks ``model`` (a ``torch.nn.Module``): returns a :class:`TorchHook`.
+
+    ``profiler``: the :class:`trainprof.Profiler` to record into (default: a new one for
+    ``pytorch``, closed with the hook). ``mode``: a fixed mode (see :meth:`TorchHook.set_mode`).
+    ``module_events`` / ``op_events``: the ``Forward`` events and the ``torch.profiler`` op
+    events of the detailed window, each on by default.
+
+    Profiling problems never raise: when the library cannot be loaded or the model cannot be
+    hooked, a warning says so and the returned hook does nothing. An unknown ``mode`` raises
+    ``ValueError``."""
+    hook = TorchHook(model, profiler, mode=mode, module_events=module_events, op_events=op_events)
+    global _latest
+    with _latest_lock:
+        _latest = hook
+    return hook
+
+
+def profile_dataloader(loader, name=None, hook=None):
+    """Wraps ``loader`` (a ``torch.utils.data.DataLoader`` or anything iterable with
+    ``num_workers`` / ``pin_memory``) so that its iterators record, while the dataloader
+    window is open for the metrics name at the next step:
+
+    * ``DataLoaderIterInitialize`` / ``<iterator class>.__init__`` (``iter(loader)``, which
+      starts the worker processes), with ``num_workers`` and ``pin_memory``;
+    * ``DataLoaderIter`` / ``<iterator class>.DataLoaderIter::GetNext`` for each batch.
+
+    Both are numbered with the step they were tested at (``hook.step + 1``, the step the
+    batch is for). ``worker_id`` (which worker made a batch) is not written: no public
+    PyTorch API tells the training process.
+
+    ``name``: the metrics name the config's ``MetricsRegex`` is matched against (default:
+    each event's own name). ``hook``: the :class:`TorchHook` whose step counts (default: the
+    latest :func:`attach`). The wrapper passes everything else through to ``loader``."""
+    return ProfiledDataLoader(loader, name=name, hook=hook)
+
+
+def _mode_of(mode):
+    if mode is None:
+        return None
+    if isinstance(mode, str):
+        m = mode.lower()
+    else:  # smdebug's ModeKeys (ModeKeys.TRAIN) and friends
+        m = str(getattr(mode, "name", mode)).rsplit(".", 1)[-1].lower()
+    if m not in MODES:
+        raise ValueError("mode must be one of %s or None, not %r" % (", ".join(MODES), mode))
+    return m
+
+
+class TorchHook:
+    """What :func:`attach` returns: the hooks on one model and the state they share."""
+
+    def __init__(self, model, profiler=None, mode=None, module_events=True, op_events=True):
+        self._pid = os.getpid()
+        self._fixed_mode = _mode_of(mode)
+        self._model = model
+        self._own_profiler = False
+        self._handles = []  # the top module's hook handles
+        self._sub_handles = []  # the submodules' hook handles, while the window is open
+        self._sub_starts = {}  # submodule name -> start times of its unfinished calls
+        self._module_events = bool(module_events)
+        self._op_events = bool(op_events)
+        self.step = -1  # the global step (smdebug's self.step); -1 before the first
+        self._in_step = False
+        self._detailed = False  # is the detailed window open (at the current step)?
+        self._forward_start = None
+        self._top_name = type(model).__name__
+        self._closed = False
+        # torch.profiler while it runs: the profile object, and (global step, µs) at each
+        # step begin inside the window, to number the op events.
+        self._torch_prof = None
+        self._boundaries = []
+        self.profiler = None
+        try:
+            if profiler is None:
+                profiler = Profiler(framework="pytorch")
+                self._own_profiler = True
+            self.profiler = profiler
+        except Exception as e:  # LibraryError or anything else: training goes on unprofiled
+            warn("trainprof.torch.attach: no profiler (%s: %s); profiling is off" % (type(e).__name__, e))
+            self._closed = True
+            return
+        try:
+            self._handles.append(model.register_forward_pre_hook(self._pre_hook))
+            self._handles.append(model.register_forward_hook(self._post_hook))
+        except Exception as e:
+            warn(
+                "trainprof.torch.attach: cannot hook %s (%s: %s); profiling is off"
+                % (self._top_name, type(e).__name__, e)
+            )
+            self._remove(self._handles)
+            self._closed = True
+            return
+        atexit.register(self._at_exit)
+
+    # --- state ---------------------------------------------------------------------------
+
+    def __repr__(self):
+        return "<trainprof.torch.TorchHook %s step=%d%s>" % (
+            self._top_name,
+            self.step,
+            " closed" if self._closed else "",
+        )
+
+    def _live(self):
+        return not self._closed and os.getpid() == self._pid
+
+    @property
+    def mode(self):
+        """The mode of the next step: the fixed one, else ``train`` / ``eval`` from
+        ``model.training``."""
+        if self._fixed_mode is not None:
+            return self._fixed_mode
+        return "train" if getattr(self._model, "training", True) else "eval"
+
+    def set_mode(self, mode):
+        """Fixes the mode of the following steps (``train`` | ``eval`` | ``predict`` |
+        ``global``, or smdebug's ``ModeKeys``), as smdebug's ``hook.set_mode`` does; ``None``
+        goes back to ``model.training``."""
+        self._fixed_mode = _mode_of(mode)
+
+    # --- the top module's hooks ------------------------------------------------------------
+
+    def _pre_hook(self, module, inputs):
+        if not self._live():
+            return None
+        try:
+            self._begin_step()
+        except Exception as e:
+            warn("trainprof.torch: step begin failed (%s: %s)" % (type(e).__name__, e), key="torch-pre-hook")
+        return None
+
+    def _post_hook(self, module, inputs, outputs):
+        if not self._live():
+            return None
+        prof = self.profiler
+        try:
+            if self._forward_start is not None:
+                start, self._forward_start = self._forward_start, None
+                prof.record_event(_FORWARD, self._top_name, start, max(start, prof.now_us()))
+            prof.forward_end()
+        except Exception as e:
+            warn("trainprof.torch: forward end failed (%s: %s)" % (type(e).__name__, e), key="torch-post-hook")
+        return None
+
+    def _begin_step(self):
+        prof = self.profiler
+        if self._in_step:
+            self._in_step = False
+            prof.step_end()
+        self.step += 1
+        prof.step_begin(self.mode)
+        self._in_step = True
+        self._sub_starts.clear()  # calls a raised exception left unfinished
+        detailed = prof.active("detailed", step=self.step)
+        if detailed and not self._detailed:
+            self._open_detailed()
+        elif not detailed and self._detailed:
+            self._close_detailed()
+        if self._detailed:
+            if self._torch_prof is not None:
+                self._boundaries.append((prof.now_us(), self.step))
+            self._forward_start = prof.now_us() if self._module_events else None
+
+    # --- the detailed window ----------------------------------------------------------------
+
+    def _open_detailed(self):
+        self._detailed = True
+        if self._module_events:
+            self._hook_submodules()
+        if self._op_events:
+            self._start_torch_profiler()
+
+    def _close_detailed(self):
+        self._detailed = False
+        self._forward_start = None
+        self._remove(self._sub_handles)
+        self._sub_starts.clear()
+        self._stop_torch_profiler()
+
+    def _hook_submodules(self):
+        try:
+            for name, sub in self._model.named_modules():
+                if sub is self._model or not name:
+                    continue
+                pre, post = self._submodule_hooks(name)
+                self._sub_handles.append(sub.register_forward_pre_hook(pre))
+                self._sub_handles.append(sub.register_forward_hook(post))
+        except Exception as e:
+            warn(
+                "trainprof.torch: cannot hook the submodules (%s: %s); Forward-SubModuleInternal events are off"
+                % (type(e).__name__, e)
+            )
+            self._remove(self._sub_handles)
+            self._module_events = False
+
+    def _submodule_hooks(self, name):
+        starts = self._sub_starts
+        prof = self.profiler
+
+        def pre(module, inputs):
+            if not self._live():
+                return None
+            try:
+                starts.setdefault(name, []).append(prof.now_us())
+            except Exception:
+                pass
+            return None
+
+        def post(module, inputs, outputs):
+            if not self._live():
+                return None
+            try:
+                stack = starts.get(name)
+                if stack:
+                    start = stack.pop()
+                    prof.record_event(_SUBMODULE, name, start, max(start, prof.now_us()))
+            except Exception as e:
+                warn("trainprof.torch: submodule event failed (%s: %s)" % (type(e).__name__, e), key="torch-sub")
+            return None
+
+        return pre, post
+
+    @staticmethod
+    def _remove(handles):
+        while handles:
+            h = handles.pop()
+            try:
+                h.remove()
+            except Exception:
+                pass
+
+    def _start_torch_profiler(self):
+        try:
+            import torch
+            from torch.profiler import ProfilerActivity, profile, supported_activities
+
+            activities = [ProfilerActivity.CPU]
+            cuda = getattr(ProfilerActivity, "CUDA", None)
+            if cuda is not None and cuda in supported_activities() and torch.cuda.is_available():
+                activities.append(cuda)
+            tp = profile(activities=activities)
+            t0 = self.profiler.now_us()
+            tp.start()
+        except Exception as e:
+            warn(
+                "trainprof.torch: torch.profiler cannot run here (%s: %s); cpu_functions / gpu_functions events are off"
+                % (type(e).__name__, e)
+            )
+            self._op_events = False
+            return
+        self._torch_prof = tp
+        self._torch_start_us = t0
+        self._boundaries = [(t0, self.step)]
+
+    def _stop_torch_profiler(self):
+        tp, self._torch_prof = self._torch_prof, None
+        if tp is None:
+            return
+        boundaries, self._boundaries = self._boundaries, []
+        try:
+            tp.stop()
+            events = tp.events()
+            base_us = self._trace_start_us(tp)
+            self._record_ops(events, base_us, boundaries)
+        except Exception as e:
+            warn(
+                "trainprof.torch: reading torch.profiler's events failed (%s: %s); op events are off"
+                % (type(e).__name__, e)
+            )
+            self._op_events = False
+
+    def _trace_start_us(self, tp):
+        """The epoch µs that torch.profiler's event times count from: the trace start it
+        reports, else the time just before ``start()`` (with one warning)."""
+        try:
+            ns = tp.profiler.kineto_results.trace_start_ns()
+            if isinstance(ns, int) and ns > 0:
+                return ns / 1000.0
+        except Exception:
+            pass
+        warn("trainprof.torch: torch.profiler does not report its trace start; op times are approximate")
+        return float(self._torch_start_us)
+
+    def _record_ops(self, events, base_us, boundaries):
+        """One ``cpu_functions`` / ``gpu_functions-dev:<n>`` event per profiler event
+        (spec §3.8), numbered with the global step it began in."""
+        prof = self.profiler
+        times = [t for t, _ in boundaries]
+        by_id = {}
+        for e in events:
+            # Operators (not the CUDA runtime calls, which are linked to kernels themselves):
+            # a kernel's linked correlation id is its operator's id.
+            if _device_kind(e) == "CPU" and not _int_or(getattr(e, "linked_correlation_id", 0), 0):
+                by_id.setdefault(getattr(e, "id", None), e)
+        for e in events:
+            tr = e.time_range
+            start = base_us + tr.start
+            end = max(start, base_us + tr.end)
+            i = bisect.bisect_right(times, start) - 1
+            step = boundaries[max(i, 0)][1]
+            kind = _device_kind(e)
+            thread = _int_or(getattr(e, "thread", 0), 0)
+            if kind == "CPU":
+                # smdebug writes device: "cpu"; the library takes numbers only, so it is left out.
+                prof.record_event(_CPU_FUNCTIONS, e.name, start, end, step=step, args={"tid": thread})
+            else:
+                device = _int_or(getattr(e, "device_index", 0), 0)
+                args = {"tid": device, "device": device}
+                parent = by_id.get(getattr(e, "linked_correlation_id", None))
+                if parent is not None:
+                    args["start_cpu_thread"] = _int_or(getattr(parent, "thread", 0), 0)
+                    args["cpu_thread_start_time"] = int(base_us + parent.time_range.start)
+                prof.record_event(_GPU_FUNCTIONS + str(device), e.name, start, end, step=step, args=args)
+
+    # --- the end -----------------------------------------------------------------------------
+
+    def close(self):
+        """Ends the running step and the detailed window, removes the hooks, and closes the
+        profiler if :func:`attach` made it. Idempotent; never raises."""
+        if not self._live():
+            return None
+        try:
+            if self._detailed:
+                self._close_detailed()
+            if self._in_step:
+                self._in_step = False
+                self.profiler.step_end()
+        except Exception as e:
+            warn("trainprof.torch: close failed (%s: %s)" % (type(e).__name__, e))
+        self._closed = True
+        self._remove(self._handles)
+        self._remove(self._sub_handles)
+        if self._own_profiler:
+            self.profiler.close()
+        return None
+
+    def _at_exit(self):
+        if os.getpid() == self._pid:
+            self.close()
+
+
+def _device_kind(event):
+    """``CPU``, ``CUDA``, ... from a profiler event's ``device_type``."""
+    dt = getattr(event, "device_type", None)
+    name = getattr(dt, "name", None)
+    if name is None:
+        name = str(dt).rsplit(".", 1)[-1]
+    return name.upper()
+
+
+def _int_or(v, default):
+    try:
+        return int(v)
+    except Exception:
+        return default
+
+
+class ProfiledDataLoader:
+    """What :func:`profile_dataloader` returns: ``loader`` with profiled iterators."""
+
+    def __init__(self, loader, name=None, hook=None):
+        self._loader = loader
+        self._name = name
+        self._hook = hook
+        self._pid = os.getpid()
+
+    def __getattr__(self, attr):
+        loader = self.__dict__.get("_loader")
+        if loader is None:
+            raise AttributeError(attr)
+        return getattr(loader, attr)
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __repr__(self):
+        return "<trainprof.torch.ProfiledDataLoader of %r>" % (self._loader,)
+
+    def _target(self):
+        """(profiler, step to test) or None when nothing is to be recorded."""
+        if os.getpid() != self._pid:
+            return None
+        hook = self._hook or _latest
+        if hook is None:
+            warn("trainprof.torch.profile_dataloader: no attach()ed model; dataloader events are off", key="dl-no-hook")
+            return None
+        if not hook._live():
+            return None
+        return hook.profiler, hook.step + 1
+
+    def _active(self, target, event_name):
+        prof, step = target
+        return prof.active("dataloader", self._name or event_name, step=step)
+
+    def __iter__(self):
+        target = None
+        try:
+            target = self._target()
+            t0 = target[0].now_us() if target else 0
+        except Exception as e:
+            warn("trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e), key="dl")
+            target = None
+        it = iter(self._loader)
+        init_name = next_name = None
+        try:
+            if target is not None:
+                prof = target[0]
+                t1 = prof.now_us()
+                cls = type(it).__name__
+                init_name = cls + ".__init__"
+                next_name = cls + "." + _DL_ITER + "::GetNext"
+                if self._active(target, init_name):
+                    args = {
+                        "num_workers": _int_or(getattr(self._loader, "num_workers", 0), 0),
+                        "pin_memory": bool(getattr(self._loader, "pin_memory", False)),
+                    }
+                    prof.record_event(_DL_INIT, init_name, t0, max(t0, t1), step=target[1], args=args)
+        except Exception as e:
+            warn("trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e), key="dl")
+            next_name = None
+        return self._batches(it, next_name)
+
+    def _batches(self, it, next_name):
+        checked_step = None  # the window answer is asked once per step
+        active = False
+        while True:
+            target = None
+            if next_name is not None:
+                try:
+                    target = self._target()
+                    if target is not None and target[1] != checked_step:
+                        checked_step = target[1]
+                        active = self._active(target, next_name)
+                    if not active:
+                        target = None
+                    t0 = target[0].now_us() if target else 0
+                except Exception as e:
+                    warn(
+                        "trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e),
+                        key="dl",
+                    )
+                    next_name = target = None
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            if target is not None:
+                try:
+                    prof = target[0]
+                    prof.record_event(_DL_ITER, next_name, t0, max(t0, prof.now_us()), step=target[1])
+                except Exception as e:
+                    warn(
+                        "trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e),
+                        key="dl",
+                    )
+                    next_name = None
+            yield batch

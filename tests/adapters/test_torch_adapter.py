@@ -1,0 +1,175 @@
+"""trainprof.torch's logic without torch (the normal CI tier; the real thing is
+tests/frameworks/torch, run by scripts/test-frameworks torch).
+
+scripts/torch_fake.py trains a fake model (modules with forward hooks and named_modules,
+like torch.nn.Module) from a fake loader that forks worker processes, with a fake
+torch.profiler where asked; smdebug 1.0.34's LocalAlgorithmMetricsReader reads the timeline.
+The loop: 3 epochs of 4 batches (global steps 0-11), 1 predict step (12), 2 eval steps (13-14).
+"""
+
+import collections
+import importlib.util
+import pathlib
+
+import pytest
+
+if importlib.util.find_spec("torch") is not None:
+    pytest.skip("torch is installed: the real adapter tier (tests/frameworks/torch) covers it", allow_module_level=True)
+
+from smdebug.profiler.algorithm_metrics_reader import LocalAlgorithmMetricsReader  # noqa: E402
+
+SCRIPT = pathlib.Path(__file__).resolve().parent / "scripts" / "torch_fake.py"
+CONFIG = {
+    "DetailedProfilingConfig": {"StartStep": 5, "NumSteps": 3},
+    "DataloaderProfilingConfig": {"StartStep": 3, "NumSteps": 3, "MetricsRegex": ".*DataLoaderIter"},
+}
+WINDOW = {5, 6, 7}
+SUBMODULES = ["body", "body.0", "body.1", "fc1"]
+OPS = ["aten::linear", "aten::linear", "aten::mse_loss_backward", "aten::relu"]
+GETNEXT = "_MultiProcessingDataLoaderIter.DataLoaderIter::GetNext"
+WANT_STEPS = [["train", s] for s in range(12)] + [["predict", 12], ["eval", 13], ["eval", 14]]
+
+
+def read(run):
+    return LocalAlgorithmMetricsReader(trace_root_folder=str(run.out)).get_events(0, 10**18)
+
+
+def steps_of(events, phase):
+    return collections.Counter(int(e.event_args["step_num"]) for e in events if e.event_phase == phase)
+
+
+def by_step(events, phase, step):
+    return sorted(e.event_name for e in events if e.event_phase == phase and e.event_args["step_num"] == str(step))
+
+
+def check_common(run, events):
+    m = run.manifest
+    assert m["steps"] == WANT_STEPS
+    assert m["stats"]["dropped_queue_full"] == 0 and m["stats"]["written"] == len(events)
+    assert {e.event_args["pid"] for e in events} == {m["pid"]}  # nothing from the forked workers
+    assert m["worker_status"] == [0] * 6
+    assert m["hooks_after_attach"] == 2 and m["hooks_before_close"] == 2 and m["hooks_after_close"] == 0
+    # Steps per mode, each ending where the next begins.
+    assert steps_of(events, "Step:ModeKeys.TRAIN") == collections.Counter(range(12))
+    assert steps_of(events, "Step:ModeKeys.PREDICT") == collections.Counter([0])
+    assert steps_of(events, "Step:ModeKeys.EVAL") == collections.Counter([0, 1])
+    steps = sorted((e for e in events if e.event_phase.startswith("Step:")), key=lambda e: e.start_time)
+    assert all(a.end_time <= b.start_time for a, b in zip(steps, steps[1:]))
+    # Dataloader: the batches of steps 3-5 and the iterator made while step 3 runs (for step 4).
+    assert steps_of(events, "DataLoaderIter") == collections.Counter([3, 4, 5])
+    assert {e.event_name for e in events if e.event_phase == "DataLoaderIter"} == {GETNEXT}
+    init = [e for e in events if e.event_phase == "DataLoaderIterInitialize"]
+    assert [
+        (e.event_name, e.event_args["step_num"], e.event_args["num_workers"], e.event_args["pin_memory"]) for e in init
+    ] == [("_MultiProcessingDataLoaderIter.__init__", "4", 2, True)]
+    return {int(e.event_args["step_num"]): e for e in events if e.event_phase == "Step:ModeKeys.TRAIN"}
+
+
+def test_steps_module_op_and_dataloader_events(run_trainer):
+    run = run_trainer(SCRIPT, {}, config=CONFIG).check()
+    assert run.warnings() == []
+    m = run.manifest
+    events = read(run)
+    train = check_common(run, events)
+
+    # The detailed window: module events and op events at exactly steps 5-7.
+    assert steps_of(events, "Forward") == collections.Counter(WINDOW)
+    for s in WINDOW:
+        assert by_step(events, "Forward", s) == ["Net"]
+        assert by_step(events, "Forward-SubModuleInternal", s) == SUBMODULES
+        assert by_step(events, "cpu_functions", s) == OPS
+        top = [e for e in events if e.event_phase == "Forward" and e.event_args["step_num"] == str(s)][0]
+        assert train[s].start_time <= top.start_time <= top.end_time <= train[s].end_time
+        subs = [
+            e for e in events if e.event_phase == "Forward-SubModuleInternal" and e.event_args["step_num"] == str(s)
+        ]
+        assert all(top.start_time <= e.start_time <= e.end_time <= top.end_time for e in subs)
+    assert set(steps_of(events, "cpu_functions")) == WINDOW
+    ops = [e for e in events if e.event_phase == "cpu_functions"]
+    assert all(train[5].start_time <= e.start_time and e.end_time <= train[8].start_time for e in ops)
+    for e in ops:
+        s = int(e.event_args["step_num"])
+        assert train[s].start_time <= e.start_time <= train[s].end_time
+        assert e.event_args["tid"] == (2 if e.event_name.endswith("_backward") else 1)
+    assert not any(e.event_phase.startswith("gpu_functions") for e in events)
+    # torch.profiler started once, stopped at the window's end; submodule hooks only inside it.
+    assert m["profiler_starts"] == 1 and m["profiler_running_at_end"] is False
+    assert m["max_hooks"] == 2 + 2 * len(SUBMODULES)
+
+
+def test_cuda_kernels_become_gpu_functions_events(run_trainer):
+    run = run_trainer(SCRIPT, {"cuda": True}, config=CONFIG).check()
+    assert run.warnings() == []
+    events = read(run)
+    check_common(run, events)
+    assert set(steps_of(events, "gpu_functions-dev:0")) == WINDOW
+    ops = {
+        (e.event_args["step_num"], e.start_time): e
+        for e in events
+        if e.event_phase == "cpu_functions" and e.event_name != "cudaLaunchKernel"
+    }
+    for s in WINDOW:
+        assert by_step(events, "gpu_functions-dev:0", s) == [n + "_kernel" for n in OPS]
+        assert by_step(events, "cpu_functions", s) == sorted(OPS + ["cudaLaunchKernel"] * 4)
+    for e in events:
+        if e.event_phase == "gpu_functions-dev:0":
+            a = e.event_args
+            assert (a["tid"], a["device"]) == (0, 0)
+            parent = ops[(a["step_num"], a["cpu_thread_start_time"])]  # the operator that launched it
+            assert parent.event_name + "_kernel" == e.event_name
+            assert a["start_cpu_thread"] == parent.event_args["tid"]
+
+
+@pytest.mark.parametrize(
+    "params, warning",
+    [
+        ({"fake_profiler": False}, "torch.profiler cannot run here (ModuleNotFoundError"),
+        ({"start_fails": True}, "torch.profiler cannot run here (RuntimeError: Profiler is already enabled"),
+    ],
+    ids=["no-torch", "profiler-busy"],
+)
+def test_without_torch_profiler_op_events_turn_off_with_one_warning(run_trainer, params, warning):
+    run = run_trainer(SCRIPT, params, config=CONFIG).check()
+    warnings = run.warnings()
+    assert len(warnings) == 1 and warning in warnings[0], warnings
+    events = read(run)
+    check_common(run, events)
+    assert steps_of(events, "Forward") == collections.Counter(WINDOW)
+    assert steps_of(events, "cpu_functions") == collections.Counter()
+
+
+def test_features_can_be_turned_off(run_trainer):
+    run = run_trainer(SCRIPT, {"attach_kwargs": {"module_events": False, "op_events": False}}, config=CONFIG).check()
+    assert run.warnings() == []
+    events = read(run)
+    check_common(run, events)
+    assert {e.event_phase for e in events} == {
+        "Step:ModeKeys.TRAIN",
+        "Step:ModeKeys.PREDICT",
+        "Step:ModeKeys.EVAL",
+        "DataLoaderIter",
+        "DataLoaderIterInitialize",
+    }
+    assert run.manifest["profiler_starts"] == 0 and run.manifest["max_hooks"] == 2
+
+
+def test_no_windows_configured_records_steps_only(run_trainer):
+    run = run_trainer(SCRIPT, {}, config={}).check()
+    assert run.warnings() == []
+    events = read(run)
+    assert collections.Counter(e.event_phase for e in events) == {
+        "Step:ModeKeys.TRAIN": 12,
+        "Step:ModeKeys.PREDICT": 1,
+        "Step:ModeKeys.EVAL": 2,
+    }
+    assert run.manifest["profiler_starts"] == 0 and run.manifest["max_hooks"] == 2
+
+
+def test_training_goes_on_without_the_library(run_trainer, tmp_path):
+    run = run_trainer(SCRIPT, {}, config=CONFIG, env={"TRAINPROF_HOOK_LIB": tmp_path / "missing.so"}).check()
+    warnings = run.warnings()
+    assert len(warnings) == 1 and "trainprof.torch.attach: no profiler (LibraryError" in warnings[0], warnings
+    m = run.manifest
+    assert m["steps"] == [[mode, -1] for mode, _ in WANT_STEPS]  # nothing counted
+    assert m["hooks_after_attach"] == 0 and m["worker_status"] == [0] * 6 and m["stats"] is None
+    assert not run.out.exists()

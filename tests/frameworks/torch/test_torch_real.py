@@ -1,0 +1,167 @@
+"""trainprof.torch on a real PyTorch training run (the opt-in tier: scripts/test-frameworks torch).
+
+scripts/train.py trains a tiny CNN for 3 epochs of 4 batches (global steps 0-11) from a
+DataLoader with 2 worker processes, then evaluates 2 batches (global steps 12-13, eval steps
+0-1), in a subprocess with its own config; smdebug 1.0.34's LocalAlgorithmMetricsReader reads
+the timeline back. On a machine with CUDA the model runs there and the kernels must appear as
+gpu_functions-dev:<n> events.
+"""
+
+import collections
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from smdebug.profiler.algorithm_metrics_reader import LocalAlgorithmMetricsReader  # noqa: E402
+from smdebug.profiler.profiler_config_parser import MetricsCategory, ProfilerConfigParser  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+PACKAGE_DIR = ROOT / "hook-ffi" / "python"
+SCRIPT = pathlib.Path(__file__).resolve().parent / "scripts" / "train.py"
+
+DETAILED = {"StartStep": 5, "NumSteps": 3}  # global steps 5, 6, 7
+DATALOADER = {"StartStep": 3, "NumSteps": 3, "MetricsRegex": ".*DataLoaderIter"}  # 3, 4, 5
+TRAIN_STEPS = 12
+EVAL_STEPS = 2
+SUBMODULES = {"conv1", "relu", "pool", "head", "head.0", "head.1"}
+GETNEXT = "_MultiProcessingDataLoaderIter.DataLoaderIter::GetNext"
+INIT = "_MultiProcessingDataLoaderIter.__init__"
+
+_CLEARED_ENV = (
+    "SMPROFILER_CONFIG_PATH",
+    "TRAINPROF_LOCAL_PATH",
+    "TRAINPROF_DISABLE",
+    "TRAINPROF_QUEUE_EVENTS",
+    "RANK",
+    "PYTHONPATH",
+)
+
+
+def hook_lib():
+    path = pathlib.Path(os.environ.get("TRAINPROF_HOOK_LIB") or ROOT / "target" / "debug" / "libtrainprof_hook.so")
+    if not path.is_file():
+        pytest.fail(f"{path} does not exist: build it first (`cargo build -p trainprof-hook`)")
+    return path
+
+
+def run_training(tmp_path, params, **subconfigs):
+    out = tmp_path / "out"
+    config = tmp_path / "profilerconfig.json"
+    pp = {"LocalPath": str(out)}
+    pp.update({k: json.dumps(v) for k, v in subconfigs.items()})
+    config.write_text(json.dumps({"ProfilingParameters": pp}))
+    manifest = tmp_path / "manifest.json"
+    env = {k: v for k, v in os.environ.items() if k not in _CLEARED_ENV}
+    env.update(
+        PYTHONPATH=str(PACKAGE_DIR),
+        TRAINPROF_HOOK_LIB=str(hook_lib()),
+        SMPROFILER_CONFIG_PATH=str(config),
+        TRAINPROF_RESOURCE_CONFIG=str(tmp_path / "no-resourceconfig.json"),
+        TRAINPROF_TEST_MANIFEST=str(manifest),
+        TRAINPROF_TEST_PARAMS=json.dumps(params),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT)], env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, f"training failed ({proc.returncode})\n{proc.stdout}\n{proc.stderr}"
+    return out, config, json.loads(manifest.read_text()), proc
+
+
+def steps_of(events, phase):
+    return collections.Counter(int(e.event_args["step_num"]) for e in events if e.event_phase == phase)
+
+
+def test_real_training_run_read_back_by_smdebug(tmp_path):
+    out, config, m, proc = run_training(
+        tmp_path,
+        {"epochs": 3, "batches": 4, "eval_batches": EVAL_STEPS, "num_workers": 2},
+        DetailedProfilingConfig=DETAILED,
+        DataloaderProfilingConfig=DATALOADER,
+    )
+    assert "trainprof:" not in proc.stderr, proc.stderr  # no adapter warning
+    assert m["steps"] == [["train", s] for s in range(TRAIN_STEPS)] + [
+        ["eval", TRAIN_STEPS + s] for s in range(EVAL_STEPS)
+    ]
+    assert m["stats"]["dropped_queue_full"] == 0 and m["stats"]["dropped_writer"] == 0
+
+    # smdebug's own parser says the detailed window of this config is exactly steps 5-7.
+    os.environ["SMPROFILER_CONFIG_PATH"] = str(config)
+    try:
+        parser = ProfilerConfigParser()
+        window = {
+            s
+            for s in range(TRAIN_STEPS + EVAL_STEPS)
+            if parser.should_save_metrics(MetricsCategory.DETAILED_PROFILING, s)
+        }
+    finally:
+        del os.environ["SMPROFILER_CONFIG_PATH"]
+    assert window == {5, 6, 7}
+
+    events = LocalAlgorithmMetricsReader(trace_root_folder=str(out)).get_events(0, 10**18)
+    assert len(events) == m["stats"]["written"]
+    # Everything comes from the training process: the DataLoader's workers record nothing.
+    assert {e.event_args["pid"] for e in events} == {m["pid"]}
+
+    # Steps: one event per step and mode, numbered per mode.
+    assert steps_of(events, "Step:ModeKeys.TRAIN") == collections.Counter(range(TRAIN_STEPS))
+    assert steps_of(events, "Step:ModeKeys.EVAL") == collections.Counter(range(EVAL_STEPS))
+    step_ev = {int(e.event_args["step_num"]): e for e in events if e.event_phase == "Step:ModeKeys.TRAIN"}
+
+    # Module events: exactly the window's steps; the top module once per step, each submodule once.
+    assert steps_of(events, "Forward") == collections.Counter(window)
+    assert {e.event_name for e in events if e.event_phase == "Forward"} == {"Net"}
+    for s in window:
+        subs = [
+            e.event_name
+            for e in events
+            if e.event_phase == "Forward-SubModuleInternal" and e.event_args["step_num"] == str(s)
+        ]
+        assert sorted(subs) == sorted(SUBMODULES), (s, subs)
+        top = [e for e in events if e.event_phase == "Forward" and e.event_args["step_num"] == str(s)][0]
+        assert step_ev[s].start_time <= top.start_time <= top.end_time <= step_ev[s].end_time
+
+    # Op events: exactly the window's steps, forward and backward ops in each, all inside
+    # the window's time (from step 5's begin to step 8's begin).
+    ops = [e for e in events if e.event_phase == "cpu_functions"]
+    assert set(steps_of(events, "cpu_functions")) == window
+    for s in window:
+        names = {e.event_name for e in ops if e.event_args["step_num"] == str(s)}
+        assert {"aten::conv2d", "aten::linear"} <= names, (s, sorted(names)[:20])
+        assert any("backward" in n.lower() for n in names), (s, sorted(names))
+    lo, hi = step_ev[5].start_time, step_ev[8].start_time
+    assert all(lo <= e.start_time and e.end_time <= hi for e in ops)
+    assert all(isinstance(e.event_args["tid"], int) for e in ops)
+    gpu = [e for e in events if e.event_phase.startswith("gpu_functions-dev:")]
+    if m["device"] == "cuda":
+        assert gpu and set(steps_of(events, "gpu_functions-dev:0")) <= window
+        assert all(lo <= e.start_time for e in gpu)
+    else:
+        assert gpu == []
+
+    # Dataloader: GetNext for the batches of steps 3-5 (fetched while steps 2-4 run), and the
+    # second epoch's iterator (made while step 3 runs, so for step 4).
+    dl = [e for e in events if e.event_phase == "DataLoaderIter"]
+    assert {e.event_name for e in dl} == {GETNEXT}
+    assert steps_of(events, "DataLoaderIter") == collections.Counter([3, 4, 5])
+    init = [e for e in events if e.event_phase == "DataLoaderIterInitialize"]
+    assert [
+        (e.event_name, e.event_args["step_num"], e.event_args["num_workers"], e.event_args["pin_memory"]) for e in init
+    ] == [(INIT, "4", 2, False)]
+
+    kinds = collections.Counter(e.event_phase for e in events)
+    print("\nevents per kind:", dict(sorted(kinds.items())), "device:", m["device"], "torch", m["torch"])
+    print("training seconds:", round(m["seconds"], 2))
+
+
+def test_profiling_off_outside_windows(tmp_path):
+    """No windows configured: steps only, no torch.profiler, no module or dataloader events."""
+    out, _, m, proc = run_training(tmp_path, {"epochs": 2, "batches": 3, "eval_batches": 1, "num_workers": 2})
+    events = LocalAlgorithmMetricsReader(trace_root_folder=str(out)).get_events(0, 10**18)
+    assert collections.Counter(e.event_phase for e in events) == {"Step:ModeKeys.TRAIN": 6, "Step:ModeKeys.EVAL": 1}
+    assert "profiler_start" not in proc.stderr  # kineto never started

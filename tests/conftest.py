@@ -1,4 +1,4 @@
-"""Shared fixtures for the Python side of the tests: where the built binary is."""
+"""Shared fixtures for the Python side of the tests: where the built binary and library are."""
 
 import os
 import pathlib
@@ -14,3 +14,17 @@ def trainprof_bin() -> pathlib.Path:
     if not path.is_file():
         pytest.fail(f"{path} does not exist: build it first (scripts/test does)")
     return path
+
+
+@pytest.fixture(scope="session")
+def hook_lib() -> pathlib.Path:
+    path = pathlib.Path(os.environ.get("TRAINPROF_HOOK_LIB") or ROOT / "target" / "debug" / "libtrainprof_hook.so")
+    if not path.is_file():
+        pytest.fail(f"{path} does not exist: build it first (`cargo build -p trainprof-hook`; scripts/test does)")
+    return path.resolve()
+
+
+@pytest.fixture(scope="session")
+def package_dir() -> pathlib.Path:
+    """hook-ffi/python: what goes on PYTHONPATH for the trainprof package."""
+    return ROOT / "hook-ffi" / "python"

@@ -1,129 +1,30 @@
-"""Fixtures for the hook tests: the built library, and a runner for training scripts.
+"""Fixtures for the hook tests: a runner for the training scripts in tests/hook/scripts.
 
 The library allows one hook per process (trainprof_init is idempotent, trainprof_shutdown
 final), so every test runs its training script in a subprocess with its own config and
-LocalPath, then reads the output back with smdebug 1.0.34 in the test process.
+LocalPath, then reads the output back with smdebug 1.0.34 in the test process. The runner
+itself is tests/trainer_runs.py, shared with the adapter tests.
 """
 
-import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-PACKAGE_DIR = ROOT / "hook-ffi" / "python"
+from trainer_runs import run_script as _run_script
+
 SCRIPTS = pathlib.Path(__file__).resolve().parent / "scripts"
-
-# Environment that would change what the hook does (config, node id, output): cleared so
-# that every run depends only on what the test sets.
-_CLEARED_ENV = (
-    "SMPROFILER_CONFIG_PATH",
-    "TRAINPROF_LOCAL_PATH",
-    "TRAINPROF_DISABLE",
-    "TRAINPROF_INTERVAL_MS",
-    "TRAINPROF_QUEUE_EVENTS",
-    "TRAINPROF_SHUTDOWN_TIMEOUT_MS",
-    "TRAINPROF_RESOURCE_CONFIG",
-    "RANK",
-    "OMPI_COMM_WORLD_RANK",
-    "PMI_RANK",
-    "MV2_COMM_WORLD_RANK",
-    "SLURM_PROCID",
-    "PYTHONPATH",
-)
-
-
-@pytest.fixture(scope="session")
-def hook_lib() -> pathlib.Path:
-    path = pathlib.Path(os.environ.get("TRAINPROF_HOOK_LIB") or ROOT / "target" / "debug" / "libtrainprof_hook.so")
-    if not path.is_file():
-        pytest.fail(f"{path} does not exist: build it first (`cargo build -p trainprof-hook`; scripts/test does)")
-    return path.resolve()
-
-
-@pytest.fixture(scope="session")
-def package_dir() -> pathlib.Path:
-    """hook-ffi/python: what goes on PYTHONPATH for the trainprof package."""
-    return PACKAGE_DIR
-
-
-def profiler_config(local_path, **params):
-    """A SageMaker profiler config: ``ProfilingParameters`` with ``LocalPath`` and
-    ``params``; dict values (sub-configs) become the strings SageMaker writes."""
-    pp = {"LocalPath": str(local_path)}
-    for key, value in params.items():
-        pp[key] = json.dumps(value) if isinstance(value, dict) else value
-    return {"ProfilingParameters": pp}
-
-
-class Run:
-    """The outcome of one script run."""
-
-    def __init__(self, proc, out, manifest_path):
-        self.proc = proc
-        self.out = out  # LocalPath
-        self.manifest_path = manifest_path
-
-    @property
-    def manifest(self):
-        assert self.manifest_path.is_file(), f"the script wrote no manifest; stderr:\n{self.proc.stderr}"
-        return json.loads(self.manifest_path.read_text())
-
-    def check(self):
-        assert self.proc.returncode == 0, (
-            f"script failed with {self.proc.returncode}\nstdout:\n{self.proc.stdout}\nstderr:\n{self.proc.stderr}"
-        )
-        return self
 
 
 @pytest.fixture
 def run_script(tmp_path, hook_lib):
-    """``run_script(name, params, config=..., top=..., env=...)`` runs
-    ``tests/hook/scripts/<name>`` with ``TRAINPROF_TEST_PARAMS`` (JSON) and
-    ``TRAINPROF_TEST_MANIFEST`` set and the package on ``PYTHONPATH``.
-    ``SMPROFILER_CONFIG_PATH`` names a config written into the run's folder:
-    ``ProfilingParameters`` = ``config`` (sub-configs as dicts) with ``LocalPath`` =
-    ``<run>/out`` (``Run.out``), plus the top-level keys in ``top``."""
+    """``run_script(name, params, config=..., top=..., env=..., pythonpath=...)`` runs
+    ``tests/hook/scripts/<name>`` (see ``trainer_runs.run_script``)."""
     counter = [0]
 
     def run(name, params=None, config=None, top=None, env=None, timeout=60, pythonpath=None):
         counter[0] += 1
         work = tmp_path / f"run{counter[0]}"
         work.mkdir()
-        out = work / "out"
-        manifest = work / "manifest.json"
-        e = {k: v for k, v in os.environ.items() if k not in _CLEARED_ENV}
-        e["PYTHONPATH"] = str(pythonpath or PACKAGE_DIR)
-        e["TRAINPROF_HOOK_LIB"] = str(hook_lib)
-        e["TRAINPROF_RESOURCE_CONFIG"] = str(work / "no-resourceconfig.json")
-        e["TRAINPROF_TEST_MANIFEST"] = str(manifest)
-        e["TRAINPROF_TEST_PARAMS"] = json.dumps(params or {})
-        e["PYTHONDONTWRITEBYTECODE"] = "1"
-        if config is not None:
-            doc = profiler_config(out, **config)
-            doc.update(top or {})
-            path = work / "profilerconfig.json"
-            path.write_text(json.dumps(doc))
-            e["SMPROFILER_CONFIG_PATH"] = str(path)
-        else:
-            e["SMPROFILER_CONFIG_PATH"] = str(work / "no-config.json")
-        if env:
-            for k, v in env.items():
-                if v is None:
-                    e.pop(k, None)
-                else:
-                    e[k] = str(v)
-        proc = subprocess.run(
-            [sys.executable, str(SCRIPTS / name)],
-            env=e,
-            cwd=str(work),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        return Run(proc, out, manifest)
+        return _run_script(work, SCRIPTS / name, hook_lib, params, config, top, env, timeout, pythonpath)
 
     return run

@@ -222,13 +222,8 @@ struct UploadFlags {
 
 /// Seals what dead writers left under `root`, with one line when there was any.
 fn repair(root: &Path) {
-    let r = upload::repair::repair_all(root, Duration::ZERO, std::time::SystemTime::now());
-    if r.repaired > 0 {
-        log!("repaired {} temporary files ({} records)", r.repaired, r.records);
-    }
-    for f in &r.failed {
-        log!("{f}");
-    }
+    upload::repair::repair_all(root, Duration::ZERO, std::time::SystemTime::now())
+        .log(&mut Default::default());
 }
 
 fn start_upload(root: &Path, s3: &str, flags: &UploadFlags) -> Option<upload::Handle> {

@@ -261,17 +261,11 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
 }
 
 impl<S: ObjectStore> Uploader<S> {
-    /// Repairs dead writers' files and brings `pending` up to date with the disk.
+    /// Takes in a walk (what the repair did, the sealed files) and brings `pending` up to
+    /// date with the disk.
     fn scan(&mut self, r: repair::RepairReport, files: Vec<(String, std::fs::Metadata)>) {
-        if r.repaired > 0 {
-            crate::log!("repaired {} temporary files ({} records)", r.repaired, r.records);
-            self.counts.repaired += r.repaired;
-        }
-        for f in r.failed {
-            if self.repair_failures.insert(f.clone()) {
-                crate::log!("{f}");
-            }
-        }
+        // A file that cannot be repaired stays and fails again at every walk: said once.
+        self.counts.repaired += r.log(&mut self.repair_failures);
         let mut seen = HashSet::new();
         for (rel, meta) in files {
             let is_marker = MARKERS.contains(&rel.as_str());

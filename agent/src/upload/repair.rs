@@ -54,6 +54,22 @@ pub struct RepairReport {
     pub sealed: Vec<PathBuf>,
 }
 
+impl RepairReport {
+    /// Logs what was repaired (one line, if anything) and each failure that `logged`
+    /// does not hold yet; returns the number of files repaired.
+    pub fn log(&self, logged: &mut std::collections::HashSet<String>) -> u64 {
+        if self.repaired > 0 {
+            crate::log!("repaired {} temporary files ({} records)", self.repaired, self.records);
+        }
+        for f in &self.failed {
+            if logged.insert(f.clone()) {
+                crate::log!("{f}");
+            }
+        }
+        self.repaired
+    }
+}
+
 /// Why one file could not be repaired.
 #[derive(Debug, thiserror::Error)]
 enum RepairError {

@@ -46,6 +46,7 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     for p in &loaded.config.problems {
         log!("config: {p}");
     }
+    let loaded_file = loaded.file;
     let config = loaded.config;
 
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
@@ -88,8 +89,15 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     let child = match &command {
         None => None,
         Some(argv) => {
+            // The trainer records into the agent's root when that root was chosen here:
+            // given by flag, fallen back to ./trainprof-output, or the built-in default
+            // because there is no config file at all (`trainprof run` on its defaults
+            // profiles the trainer too). A config file without ProfilingParameters keeps
+            // smdebug's meaning: the hook does nothing.
             let fell_back = root.as_ref().is_some_and(|r| r != config.local_path());
-            let local_path_env = if explicit_local_path.is_some() || fell_back { root.clone() } else { None };
+            let no_file = matches!(loaded_file, FileStatus::Missing);
+            let local_path_env =
+                if explicit_local_path.is_some() || fell_back || no_file { root.clone() } else { None };
             match spawn(argv, config_flag.as_ref(), local_path_env.as_ref(), config.enabled) {
                 Ok(c) => Some(c),
                 Err((code, e)) => {

@@ -27,7 +27,8 @@ enum Command {
     /// Run CMD with the agent's sampling around it; exit with CMD's status.
     ///
     /// CMD gets TRAINPROF_HOOK_LIB (when the hook library sits next to this binary) and
-    /// the configuration in use. SIGTERM / SIGINT sent to trainprof are passed on to CMD;
+    /// the configuration in use; with no config file at all it also gets
+    /// TRAINPROF_LOCAL_PATH, so that the trainer records into the same output root. SIGTERM / SIGINT sent to trainprof are passed on to CMD;
     /// when CMD exits every file is sealed, the training_job_end.ts markers are written
     /// and a summary is printed on stderr.
     Run {

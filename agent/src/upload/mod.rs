@@ -152,6 +152,8 @@ struct Uploader<S> {
     last_error: Option<String>,
     spool_full: bool,
     finishing: bool,
+    /// A fatal refusal after `Finish`: the end comes now, not at the deadline.
+    gave_up: bool,
     /// Repair failures already logged (a file that cannot be repaired stays and fails
     /// again at every walk).
     repair_failures: HashSet<String>,
@@ -177,6 +179,7 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
         last_error: None,
         spool_full: false,
         finishing: false,
+        gave_up: false,
         repair_failures: HashSet::new(),
         settings,
     };
@@ -250,7 +253,7 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
             }
             () = tokio::time::sleep_until(wake_at) => {}
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if up.gave_up || deadline.is_some_and(|d| Instant::now() >= d) {
             // Everything in flight is dropped: those files stay on disk.
             tasks.abort_all();
             up.in_flight.clear();
@@ -414,6 +417,16 @@ impl<S: ObjectStore> Uploader<S> {
                 let delay = self.backoff.failure(e.class);
                 self.not_before = Instant::now() + delay;
                 self.last_error = Some(e.to_string());
+                if self.finishing && e.class == ErrorClass::Fatal {
+                    // Refused again after Finish (missing credentials, no such bucket):
+                    // waiting out the deadline would only delay the end.
+                    crate::log!(
+                        "UPLOAD REFUSED by {} at the end ({e}); not waiting for the deadline",
+                        self.store.describe()
+                    );
+                    self.gave_up = true;
+                    return;
+                }
                 if self.failing != Some(e.class) {
                     let waiting = self.pending.len();
                     match e.class {

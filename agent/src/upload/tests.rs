@@ -327,6 +327,27 @@ async fn a_fatal_error_probes_one_file_at_a_time_and_recovers() {
 }
 
 #[tokio::test]
+async fn a_fatal_refusal_at_the_end_ends_at_once_and_keeps_the_files() {
+    let root = root("fatal-end");
+    let _live = data_files(&root);
+    let store = FaultStore::default();
+    *store.0.fatal.lock().unwrap() = Some("AccessDenied".to_owned());
+    let mut s = settings(&root);
+    s.policy.fatal = Duration::from_secs(3600);
+    let started = Instant::now();
+    let report = upload(store.clone(), s, Duration::from_secs(3600), async |_| {}).await;
+    // One try after Finish (the probe), then the end: not the hour of the deadline.
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    assert_eq!(report.counts.uploaded, 0);
+    assert!(report.last_error.as_deref().is_some_and(|e| e.contains("AccessDenied")), "{report:?}");
+    assert_eq!(report.left.len(), 4, "{:?}", report.left);
+    for rel in &report.left {
+        assert!(root.join(rel).is_file(), "{rel} kept");
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[tokio::test]
 async fn other_bytes_under_the_same_key_are_never_overwritten() {
     let root = root("conflict");
     put(&root, SYS, "{\"Timestamp\": 1}\n");

@@ -356,24 +356,6 @@ def put_log(s3):
     return [(urllib.parse.unquote(m.group(1)), int(m.group(2))) for m in pat.finditer(s3.log())]
 
 
-@pytest.fixture
-def smdebug_s3(s3, monkeypatch):
-    """smdebug's S3 readers pointed at the test server (AWS_ENDPOINT_URL, the test
-    credentials). Its S3Handler caches one boto3 client per process: cleared around the
-    test, so that no test reads from an earlier test's server."""
-    from smdebug.core.access_layer.s3handler import S3Handler
-
-    for k, v in agent_env(s3.endpoint, AWS_ENDPOINT_URL=s3.endpoint).items():
-        if k.startswith("AWS_"):
-            monkeypatch.setenv(k, v)
-    for k in list(os.environ):
-        if k.startswith("AWS_ENDPOINT_URL_") or k in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
-            monkeypatch.delenv(k)
-    S3Handler.client.cache_clear()
-    yield
-    S3Handler.client.cache_clear()
-
-
 def system_event_key(e):
     return (e.timestamp, e.type, e.name, e.dimension, e.value, e.node_id)
 

@@ -165,3 +165,40 @@ def test_profiling_off_outside_windows(tmp_path):
     events = LocalAlgorithmMetricsReader(trace_root_folder=str(out)).get_events(0, 10**18)
     assert collections.Counter(e.event_phase for e in events) == {"Step:ModeKeys.TRAIN": 6, "Step:ModeKeys.EVAL": 1}
     assert "profiler_start" not in proc.stderr  # kineto never started
+
+
+def test_example_train_torch_under_trainprof_run(tmp_path):
+    """examples/train_torch.py as README shows it: under `trainprof run`, with an SDK-style
+    config that opens the detailed, dataloader and Python windows; smdebug reads it back."""
+    from smdebug.profiler.analysis.python_profile_analysis import cProfileAnalysis
+
+    binary = pathlib.Path(os.environ.get("TRAINPROF_BIN") or ROOT / "target" / "debug" / "trainprof")
+    out = tmp_path / "out"
+    sdk = lambda d: "{" + "".join(f"{json.dumps(k)}: {json.dumps(v)}, " for k, v in d.items()) + "}"  # noqa: E731
+    config = tmp_path / "profilerconfig.json"
+    config.write_text(json.dumps({"ProfilingParameters": {
+        "LocalPath": str(out),
+        "DetailedProfilingConfig": sdk({"StartStep": 5, "NumSteps": 1}),
+        "DataloaderProfilingConfig": sdk({"StartStep": 7, "NumSteps": 1, "MetricsRegex": ".*"}),
+        "PythonProfilingConfig": sdk({"StartStep": 9, "NumSteps": 2, "ProfilerName": "cprofile"}),
+    }}))
+    env = {k: v for k, v in os.environ.items() if k not in _CLEARED_ENV}
+    env.update(SMPROFILER_CONFIG_PATH=str(config), TRAINPROF_HOOK_LIB=str(hook_lib()),
+               TRAIN_STEPS="20", EVAL_EVERY="10", EVAL_STEPS="2")
+    example = ROOT / "examples" / "train_torch.py"
+    proc = subprocess.run([str(binary), "run", "--s3", "", "--", sys.executable, str(example)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "step  20" in proc.stdout, proc.stdout
+
+    events = LocalAlgorithmMetricsReader(str(out)).get_events(0, 10**18)
+    by_phase = collections.defaultdict(set)
+    for e in events:
+        by_phase[e.event_phase].add(int(e.event_args.get("step_num", -1)))
+    assert by_phase["Step:ModeKeys.TRAIN"] == set(range(20))
+    assert by_phase["Step:ModeKeys.EVAL"] == set(range(4))  # 2 batches after steps 10 and 20
+    assert by_phase["cpu_functions"] == {5}, dict(by_phase)  # global step 5: a train step
+    assert by_phase["Forward"] == {5}, dict(by_phase)
+    assert by_phase["DataLoaderIter"] == {7}, dict(by_phase)  # the batch fetched for step 7
+    stats = cProfileAnalysis(local_profile_dir=str(out / "framework" / "pytorch" / "cprofile"))
+    assert stats.list_profile_stats().shape[0] >= 4

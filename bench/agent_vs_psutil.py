@@ -490,6 +490,16 @@ def main():
           "(stat): the same from /proc/<pid>/stat utime+stime, %d Hz ticks, too coarse at this size.)"
           % (", ".join("%.0f" % r["expected_ticks"] for _, a, p in rows for r in (a, p)), hz))
 
+    for variant, a, p in rows:  # for bench/run.py (scripts/bench)
+        what = "system metrics" if variant == "system" else "system metrics + process tree"
+        for metric, unit, mine, theirs in (
+            ("agent CPU per tick, %s" % what, "µs/tick", us_per_tick(a), us_per_tick(p)),
+            ("agent peak RSS, %s" % what, "MiB", a["hwm_kib"] / 1024, p["hwm_kib"] / 1024),
+        ):
+            print("RESULT " + json.dumps({"metric": metric, "unit": unit, "trainprof": round(mine, 1),
+                                          "peer": round(theirs, 1), "peer_name": p["label"] + " collector",
+                                          "better": "lower"}))
+
     a, p = rows[0][1], rows[0][2]
     gpu = "GPU" if any("GPUs)" in l and " 0 GPUs)" not in l for l in a["logs"]) else "no GPU"
     print()

@@ -23,10 +23,19 @@ N = int(os.environ.get("BENCH_EVENTS", "200000"))
 BATCH = 100
 
 
+def pick(sorted_values, q):
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
 def percentiles(per_call_ns):
     s = sorted(per_call_ns)
-    pick = lambda q: s[min(len(s) - 1, int(q * len(s)))]
-    return "p50 %7.0f  p90 %7.0f  p99 %7.0f ns/event" % (pick(0.5), pick(0.9), pick(0.99))
+    return "p50 %7.0f  p90 %7.0f  p99 %7.0f ns/event" % (pick(s, 0.5), pick(s, 0.9), pick(s, 0.99))
+
+
+def result(metric, unit, mine, theirs, better):
+    """One line for bench/run.py (scripts/bench)."""
+    print("RESULT " + json.dumps({"metric": metric, "unit": unit, "trainprof": mine, "peer": theirs,
+                                  "peer_name": "smdebug 1.0.34 TimelineFileWriter", "better": better}))
 
 
 def count_events(root):
@@ -48,8 +57,11 @@ def run(label, record, close, root):
     t_calls = time.perf_counter_ns() - t_all
     close()
     t_done = time.perf_counter_ns() - t_all
+    in_files = count_events(root)
     print("%-10s %s   calls %.2f s, until files complete %.2f s, events in files %d of %d"
-          % (label, percentiles(batches), t_calls / 1e9, t_done / 1e9, count_events(root), N))
+          % (label, percentiles(batches), t_calls / 1e9, t_done / 1e9, in_files, N))
+    s = sorted(batches)
+    return {"p50": pick(s, 0.5), "p99": pick(s, 0.99), "events_per_s": in_files * 1e9 / t_done}
 
 
 def use_config(tmp, name):
@@ -74,7 +86,7 @@ def main():
     writer = TimelineFileWriter(profiler_config_parser=ProfilerConfigParser())
     pid = os.getpid()
     base = time.time()
-    run(
+    sm = run(
         "smdebug",
         lambda i: writer.write_trace_events(
             timestamp=base + i * 1e-5, training_phase="Forward", op_name="Net", duration=1e-6,
@@ -90,13 +102,17 @@ def main():
 
     prof = trainprof.Profiler(framework="pytorch")
     start_us = int(base * 1e6)
-    run(
+    tp = run(
         "trainprof",
         lambda i: prof.record_event("Forward", "Net", start_us + 10 * i, start_us + 10 * i + 1, step=i // 1000),
         prof.close,
         tp_root,
     )
     print("trainprof dropped (queue full): %d" % prof.stats()["dropped_queue_full"])
+    result("record one event from Python, p50", "ns/event", round(tp["p50"]), round(sm["p50"]), "lower")
+    result("record one event from Python, p99", "ns/event", round(tp["p99"]), round(sm["p99"]), "lower")
+    result("timeline events in files per second (Python producer)", "events/s",
+           round(tp["events_per_s"]), round(sm["events_per_s"]), "higher")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

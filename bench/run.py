@@ -1,0 +1,169 @@
+"""Every benchmark, each side by side with its peer in the same run, and one table at the end.
+
+    scripts/bench                 # ~4 minutes on 2 cores
+    scripts/bench --quick         # shorter runs, for a smoke check (numbers are noisier)
+    scripts/bench --markdown      # the table as Markdown too (what BENCHMARKS.md holds)
+
+Runs, one after the other (never two at once, so that none takes CPU from another):
+
+  hook-c       scripts/bench-hook             trainprof_record from C, ns/event; the writer's
+                                              events/s when the producers run flat out
+  hook-py      scripts/bench-hook-python      one timeline event from Python, trainprof vs
+                                              smdebug 1.0.34's TimelineFileWriter; events/s
+                                              into files
+  step-py      bench/step_vs_smdebug.py       one training step's hook work from Python,
+                                              trainprof vs smdebug's PyTorch hook's per-step work
+  agent        scripts/bench-agent            CPU per tick and RSS, trainprof vs a psutil
+                                              collector of the same metrics
+  s3           bench/s3_latency.py            file sealed → object in S3 (moto_server), p50/p95,
+                                              vs a bare boto3 put_object of the same files
+
+Each benchmark prints its own detailed report (kept in a log folder named at the end) and
+lines ``RESULT {json}`` with: metric, unit, trainprof, peer, peer_name, better (lower |
+higher). The table shows them with the ratio in trainprof's favour (> 1 = trainprof better).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name, command, environment (full run), environment (--quick)
+BENCHES = [
+    ("hook-c", ["scripts/bench-hook"], {"BENCH_BATCHES": "5000"}, {"BENCH_BATCHES": "1000"}),
+    ("hook-py", ["scripts/bench-hook-python"], {"BENCH_EVENTS": "100000"}, {"BENCH_EVENTS": "20000"}),
+    ("step-py", [sys.executable, "bench/step_vs_smdebug.py"], {}, {"BENCH_QUICK": "1"}),
+    ("agent", ["scripts/bench-agent"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "5", "BENCH_TREE": "0"}),
+    ("s3", [sys.executable, "bench/s3_latency.py"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "8"}),
+]
+
+
+def machine():
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        with open("/proc/meminfo") as f:
+            kib = int(f.readline().split()[1])
+            mem = ", %.0f GiB" % (kib / 2**20)
+    except (OSError, ValueError, IndexError):
+        pass
+    return "%s, %d CPUs%s, %s %s, Python %s" % (
+        cpu, os.cpu_count() or 0, mem, platform.system(), platform.release(), platform.python_version())
+
+
+def ratio(r):
+    """How many times better trainprof is (None without a peer)."""
+    mine, theirs = r.get("trainprof"), r.get("peer")
+    if not isinstance(mine, (int, float)) or not isinstance(theirs, (int, float)) or mine <= 0 or theirs <= 0:
+        return None
+    return theirs / mine if r.get("better") == "lower" else mine / theirs
+
+
+def fmt(v):
+    if not isinstance(v, (int, float)):
+        return "–"
+    if v >= 1000:
+        return "{:,.0f}".format(v)
+    if v >= 10:
+        return "%.1f" % v
+    return "%.2f" % v
+
+
+def rows_of(results):
+    out = []
+    for bench, r in results:
+        x = ratio(r)
+        out.append([bench, r["metric"], r["unit"], fmt(r.get("trainprof")), fmt(r.get("peer")),
+                    "%.1f×" % x if x is not None else "–", r.get("peer_name") or "–"])
+    return out
+
+
+HEADER = ["bench", "metric", "unit", "trainprof", "peer", "ratio", "peer is"]
+
+
+def text_table(rows):
+    widths = [max(len(str(c)) for c in col) for col in zip(HEADER, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(HEADER), line("-" * w for w in widths)] + [line(r) for r in rows])
+
+
+def markdown_table(rows):
+    out = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="shorter runs (a smoke check)")
+    ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
+    ap.add_argument("--only", action="append", metavar="NAME",
+                    help="run only these (%s); may be repeated" % ", ".join(b[0] for b in BENCHES))
+    args = ap.parse_args()
+
+    logs = tempfile.mkdtemp(prefix="trainprof-bench-")
+    started = datetime.datetime.now(datetime.timezone.utc)
+    results, failed = [], []
+    for name, argv, env_full, env_quick in BENCHES:
+        if args.only and name not in args.only:
+            continue
+        env = dict(os.environ)
+        env.update(env_quick if args.quick else env_full)
+        env["TRAINPROF_BIN"] = os.path.join(ROOT, "target", "release", "trainprof")
+        env["TRAINPROF_HOOK_LIB"] = os.path.join(ROOT, "target", "release", "libtrainprof_hook.so")
+        env["PYTHONPATH"] = os.path.join(ROOT, "hook-ffi", "python")
+        log_path = os.path.join(logs, name + ".log")
+        print("== %s: %s" % (name, " ".join(argv)), flush=True)
+        t0 = time.monotonic()
+        with open(log_path, "w") as log:
+            proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+            log.write(proc.stdout)
+        found = 0
+        for line in proc.stdout.splitlines():
+            if line.startswith("RESULT "):
+                try:
+                    results.append((name, json.loads(line[len("RESULT "):])))
+                    found += 1
+                except ValueError:
+                    print("   unreadable result line: %s" % line)
+        print("   %d results in %.0f s%s" % (found, time.monotonic() - t0,
+                                            "" if proc.returncode == 0 else ", exit status %d" % proc.returncode))
+        if proc.returncode != 0 or not found:
+            failed.append(name)
+            print("\n".join("   | " + l for l in proc.stdout.splitlines()[-15:]))
+
+    rows = rows_of(results)
+    print()
+    print("trainprof benchmarks, %s UTC%s" % (started.strftime("%Y-%m-%d %H:%M"), " (--quick)" if args.quick else ""))
+    print("machine: %s" % machine())
+    print()
+    print(text_table(rows))
+    if args.markdown:
+        print()
+        print(markdown_table(rows))
+    print()
+    print("full reports: %s" % logs)
+    if failed:
+        print("FAILED: %s" % ", ".join(failed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -418,12 +418,16 @@ impl<S: ObjectStore> Uploader<S> {
                 self.not_before = Instant::now() + delay;
                 self.last_error = Some(e.to_string());
                 if self.finishing && e.class == ErrorClass::Fatal {
-                    // Refused again after Finish (missing credentials, no such bucket):
-                    // waiting out the deadline would only delay the end.
-                    crate::log!(
-                        "UPLOAD REFUSED by {} at the end ({e}); not waiting for the deadline",
-                        self.store.describe()
-                    );
+                    // Refused after Finish (missing credentials, no such bucket): waiting
+                    // out the deadline would only delay the end. The error is named once.
+                    if self.failing == Some(ErrorClass::Fatal) {
+                        crate::log!("upload still refused at the end: not waiting for the deadline");
+                    } else {
+                        crate::log!(
+                            "UPLOAD REFUSED by {} at the end ({e}); not waiting for the deadline",
+                            self.store.describe()
+                        );
+                    }
                     self.gave_up = true;
                     return;
                 }

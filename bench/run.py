@@ -39,7 +39,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHES = [
     ("hook-c", ["scripts/bench-hook"], {"BENCH_BATCHES": "5000"}, {"BENCH_BATCHES": "1000"}),
     ("hook-py", ["scripts/bench-hook-python"], {"BENCH_EVENTS": "100000"}, {"BENCH_EVENTS": "20000"}),
-    ("step-py", [sys.executable, "bench/step_vs_smdebug.py"], {}, {"BENCH_QUICK": "1"}),
+    ("step-py", [sys.executable, "bench/step_vs_smdebug.py"], {},
+     {"BENCH_STEPS": "4000", "BENCH_GAP_STEPS": "1000", "BENCH_ROUNDS": "2"}),
     ("agent", ["scripts/bench-agent"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "5", "BENCH_TREE": "0"}),
     ("s3", [sys.executable, "bench/s3_latency.py"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "8"}),
 ]

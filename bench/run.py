@@ -1,6 +1,6 @@
 """Every benchmark, each side by side with its peer in the same run, and one table at the end.
 
-    scripts/bench                 # ~4 minutes on 2 cores
+    scripts/bench                 # ~5 minutes on 2 cores
     scripts/bench --quick         # shorter runs, for a smoke check (numbers are noisier)
     scripts/bench --markdown      # the table as Markdown too (what BENCHMARKS.md holds)
 
@@ -15,7 +15,8 @@ Runs, one after the other (never two at once, so that none takes CPU from anothe
                                               trainprof vs smdebug's PyTorch hook's per-step work
   agent        scripts/bench-agent            CPU per tick and RSS, trainprof vs a psutil
                                               collector of the same metrics
-  s3           bench/s3_latency.py            file sealed → object in S3 (moto_server), p50/p95,
+  s3           bench/s3_latency.py            file sealed → object in S3 (moto_server), p50/p95
+                                              (stretched to take in a minute boundary),
                                               vs a bare boto3 put_object of the same files
 
 Each benchmark prints its own detailed report (kept in a log folder named at the end) and

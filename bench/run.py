@@ -91,7 +91,7 @@ def rows_of(results):
     for bench, r in results:
         x = ratio(r)
         out.append([bench, r["metric"], r["unit"], fmt(r.get("trainprof")), fmt(r.get("peer")),
-                    "%.1f×" % x if x is not None else "–", r.get("peer_name") or "–"])
+                    ("%.1f×" if x >= 1 else "%.2g×") % x if x is not None else "–", r.get("peer_name") or "–"])
     return out
 
 

@@ -235,17 +235,17 @@ int main(int argc, char **argv) {
            (unsigned long long)s.files_sealed, (int)st);
     /* For bench/run.py (scripts/bench): one JSON object a line after "RESULT ". */
     const char *mode = pace_ns > 0 ? "paced" : "flat out";
-    printf("RESULT {\"metric\": \"trainprof_record from C, %d thread(s) %s, p50\", \"unit\": \"ns/event\", "
+    printf("RESULT {\"metric\": \"trainprof_record from C, %d thread%s %s, p50\", \"unit\": \"ns/event\", "
            "\"trainprof\": %.1f, \"peer\": null, \"peer_name\": null, \"better\": \"lower\"}\n",
-           n_threads, mode, pct(all, n_all, 0.50));
-    printf("RESULT {\"metric\": \"trainprof_record from C, %d thread(s) %s, p99\", \"unit\": \"ns/event\", "
+           n_threads, n_threads == 1 ? "" : "s", mode, pct(all, n_all, 0.50));
+    printf("RESULT {\"metric\": \"trainprof_record from C, %d thread%s %s, p99\", \"unit\": \"ns/event\", "
            "\"trainprof\": %.1f, \"peer\": null, \"peer_name\": null, \"better\": \"lower\"}\n",
-           n_threads, mode, pct(all, n_all, 0.99));
+           n_threads, n_threads == 1 ? "" : "s", mode, pct(all, n_all, 0.99));
     if (pace_ns == 0) {
         /* Flat out, the writer is the bottleneck: events written per second until sealed. */
-        printf("RESULT {\"metric\": \"timeline writer from C, %d thread(s) flat out\", \"unit\": \"events/s\", "
+        printf("RESULT {\"metric\": \"timeline writer from C, %d thread%s flat out\", \"unit\": \"events/s\", "
                "\"trainprof\": %.0f, \"peer\": null, \"peer_name\": null, \"better\": \"higher\"}\n",
-               n_threads, (double)s.written * 1e9 / (double)(t2 - t0));
+               n_threads, n_threads == 1 ? "" : "s", (double)s.written * 1e9 / (double)(t2 - t0));
     }
     return other == 0 && st == TRAINPROF_STATUS_OK ? 0 : 1;
 }

@@ -545,7 +545,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="trainprof-stepbench-")
     if tmp != tmp.lower():  # smdebug lowercases the whole config file, LocalPath included
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp = tempfile.mkdtemp(prefix="trainprof-stepbench-", dir="/tmp")
+        tmp = tempfile.mkdtemp(prefix="trainprof-stepbench-")
     # Removed at exit, after trainprof's own exit handler (registered later, so run earlier)
     # has written the post-close Python-profiling window's stats under LocalPath.
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)

@@ -89,15 +89,12 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     let child = match &command {
         None => None,
         Some(argv) => {
-            // The trainer records into the agent's root when that root was chosen here:
-            // given by flag, fallen back to ./trainprof-output, or the built-in default
-            // because there is no config file at all (`trainprof run` on its defaults
-            // profiles the trainer too). A config file without ProfilingParameters keeps
-            // smdebug's meaning: the hook does nothing.
-            let fell_back = root.as_ref().is_some_and(|r| r != config.local_path());
-            let no_file = matches!(loaded_file, FileStatus::Missing);
-            let local_path_env =
-                if explicit_local_path.is_some() || fell_back || no_file { root.clone() } else { None };
+            let local_path_env = trainer_local_path(
+                root.as_deref(),
+                config.local_path(),
+                explicit_local_path.is_some(),
+                &loaded_file,
+            );
             match spawn(argv, config_flag.as_ref(), local_path_env.as_ref(), config.enabled) {
                 Ok(c) => Some(c),
                 Err((code, e)) => {
@@ -336,6 +333,21 @@ fn sample(
     c
 }
 
+/// The `TRAINPROF_LOCAL_PATH` the trainer gets: the agent's root when that root was chosen
+/// here (given by flag, fallen back from `configured`, or the built-in default because there
+/// is no config file at all: `trainprof run` on its defaults profiles the trainer too).
+/// Otherwise none: the trainer reads the same config, and a file without
+/// ProfilingParameters keeps smdebug's meaning (the hook does nothing).
+fn trainer_local_path(
+    root: Option<&Path>,
+    configured: &Path,
+    by_flag: bool,
+    file: &FileStatus,
+) -> Option<PathBuf> {
+    let root = root?;
+    (by_flag || root != configured || matches!(file, FileStatus::Missing)).then(|| root.to_path_buf())
+}
+
 /// Starts the command with what the Python package needs in its environment. The error
 /// carries the shell's exit code for it: 127 not found, 126 not runnable.
 fn spawn(
@@ -381,4 +393,23 @@ fn read_resource_config() -> Option<serde_json::Value> {
     let path =
         std::env::var_os("TRAINPROF_RESOURCE_CONFIG").unwrap_or_else(|| DEFAULT_RESOURCE_CONFIG.into());
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trainer_gets_the_root_only_when_it_was_chosen_here() {
+        let root = Path::new("/out");
+        let read = FileStatus::Read;
+        assert_eq!(trainer_local_path(Some(root), root, false, &read), None);
+        assert_eq!(trainer_local_path(Some(root), root, true, &read).as_deref(), Some(root));
+        let fallback = Path::new("/opt/ml/output/profiler");
+        assert_eq!(trainer_local_path(Some(root), fallback, false, &read).as_deref(), Some(root));
+        assert_eq!(trainer_local_path(Some(root), root, false, &FileStatus::Missing).as_deref(), Some(root));
+        let unusable = FileStatus::Unusable("not JSON".into());
+        assert_eq!(trainer_local_path(Some(root), root, false, &unusable), None);
+        assert_eq!(trainer_local_path(None, root, true, &FileStatus::Missing), None);
+    }
 }

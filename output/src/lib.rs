@@ -7,10 +7,15 @@
 //! system/training_job_end.ts, framework/training_job_end.ts           agent, at the end
 //! ```
 //!
-//! Hour folders are always the UTC hour of the time in the file name. Everything here is
-//! a pure function; the writers that use it come with the agent and the hook.
+//! Hour folders are always the UTC hour of the time in the file name. The names, the
+//! temporary names and their parsing are pure functions here; [`fs`] holds the file calls
+//! (never through a link, never replacing a file) and [`ledger`] the agent's records in
+//! `.trainprof/`. `docs/on-disk.md` describes the whole protocol.
 
 use std::fmt;
+
+pub mod fs;
+pub mod ledger;
 
 /// A UTC calendar time, to the second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +91,68 @@ pub const PYTHON_TIMELINE_SUFFIX: &str = "pythontimeline.json";
 /// The end-of-job markers smdebug's `ProfilerTrial` waits for (spec §2.4).
 pub const END_MARKERS: [&str; 2] = ["system/training_job_end.ts", "framework/training_job_end.ts"];
 
+/// The temporary name of a system file being written: `.<window s>.algo-<n>.<tag>.tmp`
+/// in `system/` (hidden and without `.json`, so that no smdebug reader lists it). `tag`
+/// keeps writers apart (the agent's pid).
+pub fn system_temp(window_s: i64, algo_n: u32, tag: &str) -> String {
+    format!(".{window_s}.algo-{algo_n}.{tag}.tmp")
+}
+
+/// `(window s, n)` of a [`system_temp`] name.
+pub fn parse_system_temp(name: &str) -> Option<(i64, u32)> {
+    let rest = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (window, rest) = rest.split_once('.')?;
+    let (n, tag) = rest.strip_prefix("algo-")?.split_once('.')?;
+    if tag.is_empty() || window.is_empty() || !window.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((window.parse().ok()?, n.parse().ok()?))
+}
+
+/// The temporary name of a timeline being written, in `framework/`:
+/// `<node>_pythontimeline.json.<tag>.tmp`; `tag` makes it unique (the writer's pid and a
+/// sequence number), so a writer always creates a new file and never meets a leftover.
+pub fn timeline_temp(node_id: &str, tag: &str) -> String {
+    format!("{node_id}_{PYTHON_TIMELINE_SUFFIX}.{tag}.tmp")
+}
+
+/// The node of a timeline temporary name: [`timeline_temp`], or the `<node>_pythontimeline
+/// .json.tmp` of earlier versions.
+pub fn parse_timeline_temp(name: &str) -> Option<&str> {
+    let rest = name.strip_suffix(".tmp")?;
+    let suffix = format!("_{PYTHON_TIMELINE_SUFFIX}");
+    let at = rest.find(&suffix)?;
+    let (node, after) = (&rest[..at], &rest[at + suffix.len()..]);
+    let known = after.is_empty() || after.strip_prefix('.').is_some_and(|a| !a.is_empty());
+    (known && !node.is_empty() && !node.starts_with('.')).then_some(node)
+}
+
+/// The candidate names of a timeline whose last event ends at `end_us`: that time, then
+/// each microsecond after it (names must be unique; a later one is still a valid end for
+/// the readers).
+pub fn timeline_names(end_us: i64, node_id: &str) -> impl Iterator<Item = String> + '_ {
+    (0..TIMELINE_NAME_TRIES)
+        .map(move |i| timeline_file(end_us.saturating_add(i), node_id, PYTHON_TIMELINE_SUFFIX))
+}
+
+/// How many microseconds a timeline's name is raised at most while names are taken.
+pub const TIMELINE_NAME_TRIES: i64 = 10_000;
+
+/// The candidate names of a system file: `first` (a window start) and then the second of
+/// its first line and each second before it, for a minute (see [`system_first_names`]).
+pub fn system_names(first: Option<i64>, first_line_s: i64, algo_n: u32) -> impl Iterator<Item = String> {
+    first.into_iter().chain(system_first_names(first_line_s)).map(move |s| system_file(s, algo_n))
+}
+
+/// The window starts a writer's first file (or a repaired one) may take: the second of
+/// its first line, then each second before it, for a minute. Not the minute first: an
+/// earlier agent may have sealed, uploaded and deleted that name (a restart), and agents
+/// restarted within one second still find a free name. A name only has to be ≤ every line
+/// in the file (the readers look 180 s around a query), so it may lie before the minute.
+pub fn system_first_names(first_line_s: i64) -> impl Iterator<Item = i64> {
+    (first_line_s.saturating_sub(60)..=first_line_s).rev()
+}
+
 /// A node id for file names: readers split names on `_`, so every `_` becomes `-` (as
 /// smdebug does), and `/` (which would make a folder) too.
 pub fn node_id(rank: u64, host: &str) -> String {
@@ -114,6 +181,48 @@ mod tests {
             timeline_file(1_795_316_901_809_988, "29945-vm", PYTHON_TIMELINE_SUFFIX),
             "framework/pevents/2026112203/1795316901809988_29945-vm_pythontimeline.json"
         );
+    }
+
+    #[test]
+    fn temporary_names_round_trip() {
+        let n = system_temp(1_595_455_620, 3, "77");
+        assert_eq!(n, ".1595455620.algo-3.77.tmp");
+        assert_eq!(parse_system_temp(&n), Some((1_595_455_620, 3)));
+        for bad in
+            [".1595455620.algo-3.tmp", "1595455620.algo-3.7.tmp", ".x.algo-3.7.tmp", ".1.algo-3.7.json"]
+        {
+            assert_eq!(parse_system_temp(bad), None, "{bad}");
+        }
+        let t = timeline_temp("0-algo-1", "42-0");
+        assert_eq!(t, "0-algo-1_pythontimeline.json.42-0.tmp");
+        assert_eq!(parse_timeline_temp(&t), Some("0-algo-1"));
+        assert_eq!(parse_timeline_temp("0-algo-1_pythontimeline.json.tmp"), Some("0-algo-1"));
+        for bad in [
+            "_pythontimeline.json.tmp",
+            ".x_pythontimeline.json.tmp",
+            "x_pythontimeline.json..tmp",
+            "x.json.tmp",
+        ] {
+            assert_eq!(parse_timeline_temp(bad), None, "{bad}");
+        }
+        let names: Vec<_> = timeline_names(5, "n").take(2).collect();
+        assert_eq!(
+            names,
+            [
+                "framework/pevents/1970010100/5_n_pythontimeline.json",
+                "framework/pevents/1970010100/6_n_pythontimeline.json"
+            ]
+        );
+        let sys: Vec<_> = system_names(Some(120), 130, 1).take(3).collect();
+        assert_eq!(
+            sys,
+            [
+                "system/incremental/1970010100/120.algo-1.json",
+                "system/incremental/1970010100/130.algo-1.json",
+                "system/incremental/1970010100/129.algo-1.json"
+            ]
+        );
+        assert_eq!(system_first_names(130).count(), 61);
     }
 
     #[test]

@@ -4,18 +4,23 @@
 //! A file is written as `system/.<window start>.algo-<n>.<pid>.tmp` (no `.json` in the
 //! name, so no smdebug reader lists it, pitfall 18) and *sealed* when a tick falls in
 //! another minute, or at the end: fsync, link to the final name, unlink, fsync of the
-//! folder. A sealed file is never overwritten (the link fails on an existing name): if
-//! the minute's name is taken (an agent restarted within the same minute) the second of
-//! the file's first line is used, which is still a window start ≤ every line inside; if
-//! that is taken too, the file stays under its temporary name and is counted.
+//! folder. Every file call goes through `trainprof_output::fs` (`docs/on-disk.md`): the
+//! temporary file is created new (`O_EXCL | O_NOFOLLOW`), so a name planted under
+//! `system/` is never written through, and a sealed file is never replaced. If the
+//! minute's name is taken (an agent restarted within the same minute) the second of the
+//! file's first line is used, which is still a window start ≤ every line inside; if that
+//! is taken too, the file stays under its temporary name and is counted.
 //! Every tick is one `write`, so a killed agent loses at most the tick being written (a
 //! failed write is cut off again, so no partial line stays); the next start repairs the
-//! temporary file (issue 6).
+//! temporary file (`agent/src/upload/repair.rs`).
 
 use std::fmt::Write as _;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
+
+use trainprof_output::fs::{self as ofs, Dir, Move};
+use trainprof_output::ledger;
 
 use crate::sample::Metric;
 
@@ -35,7 +40,8 @@ struct Open {
     window_s: i64,
     /// The whole second of the first line.
     first_s: i64,
-    tmp: PathBuf,
+    dir: Dir,
+    tmp: String,
     file: File,
     lines: u64,
     /// Bytes written so far: where a failed write is cut back to.
@@ -62,6 +68,8 @@ pub struct SystemWriter {
     open: Option<Open>,
     buf: String,
     counts: SystemCounts,
+    /// A problem with `.trainprof/` said once.
+    ledger_warned: bool,
 }
 
 impl SystemWriter {
@@ -73,6 +81,7 @@ impl SystemWriter {
             open: None,
             buf: String::with_capacity(16 * 1024),
             counts: SystemCounts::default(),
+            ledger_warned: false,
         }
     }
 
@@ -123,24 +132,37 @@ impl SystemWriter {
         result.map(|()| sealed)
     }
 
+    fn create(&self, window_s: i64, first_s: i64) -> Result<Open, SystemWriteError> {
+        let system = self.root.join("system");
+        let dir = Dir::open_root(&self.root, true)
+            .and_then(|r| r.sub("system", true))
+            .map_err(io_err(&system))?;
+        // A new file every time: the pid keeps live agents apart, the counter steps over a
+        // name someone else put there (a dead agent's file is repaired before sampling).
+        let pid = std::process::id();
+        let mut last = None;
+        for k in 0..8 {
+            let tag = if k == 0 { pid.to_string() } else { format!("{pid}-{k}") };
+            let tmp = trainprof_output::system_temp(window_s, self.algo_n, &tag);
+            match dir.create_new(&tmp) {
+                Ok(file) => {
+                    // Held for the file's life: the repair leaves a locked file alone.
+                    if let Err(e) = file.try_lock() {
+                        crate::log!("cannot lock {}: {e}", dir.display(&tmp).display());
+                    }
+                    return Ok(Open { window_s, first_s, dir, tmp, file, lines: 0, len: 0 });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(io_err(&dir.display(&tmp))(e)),
+            }
+        }
+        let e = last.unwrap_or_else(|| io::Error::other("no free temporary name"));
+        Err(io_err(&system)(e))
+    }
+
     fn append(&mut self, window_s: i64, first_s: i64, lines: u64) -> Result<(), SystemWriteError> {
         if self.open.is_none() {
-            let dir = self.root.join("system");
-            std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-            let tmp = dir.join(format!(".{window_s}.algo-{}.{}.tmp", self.algo_n, std::process::id()));
-            let file = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)
-                .map_err(io_err(&tmp))?;
-            // Held for the file's life: the repair leaves a locked file alone. The pid in
-            // the name keeps two live agents apart; a dead one's file was repaired before
-            // sampling started, so the truncation above never meets one.
-            if let Err(e) = file.try_lock() {
-                crate::log!("cannot lock {}: {e}", tmp.display());
-            }
-            self.open = Some(Open { window_s, first_s, tmp, file, lines: 0, len: 0 });
+            self.open = Some(self.create(window_s, first_s)?);
         }
         let Some(o) = self.open.as_mut() else { return Ok(()) };
         // One write per tick: nothing sits in a user-space buffer if the agent is killed.
@@ -148,7 +170,7 @@ impl SystemWriter {
             // Cut a partly written tick off again: readers reject a broken line.
             let _ = o.file.set_len(o.len);
             let _ = o.file.seek(SeekFrom::Start(o.len));
-            return Err(io_err(&o.tmp)(e));
+            return Err(io_err(&o.dir.display(&o.tmp))(e));
         }
         o.len += self.buf.len() as u64;
         o.lines += lines;
@@ -161,8 +183,7 @@ impl SystemWriter {
     pub fn seal(&mut self) -> Result<Option<PathBuf>, SystemWriteError> {
         let Some(o) = self.open.take() else { return Ok(None) };
         if o.lines == 0 {
-            drop(o.file);
-            let _ = std::fs::remove_file(&o.tmp);
+            let _ = o.dir.unlink_if_same(&o.tmp, &o.file);
             return Ok(None);
         }
         let result = self.place(o);
@@ -173,96 +194,57 @@ impl SystemWriter {
     }
 
     fn place(&mut self, o: Open) -> Result<PathBuf, SystemWriteError> {
-        o.file.sync_all().map_err(io_err(&o.tmp))?;
-        let names = if self.counts.files_sealed == 0 {
-            first_file_names(o.first_s)
-        } else {
-            std::iter::once(o.window_s).chain(first_file_names(o.first_s)).collect()
-        };
+        let tmp_path = o.dir.display(&o.tmp);
+        o.file.sync_all().map_err(io_err(&tmp_path))?;
+        let first = (self.counts.files_sealed > 0).then_some(o.window_s);
+        let names = trainprof_output::system_names(first, o.first_s, self.algo_n);
         // The file (and its lock) lives until it has its name, so that a repair never
         // takes it for a dead writer's.
-        let path = place_sealed(&self.root, &o.tmp, &names, self.algo_n)?;
+        let root = Dir::open_root(&self.root, false).map_err(io_err(&self.root))?;
+        let placed = place_sealed(&root, &o.dir, &o.tmp, names, &mut self.ledger_warned);
         drop(o.file);
+        let rel = placed.map_err(io_err(&tmp_path))?;
         self.counts.files_sealed += 1;
-        Ok(path)
+        Ok(self.root.join(rel))
     }
 }
 
-/// The names a writer's first file (or a repaired one, which may have been a first file)
-/// may take: the second of its first line, then each second before it, for a minute.
-/// Not the minute first: an earlier agent may have sealed, uploaded and deleted that name
-/// (a restart), and agents restarted within one second still find a free name. A name
-/// only has to be ≤ every line in the file (the readers look 180 s around a query), so it
-/// may lie before the minute.
-pub(crate) fn first_file_names(first_s: i64) -> Vec<i64> {
-    (first_s.saturating_sub(60)..=first_s).rev().collect()
-}
-
-/// Every system file name ever given under a root, one relative path a line: a name whose
-/// file was uploaded and deleted is not free again.
-pub const USED_NAMES: &str = ".trainprof/system-names";
-
-/// Gives the synced temporary file `tmp` the first free name of `names` (window starts in
-/// epoch seconds, each ≤ the file's first line) under `root` — free meaning neither on
-/// disk nor in [`USED_NAMES`] — never replacing a file; records the name and syncs the
-/// folder. Used by the writer and by the repair.
+/// Gives the synced temporary file `dir/tmp` the first free name of `names` (paths
+/// relative to `root`, each a window start ≤ the file's first line), free meaning neither
+/// on disk nor in the [`ledger::SYSTEM_NAMES`] record; records the name before it is
+/// taken. Used by the writer and by the repair. `warned`: a record that cannot be used is
+/// said once (the names on disk still keep files apart).
 pub(crate) fn place_sealed(
-    root: &Path,
-    tmp: &Path,
-    names: &[i64],
-    algo_n: u32,
-) -> Result<PathBuf, SystemWriteError> {
-    let used = std::fs::read_to_string(root.join(USED_NAMES)).unwrap_or_default();
-    let used: std::collections::HashSet<&str> = used.lines().collect();
-    for &s in names {
-        let rel = trainprof_output::system_file(s, algo_n);
-        if used.contains(rel.as_str()) {
-            continue;
+    root: &Dir,
+    dir: &Dir,
+    tmp: &str,
+    names: impl IntoIterator<Item = String>,
+    warned: &mut bool,
+) -> io::Result<String> {
+    let mut warn = |e: io::Error| {
+        if !std::mem::replace(warned, true) {
+            crate::log!("{}/{}: {e}", ledger::DIR, ledger::SYSTEM_NAMES);
         }
-        let path = root.join(&rel);
-        let dir = path.parent().unwrap_or(root).to_owned();
-        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    };
+    let used = ledger::read(root, ledger::SYSTEM_NAMES).unwrap_or_else(|e| {
+        warn(e);
+        Vec::new()
+    });
+    let used: std::collections::HashSet<String> = used.into_iter().collect();
+    let claim = |rel: &str| {
+        if used.contains(rel) {
+            return false;
+        }
         // Recorded before it is taken: a name given and then lost to a crash is still
         // never given again.
-        if let Err(e) = record_name(root, &rel) {
-            crate::log!("cannot record {rel} in {USED_NAMES}: {e}");
+        if let Err(e) = ledger::append(root, ledger::SYSTEM_NAMES, rel) {
+            warn(e);
         }
-        if !link_no_replace(tmp, &path).map_err(io_err(&path))? {
-            continue;
-        }
-        // The new name is durable only once the folder is.
-        File::open(&dir).and_then(|d| d.sync_all()).map_err(io_err(&dir))?;
-        return Ok(path);
-    }
-    let taken = io::Error::new(io::ErrorKind::AlreadyExists, "its names are taken");
-    Err(io_err(tmp)(taken))
-}
-
-fn record_name(root: &Path, rel: &str) -> io::Result<()> {
-    let path = root.join(USED_NAMES);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
-    f.write_all(format!("{rel}\n").as_bytes())
-}
-
-/// Gives `from` the name `to` unless `to` exists: false when it does. A hard link cannot
-/// replace a file, so the check and the move are one step; where hard links are not
-/// supported, a rename after a check.
-pub(crate) fn link_no_replace(from: &Path, to: &Path) -> io::Result<bool> {
-    match std::fs::hard_link(from, to) {
-        Ok(()) => {
-            // Sealed from here on; a temporary name that stays behind has a second link
-            // and the repair only removes it.
-            if let Err(e) = std::fs::remove_file(from) {
-                crate::log!("{} is sealed as {} but stays behind: {e}", from.display(), to.display());
-            }
-            Ok(true)
-        }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-        Err(_) if std::fs::symlink_metadata(to).is_ok() => Ok(false),
-        Err(_) => std::fs::rename(from, to).map(|()| true),
+        true
+    };
+    match ofs::seal(root, dir, tmp, names, Move::Link, claim)? {
+        Some(rel) => Ok(rel),
+        None => Err(io::Error::new(io::ErrorKind::AlreadyExists, "its names are taken")),
     }
 }
 
@@ -405,7 +387,7 @@ mod tests {
         assert!(value(&names[3]).contains(r#""Value":3,"#));
         assert!(value(&names[4]).contains(r#""Value":2,"#));
         assert_eq!(
-            std::fs::read_to_string(root.join(USED_NAMES)).unwrap().lines().count(),
+            std::fs::read_to_string(root.join(".trainprof/system-names")).unwrap().lines().count(),
             6,
             "every name given is recorded"
         );
@@ -416,7 +398,7 @@ mod tests {
         let mut w = SystemWriter::new(&root, 1);
         let used: String =
             (1_595_455_570..=1_595_455_630).map(|s| trainprof_output::system_file(s, 1) + "\n").collect();
-        std::fs::write(root.join(USED_NAMES), used).unwrap();
+        std::fs::write(root.join(".trainprof/system-names"), used).unwrap();
         w.write_tick(1_595_455_630.5, tick(7.0).as_slice()).unwrap();
         assert!(w.seal().is_err());
         assert_eq!(w.counts().seal_failures, 1);

@@ -21,16 +21,15 @@
 //! locked file (a writer may have sealed or moved it meanwhile). The whole repair, the
 //! final link and the unlink of the temporary name included, happens under the lock.
 
-use std::fs::{self, File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
-use trainprof_output::{PYTHON_TIMELINE_SUFFIX, timeline_file};
+use trainprof_output::fs::{self as ofs, Dir, Kind, Move};
 
-use crate::system::{SystemWriteError, first_file_names, link_no_replace, place_sealed};
+use crate::system::place_sealed;
 
 /// What [`repair_all`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -50,13 +49,16 @@ pub struct RepairReport {
     /// One line per file that could not be repaired, with its path. The file stays (for
     /// the next try); it may have been cut already, which a next try keeps.
     pub failed: Vec<String>,
+    /// Entries with a temporary file's name that are not regular files (a link, a FIFO),
+    /// or folders that are links: left alone, one line each.
+    pub refused: Vec<String>,
     /// The final paths of the repaired files.
     pub sealed: Vec<PathBuf>,
 }
 
 impl RepairReport {
-    /// Logs what was repaired (one line, if anything) and each failure that `logged`
-    /// does not hold yet; returns the number of files repaired.
+    /// Logs what was repaired (one line, if anything) and each failure or refusal that
+    /// `logged` does not hold yet; returns the number of files repaired.
     pub fn log(&self, logged: &mut std::collections::HashSet<String>) -> u64 {
         if self.repaired > 0 {
             crate::log!("repaired {} temporary files ({} records)", self.repaired, self.records);
@@ -64,6 +66,11 @@ impl RepairReport {
         for f in &self.failed {
             if logged.insert(f.clone()) {
                 crate::log!("{f}");
+            }
+        }
+        for r in &self.refused {
+            if logged.insert(r.clone()) {
+                crate::log!("left alone: {r}");
             }
         }
         self.repaired
@@ -77,18 +84,12 @@ enum RepairError {
     Io { path: PathBuf, source: io::Error },
     #[error("cannot repair {path}: {why}")]
     Invalid { path: PathBuf, why: &'static str },
-    #[error(transparent)]
-    Seal(#[from] SystemWriteError),
-}
-
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> RepairError + '_ {
-    move |source| RepairError::Io { path: path.to_owned(), source }
 }
 
 /// What a temporary file is, from its name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Temp {
-    System { window_s: i64, algo_n: u32 },
+    System,
     Timeline { node: String },
 }
 
@@ -107,97 +108,108 @@ enum Outcome {
     Gone,
 }
 
+/// One temporary file to look at: its folder, its name.
+struct Found<'a> {
+    dir: &'a Dir,
+    name: &'a str,
+}
+
+impl Found<'_> {
+    fn path(&self) -> PathBuf {
+        self.dir.display(self.name)
+    }
+
+    fn err(&self) -> impl FnOnce(io::Error) -> RepairError + '_ {
+        move |source| RepairError::Io { path: self.path(), source }
+    }
+}
+
 /// Repairs every dead writer's temporary file under `root` (see the module doc). A file
 /// changed less than `min_age` before `now` is left alone: at start-up, with nothing
 /// running yet, `min_age` is zero; while writers run, a few seconds.
 pub fn repair_all(root: &Path, min_age: Duration, now: SystemTime) -> RepairReport {
     let mut report = RepairReport::default();
-    let mut temps = Vec::new();
-    list(&root.join("system"), system_temp, &mut temps, &mut report);
-    list(&root.join("framework"), timeline_temp, &mut temps, &mut report);
-    for (path, temp) in temps {
-        match repair_one(root, &path, &temp, min_age, now) {
-            Ok(Outcome::Sealed { path, records, cut }) => {
-                report.repaired += 1;
-                report.records += records;
-                report.bytes_cut += cut;
-                report.sealed.push(path);
+    let root = match Dir::open_root(root, false) {
+        Ok(r) => r,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return report,
+        Err(e) => {
+            report.failed.push(format!("cannot open {}: {e}", root.display()));
+            return report;
+        }
+    };
+    for (folder, parse) in [("system", system_temp as fn(&str) -> Option<Temp>), ("framework", timeline_temp)] {
+        let dir = match root.sub(folder, false) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                report.refused.push(e.to_string());
+                continue;
             }
-            Ok(Outcome::Removed { cut }) => {
-                report.removed += 1;
-                report.bytes_cut += cut;
+        };
+        let entries = match dir.entries() {
+            Ok(e) => e,
+            Err(e) => {
+                report.failed.push(format!("cannot list {}: {e}", dir.path().display()));
+                continue;
             }
-            Ok(Outcome::Live) => report.live += 1,
-            Ok(Outcome::Young) => report.young += 1,
-            Ok(Outcome::Gone) => {}
-            Err(e) => report.failed.push(e.to_string()),
+        };
+        for entry in entries {
+            let Ok(name) = entry.name else { continue };
+            let Some(temp) = parse(&name) else { continue };
+            let found = Found { dir: &dir, name: &name };
+            if entry.kind != Kind::File {
+                if entry.kind != Kind::Dir {
+                    report.refused.push(format!("{} is not a regular file", found.path().display()));
+                }
+                continue;
+            }
+            match repair_one(&root, &found, &temp, min_age, now) {
+                Ok(Outcome::Sealed { path, records, cut }) => {
+                    report.repaired += 1;
+                    report.records += records;
+                    report.bytes_cut += cut;
+                    report.sealed.push(path);
+                }
+                Ok(Outcome::Removed { cut }) => {
+                    report.removed += 1;
+                    report.bytes_cut += cut;
+                }
+                Ok(Outcome::Live) => report.live += 1,
+                Ok(Outcome::Young) => report.young += 1,
+                Ok(Outcome::Gone) => {}
+                Err(e) => report.failed.push(e.to_string()),
+            }
         }
     }
     report
 }
 
-/// The files directly in `dir` whose name `parse` recognises, sorted by name.
-fn list(
-    dir: &Path,
-    parse: fn(&str) -> Option<Temp>,
-    out: &mut Vec<(PathBuf, Temp)>,
-    report: &mut RepairReport,
-) {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return,
-        Err(e) => {
-            report.failed.push(format!("cannot list {}: {e}", dir.display()));
-            return;
-        }
-    };
-    let mut found: Vec<(PathBuf, Temp)> = entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .filter_map(|e| Some((e.path(), parse(e.file_name().to_str()?)?)))
-        .collect();
-    found.sort_by(|a, b| a.0.cmp(&b.0));
-    out.extend(found);
-}
-
-/// `.<window s>.algo-<n>.<anything>.tmp`.
+/// A system writer's temporary name (`trainprof_output::system_temp`).
 fn system_temp(name: &str) -> Option<Temp> {
-    let rest = name.strip_prefix('.')?.strip_suffix(".tmp")?;
-    let (window, rest) = rest.split_once('.')?;
-    let (n, anything) = rest.strip_prefix("algo-")?.split_once('.')?;
-    if anything.is_empty() || !window.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    Some(Temp::System { window_s: window.parse().ok()?, algo_n: n.parse().ok()? })
+    trainprof_output::parse_system_temp(name).map(|_| Temp::System)
 }
 
-/// `<node>_pythontimeline.json.tmp` or `<node>_pythontimeline.json.<anything>.tmp`.
+/// A timeline writer's temporary name (`trainprof_output::timeline_temp`).
 fn timeline_temp(name: &str) -> Option<Temp> {
-    let rest = name.strip_suffix(".tmp")?;
-    let (node, after) = rest.split_once(&format!("_{PYTHON_TIMELINE_SUFFIX}"))?;
-    let known = after.is_empty() || after.strip_prefix('.').is_some_and(|a| !a.is_empty());
-    (known && !node.is_empty() && !node.starts_with('.')).then(|| Temp::Timeline { node: node.to_owned() })
+    trainprof_output::parse_timeline_temp(name).map(|node| Temp::Timeline { node: node.to_owned() })
 }
 
 fn repair_one(
-    root: &Path,
-    path: &Path,
+    root: &Dir,
+    found: &Found<'_>,
     temp: &Temp,
     min_age: Duration,
     now: SystemTime,
 ) -> Result<Outcome, RepairError> {
-    let meta = match fs::symlink_metadata(path) {
+    let meta = match found.dir.stat(found.name) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Outcome::Gone),
-        Err(e) => return Err(io_err(path)(e)),
+        Err(e) => return Err(found.err()(e)),
     };
-    if min_age > Duration::ZERO {
-        let changed = meta.modified().map_err(io_err(path))?;
-        if changed.checked_add(min_age).is_none_or(|t| t > now) {
-            return Ok(Outcome::Young);
-        }
+    if min_age > Duration::ZERO && meta.modified().checked_add(min_age).is_none_or(|t| t > now) {
+        return Ok(Outcome::Young);
     }
-    let mut file = match lock(path).map_err(io_err(path))? {
+    let mut file = match lock(found).map_err(found.err())? {
         Locked::Held(file) => file,
         Locked::Live => return Ok(Outcome::Live),
         Locked::Gone => return Ok(Outcome::Gone),
@@ -205,16 +217,16 @@ fn repair_one(
     // A second link: the writer was killed between giving the file its final name and
     // removing the temporary one. The data is sealed already; sealing it again would
     // make it two objects.
-    if file.metadata().map_err(io_err(path))?.nlink() > 1 {
-        fs::remove_file(path).map_err(io_err(path))?;
+    if ofs::meta_of(&file).map_err(found.err())?.nlink > 1 {
+        found.dir.unlink(found.name).map_err(found.err())?;
         return Ok(Outcome::Gone);
     }
-    file.seek(SeekFrom::Start(0)).map_err(io_err(path))?;
+    file.seek(SeekFrom::Start(0)).map_err(found.err())?;
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(io_err(path))?;
+    file.read_to_end(&mut bytes).map_err(found.err())?;
     match temp {
-        Temp::System { algo_n, .. } => repair_system(root, path, &file, &bytes, *algo_n),
-        Temp::Timeline { node } => repair_timeline(root, path, &mut file, &bytes, node),
+        Temp::System => repair_system(root, found, &file, &bytes),
+        Temp::Timeline { node } => repair_timeline(root, found, &mut file, &bytes, node),
     }
     // `file`, and with it the lock, is dropped only here, after the temporary name is gone.
 }
@@ -225,9 +237,10 @@ enum Locked {
     Gone,
 }
 
-/// Opens `path` and takes its lock without waiting.
-fn lock(path: &Path) -> io::Result<Locked> {
-    let file = match OpenOptions::new().read(true).write(true).open(path) {
+/// Opens the file (a regular file, never through a link) and takes its lock without
+/// waiting.
+fn lock(found: &Found<'_>) -> io::Result<Locked> {
+    let file = match found.dir.open_regular(found.name, true) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Locked::Gone),
         Err(e) => return Err(e),
@@ -238,30 +251,23 @@ fn lock(path: &Path) -> io::Result<Locked> {
         Err(TryLockError::Error(e)) => return Err(e),
     }
     // The writer may have sealed, moved or replaced the file between the open and the lock.
-    let held = file.metadata()?;
-    match fs::symlink_metadata(path) {
-        Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => Ok(Locked::Held(file)),
-        Ok(_) => Ok(Locked::Live),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Locked::Gone),
+    match found.dir.names(found.name, &file) {
+        Ok(true) => Ok(Locked::Held(file)),
+        Ok(false) if found.dir.stat(found.name).is_err() => Ok(Locked::Gone),
+        Ok(false) => Ok(Locked::Live),
         Err(e) => Err(e),
     }
 }
 
 /// Deletes a temporary file without a record (its lock is still held by the caller).
-fn remove(path: &Path, len: usize) -> Result<Outcome, RepairError> {
-    fs::remove_file(path).map_err(io_err(path))?;
+fn remove(found: &Found<'_>, len: usize) -> Result<Outcome, RepairError> {
+    found.dir.unlink(found.name).map_err(found.err())?;
     Ok(Outcome::Removed { cut: len as u64 })
 }
 
 /// Keeps the complete lines up to the first broken one, each a JSON object with a
 /// numeric `Timestamp`.
-fn repair_system(
-    root: &Path,
-    path: &Path,
-    file: &File,
-    bytes: &[u8],
-    algo_n: u32,
-) -> Result<Outcome, RepairError> {
+fn repair_system(root: &Dir, found: &Found<'_>, file: &File, bytes: &[u8]) -> Result<Outcome, RepairError> {
     let mut keep = 0;
     let mut lines = 0;
     let mut first_s = None;
@@ -273,19 +279,23 @@ fn repair_system(
         keep += line.len();
         lines += 1;
     }
-    let Some(first_s) = first_s else { return remove(path, bytes.len()) };
+    let Some(first_s) = first_s else { return remove(found, bytes.len()) };
     if keep < bytes.len() {
-        file.set_len(keep as u64).map_err(io_err(path))?;
+        file.set_len(keep as u64).map_err(found.err())?;
     }
-    file.sync_all().map_err(io_err(path))?;
-    let sealed = place_sealed(root, path, &first_file_names(first_s), algo_n)?;
-    Ok(Outcome::Sealed { path: sealed, records: lines, cut: (bytes.len() - keep) as u64 })
+    file.sync_all().map_err(found.err())?;
+    // The n of the name is the writer's; the lines carry it too, but the name is what the
+    // writer chose.
+    let algo_n = trainprof_output::parse_system_temp(found.name).map_or(1, |(_, n)| n);
+    let names = trainprof_output::system_names(None, first_s, algo_n);
+    let rel = place_sealed(root, found.dir, found.name, names, &mut false).map_err(found.err())?;
+    Ok(Outcome::Sealed { path: root.display(&rel), records: lines, cut: (bytes.len() - keep) as u64 })
 }
 
 /// Keeps the records up to the last complete one and closes the array.
 fn repair_timeline(
-    root: &Path,
-    path: &Path,
+    root: &Dir,
+    found: &Found<'_>,
     file: &mut File,
     bytes: &[u8],
     node: &str,
@@ -296,12 +306,12 @@ fn repair_timeline(
         Err(_) => {
             let keep = complete_prefix(bytes);
             if keep == 0 {
-                return remove(path, bytes.len());
+                return remove(found, bytes.len());
             }
             let mut closed = bytes[..keep].to_vec();
             closed.extend_from_slice(b"\n]");
             let events = serde_json::from_slice::<Vec<Value>>(&closed).map_err(|_| RepairError::Invalid {
-                path: path.to_owned(),
+                path: found.path(),
                 why: "its complete lines do not make a JSON array",
             })?;
             (events, Some(keep))
@@ -314,16 +324,20 @@ fn repair_timeline(
         .map(|e| base.saturating_add(micros(&e["ts"])).saturating_add(micros(&e["dur"])));
     let (records, end_us) = ends.fold((0, i64::MIN), |(n, max), end| (n + 1, max.max(end)));
     if records == 0 {
-        return remove(path, bytes.len());
+        return remove(found, bytes.len());
     }
     if let Some(keep) = keep {
-        file.set_len(keep as u64).map_err(io_err(path))?;
-        file.seek(SeekFrom::End(0)).and_then(|_| file.write_all(b"\n]")).map_err(io_err(path))?;
+        file.set_len(keep as u64).map_err(found.err())?;
+        file.seek(SeekFrom::End(0)).and_then(|_| file.write_all(b"\n]")).map_err(found.err())?;
     }
-    file.sync_all().map_err(io_err(path))?;
-    let sealed = place_timeline(root, path, end_us, node)?;
+    file.sync_all().map_err(found.err())?;
+    let names = trainprof_output::timeline_names(end_us, node);
+    let placed = ofs::seal(root, found.dir, found.name, names, Move::Link, |_| true).map_err(found.err())?;
+    let Some(rel) = placed else {
+        return Err(RepairError::Invalid { path: found.path(), why: "the names for its end time are all taken" });
+    };
     let cut = keep.map_or(0, |k| bytes.len() - k) as u64;
-    Ok(Outcome::Sealed { path: sealed, records, cut })
+    Ok(Outcome::Sealed { path: root.display(&rel), records, cut })
 }
 
 /// The length of `bytes` up to the end of its last complete line: `[` on the first line,
@@ -357,25 +371,13 @@ fn micros(v: &Value) -> i64 {
     v.as_i64().or_else(|| v.as_f64().map(|f| f.round() as i64)).unwrap_or(0)
 }
 
-/// Gives the synced timeline `tmp` its final name, `end_us` raised while the name is
-/// taken, never replacing a file; then syncs the folder.
-fn place_timeline(root: &Path, tmp: &Path, end_us: i64, node: &str) -> Result<PathBuf, RepairError> {
-    const TRIES: i64 = 10_000;
-    for t in (0..TRIES).map(|i| end_us.saturating_add(i)) {
-        let path = root.join(timeline_file(t, node, PYTHON_TIMELINE_SUFFIX));
-        let dir = path.parent().unwrap_or(root);
-        fs::create_dir_all(dir).map_err(io_err(dir))?;
-        if link_no_replace(tmp, &path).map_err(io_err(&path))? {
-            File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir))?;
-            return Ok(path);
-        }
-    }
-    Err(RepairError::Invalid { path: tmp.to_owned(), why: "the names for its end time are all taken" })
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+    use std::fs::{self, OpenOptions};
+
+    use trainprof_output::{PYTHON_TIMELINE_SUFFIX, timeline_file};
+
     use super::*;
     /// The files under `root`, without the agent's own records in `.trainprof/`.
     fn files(root: &std::path::Path) -> Vec<String> {
@@ -483,7 +485,7 @@ mod tests {
         // and the failure names it.
         let used: String =
             (1_595_455_561..=1_595_455_621).map(|s| trainprof_output::system_file(s, 1) + "\n").collect();
-        fs::write(root.join(crate::system::USED_NAMES), used).unwrap();
+        fs::write(root.join(".trainprof/system-names"), used).unwrap();
         let tmp = root.join("system/.1595455620.algo-1.2.tmp");
         fs::write(&tmp, text.clone() + "{\"cut").unwrap();
         let report = repair(&root);
@@ -682,14 +684,8 @@ mod tests {
 
     #[test]
     fn temp_names() {
-        assert_eq!(
-            system_temp(".1595455620.algo-12.345.tmp"),
-            Some(Temp::System { window_s: 1_595_455_620, algo_n: 12 })
-        );
-        assert_eq!(
-            system_temp(".1595455620.algo-1.a.b.tmp"),
-            Some(Temp::System { window_s: 1_595_455_620, algo_n: 1 })
-        );
+        assert_eq!(system_temp(".1595455620.algo-12.345.tmp"), Some(Temp::System));
+        assert_eq!(system_temp(".1595455620.algo-1.a.b.tmp"), Some(Temp::System));
         assert_eq!(system_temp(".1595455620.algo-1.tmp"), None);
         assert_eq!(system_temp(".-5.algo-1.2.tmp"), None);
         let node = |n: &str| Some(Temp::Timeline { node: n.to_owned() });

@@ -75,7 +75,16 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
 
     if let Some(root) = &root {
         repair(root);
+        if let Some(at) = launch::finished_job(root) {
+            log!(
+                "{} already holds a finished job (ended {at}): its files stay, this run's are added beside them and the end markers replaced",
+                root.display()
+            );
+        }
     }
+    // What is there before this run: the summary counts only this run's files.
+    let before: std::collections::HashSet<String> =
+        root.as_deref().map(launch::files_under).unwrap_or_default().into_iter().collect();
     let uploader = match (&root, &config.s3_output_path) {
         (Some(root), Some(s3)) => start_upload(root, s3, &upload_flags),
         _ => None,
@@ -193,7 +202,11 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
         if let Some(counts) = &counts {
             let (cpu_us, rss_bytes) = self_usage();
             let cost = SelfCost { cpu_us, rss_bytes, wall_s: started.elapsed().as_secs_f64() };
-            for line in launch::summary(root, launch::count_outputs(root), counts, cost).lines() {
+            let now = launch::files_under(root);
+            let sent = uploaded.iter().flatten().flat_map(|r| r.sent.iter());
+            let mine: std::collections::BTreeSet<&str> =
+                now.iter().chain(sent).map(String::as_str).filter(|f| !before.contains(*f)).collect();
+            for line in launch::summary(root, launch::count_outputs(mine), counts, cost).lines() {
                 log!("{line}");
             }
         }
@@ -269,7 +282,7 @@ fn upload_summary(root: &Path, report: Option<&upload::Report>, deadline: Durati
     use std::fmt::Write as _;
     let mut s = String::new();
     let Some(r) = report else {
-        let left = upload::sealed_files(root).len();
+        let left = upload::sealed_files(root).files.len();
         let _ = writeln!(
             s,
             "upload: did not finish within {} s or stopped; {left} files left on local disk under {}",

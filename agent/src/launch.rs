@@ -7,6 +7,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use trainprof_output::fs::{self as ofs, Dir};
+
 use crate::sample::cgroup::{CgroupMemory, CgroupSampler};
 use crate::sample::cpu::CpuSampler;
 use crate::sample::disk::DiskSampler;
@@ -22,12 +24,24 @@ pub const SELF_EVERY: Duration = Duration::from_secs(10);
 /// The folder used when the configured one cannot be written and nobody chose it.
 pub const FALLBACK_DIR: &str = "trainprof-output";
 
-/// Checks that `dir` can be created and written (by making and removing a file).
+/// Checks that `dir` can be created and written, by making a new file in it (never
+/// through a planted name: `docs/on-disk.md`) and removing it again.
 pub fn writable(dir: &Path) -> io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let probe = dir.join(format!(".trainprof-write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"")?;
-    std::fs::remove_file(&probe)
+    let root = Dir::open_root(dir, true)?;
+    let pid = std::process::id();
+    let mut last = None;
+    for k in 0..8 {
+        let probe = format!(".trainprof-write-test-{pid}-{k}");
+        match root.create_new(&probe) {
+            Ok(f) => {
+                root.unlink_if_same(&probe, &f)?;
+                return Ok(());
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no free name for a test file")))
 }
 
 /// Where the files go. `explicit`: the user chose the folder (flag, variable or config
@@ -117,16 +131,28 @@ pub fn probe_samplers(
 }
 
 /// Writes `system/training_job_end.ts` and `framework/training_job_end.ts` (spec §2.4);
-/// the content is the time, which no reader looks at.
+/// the content is the time, which no reader looks at. Each is written under a temporary
+/// name and renamed over an older job's (`trainprof_output::fs::write_replacing`).
 pub fn write_end_markers(root: &Path, wall_s: f64) -> io::Result<()> {
+    let root = Dir::open_root(root, true)?;
     for rel in trainprof_output::END_MARKERS {
-        let path = root.join(rel);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(&path, format!("{wall_s:.6}\n"))?;
+        let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        let dir = root.sub(folder, true)?;
+        ofs::write_replacing(&dir, name, format!("{wall_s:.6}\n").as_bytes())?;
     }
     Ok(())
+}
+
+/// The time in an end marker already under `root`: the output folder holds a finished
+/// job (an earlier run into the same folder).
+pub fn finished_job(root: &Path) -> Option<String> {
+    let root = Dir::open_root(root, false).ok()?;
+    trainprof_output::END_MARKERS.iter().find_map(|rel| {
+        let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        let bytes = root.sub(folder, false).ok()?.read(name).ok()??;
+        let s: f64 = String::from_utf8_lossy(&bytes).trim().parse().ok()?;
+        Some(trainprof_output::UtcTime::from_epoch_s(s.floor() as i64).to_string())
+    })
 }
 
 /// Sealed files under the output folder, by kind.
@@ -139,31 +165,20 @@ pub struct OutputCounts {
     pub temporary: u64,
 }
 
-/// Every file under `root` (not following links), as sorted `/`-separated paths relative
-/// to it; unreadable folders are skipped.
+/// Every regular file under `root` (never through a link), as sorted `/`-separated paths
+/// relative to it; unreadable folders, links and special files are left out.
 pub fn files_under(root: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for e in entries.flatten() {
-            let path = e.path();
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(path);
-            } else {
-                out.push(path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned());
-            }
-        }
-    }
-    out.sort();
-    out
+    let Ok(dir) = Dir::open_root(root, false) else { return Vec::new() };
+    ofs::walk(&dir, "", &|_, _| true).files.into_iter().map(|(rel, _)| rel).collect()
 }
 
-/// Counts what is under `root` the way the readers see it.
-pub fn count_outputs(root: &Path) -> OutputCounts {
+/// Counts the files `rels` (paths relative to the output folder) the way the readers see
+/// them. The summary passes this run's files only: those on disk now or uploaded, less
+/// those that were there when it started.
+pub fn count_outputs<'a>(rels: impl IntoIterator<Item = &'a str>) -> OutputCounts {
     let mut c = OutputCounts::default();
-    for rel in files_under(root) {
-        let name = rel.rsplit('/').next().unwrap_or(&rel);
+    for rel in rels {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
         if rel.starts_with(".tmp/") || name.ends_with(".tmp") {
             c.temporary += 1;
         } else if rel.starts_with("system/incremental/") && name.ends_with(".json") {
@@ -275,7 +290,12 @@ mod tests {
         }
         assert!(d.join("system/training_job_end.ts").is_file());
         assert!(d.join("framework/training_job_end.ts").is_file());
-        let c = count_outputs(&d);
+        assert_eq!(finished_job(&d).as_deref(), Some("1970-01-01T00:00:01Z"));
+        // A newer job's markers replace an older one's.
+        write_end_markers(&d, 60.0).unwrap();
+        assert_eq!(finished_job(&d).as_deref(), Some("1970-01-01T00:01:00Z"));
+        let files = files_under(&d);
+        let c = count_outputs(files.iter().map(String::as_str));
         assert_eq!(c, OutputCounts { system: 1, timelines: 1, python_stats: 1, temporary: 2 });
         let lc = LoopCounts {
             ticks: 30,

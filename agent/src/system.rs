@@ -134,9 +134,8 @@ impl SystemWriter {
 
     fn create(&self, window_s: i64, first_s: i64) -> Result<Open, SystemWriteError> {
         let system = self.root.join("system");
-        let dir = Dir::open_root(&self.root, true)
-            .and_then(|r| r.sub("system", true))
-            .map_err(io_err(&system))?;
+        let dir =
+            Dir::open_root(&self.root, true).and_then(|r| r.sub("system", true)).map_err(io_err(&system))?;
         // A new file every time: the pid keeps live agents apart, the counter steps over a
         // name someone else put there (a dead agent's file is repaired before sampling).
         let pid = std::process::id();

@@ -30,7 +30,6 @@ pub mod store;
 mod tests;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -39,13 +38,16 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use trainprof_output::fs::{self as ofs, Dir, Meta};
+use trainprof_output::ledger;
+
 use self::retry::{Backoff, ErrorClass, Policy};
 use self::store::{ObjectStore, Put, StoreError};
 
 /// The marker files: uploaded after everything else, at the finish only.
 const MARKERS: [&str; 2] = trainprof_output::END_MARKERS;
 
-/// Where `--keep-local` records the files S3 has.
+/// Where `--keep-local` records the files S3 has (`trainprof_output::ledger`).
 pub const LEDGER: &str = ".trainprof/uploaded";
 
 /// What the uploader is told to do.
@@ -105,6 +107,8 @@ pub struct Counts {
     pub spool_dropped_bytes: u64,
     /// Temporary files repaired while running.
     pub repaired: u64,
+    /// Entries left alone in the output tree: links, special files, hard-linked files.
+    pub refused: u64,
 }
 
 /// The uploader's final word.
@@ -115,12 +119,16 @@ pub struct Report {
     pub left: Vec<String>,
     /// The last error, if the store was failing at the end.
     pub last_error: Option<String>,
+    /// Files (relative paths) the store confirmed in this run, uploaded or already there.
+    pub sent: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Pending {
     len: u64,
     mtime: SystemTime,
+    /// The file as walked: only this file is ever deleted under its name.
+    meta: Meta,
 }
 
 enum Outcome {
@@ -157,6 +165,9 @@ struct Uploader<S> {
     /// Repair failures already logged (a file that cannot be repaired stays and fails
     /// again at every walk).
     repair_failures: HashSet<String>,
+    /// Hard-linked files seen in the last walk: said when they are still there at the next.
+    linked: HashSet<String>,
+    sent: Vec<String>,
 }
 
 /// Runs the uploader until `Finish` arrives (or every sender is gone) and its work is done
@@ -181,9 +192,11 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
         finishing: false,
         gave_up: false,
         repair_failures: HashSet::new(),
+        linked: HashSet::new(),
+        sent: Vec::new(),
         settings,
     };
-    let mut tasks: JoinSet<(String, Result<Outcome, StoreError>)> = JoinSet::new();
+    let mut tasks: JoinSet<(String, Result<(Outcome, Meta), StoreError>)> = JoinSet::new();
     let mut next_scan = Instant::now();
     let mut deadline: Option<Instant> = None;
     loop {
@@ -266,21 +279,37 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
 impl<S: ObjectStore> Uploader<S> {
     /// Takes in a walk (what the repair did, the sealed files) and brings `pending` up to
     /// date with the disk.
-    fn scan(&mut self, r: repair::RepairReport, files: Vec<(String, std::fs::Metadata)>) {
+    fn scan(&mut self, r: repair::RepairReport, walked: Sealed) {
         // A file that cannot be repaired stays and fails again at every walk: said once.
         self.counts.repaired += r.log(&mut self.repair_failures);
+        let mut linked = HashSet::new();
+        for why in walked.refused {
+            // A sealing writer's second link lasts microseconds: only one that stays counts.
+            if why.ends_with("hard links") && !self.linked.contains(&why) {
+                linked.insert(why);
+                continue;
+            }
+            if why.ends_with("hard links") {
+                linked.insert(why.clone());
+            }
+            if self.repair_failures.insert(why.clone()) {
+                self.counts.refused += 1;
+                crate::log!("left alone, not uploaded: {why}");
+            }
+        }
+        self.linked = linked;
         let mut seen = HashSet::new();
-        for (rel, meta) in files {
+        for (rel, meta) in walked.files {
             let is_marker = MARKERS.contains(&rel.as_str());
             seen.insert(rel.clone());
             if (is_marker && !self.finishing)
                 || self.in_flight.contains(&rel)
                 || self.set_aside.contains(&rel)
-                || self.done.get(&rel) == Some(&meta.len())
+                || self.done.get(&rel) == Some(&meta.len)
             {
                 continue;
             }
-            let p = Pending { len: meta.len(), mtime: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH) };
+            let p = Pending { len: meta.len, mtime: meta.modified(), meta };
             self.pending.insert(rel, p);
         }
         // Gone from the disk (someone else cleaned up): nothing left to upload.
@@ -298,20 +327,20 @@ impl<S: ObjectStore> Uploader<S> {
             }
             return;
         }
-        let mut oldest: Vec<(SystemTime, String, u64)> = self
+        let mut oldest: Vec<(SystemTime, String, u64, Meta)> = self
             .pending
             .iter()
             .filter(|(rel, _)| !self.in_flight.contains(*rel) && !MARKERS.contains(&rel.as_str()))
-            .map(|(rel, p)| (p.mtime, rel.clone(), p.len))
+            .map(|(rel, p)| (p.mtime, rel.clone(), p.len, p.meta))
             .collect();
-        oldest.sort();
+        oldest.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         let mut excess = total - self.settings.spool_max_bytes;
         let (mut files, mut bytes) = (0u64, 0u64);
-        for (_, rel, len) in oldest {
+        for (_, rel, len, meta) in oldest {
             if excess == 0 {
                 break;
             }
-            if std::fs::remove_file(self.settings.root.join(&rel)).is_ok() {
+            if remove_uploaded(&self.settings.root, &rel, &meta).unwrap_or(false) {
                 self.pending.remove(&rel);
                 excess = excess.saturating_sub(len);
                 files += 1;
@@ -329,7 +358,11 @@ impl<S: ObjectStore> Uploader<S> {
         }
     }
 
-    fn start_uploads(&mut self, tasks: &mut JoinSet<(String, Result<Outcome, StoreError>)>, now: Instant) {
+    fn start_uploads(
+        &mut self,
+        tasks: &mut JoinSet<(String, Result<(Outcome, Meta), StoreError>)>,
+        now: Instant,
+    ) {
         if now < self.not_before {
             return;
         }
@@ -356,22 +389,22 @@ impl<S: ObjectStore> Uploader<S> {
             self.in_flight.insert(rel.clone());
             self.tried.insert(rel.clone(), now);
             let store = Arc::clone(&self.store);
-            let path = self.settings.root.join(&rel);
+            let root = self.settings.root.clone();
             let task_rel = rel.clone();
             let handle = tasks.spawn(async move {
                 // A marker is a time, not data: a newer one replaces an older job's.
                 let replace = MARKERS.contains(&rel.as_str());
-                let result = upload_one(&*store, &rel, &path, replace).await;
+                let result = upload_one(&*store, &rel, &root, replace).await;
                 (rel, result)
             });
             self.tasks.insert(handle.id(), task_rel);
         }
     }
 
-    fn finished(&mut self, rel: String, result: Result<Outcome, StoreError>) {
+    fn finished(&mut self, rel: String, result: Result<(Outcome, Meta), StoreError>) {
         self.in_flight.remove(&rel);
         match result {
-            Ok(outcome) => {
+            Ok((outcome, meta)) => {
                 self.tried.remove(&rel);
                 self.backoff.success();
                 if self.failing.take().is_some() {
@@ -383,11 +416,11 @@ impl<S: ObjectStore> Uploader<S> {
                     Outcome::Uploaded => {
                         self.counts.uploaded += 1;
                         self.counts.uploaded_bytes += len;
-                        self.confirmed(&rel, len);
+                        self.confirmed(&rel, len, &meta);
                     }
                     Outcome::AlreadyThere => {
                         self.counts.already_there += 1;
-                        self.confirmed(&rel, len);
+                        self.confirmed(&rel, len, &meta);
                     }
                     Outcome::Conflict => {
                         crate::log!(
@@ -453,13 +486,18 @@ impl<S: ObjectStore> Uploader<S> {
     }
 
     /// The store has `rel`: delete it, or record it and keep it.
-    fn confirmed(&mut self, rel: &str, len: u64) {
-        let path = self.settings.root.join(rel);
+    fn confirmed(&mut self, rel: &str, len: u64, meta: &Meta) {
+        self.sent.push(rel.to_owned());
         if !self.settings.keep_local {
-            match std::fs::remove_file(&path) {
-                Ok(()) => return,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-                Err(e) => crate::log!("uploaded {} but cannot delete it: {e}", path.display()),
+            // Only the file that was sent: a name that now holds another file keeps it.
+            match remove_uploaded(&self.settings.root, rel, meta) {
+                Ok(_) => return,
+                Err(e) => {
+                    crate::log!(
+                        "uploaded {} but cannot delete it: {e}",
+                        self.settings.root.join(rel).display()
+                    );
+                }
             }
         }
         if let Err(e) = append_ledger(&self.settings.root, rel, len) {
@@ -471,28 +509,34 @@ impl<S: ObjectStore> Uploader<S> {
     fn report(self) -> Report {
         let mut left: Vec<String> = self.pending.keys().chain(self.set_aside.iter()).cloned().collect();
         // Markers are only pending at the finish; list any that did not make it.
+        let on_disk = |rel: &str| {
+            let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+            Dir::open_root(&self.settings.root, false)
+                .and_then(|r| r.sub(folder, false))
+                .and_then(|d| d.stat(name))
+                .is_ok_and(|m| m.kind() == ofs::Kind::File)
+        };
         for m in MARKERS {
-            if self.settings.root.join(m).is_file()
-                && !self.done.contains_key(m)
-                && !left.iter().any(|l| l == m)
-            {
+            if on_disk(m) && !self.done.contains_key(m) && !left.iter().any(|l| l == m) {
                 left.push(m.to_owned());
             }
         }
         left.sort();
         left.dedup();
-        Report { counts: self.counts, left, last_error: self.last_error }
+        Report { counts: self.counts, left, last_error: self.last_error, sent: self.sent }
     }
 }
 
-/// Sends the file unless the store has something under `rel` (unless `replace`); if it
-/// has, compares: the same bytes are already there, other bytes are a conflict.
+/// Sends the file at `rel` under `root` (opened without following a link, and only if it
+/// is a regular file) unless the store has something under `rel` (unless `replace`); if
+/// it has, compares: the same bytes are already there, other bytes are a conflict.
+/// Returns what happened and the file that was sent.
 async fn upload_one<S: ObjectStore>(
     store: &S,
     rel: &str,
-    path: &Path,
+    root: &Path,
     replace: bool,
-) -> Result<Outcome, StoreError> {
+) -> Result<(Outcome, Meta), StoreError> {
     let io_error = |e: std::io::Error| StoreError {
         class: ErrorClass::Retry,
         code: "io".to_owned(),
@@ -501,9 +545,12 @@ async fn upload_one<S: ObjectStore>(
         detail: e.to_string(),
         file_only: true,
     };
-    let len = std::fs::metadata(path).map_err(io_error)?.len();
-    if store.put_file(rel, path, len, !replace).await? == Put::Stored {
-        return Ok(Outcome::Uploaded);
+    let (_, _, file) =
+        Dir::open_root(root, false).and_then(|r| ofs::open_at(&r, rel, false)).map_err(io_error)?;
+    let meta = ofs::meta_of(&file).map_err(io_error)?;
+    let len = meta.len;
+    if store.put_file(rel, &file, len, !replace).await? == Put::Stored {
+        return Ok((Outcome::Uploaded, meta));
     }
     let remote = match store.head(rel).await {
         Ok(Some(remote)) => remote,
@@ -519,33 +566,36 @@ async fn upload_one<S: ObjectStore>(
             });
         }
         // Not allowed to look (no s3:GetObject): never overwrite what cannot be compared.
-        Err(e) if e.class == ErrorClass::Fatal => return Ok(Outcome::Conflict),
+        Err(e) if e.class == ErrorClass::Fatal => return Ok((Outcome::Conflict, meta)),
         Err(e) => return Err(e),
     };
     if remote.len != len {
-        return Ok(Outcome::Conflict);
+        return Ok((Outcome::Conflict, meta));
     }
-    match remote.etag.as_deref() {
+    let outcome = match remote.etag.as_deref() {
         // A multipart ETag is not the file's MD5 (nor one under SSE-KMS): the length has
         // to do.
-        Some(tag) if !tag.contains('-') && tag.len() == 32 && tag != md5_hex(path).map_err(io_error)? => {
-            Ok(Outcome::Conflict)
+        Some(tag) if !tag.contains('-') && tag.len() == 32 && tag != md5_hex(&file).map_err(io_error)? => {
+            Outcome::Conflict
         }
-        _ => Ok(Outcome::AlreadyThere),
-    }
+        _ => Outcome::AlreadyThere,
+    };
+    Ok((outcome, meta))
 }
 
-fn md5_hex(path: &Path) -> std::io::Result<String> {
+fn md5_hex(file: &std::fs::File) -> std::io::Result<String> {
     use md5::Digest as _;
-    let mut f = std::fs::File::open(path)?;
+    use std::os::unix::fs::FileExt as _;
     let mut hasher = md5::Md5::new();
     let mut buf = vec![0u8; 64 * 1024];
+    let mut at = 0;
     loop {
-        let n = f.read(&mut buf)?;
+        let n = file.read_at(&mut buf, at)?;
         if n == 0 {
             break;
         }
         hasher.update(&buf[..n]);
+        at += n as u64;
     }
     Ok(hex(&hasher.finalize()))
 }
@@ -564,37 +614,53 @@ fn hex(bytes: &[u8]) -> String {
     })
 }
 
-/// Every sealed file under `root/system` and `root/framework`, with its metadata, as
-/// `/`-separated paths relative to `root`. Hidden entries and `*.tmp` are skipped, and
-/// links are not followed.
-pub fn sealed_files(root: &Path) -> Vec<(String, std::fs::Metadata)> {
-    let mut out = Vec::new();
-    let mut stack: Vec<PathBuf> = ["system", "framework"].iter().map(|d| root.join(d)).collect();
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            // A name that is not UTF-8 is no name a writer of ours gives, nor an S3 key.
-            let Some(name) = name.to_str() else { continue };
-            if name.starts_with('.') || name.ends_with(".tmp") {
+/// What a walk of the output tree found: every sealed file under `root/system` and
+/// `root/framework` with its `lstat`, as `/`-separated paths relative to `root`. Hidden
+/// entries and `*.tmp` are skipped; links, special files and files with a second hard
+/// link are never read nor deleted, only listed in `refused` (`docs/on-disk.md`).
+#[derive(Debug, Default)]
+pub struct Sealed {
+    pub files: Vec<(String, Meta)>,
+    pub refused: Vec<String>,
+}
+
+/// Walks the output tree for sealed files ([`Sealed`]); never through a link.
+pub fn sealed_files(root: &Path) -> Sealed {
+    let mut out = Sealed::default();
+    let root = match Dir::open_root(root, false) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
+        Err(e) => {
+            out.refused.push(format!("cannot open {}: {e}", root.display()));
+            return out;
+        }
+    };
+    let keep = |name: &str, _is_dir: bool| !name.starts_with('.') && !name.ends_with(".tmp");
+    for top in ["system", "framework"] {
+        let walk = ofs::walk(&root, top, &keep);
+        out.refused.extend(walk.refused);
+        for (rel, meta) in walk.files {
+            if meta.nlink > 1 {
+                // A hard link to a file elsewhere is not ours to send or delete (a
+                // sealing writer's second link lasts microseconds: the caller says so
+                // only when it stays).
+                out.refused.push(format!("{} has {} hard links", root.display(&rel).display(), meta.nlink));
                 continue;
             }
-            let Ok(meta) = e.metadata() else { continue };
-            if meta.is_dir() {
-                stack.push(e.path());
-            } else if meta.is_file() {
-                let path = e.path();
-                let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
-                out.push((rel, meta));
-            }
+            out.files.push((rel, meta));
         }
     }
     out
 }
 
 fn read_ledger(root: &Path) -> HashMap<String, u64> {
-    let text = std::fs::read_to_string(root.join(LEDGER)).unwrap_or_default();
-    text.lines()
+    let lines = Dir::open_root(root, false).and_then(|r| ledger::read(&r, ledger::UPLOADED));
+    let lines = lines.unwrap_or_else(|e| {
+        crate::log!("cannot read {LEDGER}: {e}; files listed there may be uploaded again");
+        Vec::new()
+    });
+    lines
+        .iter()
         .filter_map(|l| {
             let (rel, len) = l.rsplit_once('\t')?;
             // A marker of an earlier job is no reason to skip this job's.
@@ -607,12 +673,22 @@ fn read_ledger(root: &Path) -> HashMap<String, u64> {
 }
 
 fn append_ledger(root: &Path, rel: &str, len: u64) -> std::io::Result<()> {
-    let path = root.join(LEDGER);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+    let root = Dir::open_root(root, false)?;
+    ledger::append(&root, ledger::UPLOADED, &format!("{rel}\t{len}"))
+}
+
+/// Removes the file at `rel` only while it is still the file that was uploaded (`held`):
+/// `Ok(false)` when the name is gone or now names another file.
+fn remove_uploaded(root: &Path, rel: &str, held: &Meta) -> std::io::Result<bool> {
+    let root = Dir::open_root(root, false)?;
+    let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+    let dir = root.sub(folder, false)?;
+    match dir.stat(name) {
+        Ok(now) if now.is_same(held) && now.kind() == ofs::Kind::File => dir.unlink(name).map(|()| true),
+        Ok(_) => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-    f.write_all(format!("{rel}\t{len}\n").as_bytes())
 }
 
 /// The uploader's thread, seen from the rest of the agent.

@@ -137,7 +137,8 @@ pub fn repair_all(root: &Path, min_age: Duration, now: SystemTime) -> RepairRepo
             return report;
         }
     };
-    for (folder, parse) in [("system", system_temp as fn(&str) -> Option<Temp>), ("framework", timeline_temp)] {
+    for (folder, parse) in [("system", system_temp as fn(&str) -> Option<Temp>), ("framework", timeline_temp)]
+    {
         let dir = match root.sub(folder, false) {
             Ok(d) => d,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -334,7 +335,10 @@ fn repair_timeline(
     let names = trainprof_output::timeline_names(end_us, node);
     let placed = ofs::seal(root, found.dir, found.name, names, Move::Link, |_| true).map_err(found.err())?;
     let Some(rel) = placed else {
-        return Err(RepairError::Invalid { path: found.path(), why: "the names for its end time are all taken" });
+        return Err(RepairError::Invalid {
+            path: found.path(),
+            why: "the names for its end time are all taken",
+        });
     };
     let cut = keep.map_or(0, |k| bytes.len() - k) as u64;
     Ok(Outcome::Sealed { path: root.display(&rel), records, cut })

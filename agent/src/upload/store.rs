@@ -5,7 +5,6 @@
 //! store puts its own prefix in front.
 
 use std::future::Future;
-use std::path::Path;
 use std::time::Duration;
 
 use aws_sdk_s3::config::http::HttpResponse;
@@ -46,14 +45,14 @@ pub trait ObjectStore: Send + Sync + 'static {
     fn describe(&self) -> String;
     /// What is stored under `key`, if anything.
     fn head(&self, key: &str) -> impl Future<Output = Result<Option<Remote>, StoreError>> + Send;
-    /// Stores the `len` bytes of the file at `path` under `key`; `Stored` only once the
+    /// Stores the first `len` bytes of the open `file` under `key`; `Stored` only once the
     /// store confirmed it. With `if_absent`, an existing object is left as it is and the
     /// answer is `Exists` (S3: `If-None-Match: *`, atomic on the server, and needing no
     /// permission beyond `PutObject`).
     fn put_file(
         &self,
         key: &str,
-        path: &Path,
+        file: &std::fs::File,
         len: u64,
         if_absent: bool,
     ) -> impl Future<Output = Result<Put, StoreError>> + Send;
@@ -156,7 +155,7 @@ impl S3Store {
         &self,
         rel: &str,
         key: &str,
-        path: &Path,
+        file: &std::fs::File,
         len: u64,
         if_absent: bool,
     ) -> Result<Put, StoreError> {
@@ -172,7 +171,7 @@ impl S3Store {
         let Some(id) = created.upload_id() else {
             return Err(store_error(ErrorClass::Retry, "NoUploadId", op, rel, "the reply has no upload id"));
         };
-        let sent = self.send_parts(rel, key, id, path, len, if_absent).await;
+        let sent = self.send_parts(rel, key, id, file, len, if_absent).await;
         if !matches!(sent, Ok(Put::Stored)) {
             // Parts of an unfinished upload cost storage until aborted; best effort.
             let _ = self
@@ -192,7 +191,7 @@ impl S3Store {
         rel: &str,
         key: &str,
         id: &str,
-        path: &Path,
+        file: &std::fs::File,
         len: u64,
         if_absent: bool,
     ) -> Result<Put, StoreError> {
@@ -202,7 +201,7 @@ impl S3Store {
         let mut number = 1;
         while offset < len {
             let size = part_size.min(len - offset);
-            let body = file_body(path, offset, size, "UploadPart", rel).await?;
+            let body = file_body(file, offset, size, "UploadPart", rel).await?;
             let out = self
                 .client
                 .upload_part()
@@ -255,12 +254,18 @@ impl ObjectStore for S3Store {
         }
     }
 
-    async fn put_file(&self, rel: &str, path: &Path, len: u64, if_absent: bool) -> Result<Put, StoreError> {
+    async fn put_file(
+        &self,
+        rel: &str,
+        file: &std::fs::File,
+        len: u64,
+        if_absent: bool,
+    ) -> Result<Put, StoreError> {
         let key = self.url.key(rel);
         if len > self.options.multipart_threshold {
-            return self.put_multipart(rel, &key, path, len, if_absent).await;
+            return self.put_multipart(rel, &key, file, len, if_absent).await;
         }
-        let body = file_body(path, 0, len, "PutObject", rel).await?;
+        let body = file_body(file, 0, len, "PutObject", rel).await?;
         let done = self
             .client
             .put_object()
@@ -290,16 +295,21 @@ where
     }
 }
 
-/// `len` bytes of the file from `offset`, streamed (never the whole file in memory).
+/// `len` bytes of the open file from `offset`, streamed (never the whole file in memory).
+/// From the descriptor the uploader opened, not from a path: the name may have been
+/// swapped for a link since (`docs/on-disk.md`). Such a body cannot be replayed, which the
+/// SDK does not need: its own retries are off.
 async fn file_body(
-    path: &Path,
+    file: &std::fs::File,
     offset: u64,
     len: u64,
     op: &'static str,
     rel: &str,
 ) -> Result<ByteStream, StoreError> {
+    let io = |e: std::io::Error| store_error(ErrorClass::Retry, "io", op, rel, &e.to_string());
+    let file = tokio::fs::File::from_std(file.try_clone().map_err(io)?);
     ByteStream::read_from()
-        .path(path)
+        .file(file)
         .offset(offset)
         .length(Length::Exact(len))
         .build()

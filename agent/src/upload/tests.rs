@@ -75,7 +75,13 @@ impl ObjectStore for FaultStore {
             .map(|b| Remote { len: b.len() as u64, etag: Some(super::md5_hex_bytes(b)) }))
     }
 
-    async fn put_file(&self, key: &str, path: &Path, len: u64, if_absent: bool) -> Result<Put, StoreError> {
+    async fn put_file(
+        &self,
+        key: &str,
+        file: &std::fs::File,
+        len: u64,
+        if_absent: bool,
+    ) -> Result<Put, StoreError> {
         self.check("PutObject", key)?;
         if self.0.refuse.lock().unwrap().as_deref() == Some(key) {
             return Err(StoreError {
@@ -87,7 +93,8 @@ impl ObjectStore for FaultStore {
                 file_only: true,
             });
         }
-        let bytes = std::fs::read(path).unwrap();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file.try_clone().unwrap(), &mut bytes).unwrap();
         assert_eq!(bytes.len() as u64, len);
         let mut objects = self.0.objects.lock().unwrap();
         if if_absent && objects.contains_key(key) {

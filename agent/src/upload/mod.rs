@@ -131,6 +131,10 @@ struct Pending {
     meta: Meta,
 }
 
+/// What an upload task returns: the file's path and what became of it (with the file
+/// that was sent).
+type Done = (String, Result<(Outcome, Meta), StoreError>);
+
 enum Outcome {
     Uploaded,
     AlreadyThere,
@@ -196,7 +200,7 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
         sent: Vec::new(),
         settings,
     };
-    let mut tasks: JoinSet<(String, Result<(Outcome, Meta), StoreError>)> = JoinSet::new();
+    let mut tasks: JoinSet<Done> = JoinSet::new();
     let mut next_scan = Instant::now();
     let mut deadline: Option<Instant> = None;
     loop {
@@ -360,7 +364,7 @@ impl<S: ObjectStore> Uploader<S> {
 
     fn start_uploads(
         &mut self,
-        tasks: &mut JoinSet<(String, Result<(Outcome, Meta), StoreError>)>,
+        tasks: &mut JoinSet<Done>,
         now: Instant,
     ) {
         if now < self.not_before {

@@ -275,6 +275,34 @@ mod tests {
     }
 
     #[test]
+    fn the_write_check_and_the_markers_never_write_through_a_link() {
+        use std::os::unix::fs::symlink;
+        let d = tmp("planted");
+        let secret = d.join("secret");
+        std::fs::write(&secret, b"root only").unwrap();
+        let local = d.join("local");
+        std::fs::create_dir_all(local.join("framework")).unwrap();
+        symlink(&secret, local.join(format!(".trainprof-write-test-{}-0", std::process::id()))).unwrap();
+        symlink(&secret, local.join("framework/training_job_end.ts")).unwrap();
+        writable(&local).unwrap();
+        write_end_markers(&local, 2.5).unwrap();
+        assert_eq!(std::fs::read(&secret).unwrap(), b"root only");
+        assert_eq!(
+            std::fs::read_to_string(local.join("framework/training_job_end.ts")).unwrap(),
+            "2.500000\n"
+        );
+        // A linked folder: refused, the target untouched.
+        let elsewhere = d.join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::remove_dir_all(local.join("framework")).unwrap();
+        symlink(&elsewhere, local.join("framework")).unwrap();
+        let e = write_end_markers(&local, 3.5).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
     fn markers_and_counts() {
         let d = tmp("count");
         write_end_markers(&d, 1.5).unwrap();

@@ -414,6 +414,39 @@ mod tests {
     }
 
     #[test]
+    fn planted_links_are_never_written_through() {
+        use std::os::unix::fs::symlink;
+        let root = tmpdir("planted");
+        let secret = root.join("secret");
+        std::fs::create_dir_all(&secret).unwrap();
+        std::fs::write(secret.join("key"), b"root only").unwrap();
+        let local = root.join("local");
+        std::fs::create_dir_all(local.join("system")).unwrap();
+        // The temporary name this agent will use, the agent's records and an hour folder.
+        let pid = std::process::id();
+        symlink(secret.join("key"), local.join(format!("system/.1595455620.algo-1.{pid}.tmp"))).unwrap();
+        symlink(&secret, local.join(".trainprof")).unwrap();
+        std::fs::create_dir_all(local.join("system/incremental")).unwrap();
+        symlink(&secret, local.join("system/incremental/2020072223")).unwrap();
+        let mut w = SystemWriter::new(&local, 1);
+        w.write_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
+        let sealed = w.write_tick(1_595_455_690.5, tick(2.0).as_slice()).unwrap().unwrap();
+        assert!(sealed.ends_with("system/incremental/2020072222/1595455630.algo-1.json"), "{sealed:?}");
+        // The next hour's folder is a link: that file cannot be sealed and stays, counted.
+        w.write_tick(1_595_458_800.5, tick(3.0).as_slice()).unwrap();
+        assert!(w.seal().is_err());
+        assert_eq!(w.counts().seal_failures, 1);
+        drop(w);
+        let names: Vec<_> = std::fs::read_dir(&secret).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["key"]);
+        assert_eq!(std::fs::read(secret.join("key")).unwrap(), b"root only");
+        // The planted link is left where it was.
+        let link = local.join(format!("system/.1595455620.algo-1.{pid}.tmp"));
+        assert!(std::fs::symlink_metadata(link).unwrap().file_type().is_symlink());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
     fn an_unwritable_root_loses_ticks_and_counts_them() {
         let root = tmpdir("unwritable");
         std::fs::write(root.join("system"), b"a file where the folder should be").unwrap();

@@ -362,11 +362,7 @@ impl<S: ObjectStore> Uploader<S> {
         }
     }
 
-    fn start_uploads(
-        &mut self,
-        tasks: &mut JoinSet<Done>,
-        now: Instant,
-    ) {
+    fn start_uploads(&mut self, tasks: &mut JoinSet<Done>, now: Instant) {
         if now < self.not_before {
             return;
         }

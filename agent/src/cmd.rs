@@ -202,11 +202,19 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
         if let Some(counts) = &counts {
             let (cpu_us, rss_bytes) = self_usage();
             let cost = SelfCost { cpu_us, rss_bytes, wall_s: started.elapsed().as_secs_f64() };
-            let now = launch::files_under(root);
+            let now = launch::walk_outputs(root);
             let sent = uploaded.iter().flatten().flat_map(|r| r.sent.iter());
-            let mine: std::collections::BTreeSet<&str> =
-                now.iter().chain(sent).map(String::as_str).filter(|f| !before.contains(*f)).collect();
-            for line in launch::summary(root, launch::count_outputs(mine), counts, cost).lines() {
+            let mine: std::collections::BTreeSet<&str> = now
+                .files
+                .iter()
+                .map(|(rel, _)| rel)
+                .chain(sent)
+                .map(String::as_str)
+                .filter(|f| !before.contains(*f))
+                .collect();
+            let mut out = launch::count_outputs(mine);
+            out.refused = now.refused.len() as u64;
+            for line in launch::summary(root, out, counts, cost).lines() {
                 log!("{line}");
             }
         }

@@ -163,13 +163,23 @@ pub struct OutputCounts {
     pub python_stats: u64,
     /// Temporary files left behind (a writer that could not seal).
     pub temporary: u64,
+    /// Entries under the output folder left alone: links, special files.
+    pub refused: u64,
 }
 
 /// Every regular file under `root` (never through a link), as sorted `/`-separated paths
 /// relative to it; unreadable folders, links and special files are left out.
 pub fn files_under(root: &Path) -> Vec<String> {
-    let Ok(dir) = Dir::open_root(root, false) else { return Vec::new() };
-    ofs::walk(&dir, "", &|_, _| true).files.into_iter().map(|(rel, _)| rel).collect()
+    walk_outputs(root).files.into_iter().map(|(rel, _)| rel).collect()
+}
+
+/// The whole output folder, walked without following a link: its regular files and the
+/// entries left alone.
+pub fn walk_outputs(root: &Path) -> ofs::Walk {
+    match Dir::open_root(root, false) {
+        Ok(dir) => ofs::walk(&dir, "", &|_, _| true),
+        Err(e) => ofs::Walk { files: Vec::new(), refused: vec![format!("{}: {e}", root.display())] },
+    }
 }
 
 /// Counts the files `rels` (paths relative to the output folder) the way the readers see
@@ -221,6 +231,9 @@ pub fn summary(root: &Path, out: OutputCounts, loop_counts: &LoopCounts, cost: S
     );
     if out.temporary > 0 {
         let _ = write!(s, ", {} temporary (not sealed)", out.temporary);
+    }
+    if out.refused > 0 {
+        let _ = write!(s, "; {} links or special files left alone", out.refused);
     }
     s.push('\n');
     let failures: Vec<String> = loop_counts

@@ -337,7 +337,7 @@ mod tests {
         assert_eq!(finished_job(&d).as_deref(), Some("1970-01-01T00:01:00Z"));
         let files = files_under(&d);
         let c = count_outputs(files.iter().map(String::as_str));
-        assert_eq!(c, OutputCounts { system: 1, timelines: 1, python_stats: 1, temporary: 2 });
+        assert_eq!(c, OutputCounts { system: 1, timelines: 1, python_stats: 1, temporary: 2, refused: 0 });
         let lc = LoopCounts {
             ticks: 30,
             sampling_cpu_us: 1500,

@@ -649,7 +649,7 @@ impl Hook {
             }
             let now = clock();
             if n > 0 {
-                w.flush();
+                w.flush(now);
             }
             w.rotate_if_due(now);
             let c = w.counts();
@@ -658,7 +658,7 @@ impl Hook {
             self.files_sealed.store(c.files_sealed, Relaxed);
             self.open_failures.store(c.open_failures, Relaxed);
             if stopping && self.in_flight.sum() == 0 && self.queue.is_empty() {
-                w.close();
+                w.close(clock());
                 let c = w.counts();
                 self.written.store(c.written, Relaxed);
                 self.dropped_writer.store(c.dropped, Relaxed);

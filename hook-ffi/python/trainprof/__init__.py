@@ -178,6 +178,7 @@ class Profiler:
         self._next_step = dict.fromkeys(MODES.values(), 0)
         self._closed = False
         self._exited = False
+        self._library_missing = False
         self._lib = self._load(lib_path, strict)
         self.init_status = self._lib.trainprof_init(framework.encode("ascii"))
         self._live = self.init_status == _lib.STATUS_OK
@@ -194,8 +195,7 @@ class Profiler:
             self._windows.boundary(_lib.BOUNDARY_START)
         atexit.register(self._at_exit)
 
-    @staticmethod
-    def _load(lib_path, strict):
+    def _load(self, lib_path, strict):
         """The library, or a :class:`_lib.NullLibrary` that does nothing (one warning)."""
         off = _lib.disabled_by_env()
         if off is not None:
@@ -213,6 +213,7 @@ class Profiler:
             if message.startswith("trainprof: "):
                 message = message[len("trainprof: ") :]
             warn("%s; profiling is off in this process" % message, key="no-library")
+            self._library_missing = True
             return _lib.NullLibrary()
 
     # --- state -------------------------------------------------------------------------

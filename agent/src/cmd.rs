@@ -386,7 +386,10 @@ fn spawn(
     if !enabled {
         // Off for the trainer too (--disable, or a config file that cannot be trusted).
         cmd.env("TRAINPROF_DISABLE", "1");
-    } else if std::env::var_os("TRAINPROF_HOOK_LIB").is_none()
+    }
+    // Also when off: the library honours TRAINPROF_DISABLE, and a trainer that loads it
+    // must find it.
+    if std::env::var_os("TRAINPROF_HOOK_LIB").is_none()
         && let Some(lib) = std::env::current_exe().ok().and_then(|exe| launch::hook_lib_near(&exe))
     {
         cmd.env("TRAINPROF_HOOK_LIB", lib);

@@ -36,6 +36,12 @@
 #define TRAINPROF_MAX_ARGS 4
 
 /*
+ The id `trainprof_register_name` gives a name that does not fit in the name table
+ (`TRAINPROF_MAX_NAMES`): an event that uses it is dropped and counted.
+ */
+#define TRAINPROF_NAME_OVER_LIMIT UINT32_MAX
+
+/*
  What a call did.
  */
 enum TrainprofStatus
@@ -73,6 +79,11 @@ enum TrainprofStatus
    `trainprof_step_end` without a step in progress.
    */
   TRAINPROF_STATUS_NO_STEP = 7,
+  /*
+   `trainprof_register_name`: the name table is full (`TRAINPROF_MAX_NAMES`); the id
+   given is `TRAINPROF_NAME_OVER_LIMIT`, and events that use it are dropped and counted.
+   */
+  TRAINPROF_STATUS_NAME_LIMIT = 8,
   /*
    A required pointer argument was NULL.
    */
@@ -359,6 +370,9 @@ TrainprofStatus trainprof_shutdown(uint32_t timeout_ms);
 /*
  Registers a name (a phase, an event name, an argument key) and writes its id to
  `*out_id`. The same name always gets the same id. Call it once per name, not per event.
+ When the name table is full (`TRAINPROF_MAX_NAMES` distinct names, default 65536)
+ a new name gets `TRAINPROF_NAME_OVER_LIMIT` and the call returns `NAME_LIMIT`: events
+ that use that id are dropped and counted (`trainprof_dropped_names`).
 
  # Safety
  `name` is NULL or a NUL-terminated string; `out_id` is NULL or valid for a write.
@@ -449,6 +463,13 @@ TrainprofStatus trainprof_stats(struct TrainprofStats *out);
  Events dropped so far, for any reason (0 before init and in a forked child).
  */
 uint64_t trainprof_dropped_events(void);
+
+/*
+ Events dropped because they use a name that did not fit in the name table
+ (`TRAINPROF_NAME_OVER_LIMIT`); part of `trainprof_dropped_events` (0 before init and in
+ a forked child).
+ */
+uint64_t trainprof_dropped_names(void);
 
 /*
  Panics inside the guard and returns what any export returns after an internal panic

@@ -22,6 +22,9 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
 const QUEUE_EVENTS_DEFAULT: usize = 32_768;
 const QUEUE_EVENTS_RANGE: std::ops::RangeInclusive<usize> = 16..=4_194_304;
 
+/// Bounds of `TRAINPROF_MAX_NAMES` (default [`hook::MAX_NAMES_DEFAULT`]).
+const MAX_NAMES_RANGE: std::ops::RangeInclusive<usize> = 16..=16_777_216;
+
 /// How long the exit handler waits for the writer (`TRAINPROF_SHUTDOWN_TIMEOUT_MS`).
 const EXIT_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 
@@ -252,6 +255,9 @@ fn init(framework: &'static str) -> TrainprofStatus {
     let queue_capacity = env("TRAINPROF_QUEUE_EVENTS")
         .and_then(|v| v.trim().parse::<usize>().ok())
         .map_or(QUEUE_EVENTS_DEFAULT, |v| v.clamp(*QUEUE_EVENTS_RANGE.start(), *QUEUE_EVENTS_RANGE.end()));
+    let max_names = env("TRAINPROF_MAX_NAMES")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(hook::MAX_NAMES_DEFAULT, |v| v.clamp(*MAX_NAMES_RANGE.start(), *MAX_NAMES_RANGE.end()));
     let hook = Hook::new(Options {
         framework,
         config,
@@ -260,6 +266,7 @@ fn init(framework: &'static str) -> TrainprofStatus {
         queue_capacity,
         base_us: hook::now_us(),
         local_path_override,
+        max_names,
     });
     if let Err(e) = hook.spawn_writer(Some(loader), hook::now_us) {
         log(&format_args!("cannot start the writer thread: {e}; the hook is off"));
@@ -353,6 +360,9 @@ pub extern "C" fn trainprof_shutdown(timeout_ms: u32) -> TrainprofStatus {
 
 /// Registers a name (a phase, an event name, an argument key) and writes its id to
 /// `*out_id`. The same name always gets the same id. Call it once per name, not per event.
+/// When the name table is full (`TRAINPROF_MAX_NAMES` distinct names, default 65536)
+/// a new name gets `TRAINPROF_NAME_OVER_LIMIT` and the call returns `NAME_LIMIT`: events
+/// that use that id are dropped and counted (`trainprof_dropped_names`).
 ///
 /// # Safety
 /// `name` is NULL or a NUL-terminated string; `out_id` is NULL or valid for a write.
@@ -377,7 +387,7 @@ pub unsafe extern "C" fn trainprof_register_name(name: *const c_char, out_id: *m
         let id = hook.register_name(name);
         // SAFETY: out_id is not NULL and the caller promises it is valid for a write.
         unsafe { out_id.write(id) };
-        TrainprofStatus::Ok
+        if id == hook::TRAINPROF_NAME_OVER_LIMIT { TrainprofStatus::NameLimit } else { TrainprofStatus::Ok }
     })
 }
 
@@ -615,6 +625,14 @@ pub unsafe extern "C" fn trainprof_stats(out: *mut TrainprofStats) -> TrainprofS
 #[unsafe(no_mangle)]
 pub extern "C" fn trainprof_dropped_events() -> u64 {
     guard(0, || hook_any().map_or(0, |h| h.dropped()))
+}
+
+/// Events dropped because they use a name that did not fit in the name table
+/// (`TRAINPROF_NAME_OVER_LIMIT`); part of `trainprof_dropped_events` (0 before init and in
+/// a forked child).
+#[unsafe(no_mangle)]
+pub extern "C" fn trainprof_dropped_names() -> u64 {
+    guard(0, || hook_any().map_or(0, |h| h.stats().dropped_names))
 }
 
 /// Panics inside the guard and returns what any export returns after an internal panic

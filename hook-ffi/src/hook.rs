@@ -92,6 +92,17 @@ impl TrainprofFeature {
     }
 }
 
+/// The id `trainprof_register_name` gives a name that does not fit in the name table
+/// (`TRAINPROF_MAX_NAMES`): an event that uses it is dropped and counted.
+pub const TRAINPROF_NAME_OVER_LIMIT: u32 = u32::MAX;
+
+/// Default of `TRAINPROF_MAX_NAMES`: distinct names per process.
+pub(crate) const MAX_NAMES_DEFAULT: usize = 65_536;
+
+/// The bytes all names may take together, whatever their number: with the count limit,
+/// the table's memory is bounded however long the names are.
+pub(crate) const MAX_NAME_BYTES: usize = 16 << 20;
+
 /// The frameworks smdebug names folders after.
 pub const FRAMEWORKS: [&str; 4] = ["pytorch", "tensorflow", "mxnet", "xgboost"];
 
@@ -109,6 +120,9 @@ pub struct Options {
     /// `LocalPath` was given by `TRAINPROF_LOCAL_PATH`: record even without a
     /// `ProfilingParameters` section (see [`records`]).
     pub local_path_override: bool,
+    /// Distinct names the table takes (the step names included); further names get
+    /// [`TRAINPROF_NAME_OVER_LIMIT`].
+    pub max_names: usize,
 }
 
 /// Whether the hook records under `config`: profiling is on, and the framework side is
@@ -128,18 +142,27 @@ pub struct Stats {
     pub written: u64,
     pub files_sealed: u64,
     pub open_failures: u64,
+    /// Dropped on the trainer's thread because they use a name that did not fit in the
+    /// name table (`TRAINPROF_MAX_NAMES`).
+    pub dropped_names: u64,
 }
 
 struct Names {
     table: Mutex<NameTable>,
     /// How many names are registered: ids below it are valid. Read on the hot path.
     count: AtomicU32,
+    /// The most names the table takes.
+    max: usize,
 }
 
 #[derive(Default)]
 struct NameTable {
     list: Vec<Arc<str>>,
     index: HashMap<Arc<str>, u32>,
+    /// The bytes of all names in `list`.
+    bytes: usize,
+    /// Whether the table being full was logged.
+    full_logged: bool,
 }
 
 /// The trainer-side window state. Only trainer threads lock it.
@@ -163,6 +186,8 @@ struct Steps {
 pub struct Hook {
     queue: ArrayQueue<Event>,
     dropped_full: ShardedCounter,
+    /// Events that used [`TRAINPROF_NAME_OVER_LIMIT`].
+    dropped_names: ShardedCounter,
     /// Pushes under way (see [`Hook::push`]).
     in_flight: ShardedCounter,
     /// Events left in the queue when the writer thread died (a caught panic).
@@ -249,6 +274,7 @@ impl Hook {
         for m in TrainprofMode::ALL {
             let name: Arc<str> = Arc::from(m.step_phase());
             table.index.insert(name.clone(), table.list.len() as u32);
+            table.bytes += name.len();
             table.list.push(name);
         }
         let count = table.list.len() as u32;
@@ -256,9 +282,14 @@ impl Hook {
         Arc::new(Hook {
             queue: ArrayQueue::new(o.queue_capacity.max(1)),
             dropped_full: ShardedCounter::default(),
+            dropped_names: ShardedCounter::default(),
             in_flight: ShardedCounter::default(),
             dropped_writer_died: AtomicU64::new(0),
-            names: Names { table: Mutex::new(table), count: AtomicU32::new(count) },
+            names: Names {
+                table: Mutex::new(table),
+                count: AtomicU32::new(count),
+                max: o.max_names.max(count as usize),
+            },
             enabled: AtomicBool::new(records(c, o.local_path_override)),
             local_path_override: o.local_path_override,
             steps: Steps {
@@ -301,22 +332,60 @@ impl Hook {
         self.enabled.load(Relaxed)
     }
 
-    /// Registers `name` (idempotent) and returns its id.
+    /// Registers `name` (idempotent) and returns its id; [`TRAINPROF_NAME_OVER_LIMIT`] when
+    /// the table is full (`max_names` names, or [`MAX_NAME_BYTES`]): the table never grows
+    /// past that, and events that use that id are dropped and counted.
     pub fn register_name(&self, name: &str) -> u32 {
         let mut t = lock(&self.names.table);
         if let Some(&id) = t.index.get(name) {
             return id;
         }
+        if t.list.len() >= self.names.max || t.bytes.saturating_add(name.len()) > MAX_NAME_BYTES {
+            if !t.full_logged {
+                t.full_logged = true;
+                crate::log(&format_args!(
+                    "the name table is full ({} names, {} bytes; TRAINPROF_MAX_NAMES={}): events with new names are dropped and counted",
+                    t.list.len(),
+                    t.bytes,
+                    self.names.max
+                ));
+            }
+            return TRAINPROF_NAME_OVER_LIMIT;
+        }
         let id = t.list.len() as u32;
         let name: Arc<str> = Arc::from(name);
         t.index.insert(name.clone(), id);
+        t.bytes += name.len();
         t.list.push(name);
         self.names.count.store(id + 1, Release);
         id
     }
 
+    /// Names registered so far (the step names included).
+    pub fn name_count(&self) -> usize {
+        self.names.count.load(Acquire) as usize
+    }
+
     fn valid_id(&self, id: u32) -> bool {
         id < self.names.count.load(Acquire)
+    }
+
+    /// Not on the hot path: only for an event refused for its ids. An event that uses an
+    /// over-limit name (and no id that is simply wrong) is dropped and counted.
+    fn refuse(&self, ids: impl IntoIterator<Item = u32>) -> TrainprofStatus {
+        let mut over = false;
+        for id in ids {
+            if id == TRAINPROF_NAME_OVER_LIMIT {
+                over = true;
+            } else if !self.valid_id(id) {
+                return TrainprofStatus::InvalidArgument;
+            }
+        }
+        if !over {
+            return TrainprofStatus::InvalidArgument;
+        }
+        self.dropped_names.0[ShardedCounter::slot()].0.fetch_add(1, Relaxed);
+        TrainprofStatus::Dropped
     }
 
     /// The hot path: queues one complete event, or drops and counts it.
@@ -332,12 +401,14 @@ impl Hook {
         if !self.enabled.load(Relaxed) {
             return TrainprofStatus::Disabled;
         }
-        if end_us < start_us
-            || args.len() > TRAINPROF_MAX_ARGS
-            || !self.valid_id(phase)
-            || !self.valid_id(name)
-        {
+        if end_us < start_us || args.len() > TRAINPROF_MAX_ARGS {
             return TrainprofStatus::InvalidArgument;
+        }
+        if !self.valid_id(phase) || !self.valid_id(name) || args.iter().any(|a| !self.valid_id(a.key)) {
+            if args.iter().any(|a| !(0..=2).contains(&a.kind)) {
+                return TrainprofStatus::InvalidArgument;
+            }
+            return self.refuse([phase, name].into_iter().chain(args.iter().map(|a| a.key)));
         }
         let mut ev = Event {
             phase,
@@ -485,13 +556,14 @@ impl Hook {
             written: self.written.load(Relaxed),
             files_sealed: self.files_sealed.load(Relaxed),
             open_failures: self.open_failures.load(Relaxed),
+            dropped_names: self.dropped_names.sum(),
         }
     }
 
     /// Events lost so far, for any reason.
     pub fn dropped(&self) -> u64 {
         let s = self.stats();
-        s.dropped_queue_full + s.dropped_writer
+        s.dropped_queue_full + s.dropped_writer + s.dropped_names
     }
 
     /// Pops one queued event (for tests that drain the queue themselves).
@@ -563,7 +635,11 @@ impl Hook {
             while let Some(ev) = self.queue.pop() {
                 let top = ev.phase.max(ev.name).max(ev.args().iter().map(|a| a.key).max().unwrap_or(0));
                 if top as usize >= names.len() {
-                    names.clone_from(&lock(&self.names.table).list);
+                    // Only the names added since the last look: the lock is held for
+                    // those alone, never for a copy of the whole table (register_name
+                    // waits on it).
+                    let t = lock(&self.names.table);
+                    names.extend_from_slice(t.list.get(names.len()..).unwrap_or_default());
                 }
                 w.write(&ev, &names, clock());
                 n += 1;
@@ -573,7 +649,7 @@ impl Hook {
             }
             let now = clock();
             if n > 0 {
-                w.flush();
+                w.flush(now);
             }
             w.rotate_if_due(now);
             let c = w.counts();
@@ -582,7 +658,7 @@ impl Hook {
             self.files_sealed.store(c.files_sealed, Relaxed);
             self.open_failures.store(c.open_failures, Relaxed);
             if stopping && self.in_flight.sum() == 0 && self.queue.is_empty() {
-                w.close();
+                w.close(clock());
                 let c = w.counts();
                 self.written.store(c.written, Relaxed);
                 self.dropped_writer.store(c.dropped, Relaxed);
@@ -635,6 +711,7 @@ mod tests {
             queue_capacity,
             base_us: HOOK_BASE,
             local_path_override: false,
+            max_names: MAX_NAMES_DEFAULT,
         })
     }
 
@@ -725,6 +802,76 @@ mod tests {
         assert_eq!(hook.record(p, p, 0, 1, 0, &[TrainprofArg::EMPTY; 5]), TrainprofStatus::InvalidArgument);
         assert!(hook.pop().is_none());
         assert_eq!(hook.step_end(10), TrainprofStatus::NoStep);
+    }
+
+    #[test]
+    fn the_name_table_is_bounded_and_over_limit_events_are_counted() {
+        let mut config = Config::defaults();
+        let dir = std::env::temp_dir().join(format!("trainprof-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        config.local_path = dir.display().to_string();
+        config.framework_configured = true;
+        let hook = Hook::new(Options {
+            framework: "pytorch",
+            config,
+            node_id: "0-test".into(),
+            os_pid: 1,
+            queue_capacity: 4096,
+            base_us: HOOK_BASE,
+            local_path_override: false,
+            max_names: 16,
+        });
+        hook.spawn_writer(None, now_us).unwrap();
+        let phase = hook.register_name("Forward");
+        let mut kept = Vec::new();
+        for i in 0..1000 {
+            let id = hook.register_name(&format!("name-{i}"));
+            if id != TRAINPROF_NAME_OVER_LIMIT {
+                kept.push(i);
+            }
+            let status = hook.record(phase, id, BASE + i, BASE + i + 1, 0, &[]);
+            let want =
+                if id == TRAINPROF_NAME_OVER_LIMIT { TrainprofStatus::Dropped } else { TrainprofStatus::Ok };
+            assert_eq!(status, want, "name {i}");
+        }
+        // The 4 step names, Forward, and 11 more: the rest never entered the table.
+        assert_eq!(kept, (0..11).collect::<Vec<_>>());
+        assert_eq!(hook.name_count(), 16);
+        assert_eq!(lock(&hook.names.table).index.len(), 16);
+        // A known name keeps its id; a new one still gets none.
+        assert_eq!(hook.register_name("name-3"), 8);
+        assert_eq!(hook.register_name("yet another"), TRAINPROF_NAME_OVER_LIMIT);
+        // An over-limit name as an argument key drops the event too; a wrong id stays an error.
+        let over_key = TrainprofArg { key: TRAINPROF_NAME_OVER_LIMIT, kind: 0, value: 1 };
+        assert_eq!(hook.record(phase, phase, BASE, BASE + 1, 0, &[over_key]), TrainprofStatus::Dropped);
+        assert_eq!(hook.record(phase, 999, BASE, BASE + 1, 0, &[over_key]), TrainprofStatus::InvalidArgument);
+        assert!(hook.stop_writer(Duration::from_secs(10)));
+        let s = hook.stats();
+        assert_eq!((s.dropped_names, s.written), (1000 - 11 + 1, 11));
+        assert_eq!(hook.dropped(), 990);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Names are registered while the writer keeps taking new ones: each registration
+    /// costs the same whether the table is small or large (the writer copies only what
+    /// is new, not the table).
+    #[test]
+    fn the_writer_copies_only_new_names() {
+        let mut config = Config::defaults();
+        let dir = std::env::temp_dir().join(format!("trainprof-names2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        config.local_path = dir.display().to_string();
+        let hook = hook_with(config, 1 << 16);
+        hook.spawn_writer(None, now_us).unwrap();
+        let phase = hook.register_name("Forward");
+        for i in 0..20_000 {
+            let id = hook.register_name(&format!("n{i}"));
+            assert_eq!(hook.record(phase, id, BASE + i, BASE + i + 1, 0, &[]), TrainprofStatus::Ok);
+        }
+        assert!(hook.stop_writer(Duration::from_secs(30)));
+        assert_eq!(hook.stats().written, 20_000);
+        assert_eq!(hook.stats().dropped_names, 0);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

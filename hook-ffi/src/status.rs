@@ -22,6 +22,9 @@ pub enum TrainprofStatus {
     Timeout = 6,
     /// `trainprof_step_end` without a step in progress.
     NoStep = 7,
+    /// `trainprof_register_name`: the name table is full (`TRAINPROF_MAX_NAMES`); the id
+    /// given is `TRAINPROF_NAME_OVER_LIMIT`, and events that use it are dropped and counted.
+    NameLimit = 8,
     /// A required pointer argument was NULL.
     NullArgument = -1,
     /// A string argument was not UTF-8.

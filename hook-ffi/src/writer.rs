@@ -17,8 +17,8 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::MetadataExt as _;
+use std::io;
+use std::os::unix::fs::{FileExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -43,24 +43,106 @@ pub struct Settings {
 /// Counters of what happened to the events handed to the writer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
-    /// Records written into files that were sealed or are still open.
+    /// Records accepted into files that were sealed or are still open (on disk, or in the
+    /// writer's buffer waiting for the disk).
     pub written: u64,
-    /// Events lost by the writer: after it turned itself off, or with a file it could not
-    /// write.
+    /// Events lost by the writer: after it turned itself off, while the disk was full, or
+    /// with a file it could not seal.
     pub dropped: u64,
     pub files_sealed: u64,
+    /// Opens that failed for a reason other than a full disk (they count toward
+    /// `FileOpenFailThreshold`).
     pub open_failures: u64,
+    /// Writes, opens and seals that failed because the disk was full (or any write error):
+    /// retried with back-off, never counted toward `FileOpenFailThreshold`.
+    pub write_errors: u64,
+}
+
+/// Bytes gathered before they are written (one `pwrite`); also the most a full disk can
+/// hold back, since nothing more is accepted while it is full.
+const BUFFER_BYTES: usize = 64 * 1024;
+/// The first wait after a failed write, doubled after each failure up to [`BACKOFF_MAX_US`].
+const BACKOFF_FIRST_US: i64 = 100_000;
+const BACKOFF_MAX_US: i64 = 2_000_000;
+
+/// The file operations, so that tests can make them fail (a full disk, a refused open)
+/// on a real file system, behind the same code path.
+pub trait FileIo: Send {
+    /// Makes the folder of `tmp` and opens `tmp` empty and locked.
+    fn open(&mut self, tmp: &Path, now_us: i64) -> io::Result<File> {
+        tmp.parent().map_or(Ok(()), fs::create_dir_all).and_then(|()| open_locked(tmp, now_us))
+    }
+    /// One `pwrite`: the bytes written (maybe fewer than `buf`), or the error.
+    fn write_at(&mut self, f: &File, buf: &[u8], offset: u64) -> io::Result<usize> {
+        f.write_at(buf, offset)
+    }
+    fn set_len(&mut self, f: &File, len: u64) -> io::Result<()> {
+        f.set_len(len)
+    }
+    fn sync(&mut self, f: &File) -> io::Result<()> {
+        f.sync_all()
+    }
+}
+
+/// The real file system, unchanged.
+#[derive(Debug, Default)]
+pub struct RealIo;
+
+impl FileIo for RealIo {}
+
+/// A full disk (or a quota): waited out, never a reason to give a file up.
+fn is_disk_full(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// The back-off after failed writes: nothing is attempted before `retry_at_us`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Backoff {
+    /// 0 when the last write worked.
+    delay_us: i64,
+    retry_at_us: i64,
+}
+
+impl Backoff {
+    fn failing(&self) -> bool {
+        self.delay_us > 0
+    }
+
+    /// May a write be tried at `now_us`?
+    fn due(&self, now_us: i64) -> bool {
+        !self.failing() || now_us >= self.retry_at_us
+    }
+
+    fn failed(&mut self, now_us: i64) {
+        self.delay_us =
+            if self.failing() { (self.delay_us * 2).min(BACKOFF_MAX_US) } else { BACKOFF_FIRST_US };
+        self.retry_at_us = now_us.saturating_add(self.delay_us);
+    }
 }
 
 struct OpenFile {
-    out: BufWriter<File>,
+    file: File,
     tmp: PathBuf,
-    bytes: u64,
+    /// Bytes accepted but not yet in the file: whole records only.
+    buf: Vec<u8>,
+    /// Records in `buf`.
+    buf_records: u64,
+    /// The length of the file's complete records: what a failed write is cut back to.
+    committed: u64,
+    /// The file's bytes past `committed` may hold part of a failed write.
+    tail_dirty: bool,
     records: u64,
     opened_us: i64,
     max_end_us: i64,
     /// Phases whose metadata lines this file already has.
     phases_named: Vec<bool>,
+}
+
+impl OpenFile {
+    /// The file's size once its buffer is written.
+    fn bytes(&self) -> u64 {
+        self.committed + self.buf.len() as u64
+    }
 }
 
 /// Writes events into rotating, sealed timeline files.
@@ -75,6 +157,12 @@ pub struct TimelineWriter {
     healthy: bool,
     line: String,
     counts: Counts,
+    io: Box<dyn FileIo>,
+    backoff: Backoff,
+    /// A seal failed for a full disk: the file is kept open and sealed at the next try.
+    seal_pending: bool,
+    /// Events dropped since the disk filled (for the log line when it recovers).
+    dropped_while_full: u64,
 }
 
 impl std::fmt::Debug for TimelineWriter {
@@ -84,14 +172,20 @@ impl std::fmt::Debug for TimelineWriter {
             .field("base_us", &self.base_us)
             .field("open", &self.file.as_ref().map(|f| &f.tmp))
             .field("healthy", &self.healthy)
+            .field("backoff", &self.backoff)
             .field("counts", &self.counts)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
 impl TimelineWriter {
     /// A writer whose `ts` values are relative to `base_us` (µs since the epoch).
     pub fn new(settings: Settings, base_us: i64) -> TimelineWriter {
+        TimelineWriter::with_io(settings, base_us, Box::new(RealIo))
+    }
+
+    /// The same, with its file operations going through `io`.
+    pub fn with_io(settings: Settings, base_us: i64, io: Box<dyn FileIo>) -> TimelineWriter {
         TimelineWriter {
             settings,
             base_us,
@@ -101,6 +195,10 @@ impl TimelineWriter {
             healthy: true,
             line: String::with_capacity(512),
             counts: Counts::default(),
+            io,
+            backoff: Backoff::default(),
+            seal_pending: false,
+            dropped_while_full: 0,
         }
     }
 
@@ -111,6 +209,12 @@ impl TimelineWriter {
     /// False once `FileOpenFailThreshold` opens have failed; it then drops everything.
     pub fn is_healthy(&self) -> bool {
         self.healthy
+    }
+
+    /// True while writes fail (a full disk): events are dropped and counted until a retry
+    /// works.
+    pub fn is_waiting_for_disk(&self) -> bool {
+        self.backoff.failing()
     }
 
     /// New rotation limits (after a config reload); they apply from the next event.
@@ -127,6 +231,13 @@ impl TimelineWriter {
             .join(format!("{}_{}.tmp", self.settings.node_id, PYTHON_TIMELINE_SUFFIX))
     }
 
+    fn drop_event(&mut self) {
+        self.counts.dropped += 1;
+        if self.backoff.failing() {
+            self.dropped_while_full += 1;
+        }
+    }
+
     /// Writes one event at wall-clock time `now_us`. `names[id]` must resolve every id the
     /// event uses (the hook checks ids when the event is recorded).
     pub fn write(&mut self, ev: &Event, names: &[Arc<str>], now_us: i64) {
@@ -135,8 +246,14 @@ impl TimelineWriter {
             return;
         }
         self.rotate_if_due(now_us);
+        // While the disk is full nothing new is accepted: what was accepted before waits in
+        // the buffer, and the retry (above) decides when writing goes on.
+        if self.backoff.failing() || self.seal_pending {
+            self.drop_event();
+            return;
+        }
         if self.file.is_none() && !self.open(now_us) {
-            self.counts.dropped += 1;
+            self.drop_event();
             return;
         }
         let next = self.phase_index.len() as u32 + 1;
@@ -156,70 +273,133 @@ impl TimelineWriter {
         }
         self.line.push_str(",\n");
         trace::record(&mut self.line, ev, index, self.base_us, self.settings.os_pid, name_of);
-        match file.out.write_all(self.line.as_bytes()) {
-            Ok(()) => {
-                file.bytes += self.line.len() as u64;
-                file.records += 1;
-                file.max_end_us = file.max_end_us.max(ev.end_us);
-                self.counts.written += 1;
-            }
-            Err(e) => {
-                self.counts.dropped += 1;
-                self.abandon(&e);
-            }
+        file.buf.extend_from_slice(self.line.as_bytes());
+        file.buf_records += 1;
+        file.records += 1;
+        file.max_end_us = file.max_end_us.max(ev.end_us);
+        self.counts.written += 1;
+        if file.buf.len() >= BUFFER_BYTES {
+            self.flush(now_us);
         }
     }
 
-    /// Seals the open file if it is too big or has been open too long. Called for every
-    /// event and by the idle loop.
+    /// Seals the open file if it is too big or has been open too long, and retries what a
+    /// full disk held back once its wait is over. Called for every event and by the idle
+    /// loop.
     pub fn rotate_if_due(&mut self, now_us: i64) {
+        if self.backoff.failing() {
+            if !self.backoff.due(now_us) {
+                return;
+            }
+            if self.seal_pending {
+                self.seal(now_us);
+                return;
+            }
+            if self.file.is_some() {
+                self.flush(now_us);
+                if self.backoff.failing() {
+                    return;
+                }
+            } else {
+                // Nothing held back: the next event tries to open a file.
+                self.recovered();
+            }
+        }
         let due = self.file.as_ref().is_some_and(|f| {
-            f.bytes >= self.settings.rotate_max_bytes
+            f.bytes() >= self.settings.rotate_max_bytes
                 || now_us.saturating_sub(f.opened_us) >= self.settings.rotate_interval_us
         });
         if due {
-            self.seal();
+            self.seal(now_us);
         }
     }
 
-    /// Pushes buffered lines to the file (not fsync'd: only sealing syncs).
-    pub fn flush(&mut self) {
-        if let Some(file) = self.file.as_mut()
-            && let Err(e) = file.out.flush()
-        {
-            self.abandon(&e);
+    /// Writes the buffered records to the file (not fsync'd: only sealing syncs). A
+    /// failure cuts the file back to its last complete record, keeps the buffer and waits
+    /// before the next try.
+    pub fn flush(&mut self, now_us: i64) {
+        if self.backoff.failing() && !self.backoff.due(now_us) {
+            return;
+        }
+        let Some(f) = self.file.as_mut() else { return };
+        match write_buffer(&mut *self.io, f) {
+            Ok(()) => self.recovered(),
+            Err(e) => self.write_failed(&e, now_us),
         }
     }
 
-    /// Seals the open file, if any. The writer stays usable.
-    pub fn close(&mut self) {
-        self.seal();
+    /// Seals the open file, if any: at shutdown. When the disk is still full, the file
+    /// is left under its temporary name with its complete records, for the agent's repair,
+    /// and what only the buffer held is counted as dropped.
+    pub fn close(&mut self, now_us: i64) {
+        self.backoff = Backoff::default();
+        self.seal(now_us);
+        if self.seal_pending {
+            self.seal_pending = false;
+            if let Some(f) = self.file.take() {
+                crate::log(&format_args!(
+                    "cannot seal {} (the disk is still full): its {} complete events stay there for repair, {} buffered events are lost",
+                    f.tmp.display(),
+                    f.records - f.buf_records,
+                    f.buf_records
+                ));
+                self.counts.written -= f.buf_records;
+                self.counts.dropped += f.buf_records;
+                if f.tail_dirty {
+                    let _ = self.io.set_len(&f.file, f.committed);
+                }
+            }
+        }
+    }
+
+    fn recovered(&mut self) {
+        if self.backoff.failing() {
+            crate::log(&format_args!(
+                "timeline writing resumed; {} events were dropped while it could not write",
+                self.dropped_while_full
+            ));
+        }
+        self.backoff = Backoff::default();
+        self.dropped_while_full = 0;
+    }
+
+    fn write_failed(&mut self, e: &io::Error, now_us: i64) {
+        self.counts.write_errors += 1;
+        if !self.backoff.failing() {
+            crate::log(&format_args!(
+                "cannot write the timeline ({e}){}; events are dropped and counted until it can, complete events are kept",
+                if is_disk_full(e) { ": the disk is full" } else { "" }
+            ));
+        }
+        self.backoff.failed(now_us);
     }
 
     fn open(&mut self, now_us: i64) -> bool {
         let tmp = self.tmp_path();
-        let opened = tmp.parent().map_or(Ok(()), fs::create_dir_all).and_then(|()| open_locked(&tmp, now_us));
-        match opened {
-            Ok(f) => {
-                let mut out = BufWriter::with_capacity(64 * 1024, f);
+        match self.io.open(&tmp, now_us) {
+            Ok(file) => {
                 self.line.clear();
                 self.line.push_str("[\n");
                 trace::header(&mut self.line, self.base_us);
-                if let Err(e) = out.write_all(self.line.as_bytes()) {
-                    crate::log(&format_args!("cannot write {}: {e}", tmp.display()));
-                    self.open_failed();
-                    return false;
-                }
+                let mut buf = Vec::with_capacity(BUFFER_BYTES + 4096);
+                buf.extend_from_slice(self.line.as_bytes());
                 self.file = Some(OpenFile {
-                    out,
+                    file,
                     tmp,
-                    bytes: self.line.len() as u64,
+                    buf,
+                    buf_records: 0,
+                    committed: 0,
+                    tail_dirty: false,
                     records: 0,
                     opened_us: now_us,
                     max_end_us: i64::MIN,
                     phases_named: Vec::new(),
                 });
                 true
+            }
+            Err(e) if is_disk_full(&e) => {
+                self.write_failed(&e, now_us);
+                false
             }
             Err(e) => {
                 crate::log(&format_args!("cannot open {}: {e}", tmp.display()));
@@ -240,33 +420,35 @@ impl TimelineWriter {
         }
     }
 
-    /// Gives up on the open file after a write error: its records are counted as dropped
-    /// and its temporary file removed, so that no half-written file is ever sealed.
-    fn abandon(&mut self, e: &io::Error) {
-        if let Some(f) = self.file.take() {
-            crate::log(&format_args!(
-                "write to {} failed ({e}); dropping its {} events",
-                f.tmp.display(),
-                f.records
-            ));
-            self.counts.written -= f.records;
-            self.counts.dropped += f.records;
-            // Removed while still locked, so that the agent never repairs it.
-            let _ = fs::remove_file(&f.tmp);
-            drop(f.out.into_parts());
-            self.open_failed();
-        }
-    }
-
-    fn seal(&mut self) {
-        let Some(mut f) = self.file.take() else { return };
-        let written =
-            f.out.write_all(b"\n]").and_then(|()| f.out.flush()).and_then(|()| f.out.get_ref().sync_all());
+    /// Closes the file with `\n]`, syncs it and renames it into place. When the disk is
+    /// full the file stays open, cut back to its complete records, and the seal is retried
+    /// after the back-off (events are dropped meanwhile).
+    fn seal(&mut self, now_us: i64) {
+        let Some(f) = self.file.as_mut() else { return };
+        let records_end = f.buf.len();
+        f.buf.extend_from_slice(b"\n]");
+        let written = write_buffer(&mut *self.io, f).and_then(|()| self.io.sync(&f.file));
         if let Err(e) = written {
-            self.file = Some(f);
-            self.abandon(&e);
+            // Back to the complete records: the `\n]` is written again at the next try.
+            if f.buf.len() >= records_end + 2 {
+                f.buf.truncate(records_end);
+            } else {
+                // The buffer reached the file; only the closing bytes are taken back.
+                f.buf.clear();
+                f.buf_records = 0;
+                f.committed = f.committed.saturating_sub(2);
+                f.tail_dirty = true;
+                if self.io.set_len(&f.file, f.committed).is_ok() {
+                    f.tail_dirty = false;
+                }
+            }
+            self.seal_pending = true;
+            self.write_failed(&e, now_us);
             return;
         }
+        self.seal_pending = false;
+        self.recovered();
+        let Some(mut f) = self.file.take() else { return };
         let mut t = f.max_end_us.max(self.last_name_us.saturating_add(1));
         let mut path = self.final_path(t);
         // Never over an existing file (the agent's repair may have placed one under the
@@ -290,6 +472,15 @@ impl TimelineWriter {
                 self.last_name_us = t;
                 self.counts.files_sealed += 1;
             }
+            Err(e) if is_disk_full(&e) => {
+                // No room for the hour folder or the name: the file stays open without its
+                // `\n]`, and the whole seal is tried again after the back-off.
+                f.committed = f.committed.saturating_sub(2);
+                f.tail_dirty = self.io.set_len(&f.file, f.committed).is_err();
+                self.file = Some(f);
+                self.seal_pending = true;
+                self.write_failed(&e, now_us);
+            }
             Err(e) => {
                 // The complete file is moved aside under a unique temporary name (the next
                 // file reuses the usual one), for the agent's start-up repair; its events
@@ -312,6 +503,47 @@ impl TimelineWriter {
 
     fn final_path(&self, t: i64) -> PathBuf {
         self.settings.root.join(timeline_file(t, &self.settings.node_id, PYTHON_TIMELINE_SUFFIX))
+    }
+}
+
+/// Writes `f.buf` at the end of `f`'s complete records. On success the buffer is empty
+/// and `committed` covers it; on failure the file is cut back to `committed` (its last
+/// complete record) and the buffer is kept whole for the next try.
+fn write_buffer(io: &mut dyn FileIo, f: &mut OpenFile) -> io::Result<()> {
+    if f.buf.is_empty() {
+        return Ok(());
+    }
+    let mut done = 0usize;
+    let failed = loop {
+        if done == f.buf.len() {
+            break None;
+        }
+        match io.write_at(&f.file, &f.buf[done..], f.committed + done as u64) {
+            Ok(0) => break Some(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => break Some(e),
+        }
+    };
+    match failed {
+        None => {
+            f.committed += f.buf.len() as u64;
+            f.buf.clear();
+            f.buf_records = 0;
+            if f.tail_dirty && io.set_len(&f.file, f.committed).is_ok() {
+                f.tail_dirty = false;
+            }
+            Ok(())
+        }
+        Some(e) => {
+            // Part of the buffer may be in the file: cut it off, so that the file ends
+            // with a complete record (and the space goes back to the full disk).
+            f.tail_dirty = true;
+            if io.set_len(&f.file, f.committed).is_ok() {
+                f.tail_dirty = false;
+            }
+            Err(e)
+        }
     }
 }
 
@@ -446,7 +678,7 @@ mod tests {
         w.write(&ev(1, 2, BASE + 3358, BASE + 13358, 0), &names(), BASE + 20_000);
         w.write(&ev(0, 0, BASE + 1000, BASE + 42358, 0), &names(), BASE + 43_000);
         assert!(w.tmp_path().exists());
-        w.close();
+        w.close(BASE + 1_000_000_000);
         assert!(!w.tmp_path().exists());
         let files = sealed(&root);
         assert_eq!(files.len(), 1);
@@ -466,7 +698,10 @@ mod tests {
         let text = fs::read_to_string(root.join("framework/pevents").join(name)).unwrap();
         assert!(text.starts_with("[\n{\"name\": \"process_name\""));
         assert!(text.ends_with("}\n]"));
-        assert_eq!(w.counts(), Counts { written: 2, dropped: 0, files_sealed: 1, open_failures: 0 });
+        assert_eq!(
+            w.counts(),
+            Counts { written: 2, dropped: 0, files_sealed: 1, open_failures: 0, write_errors: 0 }
+        );
         fs::remove_dir_all(&root).unwrap();
     }
 
@@ -478,7 +713,7 @@ mod tests {
         for i in 0..40 {
             w.write(&ev(1, 2, BASE, BASE + 500, i), &names(), BASE + 1000 + i);
         }
-        w.close();
+        w.close(BASE + 1_000_000_000);
         let files = sealed(&root);
         assert!(files.len() >= 5, "{} files", files.len());
         let times: Vec<i64> =
@@ -512,7 +747,7 @@ mod tests {
         assert!(!w.tmp_path().exists());
         // Nothing open: nothing to seal, no empty file.
         w.rotate_if_due(BASE + 30_000_000);
-        w.close();
+        w.close(BASE + 1_000_000_000);
         assert_eq!(sealed(&root).len(), 1);
         fs::remove_dir_all(&root).unwrap();
     }
@@ -528,7 +763,10 @@ mod tests {
             w.write(&ev(1, 2, BASE, BASE + 5, i), &names(), BASE + 10);
         }
         assert!(!w.is_healthy());
-        assert_eq!(w.counts(), Counts { written: 0, dropped: 4, files_sealed: 0, open_failures: 2 });
+        assert_eq!(
+            w.counts(),
+            Counts { written: 0, dropped: 4, files_sealed: 0, open_failures: 2, write_errors: 0 }
+        );
         fs::remove_dir_all(&root).unwrap();
     }
 
@@ -542,7 +780,7 @@ mod tests {
         fs::write(&taken, "[]").unwrap();
         let mut w = TimelineWriter::new(settings(&root, 1 << 20, 60), BASE);
         w.write(&ev(0, 0, BASE + 1000, BASE + 42358, 0), &names(), BASE + 43_000);
-        w.close();
+        w.close(BASE + 1_000_000_000);
         assert_eq!(fs::read_to_string(&taken).unwrap(), "[]");
         let names: Vec<String> = sealed(&root).into_iter().map(|(n, _)| n).collect();
         assert!(
@@ -564,7 +802,7 @@ mod tests {
         // The open file is locked: the agent's repair sees a live writer.
         let other = File::open(w.tmp_path()).unwrap();
         assert!(matches!(other.try_lock(), Err(fs::TryLockError::WouldBlock)));
-        w.close();
+        w.close(BASE + 1_000_000_000);
         let files = sealed(&root);
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].1.as_array().unwrap().len(), 5);
@@ -574,7 +812,7 @@ mod tests {
         fs::remove_file(&aside).unwrap();
         fs::write(w.tmp_path(), b"").unwrap();
         w.write(&ev(1, 2, BASE, BASE + 5, 1), &names(), BASE + 20);
-        w.close();
+        w.close(BASE + 1_000_000_000);
         assert_eq!(sealed(&root).len(), 2);
         let left: Vec<_> =
             fs::read_dir(root.join("framework")).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -591,8 +829,11 @@ mod tests {
         let mut w = TimelineWriter::new(settings(&root, 1 << 20, 60), BASE);
         w.write(&ev(1, 2, BASE, BASE + 5, 0), &names(), BASE + 10);
         w.write(&ev(1, 2, BASE, BASE + 7, 1), &names(), BASE + 10);
-        w.close();
-        assert_eq!(w.counts(), Counts { written: 0, dropped: 2, files_sealed: 0, open_failures: 1 });
+        w.close(BASE + 1_000_000_000);
+        assert_eq!(
+            w.counts(),
+            Counts { written: 0, dropped: 2, files_sealed: 0, open_failures: 1, write_errors: 0 }
+        );
         let aside: Vec<_> = fs::read_dir(root.join("framework"))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -602,6 +843,255 @@ mod tests {
         let kept: serde_json::Value =
             serde_json::from_slice(&fs::read(root.join("framework").join(&aside[0])).unwrap()).unwrap();
         assert_eq!(kept.as_array().unwrap().len(), 6);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A file system that fills up on demand: [`FileIo`] over the real one, with the
+    /// failures a full disk (or a read-only folder) gives.
+    #[derive(Clone, Default)]
+    struct Fault(Arc<std::sync::Mutex<FaultState>>);
+
+    #[derive(Default)]
+    struct FaultState {
+        /// Writes and syncs fail with ENOSPC once `room` bytes more are written.
+        full: bool,
+        room: usize,
+        /// Opens fail with ENOSPC while full (a disk without a free inode or block).
+        full_blocks_open: bool,
+        /// Opens fail with EACCES (a read-only folder).
+        deny_open: bool,
+        write_calls: u64,
+    }
+
+    impl Fault {
+        fn set(&self, f: impl FnOnce(&mut FaultState)) {
+            f(&mut self.0.lock().unwrap());
+        }
+        fn writes(&self) -> u64 {
+            self.0.lock().unwrap().write_calls
+        }
+    }
+
+    fn err(code: i32) -> io::Error {
+        io::Error::from_raw_os_error(code)
+    }
+
+    impl FileIo for Fault {
+        fn open(&mut self, tmp: &Path, now_us: i64) -> io::Result<File> {
+            let s = self.0.lock().unwrap();
+            if s.deny_open {
+                return Err(err(libc::EACCES));
+            }
+            if s.full && s.full_blocks_open {
+                return Err(err(libc::ENOSPC));
+            }
+            drop(s);
+            RealIo.open(tmp, now_us)
+        }
+        fn write_at(&mut self, f: &File, buf: &[u8], offset: u64) -> io::Result<usize> {
+            let mut s = self.0.lock().unwrap();
+            s.write_calls += 1;
+            if !s.full {
+                return f.write_at(buf, offset);
+            }
+            if s.room == 0 {
+                return Err(err(libc::ENOSPC));
+            }
+            // What fits lands in the file for real: a partial record to be cut off.
+            let n = f.write_at(&buf[..buf.len().min(s.room)], offset)?;
+            s.room -= n;
+            Ok(n)
+        }
+        fn sync(&mut self, f: &File) -> io::Result<()> {
+            if self.0.lock().unwrap().full { Err(err(libc::ENOSPC)) } else { f.sync_all() }
+        }
+    }
+
+    fn steps_in(v: &serde_json::Value) -> Vec<i64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| e["args"]["step_num"].as_str().unwrap().parse().unwrap())
+            .collect()
+    }
+
+    /// The temporary file as the agent's repair would read it: complete records, closed.
+    fn tmp_as_json(w: &TimelineWriter) -> serde_json::Value {
+        let mut text = fs::read(w.tmp_path()).unwrap();
+        assert!(text.ends_with(b"}"), "not cut at a complete record: {:?}", String::from_utf8_lossy(&text));
+        text.extend_from_slice(b"\n]");
+        serde_json::from_slice(&text).unwrap()
+    }
+
+    const MS: i64 = 1000;
+
+    #[test]
+    fn a_full_disk_loses_only_what_comes_while_it_is_full() {
+        let root = tempdir("enospc");
+        let fault = Fault::default();
+        let mut w = TimelineWriter::with_io(settings(&root, 1 << 20, 3600), BASE, Box::new(fault.clone()));
+        let mut now = BASE + 10 * MS;
+        for i in 0..10 {
+            w.write(&ev(1, 2, BASE, BASE + 5, i), &names(), now);
+        }
+        w.flush(now);
+        let before = fs::metadata(w.tmp_path()).unwrap().len();
+        assert_eq!(steps_in(&tmp_as_json(&w)), (0..10).collect::<Vec<_>>());
+
+        // Accepted before the disk fills: kept in the buffer.
+        for i in 10..20 {
+            w.write(&ev(1, 2, BASE, BASE + 5, i), &names(), now);
+        }
+        fault.set(|s| (s.full, s.room) = (true, 100));
+        w.flush(now);
+        assert!(w.is_waiting_for_disk());
+        // 100 bytes of a record reached the file and were cut off again: nothing deleted,
+        // the file ends with its last complete record.
+        assert_eq!(fs::metadata(w.tmp_path()).unwrap().len(), before);
+        assert_eq!(steps_in(&tmp_as_json(&w)), (0..10).collect::<Vec<_>>());
+
+        // While full: dropped and counted, and tried again only as the back-off allows
+        // (100 ms, doubling to 2 s).
+        let mut retries = Vec::new();
+        let mut step = 20;
+        while now < BASE + 10_000 * MS {
+            now += 10 * MS;
+            let calls = fault.writes();
+            w.write(&ev(1, 2, BASE, BASE + 5, step), &names(), now);
+            step += 1;
+            if fault.writes() != calls {
+                retries.push(now);
+            }
+        }
+        let gaps: Vec<i64> = retries.windows(2).map(|p| (p[1] - p[0]) / MS).collect();
+        assert_eq!(gaps[..5], [200, 400, 800, 1600, 2000], "{gaps:?}");
+        assert!(gaps[5..].iter().all(|&g| g == 2000), "{gaps:?}");
+        let dropped = (step - 20) as u64;
+        assert_eq!(w.counts().dropped, dropped);
+        assert_eq!(fs::metadata(w.tmp_path()).unwrap().len(), before);
+        assert!(w.is_healthy());
+
+        // Space comes back: within one back-off (≤ 2 s) the buffer is written, then new
+        // events again.
+        fault.set(|s| s.full = false);
+        let freed = now;
+        while w.is_waiting_for_disk() {
+            now += 10 * MS;
+            w.rotate_if_due(now);
+        }
+        assert!(now - freed <= 2_000 * MS);
+        for i in 1000..1010 {
+            w.write(&ev(1, 2, BASE, BASE + 5, i), &names(), now);
+        }
+        w.close(now);
+        let files = sealed(&root);
+        assert_eq!(files.len(), 1);
+        let want: Vec<i64> = (0..20).chain(1000..1010).collect();
+        assert_eq!(steps_in(&files[0].1), want);
+        let c = w.counts();
+        assert_eq!((c.written, c.dropped, c.files_sealed, c.open_failures), (30, dropped, 1, 0));
+        assert_eq!(c.write_errors, retries.len() as u64 + 1);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_seal_on_a_full_disk_keeps_the_file_and_seals_it_later() {
+        let root = tempdir("enospc-seal");
+        let fault = Fault::default();
+        // Small files: the size rotation seals while the disk is full.
+        let mut w = TimelineWriter::with_io(settings(&root, 2000, 3600), BASE, Box::new(fault.clone()));
+        let mut now = BASE + 10 * MS;
+        let mut step = 0;
+        while sealed(&root).is_empty() {
+            w.write(&ev(1, 2, BASE, BASE + 5, step), &names(), now);
+            w.flush(now);
+            step += 1;
+        }
+        // The event that found the first file full opened the second.
+        let first_file = step - 1;
+        // Fill the next file up to just below the limit, then fill the disk.
+        while fs::metadata(w.tmp_path()).map_or(0, |m| m.len()) < 1900 {
+            w.write(&ev(1, 2, BASE, BASE + 5, step), &names(), now);
+            w.flush(now);
+            step += 1;
+        }
+        w.write(&ev(1, 2, BASE, BASE + 5, step), &names(), now);
+        step += 1;
+        let accepted = step;
+        fault.set(|s| (s.full, s.room) = (true, 1));
+        // The seal is due at this event: `\n]` and the buffer cannot be written.
+        w.write(&ev(1, 2, BASE, BASE + 5, step), &names(), now);
+        assert!(w.is_waiting_for_disk());
+        assert_eq!(sealed(&root).len(), 1);
+        // The file holds what was flushed; the last accepted event waits in the buffer.
+        assert_eq!(steps_in(&tmp_as_json(&w)), (first_file..accepted - 1).collect::<Vec<_>>());
+        // A close while the disk is still full leaves the complete records for the
+        // agent's repair; here the disk comes back first.
+        now += 50 * MS;
+        w.rotate_if_due(now);
+        fault.set(|s| s.full = false);
+        now += 2_000 * MS;
+        w.rotate_if_due(now);
+        assert!(!w.is_waiting_for_disk());
+        assert!(!w.tmp_path().exists());
+        let files = sealed(&root);
+        assert_eq!(files.len(), 2);
+        assert_eq!(steps_in(&files[1].1), (first_file..accepted).collect::<Vec<_>>());
+        assert_eq!(w.counts().dropped, 1);
+        assert_eq!(w.counts().written, accepted as u64);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn closing_on_a_full_disk_leaves_the_complete_records_for_repair() {
+        let root = tempdir("enospc-close");
+        let fault = Fault::default();
+        let mut w = TimelineWriter::with_io(settings(&root, 1 << 20, 3600), BASE, Box::new(fault.clone()));
+        for i in 0..5 {
+            w.write(&ev(1, 2, BASE, BASE + 5, i), &names(), BASE + 10);
+        }
+        w.flush(BASE + 10);
+        for i in 5..8 {
+            w.write(&ev(1, 2, BASE, BASE + 5, i), &names(), BASE + 10);
+        }
+        fault.set(|s| (s.full, s.room) = (true, 70));
+        w.close(BASE + 20);
+        assert!(sealed(&root).is_empty());
+        assert_eq!(steps_in(&tmp_as_json(&w)), (0..5).collect::<Vec<_>>());
+        let c = w.counts();
+        assert_eq!((c.written, c.dropped, c.files_sealed), (5, 3, 0));
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_full_disk_never_counts_toward_file_open_fail_threshold_a_refused_open_does() {
+        let root = tempdir("enospc-open");
+        let fault = Fault::default();
+        let mut w = TimelineWriter::with_io(settings(&root, 1 << 20, 3600), BASE, Box::new(fault.clone()));
+        fault.set(|s| (s.full, s.full_blocks_open) = (true, true));
+        let mut now = BASE;
+        for i in 0..500 {
+            now += 10 * MS;
+            w.write(&ev(1, 2, BASE, BASE + 5, i), &names(), now);
+        }
+        assert!(w.is_healthy());
+        assert_eq!((w.counts().open_failures, w.counts().dropped), (0, 500));
+        assert!(w.counts().write_errors >= 3);
+        fault.set(|s| s.full = false);
+        now += 2_000 * MS;
+        w.write(&ev(1, 2, BASE, BASE + 5, 500), &names(), now);
+        assert_eq!(w.counts().written, 1);
+        w.close(now);
+        assert_eq!(steps_in(&sealed(&root)[0].1), [500]);
+
+        // A folder that refuses the file (EACCES): threshold 2.
+        fault.set(|s| s.deny_open = true);
+        for i in 0..4 {
+            w.write(&ev(1, 2, BASE, BASE + 5, 600 + i), &names(), now + i);
+        }
+        assert!(!w.is_healthy());
+        assert_eq!(w.counts().open_failures, 2);
         fs::remove_dir_all(&root).unwrap();
     }
 }

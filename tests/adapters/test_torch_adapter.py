@@ -168,7 +168,8 @@ def test_no_windows_configured_records_steps_only(run_trainer):
 def test_training_goes_on_without_the_library(run_trainer, tmp_path):
     run = run_trainer(SCRIPT, {}, config=CONFIG, env={"TRAINPROF_HOOK_LIB": tmp_path / "missing.so"}).check()
     warnings = run.warnings()
-    assert len(warnings) == 1 and "trainprof.torch.attach: no profiler (LibraryError" in warnings[0], warnings
+    assert len(warnings) == 1 and str(tmp_path / "missing.so") in warnings[0], warnings
+    assert warnings[0].endswith("profiling is off in this process"), warnings
     m = run.manifest
     assert m["steps"] == [[mode, -1] for mode, _ in WANT_STEPS]  # nothing counted
     assert m["hooks_after_attach"] == 0 and m["worker_status"] == [0] * 6 and m["stats"] is None

@@ -52,28 +52,36 @@ def error_of(run):
 
 
 def test_wrong_library_path_is_a_clear_error(run_script, tmp_path, package_dir):
+    """With strict=True; without it the same message is one warning (test_kill_switch.py)."""
     missing = tmp_path / "nowhere" / "libtrainprof_hook.so"
-    e = error_of(run_script("api.py", {"case": "load"}, env={"TRAINPROF_HOOK_LIB": missing}))
+    e = error_of(run_script("api.py", {"case": "load", "strict": True}, env={"TRAINPROF_HOOK_LIB": missing}))
     assert e["import_error"] and e["error"] == "LibraryError"
     assert str(missing) in e["message"] and "TRAINPROF_HOOK_LIB" in e["message"]
     assert str(package_dir / "trainprof" / "libtrainprof_hook.so") in e["message"]
 
     not_a_library = tmp_path / "libtrainprof_hook.so"
     not_a_library.write_text("not an ELF file\n")
-    e = error_of(run_script("api.py", {"case": "load"}, env={"TRAINPROF_HOOK_LIB": not_a_library}))
+    e = error_of(run_script("api.py", {"case": "load", "strict": True}, env={"TRAINPROF_HOOK_LIB": not_a_library}))
     assert e["import_error"] and str(not_a_library) in e["message"] and "cannot load" in e["message"]
 
     # Not set: the package's own directory, here a copy of the package without a library.
     copy = tmp_path / "pkg"
     shutil.copytree(package_dir / "trainprof", copy / "trainprof", ignore=shutil.ignore_patterns("*.so"))
-    e = error_of(run_script("api.py", {"case": "load"}, env={"TRAINPROF_HOOK_LIB": None}, pythonpath=copy))
+    e = error_of(
+        run_script("api.py", {"case": "load", "strict": True}, env={"TRAINPROF_HOOK_LIB": None}, pythonpath=copy)
+    )
     assert e["import_error"]
     assert str(copy / "trainprof" / "libtrainprof_hook.so") in e["message"] and "TRAINPROF_HOOK_LIB" in e["message"]
 
 
 def test_abi_mismatch_is_refused(run_script):
-    e = error_of(run_script("api.py", {"case": "abi"}))
+    e = error_of(run_script("api.py", {"case": "abi", "strict": True}))
     assert e["import_error"] and "ABI version 1" in e["message"] and "needs 2" in e["message"]
+    # Not strict: one warning, and a profiler that does nothing.
+    run = run_script("api.py", {"case": "abi"}, config={}).check()
+    assert run.manifest["profiler"] == {"ok": "<trainprof.Profiler framework=pytorch status=DISABLED>"}
+    assert [w for w in run.warnings() if "ABI version 1" in w and "needs 2" in w] == run.warnings()
+    assert len(run.warnings()) == 1
 
 
 def test_programmer_mistakes_raise_value_error(run_script):
@@ -111,6 +119,19 @@ def test_programmer_mistakes_raise_value_error(run_script):
     assert m["stats"]["written"] == 2
 
 
+def test_names_over_the_limit_are_dropped_and_counted(run_script):
+    run = run_script("api.py", {"case": "names"}, config={}, env={"TRAINPROF_MAX_NAMES": 16}).check()
+    m = run.manifest
+    # 16 names: the 4 step names, "Forward" and name-0..name-10; the other 89 events dropped.
+    assert m["stats"]["written"] == 11 and m["stats"]["dropped_names"] == 89 and m["dropped"] == 89
+    assert m["cached_names"] == 12  # the package caches no name the library refused
+    assert [w for w in run.warnings() if "name table is full" in w] == run.warnings()
+    assert len(run.warnings()) == 1
+    assert run.proc.stderr.count("the name table is full") == 2  # the library's log line and the warning
+    events = LocalAlgorithmMetricsReader(trace_root_folder=str(run.out)).get_events(0, 10**18)
+    assert sorted(e.event_name for e in events) == sorted("name-%d" % i for i in range(11))
+
+
 @pytest.mark.parametrize("how", ["DisableProfiler", "TRAINPROF_DISABLE"])
 def test_disabled_profiling_writes_nothing(run_script, how):
     config = {"RotateMaxFileSizeInBytes": 1500, "DetailedProfilingConfig": {"StartStep": 1}, **PYTHON_WINDOWS}
@@ -125,7 +146,7 @@ def test_disabled_profiling_writes_nothing(run_script, how):
     assert m["steps"] == [["train", s] for s in range(4)] + [["eval", s] for s in range(2)]
     assert not any(a[f] for a in m["active"] for f in ("detailed", "dataloader", "python", "smdataparallel"))
     assert m["stats"] == dict.fromkeys(
-        ("dropped_queue_full", "dropped_writer", "written", "files_sealed", "open_failures"), 0
+        ("dropped_queue_full", "dropped_writer", "written", "files_sealed", "open_failures", "dropped_names"), 0
     )
     files = [os.path.join(d, f) for d, _, fs in os.walk(run.out) for f in fs]
     assert files == []

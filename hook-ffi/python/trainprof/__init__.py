@@ -15,8 +15,10 @@ made, from ``$TRAINPROF_HOOK_LIB`` or from this package's directory)::
 
 Importing this package imports neither torch nor tensorflow and does not load the library.
 Profiling problems never raise into the training loop (one ``trainprof: ...`` line on
-stderr instead); wrong arguments (an unknown mode or feature name) raise ``ValueError``.
-In a ``fork()``ed child (a DataLoader worker) every method does nothing.
+stderr instead): with ``TRAINPROF_DISABLE`` set, or without a loadable library, a
+:class:`Profiler` does nothing (``Profiler(strict=True)`` raises :class:`LibraryError`
+for the library instead). Wrong arguments (an unknown mode or feature name) raise
+``ValueError``. In a ``fork()``ed child (a DataLoader worker) every method does nothing.
 """
 
 import atexit
@@ -151,14 +153,19 @@ class _Span:
 class Profiler:
     """The hook for this process: steps, events, window questions, Python profiling.
 
-    ``Profiler(framework)`` loads the library (:class:`LibraryError`, an ``ImportError``,
-    when it cannot be found or speaks another ABI), calls ``trainprof_init(framework)``
-    (which reads ``SMPROFILER_CONFIG_PATH``) and opens the pre-step-zero Python-profiling
-    window. When the config disables profiling, every method still works and does nothing.
+    ``Profiler(framework)`` loads the library, calls ``trainprof_init(framework)`` (which
+    reads ``SMPROFILER_CONFIG_PATH``) and opens the pre-step-zero Python-profiling window.
+    When the config disables profiling, every method still works and does nothing.
     At exit the profiler is closed if it was not, and the post-close window ends.
+
+    The kill switch: with ``TRAINPROF_DISABLE`` set (``1``, ``true``, ...) the library is
+    not even loaded; when it cannot be loaded (not found, not a library, another ABI),
+    one ``trainprof:`` line says why. Either way the profiler does nothing
+    (``init_status`` is ``DISABLED``). ``strict=True`` raises :class:`LibraryError` (an
+    ``ImportError``) for a library that cannot be loaded instead.
     """
 
-    def __init__(self, framework="pytorch", lib_path=None, shutdown_timeout_ms=10000):
+    def __init__(self, framework="pytorch", lib_path=None, shutdown_timeout_ms=10000, strict=False):
         if framework not in FRAMEWORKS:
             raise ValueError("framework must be one of %s, not %r" % (", ".join(FRAMEWORKS), framework))
         self._pid = os.getpid()
@@ -166,12 +173,13 @@ class Profiler:
         self._shutdown_timeout_ms = _int64("shutdown_timeout_ms", shutdown_timeout_ms)
         if not 0 <= self._shutdown_timeout_ms <= 2**32 - 1:
             raise ValueError("shutdown_timeout_ms must fit in 32 bits unsigned")
-        self._lib = _lib.load(lib_path)
         self._names = {}
         self._names_lock = threading.Lock()
         self._next_step = dict.fromkeys(MODES.values(), 0)
         self._closed = False
         self._exited = False
+        self._library_missing = False
+        self._lib = self._load(lib_path, strict)
         self.init_status = self._lib.trainprof_init(framework.encode("ascii"))
         self._live = self.init_status == _lib.STATUS_OK
         if self.init_status not in (_lib.STATUS_OK, _lib.STATUS_DISABLED):
@@ -186,6 +194,27 @@ class Profiler:
             self._windows = _python_profiling.windows_for(self._lib)
             self._windows.boundary(_lib.BOUNDARY_START)
         atexit.register(self._at_exit)
+
+    def _load(self, lib_path, strict):
+        """The library, or a :class:`_lib.NullLibrary` that does nothing (one warning)."""
+        off = _lib.disabled_by_env()
+        if off is not None:
+            warn(
+                "profiling is off (TRAINPROF_DISABLE=%s); the trainprof calls do nothing" % off,
+                key="disabled-by-env",
+            )
+            return _lib.NullLibrary()
+        try:
+            return _lib.load(lib_path)
+        except Exception as e:  # LibraryError, or anything ctypes raised on the way
+            if strict:
+                raise
+            message = str(e) if isinstance(e, LibraryError) else "%s: %s" % (type(e).__name__, e)
+            if message.startswith("trainprof: "):
+                message = message[len("trainprof: ") :]
+            warn("%s; profiling is off in this process" % message, key="no-library")
+            self._library_missing = True
+            return _lib.NullLibrary()
 
     # --- state -------------------------------------------------------------------------
 
@@ -229,6 +258,14 @@ class Profiler:
                 return nid
             out = ctypes.c_uint32()
             status = self._lib.trainprof_register_name(encoded, ctypes.byref(out))
+            if status == _lib.STATUS_NAME_LIMIT:
+                # Not cached, so that this cache stays as bounded as the library's table:
+                # the library drops and counts every event that uses this id.
+                warn(
+                    "the name table is full (TRAINPROF_MAX_NAMES); events with new names are dropped and counted",
+                    key="name-limit",
+                )
+                return out.value
             if status != _lib.STATUS_OK:
                 if status < 0:
                     warn("trainprof_register_name(%r) returned %s" % (name, _lib.status_name(status)))
@@ -403,11 +440,14 @@ class Profiler:
             return None
         out = _lib.TrainprofStats()
         self._lib.trainprof_stats(ctypes.byref(out))
-        return {f: int(getattr(out, f)) for f in _STATS_FIELDS}
+        stats = {f: int(getattr(out, f)) for f in _STATS_FIELDS}
+        stats["dropped_names"] = int(self._lib.trainprof_dropped_names())
+        return stats
 
     @property
     def dropped(self):
-        """Events lost so far (queue full, or the writer turned off); 0 in a forked child."""
+        """Events lost so far (queue full, the disk or the writer, a name over the name
+        table's limit); 0 in a forked child."""
         if self._forked():
             return 0
         return int(self._lib.trainprof_dropped_events())

@@ -9,6 +9,7 @@ the library when a :class:`trainprof.Profiler` is made.
 import ctypes
 import os
 import threading
+import time
 
 #: The ABI this package speaks (``TRAINPROF_ABI_VERSION``).
 ABI_VERSION = 1
@@ -16,6 +17,8 @@ ABI_VERSION = 1
 PATH_MAX = 4096
 #: ``TRAINPROF_MAX_ARGS``: extra arguments per event.
 MAX_ARGS = 4
+#: ``TRAINPROF_NAME_OVER_LIMIT``: the id of a name that did not fit in the name table.
+NAME_OVER_LIMIT = 2**32 - 1
 
 #: The library's file name, looked for inside this package when ``TRAINPROF_HOOK_LIB`` is unset.
 LIB_NAME = "libtrainprof_hook.so"
@@ -31,6 +34,7 @@ STATUS_FORKED_CHILD = 4
 STATUS_DROPPED = 5
 STATUS_TIMEOUT = 6
 STATUS_NO_STEP = 7
+STATUS_NAME_LIMIT = 8
 STATUS_NULL_ARGUMENT = -1
 STATUS_INVALID_UTF8 = -2
 STATUS_INVALID_ARGUMENT = -3
@@ -47,6 +51,7 @@ STATUS_NAMES = {
     STATUS_DROPPED: "DROPPED",
     STATUS_TIMEOUT: "TIMEOUT",
     STATUS_NO_STEP: "NO_STEP",
+    STATUS_NAME_LIMIT: "NAME_LIMIT",
     STATUS_NULL_ARGUMENT: "NULL_ARGUMENT",
     STATUS_INVALID_UTF8: "INVALID_UTF8",
     STATUS_INVALID_ARGUMENT: "INVALID_ARGUMENT",
@@ -164,12 +169,56 @@ _PROTOTYPES = {
     "trainprof_node_id": (_Status, [ctypes.c_char_p, ctypes.c_size_t]),
     "trainprof_stats": (_Status, [ctypes.POINTER(TrainprofStats)]),
     "trainprof_dropped_events": (ctypes.c_uint64, []),
+    "trainprof_dropped_names": (ctypes.c_uint64, []),
     "trainprof_selftest_panic": (_Status, []),
 }
 
 
 class LibraryError(ImportError):
     """The hook library cannot be loaded, or speaks another ABI."""
+
+
+def _answer_disabled(*_args):
+    return STATUS_DISABLED
+
+
+class NullLibrary:
+    """Stands in for the library where none is loaded (``TRAINPROF_DISABLE``, or no loadable
+    library): every export does nothing and answers ``DISABLED``, output arguments stay as
+    the caller made them (zeros), the clock still runs and nothing was dropped."""
+
+    def trainprof_abi_version(self):
+        return ABI_VERSION
+
+    def trainprof_version(self):
+        return None
+
+    def trainprof_now_us(self):
+        return time.time_ns() // 1000
+
+    def trainprof_dropped_events(self):
+        return 0
+
+    def trainprof_dropped_names(self):
+        return 0
+
+    def __getattr__(self, name):
+        if name in _PROTOTYPES:
+            return _answer_disabled
+        raise AttributeError(name)
+
+
+#: Values of ``TRAINPROF_DISABLE`` that leave profiling on (empty: not set), as the config
+#: crate reads them (README, "Overrides"); any other value switches it off.
+_ENABLE_WORDS = ("", "0", "false", "no", "off")
+
+
+def disabled_by_env():
+    """The ``TRAINPROF_DISABLE`` value when it switches profiling off, else None."""
+    value = os.environ.get("TRAINPROF_DISABLE")
+    if value is None or value.strip().lower() in _ENABLE_WORDS:
+        return None
+    return value
 
 
 def default_path():

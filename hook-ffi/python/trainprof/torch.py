@@ -133,6 +133,9 @@ class TorchHook:
         try:
             if profiler is None:
                 profiler = Profiler(framework="pytorch")
+                if profiler._library_missing:  # the Profiler said why, in one line
+                    self._closed = True
+                    return
                 self._own_profiler = True
             self.profiler = profiler
         except Exception as e:  # LibraryError or anything else: training goes on unprofiled

@@ -2,9 +2,11 @@
 manifest. Run in a subprocess by test_package.py. TRAINPROF_TEST_PARAMS["case"] picks:
 
 * ``errors``: programmer mistakes raise ValueError, with profiling on;
-* ``load``: Profiler() with whatever TRAINPROF_HOOK_LIB says; the error, if any;
-* ``abi``: Profiler() when the package expects another ABI version;
-* ``import``: what importing trainprof pulls in.
+* ``load``: Profiler() (``strict`` from the params) with whatever TRAINPROF_HOOK_LIB says;
+  the error, if any;
+* ``abi``: the same, when the package expects another ABI version;
+* ``import``: what importing trainprof pulls in;
+* ``names``: 100 distinct event names (run with a small TRAINPROF_MAX_NAMES).
 """
 
 import json
@@ -36,12 +38,23 @@ if CASE == "import":
 elif CASE == "load":
     import trainprof
 
-    r["profiler"] = outcome(lambda: trainprof.Profiler(framework="pytorch"))
+    r["profiler"] = outcome(lambda: trainprof.Profiler(framework="pytorch", strict=PARAMS.get("strict", False)))
 elif CASE == "abi":
     import trainprof
 
     trainprof._lib.ABI_VERSION = 2
-    r["profiler"] = outcome(lambda: trainprof.Profiler(framework="pytorch"))
+    r["profiler"] = outcome(lambda: trainprof.Profiler(framework="pytorch", strict=PARAMS.get("strict", False)))
+elif CASE == "names":
+    import trainprof
+
+    prof = trainprof.Profiler(framework="pytorch")
+    t = prof.now_us()
+    for i in range(100):
+        prof.record_event("Forward", "name-%d" % i, t + i, t + i + 1)
+    prof.close()
+    r["stats"] = prof.stats()
+    r["dropped"] = prof.dropped
+    r["cached_names"] = len(prof._names)
 elif CASE == "errors":
     import trainprof
 

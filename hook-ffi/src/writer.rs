@@ -1,12 +1,12 @@
 //! The framework timeline writer (spec §3.3–§3.5), run by the hook's one background thread.
 //!
-//! A file is opened lazily at the first event, under a temporary name that no smdebug
-//! reader matches (`framework/<node>_pythontimeline.json.tmp`), and locked (`flock`) for
-//! its whole life, so that the agent's repair can tell it from a dead writer's. A
-//! non-empty file found under that name is such a leftover (a killed trainer with the
-//! same node id): it is moved aside as `<node>_pythontimeline.json.stale-<µs>.tmp` for
-//! the agent to repair, never truncated or appended to. A file is *sealed* — closed with
-//! `\n]`, flushed, fsync'd and renamed to
+//! A file is opened lazily at the first event, under a new temporary name that no smdebug
+//! reader matches (`framework/<node>_pythontimeline.json.<pid>-<k>.tmp`, created with
+//! `O_EXCL | O_NOFOLLOW`, so a leftover or a planted link is never truncated, appended to
+//! or written through), and locked (`flock`) for its whole life, so that the agent's repair
+//! can tell it from a dead writer's. All file calls follow the on-disk protocol
+//! (`docs/on-disk.md`, `trainprof_output::fs`). A file is *sealed* — closed with
+//! `\n]`, flushed, fsync'd and renamed (never over an existing name) to
 //! `framework/pevents/<hour>/<T>_<node>_pythontimeline.json` — when it reaches
 //! `RotateMaxFileSizeInBytes`, when it has been open for `RotateFileCloseIntervalInSeconds`
 //! (also while idle, unlike smdebug), and at shutdown.
@@ -16,13 +16,13 @@
 //! pitfalls 12 and 13). Every time is passed in by the caller, so tests need no sleeping.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt as _, MetadataExt as _};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::FileExt as _;
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use trainprof_output::{PYTHON_TIMELINE_SUFFIX, timeline_file};
+use trainprof_output::fs::{self as ofs, Dir, Move};
 
 use crate::event::Event;
 use crate::trace;
@@ -68,9 +68,9 @@ const BACKOFF_MAX_US: i64 = 2_000_000;
 /// The file operations, so that tests can make them fail (a full disk, a refused open)
 /// on a real file system, behind the same code path.
 pub trait FileIo: Send {
-    /// Makes the folder of `tmp` and opens `tmp` empty and locked.
-    fn open(&mut self, tmp: &Path, now_us: i64) -> io::Result<File> {
-        tmp.parent().map_or(Ok(()), fs::create_dir_all).and_then(|()| open_locked(tmp, now_us))
+    /// Creates `dir/name`, which must not exist yet (`Dir::create_new`).
+    fn create(&mut self, dir: &Dir, name: &str) -> io::Result<File> {
+        dir.create_new(name)
     }
     /// One `pwrite`: the bytes written (maybe fewer than `buf`), or the error.
     fn write_at(&mut self, f: &File, buf: &[u8], offset: u64) -> io::Result<usize> {
@@ -122,7 +122,9 @@ impl Backoff {
 
 struct OpenFile {
     file: File,
-    tmp: PathBuf,
+    /// `framework/`, and the file's temporary name in it.
+    dir: Dir,
+    tmp: String,
     /// Bytes accepted but not yet in the file: whole records only.
     buf: Vec<u8>,
     /// Records in `buf`.
@@ -163,6 +165,8 @@ pub struct TimelineWriter {
     seal_pending: bool,
     /// Events dropped since the disk filled (for the log line when it recovers).
     dropped_while_full: u64,
+    /// The `<k>` of the next temporary name.
+    temp_seq: u64,
 }
 
 impl std::fmt::Debug for TimelineWriter {
@@ -199,6 +203,7 @@ impl TimelineWriter {
             backoff: Backoff::default(),
             seal_pending: false,
             dropped_while_full: 0,
+            temp_seq: 0,
         }
     }
 
@@ -223,12 +228,9 @@ impl TimelineWriter {
         self.settings.rotate_interval_us = interval_us;
     }
 
-    /// The temporary path of the open file.
-    pub fn tmp_path(&self) -> PathBuf {
-        self.settings
-            .root
-            .join("framework")
-            .join(format!("{}_{}.tmp", self.settings.node_id, PYTHON_TIMELINE_SUFFIX))
+    /// The temporary path of the open file, if one is open.
+    pub fn tmp_path(&self) -> Option<PathBuf> {
+        self.file.as_ref().map(|f| f.dir.display(&f.tmp))
     }
 
     fn drop_event(&mut self) {
@@ -339,7 +341,7 @@ impl TimelineWriter {
             if let Some(f) = self.file.take() {
                 crate::log(&format_args!(
                     "cannot seal {} (the disk is still full): its {} complete events stay there for repair, {} buffered events are lost",
-                    f.tmp.display(),
+                    f.dir.display(&f.tmp).display(),
                     f.records - f.buf_records,
                     f.buf_records
                 ));
@@ -375,9 +377,8 @@ impl TimelineWriter {
     }
 
     fn open(&mut self, now_us: i64) -> bool {
-        let tmp = self.tmp_path();
-        match self.io.open(&tmp, now_us) {
-            Ok(file) => {
+        match self.create_locked() {
+            Ok((file, dir, tmp)) => {
                 self.line.clear();
                 self.line.push_str("[\n");
                 trace::header(&mut self.line, self.base_us);
@@ -385,6 +386,7 @@ impl TimelineWriter {
                 buf.extend_from_slice(self.line.as_bytes());
                 self.file = Some(OpenFile {
                     file,
+                    dir,
                     tmp,
                     buf,
                     buf_records: 0,
@@ -402,11 +404,51 @@ impl TimelineWriter {
                 false
             }
             Err(e) => {
-                crate::log(&format_args!("cannot open {}: {e}", tmp.display()));
+                crate::log(&format_args!(
+                    "cannot open a timeline file in {}: {e}",
+                    self.framework().display()
+                ));
                 self.open_failed();
                 false
             }
         }
+    }
+
+    fn framework(&self) -> PathBuf {
+        self.settings.root.join("framework")
+    }
+
+    /// Creates a new temporary file in `framework/` (made if missing, never through a
+    /// link) and locks it. The lock is taken waiting, on the writer thread: the agent's
+    /// repair holds one for milliseconds. Since the repair may take an unlocked new file
+    /// for a dead writer's empty one, the name must still hold this file once locked;
+    /// otherwise the next name is tried.
+    fn create_locked(&mut self) -> io::Result<(File, Dir, String)> {
+        let dir = Dir::open_root(&self.settings.root, true)?.sub("framework", true)?;
+        let mut last = None;
+        for _ in 0..8 {
+            let tag = format!("{}-{}", self.settings.os_pid, self.temp_seq);
+            self.temp_seq += 1;
+            let name = trainprof_output::timeline_temp(&self.settings.node_id, &tag);
+            let file = match self.io.create(&dir, &name) {
+                Ok(f) => f,
+                // A leftover, or a name planted there: never touched, the next one is used.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    last = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if let Err(e) = file.lock() {
+                // No locks on this file system: the file is still used; the agent's repair
+                // cannot lock it either, and leaves it alone.
+                crate::log(&format_args!("cannot lock {}: {e}", dir.display(&name).display()));
+            }
+            if dir.names(&name, &file)? {
+                return Ok((file, dir, name));
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("its temporary names kept changing")))
     }
 
     fn open_failed(&mut self) {
@@ -449,27 +491,16 @@ impl TimelineWriter {
         self.seal_pending = false;
         self.recovered();
         let Some(mut f) = self.file.take() else { return };
-        let mut t = f.max_end_us.max(self.last_name_us.saturating_add(1));
-        let mut path = self.final_path(t);
+        let t = f.max_end_us.max(self.last_name_us.saturating_add(1));
         // Never over an existing file (the agent's repair may have placed one under the
         // same name): the next microsecond instead.
-        let moved = loop {
-            let placed = path
-                .parent()
-                .map_or(Ok(()), fs::create_dir_all)
-                .and_then(|()| rename_no_replace(&f.tmp, &path));
-            match placed {
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    t += 1;
-                    path = self.final_path(t);
-                }
-                other => break other,
-            }
-        };
-        match moved {
-            Ok(()) => {
-                sync_dir(path.parent());
-                self.last_name_us = t;
+        let names = trainprof_output::timeline_names(t, &self.settings.node_id);
+        let placed = Dir::open_root(&self.settings.root, false)
+            .and_then(|root| ofs::seal(&root, &f.dir, &f.tmp, names, Move::Rename, |_| true))
+            .and_then(|rel| rel.ok_or_else(|| io::Error::other("the names for its end time are all taken")));
+        match placed {
+            Ok(rel) => {
+                self.last_name_us = name_time(&rel).unwrap_or(t);
                 self.counts.files_sealed += 1;
             }
             Err(e) if is_disk_full(&e) => {
@@ -482,17 +513,13 @@ impl TimelineWriter {
                 self.write_failed(&e, now_us);
             }
             Err(e) => {
-                // The complete file is moved aside under a unique temporary name (the next
-                // file reuses the usual one), for the agent's start-up repair; its events
-                // count as dropped, and the failure counts toward FileOpenFailThreshold.
-                let aside = f.tmp.with_extension(format!("{t}.tmp"));
-                let kept = fs::rename(&f.tmp, &aside).is_ok();
+                // The complete file stays under its own temporary name (no later file uses
+                // it) for the agent's repair; here its events count as dropped, and the
+                // failure counts toward FileOpenFailThreshold.
                 crate::log(&format_args!(
-                    "cannot rename {} to {}: {e}; {} events {}",
-                    f.tmp.display(),
-                    path.display(),
-                    f.records,
-                    if kept { format!("kept in {}", aside.display()) } else { "lost".to_owned() }
+                    "cannot seal {}: {e}; its {} events stay there for the agent's repair",
+                    f.dir.display(&f.tmp).display(),
+                    f.records
                 ));
                 self.counts.written -= f.records;
                 self.counts.dropped += f.records;
@@ -500,10 +527,11 @@ impl TimelineWriter {
             }
         }
     }
+}
 
-    fn final_path(&self, t: i64) -> PathBuf {
-        self.settings.root.join(timeline_file(t, &self.settings.node_id, PYTHON_TIMELINE_SUFFIX))
-    }
+/// The end time a sealed timeline's name gives (`…/<T>_<node>_pythontimeline.json`).
+fn name_time(rel: &str) -> Option<i64> {
+    rel.rsplit('/').next()?.split('_').next()?.parse().ok()
 }
 
 /// Writes `f.buf` at the end of `f`'s complete records. On success the buffer is empty
@@ -547,75 +575,11 @@ fn write_buffer(io: &mut dyn FileIo, f: &mut OpenFile) -> io::Result<()> {
     }
 }
 
-/// Opens `tmp` empty and locked (the lock lives as long as the file). The lock is taken
-/// waiting, on the writer thread: the agent's repair holds one for milliseconds. A file
-/// with content is a dead writer's (a live one holds the lock): it is moved aside, still
-/// locked, for the agent to repair, and a new file is made.
-fn open_locked(tmp: &Path, now_us: i64) -> io::Result<File> {
-    for attempt in 0..4 {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(tmp)?;
-        if let Err(e) = file.lock() {
-            // No locks on this filesystem: the file is still used; the agent's repair
-            // cannot lock it either, and leaves it alone.
-            crate::log(&format_args!("cannot lock {}: {e}", tmp.display()));
-        }
-        let held = file.metadata()?;
-        // The agent may have repaired (renamed) the file between the open and the lock.
-        let same = fs::symlink_metadata(tmp).is_ok_and(|m| m.ino() == held.ino() && m.dev() == held.dev());
-        if !same {
-            continue;
-        }
-        if held.len() == 0 {
-            return Ok(file);
-        }
-        let aside = tmp.with_extension(format!("stale-{}.tmp", now_us.saturating_add(attempt)));
-        crate::log(&format_args!("moving a dead writer's {} aside to {}", tmp.display(), aside.display()));
-        fs::rename(tmp, &aside)?;
-    }
-    Err(io::Error::other("it kept changing while being opened"))
-}
-
-/// `rename` that fails with `AlreadyExists` instead of replacing `to` (`RENAME_NOREPLACE`);
-/// where the file system cannot do that, a check and a rename.
-fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let (Ok(from_c), Ok(to_c)) = (
-        std::ffi::CString::new(from.as_os_str().as_bytes()),
-        std::ffi::CString::new(to.as_os_str().as_bytes()),
-    ) else {
-        return Err(io::Error::from(io::ErrorKind::InvalidInput));
-    };
-    // SAFETY: both paths are NUL-terminated strings that live across the call.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            from_c.as_ptr(),
-            libc::AT_FDCWD,
-            to_c.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if rc == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EINVAL | libc::ENOSYS) if !to.exists() => fs::rename(from, to),
-        Some(libc::EINVAL | libc::ENOSYS) => Err(io::Error::from(io::ErrorKind::AlreadyExists)),
-        _ => Err(e),
-    }
-}
-
-fn sync_dir(dir: Option<&Path>) {
-    if let Some(d) = dir
-        && let Ok(f) = File::open(d)
-    {
-        let _ = f.sync_all();
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::fs::{self, File};
+    use std::path::Path;
+
     use super::*;
     use crate::event::{TRAINPROF_MAX_ARGS, TrainprofArg};
 
@@ -665,6 +629,12 @@ mod tests {
         out
     }
 
+    /// The temporary timeline files in `root/framework`.
+    fn temporaries(root: &Path) -> Vec<PathBuf> {
+        let Ok(entries) = fs::read_dir(root.join("framework")) else { return Vec::new() };
+        entries.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "tmp")).collect()
+    }
+
     fn tempdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("trainprof-writer-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
@@ -677,9 +647,9 @@ mod tests {
         let mut w = TimelineWriter::new(settings(&root, 1 << 20, 60), BASE);
         w.write(&ev(1, 2, BASE + 3358, BASE + 13358, 0), &names(), BASE + 20_000);
         w.write(&ev(0, 0, BASE + 1000, BASE + 42358, 0), &names(), BASE + 43_000);
-        assert!(w.tmp_path().exists());
+        assert!(w.tmp_path().unwrap().exists());
         w.close(BASE + 1_000_000_000);
-        assert!(!w.tmp_path().exists());
+        assert!(w.tmp_path().is_none() && temporaries(&root).is_empty());
         let files = sealed(&root);
         assert_eq!(files.len(), 1);
         let (name, v) = &files[0];
@@ -744,7 +714,7 @@ mod tests {
         assert_eq!(sealed(&root).len(), 0);
         w.rotate_if_due(BASE + 10_000_010);
         assert_eq!(sealed(&root).len(), 1);
-        assert!(!w.tmp_path().exists());
+        assert!(w.tmp_path().is_none() && temporaries(&root).is_empty());
         // Nothing open: nothing to seal, no empty file.
         w.rotate_if_due(BASE + 30_000_000);
         w.close(BASE + 1_000_000_000);
@@ -792,36 +762,61 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_temporary_file_is_moved_aside_not_truncated_or_appended_to() {
+    fn a_leftover_or_planted_temporary_name_is_never_touched() {
         let root = tempdir("stale");
-        let mut w = TimelineWriter::new(settings(&root, 1 << 20, 60), BASE);
-        fs::create_dir_all(w.tmp_path().parent().unwrap()).unwrap();
+        fs::create_dir_all(root.join("framework")).unwrap();
+        // A dead writer's leftover under the name earlier versions used, the name this
+        // writer would take first (a leftover of a writer with the same pid), and a link
+        // planted at its second name.
+        let old = root.join("framework/0-algo-1_pythontimeline.json.tmp");
         let stale = b"[\n{\"garbage\": ";
-        fs::write(w.tmp_path(), stale).unwrap();
+        fs::write(&old, stale).unwrap();
+        fs::write(root.join("framework/0-algo-1_pythontimeline.json.42-0.tmp"), stale).unwrap();
+        let target = root.join("target");
+        fs::write(&target, b"not the writer's").unwrap();
+        std::os::unix::fs::symlink(&target, root.join("framework/0-algo-1_pythontimeline.json.42-1.tmp"))
+            .unwrap();
+        let mut w = TimelineWriter::new(settings(&root, 1 << 20, 60), BASE);
         w.write(&ev(1, 2, BASE, BASE + 5, 0), &names(), BASE + 10);
+        let tmp = w.tmp_path().unwrap();
+        assert!(tmp.ends_with("framework/0-algo-1_pythontimeline.json.42-2.tmp"), "{tmp:?}");
         // The open file is locked: the agent's repair sees a live writer.
-        let other = File::open(w.tmp_path()).unwrap();
+        let other = File::open(&tmp).unwrap();
         assert!(matches!(other.try_lock(), Err(fs::TryLockError::WouldBlock)));
         w.close(BASE + 1_000_000_000);
         let files = sealed(&root);
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].1.as_array().unwrap().len(), 5);
-        let aside = root.join(format!("framework/0-algo-1_pythontimeline.json.stale-{}.tmp", BASE + 10));
-        assert_eq!(fs::read(&aside).unwrap(), stale);
-        // An empty leftover (killed before its first flush) is simply used.
-        fs::remove_file(&aside).unwrap();
-        fs::write(w.tmp_path(), b"").unwrap();
+        assert_eq!(fs::read(&old).unwrap(), stale);
+        assert_eq!(fs::read(root.join("framework/0-algo-1_pythontimeline.json.42-0.tmp")).unwrap(), stale);
+        assert_eq!(fs::read(&target).unwrap(), b"not the writer's");
+        // A new file takes a new name.
         w.write(&ev(1, 2, BASE, BASE + 5, 1), &names(), BASE + 20);
+        assert!(w.tmp_path().unwrap().ends_with("framework/0-algo-1_pythontimeline.json.42-3.tmp"));
         w.close(BASE + 1_000_000_000);
         assert_eq!(sealed(&root).len(), 2);
-        let left: Vec<_> =
-            fs::read_dir(root.join("framework")).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(left, ["pevents"]);
         fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
-    fn a_failed_rename_keeps_the_file_aside_and_counts_its_events() {
+    fn a_linked_framework_folder_is_refused() {
+        let root = tempdir("linked");
+        let elsewhere = tempdir("linked-target");
+        fs::create_dir_all(&root).unwrap();
+        fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join("framework")).unwrap();
+        let mut w = TimelineWriter::new(settings(&root, 1 << 20, 60), BASE);
+        w.write(&ev(1, 2, BASE, BASE + 5, 0), &names(), BASE + 10);
+        w.write(&ev(1, 2, BASE, BASE + 5, 1), &names(), BASE + 10);
+        assert_eq!(w.counts().open_failures, 2);
+        assert!(!w.is_healthy());
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+        fs::remove_dir_all(&root).unwrap();
+        fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    #[test]
+    fn a_failed_seal_keeps_the_file_for_repair_and_counts_its_events() {
         let root = tempdir("renamefail");
         fs::create_dir_all(root.join("framework")).unwrap();
         // `pevents` is a file, so no hour folder can be made under it.
@@ -834,14 +829,14 @@ mod tests {
             w.counts(),
             Counts { written: 0, dropped: 2, files_sealed: 0, open_failures: 1, write_errors: 0 }
         );
-        let aside: Vec<_> = fs::read_dir(root.join("framework"))
+        let kept: Vec<_> = fs::read_dir(root.join("framework"))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .filter(|n| n.ends_with(".tmp"))
             .collect();
-        assert_eq!(aside, [format!("0-algo-1_pythontimeline.json.{}.tmp", BASE + 7)]);
+        assert_eq!(kept, ["0-algo-1_pythontimeline.json.42-0.tmp"]);
         let kept: serde_json::Value =
-            serde_json::from_slice(&fs::read(root.join("framework").join(&aside[0])).unwrap()).unwrap();
+            serde_json::from_slice(&fs::read(root.join("framework").join(&kept[0])).unwrap()).unwrap();
         assert_eq!(kept.as_array().unwrap().len(), 6);
         fs::remove_dir_all(&root).unwrap();
     }
@@ -877,7 +872,7 @@ mod tests {
     }
 
     impl FileIo for Fault {
-        fn open(&mut self, tmp: &Path, now_us: i64) -> io::Result<File> {
+        fn create(&mut self, dir: &Dir, name: &str) -> io::Result<File> {
             let s = self.0.lock().unwrap();
             if s.deny_open {
                 return Err(err(libc::EACCES));
@@ -886,7 +881,7 @@ mod tests {
                 return Err(err(libc::ENOSPC));
             }
             drop(s);
-            RealIo.open(tmp, now_us)
+            RealIo.create(dir, name)
         }
         fn write_at(&mut self, f: &File, buf: &[u8], offset: u64) -> io::Result<usize> {
             let mut s = self.0.lock().unwrap();
@@ -917,8 +912,10 @@ mod tests {
     }
 
     /// The temporary file as the agent's repair would read it: complete records, closed.
-    fn tmp_as_json(w: &TimelineWriter) -> serde_json::Value {
-        let mut text = fs::read(w.tmp_path()).unwrap();
+    fn tmp_as_json(root: &Path) -> serde_json::Value {
+        let tmps = temporaries(root);
+        assert_eq!(tmps.len(), 1, "{tmps:?}");
+        let mut text = fs::read(&tmps[0]).unwrap();
         assert!(text.ends_with(b"}"), "not cut at a complete record: {:?}", String::from_utf8_lossy(&text));
         text.extend_from_slice(b"\n]");
         serde_json::from_slice(&text).unwrap()
@@ -936,8 +933,8 @@ mod tests {
             w.write(&ev(1, 2, BASE, BASE + 5, i), &names(), now);
         }
         w.flush(now);
-        let before = fs::metadata(w.tmp_path()).unwrap().len();
-        assert_eq!(steps_in(&tmp_as_json(&w)), (0..10).collect::<Vec<_>>());
+        let before = fs::metadata(w.tmp_path().unwrap()).unwrap().len();
+        assert_eq!(steps_in(&tmp_as_json(&root)), (0..10).collect::<Vec<_>>());
 
         // Accepted before the disk fills: kept in the buffer.
         for i in 10..20 {
@@ -948,8 +945,8 @@ mod tests {
         assert!(w.is_waiting_for_disk());
         // 100 bytes of a record reached the file and were cut off again: nothing deleted,
         // the file ends with its last complete record.
-        assert_eq!(fs::metadata(w.tmp_path()).unwrap().len(), before);
-        assert_eq!(steps_in(&tmp_as_json(&w)), (0..10).collect::<Vec<_>>());
+        assert_eq!(fs::metadata(w.tmp_path().unwrap()).unwrap().len(), before);
+        assert_eq!(steps_in(&tmp_as_json(&root)), (0..10).collect::<Vec<_>>());
 
         // While full: dropped and counted, and tried again only as the back-off allows
         // (100 ms, doubling to 2 s).
@@ -969,7 +966,7 @@ mod tests {
         assert!(gaps[5..].iter().all(|&g| g == 2000), "{gaps:?}");
         let dropped = (step - 20) as u64;
         assert_eq!(w.counts().dropped, dropped);
-        assert_eq!(fs::metadata(w.tmp_path()).unwrap().len(), before);
+        assert_eq!(fs::metadata(w.tmp_path().unwrap()).unwrap().len(), before);
         assert!(w.is_healthy());
 
         // Space comes back: within one back-off (≤ 2 s) the buffer is written, then new
@@ -1011,7 +1008,7 @@ mod tests {
         // The event that found the first file full opened the second.
         let first_file = step - 1;
         // Fill the next file up to just below the limit, then fill the disk.
-        while fs::metadata(w.tmp_path()).map_or(0, |m| m.len()) < 1900 {
+        while fs::metadata(w.tmp_path().unwrap()).map_or(0, |m| m.len()) < 1900 {
             w.write(&ev(1, 2, BASE, BASE + 5, step), &names(), now);
             w.flush(now);
             step += 1;
@@ -1025,7 +1022,7 @@ mod tests {
         assert!(w.is_waiting_for_disk());
         assert_eq!(sealed(&root).len(), 1);
         // The file holds what was flushed; the last accepted event waits in the buffer.
-        assert_eq!(steps_in(&tmp_as_json(&w)), (first_file..accepted - 1).collect::<Vec<_>>());
+        assert_eq!(steps_in(&tmp_as_json(&root)), (first_file..accepted - 1).collect::<Vec<_>>());
         // A close while the disk is still full leaves the complete records for the
         // agent's repair; here the disk comes back first.
         now += 50 * MS;
@@ -1034,7 +1031,7 @@ mod tests {
         now += 2_000 * MS;
         w.rotate_if_due(now);
         assert!(!w.is_waiting_for_disk());
-        assert!(!w.tmp_path().exists());
+        assert!(w.tmp_path().is_none() && temporaries(&root).is_empty());
         let files = sealed(&root);
         assert_eq!(files.len(), 2);
         assert_eq!(steps_in(&files[1].1), (first_file..accepted).collect::<Vec<_>>());
@@ -1058,7 +1055,7 @@ mod tests {
         fault.set(|s| (s.full, s.room) = (true, 70));
         w.close(BASE + 20);
         assert!(sealed(&root).is_empty());
-        assert_eq!(steps_in(&tmp_as_json(&w)), (0..5).collect::<Vec<_>>());
+        assert_eq!(steps_in(&tmp_as_json(&root)), (0..5).collect::<Vec<_>>());
         let c = w.counts();
         assert_eq!((c.written, c.dropped, c.files_sealed), (5, 3, 0));
         fs::remove_dir_all(&root).unwrap();

@@ -623,7 +623,7 @@ def test_sigkilled_trainer_timeline_is_repaired_and_uploaded(trainprof_bin, hook
     trainer = procs.start([sys.executable, LOOP], tenv, "trainer")
 
     def tmp_timelines():
-        return sorted((out / "framework").glob("*_pythontimeline.json.tmp"))
+        return sorted((out / "framework").glob("*_pythontimeline.json*.tmp"))
 
     wait_for(lambda: any(len(timeline_records(p)) >= 20 for p in tmp_timelines()), AGENT_UP_S,
              "the trainer's first events", alive=[agent, trainer])

@@ -394,3 +394,154 @@ fn an_unwritable_chosen_folder_stops_the_agent_but_never_the_training() {
     assert!(!d.join("off").exists());
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+// ---- signals: each reaches the command once -----------------------------------------
+
+/// A command that counts the signals it gets (SIGINT, SIGHUP, SIGTERM, taken with
+/// `sigtimedwait`, so none is merged into a handler call) in a JSON file `{name: count}`,
+/// rewritten after each; SIGTERM ends it with status 3. It gives up with status 9 when
+/// nothing comes, so a test fails instead of hanging.
+const COUNTER: &str = r#"
+import json, os, signal, sys
+out = sys.argv[1]
+sigs = {signal.SIGINT, signal.SIGHUP, signal.SIGTERM}
+signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+counts = {}
+def dump():
+    open(out + ".part", "w").write(json.dumps(counts))
+    os.rename(out + ".part", out)
+dump()
+while True:
+    info = signal.sigtimedwait(sigs, 60)
+    if info is None:
+        sys.exit(9)
+    name = signal.Signals(info.si_signo).name
+    counts[name] = counts.get(name, 0) + 1
+    dump()
+    if info.si_signo == signal.SIGTERM:
+        sys.exit(3)
+"#;
+
+/// `trainprof run` around [`COUNTER`], in a session of its own (so that a signal to its
+/// process group cannot reach the test), once the counter is ready.
+fn run_counter(d: &std::path::Path) -> (std::process::Child, PathBuf) {
+    use std::os::unix::process::CommandExt as _;
+    let counts = d.join("counts.json");
+    let mut cmd = command(&[
+        "run",
+        "--interval-ms",
+        "100",
+        "--local-path",
+        d.join("out").to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        COUNTER,
+        counts.to_str().unwrap(),
+    ]);
+    // SAFETY: setsid is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let child = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap();
+    wait_for("the counter", || counts.is_file());
+    (child, counts)
+}
+
+fn counts(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn kill(pid: i32, sig: libc::c_int) {
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+#[test]
+fn run_passes_sighup_on_once_and_ends_as_usual() {
+    let d = scratch("run-sighup");
+    let (child, path) = run_counter(&d);
+    kill(child.id() as i32, libc::SIGHUP);
+    wait_for("SIGHUP at the command", || counts(&path)["SIGHUP"] == 1);
+    // SIGTERM ends the counter; a second SIGHUP, had one been sent, was sent before it.
+    kill(child.id() as i32, libc::SIGTERM);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(counts(&path), json!({"SIGHUP": 1, "SIGTERM": 1}), "{stderr}");
+    assert!(stderr.contains("SIGHUP passed on to"), "{stderr}");
+    assert_sealed(&d.join("out"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_signal_to_run_s_process_group_reaches_the_command_once() {
+    let d = scratch("run-pgroup");
+    let (child, path) = run_counter(&d);
+    // As `kill -INT -PGID`, a scheduler or `timeout` would: run leads its group.
+    let group = -(child.id() as i32);
+    kill(group, libc::SIGINT);
+    wait_for("SIGINT at the command", || counts(&path)["SIGINT"] == 1);
+    kill(group, libc::SIGTERM);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(counts(&path), json!({"SIGINT": 1, "SIGTERM": 1}), "{stderr}");
+    assert_sealed(&d.join("out"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn sighup_ends_a_command_that_keeps_the_default_and_run_reports_it() {
+    let d = scratch("run-sighup-default");
+    let ready = d.join("ready");
+    // exec: the shell becomes the sleeping command, with SIGHUP at its default action.
+    let script = format!("touch {}; exec sleep 60", ready.display());
+    let child = command(&[
+        "run",
+        "--interval-ms",
+        "100",
+        "--local-path",
+        d.join("out").to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_for("the command", || ready.is_file());
+    kill(child.id() as i32, libc::SIGHUP);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGHUP), "{stderr}");
+    assert_sealed(&d.join("out"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn agent_stops_on_sighup_and_sigint_too() {
+    for (sig, name) in [(libc::SIGHUP, "SIGHUP"), (libc::SIGINT, "SIGINT")] {
+        let d = scratch(&format!("agent-{name}"));
+        let child = command(&["agent", "--interval-ms", "100", "--local-path", d.to_str().unwrap()])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for("the first tick", || {
+            std::fs::read_dir(d.join("system"))
+                .map(|mut it| it.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".tmp"))))
+                .unwrap_or(false)
+        });
+        kill(child.id() as i32, sig);
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{name}: {stderr}");
+        assert!(stderr.contains(&format!("{name}: sealing files and stopping")), "{stderr}");
+        assert_sealed(&d);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

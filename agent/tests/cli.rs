@@ -545,3 +545,129 @@ fn agent_stops_on_sighup_and_sigint_too() {
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
+
+// ---- a large process tree under a low open-file limit --------------------------------
+
+/// Starts `n` children (`cat` on a pipe, so they all end when it closes, even if this
+/// script dies), waits until the agent's files show `Processes` for the whole tree (it
+/// and its children), then ends them; exit status 9 when that never came.
+const FORKER: &str = r#"
+import json, os, sys, time
+root, n = sys.argv[1], int(sys.argv[2])
+r, w = os.pipe()
+kids = [os.posix_spawnp("cat", ["cat"], os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, r, 0)])
+        for _ in range(n)]
+os.close(r)
+def most():
+    best = 0
+    for d, _, files in os.walk(os.path.join(root, "system")):
+        for f in files:
+            try:
+                for line in open(os.path.join(d, f)):
+                    if '"Name":"Processes"' in line:
+                        best = max(best, json.loads(line)["Value"])
+            except (OSError, ValueError):
+                pass
+    return best
+t = time.time()
+while most() < n + 1 and time.time() - t < 60:
+    time.sleep(0.1)
+seen = most()
+os.close(w)
+for k in kids:
+    os.waitpid(k, 0)
+sys.exit(0 if seen >= n + 1 else 9)
+"#;
+
+#[test]
+fn a_tree_larger_than_the_open_file_limit_is_counted_and_the_files_are_sealed() {
+    use std::os::unix::process::CommandExt as _;
+    let d = scratch("bigtree");
+    let children = 700;
+    let out = d.join("out");
+    let mut cmd = command(&[
+        "run",
+        "--interval-ms",
+        "100",
+        "--local-path",
+        out.to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        FORKER,
+        out.to_str().unwrap(),
+        &children.to_string(),
+    ]);
+    // Soft and hard: the agent cannot raise it.
+    // SAFETY: setrlimit is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit { rlim_cur: 512, rlim_max: 512 };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let res = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert_eq!(res.status.code(), Some(0), "the tree was never counted whole: {stderr}");
+    assert!(stderr.contains("failed reads: none"), "{stderr}");
+    assert!(!stderr.to_lowercase().contains("too many open files"), "{stderr}");
+    let mut most = 0.0f64;
+    for f in assert_sealed(&out) {
+        for line in std::fs::read_to_string(out.join(f)).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            if v["Name"] == "Processes" {
+                most = most.max(v["Value"].as_f64().unwrap());
+            }
+        }
+    }
+    assert_eq!(most, f64::from(children + 1), "{stderr}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn running_out_of_file_descriptors_is_reported_not_hidden() {
+    use std::os::unix::process::CommandExt as _;
+    let d = scratch("emfile");
+    let log = d.join("stderr");
+    // 100 children under a limit of 48: the tree sampler runs out of descriptors. The
+    // command waits (at most 60 s) for the agent's line about it in the agent's log.
+    let script = format!(
+        "for i in $(seq 100); do sleep 60 & done; n=0; \
+         while ! grep -q 'too many open files' {log} && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done; \
+         kill $(jobs -p); grep -q 'too many open files' {log}",
+        log = log.display()
+    );
+    let mut cmd = command(&[
+        "run",
+        "--interval-ms",
+        "100",
+        "--local-path",
+        d.join("out").to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    // SAFETY: setrlimit is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit { rlim_cur: 48, rlim_max: 48 };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let status = cmd.stderr(std::fs::File::create(&log).unwrap()).status().unwrap();
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("too many open files (open-file limit 48)"), "{stderr}");
+    let failed = stderr.lines().find(|l| l.contains("failed reads:")).unwrap();
+    assert!(failed.contains("failed reads: trainer "), "{stderr}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

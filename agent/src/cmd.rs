@@ -3,7 +3,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use trainprof_agent::launch::{self, SelfCost};
@@ -11,7 +11,7 @@ use trainprof_agent::sample::process::{self_usage, thread_cpu_us};
 use trainprof_agent::sample::{Roots, gpu};
 use trainprof_agent::system::{SystemWriter, algo_index};
 use trainprof_agent::tick::{Clock as _, LoopCounts, Stop, SystemClock, Ticker};
-use trainprof_agent::{log, signals, upload};
+use trainprof_agent::{child, log, signals, upload};
 use trainprof_config::{DEFAULT_LOCAL_PATH, FileStatus, Sources};
 
 use crate::AgentFlags;
@@ -21,9 +21,13 @@ const DEFAULT_RESOURCE_CONFIG: &str = "/opt/ml/input/config/resourceconfig.json"
 
 pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     // Before any thread exists, so that every thread inherits the mask.
-    if let Err(e) = signals::block() {
-        log!("cannot block SIGTERM/SIGINT ({e}); they will end trainprof at once");
+    let taken = signals::Taken::from_dispositions();
+    if let Err(e) = signals::block(&taken) {
+        log!("cannot block SIGTERM/SIGINT/SIGHUP ({e}); they will end trainprof at once");
     }
+    // The tree sampler bounds its own descriptors (sample::process::MAX_OPEN); this is
+    // room for the rest. The command gets its limit back.
+    let nofile = child::raise_nofile_limit();
     let explicit_local_path = flags.overrides.local_path.clone();
     let config_flag = flags.config.clone();
     let upload_flags = UploadFlags {
@@ -104,40 +108,51 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
                 explicit_local_path.is_some(),
                 &loaded_file,
             );
-            match spawn(argv, config_flag.as_ref(), local_path_env.as_ref(), config.enabled) {
-                Ok(c) => Some(c),
+            let terminal = child::Terminal::foreground();
+            let started = spawn(
+                argv,
+                config_flag.as_ref(),
+                local_path_env.as_ref(),
+                config.enabled,
+                (&taken, terminal.as_ref(), nofile),
+            );
+            match started {
+                Ok(c) => {
+                    let trainer = Arc::new(child::Trainer::new(c.id(), terminal));
+                    Some((c, trainer))
+                }
                 Err((code, e)) => {
+                    child::Trainer::not_started(terminal);
                     log!("cannot run {}: {e}", argv[0].to_string_lossy());
                     return ExitCode::from(code);
                 }
             }
         }
     };
-    let child_pid = child.as_ref().map(std::process::Child::id);
-    let exited = Arc::new(Mutex::new(false));
+    let child_pid = child.as_ref().map(|(c, _)| c.id());
+    let trainer = child.as_ref().map(|(_, t)| Arc::clone(t));
     let signal_stop = stop.clone();
-    let signal_exited = Arc::clone(&exited);
-    let spawned = signals::spawn(move |sig| match child_pid {
-        // Ctrl-C in a terminal already reached the trainer (same process group); and a
-        // reaped child's pid may belong to someone else by now.
-        Some(pid) if sig.from_process => {
-            let gone = signal_exited.lock().unwrap_or_else(PoisonError::into_inner);
-            if !*gone {
-                log!("{} passed on to {pid}", sig.name());
-                if let Err(e) = signals::send(pid, sig.signo) {
-                    log!("cannot pass {} on to {pid}: {e}", sig.name());
-                }
-            }
-        }
-        Some(_) => {}
+    let spawned = signals::spawn(taken, move |sig| match &trainer {
+        // Every signal run takes, to the command's process group, once: a terminal's
+        // signals go to that group (the terminal's foreground) and never to run.
+        Some(t) => match t.pass_on(sig.signo) {
+            child::Passed::Sent => log!("{} passed on to {}'s process group", sig.name(), t.pid()),
+            child::Passed::Gone => {}
+            child::Passed::KernelSendsIt => log!(
+                "{}: the terminal hung up; the kernel sends it to {}'s process group (not passed on twice)",
+                sig.name(),
+                t.pid()
+            ),
+            child::Passed::Failed(e) => log!("cannot pass {} on to {}: {e}", sig.name(), t.pid()),
+        },
         None => {
             log!("{}: sealing files and stopping", sig.name());
             signal_stop.request();
         }
     });
     if let Err(e) = spawned {
-        log!("cannot start the signal thread ({e}): SIGTERM/SIGINT act as usual");
-        signals::unblock();
+        log!("cannot start the signal thread ({e}): SIGTERM/SIGINT/SIGHUP act as usual");
+        signals::unblock(&taken);
     }
 
     // Sampling runs on its own thread: a hung NVML call or a panic there must not keep
@@ -161,9 +176,8 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     };
 
     let status = match child {
-        Some(mut c) => {
-            let st = c.wait();
-            *exited.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        Some((mut c, trainer)) => {
+            let st = trainer.wait(&mut c);
             stop.request();
             Some(st)
         }
@@ -376,13 +390,15 @@ fn spawn(
     config: Option<&PathBuf>,
     local_path: Option<&PathBuf>,
     enabled: bool,
+    (taken, terminal, nofile): (&signals::Taken, Option<&child::Terminal>, Option<libc::rlimit>),
 ) -> Result<std::process::Child, (u8, std::io::Error)> {
     let Some((program, args)) = argv.split_first() else {
         return Err((2, std::io::Error::other("no command")));
     };
     let mut cmd = Command::new(program);
     cmd.args(args);
-    signals::unblock_in_child(&mut cmd);
+    child::prepare(&mut cmd, terminal, nofile);
+    signals::unblock_in_child(&mut cmd, taken);
     if !enabled {
         // Off for the trainer too (--disable, or a config file that cannot be trusted).
         cmd.env("TRAINPROF_DISABLE", "1");

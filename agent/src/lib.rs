@@ -7,6 +7,7 @@
 //!   build on them; the uploader (issue 6) on the same configuration.
 
 pub mod check;
+pub mod child;
 pub mod launch;
 pub mod log;
 pub mod sample;

@@ -394,3 +394,280 @@ fn an_unwritable_chosen_folder_stops_the_agent_but_never_the_training() {
     assert!(!d.join("off").exists());
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+// ---- signals: each reaches the command once -----------------------------------------
+
+/// A command that counts the signals it gets (SIGINT, SIGHUP, SIGTERM, taken with
+/// `sigtimedwait`, so none is merged into a handler call) in a JSON file `{name: count}`,
+/// rewritten after each; SIGTERM ends it with status 3. It gives up with status 9 when
+/// nothing comes, so a test fails instead of hanging.
+const COUNTER: &str = r#"
+import json, os, signal, sys
+out = sys.argv[1]
+sigs = {signal.SIGINT, signal.SIGHUP, signal.SIGTERM}
+signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+counts = {}
+def dump():
+    open(out + ".part", "w").write(json.dumps(counts))
+    os.rename(out + ".part", out)
+dump()
+while True:
+    info = signal.sigtimedwait(sigs, 60)
+    if info is None:
+        sys.exit(9)
+    name = signal.Signals(info.si_signo).name
+    counts[name] = counts.get(name, 0) + 1
+    dump()
+    if info.si_signo == signal.SIGTERM:
+        sys.exit(3)
+"#;
+
+/// `trainprof run` around [`COUNTER`], in a session of its own (so that a signal to its
+/// process group cannot reach the test), once the counter is ready.
+fn run_counter(d: &std::path::Path) -> (std::process::Child, PathBuf) {
+    use std::os::unix::process::CommandExt as _;
+    let counts = d.join("counts.json");
+    let mut cmd = command(&[
+        "run",
+        "--interval-ms",
+        "100",
+        "--local-path",
+        d.join("out").to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        COUNTER,
+        counts.to_str().unwrap(),
+    ]);
+    // SAFETY: setsid is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let child = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap();
+    wait_for("the counter", || counts.is_file());
+    (child, counts)
+}
+
+fn counts(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn kill(pid: i32, sig: libc::c_int) {
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+#[test]
+fn run_passes_sighup_on_once_and_ends_as_usual() {
+    let d = scratch("run-sighup");
+    let (child, path) = run_counter(&d);
+    kill(child.id() as i32, libc::SIGHUP);
+    wait_for("SIGHUP at the command", || counts(&path)["SIGHUP"] == 1);
+    // SIGTERM ends the counter; a second SIGHUP, had one been sent, was sent before it.
+    kill(child.id() as i32, libc::SIGTERM);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(counts(&path), json!({"SIGHUP": 1, "SIGTERM": 1}), "{stderr}");
+    assert!(stderr.contains("SIGHUP passed on to"), "{stderr}");
+    assert_sealed(&d.join("out"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_signal_to_run_s_process_group_reaches_the_command_once() {
+    let d = scratch("run-pgroup");
+    let (child, path) = run_counter(&d);
+    // As `kill -INT -PGID`, a scheduler or `timeout` would: run leads its group.
+    let group = -(child.id() as i32);
+    kill(group, libc::SIGINT);
+    wait_for("SIGINT at the command", || counts(&path)["SIGINT"] == 1);
+    kill(group, libc::SIGTERM);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(counts(&path), json!({"SIGINT": 1, "SIGTERM": 1}), "{stderr}");
+    assert_sealed(&d.join("out"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn sighup_ends_a_command_that_keeps_the_default_and_run_reports_it() {
+    let d = scratch("run-sighup-default");
+    let ready = d.join("ready");
+    // exec: the shell becomes the sleeping command, with SIGHUP at its default action.
+    let script = format!("touch {}; exec sleep 60", ready.display());
+    let child = command(&[
+        "run",
+        "--interval-ms",
+        "100",
+        "--local-path",
+        d.join("out").to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_for("the command", || ready.is_file());
+    kill(child.id() as i32, libc::SIGHUP);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGHUP), "{stderr}");
+    assert_sealed(&d.join("out"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn agent_stops_on_sighup_and_sigint_too() {
+    for (sig, name) in [(libc::SIGHUP, "SIGHUP"), (libc::SIGINT, "SIGINT")] {
+        let d = scratch(&format!("agent-{name}"));
+        let child = command(&["agent", "--interval-ms", "100", "--local-path", d.to_str().unwrap()])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for("the first tick", || {
+            std::fs::read_dir(d.join("system"))
+                .map(|mut it| it.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".tmp"))))
+                .unwrap_or(false)
+        });
+        kill(child.id() as i32, sig);
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{name}: {stderr}");
+        assert!(stderr.contains(&format!("{name}: sealing files and stopping")), "{stderr}");
+        assert_sealed(&d);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+// ---- a large process tree under a low open-file limit --------------------------------
+
+/// Starts `n` children (`cat` on a pipe, so they all end when it closes, even if this
+/// script dies), waits until the agent's files show `Processes` for the whole tree (it
+/// and its children), then ends them; exit status 9 when that never came.
+const FORKER: &str = r#"
+import json, os, sys, time
+root, n = sys.argv[1], int(sys.argv[2])
+r, w = os.pipe()
+kids = [os.posix_spawnp("cat", ["cat"], os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, r, 0)])
+        for _ in range(n)]
+os.close(r)
+def most():
+    best = 0
+    for d, _, files in os.walk(os.path.join(root, "system")):
+        for f in files:
+            try:
+                for line in open(os.path.join(d, f)):
+                    if '"Name":"Processes"' in line:
+                        best = max(best, json.loads(line)["Value"])
+            except (OSError, ValueError):
+                pass
+    return best
+t = time.time()
+while most() < n + 1 and time.time() - t < 60:
+    time.sleep(0.1)
+seen = most()
+os.close(w)
+for k in kids:
+    os.waitpid(k, 0)
+sys.exit(0 if seen >= n + 1 else 9)
+"#;
+
+#[test]
+fn a_tree_larger_than_the_open_file_limit_is_counted_and_the_files_are_sealed() {
+    use std::os::unix::process::CommandExt as _;
+    let d = scratch("bigtree");
+    let children = 700;
+    let out = d.join("out");
+    let mut cmd = command(&[
+        "run",
+        "--interval-ms",
+        "100",
+        "--local-path",
+        out.to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        FORKER,
+        out.to_str().unwrap(),
+        &children.to_string(),
+    ]);
+    // Soft and hard: the agent cannot raise it.
+    // SAFETY: setrlimit is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit { rlim_cur: 512, rlim_max: 512 };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let res = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert_eq!(res.status.code(), Some(0), "the tree was never counted whole: {stderr}");
+    assert!(stderr.contains("failed reads: none"), "{stderr}");
+    assert!(!stderr.to_lowercase().contains("too many open files"), "{stderr}");
+    let mut most = 0.0f64;
+    for f in assert_sealed(&out) {
+        for line in std::fs::read_to_string(out.join(f)).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            if v["Name"] == "Processes" {
+                most = most.max(v["Value"].as_f64().unwrap());
+            }
+        }
+    }
+    assert_eq!(most, f64::from(children + 1), "{stderr}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn running_out_of_file_descriptors_is_reported_not_hidden() {
+    use std::os::unix::process::CommandExt as _;
+    let d = scratch("emfile");
+    let log = d.join("stderr");
+    // 100 children under a limit of 48: the tree sampler runs out of descriptors. The
+    // command waits (at most 60 s) for the agent's line about it in the agent's log.
+    let script = format!(
+        "for i in $(seq 100); do sleep 60 & done; n=0; \
+         while ! grep -q 'too many open files' {log} && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done; \
+         kill $(jobs -p); grep -q 'too many open files' {log}",
+        log = log.display()
+    );
+    let mut cmd = command(&[
+        "run",
+        "--interval-ms",
+        "100",
+        "--local-path",
+        d.join("out").to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    // SAFETY: setrlimit is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit { rlim_cur: 48, rlim_max: 48 };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let status = cmd.stderr(std::fs::File::create(&log).unwrap()).status().unwrap();
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("too many open files (open-file limit 48)"), "{stderr}");
+    let failed = stderr.lines().find(|l| l.contains("failed reads:")).unwrap();
+    assert!(failed.contains("failed reads: trainer "), "{stderr}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

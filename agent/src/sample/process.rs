@@ -3,13 +3,17 @@
 //! The tree is rediscovered rarely (every [`REDISCOVER`]) by one scan of `/proc/*/stat`
 //! for parent pids; between scans each known process is read through its own open
 //! `/proc/<pid>/stat`, which fails once the process is gone (so a reused pid is never
-//! confused with the old process). A process is counted from its second reading: CPU
-//! time spent by a child that lives less than one rediscovery period is not seen.
+//! confused with the old process), for at most [`MAX_OPEN`] processes; the others are
+//! read by open, read, close each tick and recognised by their start time. A process is
+//! counted from its second reading: CPU time spent by a child that lives less than one
+//! rediscovery period is not seen. Running out of file descriptors (EMFILE, ENFILE) is
+//! counted as failed reads and logged once with the limit.
 //!
 //! Type `trainer`, Dimension `ProcessTree`, Names `CPUPercent` (100 = one core busy),
 //! `RSSBytes`, `Processes`. The agent's own use is Type `agent`, Dimension `Self`, Names
 //! `CPUPercent`, `CPUMicrosPerTick`, `RSSBytes`, written at most every 10 s.
 
+use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -17,6 +21,24 @@ use super::{Metrics, Name, ProcFile, SampleError, Sampler, fields, parse_u64};
 
 /// How often the tree is rescanned.
 pub const REDISCOVER: Duration = Duration::from_secs(2);
+
+/// The most `/proc/<pid>/stat` files kept open: a tree of thousands of processes (data
+/// loader workers, ranks) must not use up the descriptors that sealing and uploading need.
+pub const MAX_OPEN: usize = 256;
+
+/// Whether `e` says the process (EMFILE) or the system (ENFILE) is out of file descriptors.
+pub fn out_of_fds(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// The soft limit on this process's open files (`ulimit -n`), for messages.
+pub fn nofile_limit() -> Option<u64> {
+    // SAFETY: getrlimit writes into the struct we own.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        (libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0).then_some(lim.rlim_cur as u64)
+    }
+}
 
 /// What one `/proc/<pid>/stat` line says that matters here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +48,8 @@ pub struct PidStat {
     pub cpu_ticks: u64,
     /// Resident pages.
     pub rss_pages: u64,
+    /// When the process started, in clock ticks since boot: with the pid, its identity.
+    pub start_ticks: u64,
 }
 
 /// Parses `/proc/<pid>/stat`. The command name is in parentheses and may itself contain
@@ -39,10 +63,11 @@ pub fn parse_pid_stat(text: &[u8]) -> Option<PidStat> {
     let ppid = u32::try_from(parse_u64(f.nth(1)?)?).ok()?;
     let utime = parse_u64(f.nth(9)?)?;
     let stime = parse_u64(f.next()?)?;
-    let rss = f.nth(8)?;
+    let start_ticks = parse_u64(f.nth(6)?)?;
+    let rss = f.nth(1)?;
     // rss is signed in the kernel's format; a negative value reads as 0.
     let rss_pages = parse_u64(rss).unwrap_or(0);
-    Some(PidStat { ppid, cpu_ticks: utime.saturating_add(stime), rss_pages })
+    Some(PidStat { ppid, cpu_ticks: utime.saturating_add(stime), rss_pages, start_ticks })
 }
 
 /// The pids under `root` (itself included) given (pid, ppid) pairs.
@@ -78,9 +103,12 @@ pub fn page_size() -> u64 {
 #[derive(Debug)]
 struct Known {
     pid: u32,
-    file: ProcFile,
+    /// Kept open for at most [`MAX_OPEN`] processes; the others are opened each tick.
+    file: Option<ProcFile>,
     /// `None` until the first reading.
     ticks: Option<u64>,
+    /// From the first reading; a later one with another start is another process.
+    start: Option<u64>,
 }
 
 /// The process-tree sampler.
@@ -94,6 +122,12 @@ pub struct TreeSampler {
     pairs: Vec<(u32, u32)>,
     hz: f64,
     page: u64,
+    /// For the processes read without a kept file.
+    buf: Vec<u8>,
+    /// Reads that failed for want of file descriptors.
+    fd_failures: u64,
+    /// That has been logged.
+    fd_logged: bool,
 }
 
 impl TreeSampler {
@@ -107,32 +141,89 @@ impl TreeSampler {
             pairs: Vec::new(),
             hz: clock_ticks() as f64,
             page: page_size(),
+            buf: Vec::with_capacity(1024),
+            fd_failures: 0,
+            fd_logged: false,
         };
         s.rediscover(now);
         let _ = s.read_all();
         s
     }
 
+    /// Counts a read that failed for want of descriptors; the first is logged.
+    fn out_of_fds(&mut self, path: &Path, e: &io::Error) {
+        self.fd_failures += 1;
+        if !std::mem::replace(&mut self.fd_logged, true) {
+            let limit = nofile_limit().map_or_else(|| "unknown".to_owned(), |n| n.to_string());
+            crate::log!(
+                "trainer sampler: too many open files (open-file limit {limit}) reading {}: {e}; \
+                 such reads are counted as failed reads",
+                path.display()
+            );
+        }
+    }
+
     fn rediscover(&mut self, now: Duration) {
         self.last_scan = Some(now);
         self.pairs.clear();
-        let Ok(dir) = std::fs::read_dir(&self.proc) else { return };
+        let dir = match std::fs::read_dir(&self.proc) {
+            Ok(d) => d,
+            Err(e) => {
+                if out_of_fds(&e) {
+                    let proc = self.proc.clone();
+                    self.out_of_fds(&proc, &e);
+                }
+                return;
+            }
+        };
         for entry in dir.flatten() {
             let name = entry.file_name();
             let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-            if let Ok(text) = std::fs::read(entry.path().join("stat"))
-                && let Some(st) = parse_pid_stat(&text)
-            {
-                self.pairs.push((pid, st.ppid));
+            let path = entry.path().join("stat");
+            match std::fs::read(&path) {
+                Ok(text) => {
+                    if let Some(st) = parse_pid_stat(&text) {
+                        self.pairs.push((pid, st.ppid));
+                    }
+                }
+                Err(e) if out_of_fds(&e) => self.out_of_fds(&path, &e),
+                Err(_) => {}
             }
         }
         let tree = descendants(self.root, &self.pairs);
         self.known.retain(|k| tree.binary_search(&k.pid).is_ok());
-        for pid in tree {
-            if !self.known.iter().any(|k| k.pid == pid)
-                && let Ok(file) = ProcFile::open(self.proc.join(pid.to_string()).join("stat"))
-            {
-                self.known.push(Known { pid, file, ticks: None });
+        let mut open = self.known.iter().filter(|k| k.file.is_some()).count();
+        // The root first, so that it has a kept file whatever the tree's size.
+        let root = self.root;
+        let order = std::iter::once(root).chain(tree.iter().copied().filter(|&p| p != root));
+        for pid in order {
+            if tree.binary_search(&pid).is_err() {
+                continue;
+            }
+            let at = self.known.iter().position(|k| k.pid == pid);
+            if at.is_some_and(|i| self.known[i].file.is_some()) {
+                continue;
+            }
+            let file = if open < MAX_OPEN {
+                match ProcFile::open(self.proc.join(pid.to_string()).join("stat")) {
+                    Ok(f) => Some(f),
+                    Err(SampleError::Io { path, source }) if out_of_fds(&source) => {
+                        self.out_of_fds(&path, &source);
+                        None
+                    }
+                    // Gone already.
+                    Err(_) if at.is_none() => continue,
+                    Err(_) => None,
+                }
+            } else {
+                None
+            };
+            open += usize::from(file.is_some());
+            match at {
+                // A kept file for a process read by path so far: its start is checked at
+                // the next reading, as a new pid's would be.
+                Some(i) => self.known[i].file = file,
+                None => self.known.push(Known { pid, file, ticks: None, start: None }),
             }
         }
     }
@@ -141,8 +232,34 @@ impl TreeSampler {
     /// and forgets the processes that are gone.
     fn read_all(&mut self) -> (u64, u64) {
         let (mut ticks, mut rss) = (0u64, 0u64);
+        let mut failed: Option<(PathBuf, io::Error)> = None;
+        let mut failures = 0u64;
+        let proc = &self.proc;
+        let buf = &mut self.buf;
         self.known.retain_mut(|k| {
-            let Some(st) = k.file.read().ok().and_then(parse_pid_stat) else { return false };
+            let text = match &mut k.file {
+                Some(f) => f.read().map_err(|e| match e {
+                    SampleError::Io { path, source } => (path, source),
+                    // ProcFile::read fails with Io only.
+                    other => (PathBuf::new(), io::Error::other(other.to_string())),
+                }),
+                None => read_stat(proc, k.pid, buf).map(|()| &buf[..]),
+            };
+            let st = match text {
+                Ok(t) => parse_pid_stat(t),
+                Err((path, e)) if out_of_fds(&e) => {
+                    // Not gone: unread this tick.
+                    failures += 1;
+                    failed.get_or_insert((path, e));
+                    return true;
+                }
+                Err(_) => None,
+            };
+            let Some(st) = st else { return false };
+            if *k.start.get_or_insert(st.start_ticks) != st.start_ticks {
+                // The pid now belongs to another process.
+                return false;
+            }
             if let Some(prev) = k.ticks {
                 ticks = ticks.saturating_add(st.cpu_ticks.saturating_sub(prev));
             }
@@ -150,7 +267,16 @@ impl TreeSampler {
             rss = rss.saturating_add(st.rss_pages);
             true
         });
+        if let Some((path, e)) = failed {
+            self.out_of_fds(&path, &e);
+            self.fd_failures += failures - 1;
+        }
         (ticks, rss)
+    }
+
+    /// How many `/proc/<pid>/stat` files it keeps open now.
+    pub fn open_files(&self) -> usize {
+        self.known.iter().filter(|k| k.file.is_some()).count()
     }
 
     /// How many processes it follows now.
@@ -162,6 +288,10 @@ impl TreeSampler {
 impl Sampler for TreeSampler {
     fn name(&self) -> &'static str {
         "trainer"
+    }
+
+    fn failures(&self) -> u64 {
+        self.fd_failures
     }
 
     fn sample(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
@@ -184,6 +314,16 @@ impl Sampler for TreeSampler {
         );
         out.push("trainer", Name::Static("Processes"), "ProcessTree", self.known.len() as f64);
         Ok(())
+    }
+}
+
+/// Reads `/proc/<pid>/stat` into `buf` by open, read, close.
+fn read_stat(proc: &Path, pid: u32, buf: &mut Vec<u8>) -> Result<(), (PathBuf, io::Error)> {
+    let path = proc.join(pid.to_string()).join("stat");
+    buf.clear();
+    match std::fs::File::open(&path).and_then(|mut f| f.read_to_end(buf)) {
+        Ok(_) => Ok(()),
+        Err(e) => Err((path, e)),
     }
 }
 
@@ -268,9 +408,15 @@ mod tests {
     #[test]
     fn parses_stat_with_awkward_names() {
         let s = stat(7, "py (worker) 1", 3, 250, 50, 1000);
-        assert_eq!(parse_pid_stat(s.as_bytes()), Some(PidStat { ppid: 3, cpu_ticks: 300, rss_pages: 1000 }));
+        assert_eq!(
+            parse_pid_stat(s.as_bytes()),
+            Some(PidStat { ppid: 3, cpu_ticks: 300, rss_pages: 1000, start_ticks: 541020 })
+        );
         let real = b"9303 (cat) R 9295 9295 5465 0 -1 4194304 100 0 0 0 3 4 0 0 20 0 1 0 541020 3133440 383 18446744073709551615 94560746942464 0";
-        assert_eq!(parse_pid_stat(real), Some(PidStat { ppid: 9295, cpu_ticks: 7, rss_pages: 383 }));
+        assert_eq!(
+            parse_pid_stat(real),
+            Some(PidStat { ppid: 9295, cpu_ticks: 7, rss_pages: 383, start_ticks: 541020 })
+        );
         assert_eq!(parse_pid_stat(b"12 (x) S"), None);
         assert_eq!(parse_pid_stat(b"no parens"), None);
     }
@@ -314,6 +460,54 @@ mod tests {
         assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(1.0));
         // 102's parent is gone: it is no longer under 100 (re-parented in real life).
         assert_eq!(m.get("trainer", "CPUPercent", "ProcessTree"), Some(0.0));
+        std::fs::remove_dir_all(&proc).unwrap();
+    }
+
+    #[test]
+    fn a_large_tree_keeps_a_bounded_number_of_files_open() {
+        let proc = std::env::temp_dir().join(format!("trainprof-bigtree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&proc);
+        let put = |pid: u32, ppid: u32, ticks: u64, start: u64| {
+            std::fs::create_dir_all(proc.join(pid.to_string())).unwrap();
+            let text = stat(pid, "python", ppid, ticks, 0, 1).replace(" 541020 ", &format!(" {start} "));
+            std::fs::write(proc.join(format!("{pid}/stat")), text).unwrap();
+        };
+        let n = MAX_OPEN as u32 + 100;
+        // The root has the highest pid: it still gets a kept file.
+        let root = 10_000;
+        put(root, 1, 0, 5);
+        for pid in 1000..1000 + n {
+            put(pid, root, 0, 5);
+        }
+        let mut s = TreeSampler::new(&proc, root, Duration::ZERO);
+        assert_eq!(s.processes(), n as usize + 1);
+        assert_eq!(s.open_files(), MAX_OPEN);
+        assert!(s.known.iter().any(|k| k.pid == root && k.file.is_some()));
+        // Every process is read, kept file or not.
+        for pid in 1000..1000 + n {
+            put(pid, root, 10, 5);
+        }
+        let mut m = Metrics::new();
+        s.sample(Duration::from_secs(1), &mut m).unwrap();
+        let hz = clock_ticks() as f64;
+        assert_eq!(m.get("trainer", "CPUPercent", "ProcessTree"), Some(f64::from(n) * 10.0 / hz * 100.0));
+        assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(f64::from(n) + 1.0));
+        // A pid read by path that now belongs to a process started later is forgotten;
+        // the same for one with a kept file (its file is still the old process's).
+        put(1000 + n - 1, root, 0, 6);
+        m.clear();
+        s.sample(Duration::from_secs(1) + Duration::from_millis(100), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(f64::from(n)));
+        assert_eq!(s.failures(), 0);
+        // Kept files freed by processes that are gone go to those read by path.
+        for pid in 1000..1050 {
+            std::fs::remove_dir_all(proc.join(pid.to_string())).unwrap();
+        }
+        m.clear();
+        s.sample(Duration::from_secs(4), &mut m).unwrap();
+        // (The reused pid is found again by the rescan, as the new process it is.)
+        assert_eq!(s.processes(), n as usize + 1 - 50);
+        assert_eq!(s.open_files(), MAX_OPEN);
         std::fs::remove_dir_all(&proc).unwrap();
     }
 

@@ -161,7 +161,7 @@ fn not_regular(path: &Path, m: &std::fs::Metadata) -> String {
     } else {
         "not a file"
     };
-    format!("{} is not a regular file ({what}); not read", path.display())
+    format!("{} is not a regular file ({what})", path.display())
 }
 
 /// Reads the file once and builds the config.

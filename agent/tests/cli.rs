@@ -405,7 +405,9 @@ fn bad_flags_stop_before_the_command_starts() {
     let out_dir = d.join("out");
     let not_json = d.join("not.json");
     std::fs::write(&not_json, b"{\"DisableProfiler\": fal").unwrap();
-    let cases: Vec<(Vec<String>, Vec<(&str, &str)>, &str)> = vec![
+    // (flags, environment, what the one line says)
+    type Case<'a> = (Vec<String>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case<'_>> = vec![
         (vec!["--interval-ms".into(), "0".into()], vec![], "--interval-ms: \"0\" is outside 100..=60000 ms"),
         (vec!["--interval-ms".into(), "50".into()], vec![], "--interval-ms: \"50\" is outside"),
         (vec!["--interval-ms".into(), "70000".into()], vec![], "--interval-ms: \"70000\" is outside"),

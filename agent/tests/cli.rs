@@ -665,3 +665,53 @@ fn config_check_refuses_a_fifo_without_hanging() {
     assert!(stderr.contains("is not a regular file (a FIFO)"), "{stderr}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn with_no_aws_credentials_the_upload_says_so_plainly() {
+    let d = scratch("no-credentials");
+    let out_dir = d.join("out");
+    let mut cmd = command(&[
+        "run",
+        "--local-path",
+        out_dir.to_str().unwrap(),
+        "--s3",
+        "s3://my-bucket/p",
+        "--upload-deadline-s",
+        "5",
+        "--",
+        "true",
+    ]);
+    for var in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+    ] {
+        cmd.env_remove(var);
+    }
+    let out = cmd
+        .env("HOME", &d)
+        .env("AWS_CONFIG_FILE", d.join("no-config"))
+        .env("AWS_SHARED_CREDENTIALS_FILE", d.join("no-credentials"))
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("no AWS credentials found")).collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    let want = format!("files kept in {}; `--s3 ''` keeps files local", out_dir.display());
+    assert!(
+        said[0].starts_with("trainprof: no AWS credentials found; ") && said[0].ends_with(&want),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("UPLOAD REFUSED"), "{stderr}");
+    // Every line of the log is one line, the error chain included.
+    assert!(stderr.lines().all(|l| l.starts_with("trainprof: ")), "{stderr}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

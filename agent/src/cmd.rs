@@ -10,9 +10,9 @@ use trainprof_agent::launch::{self, SelfCost};
 use trainprof_agent::sample::process::{self_usage, thread_cpu_us};
 use trainprof_agent::sample::{Roots, gpu};
 use trainprof_agent::system::{SystemWriter, algo_index};
-use trainprof_agent::tick::{Clock as _, LoopCounts, Stop, SystemClock, Ticker};
+use trainprof_agent::tick::{Clock as _, LoopCounts, LoopSettings, Reconfigure, Stop, SystemClock, Ticker};
 use trainprof_agent::{child, log, signals, upload};
-use trainprof_config::{DEFAULT_LOCAL_PATH, FileStatus, Sources};
+use trainprof_config::{DEFAULT_LOCAL_PATH, FileStatus, Loader, Reload, Sources};
 
 use crate::AgentFlags;
 
@@ -30,6 +30,7 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     let nofile = child::raise_nofile_limit();
     let explicit_local_path = flags.overrides.local_path.clone();
     let config_flag = flags.config.clone();
+    let disable_flag = flags.overrides.disable;
     let upload_flags = UploadFlags {
         endpoint: flags.s3_endpoint.clone(),
         keep_local: flags.keep_local,
@@ -41,17 +42,45 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     if let Some(p) = &flags.config {
         sources = sources.with_config_path(p);
     }
-    let loaded = trainprof_config::load(&flags.overrides.apply(sources));
+    let sources = flags.overrides.apply(sources);
+    // What a person typed (flags, TRAINPROF_* variables, a --config file) is checked before
+    // anything starts: a mistake there stops here with exit status 2 (README, `trainprof
+    // agent` and `trainprof run`). What the platform wrote degrades per feature below.
+    let bad = crate::typed_problems(&sources);
+    if !bad.is_empty() {
+        for line in bad {
+            log!("{line}; nothing was started");
+        }
+        return ExitCode::from(2);
+    }
+    let loader = Loader::settled(sources, SETTLE);
+    let loaded = loader.loaded().clone();
+    if let Some(named) = &config_flag {
+        let why = match &loaded.file {
+            FileStatus::Read => None,
+            FileStatus::Missing => Some("no such file".to_owned()),
+            FileStatus::Unusable(why) => Some(why.clone()),
+        };
+        if let Some(why) = why {
+            log!("--config {}: {why}; nothing was started", named.display());
+            return ExitCode::from(2);
+        }
+    }
     match &loaded.file {
         FileStatus::Read => log!("config {}", loaded.path.display()),
         FileStatus::Missing => log!("no config at {}: built-in defaults", loaded.path.display()),
-        FileStatus::Unusable(why) => log!("config {} unusable: {why}", loaded.path.display()),
+        FileStatus::Unusable(why) => {
+            log!("config {} unusable ({why}): profiling is off", loaded.path.display())
+        }
     }
     for p in &loaded.config.problems {
-        log!("config: {p}");
+        // The file's own problem is the line above.
+        if p.key != "file" {
+            log!("config: {p}");
+        }
     }
-    let loaded_file = loaded.file;
-    let config = loaded.config;
+    let loaded_file = loaded.file.clone();
+    let config = loaded.config.clone();
 
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let root = if config.enabled {
@@ -73,7 +102,10 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
             }
         }
     } else {
-        log!("profiling is off (DisableProfiler, TRAINPROF_DISABLE or --disable)");
+        // An unusable file already said why.
+        if !matches!(loaded_file, FileStatus::Unusable(_)) {
+            log!("profiling is off ({})", off_by(disable_flag, &loaded.path));
+        }
         None
     };
 
@@ -162,7 +194,8 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
         let stop = stop.clone();
         std::thread::Builder::new().name("trainprof-sampler".into()).spawn(move || {
             let clock = SystemClock::new(stop);
-            let counts = sample(&root, &clock, child_pid, config.interval_ms, waker);
+            let reload = ConfigReload { loader, next_at: RELOAD_EVERY };
+            let counts = sample(&root, &clock, child_pid, config.interval_ms, waker, reload);
             let _ = done_tx.send(counts);
         })
     });
@@ -245,6 +278,59 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
             log!("lost track of the command's exit status: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// How long a config file that does not parse at the start is read again before it is
+/// judged (a writer caught half-way).
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// The config file is read again at most this often while sampling (by content, as the
+/// hook does; README, "Reload").
+const RELOAD_EVERY: Duration = Duration::from_secs(1);
+
+/// Who switched profiling off, for the start-up line.
+fn off_by(flag: bool, path: &Path) -> String {
+    if flag {
+        return "--disable".to_owned();
+    }
+    match std::env::var("TRAINPROF_DISABLE") {
+        Ok(v) if !v.trim().is_empty() => format!("TRAINPROF_DISABLE={v}"),
+        _ => format!("DisableProfiler in {}", path.display()),
+    }
+}
+
+/// The sampler's view of the config file: re-read at most once a second; the interval and
+/// DisableProfiler of a changed file apply at the next tick. A file that became unusable
+/// (caught half-written, say) keeps the settings in use, with one line.
+struct ConfigReload {
+    loader: Loader,
+    next_at: Duration,
+}
+
+impl Reconfigure for ConfigReload {
+    fn poll(&mut self, mono: Duration) -> Option<LoopSettings> {
+        if mono < self.next_at {
+            return None;
+        }
+        self.next_at = mono + RELOAD_EVERY;
+        if self.loader.reload() == Reload::Unchanged {
+            return None;
+        }
+        let loaded = self.loader.loaded();
+        match &loaded.file {
+            FileStatus::Unusable(why) => {
+                log!("config {} unusable ({why}): keeping the settings in use", loaded.path.display());
+                return None;
+            }
+            FileStatus::Missing => log!("config {} is gone: built-in defaults", loaded.path.display()),
+            FileStatus::Read => {}
+        }
+        for p in &loaded.config.problems {
+            log!("config: {p}");
+        }
+        let c = &loaded.config;
+        Some(LoopSettings { interval: Duration::from_millis(u64::from(c.interval_ms)), enabled: c.enabled })
     }
 }
 
@@ -342,6 +428,7 @@ fn sample(
     trainer: Option<u32>,
     interval_ms: u32,
     waker: Option<upload::Waker>,
+    reload: ConfigReload,
 ) -> LoopCounts {
     let roots = Roots::host();
     let probed = launch::probe_samplers(&roots, &|| clock.mono(), trainer, gpu::lib_from_env().as_deref());
@@ -351,6 +438,7 @@ fn sample(
     if let Some(w) = waker {
         ticker.wake_on_seal(w);
     }
+    ticker.reconfigure_with(Box::new(reload));
     log!(
         "sampling every {interval_ms} ms into {} as algo-{algo_n}: {} ({} cores, {} GPUs)",
         root.join("system").display(),

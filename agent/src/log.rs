@@ -1,16 +1,77 @@
 //! The agent's log: one line per state change on stderr, `trainprof: <message>`, never one
 //! per tick. (A tracing subscriber would cost more build time than this whole crate.)
+//!
+//! Every line goes through [`redact`]: the user info of any URL in it (`--s3-endpoint
+//! http://user:pass@host`, an error chain that quotes the URL) never reaches the log
+//! (README, "Standards": secrets never reach a log).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io::Write as _;
 
-/// Writes one line; a closed stderr is ignored.
+/// Writes one line, redacted; a closed stderr is ignored.
 pub fn line(args: fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr().lock(), "trainprof: {args}");
+    let text = args.to_string();
+    let _ = writeln!(std::io::stderr().lock(), "trainprof: {}", redact(&text));
 }
 
 /// `log!("cannot read {}: {e}", path.display())`
 #[macro_export]
 macro_rules! log {
     ($($arg:tt)*) => { $crate::log::line(format_args!($($arg)*)) };
+}
+
+/// `text` with the user info of every URL in it replaced by `***`
+/// (`http://user:pass@host/x` → `http://***@host/x`). A URL runs from its `://` to the next
+/// white space or quote; everything up to its last `@` is hidden, so a password with a
+/// raw `/` or `@` in it is hidden too (at worst, a path with an `@` is hidden with it).
+pub fn redact(text: &str) -> Cow<'_, str> {
+    if !text.contains("://") || !text.contains('@') {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '<' | '>'))
+            .unwrap_or(tail.len());
+        let url = &tail[..end];
+        match url.rfind('@') {
+            Some(at) => {
+                out.push_str("***");
+                out.push_str(&url[at..]);
+            }
+            None => out.push_str(url),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn user_info_is_hidden_wherever_a_url_appears() {
+        for (text, want) in [
+            ("via http://user:pass@127.0.0.1:9000", "via http://***@127.0.0.1:9000"),
+            ("http://AKIA:s3cr%2Ft@host/bucket/key?x=1", "http://***@host/bucket/key?x=1"),
+            (
+                "dispatch failure: error sending request for url (https://u:p@h:1/b/k): refused",
+                "dispatch failure: error sending request for url (https://***@h:1/b/k): refused",
+            ),
+            ("two: http://a:b@x and \"https://c:d@y/\"", "two: http://***@x and \"https://***@y/\""),
+            // A raw `/` or `@` in the password: hidden all the same.
+            ("http://u:pa/ss@host/k", "http://***@host/k"),
+            ("http://u:p@ss@host", "http://***@host"),
+            ("http://[::1]:9000 s3://bucket/prefix a@b", "http://[::1]:9000 s3://bucket/prefix a@b"),
+            ("no url here, user@example.com", "no url here, user@example.com"),
+        ] {
+            assert_eq!(redact(text), want, "{text}");
+        }
+    }
 }

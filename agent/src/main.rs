@@ -74,14 +74,18 @@ struct AgentFlags {
 enum ConfigCommand {
     /// Print the effective configuration, when each feature's window opens, and every problem.
     ///
-    /// Exit status: 0 when the file was read (with problems or not), 2 when it is missing,
-    /// unreadable or not a JSON object.
+    /// Exit status: 0 when the file was read (with problems or not; 1 with --strict when
+    /// there is any), 2 when it is missing, unreadable or not a JSON object, or when a flag
+    /// or TRAINPROF_* variable has a bad value.
     Check {
         /// The file to check [default: $SMPROFILER_CONFIG_PATH, else /opt/ml/input/config/profilerconfig.json]
         path: Option<PathBuf>,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Exit with status 1 when there is any problem.
+        #[arg(long)]
+        strict: bool,
         /// Also list which of the steps 0..N-1 each step-based feature profiles.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
         steps: Option<u64>,
@@ -128,12 +132,13 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Agent { flags } => cmd::main(flags, None),
         Command::Run { flags, command } => cmd::main(flags, Some(command)),
-        Command::Config { command: ConfigCommand::Check { path, json, steps, overrides } } => {
+        Command::Config { command: ConfigCommand::Check { path, json, steps, strict, overrides } } => {
             let mut sources = Sources::from_process_env();
             if let Some(p) = path {
                 sources = sources.with_config_path(p);
             }
-            let loaded = trainprof_config::load(&overrides.apply(sources));
+            let sources = overrides.apply(sources);
+            let loaded = trainprof_config::load(&sources);
             let now_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
             let text = if json {
                 let mut s = trainprof_agent::check::to_json(&loaded, steps, now_s).to_string();
@@ -144,13 +149,35 @@ fn main() -> ExitCode {
             };
             // A closed stdout (`| head`) is not worth a panic.
             let _ = std::io::stdout().write_all(text.as_bytes());
-            let reason = match &loaded.file {
-                FileStatus::Read => return ExitCode::SUCCESS,
-                FileStatus::Missing => format!("no config file at {}", loaded.path.display()),
-                FileStatus::Unusable(why) => why.clone(),
-            };
-            let _ = writeln!(std::io::stderr(), "trainprof: {reason}");
-            ExitCode::from(2)
+            let bad = typed_problems(&sources);
+            for line in &bad {
+                trainprof_agent::log!("{line}");
+            }
+            match &loaded.file {
+                FileStatus::Read if !bad.is_empty() => ExitCode::from(2),
+                FileStatus::Read if strict && !loaded.config.problems.is_empty() => ExitCode::from(1),
+                FileStatus::Read => ExitCode::SUCCESS,
+                FileStatus::Missing => {
+                    trainprof_agent::log!("no config file at {}", loaded.path.display());
+                    ExitCode::from(2)
+                }
+                FileStatus::Unusable(why) => {
+                    trainprof_agent::log!("{why}");
+                    ExitCode::from(2)
+                }
+            }
         }
     }
+}
+
+/// The values a person typed (flags, `TRAINPROF_*` variables) that are not valid, one line
+/// each, named as typed: `--interval-ms: "50" is outside 100..=60000 ms`.
+fn typed_problems(sources: &Sources) -> Vec<String> {
+    trainprof_config::override_problems(sources)
+        .into_iter()
+        .map(|p| {
+            let name = p.key.strip_prefix("flag:").or_else(|| p.key.strip_prefix("env:")).unwrap_or(&p.key);
+            format!("{name}: {}", p.message)
+        })
+        .collect()
 }

@@ -118,8 +118,23 @@ pub struct LoopCounts {
     pub sampling_cpu_us: u64,
 }
 
+/// What a reloaded configuration may change while the loop runs (README, "Reload").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopSettings {
+    pub interval: Duration,
+    /// False (DisableProfiler): ticks are neither taken nor written until it is true again.
+    pub enabled: bool,
+}
+
+/// Asked before every tick whether the settings changed (the agent: a
+/// [`trainprof_config::Loader`] that re-reads the file at most once a second).
+pub trait Reconfigure: Send {
+    /// The new settings when they changed since the last answer; `mono` is the loop's
+    /// clock, for rate limits.
+    fn poll(&mut self, mono: Duration) -> Option<LoopSettings>;
+}
+
 /// The samplers, the buffer and the writer.
-#[derive(Debug)]
 pub struct Ticker {
     sources: Vec<Source>,
     metrics: Metrics,
@@ -130,6 +145,20 @@ pub struct Ticker {
     write_failing: bool,
     /// Told about every sealed file.
     on_seal: Option<crate::upload::Waker>,
+    /// False while a reloaded config says DisableProfiler.
+    enabled: bool,
+    reconfigure: Option<Box<dyn Reconfigure>>,
+}
+
+impl std::fmt::Debug for Ticker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticker")
+            .field("sources", &self.sources)
+            .field("interval", &self.interval)
+            .field("enabled", &self.enabled)
+            .field("ticks", &self.ticks)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Ticker {
@@ -145,7 +174,56 @@ impl Ticker {
             skipped: 0,
             write_failing: false,
             on_seal: None,
+            enabled: true,
+            reconfigure: None,
         }
+    }
+
+    /// Asks `r` before every tick for new settings (a reloaded config).
+    pub fn reconfigure_with(&mut self, r: Box<dyn Reconfigure>) {
+        self.reconfigure = Some(r);
+    }
+
+    /// The interval in use.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Applies new settings, one line per change. True when the interval changed (the
+    /// schedule starts again from now).
+    fn apply(&mut self, new: LoopSettings) -> bool {
+        let new_interval = new.interval.max(Duration::from_millis(1));
+        let rescheduled = new_interval != self.interval;
+        if rescheduled {
+            self.interval = new_interval;
+            if new.enabled {
+                crate::log!("config changed: sampling every {} ms from now on", new_interval.as_millis());
+            }
+        }
+        if new.enabled != self.enabled {
+            self.enabled = new.enabled;
+            if new.enabled {
+                crate::log!(
+                    "config changed: profiling on again, sampling every {} ms",
+                    self.interval.as_millis()
+                );
+            } else {
+                crate::log!(
+                    "config changed: DisableProfiler is true; no ticks are written until it is false again"
+                );
+                // What was written so far is sealed now (and uploaded), not at the stop.
+                match self.writer.seal() {
+                    Ok(Some(_)) => {
+                        if let Some(w) = &self.on_seal {
+                            w.wake();
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => crate::log!("{e}; the temporary file is repaired at the next start"),
+                }
+            }
+        }
+        rescheduled
     }
 
     /// Wakes the uploader whenever a file is sealed.
@@ -200,7 +278,7 @@ impl Ticker {
     /// previous one (so a job shorter than one interval still leaves a system file, which
     /// smdebug's `ProfilerTrial` waits for), then seals the open file.
     pub fn run(&mut self, clock: &dyn Clock) {
-        let start = clock.mono();
+        let mut start = clock.mono();
         let mut last = start;
         let mut k: u64 = 1;
         loop {
@@ -209,14 +287,25 @@ impl Ticker {
                 // Always when there was no tick yet; else when the stretch is long enough
                 // for jiffy-based CPU figures (10 ms resolution) to mean something.
                 let now = clock.mono();
-                if self.ticks == 0 || now.saturating_sub(last) >= LAST_TICK_MIN {
+                if self.enabled && (self.ticks == 0 || now.saturating_sub(last) >= LAST_TICK_MIN) {
                     self.tick(now, clock.wall_s());
                 }
                 break;
             }
-            let now = clock.mono();
-            last = now;
-            self.tick(now, clock.wall_s());
+            let mut now = clock.mono();
+            let polled = self.reconfigure.as_mut().and_then(|r| r.poll(now));
+            if let Some(new) = polled
+                && self.apply(new)
+            {
+                // The new interval counts from this tick on.
+                now = clock.mono();
+                start = now;
+                k = 0;
+            }
+            if self.enabled {
+                last = now;
+                self.tick(now, clock.wall_s());
+            }
             // The next deadline after the end of this tick; any passed meanwhile are skipped.
             let done = clock.mono().saturating_sub(start);
             let next = u64::try_from(done.as_nanos() / self.interval.as_nanos())
@@ -411,6 +500,63 @@ mod tests {
         t.run(&*clock);
         assert_eq!(t.counts().ticks, 1);
         assert_eq!(lines(&dir).len(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Settings that change at given (fake) times.
+    struct Script(Vec<(u64, LoopSettings)>);
+
+    impl Reconfigure for Script {
+        fn poll(&mut self, mono: Duration) -> Option<LoopSettings> {
+            let (at, _) = self.0.first()?;
+            (Duration::from_millis(*at) <= mono).then(|| self.0.remove(0).1)
+        }
+    }
+
+    #[test]
+    fn a_reloaded_interval_and_disable_take_effect_at_the_next_tick() {
+        // A minute starts at 0: only the pause and the stop split the files.
+        let clock = FakeClock::new(1_595_455_620.0, 2050);
+        let dir = root("reconfigure");
+        let probe =
+            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
+        let mut t =
+            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let ms = Duration::from_millis;
+        t.reconfigure_with(Box::new(Script(vec![
+            (500, LoopSettings { interval: ms(200), enabled: true }),
+            (1000, LoopSettings { interval: ms(200), enabled: false }),
+            (1500, LoopSettings { interval: ms(200), enabled: true }),
+        ])));
+        t.run(&*clock);
+        let cpu: Vec<f64> =
+            lines(&dir).iter().filter(|l| l["Type"] == "cpu").map(|l| l["Value"].as_f64().unwrap()).collect();
+        // 100 ms until 500; then every 200 ms from 500; nothing while disabled (1100,
+        // 1300); again from 1500; the last tick at the stop.
+        let expected: Vec<f64> =
+            [100, 200, 300, 400, 500, 700, 900, 1500, 1700, 1900, 2050].map(f64::from).to_vec();
+        assert_eq!(cpu, expected);
+        let c = t.counts();
+        assert_eq!((c.ticks, c.skipped), (11, 0));
+        // The pause sealed the file written so far.
+        assert_eq!(c.system.files_sealed, 2);
+        assert_eq!(t.interval(), ms(200));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_stop_while_disabled_takes_no_last_tick() {
+        let clock = FakeClock::new(1_595_455_620.0, 1050);
+        let dir = root("reconfigure-off");
+        let probe =
+            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
+        let mut t =
+            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let off = LoopSettings { interval: Duration::from_millis(100), enabled: false };
+        t.reconfigure_with(Box::new(Script(vec![(300, off)])));
+        t.run(&*clock);
+        assert_eq!(t.counts().ticks, 2);
+        assert_eq!(lines(&dir).len(), 4);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -628,6 +628,227 @@ fn a_tree_larger_than_the_open_file_limit_is_counted_and_the_files_are_sealed() 
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+// ---- what a person typed is checked before anything starts ---------------------------
+
+#[test]
+fn bad_flags_stop_before_the_command_starts() {
+    let d = scratch("bad-flags");
+    let ran = d.join("ran");
+    let touch = format!("touch {}", ran.display());
+    let out_dir = d.join("out");
+    let not_json = d.join("not.json");
+    std::fs::write(&not_json, b"{\"DisableProfiler\": fal").unwrap();
+    // (flags, environment, what the one line says)
+    type Case<'a> = (Vec<String>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case<'_>> = vec![
+        (vec!["--interval-ms".into(), "0".into()], vec![], "--interval-ms: \"0\" is outside 100..=60000 ms"),
+        (vec!["--interval-ms".into(), "50".into()], vec![], "--interval-ms: \"50\" is outside"),
+        (vec!["--interval-ms".into(), "70000".into()], vec![], "--interval-ms: \"70000\" is outside"),
+        (vec!["--interval-ms".into(), "abc".into()], vec![], "--interval-ms: \"abc\" is not an integer"),
+        (vec!["--s3".into(), "not-a-url".into()], vec![], "--s3: \"not-a-url\" does not start with s3://"),
+        (vec!["--local-path".into(), String::new()], vec![], "--local-path: is empty"),
+        (
+            vec![],
+            vec![("TRAINPROF_INTERVAL_MS", "fast")],
+            "TRAINPROF_INTERVAL_MS: \"fast\" is not an integer",
+        ),
+        (vec![], vec![("TRAINPROF_DISABLE", "perhaps")], "TRAINPROF_DISABLE: unrecognised value \"perhaps\""),
+        (
+            vec!["--config".into(), "/nonexistent/named.json".into()],
+            vec![],
+            "--config /nonexistent/named.json: no such file",
+        ),
+        (vec!["--config".into(), d.to_str().unwrap().into()], vec![], "is not a regular file (a directory)"),
+        (vec!["--config".into(), not_json.to_str().unwrap().into()], vec![], "the file is not valid JSON"),
+    ];
+    for (flags, env, said) in cases {
+        for sub in ["run", "agent"] {
+            let mut args: Vec<&str> = vec![sub];
+            if !flags.iter().any(|f| f == "--local-path") {
+                args.extend(["--local-path", out_dir.to_str().unwrap()]);
+            }
+            args.extend(flags.iter().map(String::as_str));
+            if sub == "run" {
+                args.extend(["--", "sh", "-c", &touch]);
+            }
+            let out = command(&args).envs(env.iter().copied()).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {stderr}");
+            let lines: Vec<&str> = stderr.lines().collect();
+            assert_eq!(lines.len(), 1, "one line: {stderr}");
+            assert!(lines[0].starts_with("trainprof: ") && lines[0].contains(said), "{said:?} in {stderr}");
+            assert!(lines[0].ends_with("; nothing was started"), "{stderr}");
+            assert!(!lines[0].starts_with("trainprof: trainprof:"), "{stderr}");
+            assert!(!ran.exists(), "the command ran: {args:?}");
+            assert!(!out_dir.exists(), "something was written: {args:?}");
+        }
+    }
+    // `--s3 ''` keeps the files local, and is valid.
+    let out =
+        command(&["run", "--s3", "", "--local-path", out_dir.to_str().unwrap(), "--", "sh", "-c", &touch])
+            .output()
+            .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(ran.exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_broken_platform_config_turns_profiling_off_with_its_reason() {
+    let d = scratch("platform-broken");
+    let cfg = d.join("profilerconfig.json");
+    std::fs::write(&cfg, b"{\"DisableProfiler\": fal").unwrap();
+    let out = command(&["run", "--local-path", d.join("out").to_str().unwrap(), "--", "true"])
+        .env("SMPROFILER_CONFIG_PATH", &cfg)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let off: Vec<&str> = stderr.lines().filter(|l| l.contains("profiling is off")).collect();
+    assert_eq!(off.len(), 1, "{stderr}");
+    assert!(off[0].contains("unusable (the file is not valid JSON"), "{stderr}");
+    assert!(!stderr.contains("DisableProfiler, TRAINPROF_DISABLE or --disable"), "{stderr}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_secret_in_the_endpoint_never_reaches_the_log() {
+    let d = scratch("endpoint-secret");
+    let out = command(&[
+        "run",
+        "--local-path",
+        d.join("out").to_str().unwrap(),
+        "--s3",
+        "s3://my-bucket/p",
+        "--s3-endpoint",
+        "http://someone:PASSWORD-IN-URL@127.0.0.1:1",
+        "--upload-deadline-s",
+        "1",
+        "--",
+        "true",
+    ])
+    .env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    .env("AWS_SECRET_ACCESS_KEY", "not-this-either")
+    .env("AWS_EC2_METADATA_DISABLED", "true")
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("via http://***@127.0.0.1:1"), "{stderr}");
+    assert!(!stderr.contains("PASSWORD-IN-URL") && !stderr.contains("someone"), "{stderr}");
+    assert!(!stderr.contains("not-this-either"), "{stderr}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn config_check_strict_exits_1_and_lists_every_problem() {
+    let d = scratch("strict");
+    let cfg = d.join("profilerconfig.json");
+    std::fs::write(
+        &cfg,
+        br#"{"ProfilingParameters": {"DetailedProfilingConfig": "{\"StarStep\": 5, \"NumSteps\": \"x\", \"StartTimeInSecSinceEpoch\": \"y\"}"}}"#,
+    )
+    .unwrap();
+    let p = cfg.to_str().unwrap();
+    let out = trainprof(&["config", "check", "--strict", p], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "problems (3):",
+        "  ProfilingParameters.DetailedProfilingConfig.StarStep: unknown key 'StarStep' in DetailedProfilingConfig; did you mean 'StartStep'? (ignored)",
+        "  ProfilingParameters.DetailedProfilingConfig.NumSteps: \"x\" is not an integer; this feature is off",
+        "  ProfilingParameters.DetailedProfilingConfig.StartTimeInSecSinceEpoch: \"y\" is not a number; this feature is off",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
+    }
+    // Without --strict the file was read: 0. A clean file passes --strict.
+    assert_eq!(trainprof(&["config", "check", p], &[]).status.code(), Some(0));
+    let clean = fixture("sdk_default.json");
+    assert_eq!(
+        trainprof(&["config", "check", "--strict", clean.to_str().unwrap()], &[]).status.code(),
+        Some(0)
+    );
+    // A bad flag is a person's mistake: 2, with the reason.
+    let out = trainprof(&["config", "check", clean.to_str().unwrap(), "--interval-ms", "50"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("trainprof: --interval-ms: \"50\" is outside"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+// ---- the config file read safely, and followed while the agent runs -------------------
+
+/// Writes the config the way it should be written: elsewhere, then renamed.
+fn write_config(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Lines in the system files (sealed and open) under `root`.
+fn system_lines(root: &std::path::Path) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.join("system")];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().unwrap().to_string_lossy() != "training_job_end.ts" {
+                for l in std::fs::read_to_string(&p).unwrap_or_default().lines() {
+                    out.push(serde_json::from_str(l).unwrap());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_agent_follows_the_interval_and_disable_profiler_while_it_runs() {
+    let d = scratch("follow");
+    let cfg = d.join("profilerconfig.json");
+    let out_dir = d.join("out");
+    write_config(&cfg, r#"{"ProfilingIntervalInMilliseconds": 100}"#);
+    let child = command(&["agent", "--local-path", out_dir.to_str().unwrap()])
+        .env("SMPROFILER_CONFIG_PATH", &cfg)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let is_tick =
+        |l: &Value| l["Type"] == "cpu" && l["Name"] == "total" && l["Dimension"] == "CPUUtilization";
+    let cpu_ticks = || system_lines(&out_dir).iter().filter(|l| is_tick(l)).count();
+    wait_for("ticks at 100 ms", || cpu_ticks() >= 3);
+    write_config(&cfg, r#"{"ProfilingIntervalInMilliseconds": 100, "DisableProfiler": true}"#);
+    // The file written so far is sealed: no temporary file of the agent remains.
+    wait_for("the pause", || {
+        std::fs::read_dir(out_dir.join("system"))
+            .map(|it| !it.flatten().any(|e| e.file_name().to_string_lossy().ends_with(".tmp")))
+            .unwrap_or(false)
+    });
+    let paused = cpu_ticks();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(cpu_ticks(), paused, "ticks written while DisableProfiler was true");
+    write_config(&cfg, r#"{"ProfilingIntervalInMilliseconds": 300, "DisableProfiler": "false"}"#);
+    wait_for("ticks again", || cpu_ticks() >= paused + 3);
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let count = |s: &str| stderr.lines().filter(|l| l.contains(s)).count();
+    assert_eq!(count("config changed: DisableProfiler is true"), 1, "{stderr}");
+    assert_eq!(count("config changed: profiling on again, sampling every 300 ms"), 1, "{stderr}");
+    // The ticks after the pause are 300 ms apart.
+    let mut ts: Vec<f64> = system_lines(&out_dir)
+        .iter()
+        .filter(|l| is_tick(l))
+        .map(|l| l["Timestamp"].as_f64().unwrap())
+        .collect();
+    ts.sort_by(f64::total_cmp);
+    let after: Vec<f64> = ts[paused..].windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(after.len() >= 2 && after[..after.len() - 1].iter().all(|g| *g > 0.25), "{after:?}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 #[test]
 fn running_out_of_file_descriptors_is_reported_not_hidden() {
     use std::os::unix::process::CommandExt as _;
@@ -669,5 +890,105 @@ fn running_out_of_file_descriptors_is_reported_not_hidden() {
     assert!(stderr.contains("too many open files (open-file limit 48)"), "{stderr}");
     let failed = stderr.lines().find(|l| l.contains("failed reads:")).unwrap();
     assert!(failed.contains("failed reads: trainer "), "{stderr}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_config_caught_half_written_at_the_start_is_read_again() {
+    let d = scratch("half-written");
+    let cfg = d.join("profilerconfig.json");
+    std::fs::write(&cfg, br#"{"ProfilingIntervalInMilliseconds": 2"#).unwrap();
+    let mut child = command(&["run", "--local-path", d.join("out").to_str().unwrap(), "--", "true"])
+        .env("SMPROFILER_CONFIG_PATH", &cfg)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write(&cfg, br#"{"ProfilingIntervalInMilliseconds": 200}"#).unwrap();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("unusable") && !stderr.contains("profiling is off"), "{stderr}");
+    assert!(stderr.contains("sampling every 200 ms"), "{stderr}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn config_check_refuses_a_fifo_without_hanging() {
+    let d = scratch("fifo-check");
+    let fifo = d.join("profilerconfig.json");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trainprof"))
+        .args(["config", "check", fifo.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("config check hung on a FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(2));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("is not a regular file (a FIFO)"), "{stderr}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn with_no_aws_credentials_the_upload_says_so_plainly() {
+    let d = scratch("no-credentials");
+    let out_dir = d.join("out");
+    let mut cmd = command(&[
+        "run",
+        "--local-path",
+        out_dir.to_str().unwrap(),
+        "--s3",
+        "s3://my-bucket/p",
+        "--upload-deadline-s",
+        "5",
+        "--",
+        "true",
+    ]);
+    for var in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+    ] {
+        cmd.env_remove(var);
+    }
+    let out = cmd
+        .env("HOME", &d)
+        .env("AWS_CONFIG_FILE", d.join("no-config"))
+        .env("AWS_SHARED_CREDENTIALS_FILE", d.join("no-credentials"))
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("no AWS credentials found")).collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    let want = format!("files kept in {}; `--s3 ''` keeps files local", out_dir.display());
+    assert!(
+        said[0].starts_with("trainprof: no AWS credentials found; ") && said[0].ends_with(&want),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("UPLOAD REFUSED"), "{stderr}");
+    // Every line of the log is one line, the error chain included.
+    assert!(stderr.lines().all(|l| l.starts_with("trainprof: ")), "{stderr}");
     std::fs::remove_dir_all(&d).unwrap();
 }

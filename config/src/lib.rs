@@ -137,6 +137,13 @@ pub fn load(sources: &Sources) -> Loaded {
     reload::load_once(sources)
 }
 
+/// The overrides (`TRAINPROF_*` variables and flags) whose values are not valid, one
+/// [`Problem`] each, keyed `flag:--name` or `env:NAME`. [`load`] reports them too (and keeps
+/// the value below); the agent refuses to start with any, since a person typed them.
+pub fn override_problems(sources: &Sources) -> Vec<Problem> {
+    parse::override_problems(sources)
+}
+
 /// Builds the effective configuration from a file's bytes (as [`load`] does after reading).
 pub fn from_bytes(bytes: &[u8], sources: &Sources) -> Config {
     let (file, doc) = reload::parse_document(bytes);

@@ -31,34 +31,24 @@ pub(crate) fn build(file: &FileStatus, doc: Option<&Value>, sources: &Sources) -
         _ => {}
     }
     for o in &sources.overrides {
-        let v = Value::String(o.value.clone());
         let origin = o.origin.as_str();
-        match o.key {
-            OverrideKey::LocalPath => match local_path(&v) {
-                Ok(path) => cfg.local_path = path,
-                Err(e) => p.push(origin, format!("{e}; keeping {:?}", cfg.local_path)),
-            },
-            OverrideKey::IntervalMs => match interval_ms(&v) {
-                Ok(ms) => cfg.interval_ms = ms,
-                Err(e) => p.push(origin, format!("{e}; keeping {} ms", cfg.interval_ms)),
-            },
-            OverrideKey::S3OutputPath => match s3_url(&v) {
-                Ok(url) => cfg.s3_output_path = url,
-                Err(e) => p.push(
-                    origin,
-                    format!("{e}; keeping {}", cfg.s3_output_path.as_deref().unwrap_or("no upload")),
-                ),
-            },
-            OverrideKey::Disable => match env_flag(&o.value) {
-                Some(d) => disable = d,
-                None => {
-                    disable = true;
-                    p.push(
-                        origin,
-                        format!("unrecognised value {:?} (use 1 or 0); profiling is off", o.value),
-                    );
-                }
-            },
+        match (o.key, convert_override(o.key, &o.value)) {
+            (_, Ok(Overridden::LocalPath(path))) => cfg.local_path = path,
+            (_, Ok(Overridden::IntervalMs(ms))) => cfg.interval_ms = ms,
+            (_, Ok(Overridden::S3OutputPath(url))) => cfg.s3_output_path = url,
+            (_, Ok(Overridden::Disable(d))) => disable = d,
+            (OverrideKey::LocalPath, Err(e)) => p.push(origin, format!("{e}; keeping {:?}", cfg.local_path)),
+            (OverrideKey::IntervalMs, Err(e)) => {
+                p.push(origin, format!("{e}; keeping {} ms", cfg.interval_ms))
+            }
+            (OverrideKey::S3OutputPath, Err(e)) => p.push(
+                origin,
+                format!("{e}; keeping {}", cfg.s3_output_path.as_deref().unwrap_or("no upload")),
+            ),
+            (OverrideKey::Disable, Err(e)) => {
+                disable = true;
+                p.push(origin, format!("{e}; profiling is off"));
+            }
         }
     }
     if cfg.detailed.is_enabled()
@@ -84,6 +74,39 @@ pub(crate) fn build(file: &FileStatus, doc: Option<&Value>, sources: &Sources) -
     cfg
 }
 
+/// An override's value, converted.
+enum Overridden {
+    LocalPath(String),
+    IntervalMs(u32),
+    S3OutputPath(Option<String>),
+    Disable(bool),
+}
+
+/// Converts one override's value with the same rules as the file's key; the error is a
+/// short reason.
+fn convert_override(key: OverrideKey, value: &str) -> Result<Overridden, String> {
+    let v = Value::String(value.to_owned());
+    match key {
+        OverrideKey::LocalPath => local_path(&v).map(Overridden::LocalPath),
+        OverrideKey::IntervalMs => interval_ms(&v).map(Overridden::IntervalMs),
+        OverrideKey::S3OutputPath => s3_url(&v).map(Overridden::S3OutputPath),
+        OverrideKey::Disable => env_flag(value)
+            .map(Overridden::Disable)
+            .ok_or_else(|| format!("unrecognised value {value:?} (use 1 or 0)")),
+    }
+}
+
+/// The overrides (environment variables and flags) whose values are not valid, one
+/// [`Problem`] each, keyed by their origin (`flag:--interval-ms`, `env:TRAINPROF_…`).
+pub(crate) fn override_problems(sources: &Sources) -> Vec<Problem> {
+    sources
+        .overrides
+        .iter()
+        .filter_map(|o| convert_override(o.key, &o.value).err().map(|e| (o, e)))
+        .map(|(o, message)| Problem { key: o.origin.clone(), message })
+        .collect()
+}
+
 #[derive(Default)]
 struct Problems(Vec<Problem>);
 
@@ -105,7 +128,7 @@ impl<'a> Keys<'a> {
         let mut keys = Keys { parent: parent.to_owned(), found: Vec::new() };
         for (k, v) in obj {
             match known.iter().find(|c| c.eq_ignore_ascii_case(k)) {
-                None => p.push(keys.path(k), "unknown key, ignored"),
+                None => p.push(keys.path(k), unknown_key(k, parent, known)),
                 Some(&c) => {
                     if let Some(slot) = keys.found.iter_mut().find(|(f, _)| *f == c) {
                         slot.1 = v;
@@ -299,53 +322,58 @@ fn range_of(keys: &Keys<'_>, which: Which, p: &mut Problems) -> Result<Range, ()
             p.push(keys.path(key), "does not apply to this feature, ignored");
         }
     }
-    fn off<T>(keys: &Keys<'_>, p: &mut Problems, key: &str, why: String) -> Result<T, ()> {
+    // Every bad key is reported (not only the first), then the feature is off.
+    let mut bad = false;
+    let mut off = |p: &mut Problems, key: &str, why: String| {
         p.push(keys.path(key), format!("{why}; this feature is off"));
-        Err(())
-    }
+        bad = true;
+    };
     // Negative values are odd but well defined (smdebug does the arithmetic): noted, kept.
     let negative = |p: &mut Problems, key: &str, what: &str| {
         p.push(keys.path(key), format!("is negative; kept as smdebug keeps it ({what})"));
     };
-    let step = |key: &str, p: &mut Problems| -> Result<Option<i64>, ()> {
-        let Some(v) = keys.get(key) else {
-            return Ok(None);
-        };
-        match py_int(v) {
+    let mut step = |key: &str, p: &mut Problems| -> Option<i64> {
+        match py_int(keys.get(key)?) {
             Ok(n) => {
                 if n < 0 {
                     negative(p, key, "the window is cut to the steps from 0 on");
                 }
-                Ok(Some(n))
+                Some(n)
             }
-            Err(e) => off(keys, p, key, e),
+            Err(e) => {
+                off(p, key, e);
+                None
+            }
         }
     };
-    let seconds = |key: &str, p: &mut Problems| -> Result<Option<f64>, ()> {
-        let Some(v) = keys.get(key) else {
-            return Ok(None);
-        };
-        match py_float(v) {
+    let start_step = step("StartStep", p);
+    let num_steps = step("NumSteps", p);
+    let mut seconds = |key: &str, p: &mut Problems| -> Option<f64> {
+        match py_float(keys.get(key)?) {
             Ok(f) => {
                 if f < 0.0 {
                     negative(p, key, "a time before 1970 or a negative duration never opens");
                 }
-                Ok(Some(f))
+                Some(f)
             }
-            Err(e) => off(keys, p, key, e),
+            Err(e) => {
+                off(p, key, e);
+                None
+            }
         }
     };
-    let start_step = step("StartStep", p)?;
-    let num_steps = step("NumSteps", p)?;
-    let start_time = seconds("StartTimeInSecSinceEpoch", p)?;
+    let start_time = seconds("StartTimeInSecSinceEpoch", p);
     // The SDK writes `Duration`; smdebug reads only `DurationInSeconds`. We take both.
-    let duration = match (seconds("DurationInSeconds", p)?, seconds("Duration", p)?) {
+    let duration = match (seconds("DurationInSeconds", p), seconds("Duration", p)) {
         (Some(a), Some(b)) if a != b => {
             p.push(keys.path("Duration"), "DurationInSeconds is also given and wins; Duration ignored");
             Some(a)
         }
         (a, b) => a.or(b),
     };
+    if bad {
+        return Err(());
+    }
     let Ok(range) = Range::from_fields(start_step, num_steps, start_time, duration) else {
         p.push(
             &keys.parent,
@@ -388,9 +416,8 @@ fn dataloader(sub: Sub, path: &str, p: &mut Problems) -> DataloaderFeature {
         DataloaderFeature { feature: Feature::off(Off::Invalid), ..DataloaderFeature::not_configured() };
     let Ok(m) = sub else { return invalid };
     let keys = Keys::fold(&m, path, SUB_KEYS, p);
-    let Ok(range) = range_of(&keys, Which::Dataloader, p) else {
-        return invalid;
-    };
+    // The range and the regex are both checked, so that every problem is listed.
+    let range = range_of(&keys, Which::Dataloader, p);
     let pattern = match keys.get("MetricsRegex") {
         None => ".*".to_owned(),
         Some(Value::String(s)) => s.clone(),
@@ -405,9 +432,9 @@ fn dataloader(sub: Sub, path: &str, p: &mut Problems) -> DataloaderFeature {
     // Checked alone first: "x)|(?:y" would otherwise escape the anchor below.
     let build = |re: &str| RegexBuilder::new(re).case_insensitive(true).size_limit(REGEX_SIZE_LIMIT).build();
     let compiled = build(&pattern).and_then(|_| build(&format!("^(?:{pattern})")));
-    match compiled {
-        Ok(re) => DataloaderFeature::new(Feature::on(range), pattern, re),
-        Err(e) => {
+    match (range, compiled) {
+        (Ok(range), Ok(re)) => DataloaderFeature::new(Feature::on(range), pattern, re),
+        (_, Err(e)) => {
             let text = e.to_string();
             let last = text.lines().last().unwrap_or_default().trim();
             let reason = last.strip_prefix("error: ").unwrap_or(last);
@@ -417,6 +444,7 @@ fn dataloader(sub: Sub, path: &str, p: &mut Problems) -> DataloaderFeature {
             );
             invalid
         }
+        (Err(()), Ok(_)) => invalid,
     }
 }
 
@@ -424,40 +452,63 @@ fn python(sub: Sub, path: &str, p: &mut Problems) -> PythonFeature {
     let invalid = PythonFeature { feature: Feature::off(Off::Invalid), ..PythonFeature::not_configured() };
     let Ok(m) = sub else { return invalid };
     let keys = Keys::fold(&m, path, SUB_KEYS, p);
-    let Ok(range) = range_of(&keys, Which::Python, p) else {
-        return invalid;
-    };
+    // Every key is checked, so that every problem is listed.
+    let range = range_of(&keys, Which::Python, p);
     let profiler = match keys.get("ProfilerName") {
-        None => PythonProfiler::CProfile,
-        Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("cprofile") => PythonProfiler::CProfile,
+        None => Some(PythonProfiler::CProfile),
+        Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("cprofile") => Some(PythonProfiler::CProfile),
         Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("pyinstrument") => {
-            PythonProfiler::Pyinstrument
+            Some(PythonProfiler::Pyinstrument)
         }
         Some(other) => {
             p.push(
                 keys.path("ProfilerName"),
                 format!("{other} is not cProfile or pyinstrument; this feature is off"),
             );
-            return invalid;
+            None
         }
     };
     let timer = match (profiler, keys.get("cProfileTimer")) {
-        (PythonProfiler::Pyinstrument, _) => None,
-        (PythonProfiler::CProfile, None) => Some(CProfileTimer::TotalTime),
-        (PythonProfiler::CProfile, Some(v)) => {
-            match v.as_str().and_then(CProfileTimer::parse) {
-                Some(t) => Some(t),
-                None => {
-                    p.push(
-                    keys.path("cProfileTimer"),
-                    format!("{v} is not one of total_time, cpu_time, off_cpu_time, default; this feature is off"),
-                );
-                    return invalid;
-                }
-            }
-        }
+        (Some(PythonProfiler::Pyinstrument), _) => Ok(None),
+        (_, None) => Ok(Some(CProfileTimer::TotalTime)),
+        (_, Some(v)) => v.as_str().and_then(CProfileTimer::parse).map(Some).ok_or_else(|| {
+            p.push(
+                keys.path("cProfileTimer"),
+                format!("{v} is not one of total_time, cpu_time, off_cpu_time, default; this feature is off"),
+            );
+        }),
     };
-    PythonFeature { feature: Feature::on(range), profiler, timer }
+    match (range, profiler, timer) {
+        (Ok(range), Some(profiler), Ok(timer)) => {
+            PythonFeature { feature: Feature::on(range), profiler, timer }
+        }
+        _ => invalid,
+    }
+}
+
+/// "unknown key 'StarStep' in DetailedProfilingConfig; did you mean 'StartStep'? (ignored)"
+fn unknown_key(key: &str, parent: &str, known: &[&str]) -> String {
+    let place = match parent.rsplit('.').next() {
+        Some(last) if !last.is_empty() => format!(" in {last}"),
+        _ => " at the top level".to_owned(),
+    };
+    match nearest_key(key, known) {
+        Some(k) => format!("unknown key '{key}'{place}; did you mean '{k}'? (ignored)"),
+        None => format!("unknown key '{key}'{place}, ignored"),
+    }
+}
+
+/// The known key nearest to `key` (ignoring case), when it is near enough to be a typo:
+/// at most a third of its letters edited (at least one, at most three).
+fn nearest_key<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
+    let lower = key.trim().to_ascii_lowercase();
+    let limit = (lower.chars().count() / 3).clamp(1, 3);
+    known
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(&lower, &k.to_ascii_lowercase()), *k))
+        .filter(|&(d, _)| d <= limit)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, k)| k)
 }
 
 // ---- scalar converters: Ok(value) or a short reason -------------------------------

@@ -15,6 +15,7 @@
 
 use std::io::Read;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -23,6 +24,9 @@ use crate::{Config, FileStatus, Loaded, Sources, parse};
 
 /// Files larger than this are refused rather than read (the real ones are < 2 KiB).
 const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// How often [`Loader::settled`] reads a file that does not parse yet.
+const SETTLE_STEP: Duration = Duration::from_millis(100);
 
 /// What [`Loader::reload`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +53,21 @@ impl Loader {
         let last = read_bytes(sources.config_path());
         let loaded = build(&sources, &last);
         Loader { last, sources, loaded }
+    }
+
+    /// Reads the file; when it is there but does not parse (a writer caught half-way), reads
+    /// it again every 100 ms for up to `patience` before it is judged.
+    pub fn settled(sources: Sources, patience: Duration) -> Loader {
+        let t0 = Instant::now();
+        let mut loader = Loader::new(sources);
+        while matches!(loader.last, Ok(Some(_)))
+            && matches!(loader.loaded.file, FileStatus::Unusable(_))
+            && t0.elapsed() < patience
+        {
+            std::thread::sleep(SETTLE_STEP.min(patience.saturating_sub(t0.elapsed())));
+            loader.reload();
+        }
+        loader
     }
 
     /// Re-reads the file; rebuilds the config only when the bytes changed.
@@ -89,20 +108,35 @@ fn build(sources: &Sources, raw: &Raw) -> Loaded {
     Loaded { path: sources.config_path().to_owned(), file, config }
 }
 
-/// `Ok(None)` when there is no file. Anything but a regular file (a directory, a FIFO that
-/// would block the reader) is refused without opening it.
+/// `Ok(None)` when there is no file.
+///
+/// Anything but a regular file (a directory, a FIFO, a device) is refused. The decision is
+/// taken on what was opened (`fstat` of the open descriptor), so a path swapped between a
+/// check and the open cannot slip through; the open is non-blocking, so a FIFO cannot hang
+/// it. A `stat` before the open only spares devices an open. Links are followed:
+/// Kubernetes mounts a ConfigMap as a link to a link to the file.
 fn read_bytes(path: &Path) -> Raw {
+    use std::os::unix::fs::OpenOptionsExt as _;
     match std::fs::metadata(path) {
-        Ok(m) if m.is_file() => {}
-        Ok(_) => return Err(format!("{} is not a regular file", path.display())),
+        Ok(m) if !m.is_file() => return Err(not_regular(path, &m)),
+        Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
     }
-    let file = match std::fs::File::open(path) {
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path);
+    let file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
     };
+    match file.metadata() {
+        Ok(m) if m.is_file() => {}
+        Ok(m) => return Err(not_regular(path, &m)),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    }
     let mut bytes = Vec::new();
     match file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes) {
         Ok(n) if n as u64 > MAX_FILE_BYTES => {
@@ -111,6 +145,23 @@ fn read_bytes(path: &Path) -> Raw {
         Ok(_) => Ok(Some(bytes)),
         Err(e) => Err(format!("cannot read {}: {e}", path.display())),
     }
+}
+
+fn not_regular(path: &Path, m: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::FileTypeExt as _;
+    let t = m.file_type();
+    let what = if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a file"
+    };
+    format!("{} is not a regular file ({what})", path.display())
 }
 
 /// Reads the file once and builds the config.

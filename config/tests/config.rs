@@ -332,8 +332,11 @@ fn invalid_string_data_in_config() {
             "ProfilingParameters.FileOpenFailThreshold",
             "ProfilingParameters.ProfilerEnabled",
             "ProfilingParameters.DetailedProfilingConfig.StartStep",
+            "ProfilingParameters.DetailedProfilingConfig.NumSteps",
+            "ProfilingParameters.DetailedProfilingConfig.StartTimeInSecSinceEpoch",
+            "ProfilingParameters.DetailedProfilingConfig.DurationInSeconds",
         ],
-        "one line per bad scalar, one for the legacy key, one for the broken sub-config"
+        "one line per bad scalar, one for the legacy key, one per bad key of the sub-config"
     );
 }
 
@@ -578,6 +581,85 @@ fn each_broken_part_turns_off_only_itself() {
 }
 
 #[test]
+fn every_problem_of_a_sub_config_is_listed() {
+    let c = detailed(r#"{"StartStep": "x", "NumSteps": "y", "StarStep": 3}"#);
+    assert_eq!(c.detailed.off_reason(), Some(Off::Invalid));
+    assert_eq!(
+        problem_keys(&c),
+        [
+            "ProfilingParameters.DetailedProfilingConfig.StarStep",
+            "ProfilingParameters.DetailedProfilingConfig.StartStep",
+            "ProfilingParameters.DetailedProfilingConfig.NumSteps",
+        ]
+    );
+    let doc = serde_json::json!({"ProfilingParameters": {
+        "PythonProfilingConfig": r#"{"StartStep": "x", "ProfilerName": "perf", "cProfileTimer": "wall"}"#,
+        "DataloaderProfilingConfig": r#"{"NumSteps": "y", "MetricsRegex": "(?<=a)b"}"#,
+    }});
+    let c = from_bytes(doc.to_string().as_bytes(), &Sources::new());
+    assert_eq!(c.python.feature.off_reason(), Some(Off::Invalid));
+    assert_eq!(c.dataloader.feature.off_reason(), Some(Off::Invalid));
+    assert_eq!(
+        problem_keys(&c),
+        [
+            "ProfilingParameters.DataloaderProfilingConfig.NumSteps",
+            "ProfilingParameters.DataloaderProfilingConfig.MetricsRegex",
+            "ProfilingParameters.PythonProfilingConfig.StartStep",
+            "ProfilingParameters.PythonProfilingConfig.ProfilerName",
+            "ProfilingParameters.PythonProfilingConfig.cProfileTimer",
+        ]
+    );
+}
+
+#[test]
+fn an_unknown_key_names_the_nearest_known_one() {
+    let c = detailed(r#"{"StarStep": 3, "NumStep": 2, "Colour": 1}"#);
+    let messages: Vec<&str> = c.problems.iter().map(|p| p.message.as_str()).collect();
+    assert_eq!(
+        messages[..3],
+        [
+            "unknown key 'StarStep' in DetailedProfilingConfig; did you mean 'StartStep'? (ignored)",
+            "unknown key 'NumStep' in DetailedProfilingConfig; did you mean 'NumSteps'? (ignored)",
+            "unknown key 'Colour' in DetailedProfilingConfig, ignored",
+        ]
+    );
+    let c = from_bytes(
+        br#"{"DisableProfilr": true, "ProfilingParameters": {"LocalPth": "/x"}}"#,
+        &Sources::new(),
+    );
+    let messages: Vec<&str> = c.problems.iter().map(|p| p.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "unknown key 'DisableProfilr' at the top level; did you mean 'DisableProfiler'? (ignored)",
+            "unknown key 'LocalPth' in ProfilingParameters; did you mean 'LocalPath'? (ignored)",
+        ]
+    );
+}
+
+#[test]
+fn bad_overrides_are_listed_by_origin() {
+    let env = |k: &str| (k == "TRAINPROF_INTERVAL_MS").then(|| "fast".to_owned());
+    let s = Sources::from_env(env)
+        .with_flag(OverrideKey::IntervalMs, "--interval-ms", "50")
+        .with_flag(OverrideKey::S3OutputPath, "--s3", "not-a-url")
+        .with_flag(OverrideKey::LocalPath, "--local-path", "/ok");
+    let p = trainprof_config::override_problems(&s);
+    let lines: Vec<String> = p.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "env:TRAINPROF_INTERVAL_MS: \"fast\" is not an integer",
+            "flag:--interval-ms: \"50\" is outside 100..=60000 ms",
+            "flag:--s3: \"not-a-url\" does not start with s3://",
+        ]
+    );
+    // `--s3 ''` keeps the files local: valid.
+    let ok = Sources::new().with_flag(OverrideKey::S3OutputPath, "--s3", "");
+    assert!(trainprof_config::override_problems(&ok).is_empty());
+}
+
+#[test]
 fn duration_and_zero_hints() {
     let c = detailed(r#"{"StartTimeInSecSinceEpoch": 100, "Duration": 5, "DurationInSeconds": 7}"#);
     assert_eq!(c.detailed.window().range(), Range::Time { start: Some(100.0), duration: Some(7.0) });
@@ -717,6 +799,58 @@ fn unreadable_paths() {
     std::fs::remove_file(&fifo).unwrap();
     assert_eq!(loader.reload(), Reload::Changed);
     assert_eq!(loader.loaded().file, FileStatus::Missing);
+}
+
+#[test]
+fn a_fifo_cannot_hang_the_reader_and_a_symlinked_config_is_read() {
+    let dir = Scratch::new("fifo-open");
+    let fifo = dir.0.join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    // Read on another thread: a reader that blocks on the FIFO fails the test instead of
+    // hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(load(&Sources::new().with_config_path(path)).file);
+    });
+    let file = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("reading a FIFO hung");
+    assert!(matches!(&file, FileStatus::Unusable(why) if why.contains("(a FIFO)")), "{file:?}");
+
+    // ConfigMap-style: ..data -> a timestamped folder, the file -> ..data/file.
+    let real = dir.0.join("..2026_01_01").join("profilerconfig.json");
+    std::fs::create_dir_all(real.parent().unwrap()).unwrap();
+    std::fs::write(&real, br#"{"ProfilingIntervalInMilliseconds": 250}"#).unwrap();
+    std::os::unix::fs::symlink("..2026_01_01", dir.0.join("..data")).unwrap();
+    let link = dir.0.join("profilerconfig.json");
+    std::os::unix::fs::symlink("..data/profilerconfig.json", &link).unwrap();
+    let l = load(&Sources::new().with_config_path(&link));
+    assert_eq!((l.file, l.config.interval_ms), (FileStatus::Read, 250));
+}
+
+#[test]
+fn a_file_caught_half_written_at_start_is_read_again_before_it_is_judged() {
+    let dir = Scratch::new("settle");
+    let path = dir.0.join("profilerconfig.json");
+    std::fs::write(&path, br#"{"ProfilingIntervalInMilli"#).unwrap();
+    let writer = {
+        let path = path.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            std::fs::write(&path, br#"{"ProfilingIntervalInMilliseconds": 300}"#).unwrap();
+        })
+    };
+    let loader = Loader::settled(Sources::new().with_config_path(&path), std::time::Duration::from_secs(5));
+    writer.join().unwrap();
+    assert_eq!(loader.loaded().file, FileStatus::Read);
+    assert_eq!(loader.config().interval_ms, 300);
+    // One that stays broken is judged after the patience: profiling off, as before.
+    std::fs::write(&path, b"{").unwrap();
+    let t0 = std::time::Instant::now();
+    let loader =
+        Loader::settled(Sources::new().with_config_path(&path), std::time::Duration::from_millis(300));
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(300));
+    assert!(matches!(loader.loaded().file, FileStatus::Unusable(_)));
+    assert!(!loader.config().enabled);
 }
 
 // ---- no input makes it panic ----------------------------------------------------------

@@ -793,3 +793,32 @@ def test_a_large_file_goes_up_in_parts_with_the_same_bytes(trainprof_bin, s3, pr
     assert etag.endswith("-2"), etag  # 8 MiB + the rest
     assert not (out / rel).exists()
     assert Summary(run.stderr()).left == 0
+
+
+def test_a_flaky_server_is_logged_once_per_30_s_not_per_change(trainprof_bin, s3, proxy, procs, tmp_path):
+    """The server goes away and comes back every 0.6 s for 12 s while files keep coming:
+    the store's state is said at once when it first fails, and then at most once per 30 s
+    (README, "Upload to S3"), not once per change; every file arrives all the same."""
+    out = tmp_path / "out"
+    staging = tmp_path / "staging"
+    prefix = "jobs/flaky"
+    agent = procs.start([trainprof_bin, "agent", *upload_args(out, s3.url(prefix), proxy.endpoint)],
+                        env_for(tmp_path, proxy.endpoint), "agent")
+    base = int(time.time()) - 7200
+    dropped = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 12:
+        proxy.stop()
+        dropped.append(drop_system_file(out, staging, base + len(dropped)))
+        time.sleep(0.6)
+        proxy.start()
+        time.sleep(0.6)
+        assert agent.alive(), agent.stderr()
+    wait_for(lambda: all(under(prefix, r) in set(s3.keys(prefix + "/")) for r in dropped), UPLOAD_S,
+             "every file in S3 after the flapping", alive=[agent])
+    assert agent.term() == 0, agent.stderr()
+    stderr = agent.stderr()
+    state = [line for line in stderr.splitlines() if " failing (" in line or "reachable again" in line]
+    assert 1 <= len(state) <= 2, state
+    assert Summary(stderr).failed >= 2, stderr[-2000:]
+    assert_no_secret(agent)

@@ -161,6 +161,8 @@ struct Uploader<S> {
     not_before: Instant,
     /// The class of the failure being reported, so each state change is logged once.
     failing: Option<ErrorClass>,
+    /// Lines about the store's state (failing, reachable again): at most one per 30 s.
+    state_log: StateLog,
     last_error: Option<String>,
     spool_full: bool,
     finishing: bool,
@@ -191,6 +193,7 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
         backoff: Backoff::new(settings.policy, seed),
         not_before: Instant::now(),
         failing: None,
+        state_log: StateLog::default(),
         last_error: None,
         spool_full: false,
         finishing: false,
@@ -271,9 +274,21 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
             () = tokio::time::sleep_until(wake_at) => {}
         }
         if up.gave_up || deadline.is_some_and(|d| Instant::now() >= d) {
-            // Everything in flight is dropped: those files stay on disk.
+            // Everything in flight is dropped: those files stay on disk. A request that got
+            // no answer by the deadline counts as failed, and says so.
+            let unanswered = tasks.len() as u64;
             tasks.abort_all();
             up.in_flight.clear();
+            up.counts.failed_attempts += unanswered;
+            if up.last_error.is_none() && unanswered > 0 {
+                up.last_error = Some(format!(
+                    "{} did not answer {unanswered} request(s) before the deadline",
+                    up.store.describe()
+                ));
+            }
+            if up.last_error.is_none() && !up.pending.is_empty() {
+                up.last_error = Some("the deadline passed before these files were sent".to_owned());
+            }
             break;
         }
     }
@@ -407,8 +422,10 @@ impl<S: ObjectStore> Uploader<S> {
             Ok((outcome, meta)) => {
                 self.tried.remove(&rel);
                 self.backoff.success();
+                self.state_log.succeeded();
                 if self.failing.take().is_some() {
-                    crate::log!("{} reachable again: uploading", self.store.describe());
+                    let line = format!("{} reachable again: uploading", self.store.describe());
+                    self.state_log.change(Instant::now(), line);
                     self.last_error = None;
                 }
                 let len = self.pending.remove(&rel).map_or(0, |p| p.len);
@@ -447,14 +464,19 @@ impl<S: ObjectStore> Uploader<S> {
             }
             Err(e) => {
                 self.counts.failed_attempts += 1;
+                self.state_log.failed();
                 let delay = self.backoff.failure(e.class);
                 self.not_before = Instant::now() + delay;
                 self.last_error = Some(e.to_string());
+                let waiting = self.pending.len();
+                let root = self.settings.root.display();
                 if self.finishing && e.class == ErrorClass::Fatal {
                     // Refused after Finish (missing credentials, no such bucket): waiting
                     // out the deadline would only delay the end. The error is named once.
                     if self.failing == Some(ErrorClass::Fatal) {
                         crate::log!("upload still refused at the end: not waiting for the deadline");
+                    } else if e.is_no_credentials() {
+                        crate::log!("{}", no_credentials(waiting, &root));
                     } else {
                         crate::log!(
                             "UPLOAD REFUSED by {} at the end ({e}); not waiting for the deadline",
@@ -465,24 +487,25 @@ impl<S: ObjectStore> Uploader<S> {
                     return;
                 }
                 if self.failing != Some(e.class) {
-                    let waiting = self.pending.len();
-                    match e.class {
-                        ErrorClass::Fatal => crate::log!(
-                            "UPLOAD REFUSED by {}: {e}. {waiting} files wait under {}; trying again every {} s",
+                    let line = match e.class {
+                        ErrorClass::Fatal if e.is_no_credentials() => no_credentials(waiting, &root),
+                        ErrorClass::Fatal => format!(
+                            "UPLOAD REFUSED by {}: {e}. {waiting} files wait under {root}; trying again every {} s",
                             self.store.describe(),
-                            self.settings.root.display(),
                             self.settings.policy.fatal.as_secs()
                         ),
-                        ErrorClass::Retry | ErrorClass::Throttled => crate::log!(
-                            "upload to {} failing ({e}); {waiting} files wait under {}, retrying with back-off",
+                        ErrorClass::Retry | ErrorClass::Throttled => format!(
+                            "upload to {} failing ({e}); {waiting} files wait under {root}, retrying with back-off",
                             self.store.describe(),
-                            self.settings.root.display()
                         ),
-                    }
+                    };
+                    self.state_log.change(Instant::now(), line);
                     self.failing = Some(e.class);
                 }
             }
         }
+        // A change that was held back is said once its 30 s are over.
+        self.state_log.flush(Instant::now());
     }
 
     /// The store has `rel`: delete it, or record it and keep it.
@@ -524,6 +547,66 @@ impl<S: ObjectStore> Uploader<S> {
         left.sort();
         left.dedup();
         Report { counts: self.counts, left, last_error: self.last_error, sent: self.sent }
+    }
+}
+
+/// "no AWS credentials found; N files kept in DIR; `--s3 ''` keeps files local"
+fn no_credentials(waiting: usize, root: &impl std::fmt::Display) -> String {
+    format!("no AWS credentials found; {waiting} files kept in {root}; `--s3 ''` keeps files local")
+}
+
+/// How often at most the store's state (failing, reachable again) is logged.
+const STATE_LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// The store's state changes, said at most once per [`STATE_LOG_EVERY`]: the first at
+/// once; one within the period after it is held back and said when the period is over
+/// (the latest state, with the failed attempts and uploads since the last line), so a
+/// flaky store gives one line per 30 s, not one per change.
+#[derive(Debug, Default)]
+struct StateLog {
+    last: Option<Instant>,
+    /// The latest change not said yet.
+    held: Option<String>,
+    failed: u64,
+    uploaded: u64,
+}
+
+impl StateLog {
+    fn failed(&mut self) {
+        self.failed += 1;
+    }
+
+    fn succeeded(&mut self) {
+        self.uploaded += 1;
+    }
+
+    /// A change of state: the line to say (now or later).
+    fn change(&mut self, now: Instant, line: String) {
+        self.held = Some(line);
+        self.flush(now);
+    }
+
+    /// Says the held change if the period is over; returns what it said (for tests).
+    fn flush(&mut self, now: Instant) -> Option<String> {
+        if self.last.is_some_and(|t| now.duration_since(t) < STATE_LOG_EVERY) {
+            return None;
+        }
+        let mut line = self.held.take()?;
+        if let Some(t) = self.last {
+            use std::fmt::Write as _;
+            let _ = write!(
+                line,
+                " ({} failed attempts, {} files sent in the last {} s)",
+                self.failed,
+                self.uploaded,
+                now.duration_since(t).as_secs()
+            );
+        }
+        crate::log!("{line}");
+        self.last = Some(now);
+        self.failed = 0;
+        self.uploaded = 0;
+        Some(line)
     }
 }
 

@@ -39,6 +39,16 @@ pub struct StoreError {
     pub file_only: bool,
 }
 
+impl StoreError {
+    /// The SDK found no credentials in any source of its chain.
+    pub fn is_no_credentials(&self) -> bool {
+        self.code == NO_CREDENTIALS
+    }
+}
+
+/// [`StoreError::code`] when the credential chain found nothing.
+pub const NO_CREDENTIALS: &str = "NoCredentials";
+
 /// Where the uploader puts files. `Send + Sync + 'static` so that uploads run as tasks.
 pub trait ObjectStore: Send + Sync + 'static {
     /// `s3://bucket/prefix`, for logs.
@@ -371,8 +381,12 @@ where
         SdkError::TimeoutError(_) => (ErrorClass::Retry, "timeout".to_owned()),
         SdkError::DispatchFailure(d) if d.is_timeout() => (ErrorClass::Retry, "timeout".to_owned()),
         SdkError::DispatchFailure(d) if d.is_io() => (ErrorClass::Retry, "connection".to_owned()),
-        // No credentials from any source of the chain, and the like: reported once, probed.
-        SdkError::DispatchFailure(_) if detail.contains("credentials") => {
+        // No credentials from any source of the chain: reported once, probed.
+        SdkError::DispatchFailure(_) if detail.contains("no credentials") => {
+            (ErrorClass::Fatal, NO_CREDENTIALS.to_owned())
+        }
+        // Other credential failures (a profile that cannot be read, a provider error).
+        SdkError::DispatchFailure(_) if detail.contains("credential") => {
             (ErrorClass::Fatal, "credentials".to_owned())
         }
         SdkError::DispatchFailure(_) => (ErrorClass::Retry, "dispatch".to_owned()),
@@ -385,12 +399,14 @@ where
 }
 
 /// An error and its sources, `: `-separated, each said once (the SDK's wrappers repeat
-/// their source's text).
+/// their source's text), on one line (the credential chain lists its providers on lines
+/// of their own).
 fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut next = Some(err);
     while let Some(e) = next {
-        let text = e.to_string();
+        let text =
+            e.to_string().split('\n').map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
         if !parts.iter().any(|p| p.contains(&text)) {
             parts.push(text);
         }

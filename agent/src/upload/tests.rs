@@ -27,6 +27,8 @@ struct State {
     /// Puts of this key are refused for the key itself (as S3 refuses a key too long).
     refuse: Mutex<Option<String>>,
     requests: AtomicU64,
+    /// Every request waits for an answer that never comes while set.
+    hang: AtomicBool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -65,6 +67,9 @@ impl ObjectStore for FaultStore {
     }
 
     async fn head(&self, key: &str) -> Result<Option<Remote>, StoreError> {
+        if self.0.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
         self.check("HeadObject", key)?;
         Ok(self
             .0
@@ -82,6 +87,9 @@ impl ObjectStore for FaultStore {
         len: u64,
         if_absent: bool,
     ) -> Result<Put, StoreError> {
+        if self.0.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
         self.check("PutObject", key)?;
         if self.0.refuse.lock().unwrap().as_deref() == Some(key) {
             return Err(StoreError {
@@ -412,4 +420,53 @@ async fn a_file_the_store_refuses_is_set_aside_and_the_others_go_on() {
     assert_eq!(store.0.put_order.lock().unwrap().len(), 5);
     assert!(store.keys().contains(&"system/training_job_end.ts".to_owned()));
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[tokio::test]
+async fn requests_that_never_get_an_answer_count_as_failed_and_are_named() {
+    let root = root("no-answer");
+    let _live = data_files(&root);
+    let store = FaultStore::default();
+    store.0.hang.store(true, Ordering::SeqCst);
+    let report = upload(store.clone(), settings(&root), Duration::from_millis(300), async |_| {}).await;
+    assert_eq!(report.counts.uploaded, 0);
+    assert_eq!(report.counts.failed_attempts, 4, "the 4 requests in flight at the deadline");
+    assert!(
+        report.last_error.as_deref().is_some_and(|e| e.contains("did not answer 4 request(s)")),
+        "{report:?}"
+    );
+    assert_eq!(report.left.len(), 4, "{:?}", report.left);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn a_flaky_store_is_said_once_per_30_s_with_counts() {
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let mut log = super::StateLog::default();
+    // The first change is said at once.
+    log.failed();
+    log.change(at(0), "failing".to_owned());
+    assert!(log.last == Some(at(0)) && log.held.is_none());
+    // Changes within the 30 s are held back: only the latest state is kept.
+    for s in 1..29 {
+        if s % 2 == 1 {
+            log.succeeded();
+            log.change(at(s), "reachable again".to_owned());
+        } else {
+            log.failed();
+            log.change(at(s), "failing".to_owned());
+        }
+        assert_eq!(log.flush(at(s)), None);
+    }
+    // After 30 s: one line, the latest state, with the counts since the last line.
+    assert_eq!(
+        log.flush(at(30)).as_deref(),
+        Some("failing (14 failed attempts, 14 files sent in the last 30 s)")
+    );
+    assert_eq!(log.flush(at(31)), None, "nothing new");
+    // A change after a quiet period is said at once.
+    log.succeeded();
+    log.change(at(100), "reachable again".to_owned());
+    assert!(log.held.is_none() && log.last == Some(at(100)));
 }

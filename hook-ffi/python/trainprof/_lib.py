@@ -270,28 +270,28 @@ def load(path=None):
             return lib
         if not os.path.exists(where):
             raise LibraryError(
-                "trainprof: the hook library %s (from %s) does not exist; %s" % (where, source, _how_to_fix()),
+                "the hook library %s (from %s) does not exist; %s" % (where, source, _how_to_fix()),
                 path=where,
             )
         try:
             lib = ctypes.CDLL(where)
         except OSError as e:
             raise LibraryError(
-                "trainprof: cannot load the hook library %s (from %s): %s; %s" % (where, source, e, _how_to_fix()),
+                "cannot load the hook library %s (from %s): %s; %s" % (where, source, e, _how_to_fix()),
                 path=where,
             ) from e
         try:
             bind(lib)
         except AttributeError as e:
             raise LibraryError(
-                "trainprof: %s (from %s) is not a trainprof hook library (%s); %s" % (where, source, e, _how_to_fix()),
+                "%s (from %s) is not a trainprof hook library (%s); %s" % (where, source, e, _how_to_fix()),
                 path=where,
             ) from e
         abi = lib.trainprof_abi_version()
         if abi != ABI_VERSION:
             version = lib.trainprof_version()
             raise LibraryError(
-                "trainprof: %s (from %s, version %s) has ABI version %d, this package needs %d; "
+                "%s (from %s, version %s) has ABI version %d, this package needs %d; "
                 "use the library built from the same trainprof release"
                 % (where, source, version.decode("utf-8", "replace") if version else "?", abi, ABI_VERSION),
                 path=where,

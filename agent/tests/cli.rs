@@ -192,6 +192,13 @@ fn command(args: &[&str]) -> Command {
     cmd
 }
 
+/// `trainprof run --interval-ms 100 --local-path OUT -- CMD…`, not started yet.
+fn run_command(out: &str, cmd: &[&str]) -> Command {
+    let mut args = vec!["run", "--interval-ms", "100", "--local-path", out, "--"];
+    args.extend_from_slice(cmd);
+    command(&args)
+}
+
 fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let t0 = std::time::Instant::now();
     while !cond() {
@@ -234,19 +241,7 @@ fn assert_sealed(root: &std::path::Path) -> Vec<String> {
 #[test]
 fn run_passes_the_exit_status_on_and_seals_everything() {
     let d = scratch("run-status");
-    let out = command(&[
-        "run",
-        "--interval-ms",
-        "100",
-        "--local-path",
-        d.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        "sleep 1; exit 3",
-    ])
-    .output()
-    .unwrap();
+    let out = run_command(d.to_str().unwrap(), &["sh", "-c", "sleep 1; exit 3"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert_sealed(&d);
@@ -286,20 +281,10 @@ fn run_passes_sigterm_on_to_the_command() {
          sys.exit(8)\n",
         ready.to_str().unwrap()
     );
-    let child = command(&[
-        "run",
-        "--interval-ms",
-        "100",
-        "--local-path",
-        d.join("out").to_str().unwrap(),
-        "--",
-        "python3",
-        "-c",
-        &script,
-    ])
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
+    let child = run_command(d.join("out").to_str().unwrap(), &["python3", "-c", &script])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     wait_for("the command's handler", || std::fs::read_to_string(&ready).is_ok_and(|t| !t.is_empty()));
     assert_eq!(std::fs::read_to_string(&ready).unwrap(), "0", "SIGTERM/SIGINT blocked in the command");
     sigterm(&child);
@@ -427,18 +412,8 @@ while True:
 fn run_counter(d: &std::path::Path) -> (std::process::Child, PathBuf) {
     use std::os::unix::process::CommandExt as _;
     let counts = d.join("counts.json");
-    let mut cmd = command(&[
-        "run",
-        "--interval-ms",
-        "100",
-        "--local-path",
-        d.join("out").to_str().unwrap(),
-        "--",
-        "python3",
-        "-c",
-        COUNTER,
-        counts.to_str().unwrap(),
-    ]);
+    let mut cmd =
+        run_command(d.join("out").to_str().unwrap(), &["python3", "-c", COUNTER, counts.to_str().unwrap()]);
     // SAFETY: setsid is async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
@@ -500,20 +475,10 @@ fn sighup_ends_a_command_that_keeps_the_default_and_run_reports_it() {
     let ready = d.join("ready");
     // exec: the shell becomes the sleeping command, with SIGHUP at its default action.
     let script = format!("touch {}; exec sleep 60", ready.display());
-    let child = command(&[
-        "run",
-        "--interval-ms",
-        "100",
-        "--local-path",
-        d.join("out").to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ])
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
+    let child = run_command(d.join("out").to_str().unwrap(), &["sh", "-c", &script])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     wait_for("the command", || ready.is_file());
     kill(child.id() as i32, libc::SIGHUP);
     let out = child.wait_with_output().unwrap();
@@ -585,19 +550,10 @@ fn a_tree_larger_than_the_open_file_limit_is_counted_and_the_files_are_sealed() 
     let d = scratch("bigtree");
     let children = 700;
     let out = d.join("out");
-    let mut cmd = command(&[
-        "run",
-        "--interval-ms",
-        "100",
-        "--local-path",
+    let mut cmd = run_command(
         out.to_str().unwrap(),
-        "--",
-        "python3",
-        "-c",
-        FORKER,
-        out.to_str().unwrap(),
-        &children.to_string(),
-    ]);
+        &["python3", "-c", FORKER, out.to_str().unwrap(), &children.to_string()],
+    );
     // Soft and hard: the agent cannot raise it.
     // SAFETY: setrlimit is async-signal-safe.
     unsafe {
@@ -862,17 +818,7 @@ fn running_out_of_file_descriptors_is_reported_not_hidden() {
          kill $(jobs -p); grep -q 'too many open files' {log}",
         log = log.display()
     );
-    let mut cmd = command(&[
-        "run",
-        "--interval-ms",
-        "100",
-        "--local-path",
-        d.join("out").to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let mut cmd = run_command(d.join("out").to_str().unwrap(), &["sh", "-c", &script]);
     // SAFETY: setrlimit is async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {

@@ -263,6 +263,31 @@ fn run_passes_the_exit_status_on_and_seals_everything() {
 }
 
 #[test]
+fn three_runs_into_one_folder_each_count_their_own_files_and_name_the_finished_job() {
+    let d = scratch("three-runs");
+    let system_files = |root: &std::path::Path| -> std::collections::BTreeSet<String> {
+        trainprof_agent::launch::files_under(root)
+            .into_iter()
+            .filter(|f| f.starts_with("system/incremental/"))
+            .collect()
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for run in 0..3 {
+        let out = run_command(d.to_str().unwrap(), &["sleep", "0.3"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let now = system_files(&d);
+        let mine = now.difference(&seen).count();
+        assert!(mine >= 1, "{stderr}");
+        assert!(stderr.contains(&format!("files: {mine} system, 0 timeline")), "run {run}: {stderr}");
+        let said = stderr.matches("already holds a finished job").count();
+        assert_eq!(said, usize::from(run > 0), "run {run}: {stderr}");
+        seen = now;
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
 fn run_passes_sigterm_on_to_the_command() {
     let d = scratch("run-sigterm");
     let ready = d.join("ready");
@@ -548,7 +573,7 @@ sys.exit(0 if seen >= n + 1 else 9)
 fn a_tree_larger_than_the_open_file_limit_is_counted_and_the_files_are_sealed() {
     use std::os::unix::process::CommandExt as _;
     let d = scratch("bigtree");
-    let children = 700;
+    let children = 1500;
     let out = d.join("out");
     let mut cmd = run_command(
         out.to_str().unwrap(),
@@ -558,7 +583,7 @@ fn a_tree_larger_than_the_open_file_limit_is_counted_and_the_files_are_sealed() 
     // SAFETY: setrlimit is async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
-            let lim = libc::rlimit { rlim_cur: 512, rlim_max: 512 };
+            let lim = libc::rlimit { rlim_cur: 1024, rlim_max: 1024 };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
                 Ok(())
             } else {

@@ -520,7 +520,9 @@ fn exit_code(st: ExitStatus) -> u8 {
 fn read_resource_config() -> Option<serde_json::Value> {
     let path =
         std::env::var_os("TRAINPROF_RESOURCE_CONFIG").unwrap_or_else(|| DEFAULT_RESOURCE_CONFIG.into());
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    // Non-blocking and by `fstat`: a FIFO planted there cannot hang the sampler.
+    let bytes = trainprof_config::read_platform_file(std::path::Path::new(&path)).ok()??;
+    serde_json::from_slice(&bytes).ok()
 }
 
 #[cfg(test)]

@@ -29,9 +29,12 @@ pub const FALLBACK_DIR: &str = "trainprof-output";
 pub fn writable(dir: &Path) -> io::Result<()> {
     let root = Dir::open_root(dir, true)?;
     let pid = std::process::id();
+    // Names nobody can guess ahead: planted ones cannot make the folder look unwritable.
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let mut last = None;
     for k in 0..8 {
-        let probe = format!(".trainprof-write-test-{pid}-{k}");
+        let probe = format!(".trainprof-write-test-{pid}-{nanos}-{k}");
         match root.create_new(&probe) {
             Ok(f) => {
                 root.unlink_if_same(&probe, &f)?;
@@ -58,7 +61,7 @@ pub fn output_root(
         Err(e) => e,
     };
     for dir in [cwd.join(FALLBACK_DIR), std::env::temp_dir().join(FALLBACK_DIR)] {
-        if writable(&dir).is_ok() {
+        if own_folder(&dir).is_ok() && writable(&dir).is_ok() {
             let note = format!(
                 "cannot write to {} ({first}); writing to {} instead",
                 configured.display(),
@@ -68,6 +71,27 @@ pub fn output_root(
         }
     }
     Err(format!("cannot write to {} ({first}) nor to a fallback folder", configured.display()))
+}
+
+/// A fallback folder nobody chose is used only if it is missing (then made here) or a real
+/// folder of this user that no one else can write: in a shared place such as `/tmp`,
+/// another user could have put a link there, or files for the uploader to take.
+fn own_folder(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let meta = match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new().recursive(true).create(dir)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+            std::fs::symlink_metadata(dir)?
+        }
+        other => other?,
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if !meta.file_type().is_dir() || meta.uid() != euid || meta.mode() & 0o022 != 0 {
+        return Err(io::Error::other(format!("{} is not a folder of this user's alone", dir.display())));
+    }
+    Ok(())
 }
 
 /// What the probes found, for the start-up line and the summary.
@@ -149,7 +173,8 @@ pub fn finished_job(root: &Path) -> Option<String> {
     let root = Dir::open_root(root, false).ok()?;
     trainprof_output::END_MARKERS.iter().find_map(|rel| {
         let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
-        let bytes = root.sub(folder, false).ok()?.read(name).ok()??;
+        // A marker holds one time: anything larger is not one of ours.
+        let bytes = root.sub(folder, false).ok()?.read(name, 64).ok()??;
         let s: f64 = String::from_utf8_lossy(&bytes).trim().parse().ok()?;
         Some(trainprof_output::UtcTime::from_epoch_s(s.floor() as i64).to_string())
     })
@@ -295,7 +320,6 @@ mod tests {
         std::fs::write(&secret, b"root only").unwrap();
         let local = d.join("local");
         std::fs::create_dir_all(local.join("framework")).unwrap();
-        symlink(&secret, local.join(format!(".trainprof-write-test-{}-0", std::process::id()))).unwrap();
         symlink(&secret, local.join("framework/training_job_end.ts")).unwrap();
         writable(&local).unwrap();
         write_end_markers(&local, 2.5).unwrap();
@@ -311,6 +335,23 @@ mod tests {
         symlink(&elsewhere, local.join("framework")).unwrap();
         let e = write_end_markers(&local, 3.5).unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_fallback_folder_someone_else_prepared_is_not_used() {
+        use std::os::unix::fs::symlink;
+        let d = tmp("fallback-link");
+        let blocked = d.join("file");
+        std::fs::write(&blocked, b"x").unwrap();
+        let elsewhere = d.join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let cwd = d.join("cwd");
+        std::fs::create_dir_all(&cwd).unwrap();
+        symlink(&elsewhere, cwd.join(FALLBACK_DIR)).unwrap();
+        let (root, _) = output_root(&blocked.join("out"), false, &cwd).unwrap();
+        assert_ne!(root, cwd.join(FALLBACK_DIR), "a linked fallback is skipped");
         assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
         std::fs::remove_dir_all(&d).unwrap();
     }

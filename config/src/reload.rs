@@ -108,14 +108,15 @@ fn build(sources: &Sources, raw: &Raw) -> Loaded {
     Loaded { path: sources.config_path().to_owned(), file, config }
 }
 
-/// `Ok(None)` when there is no file.
+/// A platform file's bytes (the profiler config, the resource config): `Ok(None)` when
+/// there is no file, else the bytes or why they could not be read.
 ///
 /// Anything but a regular file (a directory, a FIFO, a device) is refused. The decision is
 /// taken on what was opened (`fstat` of the open descriptor), so a path swapped between a
 /// check and the open cannot slip through; the open is non-blocking, so a FIFO cannot hang
 /// it. A `stat` before the open only spares devices an open. Links are followed:
 /// Kubernetes mounts a ConfigMap as a link to a link to the file.
-fn read_bytes(path: &Path) -> Raw {
+pub fn read_bytes(path: &Path) -> Raw {
     use std::os::unix::fs::OpenOptionsExt as _;
     match std::fs::metadata(path) {
         Ok(m) if !m.is_file() => return Err(not_regular(path, &m)),

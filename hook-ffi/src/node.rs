@@ -30,7 +30,8 @@ pub fn node_id(var: impl Fn(&str) -> Option<String>, pid: u32) -> String {
 
 /// `current_host` from a resourceconfig.json, if the file exists and has one.
 pub fn current_host(path: &Path) -> Option<String> {
-    let bytes = std::fs::read(path).ok()?;
+    // Non-blocking and by `fstat`: a FIFO there cannot hang the trainer's init.
+    let bytes = trainprof_config::read_platform_file(path).ok()??;
     let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     v.get("current_host")?.as_str().filter(|h| !h.is_empty()).map(str::to_owned)
 }

@@ -249,14 +249,19 @@ impl TimelineWriter {
         }
         self.rotate_if_due(now_us);
         // While the disk is full nothing new is accepted: what was accepted before waits in
-        // the buffer, and the retry (above) decides when writing goes on.
-        if self.backoff.failing() || self.seal_pending {
+        // the buffer, and the retry (above) decides when writing goes on. With nothing held
+        // back, the retry is this event's open, once the wait is over.
+        let may_open = self.file.is_none() && self.backoff.due(now_us);
+        if self.seal_pending || (self.backoff.failing() && !may_open) {
             self.drop_event();
             return;
         }
         if self.file.is_none() && !self.open(now_us) {
             self.drop_event();
             return;
+        }
+        if self.backoff.failing() {
+            self.recovered();
         }
         let next = self.phase_index.len() as u32 + 1;
         let index = *self.phase_index.entry(ev.phase).or_insert(next);
@@ -297,14 +302,13 @@ impl TimelineWriter {
                 self.seal(now_us);
                 return;
             }
-            if self.file.is_some() {
-                self.flush(now_us);
-                if self.backoff.failing() {
-                    return;
-                }
-            } else {
-                // Nothing held back: the next event tries to open a file.
-                self.recovered();
+            if self.file.is_none() {
+                // Nothing held back: the next event's open is the retry.
+                return;
+            }
+            self.flush(now_us);
+            if self.backoff.failing() {
+                return;
             }
         }
         let due = self.file.as_ref().is_some_and(|f| {
@@ -990,6 +994,35 @@ mod tests {
         assert_eq!((c.written, c.dropped, c.files_sealed, c.open_failures), (30, dropped, 1, 0));
         assert_eq!(c.write_errors, retries.len() as u64 + 1);
         fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn opens_failing_on_a_full_disk_back_off_and_say_so_once() {
+        let root = tempdir("enospc-open");
+        let fault = Fault::default();
+        let mut w = TimelineWriter::with_io(settings(&root, 1 << 20, 3600), BASE, Box::new(fault.clone()));
+        fault.set(|s| (s.full, s.full_blocks_open) = (true, true));
+        let mut now = BASE;
+        // 10 s of events every 10 ms while no file can be made: 100 ms doubling to 2 s
+        // gives 8 tries (at 0, 0.1, 0.3, 0.7, 1.5, 3.1, 5.1, 7.1, 9.1 s).
+        for i in 0..1000 {
+            now += 10 * MS;
+            w.write(&ev(1, 2, BASE, BASE + 5, i), &names(), now);
+        }
+        let c = w.counts();
+        assert!((8..=10).contains(&c.write_errors), "{c:?}");
+        assert_eq!((c.open_failures, c.dropped, c.written), (0, 1000, 0));
+        assert!(w.is_healthy() && w.is_waiting_for_disk());
+        // Space again: the next try opens, and events are written.
+        fault.set(|s| s.full = false);
+        for i in 0..300 {
+            now += 10 * MS;
+            w.write(&ev(1, 2, BASE, BASE + 5, 1000 + i), &names(), now);
+        }
+        assert!(!w.is_waiting_for_disk());
+        assert!(w.counts().written > 0);
+        w.close(now);
+        let _ = fs::remove_dir_all(&root);
     }
 
     #[test]

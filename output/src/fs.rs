@@ -69,7 +69,10 @@ pub struct Meta {
     pub len: u64,
     pub nlink: u64,
     pub uid: u32,
+    pub gid: u32,
     pub mode: u32,
+    /// Bytes the file takes on disk (`st_blocks` × 512): less than `len` for a sparse file.
+    pub allocated: u64,
     /// Last change of content, seconds and nanoseconds since the epoch.
     pub mtime: (i64, i64),
 }
@@ -82,7 +85,9 @@ impl Meta {
             len: u64::try_from(s.st_size).unwrap_or(0),
             nlink: s.st_nlink,
             uid: s.st_uid,
+            gid: s.st_gid,
             mode: s.st_mode,
+            allocated: u64::try_from(s.st_blocks).unwrap_or(0).saturating_mul(512),
             mtime: (s.st_mtime, i64::try_from(s.st_mtime_nsec).unwrap_or(0)),
         }
     }
@@ -103,6 +108,22 @@ impl Meta {
             Err(_) => std::time::UNIX_EPOCH,
         }
     }
+}
+
+/// The content of the open file `f`, if it holds at most `max` bytes: a larger (or sparse,
+/// planted) file is refused before anything is read into memory.
+pub fn read_bounded(mut f: File, max: u64, shown: &Path) -> io::Result<Vec<u8>> {
+    let len = meta_of(&f)?.len;
+    if len > max {
+        return Err(io::Error::other(format!(
+            "{} holds {len} bytes, more than the {max} expected: not read",
+            shown.display()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    // A writer may still append: never more than `max`.
+    (&mut f).take(max).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// `fstat` of an open file.
@@ -174,16 +195,32 @@ impl Dir {
         let path = self.path.join(name);
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let open = || rustix::fs::openat(&self.fd, name, flags, Mode::empty());
+        let mut made = false;
         let fd = match open() {
             Err(Errno::NOENT) if create => {
                 match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(DIR_MODE)) {
-                    Ok(()) | Err(Errno::EXIST) => {}
+                    Ok(()) => made = true,
+                    Err(Errno::EXIST) => {}
                     Err(e) => return Err(io::Error::from(e)),
                 }
                 open()
             }
             other => other,
         };
+        if made && let Ok(fd) = &fd {
+            // A new folder takes the owner of the folder it is made in: an hour folder the
+            // agent (root) makes under the trainer's `framework/` must stay writable for
+            // the trainer's hook. Best effort: only root may change an owner.
+            if let Ok(parent) = meta_of(&self.fd)
+                && parent.uid != rustix::process::geteuid().as_raw()
+            {
+                let _ = rustix::fs::fchown(
+                    fd,
+                    Some(rustix::process::Uid::from_raw(parent.uid)),
+                    Some(rustix::process::Gid::from_raw(parent.gid)),
+                );
+            }
+        }
         match fd {
             Ok(fd) => Ok(Dir { fd, path }),
             Err(Errno::LOOP | Errno::NOTDIR) => match self.stat(name) {
@@ -255,16 +292,15 @@ impl Dir {
         Ok(File::from(fd))
     }
 
-    /// The whole regular file `name`; `Ok(None)` when it does not exist.
-    pub fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
-        let mut f = match self.open_regular(name, false) {
+    /// The whole regular file `name`, if it holds at most `max` bytes (a larger one is an
+    /// error, never read into memory); `Ok(None)` when it does not exist.
+    pub fn read(&self, name: &str, max: u64) -> io::Result<Option<Vec<u8>>> {
+        let f = match self.open_regular(name, false) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        let mut bytes = Vec::new();
-        f.read_to_end(&mut bytes)?;
-        Ok(Some(bytes))
+        read_bounded(f, max, &self.display(name)).map(Some)
     }
 
     /// `lstat` of `name`.
@@ -343,9 +379,9 @@ impl AsFd for Dir {
 pub fn link_no_replace(from_dir: &Dir, from: &str, to_dir: &Dir, to: &str) -> io::Result<bool> {
     match rustix::fs::linkat(from_dir, component(from)?, to_dir, component(to)?, AtFlags::empty()) {
         Ok(()) => {
-            // Sealed from here on. A temporary name that stays behind has a second link, and
-            // the repair only removes it.
-            from_dir.unlink(from)?;
+            // Sealed from here on, whatever follows. A temporary name that stays behind has
+            // a second link, and the repair only removes it.
+            let _ = from_dir.unlink(from);
             Ok(true)
         }
         Err(Errno::EXIST) => Ok(false),
@@ -407,8 +443,9 @@ pub fn seal(
             Move::Rename => rename_no_replace(tmp_dir, tmp, &dir, name)?,
         };
         if placed {
-            // The new name is durable only once the folder is.
-            dir.sync()?;
+            // The new name is durable only once the folder is; a failed sync does not undo
+            // the name (the file is sealed), so it is not an error of the seal.
+            let _ = dir.sync();
             return Ok(Some(rel));
         }
     }
@@ -466,8 +503,25 @@ pub fn walk(root: &Dir, top: &str, keep: &dyn Fn(&str, bool) -> bool) -> Walk {
             return out;
         }
     };
-    let mut stack = vec![(start, top.trim_matches('/').to_owned())];
-    while let Some((dir, rel)) = stack.pop() {
+    // Folders wait on the stack by name, not open: a tree of many folders costs one
+    // descriptor per level, not one per folder. Each is opened again from `start`, one
+    // component at a time, never through a link.
+    let top = top.trim_matches('/').to_owned();
+    let mut stack = vec![String::new()];
+    while let Some(below) = stack.pop() {
+        let rel = match (top.is_empty(), below.is_empty()) {
+            (_, true) => top.clone(),
+            (true, false) => below.clone(),
+            (false, false) => format!("{top}/{below}"),
+        };
+        let dir = match start.sub(&below, false) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                out.refused.push(format!("{}: {e}", start.display(&below).display()));
+                continue;
+            }
+        };
         let entries = match dir.entries() {
             Ok(e) => e,
             Err(e) => {
@@ -486,12 +540,14 @@ pub fn walk(root: &Dir, top: &str, keep: &dyn Fn(&str, bool) -> bool) -> Walk {
             };
             let child_rel = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
             match e.kind {
-                Kind::Dir if keep(&name, true) => match dir.child(&name, false) {
-                    Ok(d) => stack.push((d, child_rel)),
-                    Err(err) => out.refused.push(err.to_string()),
-                },
+                Kind::Dir if keep(&name, true) => {
+                    stack.push(if below.is_empty() { name.clone() } else { format!("{below}/{name}") });
+                }
                 Kind::File if keep(&name, false) => match dir.stat(&name) {
                     Ok(m) if m.kind() == Kind::File => out.files.push((child_rel, m)),
+                    Ok(m) if m.kind() == Kind::Dir => {
+                        stack.push(if below.is_empty() { name.clone() } else { format!("{below}/{name}") });
+                    }
                     Ok(m) => out.refused.push(not_regular(&dir.display(&name), m.kind()).to_string()),
                     Err(err) if err.kind() == io::ErrorKind::NotFound => {}
                     Err(err) => out.refused.push(format!("{}: {err}", dir.display(&name).display())),
@@ -623,8 +679,8 @@ mod tests {
         rustix::fs::mknodat(&root, "cfg", FileType::Fifo, Mode::from_raw_mode(0o644), 0).unwrap();
         let e = root.open_regular("cfg", false).unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");
-        assert!(root.read("cfg").is_err());
-        assert_eq!(root.read("missing").unwrap(), None);
+        assert!(root.read("cfg", 64).is_err());
+        assert_eq!(root.read("missing", 64).unwrap(), None);
     }
 
     #[test]
@@ -661,9 +717,9 @@ mod tests {
         let dir = root.sub("system", true).unwrap();
         symlink(secret.join("key"), dir.path().join("training_job_end.ts")).unwrap();
         write_replacing(&dir, "training_job_end.ts", b"1.5\n").unwrap();
-        assert_eq!(dir.read("training_job_end.ts").unwrap().unwrap(), b"1.5\n");
+        assert_eq!(dir.read("training_job_end.ts", 64).unwrap().unwrap(), b"1.5\n");
         write_replacing(&dir, "training_job_end.ts", b"2.5\n").unwrap();
-        assert_eq!(dir.read("training_job_end.ts").unwrap().unwrap(), b"2.5\n");
+        assert_eq!(dir.read("training_job_end.ts", 64).unwrap().unwrap(), b"2.5\n");
         assert_eq!(dir.entries().unwrap().len(), 1, "no temporary file left");
         unchanged(&secret);
     }
@@ -689,6 +745,36 @@ mod tests {
         assert_eq!(w.refused.len(), 1, "{:?}", w.refused);
         assert!(walk(&root, "missing", &|_, _| true).refused.is_empty());
         unchanged(&secret);
+    }
+
+    #[test]
+    fn a_large_or_sparse_planted_file_is_not_read_into_memory() {
+        let (_t, root, _secret) = setup();
+        let f = root.create_new("big").unwrap();
+        f.set_len(3 << 30).unwrap();
+        let e = root.read("big", 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("more than the 1048576 expected"), "{e}");
+        let m = root.stat("big").unwrap();
+        assert!(m.allocated < m.len, "sparse: {m:?}");
+    }
+
+    #[test]
+    fn a_walk_holds_one_descriptor_per_level_not_per_folder() {
+        let (_t, root, _secret) = setup();
+        for i in 0..300 {
+            std::fs::create_dir_all(root.path().join(format!("framework/pevents/d{i}"))).unwrap();
+            std::fs::write(root.path().join(format!("framework/pevents/d{i}/f")), b"x").unwrap();
+        }
+        let open_fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+        let before = open_fds();
+        let most = std::cell::Cell::new(0);
+        let w = walk(&root, "framework", &|_, _| {
+            most.set(most.get().max(open_fds()));
+            true
+        });
+        assert_eq!(w.files.len(), 300);
+        assert!(w.refused.is_empty(), "{:?}", w.refused);
+        assert!(most.get() < before + 16, "{} descriptors open during the walk, {before} before", most.get());
     }
 
     #[test]

@@ -14,6 +14,10 @@ pub const SYSTEM_NAMES: &str = "system-names";
 /// `--keep-local`: `path<TAB>bytes` of every file the store confirmed.
 pub const UPLOADED: &str = "uploaded";
 
+/// The most a record may hold: far more than any job writes (one line per sealed file),
+/// small enough that a planted file cannot exhaust memory.
+pub const MAX_BYTES: u64 = 256 << 20;
+
 /// The complete lines of the record `name`; none when it does not exist yet.
 pub fn read(root: &Dir, name: &str) -> io::Result<Vec<String>> {
     let dir = match root.sub(DIR, false) {
@@ -21,7 +25,7 @@ pub fn read(root: &Dir, name: &str) -> io::Result<Vec<String>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let bytes = dir.read(name)?.unwrap_or_default();
+    let bytes = dir.read(name, MAX_BYTES)?.unwrap_or_default();
     let text = String::from_utf8_lossy(&bytes);
     // A last line without its newline was cut by a crash.
     let complete = text.rfind('\n').map_or("", |i| &text[..i]);

@@ -44,6 +44,9 @@ use trainprof_output::ledger;
 use self::retry::{Backoff, ErrorClass, Policy};
 use self::store::{ObjectStore, Put, StoreError};
 
+/// Entries left alone that are listed one by one; past this, one line says there are more.
+const MAX_LISTED: usize = 10_000;
+
 /// The marker files: uploaded after everything else, at the finish only.
 const MARKERS: [&str; 2] = trainprof_output::END_MARKERS;
 
@@ -126,7 +129,9 @@ pub struct Report {
 #[derive(Debug, Clone, Copy)]
 struct Pending {
     len: u64,
-    mtime: SystemTime,
+    /// When a walk first saw this file: the spool bound drops the oldest first. Not the
+    /// file's mtime, which whoever wrote the file chooses.
+    seen: SystemTime,
     /// The file as walked: only this file is ever deleted under its name.
     meta: Meta,
 }
@@ -136,6 +141,9 @@ struct Pending {
 type Done = (String, Result<(Outcome, Meta), StoreError>);
 
 enum Outcome {
+    /// The name no longer holds the file the walk saw (or it gained a hard link): nothing
+    /// sent; the next walk looks at it again.
+    Changed,
     Uploaded,
     AlreadyThere,
     Conflict,
@@ -311,6 +319,12 @@ impl<S: ObjectStore> Uploader<S> {
             if why.ends_with("hard links") {
                 linked.insert(why.clone());
             }
+            if self.repair_failures.len() >= MAX_LISTED {
+                if self.repair_failures.insert(String::new()) {
+                    crate::log!("more than {MAX_LISTED} entries left alone: the others are not listed");
+                }
+                continue;
+            }
             if self.repair_failures.insert(why.clone()) {
                 self.counts.refused += 1;
                 crate::log!("left alone, not uploaded: {why}");
@@ -328,8 +342,11 @@ impl<S: ObjectStore> Uploader<S> {
             {
                 continue;
             }
-            let p = Pending { len: meta.len, mtime: meta.modified(), meta };
-            self.pending.insert(rel, p);
+            let seen = match self.pending.get(&rel) {
+                Some(p) if p.meta.is_same(&meta) => p.seen,
+                _ => SystemTime::now(),
+            };
+            self.pending.insert(rel, Pending { len: meta.len, seen, meta });
         }
         // Gone from the disk (someone else cleaned up): nothing left to upload.
         self.pending.retain(|rel, _| seen.contains(rel) || self.in_flight.contains(rel));
@@ -338,7 +355,9 @@ impl<S: ObjectStore> Uploader<S> {
 
     /// Deletes the oldest pending files while the pending bytes exceed the bound.
     fn bound_spool(&mut self) {
-        let total: u64 = self.pending.values().map(|p| p.len).sum();
+        // Bytes on disk: a sparse file costs what it takes, not what it claims.
+        let cost = |p: &Pending| p.len.min(p.meta.allocated);
+        let total: u64 = self.pending.values().map(cost).sum();
         if total <= self.settings.spool_max_bytes {
             if self.spool_full {
                 crate::log!("spool below {} bytes again", self.settings.spool_max_bytes);
@@ -350,7 +369,7 @@ impl<S: ObjectStore> Uploader<S> {
             .pending
             .iter()
             .filter(|(rel, _)| !self.in_flight.contains(*rel) && !MARKERS.contains(&rel.as_str()))
-            .map(|(rel, p)| (p.mtime, rel.clone(), p.len, p.meta))
+            .map(|(rel, p)| (p.seen, rel.clone(), cost(p), p.meta))
             .collect();
         oldest.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         let mut excess = total - self.settings.spool_max_bytes;
@@ -390,7 +409,7 @@ impl<S: ObjectStore> Uploader<S> {
             .filter(|(rel, _)| {
                 !MARKERS.contains(&rel.as_str()) || (!data_waiting && self.in_flight.is_empty())
             })
-            .map(|(rel, p)| (self.tried.get(rel).copied(), p.mtime, rel))
+            .map(|(rel, p)| (self.tried.get(rel).copied(), p.seen, rel))
             .collect();
         order.sort();
         // While failing, one request at a time probes the store.
@@ -406,10 +425,11 @@ impl<S: ObjectStore> Uploader<S> {
             let store = Arc::clone(&self.store);
             let root = self.settings.root.clone();
             let task_rel = rel.clone();
+            let walked = self.pending.get(&rel).map(|p| p.meta);
             let handle = tasks.spawn(async move {
                 // A marker is a time, not data: a newer one replaces an older job's.
                 let replace = MARKERS.contains(&rel.as_str());
-                let result = upload_one(&*store, &rel, &root, replace).await;
+                let result = upload_one(&*store, &rel, &root, replace, walked).await;
                 (rel, result)
             });
             self.tasks.insert(handle.id(), task_rel);
@@ -428,8 +448,11 @@ impl<S: ObjectStore> Uploader<S> {
                     self.state_log.change(Instant::now(), line);
                     self.last_error = None;
                 }
-                let len = self.pending.remove(&rel).map_or(0, |p| p.len);
+                self.pending.remove(&rel);
+                // What was sent: the open file's length.
+                let len = meta.len;
                 match outcome {
+                    Outcome::Changed => {}
                     Outcome::Uploaded => {
                         self.counts.uploaded += 1;
                         self.counts.uploaded_bytes += len;
@@ -613,12 +636,15 @@ impl StateLog {
 /// Sends the file at `rel` under `root` (opened without following a link, and only if it
 /// is a regular file) unless the store has something under `rel` (unless `replace`); if
 /// it has, compares: the same bytes are already there, other bytes are a conflict.
-/// Returns what happened and the file that was sent.
+/// Only the file the walk saw (`walked`) is sent, and only while it has no other hard
+/// link: a name swapped since the walk is [`Outcome::Changed`]. Returns what happened and
+/// the file that was sent.
 async fn upload_one<S: ObjectStore>(
     store: &S,
     rel: &str,
     root: &Path,
     replace: bool,
+    walked: Option<Meta>,
 ) -> Result<(Outcome, Meta), StoreError> {
     let io_error = |e: std::io::Error| StoreError {
         class: ErrorClass::Retry,
@@ -626,11 +652,15 @@ async fn upload_one<S: ObjectStore>(
         op: "read",
         key: rel.to_owned(),
         detail: e.to_string(),
-        file_only: true,
+        // Out of descriptors or memory is the agent's state, not the file's: tried again.
+        file_only: !matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)),
     };
     let (_, _, file) =
         Dir::open_root(root, false).and_then(|r| ofs::open_at(&r, rel, false)).map_err(io_error)?;
     let meta = ofs::meta_of(&file).map_err(io_error)?;
+    if walked.is_none_or(|w| !w.is_same(&meta)) || meta.nlink != 1 {
+        return Ok((Outcome::Changed, meta));
+    }
     let len = meta.len;
     if store.put_file(rel, &file, len, !replace).await? == Put::Stored {
         return Ok((Outcome::Uploaded, meta));

@@ -218,13 +218,22 @@ fn repair_one(
     // A second link: the writer was killed between giving the file its final name and
     // removing the temporary one. The data is sealed already; sealing it again would
     // make it two objects.
-    if ofs::meta_of(&file).map_err(found.err())?.nlink > 1 {
-        found.dir.unlink(found.name).map_err(found.err())?;
+    let held = ofs::meta_of(&file).map_err(found.err())?;
+    if held.nlink > 1 {
+        found.dir.unlink_if_same(found.name, &file).map_err(found.err())?;
         return Ok(Outcome::Gone);
+    }
+    // Our writers write every byte: a file that takes much less room than it claims is
+    // sparse, planted, and not read into memory; nor is one larger than any we write.
+    if held.len > MAX_TEMP_BYTES || held.allocated.saturating_add(1 << 20) < held.len {
+        return Err(RepairError::Invalid {
+            path: found.path(),
+            why: "it is larger than any temporary file of ours, or sparse: left alone",
+        });
     }
     file.seek(SeekFrom::Start(0)).map_err(found.err())?;
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(found.err())?;
+    (&mut file).take(MAX_TEMP_BYTES).read_to_end(&mut bytes).map_err(found.err())?;
     match temp {
         Temp::System => repair_system(root, found, &file, &bytes),
         Temp::Timeline { node } => repair_timeline(root, found, &mut file, &bytes, node),
@@ -260,11 +269,18 @@ fn lock(found: &Found<'_>) -> io::Result<Locked> {
     }
 }
 
-/// Deletes a temporary file without a record (its lock is still held by the caller).
-fn remove(found: &Found<'_>, len: usize) -> Result<Outcome, RepairError> {
-    found.dir.unlink(found.name).map_err(found.err())?;
+/// Deletes a temporary file without a record (its lock is still held by the caller),
+/// only while its name still holds the file that was read.
+fn remove(found: &Found<'_>, file: &File, len: usize) -> Result<Outcome, RepairError> {
+    if !found.dir.unlink_if_same(found.name, file).map_err(found.err())? {
+        return Ok(Outcome::Gone);
+    }
     Ok(Outcome::Removed { cut: len as u64 })
 }
+
+/// The largest temporary file the repair reads: far above a minute of system lines or a
+/// rotated timeline, small enough that a planted file cannot exhaust memory.
+const MAX_TEMP_BYTES: u64 = 512 << 20;
 
 /// Keeps the complete lines up to the first broken one, each a JSON object with a
 /// numeric `Timestamp`.
@@ -280,7 +296,7 @@ fn repair_system(root: &Dir, found: &Found<'_>, file: &File, bytes: &[u8]) -> Re
         keep += line.len();
         lines += 1;
     }
-    let Some(first_s) = first_s else { return remove(found, bytes.len()) };
+    let Some(first_s) = first_s else { return remove(found, file, bytes.len()) };
     if keep < bytes.len() {
         file.set_len(keep as u64).map_err(found.err())?;
     }
@@ -307,7 +323,7 @@ fn repair_timeline(
         Err(_) => {
             let keep = complete_prefix(bytes);
             if keep == 0 {
-                return remove(found, bytes.len());
+                return remove(found, file, bytes.len());
             }
             let mut closed = bytes[..keep].to_vec();
             closed.extend_from_slice(b"\n]");
@@ -325,7 +341,7 @@ fn repair_timeline(
         .map(|e| base.saturating_add(micros(&e["ts"])).saturating_add(micros(&e["dur"])));
     let (records, end_us) = ends.fold((0, i64::MIN), |(n, max), end| (n + 1, max.max(end)));
     if records == 0 {
-        return remove(found, bytes.len());
+        return remove(found, file, bytes.len());
     }
     if let Some(keep) = keep {
         file.set_len(keep as u64).map_err(found.err())?;

@@ -470,3 +470,58 @@ fn a_flaky_store_is_said_once_per_30_s_with_counts() {
     log.change(at(100), "reachable again".to_owned());
     assert!(log.held.is_none() && log.last == Some(at(100)));
 }
+
+/// A sealed file swapped, after the walk and while the store was failing, for a hard
+/// link to a file outside the output folder: the open file is not the one the walk saw,
+/// so nothing of it is sent, and the planted link is left alone (named, counted).
+#[tokio::test]
+async fn a_file_swapped_for_a_hard_link_after_the_walk_is_never_sent() {
+    let root = root("swapped");
+    let secret = root.with_extension("secret");
+    std::fs::write(&secret, b"root only secret").unwrap();
+    put(&root, TIMELINE, "[\n{}\n]");
+    let store = FaultStore::default();
+    store.0.down.store(true, Ordering::SeqCst);
+    let (s2, r2, sec2) = (store.clone(), root.clone(), secret.clone());
+    let report = upload(store.clone(), settings(&root), Duration::from_secs(5), async move |_| {
+        wait_for("a failed put", || s2.0.requests.load(Ordering::SeqCst) >= 2).await;
+        let p = r2.join(TIMELINE);
+        let tmp = p.with_extension("new");
+        std::fs::hard_link(&sec2, &tmp).unwrap();
+        std::fs::rename(&tmp, &p).unwrap();
+        s2.0.down.store(false, Ordering::SeqCst);
+        // Two more walks: the swapped name is looked at again and refused.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    })
+    .await;
+    assert_eq!(store.0.objects.lock().unwrap().get(TIMELINE), None);
+    assert!(report.counts.refused >= 1, "{:?}", report.counts);
+    assert_eq!(std::fs::read(&secret).unwrap(), b"root only secret");
+    assert!(root.join(TIMELINE).exists(), "the planted link is not deleted");
+    std::fs::remove_file(&secret).unwrap();
+}
+
+/// A planted sparse file as large as the spool bound (taking no disk space), with a
+/// far-future mtime, does not make the spool bound delete the agent's own files.
+#[tokio::test]
+async fn a_planted_sparse_file_does_not_fill_the_spool() {
+    let root = root("sparse-spool");
+    put(&root, SYS, "{\"Timestamp\": 1}\n");
+    let planted = root.join("framework/pevents/2099010100/4070908800000000_x_pythontimeline.json");
+    std::fs::create_dir_all(planted.parent().unwrap()).unwrap();
+    let f = std::fs::File::create(&planted).unwrap();
+    f.set_len(1 << 29).unwrap();
+    f.set_modified(std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(4_070_908_800)).unwrap();
+    drop(f);
+    let store = FaultStore::default();
+    store.0.down.store(true, Ordering::SeqCst);
+    let mut s = settings(&root);
+    s.spool_max_bytes = 1 << 29;
+    let s2 = store.clone();
+    let report = upload(store.clone(), s, Duration::from_millis(200), async move |_| {
+        wait_for("a failed put", || s2.0.requests.load(Ordering::SeqCst) >= 1).await;
+    })
+    .await;
+    assert_eq!(report.counts.spool_dropped, 0, "{:?}", report.counts);
+    assert!(root.join(SYS).exists());
+}

@@ -154,7 +154,7 @@ pub fn probe_samplers(
     p
 }
 
-/// Writes `system/training_job_end.ts` and `framework/training_job_end.ts` (spec §2.4);
+/// Writes `system/training_job_end.ts` and `framework/training_job_end.ts` (docs/formats.md, "End-of-job markers");
 /// the content is the time, which no reader looks at. Each is written under a temporary
 /// name and renamed over an older job's (`trainprof_output::fs::write_replacing`).
 pub fn write_end_markers(root: &Path, wall_s: f64) -> io::Result<()> {

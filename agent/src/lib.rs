@@ -4,7 +4,7 @@
 //! * [`check`]: `trainprof config check`;
 //! * [`sample`]: the samplers (procfs, cgroup, NVML, the trainer's process tree);
 //! * the system metrics writer, the sampling loop and `trainprof run` / `trainprof agent`
-//!   build on them; the uploader (issue 6) on the same configuration.
+//!   build on them; the uploader on the same configuration.
 
 pub mod check;
 pub mod child;

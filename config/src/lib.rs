@@ -6,7 +6,7 @@
 //! happened to the file); a [`Loader`] does the same repeatedly and tells whether the
 //! content changed, keeping the lazily resolved windows when it did not.
 //!
-//! The file format is smdebug 1.0.34's (spec §1), with the differences DESIGN.md lists:
+//! The file format is smdebug 1.0.34's (docs/formats.md, "Configuration file"), with the differences docs/formats.md, "Differences from smdebug", lists:
 //! keys are case-insensitive but values keep their case; sub-configs are Python dict
 //! literals (or plain JSON objects) read without evaluating anything; the SDK's
 //! `Duration` counts as `DurationInSeconds`; a bad value turns off only what it belongs

@@ -1,7 +1,7 @@
 //! Profiling windows: when a feature (detailed, dataloader, python, smdataparallel) is on.
 //!
 //! The semantics are smdebug's `ProfileRange.can_start_profiling`, kept exactly because
-//! users' configs were written against it (spec §1.7):
+//! users' configs were written against it (docs/formats.md, "Window resolution"):
 //!
 //! * zero counts as absent when deciding whether a step or a time range was given;
 //! * a window that gives both is refused by the parser (see `parse.rs`), neither wins;
@@ -173,7 +173,7 @@ impl Window {
 mod tests {
     use super::*;
 
-    /// Steps 0..=5 at times 1000..=1005, one question per step (spec §1.7's examples).
+    /// Steps 0..=5 at times 1000..=1005, one question per step (the examples of docs/formats.md, "Window resolution").
     fn active_steps(range: Range, first_question_at: u64) -> Vec<u64> {
         let mut w = Window::new(range);
         (first_question_at..6).filter(|&s| w.is_active(Step::At(s), 1000.0 + s as f64)).collect()

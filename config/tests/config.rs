@@ -1,5 +1,5 @@
-//! The config crate against fixture files of our own: spec §1.7's window table, the
-//! config cases of spec §7, the shapes the SageMaker SDK writes, trainprof's deliberate
+//! The config crate against fixture files of our own: the window table of docs/formats.md, "Window resolution", the
+//! config-parser cases smdebug's own tests check, the shapes the SageMaker SDK writes, trainprof's deliberate
 //! differences from smdebug, overrides and reload, and a property test over arbitrary
 //! input.
 
@@ -55,7 +55,7 @@ impl Drop for Scratch {
     }
 }
 
-// ---- spec §1.7: every row of the example table ------------------------------------
+// ---- docs/formats.md, "Window resolution": every row of the example table --------
 
 /// Steps 0..=5 at times 1000..=1005 (one per step), first question at `from`.
 fn table_steps(sub: &str, from: u64) -> (Config, Vec<u64>) {
@@ -103,7 +103,7 @@ fn spec_1_7_table() {
     assert_eq!(problem_keys(&c), ["ProfilingParameters.DetailedProfilingConfig"]);
 }
 
-// ---- spec §7: smdebug's config-parser test cases ----------------------------------
+// ---- smdebug's config-parser test cases -----------------------------------------
 
 const NOW: f64 = 1_700_000_000.0;
 

@@ -1,4 +1,4 @@
-//! The node id `<rank>-<host>` (spec §3.2) that names the timeline files and the
+//! The node id `<rank>-<host>` (docs/formats.md, "Node id") that names the timeline files and the
 //! Python-stats folders.
 //!
 //! * rank: the first of the usual launcher variables that holds a number (`RANK` from

@@ -1,4 +1,4 @@
-//! The lines of a framework timeline file (spec §3.5): a bare JSON array whose first two
+//! The lines of a framework timeline file (docs/formats.md, "File content"): a bare JSON array whose first two
 //! lines carry the base time, one `process_name` / `process_sort_index` pair per phase
 //! the first time it appears in a file, then one complete (`X`) event per line.
 //!

@@ -1,4 +1,4 @@
-//! The framework timeline writer (spec §3.3–§3.5), run by the hook's one background thread.
+//! The framework timeline writer (docs/formats.md, "Timeline files"), run by the hook's one background thread.
 //!
 //! A file is opened lazily at the first event, under a new temporary name that no smdebug
 //! reader matches (`framework/<node>_pythontimeline.json.<pid>-<k>.tmp`, created with
@@ -12,8 +12,8 @@
 //! (also while idle, unlike smdebug), and at shutdown.
 //!
 //! `<T>` is the largest event end inside the file, raised if needed to one more than the
-//! previous file's, so names strictly increase and no file replaces another (spec §8,
-//! pitfalls 12 and 13). Every time is passed in by the caller, so tests need no sleeping.
+//! previous file's, so names strictly increase and no file replaces another (docs/formats.md,
+//! traps T20 and T21). Every time is passed in by the caller, so tests need no sleeping.
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -1,5 +1,5 @@
 //! The output tree under `LocalPath`, shared by the agent and the hook so that their file
-//! names cannot drift (spec §2.1, §3.1, §3.2):
+//! names cannot drift (docs/formats.md, "System files: names", "Timeline files"):
 //!
 //! ```text
 //! system/incremental/<YYYYMMDDHH>/<epoch_s>.algo-<n>.json            agent, one per minute
@@ -88,7 +88,7 @@ pub fn timeline_file(end_us: i64, node_id: &str, suffix: &str) -> String {
 /// The suffix of the files the hook writes.
 pub const PYTHON_TIMELINE_SUFFIX: &str = "pythontimeline.json";
 
-/// The end-of-job markers smdebug's `ProfilerTrial` waits for (spec §2.4).
+/// The end-of-job markers smdebug's `ProfilerTrial` waits for (docs/formats.md, "End-of-job markers").
 pub const END_MARKERS: [&str; 2] = ["system/training_job_end.ts", "framework/training_job_end.ts"];
 
 /// The temporary name of a system file being written: `.<window s>.algo-<n>.<tag>.tmp`

@@ -2,7 +2,7 @@
 1.0.34's cProfileAnalysis / PyinstrumentAnalysis.
 
 The expected directory names are the ones smdebug 1.0.34 itself produced for the same
-config and call sequence (spec examples/python_stats_dirs_generated_smdebug_1.0.34.txt:
+config and call sequence (docs/formats.md, "Directory pattern":
 PythonProfilingConfig StartStep 2, NumSteps 2, TRAIN steps 0..4), times left out.
 """
 

@@ -1,4 +1,4 @@
-"""The agent's S3 upload (issue 6) against a real S3-compatible server (moto_server on
+"""The agent's S3 upload (README, "Upload to S3 and crash repair") against a real S3-compatible server (moto_server on
 127.0.0.1), read back with boto3 and with smdebug 1.0.34's S3 readers.
 
 What is checked: every sealed file arrives with the same bytes and nothing temporary does;

@@ -404,7 +404,7 @@ mod tests {
         crate::launch::files_under(root).into_iter().filter(|f| !f.starts_with(".trainprof/")).collect()
     }
 
-    /// smdebug 1.0.34's own output (`spec/examples/generated_smdebug_1.0.34_…`): a sealed
+    /// smdebug 1.0.34's own output (docs/formats.md, "Timeline files"): a sealed
     /// file is byte for byte what a killed writer's prefix extends to.
     const TIMELINE: &str = r#"[
 {"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros": 1795316901767630}},

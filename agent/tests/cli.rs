@@ -796,7 +796,7 @@ fn the_agent_follows_the_interval_and_disable_profiler_while_it_runs() {
         .spawn()
         .unwrap();
     let is_tick =
-        |l: &Value| l["Type"] == "cpu" && l["Name"] == "total" && l["Dimension"] == "CPUUtilization";
+        |l: &Value| l["Type"] == "host" && l["Name"] == "AllCores" && l["Dimension"] == "BusyPercent";
     let cpu_ticks = || system_lines(&out_dir).iter().filter(|l| is_tick(l)).count();
     wait_for("ticks at 100 ms", || cpu_ticks() >= 3);
     write_config(&cfg, r#"{"ProfilingIntervalInMilliseconds": 100, "DisableProfiler": true}"#);

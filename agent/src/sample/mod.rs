@@ -107,13 +107,15 @@ pub fn vocabulary_ok(kind: &str, name: &str, dimension: &str) -> bool {
         IO => name != "MemoryUsedPercent" && dimension.is_empty(),
         NETWORK => dimension == "Algorithm",
         _ => {
-            let percent_like = ["CPU", "GPU", "Utilization", "Memory"].iter().any(|w| dimension.contains(w));
-            !["cpu", "gpu", "memory", "i/o", "network"].iter().any(|w| kind.contains(w))
-                && !percent_like_name(name)
-                && !(percent_like && !dimension.ends_with("Percent"))
-                && !matches!(dimension, "Algorithm" | "Platform" | "")
-                && !dimension.starts_with("CPUUtilization")
-                && !dimension.contains("I/OWait")
+            let taken_type = ["cpu", "gpu", "memory", "i/o", "network"].iter().any(|w| kind.contains(w));
+            let drawn_as_percent =
+                ["CPU", "GPU", "Utilization", "Memory"].iter().any(|w| dimension.contains(w));
+            let rule_dimension = matches!(dimension, "Algorithm" | "Platform" | "")
+                || dimension.starts_with("CPUUtilization")
+                || dimension.contains("I/OWait");
+            let is_percent = dimension.ends_with("Percent");
+            let bad = [taken_type, percent_like_name(name), drawn_as_percent && !is_percent, rule_dimension];
+            !bad.contains(&true)
         }
     }
 }

@@ -198,8 +198,8 @@ def collect(out_path, interval_s, cgroup_files, tree_cmd):
         cores = psutil.cpu_times_percent(percpu=True)
         busy = [100.0 - c.idle - c.iowait for c in cores]
         iow = [c.iowait for c in cores]
-        add("cpu", "total", "CPUUtilization", sum(busy) / len(busy))
-        add("cpu", "total", "I/OWaitPercentage", sum(iow) / len(iow))
+        add("host", "AllCores", "BusyPercent", sum(busy) / len(busy))
+        add("host", "AllCores", "IOWaitPercent", sum(iow) / len(iow))
         for i in range(len(cores)):
             add("cpu", "cpu%d" % i, "CPUUtilization", busy[i])
             add("cpu", "cpu%d" % i, "I/OWaitPercentage", iow[i])
@@ -211,8 +211,8 @@ def collect(out_path, interval_s, cgroup_files, tree_cmd):
         else:
             used, limit, basis = vm.total - vm.available, vm.total, "host"
         add("memory", "MemoryUsedPercent", "", 100.0 * used / limit)
-        add("memory", "MemoryUsedBytes", basis, used)
-        add("memory", "MemoryLimitBytes", basis, limit)
+        add("ram", "MemoryUsedBytes", basis, used)
+        add("ram", "MemoryLimitBytes", basis, limit)
 
         d = disk_totals()
         add("i/o", "IOPS", "", (d[0] - prev_disk[0]) / dt)

@@ -1,8 +1,8 @@
-//! The system metrics files (spec §2): JSON lines, one file per node and minute,
-//! `system/incremental/<UTC YYYYMMDDHH>/<window start s>.algo-<n>.json`.
+//! The system metrics files (`docs/formats.md`, `docs/on-disk.md`): JSON lines, one file per
+//! node and minute, `system/incremental/<UTC YYYYMMDDHH>/<window start s>.algo-<n>.json`.
 //!
 //! A file is written as `system/.<window start>.algo-<n>.<pid>.tmp` (no `.json` in the
-//! name, so no smdebug reader lists it, pitfall 18) and *sealed* when a tick falls in
+//! name, so no smdebug reader lists it) and *sealed* when a tick falls in
 //! another minute, or at the end: fsync, link to the final name, unlink, fsync of the
 //! folder. Every file call goes through `trainprof_output::fs` (`docs/on-disk.md`): the
 //! temporary file is created new (`O_EXCL | O_NOFOLLOW`), so a name planted under
@@ -13,6 +13,12 @@
 //! Every tick is one `write`, so a killed agent loses at most the tick being written (a
 //! failed write is cut off again, so no partial line stays); the next start repairs the
 //! temporary file (`agent/src/upload/repair.rs`).
+//!
+//! The job's last tick ([`SystemWriter::write_last_tick`]) goes into a file of its own, named
+//! by its own second, and the file before it gets a name below that second
+//! (`docs/formats.md`, "System files: names"): smdebug's profiler trial analyses 60 s
+//! windows from the oldest file name while a window starts before the newest one, so the
+//! newest name must be the job's end for the rules to see the whole job.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -40,6 +46,8 @@ struct Open {
     window_s: i64,
     /// The whole second of the first line.
     first_s: i64,
+    /// Named by its first line's second, never by the minute (the job's last tick).
+    by_second: bool,
     dir: Dir,
     tmp: String,
     file: File,
@@ -70,6 +78,8 @@ pub struct SystemWriter {
     counts: SystemCounts,
     /// A problem with `.trainprof/` said once.
     ledger_warned: bool,
+    /// The window start this writer's first sealed file was named by.
+    first_name_s: Option<i64>,
 }
 
 impl SystemWriter {
@@ -82,6 +92,7 @@ impl SystemWriter {
             buf: String::with_capacity(16 * 1024),
             counts: SystemCounts::default(),
             ledger_warned: false,
+            first_name_s: None,
         }
     }
 
@@ -103,7 +114,7 @@ impl SystemWriter {
     ) -> Result<Option<PathBuf>, SystemWriteError> {
         // Microseconds are all the readers keep (they compare in ns from a float); the
         // window is taken from the rounded time so every line is inside its file's minute.
-        let ts = (wall_s * 1e6).round() / 1e6;
+        let ts = round_us(wall_s);
         let window_s = (ts.floor() as i64).div_euclid(60) * 60;
         let sealed = match &self.open {
             Some(o) if o.window_s != window_s => self.seal().unwrap_or_else(|e| {
@@ -115,6 +126,62 @@ impl SystemWriter {
         if metrics.is_empty() {
             return Ok(sealed);
         }
+        self.format(ts, metrics);
+        let result = self.append(window_s, ts.floor() as i64, false, metrics.len() as u64);
+        if result.is_err() {
+            self.counts.ticks_lost += 1;
+        }
+        result.map(|()| sealed)
+    }
+
+    /// Writes the job's last tick (at the stop) into a file of its own, named by the tick's
+    /// second `E`, after sealing the open file under a name below `E`. smdebug's profiler
+    /// trial takes the newest system file name as the end of the data and its rules stop at
+    /// the first 60 s window that starts at or after it, so the newest name has to be the
+    /// job's end; a name only has to be ≤ every line inside (`docs/formats.md`, "System files:
+    /// names"). Returns the files sealed, the last tick's last.
+    pub fn write_last_tick(
+        &mut self,
+        wall_s: f64,
+        metrics: &[Metric],
+    ) -> Result<Vec<PathBuf>, SystemWriteError> {
+        let ts = round_us(wall_s);
+        let last_s = ts.floor() as i64;
+        let mut sealed = Vec::new();
+        match self.seal_below(Some(last_s)) {
+            Ok(p) => sealed.extend(p),
+            Err(e) => crate::log!("{e}; the file stays under its temporary name"),
+        }
+        if metrics.is_empty() {
+            return Ok(sealed);
+        }
+        self.format(ts, metrics);
+        if let Err(e) = self.append(last_s, last_s, true, metrics.len() as u64) {
+            self.counts.ticks_lost += 1;
+            return Err(e);
+        }
+        sealed.extend(self.seal()?);
+        Ok(sealed)
+    }
+
+    /// How long to wait before taking the last tick at `wall_s` so that it does not fall in
+    /// the first second of one of the trial's 60 s windows, counted from this writer's first
+    /// file name: there the newest name (its second) would be that window's start, which
+    /// the rules never analyse, and the tick would be left out. `None`: take it now.
+    pub fn last_tick_pause(&self, wall_s: f64) -> Option<std::time::Duration> {
+        let ts = round_us(wall_s);
+        let last_s = ts.floor() as i64;
+        let first = self.first_name_s.or_else(|| {
+            // The open file is the first: it is named by its first line's second, below the
+            // last tick's.
+            self.open.as_ref().map(|o| if o.first_s < last_s { o.first_s } else { o.first_s - 1 })
+        })?;
+        let on_boundary = last_s > first && (last_s - first) % 60 == 0;
+        on_boundary.then(|| std::time::Duration::from_secs_f64(((last_s + 1) as f64 - ts).max(0.0)))
+    }
+
+    /// The tick's lines into `buf`, all with the timestamp `ts`.
+    fn format(&mut self, ts: f64, metrics: &[Metric]) {
         self.buf.clear();
         for m in metrics {
             // Two decimals like the platform's files; large counts stay integers.
@@ -125,14 +192,9 @@ impl SystemWriter {
                 m.kind, m.name, m.dimension, v, self.node_id, ts
             );
         }
-        let result = self.append(window_s, ts.floor() as i64, metrics.len() as u64);
-        if result.is_err() {
-            self.counts.ticks_lost += 1;
-        }
-        result.map(|()| sealed)
     }
 
-    fn create(&self, window_s: i64, first_s: i64) -> Result<Open, SystemWriteError> {
+    fn create(&self, window_s: i64, first_s: i64, by_second: bool) -> Result<Open, SystemWriteError> {
         let system = self.root.join("system");
         let dir =
             Dir::open_root(&self.root, true).and_then(|r| r.sub("system", true)).map_err(io_err(&system))?;
@@ -149,7 +211,7 @@ impl SystemWriter {
                     if let Err(e) = file.try_lock() {
                         crate::log!("cannot lock {}: {e}", dir.display(&tmp).display());
                     }
-                    return Ok(Open { window_s, first_s, dir, tmp, file, lines: 0, len: 0 });
+                    return Ok(Open { window_s, first_s, by_second, dir, tmp, file, lines: 0, len: 0 });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
                 Err(e) => return Err(io_err(&dir.display(&tmp))(e)),
@@ -159,9 +221,15 @@ impl SystemWriter {
         Err(io_err(&system)(e))
     }
 
-    fn append(&mut self, window_s: i64, first_s: i64, lines: u64) -> Result<(), SystemWriteError> {
+    fn append(
+        &mut self,
+        window_s: i64,
+        first_s: i64,
+        by_second: bool,
+        lines: u64,
+    ) -> Result<(), SystemWriteError> {
         if self.open.is_none() {
-            self.open = Some(self.create(window_s, first_s)?);
+            self.open = Some(self.create(window_s, first_s, by_second)?);
         }
         let Some(o) = self.open.as_mut() else { return Ok(()) };
         // One write per tick: nothing sits in a user-space buffer if the agent is killed.
@@ -180,23 +248,35 @@ impl SystemWriter {
     /// Seals the open file, if any, and returns its final path. A file that cannot be
     /// sealed stays under its temporary name (counted) for the next start to repair.
     pub fn seal(&mut self) -> Result<Option<PathBuf>, SystemWriteError> {
+        self.seal_below(None)
+    }
+
+    /// [`Self::seal`], with a name below the second `below` when one is given.
+    fn seal_below(&mut self, below: Option<i64>) -> Result<Option<PathBuf>, SystemWriteError> {
         let Some(o) = self.open.take() else { return Ok(None) };
         if o.lines == 0 {
             let _ = o.dir.unlink_if_same(&o.tmp, &o.file);
             return Ok(None);
         }
-        let result = self.place(o);
+        let result = self.place(o, below);
         if result.is_err() {
             self.counts.seal_failures += 1;
         }
         result.map(Some)
     }
 
-    fn place(&mut self, o: Open) -> Result<PathBuf, SystemWriteError> {
+    fn place(&mut self, o: Open, below: Option<i64>) -> Result<PathBuf, SystemWriteError> {
         let tmp_path = o.dir.display(&o.tmp);
         o.file.sync_all().map_err(io_err(&tmp_path))?;
-        let first = (self.counts.files_sealed > 0).then_some(o.window_s);
-        let names = trainprof_output::system_names(first, o.first_s, self.algo_n);
+        // The minute, but for a writer's first file and the last tick's; then the first
+        // line's second and each second before it (`docs/on-disk.md`, "Names").
+        let minute = (self.counts.files_sealed > 0 && !o.by_second).then_some(o.window_s);
+        let algo_n = self.algo_n;
+        let names = minute
+            .into_iter()
+            .chain(trainprof_output::system_first_names(o.first_s))
+            .filter(move |s| below.is_none_or(|b| *s < b))
+            .map(move |s| trainprof_output::system_file(s, algo_n));
         // The file (and its lock) lives until it has its name, so that a repair never
         // takes it for a dead writer's.
         let root = Dir::open_root(&self.root, false).map_err(io_err(&self.root))?;
@@ -204,8 +284,21 @@ impl SystemWriter {
         drop(o.file);
         let rel = placed.map_err(io_err(&tmp_path))?;
         self.counts.files_sealed += 1;
+        if self.first_name_s.is_none() {
+            self.first_name_s = window_start_of(&rel);
+        }
         Ok(self.root.join(rel))
     }
+}
+
+/// `wall_s` to the microsecond: all the readers keep (they compare in ns from a float).
+fn round_us(wall_s: f64) -> f64 {
+    (wall_s * 1e6).round() / 1e6
+}
+
+/// The window start (seconds) in a sealed system file's path.
+fn window_start_of(rel: &str) -> Option<i64> {
+    rel.rsplit('/').next()?.split('.').next()?.parse().ok()
 }
 
 /// Gives the synced temporary file `dir/tmp` the first free name of `names` (paths
@@ -255,7 +348,7 @@ impl Drop for SystemWriter {
     }
 }
 
-/// `algo-<n>` for this host (issue 5 §2): `current_host` of the resource config when it
+/// `algo-<n>` for this host (README, "`trainprof agent` and `trainprof run`"): `current_host` of the resource config when it
 /// reads `algo-<n>`; else the host's position in its `hosts` list + 1; else a node-rank
 /// variable + 1; else 1.
 pub fn algo_index(resource_config: Option<&serde_json::Value>, var: impl Fn(&str) -> Option<String>) -> u32 {
@@ -410,6 +503,102 @@ mod tests {
         w.write_tick(1_595_455_700.0, &[]).unwrap();
         assert_eq!(w.seal().unwrap(), None);
         assert_eq!(files(&root).len(), 5);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_last_tick_has_a_file_of_its_own_named_by_its_second() {
+        let root = tmpdir("last");
+        let dir = "system/incremental/2020072222";
+        let mut w = SystemWriter::new(&root, 1);
+        // A job from …630.5 to …700.4: its first file, the minute …680, the last tick.
+        w.write_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
+        w.write_tick(1_595_455_690.5, tick(2.0).as_slice()).unwrap();
+        w.write_tick(1_595_455_700.2, tick(3.0).as_slice()).unwrap();
+        assert_eq!(w.last_tick_pause(1_595_455_700.4), None);
+        let sealed = w.write_last_tick(1_595_455_700.4, tick(4.0).as_slice()).unwrap();
+        assert_eq!(
+            sealed,
+            [
+                root.join(format!("{dir}/1595455680.algo-1.json")),
+                root.join(format!("{dir}/1595455700.algo-1.json"))
+            ]
+        );
+        let last = std::fs::read_to_string(&sealed[1]).unwrap();
+        assert_eq!(last.lines().count(), 2);
+        assert!(last.lines().all(|l| l.ends_with(r#""Timestamp":1595455700.4}"#)), "{last}");
+        assert_eq!(w.counts(), SystemCounts { files_sealed: 3, lines: 8, ..SystemCounts::default() });
+        drop(w);
+        assert_eq!(
+            files(&root),
+            [
+                format!("{dir}/1595455630.algo-1.json"),
+                format!("{dir}/1595455680.algo-1.json"),
+                format!("{dir}/1595455700.algo-1.json"),
+            ]
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+
+        // The last tick in the first second of a minute that already has a tick: that
+        // file takes the second before the minute, below the last tick's name.
+        let root = tmpdir("last-minute");
+        let mut w = SystemWriter::new(&root, 1);
+        w.write_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
+        w.write_tick(1_595_455_680.1, tick(2.0).as_slice()).unwrap();
+        w.write_last_tick(1_595_455_680.3, tick(3.0).as_slice()).unwrap();
+        assert_eq!(
+            files(&root),
+            [
+                format!("{dir}/1595455630.algo-1.json"),
+                format!("{dir}/1595455679.algo-1.json"),
+                format!("{dir}/1595455680.algo-1.json"),
+            ]
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+
+        // A job that is only its last tick: one file, named by that tick's second.
+        let root = tmpdir("last-only");
+        let mut w = SystemWriter::new(&root, 1);
+        assert_eq!(w.last_tick_pause(1_595_455_630.5), None);
+        w.write_last_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
+        assert_eq!(files(&root), [format!("{dir}/1595455630.algo-1.json")]);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_last_name_is_never_reused_and_stays_the_newest() {
+        let root = tmpdir("last-taken");
+        let dir = "system/incremental/2020072222";
+        // An earlier agent gave …650 and …649 (recorded, the files uploaded and gone).
+        std::fs::create_dir_all(root.join(".trainprof")).unwrap();
+        let used =
+            [1_595_455_650, 1_595_455_649].map(|s| trainprof_output::system_file(s, 1) + "\n").concat();
+        std::fs::write(root.join(".trainprof/system-names"), used).unwrap();
+        let mut w = SystemWriter::new(&root, 1);
+        w.write_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
+        w.write_last_tick(1_595_455_650.5, tick(2.0).as_slice()).unwrap();
+        assert_eq!(
+            files(&root),
+            [format!("{dir}/1595455630.algo-1.json"), format!("{dir}/1595455648.algo-1.json")]
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_last_tick_on_a_window_start_is_told_to_wait_for_the_next_second() {
+        let root = tmpdir("last-pause");
+        let mut w = SystemWriter::new(&root, 1);
+        // The first file will be …630 (its first line's second): the rules' windows start
+        // at …630 + 60 k.
+        w.write_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
+        assert_eq!(w.last_tick_pause(1_595_455_689.9), None);
+        let wait = w.last_tick_pause(1_595_455_690.25).unwrap();
+        assert!((wait.as_secs_f64() - 0.75).abs() < 1e-6, "{wait:?}");
+        assert!(w.last_tick_pause(1_595_455_750.0).is_some());
+        // Once sealed, the first file's name counts, whatever the open file is.
+        w.write_tick(1_595_455_700.5, tick(2.0).as_slice()).unwrap();
+        assert!(w.last_tick_pause(1_595_455_750.1).is_some());
+        assert_eq!(w.last_tick_pause(1_595_455_751.1), None);
         std::fs::remove_dir_all(&root).unwrap();
     }
 

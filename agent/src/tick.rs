@@ -19,6 +19,8 @@ pub trait Clock {
     fn wall_s(&self) -> f64;
     /// Waits until `mono() >= deadline` or a stop is requested; true when stopping.
     fn wait_until(&self, deadline: Duration) -> bool;
+    /// Waits `d`, stop requested or not (the short waits before the last tick).
+    fn pause(&self, d: Duration);
 }
 
 /// A stop request that wakes the loop at once.
@@ -82,9 +84,14 @@ impl Clock for SystemClock {
             stopped = cv.wait_timeout(stopped, wait).unwrap_or_else(PoisonError::into_inner).0;
         }
     }
+
+    fn pause(&self, d: Duration) {
+        std::thread::sleep(d);
+    }
 }
 
-/// The shortest stretch a last tick at the stop covers (unless it is the only tick).
+/// The shortest stretch a last tick at the stop covers (unless it is the only tick): the
+/// last tick waits for it, for jiffy-based CPU figures (10 ms resolution) to mean something.
 const LAST_TICK_MIN: Duration = Duration::from_millis(50);
 
 /// One sampler and what the loop knows about its health.
@@ -238,6 +245,21 @@ impl Ticker {
 
     /// One tick: every sampler, then one write.
     pub fn tick(&mut self, mono: Duration, wall_s: f64) {
+        self.sample(mono);
+        let written = self.writer.write_tick(wall_s, self.metrics.as_slice()).map(|s| s.is_some());
+        self.written(written);
+    }
+
+    /// The job's last tick, in a file of its own named by its second (the writer's
+    /// [`SystemWriter::write_last_tick`]).
+    fn last_tick(&mut self, mono: Duration, wall_s: f64) {
+        self.sample(mono);
+        let written = self.writer.write_last_tick(wall_s, self.metrics.as_slice()).map(|s| !s.is_empty());
+        self.written(written);
+    }
+
+    /// Every sampler into the buffer.
+    fn sample(&mut self, mono: Duration) {
         self.ticks += 1;
         self.metrics.clear();
         for s in &mut self.sources {
@@ -257,9 +279,13 @@ impl Ticker {
                 }
             }
         }
-        match self.writer.write_tick(wall_s, self.metrics.as_slice()) {
+    }
+
+    /// Wakes the uploader when a file was sealed; logs a change of the writing state.
+    fn written(&mut self, result: Result<bool, crate::system::SystemWriteError>) {
+        match result {
             Ok(sealed) => {
-                if let (Some(_), Some(w)) = (sealed, &self.on_seal) {
+                if let (true, Some(w)) = (sealed, &self.on_seal) {
                     w.wake();
                 }
                 if std::mem::take(&mut self.write_failing) {
@@ -276,7 +302,9 @@ impl Ticker {
 
     /// Runs ticks until `clock` says stop, takes a last tick for the time since the
     /// previous one (so a job shorter than one interval still leaves a system file, which
-    /// smdebug's `ProfilerTrial` waits for), then seals the open file.
+    /// smdebug's `ProfilerTrial` waits for) in a file of its own named by its second
+    /// (`docs/formats.md`, "System files: names"), then seals the open file. The stop may
+    /// be the trainer's exit (`run`) or a signal (`agent`): the same path.
     pub fn run(&mut self, clock: &dyn Clock) {
         let mut start = clock.mono();
         let mut last = start;
@@ -284,11 +312,18 @@ impl Ticker {
         loop {
             let deadline = start + self.interval.saturating_mul(u32::try_from(k).unwrap_or(u32::MAX));
             if clock.wait_until(deadline) {
-                // Always when there was no tick yet; else when the stretch is long enough
-                // for jiffy-based CPU figures (10 ms resolution) to mean something.
-                let now = clock.mono();
-                if self.enabled && (self.ticks == 0 || now.saturating_sub(last) >= LAST_TICK_MIN) {
-                    self.tick(now, clock.wall_s());
+                if self.enabled {
+                    // A stretch long enough for the CPU figures, unless it is the only tick.
+                    let since = clock.mono().saturating_sub(last);
+                    if self.ticks > 0 && since < LAST_TICK_MIN {
+                        clock.pause(LAST_TICK_MIN - since);
+                    }
+                    // Not in the first second of one of the trial's windows (≤ 1 s, one
+                    // stop in 60).
+                    if let Some(d) = self.writer.last_tick_pause(clock.wall_s()) {
+                        clock.pause(d);
+                    }
+                    self.last_tick(clock.mono(), clock.wall_s());
                 }
                 break;
             }
@@ -384,6 +419,9 @@ mod tests {
             self.set(self.mono().max(deadline));
             false
         }
+        fn pause(&self, d: Duration) {
+            self.set(self.mono() + d);
+        }
     }
 
     /// Reports the time it was called at; takes `cost` of (fake) time on the calls listed
@@ -431,6 +469,134 @@ mod tests {
         out
     }
 
+    /// The window starts in the names of the sealed system files, in order.
+    fn names(root: &Path) -> Vec<i64> {
+        let mut out: Vec<i64> = crate::launch::files_under(&root.join("system"))
+            .iter()
+            .filter_map(|f| f.rsplit('/').next()?.split('.').next()?.parse().ok())
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// The timestamps of the `cpu` lines smdebug's profiler trial hands its rules, as its
+    /// rules walk it: 60 s windows from the oldest file name, while a window starts before
+    /// the newest name (`ProfilerTrial.wait_for_data`), each window's lines taken with both
+    /// ends included (the system reader's `get_events`).
+    fn seen_by_rules(root: &Path) -> Vec<f64> {
+        let names = names(root);
+        let (first, latest) = (names[0] * 1_000_000, names[names.len() - 1] * 1_000_000);
+        let stamps: Vec<f64> = lines(root)
+            .iter()
+            .filter(|l| l["Type"] == "cpu")
+            .map(|l| l["Timestamp"].as_f64().unwrap())
+            .collect();
+        let mut seen = Vec::new();
+        let mut start = first;
+        while start < latest {
+            let end = start + 60_000_000;
+            let ns = |us: i64| us as f64 * 1e3;
+            seen.extend(stamps.iter().filter(|t| (ns(start)..=ns(end)).contains(&(**t * 1e9))));
+            start = end;
+        }
+        seen
+    }
+
+    fn cpu_stamps(root: &Path) -> Vec<f64> {
+        lines(root).iter().filter(|l| l["Type"] == "cpu").map(|l| l["Timestamp"].as_f64().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_job_inside_one_minute_ends_in_a_file_named_by_its_last_second() {
+        // Ticks at …625.1 to …627.9; stopped at …628.25 (`run`: the trainer exited;
+        // `agent`: a signal; both end the loop the same way).
+        let clock = FakeClock::new(1_595_455_625.0, 3250);
+        let dir = root("short");
+        let probe =
+            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
+        let mut t =
+            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        t.run(&*clock);
+        assert_eq!(t.counts().ticks, 33);
+        // The first file by its first line's second, the last tick alone by its own.
+        assert_eq!(names(&dir), [1_595_455_625, 1_595_455_628]);
+        let last = std::fs::read_to_string(dir.join("system/incremental/2020072222/1595455628.algo-1.json"))
+            .unwrap();
+        assert_eq!(last.lines().count(), 2);
+        assert!(last.contains(r#""Timestamp":1595455628.25}"#), "{last}");
+        // Every tick is in a window the rules analyse.
+        let all = cpu_stamps(&dir);
+        assert_eq!(all.len(), 33);
+        assert_eq!(seen_by_rules(&dir), all);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_last_tick_in_the_same_second_as_the_first_gets_a_later_name() {
+        // Ticks at …625.1 to …625.7, the stop at …625.75: the first file takes the second
+        // before its first line, so the newest name is still the newest.
+        let clock = FakeClock::new(1_595_455_625.0, 750);
+        let dir = root("one-second");
+        let probe =
+            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
+        let mut t =
+            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        t.run(&*clock);
+        assert_eq!(names(&dir), [1_595_455_624, 1_595_455_625]);
+        let all = cpu_stamps(&dir);
+        assert_eq!(all.len(), 8);
+        assert_eq!(seen_by_rules(&dir), all);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_stop_just_after_a_tick_waits_for_a_measurable_stretch() {
+        // The stop comes 10 ms after the tick at 300: the last tick is taken at 350.
+        let clock = FakeClock::new(1_595_455_625.0, 310);
+        let dir = root("close-stop");
+        let probe =
+            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
+        let mut t =
+            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        t.run(&*clock);
+        let cpu: Vec<f64> =
+            lines(&dir).iter().filter(|l| l["Type"] == "cpu").map(|l| l["Value"].as_f64().unwrap()).collect();
+        assert_eq!(cpu, [100.0, 200.0, 300.0, 350.0]);
+        assert_eq!(names(&dir), [1_595_455_624, 1_595_455_625]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_last_tick_at_the_start_of_a_window_waits_for_the_next_second() {
+        // First file …610 (first line …610.8); the stop at …670.5 would name the last file
+        // …670 = …610 + 60: the rules' last window would be [610, 670] and the tick at
+        // 670.5 outside it. It waits for …671.0 instead.
+        let clock = FakeClock::new(1_595_455_609.8, 60_700);
+        let dir = root("boundary");
+        let probe =
+            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
+        let mut t =
+            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(1000));
+        t.run(&*clock);
+        assert_eq!(names(&dir), [1_595_455_610, 1_595_455_620, 1_595_455_671]);
+        let all = cpu_stamps(&dir);
+        assert_eq!(*all.last().unwrap(), 1_595_455_671.0);
+        assert_eq!(seen_by_rules(&dir), all);
+        // Elsewhere in a second, no wait: the stop at …669.7 is taken then.
+        let clock = FakeClock::new(1_595_455_609.8, 59_900);
+        let dir2 = root("no-boundary");
+        let probe =
+            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
+        let mut t =
+            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir2, 1), Duration::from_millis(1000));
+        t.run(&*clock);
+        let all = cpu_stamps(&dir2);
+        assert_eq!(*all.last().unwrap(), 1_595_455_669.7);
+        assert_eq!(seen_by_rules(&dir2), all);
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&dir2).unwrap();
+    }
+
     #[test]
     fn ticks_do_not_drift_and_late_ones_are_skipped_not_queued() {
         // The minute changes 1 s in (…620).
@@ -460,10 +626,12 @@ mod tests {
         // …the last one at the stop.
         assert_eq!(c.ticks, 18);
         assert_eq!(c.skipped, 3);
-        // Both metrics of a tick share one timestamp; the minute boundary split the files.
+        // Both metrics of a tick share one timestamp; the minute boundary split the files,
+        // and the last tick has a file of its own.
         let all = lines(&dir);
         assert!(all.chunks(2).all(|p| p[0]["Timestamp"] == p[1]["Timestamp"]));
-        assert_eq!(c.system.files_sealed, 2);
+        assert_eq!(c.system.files_sealed, 3);
+        assert_eq!(names(&dir), [1_595_455_619, 1_595_455_620, 1_595_455_621]);
         assert_eq!(c.system.lines, 36);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -538,8 +706,8 @@ mod tests {
         assert_eq!(cpu, expected);
         let c = t.counts();
         assert_eq!((c.ticks, c.skipped), (11, 0));
-        // The pause sealed the file written so far.
-        assert_eq!(c.system.files_sealed, 2);
+        // The pause sealed the file written so far; the last tick has a file of its own.
+        assert_eq!(c.system.files_sealed, 3);
         assert_eq!(t.interval(), ms(200));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -372,6 +372,47 @@ fn agent_runs_until_sigterm_then_seals() {
 }
 
 #[test]
+fn a_stopped_agent_ends_in_a_file_named_by_its_last_tick() {
+    // smdebug's profiler trial analyses up to the newest system file name: the tick taken at
+    // the signal is alone in the newest file, named by its own second.
+    let d = scratch("agent-last");
+    let child = command(&["agent", "--interval-ms", "100", "--local-path", d.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let wall = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    // system_lines reads the temporary file too.
+    wait_for("five ticks", || {
+        system_lines(&d).iter().filter(|l| l["Name"] == "cpu0" && l["Dimension"] == "CPUUtilization").count()
+            >= 5
+    });
+    let signalled = wall();
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut system = assert_sealed(&d);
+    system.sort_by_key(|f| f.rsplit('/').next().unwrap().to_owned());
+    assert!(system.len() >= 2, "{system:?}");
+    let newest = system.last().unwrap();
+    let stamps: std::collections::BTreeSet<String> = std::fs::read_to_string(d.join(newest))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["Timestamp"].to_string())
+        .collect();
+    assert_eq!(stamps.len(), 1, "one tick in {newest}: {stamps:?}");
+    let last: f64 = stamps.first().unwrap().parse().unwrap();
+    assert!(last >= signalled, "the last tick ({last}) is taken at the signal ({signalled})");
+    let name: i64 = newest.rsplit('/').next().unwrap().split('.').next().unwrap().parse().unwrap();
+    assert_eq!(name, last.floor() as i64, "{newest}");
+    // Every other file has an older name; no tick is newer than the last.
+    let name_of = |f: &String| f.rsplit('/').next().unwrap().to_owned();
+    assert!(name_of(&system[system.len() - 2]) < name_of(newest), "{system:?}");
+    let newest_tick = system_lines(&d).iter().filter_map(|l| l["Timestamp"].as_f64()).fold(0.0, f64::max);
+    assert_eq!(newest_tick, last);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
 fn an_unwritable_chosen_folder_stops_the_agent_but_never_the_training() {
     let d = scratch("unwritable");
     std::fs::write(d.join("file"), b"x").unwrap();
@@ -796,7 +837,7 @@ fn the_agent_follows_the_interval_and_disable_profiler_while_it_runs() {
         .spawn()
         .unwrap();
     let is_tick =
-        |l: &Value| l["Type"] == "cpu" && l["Name"] == "total" && l["Dimension"] == "CPUUtilization";
+        |l: &Value| l["Type"] == "host" && l["Name"] == "AllCores" && l["Dimension"] == "BusyPercent";
     let cpu_ticks = || system_lines(&out_dir).iter().filter(|l| is_tick(l)).count();
     wait_for("ticks at 100 ms", || cpu_ticks() >= 3);
     write_config(&cfg, r#"{"ProfilingIntervalInMilliseconds": 100, "DisableProfiler": true}"#);

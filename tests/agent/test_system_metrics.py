@@ -1,5 +1,5 @@
 """`trainprof run` around a CPU-burning command, read back by smdebug 1.0.34's
-LocalSystemMetricsReader (the compatibility oracle for system metrics files, spec §2).
+LocalSystemMetricsReader (the compatibility oracle for system metrics files, docs/formats.md).
 
 The GPU rows come from a fake libnvidia-ml.so.1 built here with cc from the agent's test
 source (agent/tests/c/fake_nvml.c): two GPUs, gpu1 without power readings. Everything
@@ -28,8 +28,8 @@ while time.time() - t < 3.0:
 sys.exit(4)
 """
 
-# (Type, Name prefix or exact Name, Dimension) that must be there: spec §2.3's
-# vocabulary, then trainprof's own.
+# (Type, Name prefix or exact Name, Dimension) that must be there: smdebug's vocabulary,
+# then trainprof's own (docs/formats.md, "System metrics: vocabulary").
 REQUIRED = [
     ("cpu", "cpu", "CPUUtilization"),
     ("cpu", "cpu", "I/OWaitPercentage"),
@@ -43,6 +43,10 @@ REQUIRED = [
     ("network", "TransmitBytesPerSecond", "Algorithm"),
     ("trainer", "CPUPercent", "ProcessTree"),
     ("trainer", "RSSBytes", "ProcessTree"),
+    ("host", "AllCores", "BusyPercent"),
+    ("host", "AllCores", "IOWaitPercent"),
+    ("accelerator", "device", "PowerWatts"),
+    ("accelerator", "device", "MemUsedBytes"),
 ]
 
 
@@ -99,9 +103,12 @@ def test_every_type_and_dimension_and_all_cores(burned):
         assert ("cpu", f"cpu{core}", "CPUUtilization") in seen
         assert ("cpu", f"cpu{core}", "I/OWaitPercentage") in seen
     assert {n for t, n, d in seen if t == "gpu"} == {"gpu0", "gpu1"}
+    # Bytes of the cgroup's limit when there is one, else of the host's memory.
+    assert {("ram", "MemoryUsedBytes"), ("ram", "MemoryLimitBytes")} <= {
+        (t, n) for t, n, d in seen if d in ("host", "cgroup")}
     # The fake gpu1 does not support power: switched off for it alone.
-    assert ("gpu", "gpu0", "GPUPowerWatts") in seen
-    assert ("gpu", "gpu1", "GPUPowerWatts") not in seen
+    assert ("accelerator", "device0", "PowerWatts") in seen
+    assert ("accelerator", "device1", "PowerWatts") not in seen
     assert all(e.node_id == "algo-1" for e in events)
 
 

@@ -1,14 +1,15 @@
 //! CPU utilisation and I/O wait per core and in total, from `/proc/stat`.
 //!
 //! Per core `cpuN`: Type `cpu`, Dimensions `CPUUtilization` and `I/OWaitPercentage` (the
-//! vocabulary of spec §2.3). The machine total is Name `total` with the same Dimensions:
-//! it does not start with `cpu`, so smdebug's numpy reader (which keeps Names starting
-//! with `cpu`) does not mistake it for a core. These are host numbers; the container's
-//! use against its quota comes from the cgroup sampler.
+//! vocabulary of `docs/formats.md`). The machine total is Type `host`, Name `AllCores`,
+//! Dimensions `BusyPercent` and `IOWaitPercent`: smdebug's rules count every Name with
+//! Dimension `CPUUtilization` as a core, and its analysis takes every row under a Type
+//! containing `cpu` as one core's figure. These are host numbers; the container's use
+//! against its quota comes from the cgroup sampler.
 
 use std::time::Duration;
 
-use super::{Metrics, Name, ProcFile, SampleError, Sampler, fields, parse_u64, percent};
+use super::{CPU, HOST, Metrics, Name, ProcFile, SampleError, Sampler, fields, parse_u64, percent};
 
 /// The jiffy counters of one `cpu` line that matter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -117,12 +118,16 @@ impl Sampler for CpuSampler {
             // Match by core, not by position: a core going offline shifts the lines.
             let Some(prev) = self.prev.iter().find(|p| p.core == line.core) else { continue };
             let (busy, iowait) = utilisation(prev.times, line.times);
-            let name = match line.core {
-                Some(i) => Name::Indexed("cpu", i),
-                None => Name::Static("total"),
-            };
-            out.push("cpu", name, "CPUUtilization", busy);
-            out.push("cpu", name, "I/OWaitPercentage", iowait);
+            match line.core {
+                Some(i) => {
+                    out.push(CPU, Name::Indexed("cpu", i), "CPUUtilization", busy);
+                    out.push(CPU, Name::Indexed("cpu", i), "I/OWaitPercentage", iowait);
+                }
+                None => {
+                    out.push(HOST, Name::Static("AllCores"), "BusyPercent", busy);
+                    out.push(HOST, Name::Static("AllCores"), "IOWaitPercent", iowait);
+                }
+            }
         }
         std::mem::swap(&mut self.prev, &mut self.cur);
         Ok(())
@@ -183,9 +188,13 @@ intr 12345 1 2 3\n";
         assert_eq!(m.get("cpu", "cpu0", "I/OWaitPercentage"), Some(0.0));
         assert_eq!(m.get("cpu", "cpu1", "CPUUtilization"), Some(0.0));
         assert_eq!(m.get("cpu", "cpu1", "I/OWaitPercentage"), Some(50.0));
-        assert_eq!(m.get("cpu", "total", "CPUUtilization"), Some(50.0));
-        assert_eq!(m.get("cpu", "total", "I/OWaitPercentage"), Some(25.0));
+        assert_eq!(m.get("host", "AllCores", "BusyPercent"), Some(50.0));
+        assert_eq!(m.get("host", "AllCores", "IOWaitPercent"), Some(25.0));
         assert_eq!(m.len(), 6);
+        // Under Type `cpu`, one Name per core and nothing else.
+        let cores: std::collections::BTreeSet<_> =
+            m.as_slice().iter().filter(|x| x.kind == "cpu").map(|x| x.name.to_string()).collect();
+        assert_eq!(cores.into_iter().collect::<Vec<_>>(), ["cpu0", "cpu1"]);
         // cpu1 goes offline: cpu0 keeps its own history.
         std::fs::write(dir.join("stat"), "cpu  300 0 50 850 100 0 0 0 0 0\ncpu0 250 0 25 400 25 0 0 0 0 0\n")
             .unwrap();

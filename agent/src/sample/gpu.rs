@@ -1,21 +1,25 @@
 //! GPUs through NVML (`libnvidia-ml.so.1`, loaded at run time by `nvml-wrapper`).
 //!
-//! Per GPU `i` and tick, Type `gpu`, Name `gpu<i>` (the NVML index, as `nvidia-smi` shows it):
+//! Per GPU `i` (the NVML index, as `nvidia-smi` shows it) and tick, in the vocabulary of
+//! `docs/formats.md`:
 //!
-//! | Dimension | from | unit |
-//! |---|---|---|
-//! | `GPUUtilization` | `nvmlDeviceGetUtilizationRates().gpu` | % |
-//! | `GPUMemoryUtilization` | memory used / total (`nvmlDeviceGetMemoryInfo_v2`) | % |
-//! | `GPUMemoryBusyPercent` | `nvmlDeviceGetUtilizationRates().memory` | % |
-//! | `GPUMemUsedBytes` | memory used | bytes |
-//! | `GPUPowerWatts` | `nvmlDeviceGetPowerUsage` / 1000 | W |
-//! | `GPUTemperatureCelsius` | `nvmlDeviceGetTemperature(GPU)` | °C |
-//! | `GPUSMClockMHz` | `nvmlDeviceGetClockInfo(SM)` | MHz |
+//! | Type | Name | Dimension | from | unit |
+//! |---|---|---|---|---|
+//! | `gpu` | `gpu<i>` | `GPUUtilization` | `nvmlDeviceGetUtilizationRates().gpu` | % |
+//! | `gpu` | `gpu<i>` | `GPUMemoryUtilization` | memory used / total (`nvmlDeviceGetMemoryInfo_v2`) | % |
+//! | `accelerator` | `device<i>` | `MemoryBusyPercent` | `nvmlDeviceGetUtilizationRates().memory` | % |
+//! | `accelerator` | `device<i>` | `MemUsedBytes` | memory used | bytes |
+//! | `accelerator` | `device<i>` | `PowerWatts` | `nvmlDeviceGetPowerUsage` / 1000 | W |
+//! | `accelerator` | `device<i>` | `TemperatureCelsius` | `nvmlDeviceGetTemperature(GPU)` | °C |
+//! | `accelerator` | `device<i>` | `SMClockMHz` | `nvmlDeviceGetClockInfo(SM)` | MHz |
 //!
 //! `GPUMemoryUtilization` is the memory *footprint*, which is what the SageMaker rules read
 //! (smdebug computes it the same way); NVML's own "memory utilization" (time the memory
-//! controller was busy) is `GPUMemoryBusyPercent`. `GPUMemUsedBytes` deliberately avoids the
-//! word "Memory": smdebug's charts draw every dimension containing it as a percentage.
+//! controller was busy) is `MemoryBusyPercent`. Only the two percentages the analysis
+//! expects are under Type `gpu` (smdebug's analysis takes every row under a Type containing
+//! `gpu` for a GPU percentage); the rest is under `accelerator`, with Names that do not start
+//! with `gpu` (the numpy reader keeps those) and Dimensions without `GPU` (the heatmap draws
+//! those as percentages). `MemUsedBytes` avoids the word "Memory" for the same reason.
 //!
 //! The values come through the [`GpuSource`] trait: [`NvmlSource`] on a real machine, a
 //! scripted double in the unit tests, and the real `NvmlSource` over a fake
@@ -41,7 +45,7 @@ use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
-use super::{Metrics, Name, SampleError, Sampler, percent};
+use super::{ACCELERATOR, GPU, Metrics, Name, SampleError, Sampler, percent};
 use crate::log;
 
 /// The environment variable naming another NVML library (a path), e.g. a fake one for tests.
@@ -55,14 +59,23 @@ pub fn lib_from_env() -> Option<OsString> {
     std::env::var_os(LIB_ENV).filter(|v| !v.is_empty())
 }
 
-const KIND: &str = "gpu";
 pub const GPU_UTILIZATION: &str = "GPUUtilization";
 pub const GPU_MEMORY_UTILIZATION: &str = "GPUMemoryUtilization";
-pub const GPU_MEMORY_BUSY_PERCENT: &str = "GPUMemoryBusyPercent";
-pub const GPU_MEM_USED_BYTES: &str = "GPUMemUsedBytes";
-pub const GPU_POWER_WATTS: &str = "GPUPowerWatts";
-pub const GPU_TEMPERATURE_CELSIUS: &str = "GPUTemperatureCelsius";
-pub const GPU_SM_CLOCK_MHZ: &str = "GPUSMClockMHz";
+pub const GPU_MEMORY_BUSY_PERCENT: &str = "MemoryBusyPercent";
+pub const GPU_MEM_USED_BYTES: &str = "MemUsedBytes";
+pub const GPU_POWER_WATTS: &str = "PowerWatts";
+pub const GPU_TEMPERATURE_CELSIUS: &str = "TemperatureCelsius";
+pub const GPU_SM_CLOCK_MHZ: &str = "SMClockMHz";
+
+/// The Type and Name of GPU `index`'s `dimension`: `gpu` / `gpu<i>` for the two
+/// percentages the analysis reads, `accelerator` / `device<i>` for the rest.
+pub fn placed(dimension: &str, index: u32) -> (&'static str, Name) {
+    if dimension == GPU_UTILIZATION || dimension == GPU_MEMORY_UTILIZATION {
+        (GPU, Name::Indexed("gpu", index))
+    } else {
+        (ACCELERATOR, Name::Indexed("device", index))
+    }
+}
 
 /// One NVML call per GPU and tick; the unit that is switched off when a GPU lacks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -81,8 +94,8 @@ impl Query {
     /// The dimensions this query fills, for log lines.
     pub fn dimensions(self) -> &'static str {
         match self {
-            Query::Utilization => "GPUUtilization, GPUMemoryBusyPercent",
-            Query::Memory => "GPUMemoryUtilization, GPUMemUsedBytes",
+            Query::Utilization => "GPUUtilization, MemoryBusyPercent",
+            Query::Memory => "GPUMemoryUtilization, MemUsedBytes",
             Query::Power => GPU_POWER_WATTS,
             Query::Temperature => GPU_TEMPERATURE_CELSIUS,
             Query::SmClock => GPU_SM_CLOCK_MHZ,
@@ -105,20 +118,24 @@ pub enum Reading {
 }
 
 impl Reading {
-    fn push(self, name: Name, out: &mut Metrics) {
+    fn push(self, index: u32, out: &mut Metrics) {
+        let mut put = |dimension: &'static str, value: f64| {
+            let (kind, name) = placed(dimension, index);
+            out.push(kind, name, dimension, value);
+        };
         match self {
             Reading::Utilization { gpu_percent, memory_busy_percent } => {
-                out.push(KIND, name, GPU_UTILIZATION, f64::from(gpu_percent));
-                out.push(KIND, name, GPU_MEMORY_BUSY_PERCENT, f64::from(memory_busy_percent));
+                put(GPU_UTILIZATION, f64::from(gpu_percent));
+                put(GPU_MEMORY_BUSY_PERCENT, f64::from(memory_busy_percent));
             }
             Reading::Memory { used_bytes, total_bytes } => {
                 // Total 0 (never seen, but a broken board could say so) gives NaN: left out.
-                out.push(KIND, name, GPU_MEMORY_UTILIZATION, percent(used_bytes as f64, total_bytes as f64));
-                out.push(KIND, name, GPU_MEM_USED_BYTES, used_bytes as f64);
+                put(GPU_MEMORY_UTILIZATION, percent(used_bytes as f64, total_bytes as f64));
+                put(GPU_MEM_USED_BYTES, used_bytes as f64);
             }
-            Reading::PowerMilliwatts(mw) => out.push(KIND, name, GPU_POWER_WATTS, f64::from(mw) / 1000.0),
-            Reading::TemperatureCelsius(c) => out.push(KIND, name, GPU_TEMPERATURE_CELSIUS, f64::from(c)),
-            Reading::SmClockMhz(mhz) => out.push(KIND, name, GPU_SM_CLOCK_MHZ, f64::from(mhz)),
+            Reading::PowerMilliwatts(mw) => put(GPU_POWER_WATTS, f64::from(mw) / 1000.0),
+            Reading::TemperatureCelsius(c) => put(GPU_TEMPERATURE_CELSIUS, f64::from(c)),
+            Reading::SmClockMhz(mhz) => put(GPU_SM_CLOCK_MHZ, f64::from(mhz)),
         }
     }
 }
@@ -399,7 +416,7 @@ impl<S: GpuSource> Sampler for GpuSampler<S> {
                             log!("{name}: {} read again after {ticks} failed tick{s}", query.dimensions());
                         }
                         *state = QueryState::Ok;
-                        reading.push(name, out);
+                        reading.push(gpu.index, out);
                     }
                     Err(error @ GpuReadError::NotSupported(_)) => {
                         log!("{name}: {} switched off: {error}", query.dimensions());
@@ -490,6 +507,12 @@ mod tests {
         }
     }
 
+    /// GPU `index`'s `dimension`, under the Type and Name it belongs to.
+    fn get(m: &Metrics, index: u32, dimension: &str) -> Option<f64> {
+        let (kind, name) = placed(dimension, index);
+        m.get(kind, &name.to_string(), dimension)
+    }
+
     fn tick<S: GpuSource>(s: &mut GpuSampler<S>) -> Metrics {
         let mut m = Metrics::new();
         s.sample(Duration::ZERO, &mut m).unwrap();
@@ -514,20 +537,25 @@ mod tests {
         assert_eq!(s.facts()[1].name.as_deref(), Some("Scripted 1"));
         let m = tick(&mut s);
         assert_eq!(m.len(), 14);
-        for (gpu, dimension) in ["gpu0", "gpu1"].into_iter().flat_map(|g| ALL_DIMENSIONS.map(|d| (g, d))) {
-            assert!(m.get("gpu", gpu, dimension).is_some(), "{gpu} {dimension}");
+        for (gpu, dimension) in [0, 1].into_iter().flat_map(|g| ALL_DIMENSIONS.map(|d| (g, d))) {
+            assert!(get(&m, gpu, dimension).is_some(), "{gpu} {dimension}");
         }
-        assert!(m.as_slice().iter().all(|x| x.kind == "gpu"));
+        // Under Type `gpu` only the two percentages, one Name per GPU.
+        let under_gpu: Vec<_> = m.as_slice().iter().filter(|x| x.kind == "gpu").collect();
+        assert_eq!(under_gpu.len(), 4);
+        assert!(under_gpu.iter().all(|x| [GPU_UTILIZATION, GPU_MEMORY_UTILIZATION].contains(&x.dimension)));
+        assert!(m.as_slice().iter().all(|x| x.kind == "gpu" || x.kind == "accelerator"));
         assert_eq!(m.as_slice()[0].name, Name::Indexed("gpu", 0));
-        assert_eq!(m.get("gpu", "gpu0", GPU_UTILIZATION), Some(90.0));
-        assert_eq!(m.get("gpu", "gpu1", GPU_UTILIZATION), Some(91.0));
-        assert_eq!(m.get("gpu", "gpu0", GPU_MEMORY_UTILIZATION), Some(25.0));
-        assert_eq!(m.get("gpu", "gpu1", GPU_MEMORY_BUSY_PERCENT), Some(41.0));
-        assert_eq!(m.get("gpu", "gpu0", GPU_MEM_USED_BYTES), Some(1073741824.0));
-        assert_eq!(m.get("gpu", "gpu0", GPU_POWER_WATTS), Some(250.5));
-        assert_eq!(m.get("gpu", "gpu1", GPU_POWER_WATTS), Some(250.501));
-        assert_eq!(m.get("gpu", "gpu1", GPU_TEMPERATURE_CELSIUS), Some(61.0));
-        assert_eq!(m.get("gpu", "gpu0", GPU_SM_CLOCK_MHZ), Some(1410.0));
+        assert_eq!(m.as_slice()[1].name, Name::Indexed("device", 0));
+        assert_eq!(get(&m, 0, GPU_UTILIZATION), Some(90.0));
+        assert_eq!(get(&m, 1, GPU_UTILIZATION), Some(91.0));
+        assert_eq!(get(&m, 0, GPU_MEMORY_UTILIZATION), Some(25.0));
+        assert_eq!(get(&m, 1, GPU_MEMORY_BUSY_PERCENT), Some(41.0));
+        assert_eq!(get(&m, 0, GPU_MEM_USED_BYTES), Some(1073741824.0));
+        assert_eq!(get(&m, 0, GPU_POWER_WATTS), Some(250.5));
+        assert_eq!(get(&m, 1, GPU_POWER_WATTS), Some(250.501));
+        assert_eq!(get(&m, 1, GPU_TEMPERATURE_CELSIUS), Some(61.0));
+        assert_eq!(get(&m, 0, GPU_SM_CLOCK_MHZ), Some(1410.0));
         assert_eq!(s.failures(), 0);
         // smdebug draws dimensions containing "Memory" as percentages.
         assert!(!GPU_MEM_USED_BYTES.contains("Memory"));
@@ -541,9 +569,9 @@ mod tests {
         for _ in 0..3 {
             let m = tick(&mut s);
             assert_eq!(m.len(), 13);
-            assert_eq!(m.get("gpu", "gpu1", GPU_POWER_WATTS), None);
-            assert_eq!(m.get("gpu", "gpu0", GPU_POWER_WATTS), Some(250.5));
-            assert_eq!(m.get("gpu", "gpu1", GPU_TEMPERATURE_CELSIUS), Some(61.0));
+            assert_eq!(get(&m, 1, GPU_POWER_WATTS), None);
+            assert_eq!(get(&m, 0, GPU_POWER_WATTS), Some(250.5));
+            assert_eq!(get(&m, 1, GPU_TEMPERATURE_CELSIUS), Some(61.0));
         }
         assert_eq!(s.source.calls[&(1, Query::Power)], 1, "never asked again");
         assert_eq!(s.source.calls[&(0, Query::Power)], 3);
@@ -563,15 +591,15 @@ mod tests {
         let mut s = GpuSampler::new(script);
         for t in 0..3 {
             let m = tick(&mut s);
-            assert_eq!(m.get("gpu", "gpu0", GPU_TEMPERATURE_CELSIUS), None, "tick {t}");
-            assert_eq!(m.get("gpu", "gpu1", GPU_MEMORY_UTILIZATION), None);
-            assert_eq!(m.get("gpu", "gpu1", GPU_MEM_USED_BYTES), None);
-            assert_eq!(m.get("gpu", "gpu0", GPU_MEMORY_UTILIZATION), Some(25.0));
-            assert_eq!(m.get("gpu", "gpu1", GPU_TEMPERATURE_CELSIUS), Some(61.0));
+            assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), None, "tick {t}");
+            assert_eq!(get(&m, 1, GPU_MEMORY_UTILIZATION), None);
+            assert_eq!(get(&m, 1, GPU_MEM_USED_BYTES), None);
+            assert_eq!(get(&m, 0, GPU_MEMORY_UTILIZATION), Some(25.0));
+            assert_eq!(get(&m, 1, GPU_TEMPERATURE_CELSIUS), Some(61.0));
             assert_eq!(m.len(), 11);
         }
         let m = tick(&mut s);
-        assert_eq!(m.get("gpu", "gpu0", GPU_TEMPERATURE_CELSIUS), Some(70.0));
+        assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), Some(70.0));
         assert_eq!(s.source.calls[&(0, Query::Temperature)], 4);
         assert_eq!(s.source.calls[&(1, Query::Memory)], 4);
         assert_eq!(s.failures(), 3 + 4);
@@ -588,8 +616,8 @@ mod tests {
         let mut script = Script::two_gpus();
         script.answer(0, Query::Memory, &[Ok(Reading::Memory { used_bytes: 5, total_bytes: 0 })]);
         let m = tick(&mut GpuSampler::new(script));
-        assert_eq!(m.get("gpu", "gpu0", GPU_MEMORY_UTILIZATION), None);
-        assert_eq!(m.get("gpu", "gpu0", GPU_MEM_USED_BYTES), Some(5.0));
+        assert_eq!(get(&m, 0, GPU_MEMORY_UTILIZATION), None);
+        assert_eq!(get(&m, 0, GPU_MEM_USED_BYTES), Some(5.0));
     }
 
     #[test]
@@ -655,16 +683,16 @@ mod tests {
 
         // Tick 1: gpu0's temperature fails once (NVML_ERROR_UNKNOWN), gpu1 has no power.
         let m = tick(&mut s);
-        assert_eq!(m.get("gpu", "gpu0", GPU_UTILIZATION), Some(87.0));
-        assert_eq!(m.get("gpu", "gpu0", GPU_MEMORY_BUSY_PERCENT), Some(41.0));
-        assert_eq!(m.get("gpu", "gpu0", GPU_MEMORY_UTILIZATION), Some(25.0));
-        assert_eq!(m.get("gpu", "gpu0", GPU_MEM_USED_BYTES), Some((4u64 << 30) as f64));
-        assert_eq!(m.get("gpu", "gpu0", GPU_POWER_WATTS), Some(212.5));
-        assert_eq!(m.get("gpu", "gpu0", GPU_TEMPERATURE_CELSIUS), None);
-        assert_eq!(m.get("gpu", "gpu0", GPU_SM_CLOCK_MHZ), Some(1410.0));
-        assert_eq!(m.get("gpu", "gpu1", GPU_UTILIZATION), Some(3.0));
-        assert_eq!(m.get("gpu", "gpu1", GPU_POWER_WATTS), None);
-        assert_eq!(m.get("gpu", "gpu1", GPU_TEMPERATURE_CELSIUS), Some(35.0));
+        assert_eq!(get(&m, 0, GPU_UTILIZATION), Some(87.0));
+        assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_PERCENT), Some(41.0));
+        assert_eq!(get(&m, 0, GPU_MEMORY_UTILIZATION), Some(25.0));
+        assert_eq!(get(&m, 0, GPU_MEM_USED_BYTES), Some((4u64 << 30) as f64));
+        assert_eq!(get(&m, 0, GPU_POWER_WATTS), Some(212.5));
+        assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), None);
+        assert_eq!(get(&m, 0, GPU_SM_CLOCK_MHZ), Some(1410.0));
+        assert_eq!(get(&m, 1, GPU_UTILIZATION), Some(3.0));
+        assert_eq!(get(&m, 1, GPU_POWER_WATTS), None);
+        assert_eq!(get(&m, 1, GPU_TEMPERATURE_CELSIUS), Some(35.0));
         assert_eq!(m.len(), 12);
         assert_eq!(s.failures(), 1);
         assert_eq!(s.switched_off(1).collect::<Vec<_>>(), [Query::Power]);
@@ -672,9 +700,9 @@ mod tests {
 
         // Tick 2: the transient error is over; power stays off for gpu1 only.
         let m = tick(&mut s);
-        assert_eq!(m.get("gpu", "gpu0", GPU_TEMPERATURE_CELSIUS), Some(64.0));
-        assert_eq!(m.get("gpu", "gpu0", GPU_POWER_WATTS), Some(212.5));
-        assert_eq!(m.get("gpu", "gpu1", GPU_POWER_WATTS), None);
+        assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), Some(64.0));
+        assert_eq!(get(&m, 0, GPU_POWER_WATTS), Some(212.5));
+        assert_eq!(get(&m, 1, GPU_POWER_WATTS), None);
         assert_eq!(m.len(), 13);
         assert_eq!(s.failures(), 1);
     }
@@ -684,9 +712,9 @@ mod tests {
         let mut s = probe_fake("no-clock", &["-DFAKE_NVML_NO_CLOCK"]).expect("two fake GPUs");
         for _ in 0..2 {
             let m = tick(&mut s);
-            assert_eq!(m.get("gpu", "gpu0", GPU_SM_CLOCK_MHZ), None);
-            assert_eq!(m.get("gpu", "gpu1", GPU_SM_CLOCK_MHZ), None);
-            assert_eq!(m.get("gpu", "gpu1", GPU_UTILIZATION), Some(3.0));
+            assert_eq!(get(&m, 0, GPU_SM_CLOCK_MHZ), None);
+            assert_eq!(get(&m, 1, GPU_SM_CLOCK_MHZ), None);
+            assert_eq!(get(&m, 1, GPU_UTILIZATION), Some(3.0));
         }
         assert_eq!(s.switched_off(0).collect::<Vec<_>>(), [Query::SmClock]);
         assert_eq!(s.switched_off(1).collect::<Vec<_>>(), [Query::Power, Query::SmClock]);

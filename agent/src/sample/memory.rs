@@ -1,8 +1,10 @@
-//! Memory in use: Type `memory`, Name `MemoryUsedPercent`, Dimension `""` (spec §2.3),
-//! against the container's memory limit when it has one, else against the host.
+//! Memory in use: Type `memory`, Name `MemoryUsedPercent`, Dimension `""` (the vocabulary
+//! of `docs/formats.md`), against the container's memory limit when it has one, else
+//! against the host.
 //!
-//! Also `MemoryUsedBytes` and `MemoryLimitBytes` (Type `memory`) with Dimension `cgroup`
-//! or `host`, which says what the percentage was taken against. Host "used" is
+//! Also `MemoryUsedBytes` and `MemoryLimitBytes` under Type `ram` (never `memory`: smdebug's
+//! analysis takes every row under a Type containing `memory` for a percentage) with
+//! Dimension `cgroup` or `host`, which says what the percentage was taken against. Host "used" is
 //! `MemTotal − MemAvailable` from `/proc/meminfo` (what `free` calls used, without the
 //! cache the kernel gives back); the container's is its working set (see
 //! [`CgroupMemory`]). A limit above the host's memory is capped at the host's memory.
@@ -11,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::cgroup::CgroupMemory;
-use super::{Metrics, Name, ProcFile, SampleError, Sampler, fields, parse_u64, percent};
+use super::{MEMORY, Metrics, Name, ProcFile, RAM, SampleError, Sampler, fields, parse_u64, percent};
 
 /// `MemTotal` and `MemAvailable` of `/proc/meminfo`, in bytes.
 pub fn parse_meminfo(text: &[u8]) -> Result<(u64, u64), String> {
@@ -69,9 +71,9 @@ impl Sampler for MemorySampler {
             }
             None => (total.saturating_sub(available), total, "host"),
         };
-        out.push("memory", Name::Static("MemoryUsedPercent"), "", percent(used as f64, limit as f64));
-        out.push("memory", Name::Static("MemoryUsedBytes"), basis, used as f64);
-        out.push("memory", Name::Static("MemoryLimitBytes"), basis, limit as f64);
+        out.push(MEMORY, Name::Static("MemoryUsedPercent"), "", percent(used as f64, limit as f64));
+        out.push(RAM, Name::Static("MemoryUsedBytes"), basis, used as f64);
+        out.push(RAM, Name::Static("MemoryLimitBytes"), basis, limit as f64);
         Ok(())
     }
 }
@@ -101,7 +103,7 @@ mod tests {
         let mut host = MemorySampler::probe(&roots.proc, None).unwrap();
         host.sample(Duration::ZERO, &mut m).unwrap();
         assert_eq!(m.get("memory", "MemoryUsedPercent", ""), Some(75.0));
-        assert_eq!(m.get("memory", "MemoryUsedBytes", "host"), Some(768_000.0));
+        assert_eq!(m.get("ram", "MemoryUsedBytes", "host"), Some(768_000.0));
         // A cgroup v2 container limited to 512000 bytes, 128000 of them in use
         // (plus 64000 of inactive file cache that does not count).
         std::fs::create_dir_all(&roots.cgroup).unwrap();
@@ -117,13 +119,14 @@ mod tests {
         m.clear();
         s.sample(Duration::ZERO, &mut m).unwrap();
         assert_eq!(m.get("memory", "MemoryUsedPercent", ""), Some(25.0));
-        assert_eq!(m.get("memory", "MemoryUsedBytes", "cgroup"), Some(128_000.0));
-        assert_eq!(m.get("memory", "MemoryLimitBytes", "cgroup"), Some(512_000.0));
+        assert_eq!(m.get("ram", "MemoryUsedBytes", "cgroup"), Some(128_000.0));
+        assert_eq!(m.get("ram", "MemoryLimitBytes", "cgroup"), Some(512_000.0));
+        assert_eq!(m.as_slice().iter().filter(|x| x.kind.contains("memory")).count(), 1);
         // A limit above the host's memory is the host's memory.
         std::fs::write(roots.cgroup.join("memory.max"), "99999999999\n").unwrap();
         m.clear();
         s.sample(Duration::ZERO, &mut m).unwrap();
-        assert_eq!(m.get("memory", "MemoryLimitBytes", "cgroup"), Some(1_024_000.0));
+        assert_eq!(m.get("ram", "MemoryLimitBytes", "cgroup"), Some(1_024_000.0));
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

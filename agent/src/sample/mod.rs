@@ -10,6 +10,13 @@
 //! Rates (CPU %, bytes per second, IOPS) are deltas between two reads divided by the
 //! monotonic time between them; the probe takes the first read, so the first tick already
 //! has a rate.
+//!
+//! Every metric follows one vocabulary (`docs/formats.md`, "System metrics: vocabulary";
+//! [`vocabulary_ok`] checks each one pushed in debug builds): under the Types `cpu`, `gpu`
+//! and `memory` only the percentages smdebug's analysis stack expects there; everything
+//! else under a Type of ours whose name contains none of those words ([`HOST`], [`RAM`],
+//! [`ACCELERATOR`], …), with Names and Dimensions that no rule or chart takes for a core,
+//! a GPU or a percentage.
 
 use std::fs::File;
 use std::io;
@@ -62,11 +69,67 @@ impl std::fmt::Display for Name {
     }
 }
 
+/// The Types smdebug's readers and rules know (`docs/formats.md`).
+pub const CPU: &str = "cpu";
+pub const GPU: &str = "gpu";
+pub const MEMORY: &str = "memory";
+pub const IO: &str = "i/o";
+pub const NETWORK: &str = "network";
+/// Ours: the whole machine's figures that are not per core (all cores together).
+pub const HOST: &str = "host";
+/// Ours: memory in bytes (used, and the limit the percentage was taken of).
+pub const RAM: &str = "ram";
+/// Ours: per-GPU figures other than the two percentages (power, temperature, clock, bytes).
+pub const ACCELERATOR: &str = "accelerator";
+/// Ours: the container's cgroup (quota, throttling, its own I/O).
+pub const CONTAINER: &str = "container";
+/// Ours: the trainer's process tree (`trainprof run`).
+pub const TRAINER: &str = "trainer";
+/// Ours: the agent's own cost.
+pub const AGENT: &str = "agent";
+
+/// Whether a metric follows the vocabulary of `docs/formats.md`, "System metrics:
+/// vocabulary". smdebug's `PandasFrameAnalysis.get_utilization_stats` takes every row whose
+/// Type *contains* `cpu`, `gpu` or `memory` as a percentage of that resource; the rules count
+/// every Name with Dimension `CPUUtilization` as a core and match `GPUUtilization`,
+/// `GPUMemoryUtilization`, `I/OWaitPercentage`, `Algorithm` and the Name
+/// `MemoryUsedPercent` under any Type; the numpy reader keeps Names starting with `cpu` /
+/// `gpu`; the charts draw Dimensions with `CPU`, `GPU`, `Utilization` or `Memory` in them as
+/// percentages.
+pub fn vocabulary_ok(kind: &str, name: &str, dimension: &str) -> bool {
+    let indexed = |prefix: &str| {
+        name.strip_prefix(prefix).is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+    };
+    match kind {
+        CPU => indexed("cpu") && matches!(dimension, "CPUUtilization" | "I/OWaitPercentage"),
+        GPU => indexed("gpu") && matches!(dimension, "GPUUtilization" | "GPUMemoryUtilization"),
+        MEMORY => name == "MemoryUsedPercent" && dimension.is_empty(),
+        IO => name != "MemoryUsedPercent" && dimension.is_empty(),
+        NETWORK => dimension == "Algorithm",
+        _ => {
+            let taken_type = ["cpu", "gpu", "memory", "i/o", "network"].iter().any(|w| kind.contains(w));
+            let drawn_as_percent =
+                ["CPU", "GPU", "Utilization", "Memory"].iter().any(|w| dimension.contains(w));
+            let rule_dimension = matches!(dimension, "Algorithm" | "Platform" | "")
+                || dimension.starts_with("CPUUtilization")
+                || dimension.contains("I/OWait");
+            let is_percent = dimension.ends_with("Percent");
+            let bad = [taken_type, percent_like_name(name), drawn_as_percent && !is_percent, rule_dimension];
+            !bad.contains(&true)
+        }
+    }
+}
+
+/// A Name that a rule or reader would take for a core, a GPU or the memory percentage.
+fn percent_like_name(name: &str) -> bool {
+    name.starts_with("cpu") || name.starts_with("gpu") || name == "MemoryUsedPercent"
+}
+
 /// One line of a system metrics file, less the node id and timestamp that the whole tick
-/// shares (spec §2.2).
+/// shares (`docs/formats.md`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Metric {
-    /// `Type`: `cpu`, `gpu`, `memory`, `i/o`, `network`, or one of ours (`container`, …).
+    /// `Type`: `cpu`, `gpu`, `memory`, `i/o`, `network`, or one of ours ([`HOST`], …).
     pub kind: &'static str,
     pub name: Name,
     pub dimension: &'static str,
@@ -87,6 +150,10 @@ impl Metrics {
     /// Adds a metric; a value that is not finite (a division by a zero interval, a broken
     /// counter) is left out, because JSON has no NaN.
     pub fn push(&mut self, kind: &'static str, name: Name, dimension: &'static str, value: f64) {
+        debug_assert!(
+            vocabulary_ok(kind, &name.to_string(), dimension),
+            "{kind}/{name}/{dimension} is outside the vocabulary of docs/formats.md"
+        );
         if value.is_finite() {
             self.items.push(Metric { kind, name, dimension, value });
         }
@@ -261,11 +328,51 @@ mod tests {
     fn metrics_leave_out_what_json_cannot_hold() {
         let mut m = Metrics::new();
         m.push("cpu", Name::Indexed("cpu", 3), "CPUUtilization", 12.5);
-        m.push("cpu", Name::Static("total"), "CPUUtilization", f64::NAN);
-        m.push("cpu", Name::Static("total"), "CPUUtilization", f64::INFINITY);
+        m.push("cpu", Name::Indexed("cpu", 1), "CPUUtilization", f64::NAN);
+        m.push("cpu", Name::Indexed("cpu", 2), "CPUUtilization", f64::INFINITY);
         assert_eq!(m.len(), 1);
         assert_eq!(m.get("cpu", "cpu3", "CPUUtilization"), Some(12.5));
         assert_eq!(m.as_slice()[0].name.to_string(), "cpu3");
+    }
+
+    #[test]
+    fn the_vocabulary_keeps_non_percentages_away_from_the_analysis() {
+        for (k, n, d) in [
+            ("cpu", "cpu0", "CPUUtilization"),
+            ("cpu", "cpu15", "I/OWaitPercentage"),
+            ("gpu", "gpu1", "GPUUtilization"),
+            ("gpu", "gpu0", "GPUMemoryUtilization"),
+            ("memory", "MemoryUsedPercent", ""),
+            ("i/o", "IOPS", ""),
+            ("network", "ReceiveBytesPerSecond", "Algorithm"),
+            ("host", "AllCores", "BusyPercent"),
+            ("ram", "MemoryUsedBytes", "cgroup"),
+            ("accelerator", "device0", "PowerWatts"),
+            ("accelerator", "device0", "MemoryBusyPercent"),
+            ("container", "CPUUtilizationOfQuota", "cgroup"),
+            ("trainer", "RSSBytes", "ProcessTree"),
+            ("agent", "CPUMicrosPerTick", "Self"),
+        ] {
+            assert!(vocabulary_ok(k, n, d), "{k}/{n}/{d}");
+        }
+        for (k, n, d) in [
+            // The CPU total counted as a core; bytes, watts taken for percentages.
+            ("cpu", "total", "CPUUtilization"),
+            ("host", "AllCores", "CPUUtilization"),
+            ("memory", "MemoryUsedBytes", "host"),
+            ("memory_bytes", "MemoryUsedBytes", "host"),
+            ("gpu", "gpu0", "GPUPowerWatts"),
+            ("gpu_extra", "gpu0", "PowerWatts"),
+            ("accelerator", "gpu0", "PowerWatts"),
+            ("accelerator", "device0", "GPUPowerWatts"),
+            ("accelerator", "device0", "MemUsedBytesOfMemory"),
+            ("cpu", "cpu", "CPUUtilization"),
+            ("host", "x", "I/OWaitPercentage"),
+            ("host", "MemoryUsedPercent", "host"),
+            ("host", "x", "Algorithm"),
+        ] {
+            assert!(!vocabulary_ok(k, n, d), "{k}/{n}/{d}");
+        }
     }
 
     #[test]

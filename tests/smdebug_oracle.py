@@ -24,13 +24,13 @@ def _untimed(name):
     return tuple(half.rsplit("-", 1)[0] for half in (start, end))
 
 
-def python_window_names(out, framework="pytorch", profiler="cprofile"):
-    """The step windows (neither pre-step-zero nor post-close) under ``out``, untimed, in
-    the order they started."""
+def python_window_names(out, framework="pytorch", profiler="cprofile", steps_only=True):
+    """The windows under ``out``, untimed, in the order they started: only the step windows
+    (neither pre-step-zero nor post-close) unless ``steps_only`` is false."""
     root = pathlib.Path(out) / "framework" / framework / profiler
     names = [p.name for p in root.glob("*/*") if p.is_dir()]
     names.sort(key=lambda n: float(n.split("_")[0].rsplit("-", 1)[1]))
-    return [_untimed(n) for n in names if n.split("-", 1)[0] in WINDOW_MODES]
+    return [_untimed(n) for n in names if not steps_only or n.split("-", 1)[0] in WINDOW_MODES]
 
 
 def smdebug_pytorch_python_windows(python_config, plan, work):

@@ -28,7 +28,7 @@ import os
 import struct
 import threading
 
-from . import _lib
+from . import _fork, _lib
 from ._lib import LibraryError
 from ._log import warn
 
@@ -144,7 +144,7 @@ class _Span:
 
     def __exit__(self, exc_type, exc, tb):
         prof = self._prof
-        if self._start is not None and prof._pid == os.getpid():
+        if self._start is not None and prof._gen == _fork.generation():
             end = prof._lib.trainprof_now_us()
             prof._emit(self._phase, self._name, self._start, end, self._step, self._args, self._nargs)
         return False
@@ -169,6 +169,7 @@ class Profiler:
         if framework not in FRAMEWORKS:
             raise ValueError("framework must be one of %s, not %r" % (", ".join(FRAMEWORKS), framework))
         self._pid = os.getpid()
+        self._gen = _fork.generation()
         self._framework = framework
         self._shutdown_timeout_ms = _int64("shutdown_timeout_ms", shutdown_timeout_ms)
         if not 0 <= self._shutdown_timeout_ms <= 2**32 - 1:
@@ -219,7 +220,7 @@ class Profiler:
     # --- state -------------------------------------------------------------------------
 
     def _forked(self):
-        return os.getpid() != self._pid
+        return _fork.generation() != self._gen
 
     @property
     def enabled(self):

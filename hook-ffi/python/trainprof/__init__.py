@@ -278,7 +278,11 @@ class Profiler:
 
     def step_begin(self, mode="train", step=None):
         """Begins a step of ``mode`` (train | eval | predict | global), numbered ``step``
-        or, by default, the next of that mode counted from 0. Returns the step number."""
+        or, by default, the next of that mode counted from 0. Returns the step number.
+
+        Every call also advances the global step (every mode counted together, from 0),
+        which a ``pytorch`` profiler tests the windows at and names the Python-profiling
+        folders by, as smdebug's PyTorch hook does (README, "The trainer side")."""
         if self._forked():
             return None
         m = MODES.get(mode) if isinstance(mode, str) else None
@@ -412,8 +416,9 @@ class Profiler:
 
     def active(self, feature, metrics_name=None, step=None):
         """Is ``feature``'s window (detailed | dataloader | python | smdataparallel) open
-        at ``step`` (default: the current step)? The dataloader feature needs the metrics
-        name its ``MetricsRegex`` is matched against."""
+        at ``step``? By default, the current step as smdebug counts it for the framework:
+        the global step for ``pytorch``, the current mode's step otherwise. The dataloader
+        feature needs the metrics name its ``MetricsRegex`` is matched against."""
         if self._forked():
             return False
         f = FEATURES.get(feature) if isinstance(feature, str) else None

@@ -402,8 +402,8 @@ TrainprofStatus trainprof_record(uint32_t phase_id,
  Begins a step of `mode` (a `TrainprofMode`). `step` ≥ 0 sets the step number; < 0
  takes the next one of that mode (counted from 0). The number used is written to
  `*out_step` unless it is NULL. Every call also advances the global step (every mode
- counted together, from 0), which the windows of a `"pytorch"` hook are tested at. A
- config reloaded in the background applies from here.
+ counted together, from 0; set to `step` when that is ≥ 0), which the windows of a
+ `"pytorch"` hook are tested at. A config reloaded in the background applies from here.
 
  # Safety
  `out_step` is NULL or valid for a write.

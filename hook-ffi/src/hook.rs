@@ -181,7 +181,8 @@ struct Steps {
     /// The next step number of each mode, when the caller does not give one.
     next: [AtomicI64; 4],
     /// The global step: `step_begin` calls of every mode, counted from 0 ([`NO_STEP`]
-    /// before the first), as smdebug's PyTorch hook counts `hook.step`.
+    /// before the first), as smdebug's PyTorch hook counts `hook.step`; a step number the
+    /// caller gives sets it.
     global: AtomicI64,
 }
 
@@ -472,16 +473,22 @@ impl Hook {
     }
 
     /// Begins a step of `mode`: `step` if it is ≥ 0, else the next of that mode (from 0).
-    /// The global step goes up by one whatever the mode and number. Takes a reloaded
-    /// config, if the writer has one ready.
+    /// The global step goes up by one whatever the mode, or is `step` when the caller
+    /// numbers the step (a trainer that numbers its steps, e.g. one that resumes at step
+    /// 1000, numbers the global count too). Takes a reloaded config, if the writer has one
+    /// ready.
     pub fn step_begin(&self, mode: TrainprofMode, step: i64, now_us: i64) -> u64 {
         self.take_pending();
         let n = if step >= 0 { step } else { self.steps.next[mode.index()].load(Relaxed) };
         self.steps.next[mode.index()].store(n.saturating_add(1), Relaxed);
         self.steps.mode.store(mode as i32, Relaxed);
         self.steps.step.store(n, Relaxed);
-        let g = self.steps.global.load(Relaxed);
-        self.steps.global.store(if g < 0 { 0 } else { g.saturating_add(1) }, Relaxed);
+        let g = match self.steps.global.load(Relaxed) {
+            _ if step >= 0 => step,
+            g if g < 0 => 0,
+            g => g.saturating_add(1),
+        };
+        self.steps.global.store(g, Relaxed);
         self.steps.begin_us.store(now_us, Relaxed);
         self.steps.in_step.store(true, Release);
         n as u64
@@ -919,8 +926,11 @@ mod tests {
         assert_eq!(hook.step_begin(TrainprofMode::Train, -1, 200), 1);
         assert_eq!(hook.step_begin(TrainprofMode::Eval, -1, 300), 0);
         assert_eq!(hook.step_end(350), TrainprofStatus::Ok);
+        assert_eq!(hook.global_step(), Some(2));
         assert_eq!(hook.step_begin(TrainprofMode::Train, 10, 400), 10);
+        assert_eq!(hook.global_step(), Some(10));
         assert_eq!(hook.step_begin(TrainprofMode::Train, -1, 500), 11);
+        assert_eq!(hook.global_step(), Some(11));
         let evs: Vec<_> =
             std::iter::from_fn(|| hook.pop()).map(|e| (e.phase, e.start_us, e.end_us, e.step)).collect();
         let (train, eval) = (TrainprofMode::Train.step_name_id(), TrainprofMode::Eval.step_name_id());

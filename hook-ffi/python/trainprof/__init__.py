@@ -280,8 +280,8 @@ class Profiler:
         """Begins a step of ``mode`` (train | eval | predict | global), numbered ``step``
         or, by default, the next of that mode counted from 0. Returns the step number.
 
-        Every call also advances the global step (every mode counted together, from 0),
-        which a ``pytorch`` profiler tests the windows at and names the Python-profiling
+        Every call also advances the global step (every mode counted together, from 0;
+        set to ``step`` when one is given), which a ``pytorch`` profiler tests the windows at and names the Python-profiling
         folders by, as smdebug's PyTorch hook does (README, "The trainer side")."""
         if self._forked():
             return None

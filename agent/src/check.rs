@@ -2,6 +2,11 @@
 //!
 //! `--steps N` evaluates each feature's window at steps 0..N-1 with the same code the
 //! hook uses, from step 0, so what it lists is what a run that counts from 0 will get.
+//!
+//! Which steps those are depends on the framework, as in smdebug (README, "`trainprof
+//! config check`"): PyTorch tests every window at the global step (every mode counted
+//! together), TensorFlow (Keras) the detailed window at the train step and the others at
+//! each mode's own step. `--framework` picks one; without it both are said.
 
 use std::fmt::Write as _;
 
@@ -10,6 +15,88 @@ use trainprof_config::{
     CProfileTimer, Config, Feature, FileStatus, Loaded, Off, PythonProfiler, Range, Step,
 };
 use trainprof_output::UtcTime;
+
+/// The trainer's framework, for the step words (`--framework`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framework {
+    PyTorch,
+    TensorFlow,
+}
+
+impl Framework {
+    const ALL: [Framework; 2] = [Framework::PyTorch, Framework::TensorFlow];
+
+    fn name(self) -> &'static str {
+        match self {
+            Framework::PyTorch => "PyTorch",
+            Framework::TensorFlow => "TensorFlow",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Framework::PyTorch => "pytorch",
+            Framework::TensorFlow => "tensorflow",
+        }
+    }
+}
+
+/// The four features, for the step words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Detailed,
+    Dataloader,
+    Python,
+    Smdataparallel,
+}
+
+/// Which steps a feature's window counts: smdebug's PyTorch hook tests every window at its
+/// global step `hook.step` (the dataloader one at the step a batch is for); its Keras
+/// callback tests the detailed window at train batches only, the others at each mode's own
+/// step (`mode_steps[mode]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    Global,
+    Train,
+    EachMode,
+}
+
+impl Counted {
+    fn of(fw: Framework, kind: Kind) -> Counted {
+        match (fw, kind) {
+            (Framework::PyTorch, _) => Counted::Global,
+            (Framework::TensorFlow, Kind::Detailed) => Counted::Train,
+            (Framework::TensorFlow, _) => Counted::EachMode,
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Counted::Global => "global",
+            Counted::Train => "train",
+            Counted::EachMode => "each_mode",
+        }
+    }
+
+    /// (plural noun, singular noun, what to add) for a step range: `global steps 5–7
+    /// (every mode, PyTorch)`.
+    fn words(self, fw: Framework) -> (&'static str, &'static str, String) {
+        match self {
+            Counted::Global => ("global steps", "global step", format!("every mode, {}", fw.name())),
+            Counted::Train => ("train steps", "train step", fw.name().to_owned()),
+            Counted::EachMode => ("steps", "step", format!("each mode's own steps, {}", fw.name())),
+        }
+    }
+
+    /// The same without the framework, for the both-frameworks line.
+    fn short(self) -> &'static str {
+        match self {
+            Counted::Global => "global steps, every mode",
+            Counted::Train => "train steps",
+            Counted::EachMode => "each mode's own steps",
+        }
+    }
+}
 
 /// What the features do over steps 0..N-1; `None` for a time-based window.
 struct StepReport {
@@ -43,7 +130,7 @@ fn active_steps(feature: &Feature, n: u64, now_s: f64) -> Option<Vec<u64>> {
 }
 
 /// The check's JSON object (the shape tools rely on; see the README).
-pub fn to_json(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> Value {
+pub fn to_json(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>, now_s: f64) -> Value {
     let c = &loaded.config;
     let report = steps.map(|n| StepReport::new(c, n, now_s));
     let steps_of = |pick: fn(&StepReport) -> &Option<Vec<u64>>| report.as_ref().map(|r| json!(pick(r)));
@@ -53,9 +140,21 @@ pub fn to_json(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> Value {
         }
         obj
     };
-    let mut dataloader = with_steps(feature_json(&c.dataloader.feature), steps_of(|r| &r.dataloader));
+    let counted = |mut obj: Value, kind: Kind| {
+        let by_fw: serde_json::Map<String, Value> = Framework::ALL
+            .iter()
+            .map(|&fw| (fw.key().to_owned(), json!(Counted::of(fw, kind).key())))
+            .collect();
+        obj["steps_counted"] = Value::Object(by_fw);
+        obj
+    };
+    let mut dataloader = counted(
+        with_steps(feature_json(&c.dataloader.feature), steps_of(|r| &r.dataloader)),
+        Kind::Dataloader,
+    );
     dataloader["metrics_regex"] = json!(c.dataloader.metrics_regex);
-    let mut python = with_steps(feature_json(&c.python.feature), steps_of(|r| &r.python));
+    let mut python =
+        counted(with_steps(feature_json(&c.python.feature), steps_of(|r| &r.python)), Kind::Python);
     python["profiler"] = json!(c.python.profiler.as_str());
     python["timer"] = json!(c.python.timer.map(CProfileTimer::as_str));
     json!({
@@ -72,11 +171,15 @@ pub fn to_json(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> Value {
         "rotate_max_file_size": c.rotate_max_file_size,
         "rotate_close_interval_s": c.rotate_close_interval_s,
         "file_open_fail_threshold": c.file_open_fail_threshold,
+        "framework": framework.map(Framework::key),
         "features": {
-            "detailed": with_steps(feature_json(&c.detailed), steps_of(|r| &r.detailed)),
+            "detailed": counted(with_steps(feature_json(&c.detailed), steps_of(|r| &r.detailed)), Kind::Detailed),
             "dataloader": dataloader,
             "python": python,
-            "smdataparallel": with_steps(feature_json(&c.smdataparallel), steps_of(|r| &r.smdataparallel)),
+            "smdataparallel": counted(
+                with_steps(feature_json(&c.smdataparallel), steps_of(|r| &r.smdataparallel)),
+                Kind::Smdataparallel,
+            ),
         },
         "problems": c.problems.iter().map(|p| json!({"key": p.key, "message": p.message})).collect::<Vec<_>>(),
     })
@@ -97,7 +200,7 @@ fn feature_json(f: &Feature) -> Value {
         "num_steps": num_steps,
         "start_time_s": start_time_s,
         "duration_s": duration_s,
-        "window": describe_window(f),
+        "window": describe_window(f, ("steps", "step")),
     })
 }
 
@@ -110,8 +213,9 @@ fn off_reason(o: Off) -> &'static str {
     }
 }
 
-/// A window in words: "steps 5–5", "from 2026-11-22T10:00:00Z for 30 s", …
-fn describe_window(f: &Feature) -> String {
+/// A window in words: "steps 5–5", "from 2026-11-22T10:00:00Z for 30 s", …; `noun` is the
+/// plural and singular of what a step is called ("global steps", "global step").
+fn describe_window(f: &Feature, noun: (&str, &str)) -> String {
     match f.off_reason() {
         Some(Off::NotConfigured) => return "off (not configured)".into(),
         Some(Off::Invalid) => return "off (invalid, see problems)".into(),
@@ -119,14 +223,15 @@ fn describe_window(f: &Feature) -> String {
         Some(Off::ProfilerDisabled) => return "off (profiler disabled)".into(),
         None => {}
     }
+    let (steps, step) = noun;
     let plural = |n: u64| {
-        if n == 1 { "1 step".to_owned() } else { format!("{n} steps") }
+        if n == 1 { format!("1 {step}") } else { format!("{n} {steps}") }
     };
     match f.window().range() {
         Range::Never => "on, but never active (no step or time range)".into(),
         Range::Steps { start: Some(s), num } => match num.unwrap_or(1) {
             0 => format!("never (StartStep {s} with NumSteps 0)"),
-            n => format!("steps {s}–{}", s.saturating_add(n - 1)),
+            n => format!("{steps} {s}–{}", s.saturating_add(n - 1)),
         },
         Range::Steps { start: None, num } => match num.unwrap_or(1) {
             0 => "never (NumSteps 0)".into(),
@@ -149,8 +254,33 @@ fn utc(t: f64) -> String {
     if frac > 0.0 { format!("{} (+{frac:.3} s)", base) } else { base }
 }
 
+/// A feature's window in words, with which steps it counts: for `framework`, or for both
+/// when it is not given. Only a step range counts steps; other windows read the same.
+fn window_words(f: &Feature, kind: Kind, framework: Option<Framework>) -> String {
+    let counts_steps =
+        f.is_enabled() && matches!(f.window().range(), Range::Steps { num, .. } if num.unwrap_or(1) != 0);
+    if !counts_steps {
+        return describe_window(f, ("steps", "step"));
+    }
+    match framework {
+        Some(fw) => {
+            let (plural, singular, why) = Counted::of(fw, kind).words(fw);
+            format!("{} ({why})", describe_window(f, (plural, singular)))
+        }
+        None => format!(
+            "{} ({})",
+            describe_window(f, ("steps", "step")),
+            Framework::ALL
+                .iter()
+                .map(|&fw| format!("{}: {}", fw.name(), Counted::of(fw, kind).short()))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    }
+}
+
 /// The check for people.
-pub fn to_text(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> String {
+pub fn to_text(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>, now_s: f64) -> String {
     let c = &loaded.config;
     let mut out = String::new();
     let file = match &loaded.file {
@@ -168,13 +298,13 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> String {
         "timeline files: rotate at {} bytes or every {} s; writer stops after {} failed opens",
         c.rotate_max_file_size, c.rotate_close_interval_s, c.file_open_fail_threshold
     );
-    let _ = writeln!(out, "detailed: {}", train(describe_window(&c.detailed)));
-    let mut dl = describe_window(&c.dataloader.feature);
+    let _ = writeln!(out, "detailed: {}", window_words(&c.detailed, Kind::Detailed, framework));
+    let mut dl = window_words(&c.dataloader.feature, Kind::Dataloader, framework);
     if c.dataloader.feature.is_enabled() {
         let _ = write!(dl, ", names matching {:?}", c.dataloader.metrics_regex);
     }
     let _ = writeln!(out, "dataloader: {dl}");
-    let mut py = describe_window(&c.python.feature);
+    let mut py = window_words(&c.python.feature, Kind::Python, framework);
     if c.python.feature.is_enabled() {
         py.push_str(match (c.python.profiler, c.python.timer) {
             (PythonProfiler::Pyinstrument, _) => ", pyinstrument",
@@ -185,7 +315,8 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> String {
         });
     }
     let _ = writeln!(out, "python: {py}");
-    let _ = writeln!(out, "smdataparallel: {}", describe_window(&c.smdataparallel));
+    let _ =
+        writeln!(out, "smdataparallel: {}", window_words(&c.smdataparallel, Kind::Smdataparallel, framework));
     if let Some(n) = steps {
         let r = StepReport::new(c, n, now_s);
         if r.n == 0 {
@@ -217,11 +348,6 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, now_s: f64) -> String {
         }
     }
     out
-}
-
-/// Detailed profiling runs in training steps (Keras: train batches only).
-fn train(words: String) -> String {
-    if words.starts_with("steps ") { format!("train {words}") } else { words }
 }
 
 /// "0–4, 9" or, with a label per step, "9 (total_time), 10 (cpu_time)".

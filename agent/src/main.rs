@@ -89,9 +89,30 @@ enum ConfigCommand {
         /// Also list which of the steps 0..N-1 each step-based feature profiles.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
         steps: Option<u64>,
+        /// The trainer's framework, which decides what a step is: PyTorch counts every mode
+        /// together (global steps), TensorFlow each mode on its own [default: both are said]
+        #[arg(long, value_enum, value_name = "NAME")]
+        framework: Option<FrameworkArg>,
         #[command(flatten)]
         overrides: OverrideFlags,
     },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum FrameworkArg {
+    #[value(alias = "torch")]
+    Pytorch,
+    #[value(alias = "tf", alias = "keras")]
+    Tensorflow,
+}
+
+impl From<FrameworkArg> for trainprof_agent::check::Framework {
+    fn from(f: FrameworkArg) -> Self {
+        match f {
+            FrameworkArg::Pytorch => trainprof_agent::check::Framework::PyTorch,
+            FrameworkArg::Tensorflow => trainprof_agent::check::Framework::TensorFlow,
+        }
+    }
 }
 
 /// Flags that override the file (and the TRAINPROF_* variables).
@@ -132,7 +153,10 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Agent { flags } => cmd::main(flags, None),
         Command::Run { flags, command } => cmd::main(flags, Some(command)),
-        Command::Config { command: ConfigCommand::Check { path, json, steps, strict, overrides } } => {
+        Command::Config {
+            command: ConfigCommand::Check { path, json, steps, strict, framework, overrides },
+        } => {
+            let framework = framework.map(Into::into);
             let mut sources = Sources::from_process_env();
             if let Some(p) = path {
                 sources = sources.with_config_path(p);
@@ -141,11 +165,11 @@ fn main() -> ExitCode {
             let loaded = trainprof_config::load(&sources);
             let now_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
             let text = if json {
-                let mut s = trainprof_agent::check::to_json(&loaded, steps, now_s).to_string();
+                let mut s = trainprof_agent::check::to_json(&loaded, steps, framework, now_s).to_string();
                 s.push('\n');
                 s
             } else {
-                trainprof_agent::check::to_text(&loaded, steps, now_s)
+                trainprof_agent::check::to_text(&loaded, steps, framework, now_s)
             };
             // A closed stdout (`| head`) is not worth a panic.
             let _ = std::io::stdout().write_all(text.as_bytes());

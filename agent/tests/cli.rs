@@ -111,10 +111,10 @@ fn text_in_words() {
     let text = String::from_utf8(out.stdout).unwrap();
     for line in [
         "profiling: on",
-        "detailed: train steps 5–5",
-        "dataloader: steps 7–7, names matching \".*\"",
-        "python: steps 9–11, cProfile, timer by step",
-        "smdataparallel: steps 15–15",
+        "detailed: steps 5–5 (PyTorch: global steps, every mode; TensorFlow: train steps)",
+        "dataloader: steps 7–7 (PyTorch: global steps, every mode; TensorFlow: each mode's own steps), names matching \".*\"",
+        "python: steps 9–11 (PyTorch: global steps, every mode; TensorFlow: each mode's own steps), cProfile, timer by step",
+        "smdataparallel: steps 15–15 (PyTorch: global steps, every mode; TensorFlow: each mode's own steps)",
         "steps 0..12 (evaluated from step 0):",
         "  detailed: 5",
         "  python: 9 (total_time), 10 (cpu_time), 11 (off_cpu_time)",
@@ -126,6 +126,48 @@ fn text_in_words() {
     let out = trainprof(&["config", "check", fixture("sdk_time_range.json").to_str().unwrap()], &[]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("detailed: from 2023-11-14T22:13:20Z (+0.500 s) for 30 s"), "{text}");
+}
+
+/// `--framework` says which steps the windows count, as smdebug's hooks count them:
+/// PyTorch every mode together, TensorFlow the train steps (detailed) or each mode's own.
+#[test]
+fn framework_words() {
+    let path = fixture("sdk_default.json");
+    let path = path.to_str().unwrap();
+    for (flag, lines) in [
+        (
+            "pytorch",
+            [
+                "detailed: global steps 5–5 (every mode, PyTorch)",
+                "python: global steps 9–11 (every mode, PyTorch), cProfile, timer by step",
+            ],
+        ),
+        (
+            "tensorflow",
+            [
+                "detailed: train steps 5–5 (TensorFlow)",
+                "python: steps 9–11 (each mode's own steps, TensorFlow), cProfile, timer by step",
+            ],
+        ),
+    ] {
+        let out = trainprof(&["config", "check", path, "--framework", flag], &[]);
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8(out.stdout).unwrap();
+        for line in lines {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
+        }
+        let (_, v) = check_json(path, &["--framework", flag]);
+        assert_eq!(v["framework"], flag);
+    }
+    let (_, v) = check_json(path, &[]);
+    assert_eq!(v["framework"], Value::Null);
+    assert_eq!(
+        v["features"]["detailed"]["steps_counted"],
+        serde_json::json!({"pytorch": "global", "tensorflow": "train"})
+    );
+    assert_eq!(v["features"]["python"]["steps_counted"]["tensorflow"], "each_mode");
+    let out = trainprof(&["config", "check", path, "--framework", "mxnet"], &[]);
+    assert_eq!(out.status.code(), Some(2), "an unknown framework is refused");
 }
 
 #[test]

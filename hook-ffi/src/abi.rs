@@ -176,7 +176,9 @@ pub extern "C" fn trainprof_version() -> *const c_char {
 
 /// Starts the hook: reads the profiler config (`SMPROFILER_CONFIG_PATH`, `TRAINPROF_*`),
 /// picks the node id and starts the writer thread. `framework` is `"pytorch"`,
-/// `"tensorflow"`, `"mxnet"` or `"xgboost"` (it names the Python-stats folder).
+/// `"tensorflow"`, `"mxnet"` or `"xgboost"`: it names the Python-stats folder and says
+/// which step the windows are tested at (`"pytorch"`: the global step, as smdebug's
+/// PyTorch hook; the others: each mode's own step).
 ///
 /// Idempotent: later calls return what the first one did (`OK`, or `DISABLED` when the
 /// config turns profiling off). After `trainprof_shutdown` it returns `SHUT_DOWN`: one
@@ -426,7 +428,9 @@ pub unsafe extern "C" fn trainprof_record(
 
 /// Begins a step of `mode` (a `TrainprofMode`). `step` ≥ 0 sets the step number; < 0
 /// takes the next one of that mode (counted from 0). The number used is written to
-/// `*out_step` unless it is NULL. A config reloaded in the background applies from here.
+/// `*out_step` unless it is NULL. Every call also advances the global step (every mode
+/// counted together, from 0; set to `step` when that is ≥ 0), which the windows of a
+/// `"pytorch"` hook are tested at. A config reloaded in the background applies from here.
 ///
 /// # Safety
 /// `out_step` is NULL or valid for a write.
@@ -463,7 +467,9 @@ pub extern "C" fn trainprof_now_us() -> i64 {
     guard(0, hook::now_us)
 }
 
-/// Is `feature`'s window (a `TrainprofFeature`) open at `step` (< 0: the current step)?
+/// Is `feature`'s window (a `TrainprofFeature`) open at `step`? `step` < 0 asks about the
+/// current step as smdebug counts it for the framework: the global step for `"pytorch"`,
+/// the current mode's step otherwise.
 /// Writes 1 or 0 to `*out_active`. `metrics_name` is needed for the dataloader feature
 /// (its `MetricsRegex` is matched against it) and ignored otherwise (may be NULL).
 ///

@@ -180,6 +180,25 @@ struct Steps {
     in_step: AtomicBool,
     /// The next step number of each mode, when the caller does not give one.
     next: [AtomicI64; 4],
+    /// The global step: `step_begin` calls of every mode, counted from 0 ([`NO_STEP`]
+    /// before the first), as smdebug's PyTorch hook counts `hook.step`; a step number the
+    /// caller gives sets it.
+    global: AtomicI64,
+}
+
+/// Which step number the windows are tested at, as smdebug tests them (README, "The
+/// trainer side"): its PyTorch hook at the global step (`hook.step`, every mode counted
+/// together), its TensorFlow (Keras) hook at the mode's own step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowStep {
+    Global,
+    PerMode,
+}
+
+impl WindowStep {
+    pub fn for_framework(framework: &str) -> WindowStep {
+        if framework == "pytorch" { WindowStep::Global } else { WindowStep::PerMode }
+    }
 }
 
 /// The hook. See the module docs for who touches what.
@@ -199,6 +218,7 @@ pub struct Hook {
     gate: Mutex<Gate>,
     pending: Mutex<Option<Box<Config>>>,
     framework: &'static str,
+    window_step: WindowStep,
     node_id: String,
     local_path: PathBuf,
     os_pid: u32,
@@ -298,8 +318,10 @@ impl Hook {
                 begin_us: AtomicI64::new(0),
                 in_step: AtomicBool::new(false),
                 next: Default::default(),
+                global: AtomicI64::new(NO_STEP),
             },
             framework: o.framework,
+            window_step: WindowStep::for_framework(o.framework),
             node_id: o.node_id,
             local_path: c.local_path().to_path_buf(),
             os_pid: o.os_pid,
@@ -451,13 +473,22 @@ impl Hook {
     }
 
     /// Begins a step of `mode`: `step` if it is ≥ 0, else the next of that mode (from 0).
-    /// Takes a reloaded config, if the writer has one ready.
+    /// The global step goes up by one whatever the mode, or is `step` when the caller
+    /// numbers the step (a trainer that numbers its steps, e.g. one that resumes at step
+    /// 1000, numbers the global count too). Takes a reloaded config, if the writer has one
+    /// ready.
     pub fn step_begin(&self, mode: TrainprofMode, step: i64, now_us: i64) -> u64 {
         self.take_pending();
         let n = if step >= 0 { step } else { self.steps.next[mode.index()].load(Relaxed) };
         self.steps.next[mode.index()].store(n.saturating_add(1), Relaxed);
         self.steps.mode.store(mode as i32, Relaxed);
         self.steps.step.store(n, Relaxed);
+        let g = match self.steps.global.load(Relaxed) {
+            _ if step >= 0 => step,
+            g if g < 0 => 0,
+            g => g.saturating_add(1),
+        };
+        self.steps.global.store(g, Relaxed);
         self.steps.begin_us.store(now_us, Relaxed);
         self.steps.in_step.store(true, Release);
         n as u64
@@ -480,14 +511,27 @@ impl Hook {
         let mode = TrainprofMode::from_i32(self.steps.mode.load(Relaxed)).unwrap_or(TrainprofMode::Train);
         Position {
             mode: mode.python_name(),
-            step: u64::try_from(self.steps.step.load(Relaxed)).unwrap_or(0),
+            step: self.window_step().unwrap_or(0),
             pytorch: self.framework == "pytorch",
         }
     }
 
-    /// The current step, or `None` before the first.
+    /// The current step of the current mode, or `None` before the first.
     pub fn current_step(&self) -> Option<u64> {
         u64::try_from(self.steps.step.load(Relaxed)).ok()
+    }
+
+    /// The global step (every mode counted together, from 0), or `None` before the first.
+    pub fn global_step(&self) -> Option<u64> {
+        u64::try_from(self.steps.global.load(Relaxed)).ok()
+    }
+
+    /// The step the windows are tested at (see [`WindowStep`]), or `None` before the first.
+    pub fn window_step(&self) -> Option<u64> {
+        match self.window_step {
+            WindowStep::Global => self.global_step(),
+            WindowStep::PerMode => self.current_step(),
+        }
     }
 
     fn take_pending(&self) {
@@ -502,13 +546,13 @@ impl Hook {
         }
     }
 
-    /// Is `feature`'s window open at `step` (< 0: the current step)? `name` is the metrics
-    /// name for the dataloader feature.
+    /// Is `feature`'s window open at `step` (< 0: the current [`Hook::window_step`])? `name`
+    /// is the metrics name for the dataloader feature.
     pub fn is_active(&self, feature: TrainprofFeature, step: i64, name: Option<&str>, now_s: f64) -> bool {
         if !self.enabled.load(Relaxed) {
             return false;
         }
-        let step = if step >= 0 { step as u64 } else { self.current_step().unwrap_or(0) };
+        let step = if step >= 0 { step as u64 } else { self.window_step().unwrap_or(0) };
         let at = Step::At(step);
         let mut gate = lock(&self.gate);
         let c = &mut gate.config;
@@ -882,12 +926,82 @@ mod tests {
         assert_eq!(hook.step_begin(TrainprofMode::Train, -1, 200), 1);
         assert_eq!(hook.step_begin(TrainprofMode::Eval, -1, 300), 0);
         assert_eq!(hook.step_end(350), TrainprofStatus::Ok);
+        assert_eq!(hook.global_step(), Some(2));
         assert_eq!(hook.step_begin(TrainprofMode::Train, 10, 400), 10);
+        assert_eq!(hook.global_step(), Some(10));
         assert_eq!(hook.step_begin(TrainprofMode::Train, -1, 500), 11);
+        assert_eq!(hook.global_step(), Some(11));
         let evs: Vec<_> =
             std::iter::from_fn(|| hook.pop()).map(|e| (e.phase, e.start_us, e.end_us, e.step)).collect();
         let (train, eval) = (TrainprofMode::Train.step_name_id(), TrainprofMode::Eval.step_name_id());
         assert_eq!(evs, [(train, 100, 150, 0), (eval, 300, 350, 0)]);
+    }
+
+    /// Train steps 0-9, eval 0-1, train 10-11, with a Python window at StartStep 9 for 3
+    /// steps and a detailed window at 10 for 2: PyTorch tests both at the global step (the
+    /// eval steps are global 10 and 11) and names the Python windows by mode and global step,
+    /// as smdebug's PyTorch hook does; TensorFlow tests each mode's own step.
+    #[test]
+    fn windows_use_the_global_step_for_pytorch_and_the_mode_step_otherwise() {
+        let doc = r#"{"ProfilingParameters": {"LocalPath": "/nonexistent",
+            "DetailedProfilingConfig": "{\"StartStep\": 10, \"NumSteps\": 2}",
+            "PythonProfilingConfig": "{\"StartStep\": 9, \"NumSteps\": 3}"}}"#;
+        for (framework, want_python, want_detailed) in [
+            (
+                "pytorch",
+                vec!["train-9-stepstart", "eval-10-stepstart", "eval-11-stepstart"],
+                vec![("eval", 0), ("eval", 1)],
+            ),
+            (
+                "tensorflow",
+                vec!["train-9-stepstart", "train-10-stepstart", "train-11-stepstart"],
+                vec![("train", 10), ("train", 11)],
+            ),
+        ] {
+            let mut config = trainprof_config::from_bytes(doc.as_bytes(), &trainprof_config::Sources::new());
+            config.framework_configured = true;
+            let hook = Hook::new(Options {
+                framework,
+                config,
+                node_id: "0-test".into(),
+                os_pid: 1,
+                queue_capacity: 64,
+                base_us: HOOK_BASE,
+                local_path_override: false,
+                max_names: MAX_NAMES_DEFAULT,
+            });
+            let mut t = 0.0;
+            let mut tick = || {
+                t += 1.0;
+                t
+            };
+            let mut started = Vec::new();
+            let mut detailed = Vec::new();
+            let plan = (0..10)
+                .map(|_| TrainprofMode::Train)
+                .chain([TrainprofMode::Eval; 2])
+                .chain([TrainprofMode::Train; 2]);
+            for (global, mode) in plan.enumerate() {
+                let n = hook.step_begin(mode, -1, 0);
+                assert_eq!(hook.global_step(), Some(global as u64));
+                let mut boundary = |b| {
+                    if let Some((dir, _)) = hook.python_boundary(b, &mut tick).ended {
+                        started.push(dir.split('_').next().unwrap().rsplit_once('-').unwrap().0.to_owned());
+                    }
+                };
+                boundary(TrainprofBoundary::StepStart);
+                if hook.is_active(TrainprofFeature::Detailed, -1, None, 0.0) {
+                    detailed.push((mode.python_name(), n));
+                }
+                boundary(TrainprofBoundary::ForwardPassEnd);
+                hook.step_end(0);
+                boundary(TrainprofBoundary::StepEnd);
+            }
+            // The windows that started at a step start, named by their start.
+            let starts: Vec<_> = started.into_iter().filter(|s| s.ends_with("-stepstart")).collect();
+            assert_eq!(starts, want_python, "{framework}");
+            assert_eq!(detailed, want_detailed, "{framework}");
+        }
     }
 
     /// Replaces `path` atomically, as the README asks: a reader never sees half a file.

@@ -7,7 +7,9 @@
 //! step is inside the python window; at close the running window ends as
 //! `posthookclose-*-end` and a post-close window starts as `prestepzero-*-end`, which ends
 //! at process exit. PyTorch cuts windows at step start and forward-pass end, TensorFlow at
-//! step start and step end.
+//! step start and step end. PyTorch tests and names them by the global step (a window
+//! `eval-10-stepstart` is the 11th step of the run, the first eval step after ten train
+//! steps), TensorFlow by the mode's own step.
 
 use trainprof_config::{CProfileTimer, PythonFeature, PythonProfiler, Step};
 
@@ -80,6 +82,8 @@ pub struct Windows {
 pub struct Position {
     /// `train`, `eval`, `predict` or `global`.
     pub mode: &'static str,
+    /// The step the window is tested at and named by: the global step for PyTorch, the
+    /// mode's own step otherwise (README, "The trainer side").
     pub step: u64,
     pub pytorch: bool,
 }

@@ -17,6 +17,7 @@ if importlib.util.find_spec("torch") is not None:
     pytest.skip("torch is installed: the real adapter tier (tests/frameworks/torch) covers it", allow_module_level=True)
 
 from smdebug.profiler.algorithm_metrics_reader import LocalAlgorithmMetricsReader  # noqa: E402
+from smdebug_oracle import python_window_names, smdebug_pytorch_python_windows  # noqa: E402
 
 SCRIPT = pathlib.Path(__file__).resolve().parent / "scripts" / "torch_fake.py"
 CONFIG = {
@@ -174,3 +175,46 @@ def test_training_goes_on_without_the_library(run_trainer, tmp_path):
     assert m["steps"] == [[mode, -1] for mode, _ in WANT_STEPS]  # nothing counted
     assert m["hooks_after_attach"] == 0 and m["worker_status"] == [0] * 6 and m["stats"] is None
     assert not run.out.exists()
+
+
+# Train 0-9, eval at global steps 10-11, train again (its steps 10-11, global 12-13).
+PLAN = [["train", 10], ["eval", 2], ["train", 2]]
+PYTHON_WINDOW = {"StartStep": 9, "NumSteps": 3, "ProfilerName": "cProfile"}
+
+
+def test_python_windows_are_named_by_mode_and_global_step_as_smdebug_names_them(run_trainer, tmp_path):
+    """smdebug's PyTorch hook tests the Python window at its global step and names each
+    window by the mode and that step: train-9, eval-10, eval-11 (not train-9, train-10,
+    train-11, which the per-mode step would give)."""
+    run = run_trainer(SCRIPT, {"plan": PLAN}, config={"PythonProfilingConfig": PYTHON_WINDOW}).check()
+    assert run.warnings() == []
+    assert run.manifest["steps"] == [[m, i] for i, m in enumerate(m for m, n in PLAN for _ in range(n))]
+    got = python_window_names(run.out)
+    want = smdebug_pytorch_python_windows(PYTHON_WINDOW, PLAN, tmp_path / "smdebug")
+    assert want == [
+        ("train-9-stepstart", "train-9-forwardpassend"),
+        ("train-9-forwardpassend", "eval-10-stepstart"),
+        ("eval-10-stepstart", "eval-10-forwardpassend"),
+        ("eval-10-forwardpassend", "eval-11-stepstart"),
+        ("eval-11-stepstart", "eval-11-forwardpassend"),
+        ("eval-11-forwardpassend", "train-12-stepstart"),
+    ]
+    assert got == want
+    # The step events keep smdebug's per-mode numbers.
+    events = read(run)
+    assert steps_of(events, "Step:ModeKeys.TRAIN") == collections.Counter(range(12))
+    assert steps_of(events, "Step:ModeKeys.EVAL") == collections.Counter(range(2))
+
+
+def test_detailed_window_opens_at_the_global_step_in_any_mode(run_trainer):
+    """The detailed window at global steps 10-11 is the two eval steps: their Forward and
+    op events, numbered per mode (Forward) and globally (ops), as smdebug numbers them."""
+    config = {"DetailedProfilingConfig": {"StartStep": 10, "NumSteps": 2}}
+    run = run_trainer(SCRIPT, {"plan": PLAN}, config=config).check()
+    assert run.warnings() == []
+    events = read(run)
+    evals = {int(e.event_args["step_num"]): e for e in events if e.event_phase == "Step:ModeKeys.EVAL"}
+    forward = [e for e in events if e.event_phase == "Forward"]
+    assert steps_of(events, "Forward") == collections.Counter([0, 1])
+    assert all(evals[int(e.event_args["step_num"])].start_time <= e.start_time for e in forward)
+    assert set(steps_of(events, "cpu_functions")) == {10, 11}

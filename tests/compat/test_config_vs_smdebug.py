@@ -162,3 +162,40 @@ def test_sdk_duration_is_a_documented_difference(tmp_path, trainprof_bin, monkey
         [str(trainprof_bin), "config", "check", "--json", str(path)], capture_output=True, text=True, check=True
     )
     assert json.loads(proc.stdout)["features"]["detailed"]["duration_s"] == 30.0
+
+
+@pytest.mark.parametrize(
+    "framework, detailed, python",
+    [
+        (None, "steps 3–4 (PyTorch: global steps, every mode; TensorFlow: train steps)",
+         "steps 9–11 (PyTorch: global steps, every mode; TensorFlow: each mode's own steps), cProfile, total_time"),
+        ("pytorch", "global steps 3–4 (every mode, PyTorch)",
+         "global steps 9–11 (every mode, PyTorch), cProfile, total_time"),
+        ("tensorflow", "train steps 3–4 (TensorFlow)",
+         "steps 9–11 (each mode's own steps, TensorFlow), cProfile, total_time"),
+    ],
+)
+def test_config_check_says_which_steps_each_framework_counts(
+    tmp_path, trainprof_bin, monkeypatch, framework, detailed, python
+):
+    """smdebug's PyTorch hook tests every window at its global step (every mode counted
+    together); its Keras callback the detailed window at train steps and the others at each
+    mode's own step. `config check --framework` says which; without it, both. The step
+    numbers themselves are smdebug's parser's, whichever the framework."""
+    path = write_config(tmp_path, {
+        "DetailedProfilingConfig": json.dumps({"StartStep": 3, "NumSteps": 2}),
+        "PythonProfilingConfig": json.dumps({"StartStep": 9, "NumSteps": 3}),
+    })
+    flag = ["--framework", framework] if framework else []
+    text = subprocess.run([str(trainprof_bin), "config", "check", str(path)] + flag, capture_output=True,
+                          text=True, check=True, env={"PATH": "/usr/bin:/bin"}).stdout
+    assert f"detailed: {detailed}" in text.splitlines(), text
+    assert f"python: {python}" in text.splitlines(), text
+    doc = json.loads(subprocess.run([str(trainprof_bin), "config", "check", "--json", "--steps", str(N), str(path)]
+                                    + flag, capture_output=True, text=True, check=True,
+                                    env={"PATH": "/usr/bin:/bin"}).stdout)
+    assert doc["framework"] == framework
+    assert doc["features"]["detailed"]["steps_counted"] == {"pytorch": "global", "tensorflow": "train"}
+    assert doc["features"]["python"]["steps_counted"] == {"pytorch": "global", "tensorflow": "each_mode"}
+    theirs = smdebug_view(path, monkeypatch)
+    assert doc["features"]["detailed"]["active_steps"] == theirs["detailed"][1] == [3, 4]

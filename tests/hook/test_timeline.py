@@ -7,6 +7,7 @@ import json
 import os
 import time
 
+import pytest
 from smdebug.profiler.algorithm_metrics_reader import LocalAlgorithmMetricsReader
 from smdebug.profiler.profiler_config_parser import MetricsCategory, ProfilerConfigParser
 
@@ -105,9 +106,16 @@ def test_loop_events_read_back_by_smdebug(run_script):
     assert not any(e.event_name == "AfterClose" for e in events)
 
 
-def test_window_answers_match_the_config(run_script, monkeypatch):
-    run = run_script("loop.py", {"phases": [["train", 6], ["eval", 3]], "events": False}, config=CONFIG).check()
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_window_answers_match_the_config(run_script, monkeypatch, framework):
+    """``active()`` at the current step: smdebug's PyTorch hook asks at its global step
+    (every mode counted together), its TensorFlow hook at the mode's own step. Train 2,
+    eval 3, train 2: global steps 0-6, eval 0-2 at global 2-4, train 2-3 at global 5-6."""
+    phases = [["train", 2], ["eval", 3], ["train", 2]]
+    run = run_script("loop.py", {"framework": framework, "phases": phases, "events": False}, config=CONFIG).check()
     m = run.manifest
+    assert [a["global"] for a in m["active"]] == list(range(7))
+    asked = "global" if framework == "pytorch" else "step"
     expected = {
         "detailed": {2},
         "dataloader": {1, 2},
@@ -116,8 +124,10 @@ def test_window_answers_match_the_config(run_script, monkeypatch):
     }
     for a in m["active"]:
         for feature, steps in expected.items():
-            assert a[feature] == (a["step"] in steps), (feature, a)
+            assert a[feature] == (a[asked] in steps), (feature, a)
         assert a["dataloader_other"] is False, a  # the MetricsRegex does not match that name
+    opened = [(a["mode"], a["step"]) for a in m["active"] if a["detailed"]]
+    assert opened == ([("eval", 0)] if framework == "pytorch" else [("eval", 2), ("train", 2)])
 
     # smdebug's own parser answers the same for the same file and step numbers.
     monkeypatch.setenv("SMPROFILER_CONFIG_PATH", str(run.out.parent / "profilerconfig.json"))
@@ -129,7 +139,7 @@ def test_window_answers_match_the_config(run_script, monkeypatch):
     }
     for a in m["active"]:
         for feature, category in categories.items():
-            assert a[feature] == parser.should_save_metrics(category, a["step"]), (feature, a)
+            assert a[feature] == parser.should_save_metrics(category, a[asked]), (feature, a)
         assert a["dataloader"] == parser.should_save_metrics(
-            MetricsCategory.DATALOADER_PROFILING, a["step"], metrics_name=DATALOADER_NAME
+            MetricsCategory.DATALOADER_PROFILING, a[asked], metrics_name=DATALOADER_NAME
         ), a

@@ -28,7 +28,7 @@ import os
 import struct
 import threading
 
-from . import _lib
+from . import _fork, _lib
 from ._lib import LibraryError
 from ._log import warn
 
@@ -144,7 +144,7 @@ class _Span:
 
     def __exit__(self, exc_type, exc, tb):
         prof = self._prof
-        if self._start is not None and prof._pid == os.getpid():
+        if self._start is not None and prof._gen == _fork.generation():
             end = prof._lib.trainprof_now_us()
             prof._emit(self._phase, self._name, self._start, end, self._step, self._args, self._nargs)
         return False
@@ -169,6 +169,7 @@ class Profiler:
         if framework not in FRAMEWORKS:
             raise ValueError("framework must be one of %s, not %r" % (", ".join(FRAMEWORKS), framework))
         self._pid = os.getpid()
+        self._gen = _fork.generation()
         self._framework = framework
         self._shutdown_timeout_ms = _int64("shutdown_timeout_ms", shutdown_timeout_ms)
         if not 0 <= self._shutdown_timeout_ms <= 2**32 - 1:
@@ -219,7 +220,7 @@ class Profiler:
     # --- state -------------------------------------------------------------------------
 
     def _forked(self):
-        return os.getpid() != self._pid
+        return _fork.generation() != self._gen
 
     @property
     def enabled(self):
@@ -277,7 +278,11 @@ class Profiler:
 
     def step_begin(self, mode="train", step=None):
         """Begins a step of ``mode`` (train | eval | predict | global), numbered ``step``
-        or, by default, the next of that mode counted from 0. Returns the step number."""
+        or, by default, the next of that mode counted from 0. Returns the step number.
+
+        Every call also advances the global step (every mode counted together, from 0;
+        set to ``step`` when one is given), which a ``pytorch`` profiler tests the windows at and names the Python-profiling
+        folders by, as smdebug's PyTorch hook does (README, "The trainer side")."""
         if self._forked():
             return None
         m = MODES.get(mode) if isinstance(mode, str) else None
@@ -411,8 +416,9 @@ class Profiler:
 
     def active(self, feature, metrics_name=None, step=None):
         """Is ``feature``'s window (detailed | dataloader | python | smdataparallel) open
-        at ``step`` (default: the current step)? The dataloader feature needs the metrics
-        name its ``MetricsRegex`` is matched against."""
+        at ``step``? By default, the current step as smdebug counts it for the framework:
+        the global step for ``pytorch``, the current mode's step otherwise. The dataloader
+        feature needs the metrics name its ``MetricsRegex`` is matched against."""
         if self._forked():
             return False
         f = FEATURES.get(feature) if isinstance(feature, str) else None

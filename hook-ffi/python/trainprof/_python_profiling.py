@@ -25,7 +25,7 @@ import pstats
 import threading
 import weakref
 
-from . import _lib
+from . import _fork, _lib
 from ._log import warn
 
 CPROFILE_STATS_FILENAME = "python_stats"
@@ -175,7 +175,7 @@ class Windows:
 
     def __init__(self, lib):
         self._lib = lib
-        self._pid = os.getpid()
+        self._gen = _fork.generation()
         self._lock = threading.RLock()
         self._running = None
         self._pyinstrument = None
@@ -185,7 +185,7 @@ class Windows:
         os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref))
 
     def _forked(self):
-        return os.getpid() != self._pid
+        return _fork.generation() != self._gen
 
     def boundary(self, boundary):
         """Applies one boundary (a ``BOUNDARY_*``). Never raises."""

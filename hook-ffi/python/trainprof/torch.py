@@ -27,18 +27,28 @@ first step after it):
   events and its kernel events ``gpu_functions-dev:<n>`` events (spec §3.8), each numbered
   with the global step it began in.
 
+``torch.compile``: the hooks never break a Dynamo graph (README, "Framework adapters"). The
+top module's hooks are ``torch.compiler.disable``\ d, so Dynamo never traces them and they run
+as plain Python around the compiled forward, whether the hook is attached to the compiled
+module or to the model that was compiled: steps, ``Forward`` and the op events come out as
+without ``torch.compile``. A submodule hook that Dynamo traces into a compiled graph does
+nothing (``torch.compiler.is_compiling()``): a graph cannot run Python, so the submodules
+inside a compiled module give no ``Forward-SubModuleInternal`` events (those inside a
+``torch.compile`` wrapper, its ``_orig_mod`` and below, are not even hooked).
+
 This module imports torch only when it needs it (a window opens, a loader is wrapped);
 ``import trainprof`` never imports it. Profiling problems never raise into the training
 loop: the feature concerned turns off with one ``trainprof: ...`` line on stderr and
-training goes on. In a ``fork()``ed child (a DataLoader worker) every hook does nothing.
+training goes on. In a ``fork()``ed child (a DataLoader worker) every hook does nothing
+(told by ``os.register_at_fork``, not by a system call per hook).
 """
 
 import atexit
 import bisect
-import os
+import sys
 import threading
 
-from . import Profiler
+from . import Profiler, _fork
 from ._log import warn
 
 __all__ = ["attach", "profile_dataloader", "TorchHook", "ProfiledDataLoader"]
@@ -94,6 +104,34 @@ def profile_dataloader(loader, name=None, hook=None):
     return ProfiledDataLoader(loader, name=name, hook=hook)
 
 
+def _not_compiling():
+    return False
+
+
+def _compiler():
+    """``(disable, is_compiling)``: ``torch.compiler``'s, when torch is imported and has
+    them, else a pass-through and a function that answers False. torch is not imported
+    here: a model to hook means it already is."""
+    comp = getattr(sys.modules.get("torch"), "compiler", None)
+    disable = getattr(comp, "disable", None)
+    is_compiling = getattr(comp, "is_compiling", None)
+    return (
+        disable if callable(disable) else None,
+        is_compiling if callable(is_compiling) else _not_compiling,
+    )
+
+
+def _untraced(fn, disable):
+    """``fn`` as Dynamo never traces it (``torch.compiler.disable``); ``fn`` itself when
+    that is not there or fails."""
+    if disable is None:
+        return fn
+    try:
+        return disable(fn)
+    except Exception:
+        return fn
+
+
 def _mode_of(mode):
     if mode is None:
         return None
@@ -110,7 +148,7 @@ class TorchHook:
     """What :func:`attach` returns: the hooks on one model and the state they share."""
 
     def __init__(self, model, profiler=None, mode=None, module_events=True, op_events=True):
-        self._pid = os.getpid()
+        self._gen = _fork.generation()
         self._fixed_mode = _mode_of(mode)
         self._model = model
         self._own_profiler = False
@@ -123,7 +161,9 @@ class TorchHook:
         self._in_step = False
         self._detailed = False  # is the detailed window open (at the current step)?
         self._forward_start = None
-        self._top_name = type(model).__name__
+        # torch.compile(model) is an OptimizedModule around the model: name the model.
+        inner = getattr(model, "_orig_mod", None) if type(model).__name__ == "OptimizedModule" else None
+        self._top_name = type(model if inner is None else inner).__name__
         self._closed = False
         # torch.profiler while it runs: the profile object, and (global step, µs) at each
         # step begin inside the window, to number the op events.
@@ -142,9 +182,10 @@ class TorchHook:
             warn("trainprof.torch.attach: no profiler (%s: %s); profiling is off" % (type(e).__name__, e))
             self._closed = True
             return
+        self._disable, self._is_compiling = _compiler()
         try:
-            self._handles.append(model.register_forward_pre_hook(self._pre_hook))
-            self._handles.append(model.register_forward_hook(self._post_hook))
+            self._handles.append(model.register_forward_pre_hook(_untraced(self._pre_hook, self._disable)))
+            self._handles.append(model.register_forward_hook(_untraced(self._post_hook, self._disable)))
         except Exception as e:
             warn(
                 "trainprof.torch.attach: cannot hook %s (%s: %s); profiling is off"
@@ -165,7 +206,7 @@ class TorchHook:
         )
 
     def _live(self):
-        return not self._closed and os.getpid() == self._pid
+        return not self._closed and _fork.generation() == self._gen
 
     @property
     def mode(self):
@@ -242,8 +283,17 @@ class TorchHook:
 
     def _hook_submodules(self):
         try:
-            for name, sub in self._model.named_modules():
+            modules = list(self._model.named_modules())
+            # The model inside a torch.compile wrapper (OptimizedModule), and everything in
+            # it, runs as a compiled graph: its hooks could give no event (see the module
+            # docs), so they are not even registered.
+            inside = tuple(
+                (n + "." if n else "") + "_orig_mod" for n, m in modules if type(m).__name__ == "OptimizedModule"
+            )
+            for name, sub in modules:
                 if sub is self._model or not name:
+                    continue
+                if any(name == p or name.startswith(p + ".") for p in inside):
                     continue
                 pre, post = self._submodule_hooks(name)
                 self._sub_handles.append(sub.register_forward_pre_hook(pre))
@@ -257,10 +307,14 @@ class TorchHook:
             self._module_events = False
 
     def _submodule_hooks(self, name):
+        """The hooks of submodule ``name``. Traced into a compiled graph (Dynamo), they do
+        nothing: ``is_compiling()`` is True while Dynamo traces, so the graph gets no call
+        and no break; called as Python, they run their untraced bodies."""
         starts = self._sub_starts
         prof = self.profiler
+        is_compiling = self._is_compiling
 
-        def pre(module, inputs):
+        def pre_body(module, inputs):
             if not self._live():
                 return None
             try:
@@ -269,7 +323,7 @@ class TorchHook:
                 pass
             return None
 
-        def post(module, inputs, outputs):
+        def post_body(module, inputs, outputs):
             if not self._live():
                 return None
             try:
@@ -280,6 +334,19 @@ class TorchHook:
             except Exception as e:
                 warn("trainprof.torch: submodule event failed (%s: %s)" % (type(e).__name__, e), key="torch-sub")
             return None
+
+        pre_body = _untraced(pre_body, self._disable)
+        post_body = _untraced(post_body, self._disable)
+
+        def pre(module, inputs):
+            if is_compiling():
+                return None
+            return pre_body(module, inputs)
+
+        def post(module, inputs, outputs):
+            if is_compiling():
+                return None
+            return post_body(module, inputs, outputs)
 
         return pre, post
 
@@ -398,7 +465,7 @@ class TorchHook:
         return None
 
     def _at_exit(self):
-        if os.getpid() == self._pid:
+        if _fork.generation() == self._gen:
             self.close()
 
 
@@ -425,7 +492,7 @@ class ProfiledDataLoader:
         self._loader = loader
         self._name = name
         self._hook = hook
-        self._pid = os.getpid()
+        self._gen = _fork.generation()
 
     def __getattr__(self, attr):
         loader = self.__dict__.get("_loader")
@@ -441,7 +508,7 @@ class ProfiledDataLoader:
 
     def _target(self):
         """(profiler, step to test) or None when nothing is to be recorded."""
-        if os.getpid() != self._pid:
+        if _fork.generation() != self._gen:
             return None
         hook = self._hook or _latest
         if hook is None:

@@ -8,6 +8,7 @@ TRAINPROF_TEST_PARAMS (JSON):
   start_fails:   the fake torch.profiler's start() raises (another profiler is running)
   epochs, batches, eval_steps, predict_steps, num_workers, pin_memory
   attach_kwargs: keyword arguments of attach()
+  plan:          [[mode, count], ...]: only these forwards (train / eval), then close
 What the loop saw goes into the JSON manifest at TRAINPROF_TEST_MANIFEST.
 """
 
@@ -266,6 +267,25 @@ wrapped = trainprof.torch.profile_dataloader(loader)
 manifest["len"] = len(wrapped)
 manifest["num_workers_passthrough"] = wrapped.num_workers
 manifest["max_hooks"] = 0
+
+
+def run_plan(plan):
+    """[[mode, count], ...]: ``count`` top-level forwards in ``model.train()`` or
+    ``model.eval()`` each, no loader."""
+    for mode, count in plan:
+        model.train(mode == "train")
+        for _ in range(count):
+            model(0)
+            manifest["steps"].append([mode, HOOK.step])
+    HOOK.close()
+    manifest["stats"] = HOOK.profiler.stats() if HOOK.profiler is not None else None
+    with open(MANIFEST, "w") as f:
+        json.dump(manifest, f)
+    sys.exit(0)
+
+
+if "plan" in PARAMS:
+    run_plan(PARAMS["plan"])
 
 model.train()
 for epoch in range(PARAMS.get("epochs", 3)):

@@ -19,10 +19,12 @@ import pytest
 torch = pytest.importorskip("torch")
 from smdebug.profiler.algorithm_metrics_reader import LocalAlgorithmMetricsReader  # noqa: E402
 from smdebug.profiler.profiler_config_parser import MetricsCategory, ProfilerConfigParser  # noqa: E402
+from smdebug_oracle import python_window_names  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 PACKAGE_DIR = ROOT / "hook-ffi" / "python"
 SCRIPT = pathlib.Path(__file__).resolve().parent / "scripts" / "train.py"
+PLAN_SCRIPT = pathlib.Path(__file__).resolve().parent / "scripts" / "plan.py"
 
 DETAILED = {"StartStep": 5, "NumSteps": 3}  # global steps 5, 6, 7
 DATALOADER = {"StartStep": 3, "NumSteps": 3, "MetricsRegex": ".*DataLoaderIter"}  # 3, 4, 5
@@ -49,7 +51,7 @@ def hook_lib():
     return path
 
 
-def run_training(tmp_path, params, **subconfigs):
+def run_training(tmp_path, params, script=SCRIPT, env_extra=None, **subconfigs):
     out = tmp_path / "out"
     config = tmp_path / "profilerconfig.json"
     pp = {"LocalPath": str(out)}
@@ -66,8 +68,9 @@ def run_training(tmp_path, params, **subconfigs):
         TRAINPROF_TEST_PARAMS=json.dumps(params),
         PYTHONDONTWRITEBYTECODE="1",
     )
+    env.update(env_extra or {})
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT)], env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300
+        [sys.executable, str(script)], env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, f"training failed ({proc.returncode})\n{proc.stdout}\n{proc.stderr}"
     return out, config, json.loads(manifest.read_text()), proc
@@ -202,3 +205,82 @@ def test_example_train_torch_under_trainprof_run(tmp_path):
     assert by_phase["DataLoaderIter"] == {7}, dict(by_phase)  # the batch fetched for step 7
     stats = cProfileAnalysis(local_profile_dir=str(out / "framework" / "pytorch" / "cprofile"))
     assert stats.list_profile_stats().shape[0] >= 4
+
+
+# Train 0-9, eval at global steps 10-11, train again (its steps 10-11, global 12-13).
+PLAN = [["train", 10], ["eval", 2], ["train", 2]]
+PLAN_STEPS = [[m, i] for i, m in enumerate(m for m, n in PLAN for _ in range(n))]
+PYTHON_WINDOW = {"StartStep": 9, "NumSteps": 3, "ProfilerName": "cProfile"}
+WANT_WINDOWS = [
+    ("train-9-stepstart", "train-9-forwardpassend"),
+    ("train-9-forwardpassend", "eval-10-stepstart"),
+    ("eval-10-stepstart", "eval-10-forwardpassend"),
+    ("eval-10-forwardpassend", "eval-11-stepstart"),
+    ("eval-11-stepstart", "eval-11-forwardpassend"),
+    ("eval-11-forwardpassend", "train-12-stepstart"),
+]
+
+
+def test_python_windows_named_as_smdebugs_own_pytorch_hook_names_them(tmp_path):
+    """The same steps through smdebug 1.0.34's PyTorch hook and through trainprof.torch:
+    the same Python-profiling folders, by mode and global step (train-9, eval-10, eval-11),
+    pre-step-zero and post-close included; only the times differ."""
+    names = {}
+    for hook in ("smdebug", "trainprof"):
+        work = tmp_path / hook
+        work.mkdir()
+        out, _, m, proc = run_training(
+            work, {"plan": PLAN, "hook": hook}, script=PLAN_SCRIPT, PythonProfilingConfig=PYTHON_WINDOW
+        )
+        assert m["steps"] == PLAN_STEPS, (hook, m["steps"])
+        names[hook] = python_window_names(out, steps_only=False)
+        print(f"\n{hook}:", [f"{a}_{b}" for a, b in names[hook]])
+    assert [w for w in names["smdebug"] if w[0].split("-")[0] in ("train", "eval")] == WANT_WINDOWS
+    assert names["trainprof"] == names["smdebug"]
+
+
+def dynamo_lines(stderr):
+    """Dynamo's graph-break and recompile log lines (TORCH_LOGS=graph_breaks,recompiles),
+    and every warning line."""
+    return [
+        line
+        for line in stderr.splitlines()
+        if "[__graph_breaks]" in line or "[__recompiles]" in line or "Warning" in line
+    ]
+
+
+@pytest.mark.parametrize("placement", ["outer", "inner"])
+def test_torch_compile_no_graph_break_from_trainprof(tmp_path, placement):
+    """torch.compile with the hook attached to the compiled module (outer) or to the model
+    that is then compiled (inner), over the plan above with the detailed and Python windows
+    at global steps 9-11: Dynamo logs no graph break (the model has none of its own, so
+    any would be trainprof's) and no warning; steps, Forward, op events and the Python
+    windows come out as without torch.compile. Submodule events do not (README)."""
+    out, _, m, proc = run_training(
+        tmp_path,
+        {"plan": PLAN, "compile": placement},
+        script=PLAN_SCRIPT,
+        env_extra={"TORCH_LOGS": "graph_breaks,recompiles"},
+        DetailedProfilingConfig={"StartStep": 9, "NumSteps": 3},
+        PythonProfilingConfig=PYTHON_WINDOW,
+    )
+    lines = dynamo_lines(proc.stderr)
+    print(f"\n{placement}: {len(lines)} dynamo lines")
+    for line in lines:
+        print("  ", line[:300])
+    assert not [line for line in lines if "Graph break" in line], lines
+    assert not [line for line in lines if "trainprof" in line or "Warning" in line], lines
+    assert "trainprof:" not in proc.stderr, proc.stderr[-3000:]
+    assert m["steps"] == PLAN_STEPS
+
+    events = LocalAlgorithmMetricsReader(trace_root_folder=str(out)).get_events(0, 10**18)
+    assert steps_of(events, "Step:ModeKeys.TRAIN") == collections.Counter(range(12))
+    assert steps_of(events, "Step:ModeKeys.EVAL") == collections.Counter(range(2))
+    # Forward events: numbered per mode, at global steps 9 (train 9), 10-11 (eval 0-1).
+    forward = sorted((e.event_name, int(e.event_args["step_num"]), e.start_time) for e in events if e.event_phase == "Forward")
+    assert [(n, s) for n, s, _ in sorted(forward, key=lambda f: f[2])] == [("Net", 9), ("Net", 0), ("Net", 1)]
+    # Op events: numbered by global step, each step of the window has some.
+    assert set(steps_of(events, "cpu_functions")) == {9, 10, 11}
+    assert python_window_names(out) == WANT_WINDOWS
+    kinds = collections.Counter(e.event_phase for e in events)
+    print("events per kind:", dict(sorted(kinds.items())))

@@ -140,7 +140,7 @@ for mode, count in PHASES:
     for _ in range(count):
         step = prof.step_begin(mode)
         manifest["steps"].append([mode, step])
-        answers = {"mode": mode, "step": step}
+        answers = {"mode": mode, "step": step, "global": len(manifest["steps"]) - 1}
         for feature in FEATURES:
             answers[feature] = prof.active(feature)
         answers["dataloader"] = prof.active("dataloader", DATALOADER_NAME)

@@ -125,6 +125,8 @@ def test_names_over_the_limit_are_dropped_and_counted(run_script):
     # 16 names: the 4 step names, "Forward" and name-0..name-10; the other 89 events dropped.
     assert m["stats"]["written"] == 11 and m["stats"]["dropped_names"] == 89 and m["dropped"] == 89
     assert m["cached_names"] == 12  # the package caches no name the library refused
+    # Once the library said the table is full, no new name costs a call into it.
+    assert m["register_calls"] == 12 + 1, m["register_calls"]  # the 12 cached, then one refusal
     assert [w for w in run.warnings() if "name table is full" in w] == run.warnings()
     assert len(run.warnings()) == 1
     assert run.proc.stderr.count("the name table is full") == 2  # the library's log line and the warning

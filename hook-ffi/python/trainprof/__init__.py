@@ -176,6 +176,8 @@ class Profiler:
             raise ValueError("shutdown_timeout_ms must fit in 32 bits unsigned")
         self._names = {}
         self._names_lock = threading.Lock()
+        # The id the library gives every new name once its table is full (None until then).
+        self._over_limit_id = None
         self._next_step = dict.fromkeys(MODES.values(), 0)
         self._closed = False
         self._exited = False
@@ -252,6 +254,10 @@ class Profiler:
         nid = self._names.get(name)
         if nid is not None:
             return nid
+        if self._over_limit_id is not None:
+            # The library's table is full and never shrinks: no new name can get an id, so
+            # no call (and no lock) is needed to learn that again.
+            return self._over_limit_id
         encoded = _encode_name("name", name)
         with self._names_lock:
             nid = self._names.get(name)
@@ -262,6 +268,7 @@ class Profiler:
             if status == _lib.STATUS_NAME_LIMIT:
                 # Not cached, so that this cache stays as bounded as the library's table:
                 # the library drops and counts every event that uses this id.
+                self._over_limit_id = out.value
                 warn(
                     "the name table is full (TRAINPROF_MAX_NAMES); events with new names are dropped and counted",
                     key="name-limit",

@@ -48,6 +48,15 @@ elif CASE == "names":
     import trainprof
 
     prof = trainprof.Profiler(framework="pytorch")
+    # Count the calls into the library that register a name.
+    register = prof._lib.trainprof_register_name
+    calls = [0]
+
+    def counting(*args):
+        calls[0] += 1
+        return register(*args)
+
+    prof._lib.trainprof_register_name = counting
     t = prof.now_us()
     for i in range(100):
         prof.record_event("Forward", "name-%d" % i, t + i, t + i + 1)
@@ -55,6 +64,7 @@ elif CASE == "names":
     r["stats"] = prof.stats()
     r["dropped"] = prof.dropped
     r["cached_names"] = len(prof._names)
+    r["register_calls"] = calls[0]
 elif CASE == "errors":
     import trainprof
 

@@ -1,4 +1,4 @@
-//! Python-profiling windows (spec §4.1, §4.2): which window ends and which starts at each
+//! Python-profiling windows (docs/formats.md, "Directory pattern", "Window sequence"): which window ends and which starts at each
 //! boundary, and the directory each window's stats go to. The profiling itself (cProfile,
 //! pyinstrument) runs in the Python package, which asks this module at every boundary.
 //!
@@ -187,7 +187,7 @@ mod tests {
         assert_eq!(py_float(12.25), "12.25");
     }
 
-    /// The PyTorch sequence of spec §4.1's real listing: StartStep 2, NumSteps 2, steps 0..4.
+    /// The PyTorch sequence of a real smdebug 1.0.34 listing (docs/formats.md, "Directory pattern"): StartStep 2, NumSteps 2, steps 0..4.
     #[test]
     fn pytorch_sequence_matches_smdebug() {
         let mut f = feature(

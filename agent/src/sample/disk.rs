@@ -8,7 +8,7 @@
 //! less than `/proc/diskstats`, which formats every loop device and partition too.
 //!
 //! Type `i/o`, Names `IOPS`, `ReadThroughputInBytesPerSecond`,
-//! `WriteThroughputInBytesPerSecond`, Dimension `""` (spec §2.3). These are host numbers; the container's own come from the cgroup sampler.
+//! `WriteThroughputInBytesPerSecond`, Dimension `""` (docs/formats.md, "System metrics: vocabulary"). These are host numbers; the container's own come from the cgroup sampler.
 
 use std::path::Path;
 use std::time::Duration;

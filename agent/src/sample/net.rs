@@ -2,7 +2,7 @@
 //! loopback excluded, from `/proc/net/dev`.
 //!
 //! Type `network`, Names `ReceiveBytesPerSecond` / `TransmitBytesPerSecond`, Dimension
-//! `Algorithm` (spec §2.3: the rules sum the `Algorithm` rows). Counters are kept per
+//! `Algorithm` (docs/formats.md, "System metrics: vocabulary": the rules sum the `Algorithm` rows). Counters are kept per
 //! interface, so an interface that appears or goes away does not make a jump.
 
 use std::path::Path;

@@ -1,13 +1,13 @@
 """Python-profiling windows: cProfile or pyinstrument, cut where the hook library says.
 
-The library decides the windows (smdebug's sequence, spec §4.2) and names their
+The library decides the windows (smdebug's sequence, docs/formats.md, "Window sequence") and names their
 directories; this module runs the profilers. At each boundary it asks
 ``trainprof_python_boundary``: when a window ended, the running profiler is stopped, its
 stats are written into ``ended_tmp_dir`` (outside the readers' view) and that directory is
 renamed to ``ended_dir``, so a reader never sees half-written stats; when a window starts,
 a new profiler is started with the profiler and cProfile timer the library chose.
 
-File contents are smdebug's (spec §4.3): cProfile ``python_stats`` is
+File contents are smdebug's (docs/formats.md, "File contents"): cProfile ``python_stats`` is
 ``pstats.Stats(profile).dump_stats``; pyinstrument writes ``python_stats.json``
 (``JSONRenderer``) and ``python_stats.html``, or ``{"root_frame": null}`` and an error page
 when pyinstrument fails.

@@ -5,7 +5,7 @@
     import trainprof.keras
     model.fit(x, y, callbacks=[trainprof.keras.ProfilerCallback()])
 
-What :class:`ProfilerCallback` does, as smdebug 1.0.34's Keras hook does it (spec §1.12):
+What :class:`ProfilerCallback` does, as smdebug 1.0.34's Keras hook does it (docs/formats.md, "Which step each framework tests"):
 
 * ``on_{train,test,predict}_batch_begin`` begins a step of mode train / eval / predict, and
   ``on_*_batch_end`` ends it: one ``Step:ModeKeys.<MODE>`` event per batch, numbered per mode
@@ -14,8 +14,8 @@ What :class:`ProfilerCallback` does, as smdebug 1.0.34's Keras hook does it (spe
 * Detailed profiling: the TF profiler (the public ``tf.profiler.experimental.start`` /
   ``stop``) runs from the train-batch begin of the window's first step to the train-batch end
   of its last one (smdebug stops at the next train-batch begin, or at ``on_train_end``; so do
-  we when the window was not over at a batch end). Its log dir is spec §4.5's
-  ``<LocalPath>/framework/tensorflow/detailed_profiling/<local YYYYMMDDHH>/<train step, 9
+  we when the window was not over at a batch end). Its log dir (docs/formats.md, "TensorFlow
+  detailed profiling") is ``<LocalPath>/framework/tensorflow/detailed_profiling/<local YYYYMMDDHH>/<train step, 9
   digits>/``, with the empty ``<node>_<start µs>_<stop µs>.metadata`` file smdebug's reader
   takes the trace's start time from. TF writes into a staging folder under
   ``<LocalPath>/.tmp/<node>/`` that is renamed into place once complete, so neither a reader

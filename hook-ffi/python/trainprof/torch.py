@@ -8,7 +8,7 @@
         ...
     hook.close()                                                # also done at exit
 
-Steps are counted as smdebug 1.0.34's PyTorch hook counts them (spec §1.12): every call of the
+Steps are counted as smdebug 1.0.34's PyTorch hook counts them (docs/formats.md, "Which step each framework tests"): every call of the
 top module's ``forward`` begins a step (forward pre-hook); the global step ``hook.step`` counts
 every step of every mode from 0 and is the step the detailed and dataloader windows are tested
 at (the dataloader one at ``hook.step + 1``, the step the next batch is for). The step's
@@ -24,7 +24,7 @@ first step after it):
   while the window is open;
 * ``torch.profiler`` (CPU, and CUDA where ``torch.cuda.is_available()``) runs, started and
   stopped exactly at the window's edges; at the end its op events become ``cpu_functions``
-  events and its kernel events ``gpu_functions-dev:<n>`` events (spec §3.8), each numbered
+  events and its kernel events ``gpu_functions-dev:<n>`` events (docs/formats.md, "Event vocabulary"), each numbered
   with the global step it began in.
 
 ``torch.compile``: the hooks never break a Dynamo graph (README, "Framework adapters"). The
@@ -413,7 +413,7 @@ class TorchHook:
 
     def _record_ops(self, events, base_us, boundaries):
         """One ``cpu_functions`` / ``gpu_functions-dev:<n>`` event per profiler event
-        (spec §3.8), numbered with the global step it began in."""
+        (docs/formats.md, "Event vocabulary"), numbered with the global step it began in."""
         prof = self.profiler
         times = [t for t, _ in boundaries]
         by_id = {}

@@ -4,6 +4,8 @@ readers at it) for the upload tests (tests/s3) and the end-to-end tests (tests/e
 
 import os
 import pathlib
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -34,6 +36,18 @@ def hook_lib() -> pathlib.Path:
 def package_dir() -> pathlib.Path:
     """hook-ffi/python: what goes on PYTHONPATH for the trainprof package."""
     return ROOT / "hook-ffi" / "python"
+
+
+@pytest.fixture(scope="session")
+def fake_nvml(tmp_path_factory) -> pathlib.Path:
+    """A fake `libnvidia-ml.so.1` (two GPUs, agent/tests/c/fake_nvml.c) built with the real
+    `cc`: the agent's GPU sampler loads it through TRAINPROF_NVML_LIB, as it would NVML."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.fail("no C compiler (cc) on PATH")
+    out = tmp_path_factory.mktemp("nvml") / "libnvidia-ml.so.1"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(out), str(ROOT / "agent" / "tests" / "c" / "fake_nvml.c")], check=True)
+    return out
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ libnvidia-ml.so.1 (agent/tests/c/fake_nvml.c). Then:
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import time
@@ -31,7 +30,6 @@ from smdebug.profiler.system_metrics_reader import LocalSystemMetricsReader
 from smdebug.trials import profiler_trial
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-FAKE_NVML = ROOT / "agent" / "tests" / "c" / "fake_nvml.c"
 LOOP = ROOT / "tests" / "hook" / "scripts" / "loop.py"
 STEPS = 30
 WINDOW_US = 60 * 1000 * 1000
@@ -43,16 +41,6 @@ LATEST_START_SECOND = 40
 def online_cores():
     with open("/proc/stat") as f:
         return {line.split()[0] for line in f if line.startswith("cpu") and line[3].isdigit()}
-
-
-@pytest.fixture(scope="module")
-def fake_nvml(tmp_path_factory):
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.fail("no C compiler (cc) on PATH")
-    out = tmp_path_factory.mktemp("nvml") / "libnvidia-ml.so.1"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(out), str(FAKE_NVML)], check=True)
-    return out
 
 
 @pytest.fixture(scope="module")

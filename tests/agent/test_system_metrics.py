@@ -8,7 +8,6 @@ else is this machine's real /proc and cgroup files.
 
 import os
 import pathlib
-import shutil
 import statistics
 import subprocess
 import sys
@@ -18,7 +17,6 @@ import pytest
 from smdebug.profiler.system_metrics_reader import LocalSystemMetricsReader
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-FAKE_NVML = ROOT / "agent" / "tests" / "c" / "fake_nvml.c"
 
 BURN = """
 import sys, time
@@ -55,16 +53,6 @@ def online_cores():
         return sorted(
             int(line.split()[0][3:]) for line in f if line.startswith("cpu") and line[3].isdigit()
         )
-
-
-@pytest.fixture(scope="module")
-def fake_nvml(tmp_path_factory):
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.fail("no C compiler (cc) on PATH")
-    out = tmp_path_factory.mktemp("nvml") / "libnvidia-ml.so.1"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(out), str(FAKE_NVML)], check=True)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -14,25 +14,13 @@ import json
 import os
 
 import torch
+from net import Net
 from torch import nn
 
 PARAMS = json.loads(os.environ.get("TRAINPROF_TEST_PARAMS") or "{}")
 MANIFEST = os.environ["TRAINPROF_TEST_MANIFEST"]
 PLAN = PARAMS.get("plan", [["train", 10], ["eval", 2], ["train", 2]])
 COMPILE = PARAMS.get("compile")
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
-        self.relu = nn.ReLU()
-        self.pool = nn.MaxPool2d(2)
-        self.head = nn.Sequential(nn.Flatten(), nn.Linear(4 * 4 * 4, 10))
-
-    def forward(self, x):
-        return self.head(self.pool(self.relu(self.conv1(x))))
-
 
 torch.manual_seed(0)
 net = Net()

@@ -8,6 +8,7 @@ import os
 import time
 
 import torch
+from net import Net
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -20,19 +21,6 @@ BATCHES = PARAMS.get("batches", 4)  # per epoch
 EVAL_BATCHES = PARAMS.get("eval_batches", 2)
 WORKERS = PARAMS.get("num_workers", 2)
 DEVICE = PARAMS.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
-        self.relu = nn.ReLU()
-        self.pool = nn.MaxPool2d(2)
-        self.head = nn.Sequential(nn.Flatten(), nn.Linear(4 * 4 * 4, 10))
-
-    def forward(self, x):
-        return self.head(self.pool(self.relu(self.conv1(x))))
-
 
 torch.manual_seed(0)
 n = BATCHES * 8

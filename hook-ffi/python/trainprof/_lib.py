@@ -222,7 +222,7 @@ def disabled_by_env():
 
 
 def default_path():
-    """``libtrainprof_hook.so`` inside this package's directory."""
+    """``libtrainprof_hook.so`` inside this package's directory, where the wheel puts it."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), LIB_NAME)
 
 
@@ -237,10 +237,11 @@ def resolve_path(path=None):
 
 
 def _how_to_fix():
-    return "set %s to the path of %s, or copy the library to %s before installing the package" % (
-        LIB_ENV,
-        LIB_NAME,
-        default_path(),
+    # The wheel (scripts/wheel) carries the library at default_path(); a package used from
+    # the source tree (PYTHONPATH=hook-ffi/python) has none there and needs the variable.
+    return (
+        "install trainprof from its wheel (scripts/wheel), which puts the library at %s, "
+        "or set %s to the path of %s" % (default_path(), LIB_ENV, LIB_NAME)
     )
 
 

@@ -26,14 +26,14 @@
 #define TRAINPROF_ABI_VERSION 1
 
 /*
- Bytes in each path buffer of [`TrainprofPythonWindow`] (PATH_MAX).
- */
-#define TRAINPROF_PATH_MAX 4096
-
-/*
  At most this many extra numeric arguments per event.
  */
 #define TRAINPROF_MAX_ARGS 4
+
+/*
+ Bytes in each path buffer of [`TrainprofPythonWindow`] (PATH_MAX).
+ */
+#define TRAINPROF_PATH_MAX 4096
 
 /*
  The id `trainprof_register_name` gives a name that does not fit in the name table
@@ -456,6 +456,19 @@ TrainprofStatus trainprof_python_boundary(int32_t boundary, struct TrainprofPyth
  `buf` is NULL or valid for `cap` bytes.
  */
 TrainprofStatus trainprof_node_id(char *buf, size_t cap);
+
+/*
+ Writes the effective `LocalPath` (where the timelines and Python stats go: the
+ config's `LocalPath`, or `TRAINPROF_LOCAL_PATH`, as resolved once by `trainprof_init`)
+ NUL-terminated into `buf` of `cap` bytes: the path's bytes as the file system has them
+ (not necessarily UTF-8). `BUFFER_TOO_SMALL` leaves `buf` as it was; a buffer of
+ `TRAINPROF_PATH_MAX` bytes holds any path the hook can write under. Works after
+ `trainprof_shutdown` too; `DISABLED` when the config turned profiling off.
+
+ # Safety
+ `buf` is NULL or valid for `cap` bytes.
+ */
+TrainprofStatus trainprof_local_path(char *buf, size_t cap);
 
 /*
  Fills `*out` with the hook's counters (zeros before init and in a forked child).

@@ -1,17 +1,29 @@
-//! The exported C functions. Each one runs inside [`guard`]; see the crate docs for the
-//! contract. The process-wide state lives here: one [`Hook`] per process.
+//! The exported C functions; see the crate docs for the contract. The process-wide state
+//! lives here: one [`Hook`] per process.
+//!
+//! Every export goes through one edge: [`edge`] (a value-returning export) or [`export`]
+//! (a status-returning one) runs it inside [`guard`] and answers a fork()ed child before
+//! anything else; [`export_out`] does the same for an export that fills one out-pointer,
+//! and writes that out-pointer's "nothing" value whatever happens (a forked child, a
+//! hook not running, a caught panic leaves it as the caller made it). The hook's state is
+//! checked by [`running`] / [`hook_any`], the pointers by [`str_arg`], [`non_null`],
+//! [`out_buf`] and [`copy_out`]: no export checks `FORKED` or a NULL pointer by hand.
 
 use std::ffi::{CStr, c_char};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::*};
 use std::sync::{Arc, Once, OnceLock};
 use std::time::Duration;
 
 use trainprof_config::{CProfileTimer, Loader, PythonProfiler, Sources};
 
-use crate::event::{TRAINPROF_MAX_ARGS, TrainprofArg};
-use crate::hook::{self, FRAMEWORKS, Hook, Options, TrainprofFeature, TrainprofMode};
-use crate::python::TrainprofBoundary;
-use crate::status::TrainprofStatus;
+use crate::hook::{self, FRAMEWORKS, Hook, Options};
+use crate::names::MAX_NAMES_DEFAULT;
+use crate::types::{
+    TRAINPROF_MAX_ARGS, TRAINPROF_NAME_OVER_LIMIT, TrainprofArg, TrainprofBoundary, TrainprofCprofileTimer,
+    TrainprofFeature, TrainprofMode, TrainprofPythonProfiler, TrainprofPythonWindow, TrainprofStats,
+    TrainprofStatus,
+};
 use crate::{TRAINPROF_ABI_VERSION, guard, log, node};
 
 /// The crate version, NUL-terminated for C.
@@ -22,14 +34,11 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
 const QUEUE_EVENTS_DEFAULT: usize = 32_768;
 const QUEUE_EVENTS_RANGE: std::ops::RangeInclusive<usize> = 16..=4_194_304;
 
-/// Bounds of `TRAINPROF_MAX_NAMES` (default [`hook::MAX_NAMES_DEFAULT`]).
+/// Bounds of `TRAINPROF_MAX_NAMES` (default [`MAX_NAMES_DEFAULT`]).
 const MAX_NAMES_RANGE: std::ops::RangeInclusive<usize> = 16..=16_777_216;
 
 /// How long the exit handler waits for the writer (`TRAINPROF_SHUTDOWN_TIMEOUT_MS`).
 const EXIT_TIMEOUT_MS_DEFAULT: u64 = 5_000;
-
-/// Bytes in each path buffer of [`TrainprofPythonWindow`] (PATH_MAX).
-pub const TRAINPROF_PATH_MAX: usize = 4096;
 
 const UNINIT: u8 = 0;
 const INITIALIZING: u8 = 1;
@@ -45,77 +54,55 @@ static AT_FORK: Once = Once::new();
 static AT_EXIT: Once = Once::new();
 static PANIC_HOOK: Once = Once::new();
 
-/// A profiler for Python windows.
-#[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TrainprofPythonProfiler {
-    None = 0,
-    Cprofile = 1,
-    Pyinstrument = 2,
+// --- the edge -------------------------------------------------------------------------
+
+/// Runs an export: `fallback` if it panics, `forked` in a fork()ed child (before anything
+/// is touched: see the crate docs), else `f`'s answer.
+fn edge<T>(fallback: T, forked: T, f: impl FnOnce() -> T) -> T {
+    guard(fallback, || if FORKED.load(Relaxed) { forked } else { f() })
 }
 
-/// A cProfile timer.
-#[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TrainprofCprofileTimer {
-    None = 0,
-    TotalTime = 1,
-    CpuTime = 2,
-    OffCpuTime = 3,
+/// Runs an export that returns a status: `INTERNAL` if it panics, `FORKED_CHILD` in a
+/// fork()ed child, else `f`'s status (its error, when it failed).
+fn export(f: impl FnOnce() -> Result<TrainprofStatus, TrainprofStatus>) -> TrainprofStatus {
+    edge(TrainprofStatus::Internal, TrainprofStatus::ForkedChild, || f().unwrap_or_else(|e| e))
 }
 
-/// What `trainprof_python_boundary` decided.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct TrainprofPythonWindow {
-    /// 1 when a window ended here: stop its profiler, write its stats into `ended_tmp_dir`,
-    /// then rename that directory to `ended_dir`.
-    pub ended: i32,
-    /// 1 when a window starts here: start a `profiler` with `timer`.
-    pub started: i32,
-    /// A `TrainprofPythonProfiler`, for the window that starts.
-    pub profiler: i32,
-    /// A `TrainprofCprofileTimer`, for the window that starts (cProfile only).
-    pub timer: i32,
-    /// `<LocalPath>/framework/<framework>/<profiler>/<node>/<start>_<end>`, NUL-terminated.
-    pub ended_dir: [c_char; TRAINPROF_PATH_MAX],
-    /// A directory outside the readers' view, on the same file system, NUL-terminated.
-    pub ended_tmp_dir: [c_char; TRAINPROF_PATH_MAX],
-}
-
-impl TrainprofPythonWindow {
-    /// Nothing ended, nothing started.
-    const NOTHING: TrainprofPythonWindow = TrainprofPythonWindow {
-        ended: 0,
-        started: 0,
-        profiler: 0,
-        timer: 0,
-        ended_dir: [0; TRAINPROF_PATH_MAX],
-        ended_tmp_dir: [0; TRAINPROF_PATH_MAX],
+/// Runs an export that fills `*out`: `NULL_ARGUMENT` when `out` is NULL (after the fork
+/// check); otherwise `*out` always ends up written, with `nothing` in a fork()ed child,
+/// with what `f` made of `nothing` else (also when `f` fails part-way: what it filled in
+/// stays), and the status is `f`'s.
+///
+/// # Safety
+/// `out` is NULL or valid for a write of a `T`.
+unsafe fn export_out<T: Copy>(
+    out: *mut T,
+    nothing: T,
+    f: impl FnOnce(&mut T) -> Result<TrainprofStatus, TrainprofStatus>,
+) -> TrainprofStatus {
+    let forked = || {
+        if let Some(out) = NonNull::new(out) {
+            // SAFETY: not NULL, and the caller promises it is valid for a write.
+            unsafe { out.write(nothing) };
+        }
+        TrainprofStatus::ForkedChild
     };
+    guard(TrainprofStatus::Internal, || {
+        if FORKED.load(Relaxed) {
+            return forked();
+        }
+        let Some(out) = NonNull::new(out) else { return TrainprofStatus::NullArgument };
+        let mut value = nothing;
+        let status = f(&mut value).unwrap_or_else(|e| e);
+        // SAFETY: not NULL, and the caller promises it is valid for a write.
+        unsafe { out.write(value) };
+        status
+    })
 }
 
-/// Counters, see `trainprof_stats`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TrainprofStats {
-    /// Events dropped on the caller's thread because the queue was full.
-    pub dropped_queue_full: u64,
-    /// Events dropped by the writer (after `FileOpenFailThreshold` failed opens, or in a
-    /// file it could not write).
-    pub dropped_writer: u64,
-    /// Events written to timeline files.
-    pub written: u64,
-    pub files_sealed: u64,
-    pub open_failures: u64,
-}
-
-/// The hook, when this process initialised it and is not a forked child; `running` also
-/// requires that it is not shut down. One load of the state.
+/// The hook, when this process initialised it; `running` also requires that it is not
+/// shut down. One load of the state. (The fork check is the edge's.)
 fn hook_in(running: bool) -> Result<&'static Hook, TrainprofStatus> {
-    if FORKED.load(Relaxed) {
-        return Err(TrainprofStatus::ForkedChild);
-    }
     match STATE.load(Acquire) {
         UNINIT | INITIALIZING => Err(TrainprofStatus::NotInitialized),
         DISABLED => Err(TrainprofStatus::Disabled),
@@ -125,7 +112,7 @@ fn hook_in(running: bool) -> Result<&'static Hook, TrainprofStatus> {
     }
 }
 
-/// The hook, running or shut down (Python windows, counters, node id).
+/// The hook, running or shut down (Python windows, counters, node id, LocalPath).
 fn hook_any() -> Result<&'static Hook, TrainprofStatus> {
     hook_in(false)
 }
@@ -135,8 +122,9 @@ fn running() -> Result<&'static Hook, TrainprofStatus> {
     hook_in(true)
 }
 
-fn status_of(r: Result<TrainprofStatus, TrainprofStatus>) -> TrainprofStatus {
-    r.unwrap_or_else(|e| e)
+/// A required out-pointer.
+fn non_null<T>(p: *mut T) -> Result<NonNull<T>, TrainprofStatus> {
+    NonNull::new(p).ok_or(TrainprofStatus::NullArgument)
 }
 
 /// # Safety
@@ -150,17 +138,30 @@ unsafe fn str_arg<'a>(p: *const c_char) -> Result<&'a str, TrainprofStatus> {
     s.to_str().map_err(|_| TrainprofStatus::InvalidUtf8)
 }
 
-/// Copies `s` NUL-terminated into `buf` of `cap` bytes.
-fn copy_out(s: &str, buf: &mut [c_char]) -> Result<(), TrainprofStatus> {
+/// The caller's string buffer `buf` of `cap` bytes.
+///
+/// # Safety
+/// `buf` is NULL or valid for `cap` bytes.
+unsafe fn out_buf<'a>(buf: *mut c_char, cap: usize) -> Result<&'a mut [c_char], TrainprofStatus> {
+    let buf = non_null(buf)?;
+    // SAFETY: not NULL, and the caller promises cap valid bytes.
+    Ok(unsafe { std::slice::from_raw_parts_mut(buf.as_ptr(), cap) })
+}
+
+/// Copies `s` NUL-terminated into `buf`; `BUFFER_TOO_SMALL` (and `buf` untouched) when it
+/// does not fit.
+fn copy_out(s: &[u8], buf: &mut [c_char]) -> Result<(), TrainprofStatus> {
     if s.len() >= buf.len() {
         return Err(TrainprofStatus::BufferTooSmall);
     }
-    for (d, b) in buf.iter_mut().zip(s.bytes()) {
-        *d = b as c_char;
+    for (d, b) in buf.iter_mut().zip(s) {
+        *d = *b as c_char;
     }
     buf[s.len()] = 0;
     Ok(())
 }
+
+// --- the exports ----------------------------------------------------------------------
 
 /// The ABI version ([`TRAINPROF_ABI_VERSION`]).
 #[unsafe(no_mangle)]
@@ -188,18 +189,10 @@ pub extern "C" fn trainprof_version() -> *const c_char {
 /// `framework` is NULL or a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn trainprof_init(framework: *const c_char) -> TrainprofStatus {
-    guard(TrainprofStatus::Internal, || {
-        if FORKED.load(Relaxed) {
-            return TrainprofStatus::ForkedChild;
-        }
+    export(|| {
         // SAFETY: forwarded from the caller.
-        let fw = match unsafe { str_arg(framework) } {
-            Ok(f) => f,
-            Err(e) => return e,
-        };
-        let Some(fw) = FRAMEWORKS.iter().copied().find(|f| *f == fw) else {
-            return TrainprofStatus::InvalidArgument;
-        };
+        let fw = unsafe { str_arg(framework) }?;
+        let fw = FRAMEWORKS.iter().copied().find(|f| *f == fw).ok_or(TrainprofStatus::InvalidArgument)?;
         // Before the state changes: a child forked at any later moment is marked, so it
         // can never wait for an initialisation that its copy of the parent will not finish.
         AT_FORK.call_once(|| {
@@ -209,11 +202,11 @@ pub unsafe extern "C" fn trainprof_init(framework: *const c_char) -> TrainprofSt
         install_panic_hook();
         loop {
             match STATE.compare_exchange(UNINIT, INITIALIZING, AcqRel, Acquire) {
-                Ok(_) => return init(fw),
+                Ok(_) => return Ok(init(fw)),
                 Err(INITIALIZING) => std::thread::sleep(Duration::from_millis(1)),
-                Err(RUNNING) => return TrainprofStatus::Ok,
-                Err(DISABLED) => return TrainprofStatus::Disabled,
-                Err(_) => return TrainprofStatus::ShutDown,
+                Err(RUNNING) => return Ok(TrainprofStatus::Ok),
+                Err(DISABLED) => return Ok(TrainprofStatus::Disabled),
+                Err(_) => return Ok(TrainprofStatus::ShutDown),
             }
         }
     })
@@ -259,7 +252,7 @@ fn init(framework: &'static str) -> TrainprofStatus {
         .map_or(QUEUE_EVENTS_DEFAULT, |v| v.clamp(*QUEUE_EVENTS_RANGE.start(), *QUEUE_EVENTS_RANGE.end()));
     let max_names = env("TRAINPROF_MAX_NAMES")
         .and_then(|v| v.trim().parse::<usize>().ok())
-        .map_or(hook::MAX_NAMES_DEFAULT, |v| v.clamp(*MAX_NAMES_RANGE.start(), *MAX_NAMES_RANGE.end()));
+        .map_or(MAX_NAMES_DEFAULT, |v| v.clamp(*MAX_NAMES_RANGE.start(), *MAX_NAMES_RANGE.end()));
     let hook = Hook::new(Options {
         framework,
         config,
@@ -352,12 +345,7 @@ fn shutdown(timeout_ms: u64) -> TrainprofStatus {
 /// not finish in time (it goes on in the background).
 #[unsafe(no_mangle)]
 pub extern "C" fn trainprof_shutdown(timeout_ms: u32) -> TrainprofStatus {
-    guard(TrainprofStatus::Internal, || {
-        if FORKED.load(Relaxed) {
-            return TrainprofStatus::ForkedChild;
-        }
-        shutdown(u64::from(timeout_ms))
-    })
+    export(|| Ok(shutdown(u64::from(timeout_ms))))
 }
 
 /// Registers a name (a phase, an event name, an argument key) and writes its id to
@@ -370,26 +358,15 @@ pub extern "C" fn trainprof_shutdown(timeout_ms: u32) -> TrainprofStatus {
 /// `name` is NULL or a NUL-terminated string; `out_id` is NULL or valid for a write.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn trainprof_register_name(name: *const c_char, out_id: *mut u32) -> TrainprofStatus {
-    guard(TrainprofStatus::Internal, || {
-        if FORKED.load(Relaxed) {
-            return TrainprofStatus::ForkedChild;
-        }
-        let hook = match running() {
-            Ok(h) => h,
-            Err(e) => return e,
-        };
+    export(|| {
+        let hook = running()?;
         // SAFETY: forwarded from the caller.
-        let name = match unsafe { str_arg(name) } {
-            Ok(n) => n,
-            Err(e) => return e,
-        };
-        if out_id.is_null() {
-            return TrainprofStatus::NullArgument;
-        }
+        let name = unsafe { str_arg(name) }?;
+        let out_id = non_null(out_id)?;
         let id = hook.register_name(name);
-        // SAFETY: out_id is not NULL and the caller promises it is valid for a write.
+        // SAFETY: not NULL, and the caller promises it is valid for a write.
         unsafe { out_id.write(id) };
-        if id == hook::TRAINPROF_NAME_OVER_LIMIT { TrainprofStatus::NameLimit } else { TrainprofStatus::Ok }
+        Ok(if id == TRAINPROF_NAME_OVER_LIMIT { TrainprofStatus::NameLimit } else { TrainprofStatus::Ok })
     })
 }
 
@@ -410,19 +387,16 @@ pub unsafe extern "C" fn trainprof_record(
     args: *const TrainprofArg,
     n_args: u32,
 ) -> TrainprofStatus {
-    guard(TrainprofStatus::Internal, || {
-        let hook = match running() {
-            Ok(h) => h,
-            Err(e) => return e,
-        };
+    export(|| {
+        let hook = running()?;
         let args = match n_args {
             0 => &[][..],
-            n if n as usize > TRAINPROF_MAX_ARGS => return TrainprofStatus::InvalidArgument,
-            _ if args.is_null() => return TrainprofStatus::NullArgument,
+            n if n as usize > TRAINPROF_MAX_ARGS => return Err(TrainprofStatus::InvalidArgument),
+            _ if args.is_null() => return Err(TrainprofStatus::NullArgument),
             // SAFETY: args is not NULL and the caller promises n_args valid elements.
             n => unsafe { std::slice::from_raw_parts(args, n as usize) },
         };
-        hook.record(phase_id, name_id, start_us, end_us, step, args)
+        Ok(hook.record(phase_id, name_id, start_us, end_us, step, args))
     })
 }
 
@@ -436,18 +410,15 @@ pub unsafe extern "C" fn trainprof_record(
 /// `out_step` is NULL or valid for a write.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn trainprof_step_begin(mode: i32, step: i64, out_step: *mut i64) -> TrainprofStatus {
-    guard(TrainprofStatus::Internal, || {
-        let hook = match running() {
-            Ok(h) => h,
-            Err(e) => return e,
-        };
-        let Some(mode) = TrainprofMode::from_i32(mode) else { return TrainprofStatus::InvalidArgument };
+    export(|| {
+        let hook = running()?;
+        let mode = TrainprofMode::from_i32(mode).ok_or(TrainprofStatus::InvalidArgument)?;
         let n = hook.step_begin(mode, step, hook::now_us());
-        if !out_step.is_null() {
-            // SAFETY: out_step is not NULL and the caller promises it is valid for a write.
+        if let Some(out_step) = NonNull::new(out_step) {
+            // SAFETY: not NULL, and the caller promises it is valid for a write.
             unsafe { out_step.write(n as i64) };
         }
-        TrainprofStatus::Ok
+        Ok(TrainprofStatus::Ok)
     })
 }
 
@@ -455,10 +426,7 @@ pub unsafe extern "C" fn trainprof_step_begin(mode: i32, step: i64, out_step: *m
 /// step is in progress.
 #[unsafe(no_mangle)]
 pub extern "C" fn trainprof_step_end() -> TrainprofStatus {
-    guard(TrainprofStatus::Internal, || match running() {
-        Ok(h) => h.step_end(hook::now_us()),
-        Err(e) => e,
-    })
+    export(|| Ok(running()?.step_end(hook::now_us())))
 }
 
 /// The hook's clock: µs since the epoch (what event times are measured in).
@@ -483,31 +451,20 @@ pub unsafe extern "C" fn trainprof_window_active(
     metrics_name: *const c_char,
     out_active: *mut i32,
 ) -> TrainprofStatus {
-    guard(TrainprofStatus::Internal, || {
-        if FORKED.load(Relaxed) {
-            if !out_active.is_null() {
-                // SAFETY: not NULL, and the caller promises it is valid for a write.
-                unsafe { out_active.write(0) };
-            }
-            return TrainprofStatus::ForkedChild;
-        }
-        if out_active.is_null() {
-            return TrainprofStatus::NullArgument;
-        }
-        let active = (|| {
+    // SAFETY: out_active is forwarded from the caller.
+    unsafe {
+        export_out(out_active, 0, |active| {
             let hook = running()?;
             let feature = TrainprofFeature::from_i32(feature).ok_or(TrainprofStatus::InvalidArgument)?;
             let name = match feature {
                 // SAFETY: forwarded from the caller.
-                TrainprofFeature::Dataloader => Some(unsafe { str_arg(metrics_name) }?),
+                TrainprofFeature::Dataloader => Some(str_arg(metrics_name)?),
                 _ => None,
             };
-            Ok(hook.is_active(feature, step, name, hook::now_us() as f64 / 1e6))
-        })();
-        // SAFETY: out_active is not NULL and the caller promises it is valid for a write.
-        unsafe { out_active.write(i32::from(active == Ok(true))) };
-        status_of(active.map(|_| TrainprofStatus::Ok))
-    })
+            *active = i32::from(hook.is_active(feature, step, name, hook::now_us() as f64 / 1e6));
+            Ok(TrainprofStatus::Ok)
+        })
+    }
 }
 
 /// A Python-profiling boundary (a `TrainprofBoundary`): fills `*out` with the window that
@@ -523,19 +480,9 @@ pub unsafe extern "C" fn trainprof_python_boundary(
     boundary: i32,
     out: *mut TrainprofPythonWindow,
 ) -> TrainprofStatus {
-    guard(TrainprofStatus::Internal, || {
-        if FORKED.load(Relaxed) {
-            if !out.is_null() {
-                // SAFETY: not NULL, and the caller promises it is valid for a write.
-                unsafe { out.write(TrainprofPythonWindow::NOTHING) };
-            }
-            return TrainprofStatus::ForkedChild;
-        }
-        if out.is_null() {
-            return TrainprofStatus::NullArgument;
-        }
-        let mut w = TrainprofPythonWindow::NOTHING;
-        let r = (|| {
+    // SAFETY: out is forwarded from the caller.
+    unsafe {
+        export_out(out, TrainprofPythonWindow::NOTHING, |w| {
             let hook = hook_any()?;
             let b = TrainprofBoundary::from_i32(boundary).ok_or(TrainprofStatus::InvalidArgument)?;
             let o = hook.python_boundary(b, hook::now_us_f64);
@@ -555,16 +502,13 @@ pub unsafe extern "C" fn trainprof_python_boundary(
             }
             if let Some((name, profiler)) = o.ended {
                 let (done, tmp) = hook.python_stats_paths(profiler.as_str(), &name);
-                copy_out(&done.to_string_lossy(), &mut w.ended_dir)?;
-                copy_out(&tmp.to_string_lossy(), &mut w.ended_tmp_dir)?;
+                copy_out(done.to_string_lossy().as_bytes(), &mut w.ended_dir)?;
+                copy_out(tmp.to_string_lossy().as_bytes(), &mut w.ended_tmp_dir)?;
                 w.ended = 1;
             }
             Ok(TrainprofStatus::Ok)
-        })();
-        // SAFETY: out is not NULL and the caller promises it is valid for a write.
-        unsafe { out.write(w) };
-        status_of(r)
-    })
+        })
+    }
 }
 
 /// Writes the node id (`<rank>-<host>`) NUL-terminated into `buf` of `cap` bytes.
@@ -573,20 +517,31 @@ pub unsafe extern "C" fn trainprof_python_boundary(
 /// `buf` is NULL or valid for `cap` bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn trainprof_node_id(buf: *mut c_char, cap: usize) -> TrainprofStatus {
-    guard(TrainprofStatus::Internal, || {
-        if FORKED.load(Relaxed) {
-            return TrainprofStatus::ForkedChild;
-        }
-        if buf.is_null() {
-            return TrainprofStatus::NullArgument;
-        }
-        let hook = match hook_any() {
-            Ok(h) => h,
-            Err(e) => return e,
-        };
-        // SAFETY: buf is not NULL and the caller promises cap valid bytes.
-        let out = unsafe { std::slice::from_raw_parts_mut(buf, cap) };
-        status_of(copy_out(hook.node_id(), out).map(|()| TrainprofStatus::Ok))
+    export(|| {
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { out_buf(buf, cap) }?;
+        copy_out(hook_any()?.node_id().as_bytes(), out)?;
+        Ok(TrainprofStatus::Ok)
+    })
+}
+
+/// Writes the effective `LocalPath` (where the timelines and Python stats go: the
+/// config's `LocalPath`, or `TRAINPROF_LOCAL_PATH`, as resolved once by `trainprof_init`)
+/// NUL-terminated into `buf` of `cap` bytes: the path's bytes as the file system has them
+/// (not necessarily UTF-8). `BUFFER_TOO_SMALL` leaves `buf` as it was; a buffer of
+/// `TRAINPROF_PATH_MAX` bytes holds any path the hook can write under. Works after
+/// `trainprof_shutdown` too; `DISABLED` when the config turned profiling off.
+///
+/// # Safety
+/// `buf` is NULL or valid for `cap` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn trainprof_local_path(buf: *mut c_char, cap: usize) -> TrainprofStatus {
+    use std::os::unix::ffi::OsStrExt as _;
+    export(|| {
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { out_buf(buf, cap) }?;
+        copy_out(hook_any()?.local_path().as_os_str().as_bytes(), out)?;
+        Ok(TrainprofStatus::Ok)
     })
 }
 
@@ -596,41 +551,19 @@ pub unsafe extern "C" fn trainprof_node_id(buf: *mut c_char, cap: usize) -> Trai
 /// `out` is NULL or valid for a write of a `TrainprofStats`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn trainprof_stats(out: *mut TrainprofStats) -> TrainprofStatus {
-    guard(TrainprofStatus::Internal, || {
-        if FORKED.load(Relaxed) {
-            if !out.is_null() {
-                // SAFETY: not NULL, and the caller promises it is valid for a write.
-                unsafe { out.write(TrainprofStats::default()) };
-            }
-            return TrainprofStatus::ForkedChild;
-        }
-        if out.is_null() {
-            return TrainprofStatus::NullArgument;
-        }
-        let (stats, status) = match hook_any() {
-            Ok(h) => {
-                let s = h.stats();
-                let stats = TrainprofStats {
-                    dropped_queue_full: s.dropped_queue_full,
-                    dropped_writer: s.dropped_writer,
-                    written: s.written,
-                    files_sealed: s.files_sealed,
-                    open_failures: s.open_failures,
-                };
-                (stats, TrainprofStatus::Ok)
-            }
-            Err(e) => (TrainprofStats::default(), e),
-        };
-        // SAFETY: out is not NULL and the caller promises it is valid for a write.
-        unsafe { out.write(stats) };
-        status
-    })
+    // SAFETY: out is forwarded from the caller.
+    unsafe {
+        export_out(out, TrainprofStats::default(), |stats| {
+            *stats = hook_any()?.stats().into();
+            Ok(TrainprofStatus::Ok)
+        })
+    }
 }
 
 /// Events dropped so far, for any reason (0 before init and in a forked child).
 #[unsafe(no_mangle)]
 pub extern "C" fn trainprof_dropped_events() -> u64 {
-    guard(0, || hook_any().map_or(0, |h| h.dropped()))
+    edge(0, 0, || hook_any().map_or(0, |h| h.dropped()))
 }
 
 /// Events dropped because they use a name that did not fit in the name table
@@ -638,22 +571,19 @@ pub extern "C" fn trainprof_dropped_events() -> u64 {
 /// a forked child).
 #[unsafe(no_mangle)]
 pub extern "C" fn trainprof_dropped_names() -> u64 {
-    guard(0, || hook_any().map_or(0, |h| h.stats().dropped_names))
+    edge(0, 0, || hook_any().map_or(0, |h| h.stats().dropped_names))
 }
 
 /// Panics inside the guard and returns what any export returns after an internal panic
 /// (`INTERNAL`). It exists so that tests can prove that no panic crosses the ABI.
 #[unsafe(no_mangle)]
 pub extern "C" fn trainprof_selftest_panic() -> TrainprofStatus {
-    if FORKED.load(Relaxed) {
-        return TrainprofStatus::ForkedChild;
-    }
-    install_panic_hook();
-    guard(TrainprofStatus::Internal, || {
+    export(|| {
+        install_panic_hook();
         // black_box: a real panic at run time, not one the compiler can see coming.
         if std::hint::black_box(true) {
             panic!("trainprof_selftest_panic");
         }
-        TrainprofStatus::Ok
+        Ok(TrainprofStatus::Ok)
     })
 }

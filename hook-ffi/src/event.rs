@@ -3,38 +3,7 @@
 //! It is plain data (no heap, no names): names travel as ids registered beforehand, so
 //! building and queueing one never allocates.
 
-/// At most this many extra numeric arguments per event.
-pub const TRAINPROF_MAX_ARGS: usize = 4;
-
-/// The kind of a numeric argument's value.
-#[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TrainprofArgKind {
-    /// `value` holds an `int64_t`.
-    Int = 0,
-    /// `value` holds a `double` (its bits, see [`TrainprofArg`]).
-    Float = 1,
-    /// `value` is 0 (false) or anything else (true).
-    Bool = 2,
-}
-
-/// One extra argument of an event: `args.<name of key> = value`.
-///
-/// For [`TrainprofArgKind::Float`], `value` carries the bits of an IEEE-754 double
-/// (`memcpy` it in C; the Python package does this for you).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TrainprofArg {
-    /// A name id from `trainprof_register_name`.
-    pub key: u32,
-    /// A [`TrainprofArgKind`] value.
-    pub kind: i32,
-    pub value: i64,
-}
-
-impl TrainprofArg {
-    pub(crate) const EMPTY: TrainprofArg = TrainprofArg { key: 0, kind: 0, value: 0 };
-}
+use crate::types::{TRAINPROF_MAX_ARGS, TrainprofArg};
 
 /// A complete event (`ph: "X"`), as queued. Times are µs since the epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,98 +10,27 @@
 //! * one writer thread, started by [`Hook::spawn_writer`], pops events and writes the
 //!   timeline files, re-reads the config at most once a second, and hands a changed config
 //!   over through `pending`; a trainer thread takes it with `try_lock` at the next step
-//!   boundary, so it never waits for the writer.
+//!   boundary, so it never waits for the writer (the loop is in [`crate::writer_thread`]).
+//!
+//! The name table is [`crate::names`], the counters [`crate::stats`].
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering::*};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_queue::ArrayQueue;
-use trainprof_config::{Config, Loader, Reload, Step};
+use trainprof_config::{Config, Step};
 
-use crate::event::{Event, NO_STEP, TRAINPROF_MAX_ARGS, TrainprofArg};
-use crate::python::{self, Outcome, Position, TrainprofBoundary};
-use crate::status::TrainprofStatus;
-use crate::writer::{self, TimelineWriter};
-
-/// A training mode, numbered as smdebug's `ModeKeys`.
-#[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TrainprofMode {
-    Train = 1,
-    Eval = 2,
-    Predict = 3,
-    Global = 4,
-}
-
-impl TrainprofMode {
-    pub(crate) const ALL: [TrainprofMode; 4] =
-        [TrainprofMode::Train, TrainprofMode::Eval, TrainprofMode::Predict, TrainprofMode::Global];
-
-    pub fn from_i32(v: i32) -> Option<TrainprofMode> {
-        TrainprofMode::ALL.into_iter().find(|m| *m as i32 == v)
-    }
-
-    /// The phase (and name) of this mode's step events: `Step:ModeKeys.TRAIN`.
-    pub fn step_phase(self) -> &'static str {
-        match self {
-            TrainprofMode::Train => "Step:ModeKeys.TRAIN",
-            TrainprofMode::Eval => "Step:ModeKeys.EVAL",
-            TrainprofMode::Predict => "Step:ModeKeys.PREDICT",
-            TrainprofMode::Global => "Step:ModeKeys.GLOBAL",
-        }
-    }
-
-    /// The mode in Python-stats directory names.
-    pub fn python_name(self) -> &'static str {
-        match self {
-            TrainprofMode::Train => "train",
-            TrainprofMode::Eval => "eval",
-            TrainprofMode::Predict => "predict",
-            TrainprofMode::Global => "global",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize - 1
-    }
-
-    /// The name id of [`TrainprofMode::step_phase`], registered when the hook is made.
-    pub fn step_name_id(self) -> u32 {
-        self.index() as u32
-    }
-}
-
-/// A profiling feature whose window can be asked about.
-#[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TrainprofFeature {
-    Detailed = 1,
-    Dataloader = 2,
-    Python = 3,
-    Smdataparallel = 4,
-}
-
-impl TrainprofFeature {
-    pub fn from_i32(v: i32) -> Option<TrainprofFeature> {
-        use TrainprofFeature::*;
-        [Detailed, Dataloader, Python, Smdataparallel].into_iter().find(|f| *f as i32 == v)
-    }
-}
-
-/// The id `trainprof_register_name` gives a name that does not fit in the name table
-/// (`TRAINPROF_MAX_NAMES`): an event that uses it is dropped and counted.
-pub const TRAINPROF_NAME_OVER_LIMIT: u32 = u32::MAX;
-
-/// Default of `TRAINPROF_MAX_NAMES`: distinct names per process.
-pub(crate) const MAX_NAMES_DEFAULT: usize = 65_536;
-
-/// The bytes all names may take together, whatever their number: with the count limit,
-/// the table's memory is bounded however long the names are.
-pub(crate) const MAX_NAME_BYTES: usize = 16 << 20;
+use crate::event::{Event, NO_STEP};
+use crate::lock;
+use crate::names::Names;
+use crate::python::{self, Outcome, Position};
+use crate::stats::{Counters, ShardedCounter, Stats};
+use crate::types::{
+    TRAINPROF_MAX_ARGS, TRAINPROF_NAME_OVER_LIMIT, TrainprofArg, TrainprofBoundary, TrainprofFeature,
+    TrainprofMode, TrainprofStatus,
+};
+use crate::writer;
 
 /// The frameworks smdebug names folders after.
 pub const FRAMEWORKS: [&str; 4] = ["pytorch", "tensorflow", "mxnet", "xgboost"];
@@ -132,43 +61,10 @@ pub fn records(config: &Config, local_path_override: bool) -> bool {
     config.enabled && (config.framework_configured || local_path_override)
 }
 
-/// Counters, for `trainprof_stats`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Dropped on the trainer's thread because the queue was full.
-    pub dropped_queue_full: u64,
-    /// Dropped by the writer (turned off after failed opens, or a file it could not write).
-    pub dropped_writer: u64,
-    pub written: u64,
-    pub files_sealed: u64,
-    pub open_failures: u64,
-    /// Dropped on the trainer's thread because they use a name that did not fit in the
-    /// name table (`TRAINPROF_MAX_NAMES`).
-    pub dropped_names: u64,
-}
-
-struct Names {
-    table: Mutex<NameTable>,
-    /// How many names are registered: ids below it are valid. Read on the hot path.
-    count: AtomicU32,
-    /// The most names the table takes.
-    max: usize,
-}
-
-#[derive(Default)]
-struct NameTable {
-    list: Vec<Arc<str>>,
-    index: HashMap<Arc<str>, u32>,
-    /// The bytes of all names in `list`.
-    bytes: usize,
-    /// Whether the table being full was logged.
-    full_logged: bool,
-}
-
 /// The trainer-side window state. Only trainer threads lock it.
-struct Gate {
-    config: Config,
-    python: python::Windows,
+pub(crate) struct Gate {
+    pub(crate) config: Config,
+    pub(crate) python: python::Windows,
 }
 
 struct Steps {
@@ -203,76 +99,35 @@ impl WindowStep {
 
 /// The hook. See the module docs for who touches what.
 pub struct Hook {
-    queue: ArrayQueue<Event>,
-    dropped_full: ShardedCounter,
-    /// Events that used [`TRAINPROF_NAME_OVER_LIMIT`].
-    dropped_names: ShardedCounter,
+    pub(crate) queue: ArrayQueue<Event>,
     /// Pushes under way (see [`Hook::push`]).
-    in_flight: ShardedCounter,
-    /// Events left in the queue when the writer thread died (a caught panic).
-    dropped_writer_died: AtomicU64,
-    names: Names,
-    enabled: AtomicBool,
+    pub(crate) in_flight: ShardedCounter,
+    pub(crate) counters: Counters,
+    pub(crate) names: Names,
+    pub(crate) enabled: AtomicBool,
     local_path_override: bool,
     steps: Steps,
     gate: Mutex<Gate>,
-    pending: Mutex<Option<Box<Config>>>,
+    /// A config the writer reloaded, for the next step boundary.
+    pub(crate) pending: Mutex<Option<Box<Config>>>,
     framework: &'static str,
     window_step: WindowStep,
-    node_id: String,
-    local_path: PathBuf,
-    os_pid: u32,
-    base_us: i64,
-    rotate: (u64, i64, u32),
-    written: AtomicU64,
-    dropped_writer: AtomicU64,
-    files_sealed: AtomicU64,
-    open_failures: AtomicU64,
-    stop: AtomicBool,
-    finished: (Mutex<bool>, Condvar),
+    /// `LocalPath`, the node id, the pid and the rotation limits the writer starts with.
+    pub(crate) writer: writer::Settings,
+    /// The writer's base time (µs since the epoch).
+    pub(crate) base_us: i64,
+    pub(crate) stop: AtomicBool,
+    pub(crate) finished: (Mutex<bool>, Condvar),
 }
 
 impl std::fmt::Debug for Hook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hook")
             .field("framework", &self.framework)
-            .field("node_id", &self.node_id)
-            .field("local_path", &self.local_path)
+            .field("writer", &self.writer)
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
-}
-
-/// A counter split over cache lines, so that threads dropping events at the same time
-/// do not fight over one line; each thread adds to its own slot (by a thread-local index).
-#[derive(Debug, Default)]
-struct ShardedCounter([PaddedU64; SHARDS]);
-
-const SHARDS: usize = 16;
-
-#[derive(Debug, Default)]
-#[repr(align(128))]
-struct PaddedU64(AtomicU64);
-
-impl ShardedCounter {
-    /// This thread's slot.
-    fn slot() -> usize {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        thread_local! {
-            static SLOT: usize = NEXT.fetch_add(1, Relaxed) % SHARDS;
-        }
-        SLOT.try_with(|s| *s).unwrap_or(0)
-    }
-
-    /// The total (slots add and subtract with wrapping, so the sum is exact).
-    fn sum(&self) -> u64 {
-        self.0.iter().fold(0u64, |a, c| a.wrapping_add(c.0.load(SeqCst)))
-    }
-}
-
-/// Locks `m`, ignoring poisoning (a panic in another thread leaves plain data behind).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Wall-clock time in µs since the epoch (clock_gettime through the vDSO: no syscall).
@@ -290,26 +145,21 @@ pub fn now_us_f64() -> f64 {
 
 impl Hook {
     pub fn new(o: Options) -> Arc<Hook> {
-        let mut table = NameTable::default();
-        for m in TrainprofMode::ALL {
-            let name: Arc<str> = Arc::from(m.step_phase());
-            table.index.insert(name.clone(), table.list.len() as u32);
-            table.bytes += name.len();
-            table.list.push(name);
-        }
-        let count = table.list.len() as u32;
         let c = &o.config;
+        let writer = writer::Settings {
+            root: c.local_path().to_path_buf(),
+            node_id: o.node_id,
+            os_pid: o.os_pid,
+            rotate_max_bytes: c.rotate_max_file_size,
+            rotate_interval_us: writer::interval_us(c.rotate_close_interval_s),
+            file_open_fail_threshold: c.file_open_fail_threshold,
+        };
         Arc::new(Hook {
             queue: ArrayQueue::new(o.queue_capacity.max(1)),
-            dropped_full: ShardedCounter::default(),
-            dropped_names: ShardedCounter::default(),
             in_flight: ShardedCounter::default(),
-            dropped_writer_died: AtomicU64::new(0),
-            names: Names {
-                table: Mutex::new(table),
-                count: AtomicU32::new(count),
-                max: o.max_names.max(count as usize),
-            },
+            counters: Counters::default(),
+            // The step names take the first ids (TrainprofMode::step_name_id).
+            names: Names::new(TrainprofMode::ALL.map(TrainprofMode::step_phase), o.max_names),
             enabled: AtomicBool::new(records(c, o.local_path_override)),
             local_path_override: o.local_path_override,
             steps: Steps {
@@ -322,32 +172,22 @@ impl Hook {
             },
             framework: o.framework,
             window_step: WindowStep::for_framework(o.framework),
-            node_id: o.node_id,
-            local_path: c.local_path().to_path_buf(),
-            os_pid: o.os_pid,
+            writer,
             base_us: o.base_us,
-            rotate: (
-                c.rotate_max_file_size,
-                interval_us(c.rotate_close_interval_s),
-                c.file_open_fail_threshold,
-            ),
             gate: Mutex::new(Gate { config: o.config, python: python::Windows::default() }),
             pending: Mutex::new(None),
-            written: AtomicU64::new(0),
-            dropped_writer: AtomicU64::new(0),
-            files_sealed: AtomicU64::new(0),
-            open_failures: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             finished: (Mutex::new(false), Condvar::new()),
         })
     }
 
     pub fn node_id(&self) -> &str {
-        &self.node_id
+        &self.writer.node_id
     }
 
+    /// The effective `LocalPath` (the config's, or `TRAINPROF_LOCAL_PATH`), fixed at init.
     pub fn local_path(&self) -> &std::path::Path {
-        &self.local_path
+        &self.writer.root
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -355,41 +195,18 @@ impl Hook {
     }
 
     /// Registers `name` (idempotent) and returns its id; [`TRAINPROF_NAME_OVER_LIMIT`] when
-    /// the table is full (`max_names` names, or [`MAX_NAME_BYTES`]): the table never grows
-    /// past that, and events that use that id are dropped and counted.
+    /// the table is full (see [`Names::register`]).
     pub fn register_name(&self, name: &str) -> u32 {
-        let mut t = lock(&self.names.table);
-        if let Some(&id) = t.index.get(name) {
-            return id;
-        }
-        if t.list.len() >= self.names.max || t.bytes.saturating_add(name.len()) > MAX_NAME_BYTES {
-            if !t.full_logged {
-                t.full_logged = true;
-                crate::log(&format_args!(
-                    "the name table is full ({} names, {} bytes; TRAINPROF_MAX_NAMES={}): events with new names are dropped and counted",
-                    t.list.len(),
-                    t.bytes,
-                    self.names.max
-                ));
-            }
-            return TRAINPROF_NAME_OVER_LIMIT;
-        }
-        let id = t.list.len() as u32;
-        let name: Arc<str> = Arc::from(name);
-        t.index.insert(name.clone(), id);
-        t.bytes += name.len();
-        t.list.push(name);
-        self.names.count.store(id + 1, Release);
-        id
+        self.names.register(name)
     }
 
     /// Names registered so far (the step names included).
     pub fn name_count(&self) -> usize {
-        self.names.count.load(Acquire) as usize
+        self.names.count()
     }
 
     fn valid_id(&self, id: u32) -> bool {
-        id < self.names.count.load(Acquire)
+        self.names.valid(id)
     }
 
     /// Not on the hot path: only for an event refused for its ids. An event that uses an
@@ -406,7 +223,7 @@ impl Hook {
         if !over {
             return TrainprofStatus::InvalidArgument;
         }
-        self.dropped_names.0[ShardedCounter::slot()].0.fetch_add(1, Relaxed);
+        self.counters.dropped_names.add_one();
         TrainprofStatus::Dropped
     }
 
@@ -456,19 +273,19 @@ impl Hook {
         // in-flight counts are SeqCst, so one of the two always sees the other: every OK
         // event is written, and no event is taken back.
         let slot = ShardedCounter::slot();
-        self.in_flight.0[slot].0.fetch_add(1, SeqCst);
+        self.in_flight.at(slot).fetch_add(1, SeqCst);
         let status = if self.stop.load(SeqCst) {
             TrainprofStatus::ShutDown
         } else {
             match self.queue.push(ev) {
                 Ok(()) => TrainprofStatus::Ok,
                 Err(_) => {
-                    self.dropped_full.0[slot].0.fetch_add(1, Relaxed);
+                    self.counters.dropped_full.at(slot).fetch_add(1, Relaxed);
                     TrainprofStatus::Dropped
                 }
             }
         };
-        self.in_flight.0[slot].0.fetch_sub(1, SeqCst);
+        self.in_flight.at(slot).fetch_sub(1, SeqCst);
         status
     }
 
@@ -583,165 +400,42 @@ impl Hook {
     /// directory the stats are written to before they are renamed there.
     pub fn python_stats_paths(&self, profiler: &str, dir_name: &str) -> (PathBuf, PathBuf) {
         let done = self
-            .local_path
+            .local_path()
             .join("framework")
             .join(self.framework)
             .join(profiler)
-            .join(&self.node_id)
+            .join(self.node_id())
             .join(dir_name);
-        let tmp = self.local_path.join(".tmp").join(&self.node_id).join(dir_name);
+        let tmp = self.local_path().join(".tmp").join(self.node_id()).join(dir_name);
         (done, tmp)
     }
 
+    /// Every counter, read in one place (`trainprof_stats`, `trainprof_dropped_*`, the
+    /// shutdown log line).
     pub fn stats(&self) -> Stats {
-        Stats {
-            dropped_queue_full: self.dropped_full.sum(),
-            dropped_writer: self.dropped_writer.load(Relaxed) + self.dropped_writer_died.load(Relaxed),
-            written: self.written.load(Relaxed),
-            files_sealed: self.files_sealed.load(Relaxed),
-            open_failures: self.open_failures.load(Relaxed),
-            dropped_names: self.dropped_names.sum(),
-        }
+        self.counters.snapshot()
     }
 
     /// Events lost so far, for any reason.
     pub fn dropped(&self) -> u64 {
-        let s = self.stats();
-        s.dropped_queue_full + s.dropped_writer + s.dropped_names
+        self.stats().dropped()
     }
 
     /// Pops one queued event (for tests that drain the queue themselves).
     pub fn pop(&self) -> Option<Event> {
         self.queue.pop()
     }
-
-    /// Starts the writer thread. `loader` re-reads the config; `clock` gives µs since the
-    /// epoch.
-    pub fn spawn_writer(self: &Arc<Self>, loader: Option<Loader>, clock: fn() -> i64) -> std::io::Result<()> {
-        let hook = Arc::clone(self);
-        thread::Builder::new().name("trainprof-writer".into()).spawn(move || {
-            let ran =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.run_writer(loader, clock)));
-            if ran.is_err() {
-                // A bug, not a state: stop recording, count what is left, never hang a
-                // shutdown.
-                hook.enabled.store(false, Relaxed);
-                hook.stop.store(true, SeqCst);
-                while hook.in_flight.sum() != 0 {
-                    thread::yield_now();
-                }
-                let left = std::iter::from_fn(|| hook.queue.pop()).count() as u64;
-                hook.dropped_writer_died.fetch_add(left, Relaxed);
-                crate::log(&format_args!(
-                    "the writer thread failed; recording is off ({left} queued events dropped)"
-                ));
-            }
-            let (done, cv) = &hook.finished;
-            *lock(done) = true;
-            cv.notify_all();
-        })?;
-        Ok(())
-    }
-
-    /// Asks the writer to drain the queue, seal its file and stop; waits at most `timeout`.
-    /// True when it finished in time.
-    pub fn stop_writer(&self, timeout: Duration) -> bool {
-        self.stop.store(true, SeqCst);
-        let (done, cv) = &self.finished;
-        let deadline = Instant::now() + timeout;
-        let mut finished = lock(done);
-        while !*finished {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            finished = cv.wait_timeout(finished, left).unwrap_or_else(PoisonError::into_inner).0;
-        }
-        true
-    }
-
-    fn run_writer(&self, mut loader: Option<Loader>, clock: fn() -> i64) {
-        let (max_bytes, interval, threshold) = self.rotate;
-        let settings = writer::Settings {
-            root: self.local_path.clone(),
-            node_id: self.node_id.clone(),
-            os_pid: self.os_pid,
-            rotate_max_bytes: max_bytes,
-            rotate_interval_us: interval,
-            file_open_fail_threshold: threshold,
-        };
-        let mut w = TimelineWriter::new(settings, self.base_us);
-        let mut names: Vec<Arc<str>> = Vec::new();
-        let mut last_reload = clock();
-        loop {
-            let stopping = self.stop.load(SeqCst);
-            let mut n = 0usize;
-            while let Some(ev) = self.queue.pop() {
-                let top = ev.phase.max(ev.name).max(ev.args().iter().map(|a| a.key).max().unwrap_or(0));
-                if top as usize >= names.len() {
-                    // Only the names added since the last look: the lock is held for
-                    // those alone, never for a copy of the whole table (register_name
-                    // waits on it).
-                    let t = lock(&self.names.table);
-                    names.extend_from_slice(t.list.get(names.len()..).unwrap_or_default());
-                }
-                w.write(&ev, &names, clock());
-                n += 1;
-                if n == 4096 {
-                    break;
-                }
-            }
-            let now = clock();
-            if n > 0 {
-                w.flush(now);
-            }
-            w.rotate_if_due(now);
-            let c = w.counts();
-            self.written.store(c.written, Relaxed);
-            self.dropped_writer.store(c.dropped, Relaxed);
-            self.files_sealed.store(c.files_sealed, Relaxed);
-            self.open_failures.store(c.open_failures, Relaxed);
-            if stopping && self.in_flight.sum() == 0 && self.queue.is_empty() {
-                w.close(clock());
-                let c = w.counts();
-                self.written.store(c.written, Relaxed);
-                self.dropped_writer.store(c.dropped, Relaxed);
-                self.files_sealed.store(c.files_sealed, Relaxed);
-                return;
-            }
-            if let Some(l) = loader.as_mut()
-                && now.saturating_sub(last_reload) >= 1_000_000
-            {
-                last_reload = now;
-                if l.reload() == Reload::Changed {
-                    let c = l.config();
-                    crate::log(&format_args!(
-                        "config changed ({}); new windows apply from the next step",
-                        l.loaded().path.display()
-                    ));
-                    for p in &c.problems {
-                        crate::log(&format_args!("config: {}: {}", p.key, p.message));
-                    }
-                    w.set_rotation(c.rotate_max_file_size, interval_us(c.rotate_close_interval_s));
-                    *lock(&self.pending) = Some(Box::new(c.clone()));
-                }
-            }
-            if n == 0 {
-                thread::sleep(Duration::from_millis(10));
-            }
-        }
-    }
-}
-
-fn interval_us(s: f64) -> i64 {
-    if s.is_finite() && s > 0.0 { (s * 1e6).min(i64::MAX as f64) as i64 } else { i64::MAX }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicI64;
+    use std::thread;
+    use std::time::Duration;
 
-    use trainprof_config::Sources;
+    use trainprof_config::{Loader, Sources};
+
+    use crate::names::MAX_NAMES_DEFAULT;
 
     use super::*;
 
@@ -881,7 +575,7 @@ mod tests {
         // The 4 step names, Forward, and 11 more: the rest never entered the table.
         assert_eq!(kept, (0..11).collect::<Vec<_>>());
         assert_eq!(hook.name_count(), 16);
-        assert_eq!(lock(&hook.names.table).index.len(), 16);
+        assert_eq!(hook.names.indexed(), 16);
         // A known name keeps its id; a new one still gets none.
         assert_eq!(hook.register_name("name-3"), 8);
         assert_eq!(hook.register_name("yet another"), TRAINPROF_NAME_OVER_LIMIT);
@@ -1168,5 +862,33 @@ mod tests {
             assert_eq!(hook.stats().written, ok.len() as u64);
             let _ = std::fs::remove_dir_all(&dir);
         }
+    }
+
+    /// The final seal at shutdown fails (a file planted where the hour folders go): the
+    /// failure shows in the stats the library reports (`trainprof_stats`), and its event
+    /// counts as dropped, not written.
+    #[test]
+    fn a_final_seal_that_fails_at_shutdown_is_counted() {
+        let dir = std::env::temp_dir().join(format!("trainprof-finalseal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut config = Config::defaults();
+        config.local_path = dir.display().to_string();
+        let hook = hook_with(config, 64);
+        let p = hook.register_name("Forward");
+        hook.spawn_writer(None, now_us).unwrap();
+        assert_eq!(hook.record(p, p, BASE, BASE + 1, 0, &[]), TrainprofStatus::Ok);
+        // The writer has the file open (the event is in it) before the folder is planted.
+        for _ in 0..500 {
+            if hook.stats().written == 1 {
+                break;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(hook.stats().written, 1);
+        std::fs::write(dir.join("framework/pevents"), b"planted").unwrap();
+        assert!(hook.stop_writer(Duration::from_secs(10)));
+        let s = hook.stats();
+        assert_eq!((s.written, s.dropped_writer, s.files_sealed, s.open_failures), (0, 1, 0, 1));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

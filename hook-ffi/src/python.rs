@@ -13,20 +13,7 @@
 
 use trainprof_config::{CProfileTimer, PythonFeature, PythonProfiler, Step};
 
-/// A point where windows are cut.
-#[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TrainprofBoundary {
-    /// Profiler start-up: opens the pre-step-zero window.
-    Start = 1,
-    StepStart = 2,
-    ForwardPassEnd = 3,
-    StepEnd = 4,
-    /// The hook closes: ends the running window, opens the post-close one.
-    Close = 5,
-    /// Process exit: ends the post-close window.
-    Exit = 6,
-}
+pub use crate::types::TrainprofBoundary;
 
 impl TrainprofBoundary {
     pub fn from_i32(v: i32) -> Option<TrainprofBoundary> {

@@ -7,7 +7,8 @@
 
 use std::fmt::Write as _;
 
-use crate::event::{Event, TrainprofArgKind};
+use crate::event::Event;
+use crate::types::TrainprofArgKind;
 
 /// The first line of every file: pid 0 carries the base time that `ts` is relative to.
 pub fn header(out: &mut String, base_us: i64) {
@@ -97,7 +98,8 @@ pub fn json_string(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{NO_STEP, TRAINPROF_MAX_ARGS, TrainprofArg};
+    use crate::event::NO_STEP;
+    use crate::types::{TRAINPROF_MAX_ARGS, TrainprofArg};
 
     fn event(step: i64, args: &[TrainprofArg]) -> Event {
         let mut ev = Event {

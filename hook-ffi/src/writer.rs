@@ -40,6 +40,12 @@ pub struct Settings {
     pub file_open_fail_threshold: u32,
 }
 
+/// `RotateFileCloseIntervalSeconds` in µs ([`Settings::rotate_interval_us`]); not a
+/// positive finite number: never.
+pub(crate) fn interval_us(s: f64) -> i64 {
+    if s.is_finite() && s > 0.0 { (s * 1e6).min(i64::MAX as f64) as i64 } else { i64::MAX }
+}
+
 /// Counters of what happened to the events handed to the writer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -585,7 +591,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::event::{TRAINPROF_MAX_ARGS, TrainprofArg};
+    use crate::types::{TRAINPROF_MAX_ARGS, TrainprofArg};
 
     const BASE: i64 = 1_795_316_901_000_000;
 

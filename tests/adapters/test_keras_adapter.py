@@ -195,22 +195,29 @@ def test_importing_trainprof_keras_imports_no_framework(run_trainer):
 # --- pure parts, in this process ---------------------------------------------------------------
 
 
-def test_local_path_follows_the_hook(tmp_path, monkeypatch):
+def test_local_path_follows_the_hook(tmp_path):
+    """The callback's default root is the library's own LocalPath (``trainprof_local_path``):
+    ``TRAINPROF_LOCAL_PATH`` when set and not blank, else the config's (keys in any case)."""
+    import os
+    import subprocess
+
     cfg = tmp_path / "c.json"
-    monkeypatch.setenv("SMPROFILER_CONFIG_PATH", str(cfg))
-    monkeypatch.delenv("TRAINPROF_LOCAL_PATH", raising=False)
-    assert tpk.resolve_local_path() == "/opt/ml/output/profiler"  # no file
-    cfg.write_text(json.dumps({"profilingparameters": {"LOCALPATH": "/Data/Prof"}}))
-    assert tpk.resolve_local_path() == "/Data/Prof"  # keys in any case, value's case kept
-    cfg.write_text(json.dumps({"ProfilingParameters": {"LocalPath": "  "}}))
-    assert tpk.resolve_local_path() == "/opt/ml/output/profiler"
-    cfg.write_text("{not json")
-    assert tpk.resolve_local_path() == "/opt/ml/output/profiler"
-    cfg.write_text(json.dumps({"ProfilingParameters": {"LocalPath": "/from/file"}}))
-    monkeypatch.setenv("TRAINPROF_LOCAL_PATH", " ")
-    assert tpk.resolve_local_path() == "/from/file"  # blank override: not set
-    monkeypatch.setenv("TRAINPROF_LOCAL_PATH", "/from/env")
-    assert tpk.resolve_local_path() == "/from/env"
+    code = "import trainprof; p = trainprof.Profiler(framework='tensorflow'); print(p.local_path); p.close()"
+
+    def local_path(override=None):
+        env = {k: v for k, v in os.environ.items() if k != "TRAINPROF_LOCAL_PATH"}
+        env.update(PYTHONPATH=str(PACKAGE_DIR), SMPROFILER_CONFIG_PATH=str(cfg))
+        if override is not None:
+            env["TRAINPROF_LOCAL_PATH"] = override
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out
+        return out.stdout.strip()
+
+    assert local_path() == "None"  # no config file, no override: profiling is off
+    cfg.write_text(json.dumps({"profilingparameters": {"LOCALPATH": str(tmp_path / "Prof")}}))
+    assert local_path() == str(tmp_path / "Prof")
+    assert local_path(" ") == str(tmp_path / "Prof")  # blank override: not set
+    assert local_path(str(tmp_path / "env")) == str(tmp_path / "env")
 
 
 def test_log_dir_and_metadata_names():

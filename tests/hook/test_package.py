@@ -12,9 +12,25 @@ import pytest
 from smdebug.profiler.algorithm_metrics_reader import LocalAlgorithmMetricsReader
 from test_python_profiling import SMDEBUG_PYTORCH_WINDOWS
 
-# smdebug-style statuses (trainprof_hook.h)
-OK, NOT_INITIALIZED, SHUT_DOWN, DISABLED, FORKED_CHILD, NO_STEP = 0, 1, 2, 3, 4, 7
-NULL_ARGUMENT, INVALID_UTF8, INVALID_ARGUMENT, INTERNAL, BUFFER_TOO_SMALL = -1, -2, -3, -4, -6
+from test_header import lib_module
+
+# The statuses, as the package defines them (checked against trainprof_hook.h by test_header.py).
+_lib = lib_module()
+OK, NOT_INITIALIZED, SHUT_DOWN, DISABLED, FORKED_CHILD, NO_STEP = (
+    _lib.STATUS_OK,
+    _lib.STATUS_NOT_INITIALIZED,
+    _lib.STATUS_SHUT_DOWN,
+    _lib.STATUS_DISABLED,
+    _lib.STATUS_FORKED_CHILD,
+    _lib.STATUS_NO_STEP,
+)
+NULL_ARGUMENT, INVALID_UTF8, INVALID_ARGUMENT, INTERNAL, BUFFER_TOO_SMALL = (
+    _lib.STATUS_NULL_ARGUMENT,
+    _lib.STATUS_INVALID_UTF8,
+    _lib.STATUS_INVALID_ARGUMENT,
+    _lib.STATUS_INTERNAL,
+    _lib.STATUS_BUFFER_TOO_SMALL,
+)
 
 PYTHON_WINDOWS = {"PythonProfilingConfig": {"StartStep": 2, "NumSteps": 2, "ProfilerName": "cProfile"}}
 

@@ -479,6 +479,16 @@ class Profiler:
                 return None
         return None
 
+    @property
+    def local_path(self):
+        """The hook's effective ``LocalPath`` (``TRAINPROF_LOCAL_PATH``, else the config's
+        ``LocalPath``, as the library resolved it at init), or None when profiling is off,
+        in a forked child, or with a library too old to say."""
+        if self._forked() or not _lib.has(self._lib, "trainprof_local_path"):
+            return None
+        path = _lib.read_string(self._lib.trainprof_local_path)
+        return None if path is None else os.fsdecode(path)
+
     # --- the end ----------------------------------------------------------------------------
 
     def close(self):

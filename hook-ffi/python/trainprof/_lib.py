@@ -42,23 +42,10 @@ STATUS_INTERNAL = -4
 STATUS_IO = -5
 STATUS_BUFFER_TOO_SMALL = -6
 
-STATUS_NAMES = {
-    STATUS_OK: "OK",
-    STATUS_NOT_INITIALIZED: "NOT_INITIALIZED",
-    STATUS_SHUT_DOWN: "SHUT_DOWN",
-    STATUS_DISABLED: "DISABLED",
-    STATUS_FORKED_CHILD: "FORKED_CHILD",
-    STATUS_DROPPED: "DROPPED",
-    STATUS_TIMEOUT: "TIMEOUT",
-    STATUS_NO_STEP: "NO_STEP",
-    STATUS_NAME_LIMIT: "NAME_LIMIT",
-    STATUS_NULL_ARGUMENT: "NULL_ARGUMENT",
-    STATUS_INVALID_UTF8: "INVALID_UTF8",
-    STATUS_INVALID_ARGUMENT: "INVALID_ARGUMENT",
-    STATUS_INTERNAL: "INTERNAL",
-    STATUS_IO: "IO",
-    STATUS_BUFFER_TOO_SMALL: "BUFFER_TOO_SMALL",
-}
+#: ``OK``, ``DISABLED``, ... by code: made from the ``STATUS_*`` constants above, the one
+#: place the codes are written in Python (``tests/hook/test_header.py`` checks them against
+#: ``trainprof_hook.h``).
+STATUS_NAMES = {v: k[len("STATUS_") :] for k, v in dict(globals()).items() if k.startswith("STATUS_")}
 
 # enum TrainprofMode
 MODE_TRAIN = 1
@@ -167,11 +154,18 @@ _PROTOTYPES = {
     ),
     "trainprof_python_boundary": (_Status, [ctypes.c_int32, ctypes.POINTER(TrainprofPythonWindow)]),
     "trainprof_node_id": (_Status, [ctypes.c_char_p, ctypes.c_size_t]),
+    "trainprof_local_path": (_Status, [ctypes.c_char_p, ctypes.c_size_t]),
     "trainprof_stats": (_Status, [ctypes.POINTER(TrainprofStats)]),
     "trainprof_dropped_events": (ctypes.c_uint64, []),
     "trainprof_dropped_names": (ctypes.c_uint64, []),
     "trainprof_selftest_panic": (_Status, []),
 }
+
+
+#: Exports added after ABI version 1 without a bump (adding an export changes no other
+#: one's meaning): a library that lacks one still loads, and the package asks for it with
+#: :func:`has`.
+_OPTIONAL = frozenset({"trainprof_local_path"})
 
 
 class LibraryError(ImportError):
@@ -248,10 +242,35 @@ def _how_to_fix():
 def bind(lib):
     """Sets ``restype`` / ``argtypes`` of every export on a ``ctypes.CDLL``; returns it."""
     for name, (restype, argtypes) in _PROTOTYPES.items():
+        if name in _OPTIONAL and not hasattr(lib, name):
+            continue
         fn = getattr(lib, name)  # AttributeError when the export is missing
         fn.restype = restype
         fn.argtypes = argtypes
     return lib
+
+
+def has(lib, name):
+    """Whether ``lib`` (a bound library or a :class:`NullLibrary`) has the export ``name``."""
+    try:
+        getattr(lib, name)
+    except AttributeError:
+        return False
+    return True
+
+
+def read_string(fn):
+    """Calls ``fn(buf, cap)`` (an export that copies a NUL-terminated string into ``buf``)
+    with growing buffers; the bytes, or None when it answers anything but ``OK`` and
+    ``BUFFER_TOO_SMALL``."""
+    for cap in (256, PATH_MAX, 65536):
+        buf = ctypes.create_string_buffer(cap)
+        status = fn(buf, cap)
+        if status == STATUS_OK:
+            return buf.value
+        if status != STATUS_BUFFER_TOO_SMALL:
+            return None
+    return None
 
 
 _cache = {}

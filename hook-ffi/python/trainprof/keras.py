@@ -47,9 +47,6 @@ __all__ = ["ProfilerCallback", "callback_class"]
 #: Modes of smdebug's Keras hook, by Keras callback method prefix.
 _MODES = {"train": "train", "test": "eval", "predict": "predict"}
 
-_DEFAULT_CONFIG_PATH = "/opt/ml/input/config/profilerconfig.json"
-_DEFAULT_LOCAL_PATH = "/opt/ml/output/profiler"
-
 #: Where the XSpace protobuf module lives, newest TensorFlow first.
 _XPLANE_MODULES = (
     "tensorflow.tsl.profiler.protobuf.xplane_pb2",
@@ -61,36 +58,6 @@ TRACE_SUFFIX = ".trace.json.gz"
 
 
 # --- where the output goes -----------------------------------------------------------------
-
-
-def resolve_local_path():
-    """``LocalPath`` as the hook library resolves it at init: ``$TRAINPROF_LOCAL_PATH`` when
-    set and not blank, else ``ProfilingParameters.LocalPath`` of the config file (keys in any
-    case), else ``/opt/ml/output/profiler``. The library does not export it (yet)."""
-    env = os.environ.get("TRAINPROF_LOCAL_PATH")
-    if env is not None and env.strip() and "\0" not in env:
-        return env
-    path = os.environ.get("SMPROFILER_CONFIG_PATH") or _DEFAULT_CONFIG_PATH
-    try:
-        with open(path, "rb") as f:
-            doc = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError):
-        return _DEFAULT_LOCAL_PATH
-    params = _get_ci(doc, "ProfilingParameters")
-    value = _get_ci(params, "LocalPath")
-    if isinstance(value, str) and value.strip() and "\0" not in value:
-        return value
-    return _DEFAULT_LOCAL_PATH
-
-
-def _get_ci(obj, key):
-    if not isinstance(obj, dict):
-        return None
-    want = key.lower()
-    for k, v in obj.items():
-        if isinstance(k, str) and k.lower() == want:
-            return v
-    return None
 
 
 def detailed_log_dir(root, train_step, today=None):
@@ -357,7 +324,8 @@ class _ProfilerCallbackMixin:
     def __init__(self, profiler=None, local_path=None):
         """``profiler``: a :class:`trainprof.Profiler` to drive (default: a new one with
         ``framework="tensorflow"``, closed by :meth:`close`); ``local_path``: where the
-        detailed profiles go (default: the hook's LocalPath, see :func:`resolve_local_path`)."""
+        detailed profiles go (default: the hook's effective LocalPath,
+        :attr:`trainprof.Profiler.local_path`)."""
         super().__init__()
         self._owns_profiler = profiler is None
         self._prof = profiler
@@ -378,8 +346,11 @@ class _ProfilerCallbackMixin:
         try:
             if self._prof is not None and self._prof.enabled:
                 node = self._prof.node_id
-                if node:
-                    self._detailed = _Detailed(local_path or resolve_local_path(), node, self._prof.now_us)
+                root = local_path or self._prof.local_path
+                if node and root:
+                    self._detailed = _Detailed(root, node, self._prof.now_us)
+                elif node:
+                    warn("the hook library does not say its LocalPath; detailed profiling is off", key="keras-no-local-path")
         except Exception as e:
             warn("detailed profiling is off (%s: %s)" % (type(e).__name__, e), key="keras-detailed-init")
         ref = weakref.ref(self)

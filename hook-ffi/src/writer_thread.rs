@@ -1,0 +1,117 @@
+//! The writer thread: started by [`Hook::spawn_writer`] at `trainprof_init`, stopped by
+//! [`Hook::stop_writer`] at `trainprof_shutdown` (ARCHITECTURE.md, "Inside the trainer").
+//! It pops events in batches, writes them through one [`TimelineWriter`], publishes the
+//! writer's counts after every batch and after the final seal, re-reads the config at
+//! most once a second and hands a changed one to the trainer through `pending`. It
+//! sleeps 10 ms when the queue is empty: the trainer never wakes it (that would be a
+//! syscall on the hot path).
+
+use std::sync::atomic::Ordering::*;
+use std::sync::{Arc, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use trainprof_config::{Loader, Reload};
+
+use crate::hook::Hook;
+use crate::lock;
+use crate::writer::{self, TimelineWriter};
+
+impl Hook {
+    /// Starts the writer thread. `loader` re-reads the config; `clock` gives µs since the
+    /// epoch.
+    pub fn spawn_writer(self: &Arc<Self>, loader: Option<Loader>, clock: fn() -> i64) -> std::io::Result<()> {
+        let hook = Arc::clone(self);
+        thread::Builder::new().name("trainprof-writer".into()).spawn(move || {
+            let ran =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.run_writer(loader, clock)));
+            if ran.is_err() {
+                // A bug, not a state: stop recording, count what is left, never hang a
+                // shutdown.
+                hook.enabled.store(false, Relaxed);
+                hook.stop.store(true, SeqCst);
+                while hook.in_flight.sum() != 0 {
+                    thread::yield_now();
+                }
+                let left = std::iter::from_fn(|| hook.queue.pop()).count() as u64;
+                hook.counters.dropped_writer_died.fetch_add(left, Relaxed);
+                crate::log(&format_args!(
+                    "the writer thread failed; recording is off ({left} queued events dropped)"
+                ));
+            }
+            let (done, cv) = &hook.finished;
+            *lock(done) = true;
+            cv.notify_all();
+        })?;
+        Ok(())
+    }
+
+    /// Asks the writer to drain the queue, seal its file and stop; waits at most `timeout`.
+    /// True when it finished in time.
+    pub fn stop_writer(&self, timeout: Duration) -> bool {
+        self.stop.store(true, SeqCst);
+        let (done, cv) = &self.finished;
+        let deadline = Instant::now() + timeout;
+        let mut finished = lock(done);
+        while !*finished {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            finished = cv.wait_timeout(finished, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        true
+    }
+
+    fn run_writer(&self, mut loader: Option<Loader>, clock: fn() -> i64) {
+        let mut w = TimelineWriter::new(self.writer.clone(), self.base_us);
+        let mut names: Vec<Arc<str>> = Vec::new();
+        let mut last_reload = clock();
+        loop {
+            let stopping = self.stop.load(SeqCst);
+            let mut n = 0usize;
+            while let Some(ev) = self.queue.pop() {
+                let top = ev.phase.max(ev.name).max(ev.args().iter().map(|a| a.key).max().unwrap_or(0));
+                if top as usize >= names.len() {
+                    self.names.copy_new(&mut names);
+                }
+                w.write(&ev, &names, clock());
+                n += 1;
+                if n == 4096 {
+                    break;
+                }
+            }
+            let now = clock();
+            if n > 0 {
+                w.flush(now);
+            }
+            w.rotate_if_due(now);
+            self.counters.publish(&w.counts());
+            if stopping && self.in_flight.sum() == 0 && self.queue.is_empty() {
+                w.close(clock());
+                self.counters.publish(&w.counts());
+                return;
+            }
+            if let Some(l) = loader.as_mut()
+                && now.saturating_sub(last_reload) >= 1_000_000
+            {
+                last_reload = now;
+                if l.reload() == Reload::Changed {
+                    let c = l.config();
+                    crate::log(&format_args!(
+                        "config changed ({}); new windows apply from the next step",
+                        l.loaded().path.display()
+                    ));
+                    for p in &c.problems {
+                        crate::log(&format_args!("config: {}: {}", p.key, p.message));
+                    }
+                    w.set_rotation(c.rotate_max_file_size, writer::interval_us(c.rotate_close_interval_s));
+                    *lock(&self.pending) = Some(Box::new(c.clone()));
+                }
+            }
+            if n == 0 {
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}

@@ -226,9 +226,9 @@ class Windows:
             self.boundary(_lib.BOUNDARY_EXIT)
 
     def _apply(self, boundary):
+        # The library writes the whole struct on every return but a panic (INTERNAL),
+        # after which nothing of it is read.
         w = self._answer
-        w.ended = 0  # the library writes the whole struct; a failed call may not
-        w.started = 0
         if self._c_boundary is not None:
             status = self._c_boundary(boundary, self._answer_ref)
         else:

@@ -3,10 +3,10 @@ package against another commit's, side by side in one run, on the same library.
 
     cargo build --release -q -p trainprof-hook
     TRAINPROF_HOOK_LIB=$PWD/target/release/libtrainprof_hook.so \\
-        .venv/bin/python bench/py_ab.py [REF] [ROUNDS]      # REF: default ae6b779
+        .venv/bin/python bench/py_ab.py [REF] [ROUNDS]   # default: ae6b779, $BENCH_ROUNDS or 5
 
-scripts/bench-python-ab wraps it. REF's ``hook-ffi/python`` is extracted (git archive) into a
-temporary folder; both packages load the same library (the C ABI is the contract), so only
+``scripts/bench --only py-ab`` runs it too (ae6b779: the package before its fast paths).
+REF's ``hook-ffi/python`` is extracted (git archive) into a temporary folder; both packages load the same library (the C ABI is the contract), so only
 the Python code differs. Each round runs one fresh process per package (which goes first
 alternates), each measuring, in batches of 100 with time.perf_counter_ns:
 
@@ -202,7 +202,7 @@ def run_one(pkg_dir, tmp, name):
 
 def main():
     ref = sys.argv[1] if len(sys.argv) > 1 else "ae6b779"
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else int(os.environ.get("BENCH_ROUNDS", "5"))
     if "TRAINPROF_HOOK_LIB" not in os.environ:
         os.environ["TRAINPROF_HOOK_LIB"] = os.path.join(ROOT, "target", "release", "libtrainprof_hook.so")
     tmp = tempfile.mkdtemp(prefix="trainprof-pyab-")

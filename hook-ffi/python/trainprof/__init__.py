@@ -475,11 +475,16 @@ class Profiler:
 
         ``args``: up to 4 ``{key: int | float | bool}`` written as ``args.<key>``;
         ``step``: the step number (default: the current step)."""
-        if args is None and step is None and self._fast and type(phase) is str and type(name) is str:
+        if self._fast and args is None and step is None:
+            # Names seen before (so validated before): only str keys are cached, and a
+            # name that is not (or is unhashable) takes the path below.
             cids = self._cids
-            cp = cids.get(phase)
-            cn = cids.get(name)
-            if cp is not None and cn is not None and _fork._generation == self._gen:
+            try:
+                cp = cids[phase]
+                cn = cids[name]
+            except Exception:
+                cp = None
+            if cp is not None and _fork._generation == self._gen:
                 return _FastSpan(self, cp, cn)
         if self._forked():
             return _NULL_SPAN

@@ -6,8 +6,8 @@ package against another commit's, side by side in one run, on the same library.
         .venv/bin/python bench/py_ab.py [REF] [ROUNDS]   # default: ae6b779, $BENCH_ROUNDS or 5
 
 ``scripts/bench --only py-ab`` runs it too (ae6b779: the package before its fast paths).
-REF's ``hook-ffi/python`` is extracted (git archive) into a temporary folder; both packages load the same library (the C ABI is the contract), so only
-the Python code differs. Each round runs one fresh process per package (which goes first
+REF's ``hook-ffi/python`` is extracted (git archive) into a temporary folder; both packages
+load the same library (the C ABI is the contract), so only the Python code differs. Each round runs one fresh process per package (which goes first
 alternates), each measuring, in batches of 100 with time.perf_counter_ns:
 
   * ``with prof.record("Forward", "Net"): pass``           ns per event

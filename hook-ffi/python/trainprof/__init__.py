@@ -27,6 +27,13 @@ import numbers
 import os
 import struct
 import threading
+import time
+
+_time_ns = time.time_ns
+_c_int64 = ctypes.c_int64
+_c_int32 = ctypes.c_int32
+_c_uint32 = ctypes.c_uint32
+_byref = ctypes.byref
 
 from . import _fork, _lib
 from ._lib import LibraryError
@@ -55,6 +62,27 @@ FEATURES = {
 _I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
 _STATS_FIELDS = tuple(name for name, _ in _lib.TrainprofStats._fields_)
+# Read-only ctypes arguments shared by every call (never mutated, so safe across threads).
+_C_STEP_CURRENT = _c_int64(-1)
+_C_ZERO = _c_uint32(0)
+
+
+def _fast_function(lib, name, restype):
+    """A function object of its own for export ``name`` of ``lib`` (a ``ctypes.CDLL``),
+    without ``argtypes``: the fast paths pass ctypes objects of the declared C types
+    (``c_int64``, ``c_uint32``, ``byref``) or small Python ints for ``int32_t`` /
+    ``uint32_t``, which skips the per-argument ``from_param`` conversion. The package's
+    typed binding (``_lib``) stays what every other call goes through. None when ``lib``
+    is not a CDLL (the :class:`_lib.NullLibrary`)."""
+    factory = getattr(lib, "_FuncPtr", None)
+    if factory is None:
+        return None
+    try:
+        fn = factory((name, lib))
+        fn.restype = restype
+        return fn
+    except Exception:
+        return None
 
 
 def _encode_name(what, name):
@@ -139,14 +167,43 @@ class _Span:
         self._start = None
 
     def __enter__(self):
-        self._start = self._prof._lib.trainprof_now_us()
+        self._start = _time_ns() // 1000  # the library's clock (see _FastSpan)
         return self
 
     def __exit__(self, exc_type, exc, tb):
         prof = self._prof
         if self._start is not None and prof._gen == _fork.generation():
-            end = prof._lib.trainprof_now_us()
+            end = _time_ns() // 1000
             prof._emit(self._phase, self._name, self._start, end, self._step, self._args, self._nargs)
+        return False
+
+
+class _FastSpan:
+    """``with prof.record(phase, name)`` for names seen before, no args, the current step:
+    the clock is Python's (``time.time_ns() // 1000`` is the library's: CLOCK_REALTIME,
+    truncated to µs) and the one call is ``trainprof_record`` with ready-made arguments."""
+
+    __slots__ = ("_prof", "_phase", "_name", "_start")
+
+    def __init__(self, prof, phase, name):
+        self._prof = prof
+        self._phase = phase  # c_uint32
+        self._name = name  # c_uint32
+        self._start = 0
+
+    def __enter__(self):
+        self._start = _time_ns()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        end = _time_ns() // 1000
+        prof = self._prof
+        if prof._gen == _fork._generation:
+            status = prof._c_record(
+                self._phase, self._name, _c_int64(self._start // 1000), _c_int64(end), _C_STEP_CURRENT, None, _C_ZERO
+            )
+            if status < 0:
+                prof._record_failed(status)
         return False
 
 
@@ -175,6 +232,12 @@ class Profiler:
         if not 0 <= self._shutdown_timeout_ms <= 2**32 - 1:
             raise ValueError("shutdown_timeout_ms must fit in 32 bits unsigned")
         self._names = {}
+        # name -> c_uint32 of its id, for the fast paths (filled with _names).
+        self._cids = {}
+        # The fast paths' function objects (see _fast_function); None: take the typed path.
+        self._c_record = None
+        # True while the fast paths may run: recording, not closed, functions bound.
+        self._fast = False
         self._names_lock = threading.Lock()
         # The id the library gives every new name once its table is full (None until then).
         self._over_limit_id = None
@@ -191,7 +254,16 @@ class Profiler:
                 key=("init", self.init_status),
             )
         self._windows = None
+        self._step_end_boundary = True
         if self._live:
+            self._c_record = _fast_function(self._lib, "trainprof_record", _c_int32)
+            self._c_step_begin = _fast_function(self._lib, "trainprof_step_begin", _c_int32)
+            self._c_step_end = _fast_function(self._lib, "trainprof_step_end", _c_int32)
+            self._c_window_active = _fast_function(self._lib, "trainprof_window_active", _c_int32)
+            self._fast = None not in (self._c_record, self._c_step_begin, self._c_step_end, self._c_window_active)
+            # A PyTorch hook ignores the step-end Python-profiling boundary (the library
+            # returns at once, changing nothing): no call needed.
+            self._step_end_boundary = framework != "pytorch"
             from . import _python_profiling
 
             self._windows = _python_profiling.windows_for(self._lib)
@@ -278,6 +350,7 @@ class Profiler:
                 if status < 0:
                     warn("trainprof_register_name(%r) returned %s" % (name, _lib.status_name(status)))
                 return None
+            self._cids[name] = _c_uint32(out.value)
             self._names[name] = out.value
             return out.value
 
@@ -290,6 +363,19 @@ class Profiler:
         Every call also advances the global step (every mode counted together, from 0;
         set to ``step`` when one is given), which a ``pytorch`` profiler tests the windows at and names the Python-profiling
         folders by, as smdebug's PyTorch hook does (README, "The trainer side")."""
+        if self._fast and step is None and _fork._generation == self._gen and type(mode) is str:
+            m = MODES.get(mode)
+            if m is not None:
+                out = _c_int64(-1)
+                status = self._c_step_begin(m, _C_STEP_CURRENT, _byref(out))
+                n = out.value
+                if status != _lib.STATUS_OK or n < 0:
+                    if status < 0:
+                        warn("trainprof_step_begin returned %s" % _lib.status_name(status), key=("step_begin", status))
+                    n = self._next_step[m]
+                self._next_step[m] = n + 1
+                self._windows.boundary(_lib.BOUNDARY_STEP_START)
+                return n
         if self._forked():
             return None
         m = MODES.get(mode) if isinstance(mode, str) else None
@@ -312,7 +398,7 @@ class Profiler:
 
     def forward_end(self):
         """The end of the forward pass (PyTorch): a Python-profiling boundary."""
-        if self._forked() or not self.enabled:
+        if _fork._generation != self._gen or not self._live or self._closed:
             return None
         self._windows.boundary(_lib.BOUNDARY_FORWARD_PASS_END)
         return None
@@ -320,14 +406,16 @@ class Profiler:
     def step_end(self):
         """Ends the current step (writes its ``Step:ModeKeys.<MODE>`` event), then the
         step-end Python-profiling boundary (which the library ignores for PyTorch)."""
-        if self._forked() or not self.enabled:
+        if _fork._generation != self._gen or not self._live or self._closed:
             return None
         status = self._lib.trainprof_step_end()
-        if status == _lib.STATUS_NO_STEP:
-            warn("step_end() without step_begin(); ignored", key="no-step")
-        elif status < 0:
-            warn("trainprof_step_end returned %s" % _lib.status_name(status), key=("step_end", status))
-        self._windows.boundary(_lib.BOUNDARY_STEP_END)
+        if status:
+            if status == _lib.STATUS_NO_STEP:
+                warn("step_end() without step_begin(); ignored", key="no-step")
+            elif status < 0:
+                warn("trainprof_step_end returned %s" % _lib.status_name(status), key=("step_end", status))
+        if self._step_end_boundary:
+            self._windows.boundary(_lib.BOUNDARY_STEP_END)
         return None
 
     # --- events --------------------------------------------------------------------------
@@ -376,7 +464,10 @@ class Profiler:
     def _emit(self, phase_id, name_id, start_us, end_us, step, args, nargs):
         status = self._lib.trainprof_record(phase_id, name_id, start_us, end_us, step, args, nargs)
         if status < 0:
-            warn("trainprof_record returned %s; event dropped" % _lib.status_name(status), key=("record", status))
+            self._record_failed(status)
+
+    def _record_failed(self, status):
+        warn("trainprof_record returned %s; event dropped" % _lib.status_name(status), key=("record", status))
 
     def record(self, phase, name, args=None, step=None):
         """A context manager that records one complete event ``name`` in training phase
@@ -384,6 +475,17 @@ class Profiler:
 
         ``args``: up to 4 ``{key: int | float | bool}`` written as ``args.<key>``;
         ``step``: the step number (default: the current step)."""
+        if self._fast and args is None and step is None:
+            # Names seen before (so validated before): only str keys are cached, and a
+            # name that is not (or is unhashable) takes the path below.
+            cids = self._cids
+            try:
+                cp = cids[phase]
+                cn = cids[name]
+            except Exception:
+                cp = None
+            if cp is not None and _fork._generation == self._gen:
+                return _FastSpan(self, cp, cn)
         if self._forked():
             return _NULL_SPAN
         if args is None and step is None and self._live and not self._closed:
@@ -402,6 +504,37 @@ class Profiler:
     def record_event(self, phase, name, start_us, end_us, step=None, args=None):
         """Records one complete event with explicit times: µs since the epoch, as
         :meth:`now_us` gives them (floats are truncated)."""
+        if (
+            args is None
+            and self._fast
+            and type(start_us) is int
+            and type(end_us) is int
+            and type(phase) is str
+            and type(name) is str
+            and (step is None or type(step) is int)
+        ):
+            cids = self._cids
+            cp = cids.get(phase)
+            cn = cids.get(name)
+            if (
+                cp is not None
+                and cn is not None
+                and _fork._generation == self._gen
+                and _I64_MIN <= start_us <= end_us <= _I64_MAX
+                and (step is None or -1 <= step <= _I64_MAX)
+            ):
+                status = self._c_record(
+                    cp,
+                    cn,
+                    _c_int64(start_us),
+                    _c_int64(end_us),
+                    _C_STEP_CURRENT if step is None else _c_int64(step),
+                    None,
+                    _C_ZERO,
+                )
+                if status < 0:
+                    self._record_failed(status)
+                return None
         if self._forked():
             return None
         start_us = _time_us("start_us", start_us)
@@ -416,8 +549,10 @@ class Profiler:
         return None
 
     def now_us(self):
-        """The hook's clock: µs since the epoch."""
-        return self._lib.trainprof_now_us()
+        """The hook's clock: µs since the epoch. The library's clock is CLOCK_REALTIME
+        truncated to µs (``SystemTime::now()``), which is what ``time.time_ns() // 1000``
+        reads, without a call into the library."""
+        return _time_ns() // 1000
 
     # --- questions ------------------------------------------------------------------------
 
@@ -426,6 +561,22 @@ class Profiler:
         at ``step``? By default, the current step as smdebug counts it for the framework:
         the global step for ``pytorch``, the current mode's step otherwise. The dataloader
         feature needs the metrics name its ``MetricsRegex`` is matched against."""
+        if (
+            self._fast
+            and metrics_name is None
+            and type(feature) is str
+            and (step is None or (type(step) is int and -1 <= step <= _I64_MAX))
+            and _fork._generation == self._gen
+        ):
+            f = FEATURES.get(feature)
+            if f is not None and f != _lib.FEATURE_DATALOADER:
+                out = _c_int32(0)
+                status = self._c_window_active(
+                    f, _C_STEP_CURRENT if step is None else _c_int64(step), None, _byref(out)
+                )
+                if status < 0:
+                    warn("trainprof_window_active returned %s" % _lib.status_name(status), key=("active", status))
+                return status == _lib.STATUS_OK and out.value == 1
         if self._forked():
             return False
         f = FEATURES.get(feature) if isinstance(feature, str) else None
@@ -497,6 +648,7 @@ class Profiler:
         if self._forked() or self._closed:
             return None
         self._closed = True
+        self._fast = False
         if not self._live:
             return None
         try:

@@ -181,6 +181,19 @@ class Windows:
         self._pyinstrument = None
         self.closed = False
         self.exited = False
+        # One answer struct (8 KiB), reused under self._lock, and a function object of its
+        # own without argtypes (the argument is a ready byref), so a boundary allocates
+        # nothing: three of them run every PyTorch step.
+        self._answer = _lib.TrainprofPythonWindow()
+        self._answer_ref = ctypes.byref(self._answer)
+        self._c_boundary = None
+        factory = getattr(lib, "_FuncPtr", None)
+        if factory is not None:
+            try:
+                self._c_boundary = factory(("trainprof_python_boundary", lib))
+                self._c_boundary.restype = ctypes.c_int32
+            except Exception:
+                self._c_boundary = None
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref))
 
@@ -189,7 +202,7 @@ class Windows:
 
     def boundary(self, boundary):
         """Applies one boundary (a ``BOUNDARY_*``). Never raises."""
-        if self._forked():
+        if _fork._generation != self._gen:
             return
         try:
             with self._lock:
@@ -213,8 +226,13 @@ class Windows:
             self.boundary(_lib.BOUNDARY_EXIT)
 
     def _apply(self, boundary):
-        w = _lib.TrainprofPythonWindow()
-        status = self._lib.trainprof_python_boundary(boundary, ctypes.byref(w))
+        # The library writes the whole struct on every return but a panic (INTERNAL),
+        # after which nothing of it is read.
+        w = self._answer
+        if self._c_boundary is not None:
+            status = self._c_boundary(boundary, self._answer_ref)
+        else:
+            status = self._lib.trainprof_python_boundary(boundary, self._answer_ref)
         if status != _lib.STATUS_OK:
             if status < 0:
                 # The library may have ended (and started) a window without telling which:

@@ -225,7 +225,7 @@ class TorchHook:
     # --- the top module's hooks ------------------------------------------------------------
 
     def _pre_hook(self, module, inputs):
-        if not self._live():
+        if self._closed or _fork._generation != self._gen:
             return None
         try:
             self._begin_step()
@@ -234,7 +234,7 @@ class TorchHook:
         return None
 
     def _post_hook(self, module, inputs, outputs):
-        if not self._live():
+        if self._closed or _fork._generation != self._gen:
             return None
         prof = self.profiler
         try:
@@ -252,9 +252,13 @@ class TorchHook:
             self._in_step = False
             prof.step_end()
         self.step += 1
-        prof.step_begin(self.mode)
+        mode = self._fixed_mode
+        if mode is None:
+            mode = "train" if getattr(self._model, "training", True) else "eval"
+        prof.step_begin(mode)
         self._in_step = True
-        self._sub_starts.clear()  # calls a raised exception left unfinished
+        if self._sub_starts:
+            self._sub_starts.clear()  # calls a raised exception left unfinished
         detailed = prof.active("detailed", step=self.step)
         if detailed and not self._detailed:
             self._open_detailed()

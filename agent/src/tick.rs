@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::sample::{Metrics, Sampler};
-use crate::system::{SystemCounts, SystemWriter};
+use crate::system_file::{SystemCounts, SystemWriter};
 
 /// Monotonic and wall time, and a way to wait that a stop request cuts short.
 pub trait Clock {
@@ -282,7 +282,7 @@ impl Ticker {
     }
 
     /// Wakes the uploader when a file was sealed; logs a change of the writing state.
-    fn written(&mut self, result: Result<bool, crate::system::SystemWriteError>) {
+    fn written(&mut self, result: Result<bool, crate::system_file::SystemWriteError>) {
         match result {
             Ok(sealed) => {
                 if let (true, Some(w)) = (sealed, &self.on_seal) {
@@ -460,7 +460,7 @@ mod tests {
 
     fn lines(root: &Path) -> Vec<serde_json::Value> {
         let mut out: Vec<serde_json::Value> = Vec::new();
-        for f in crate::launch::files_under(&root.join("system")) {
+        for f in crate::summary::files_under(&root.join("system")) {
             for l in std::fs::read_to_string(root.join("system").join(f)).unwrap().lines() {
                 out.push(serde_json::from_str(l).unwrap());
             }
@@ -471,7 +471,7 @@ mod tests {
 
     /// The window starts in the names of the sealed system files, in order.
     fn names(root: &Path) -> Vec<i64> {
-        let mut out: Vec<i64> = crate::launch::files_under(&root.join("system"))
+        let mut out: Vec<i64> = crate::summary::files_under(&root.join("system"))
             .iter()
             .filter_map(|f| f.rsplit('/').next()?.split('.').next()?.parse().ok())
             .collect();

@@ -30,6 +30,7 @@ pub mod disk;
 pub mod gpu;
 pub mod memory;
 pub mod net;
+pub mod probe;
 pub mod process;
 
 /// Where the kernel's pseudo-filesystems are. Tests point this at a fake tree.

@@ -382,7 +382,7 @@ mod tests {
     use super::*;
     /// The files under `root`, without the agent's own records in `.trainprof/`.
     fn files(root: &std::path::Path) -> Vec<String> {
-        crate::launch::files_under(root).into_iter().filter(|f| !f.starts_with(".trainprof/")).collect()
+        crate::summary::files_under(root).into_iter().filter(|f| !f.starts_with(".trainprof/")).collect()
     }
     use crate::sample::{Metrics, Name};
 

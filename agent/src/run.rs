@@ -9,17 +9,15 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use trainprof_config::{DEFAULT_LOCAL_PATH, FileStatus, Loader, Reload, Sources};
+use trainprof_output::node::{ResourceConfig, SystemNode};
 
 use crate::sample::probe::probe_samplers;
 use crate::sample::process::{self_usage, thread_cpu_us};
 use crate::sample::{Roots, gpu};
 use crate::summary::{self, SelfCost};
-use crate::system_file::{SystemWriter, algo_index};
+use crate::system_file::SystemWriter;
 use crate::tick::{Clock as _, LoopCounts, LoopSettings, Reconfigure, Stop, SystemClock, Ticker};
 use crate::{child, end_markers, log, output_root, signals, upload};
-
-/// Where SageMaker writes the resource config (`TRAINPROF_RESOURCE_CONFIG` overrides it).
-const DEFAULT_RESOURCE_CONFIG: &str = "/opt/ml/input/config/resourceconfig.json";
 
 /// What `trainprof agent` / `trainprof run` were asked, beyond the configuration's sources.
 #[derive(Debug, Clone, Default)]
@@ -437,15 +435,15 @@ fn sample(
 ) -> LoopCounts {
     let roots = Roots::host();
     let probed = probe_samplers(&roots, &|| clock.mono(), trainer, gpu::lib_from_env().as_deref());
-    let algo_n = algo_index(read_resource_config().as_ref(), |k| std::env::var(k).ok());
+    let node = SystemNode::from_env(read_resource_config().as_ref(), |k| std::env::var(k).ok());
     let interval = Duration::from_millis(u64::from(interval_ms));
-    let mut ticker = Ticker::new(probed.samplers, SystemWriter::new(root, algo_n), interval);
+    let mut ticker = Ticker::new(probed.samplers, SystemWriter::new(root, node), interval);
     if let Some(w) = waker {
         ticker.wake_on_seal(w);
     }
     ticker.reconfigure_with(Box::new(reload));
     log!(
-        "sampling every {interval_ms} ms into {} as algo-{algo_n}: {} ({} cores, {} GPUs)",
+        "sampling every {interval_ms} ms into {} as {node}: {} ({} cores, {} GPUs)",
         root.join("system").display(),
         ticker.sampler_names().join(", "),
         probed.cores,
@@ -530,12 +528,10 @@ pub fn hook_lib_near(exe: &Path) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn read_resource_config() -> Option<serde_json::Value> {
-    let path =
-        std::env::var_os("TRAINPROF_RESOURCE_CONFIG").unwrap_or_else(|| DEFAULT_RESOURCE_CONFIG.into());
+fn read_resource_config() -> Option<ResourceConfig> {
+    let path = ResourceConfig::path(|k| std::env::var(k).ok());
     // Non-blocking and by `fstat`: a FIFO planted there cannot hang the sampler.
-    let bytes = trainprof_config::read_platform_file(std::path::Path::new(&path)).ok()??;
-    serde_json::from_slice(&bytes).ok()
+    ResourceConfig::parse(&trainprof_config::read_platform_file(&path).ok()??)
 }
 
 #[cfg(test)]

@@ -514,8 +514,11 @@ mod tests {
         let dir = root("short");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         t.run(&*clock);
         assert_eq!(t.counts().ticks, 33);
         // The first file by its first line's second, the last tick alone by its own.
@@ -539,8 +542,11 @@ mod tests {
         let dir = root("one-second");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         t.run(&*clock);
         assert_eq!(names(&dir), [1_595_455_624, 1_595_455_625]);
         let all = cpu_stamps(&dir);
@@ -556,8 +562,11 @@ mod tests {
         let dir = root("close-stop");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         t.run(&*clock);
         let cpu: Vec<f64> =
             lines(&dir).iter().filter(|l| l["Type"] == "cpu").map(|l| l["Value"].as_f64().unwrap()).collect();
@@ -575,8 +584,11 @@ mod tests {
         let dir = root("boundary");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(1000));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(1000),
+        );
         t.run(&*clock);
         assert_eq!(names(&dir), [1_595_455_610, 1_595_455_620, 1_595_455_671]);
         let all = cpu_stamps(&dir);
@@ -587,8 +599,11 @@ mod tests {
         let dir2 = root("no-boundary");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir2, 1), Duration::from_millis(1000));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir2, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(1000),
+        );
         t.run(&*clock);
         let all = cpu_stamps(&dir2);
         assert_eq!(*all.last().unwrap(), 1_595_455_669.7);
@@ -610,8 +625,11 @@ mod tests {
             n: 0,
             fail: vec![],
         };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         t.run(&*clock);
         let c = t.counts();
         let cpu: Vec<f64> =
@@ -647,8 +665,11 @@ mod tests {
             n: 0,
             fail: vec![2, 3, 7],
         };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         t.run(&*clock);
         let c = t.counts();
         assert_eq!(c.ticks, 11);
@@ -663,8 +684,11 @@ mod tests {
         let dir = root("early");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         t.run(&*clock);
         assert_eq!(t.counts().ticks, 1);
         assert_eq!(lines(&dir).len(), 2);
@@ -688,8 +712,11 @@ mod tests {
         let dir = root("reconfigure");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         let ms = Duration::from_millis;
         t.reconfigure_with(Box::new(Script(vec![
             (500, LoopSettings { interval: ms(200), enabled: true }),
@@ -718,8 +745,11 @@ mod tests {
         let dir = root("reconfigure-off");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         let off = LoopSettings { interval: Duration::from_millis(100), enabled: false };
         t.reconfigure_with(Box::new(Script(vec![(300, off)])));
         t.run(&*clock);

@@ -360,11 +360,11 @@ mod tests {
     }
     use crate::sample::{Metrics, Name};
 
-    fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("trainprof-system-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A scratch folder, removed when the first value is dropped (also when the test fails).
+    fn tmpdir(tag: &str) -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::Builder::new().prefix(&format!("trainprof-system-{tag}-")).tempdir().unwrap();
+        let d = t.path().to_path_buf();
+        (t, d)
     }
 
     fn tick(v: f64) -> Metrics {
@@ -376,7 +376,7 @@ mod tests {
 
     #[test]
     fn one_file_per_minute_sealed_by_rename() {
-        let root = tmpdir("minutes");
+        let (_scratch, root) = tmpdir("minutes");
         let mut w = SystemWriter::new(&root, SystemNode::new(2));
         // 2020-07-22T22:07:00Z = 1595455620
         assert_eq!(w.write_tick(1_595_455_620.5, tick(12.345).as_slice()).unwrap(), None);
@@ -409,12 +409,11 @@ mod tests {
                 .count(),
             2
         );
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_restart_in_the_same_minute_never_overwrites() {
-        let root = tmpdir("restart");
+        let (_scratch, root) = tmpdir("restart");
         let mut counts = Vec::new();
         // Agents one after the other within the minute starting at …620. Each one's first
         // file is named by its first line's second, else a second before it down to the
@@ -477,12 +476,11 @@ mod tests {
         w.write_tick(1_595_455_700.0, &[]).unwrap();
         assert_eq!(w.seal().unwrap(), None);
         assert_eq!(files(&root).len(), 5);
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn the_last_tick_has_a_file_of_its_own_named_by_its_second() {
-        let root = tmpdir("last");
+        let (_scratch, root) = tmpdir("last");
         let dir = "system/incremental/2020072222";
         let mut w = SystemWriter::new(&root, SystemNode::new(1));
         // A job from …630.5 to …700.4: its first file, the minute …680, the last tick.
@@ -511,11 +509,10 @@ mod tests {
                 format!("{dir}/1595455700.algo-1.json"),
             ]
         );
-        std::fs::remove_dir_all(&root).unwrap();
 
         // The last tick in the first second of a minute that already has a tick: that
         // file takes the second before the minute, below the last tick's name.
-        let root = tmpdir("last-minute");
+        let (_scratch, root) = tmpdir("last-minute");
         let mut w = SystemWriter::new(&root, SystemNode::new(1));
         w.write_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
         w.write_tick(1_595_455_680.1, tick(2.0).as_slice()).unwrap();
@@ -528,20 +525,18 @@ mod tests {
                 format!("{dir}/1595455680.algo-1.json"),
             ]
         );
-        std::fs::remove_dir_all(&root).unwrap();
 
         // A job that is only its last tick: one file, named by that tick's second.
-        let root = tmpdir("last-only");
+        let (_scratch, root) = tmpdir("last-only");
         let mut w = SystemWriter::new(&root, SystemNode::new(1));
         assert_eq!(w.last_tick_pause(1_595_455_630.5), None);
         w.write_last_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
         assert_eq!(files(&root), [format!("{dir}/1595455630.algo-1.json")]);
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn the_last_name_is_never_reused_and_stays_the_newest() {
-        let root = tmpdir("last-taken");
+        let (_scratch, root) = tmpdir("last-taken");
         let dir = "system/incremental/2020072222";
         // An earlier agent gave …650 and …649 (recorded, the files uploaded and gone).
         std::fs::create_dir_all(root.join(".trainprof")).unwrap();
@@ -555,12 +550,11 @@ mod tests {
             files(&root),
             [format!("{dir}/1595455630.algo-1.json"), format!("{dir}/1595455648.algo-1.json")]
         );
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_last_tick_on_a_window_start_is_told_to_wait_for_the_next_second() {
-        let root = tmpdir("last-pause");
+        let (_scratch, root) = tmpdir("last-pause");
         let mut w = SystemWriter::new(&root, SystemNode::new(1));
         // The first file will be …630 (its first line's second): the rules' windows start
         // at …630 + 60 k.
@@ -573,13 +567,12 @@ mod tests {
         w.write_tick(1_595_455_700.5, tick(2.0).as_slice()).unwrap();
         assert!(w.last_tick_pause(1_595_455_750.1).is_some());
         assert_eq!(w.last_tick_pause(1_595_455_751.1), None);
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn planted_links_are_never_written_through() {
         use std::os::unix::fs::symlink;
-        let root = tmpdir("planted");
+        let (_scratch, root) = tmpdir("planted");
         let secret = root.join("secret");
         std::fs::create_dir_all(&secret).unwrap();
         std::fs::write(secret.join("key"), b"root only").unwrap();
@@ -606,17 +599,15 @@ mod tests {
         // The planted link is left where it was.
         let link = local.join(format!("system/.1595455620.algo-1.{pid}.tmp"));
         assert!(std::fs::symlink_metadata(link).unwrap().file_type().is_symlink());
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn an_unwritable_root_loses_ticks_and_counts_them() {
-        let root = tmpdir("unwritable");
+        let (_scratch, root) = tmpdir("unwritable");
         std::fs::write(root.join("system"), b"a file where the folder should be").unwrap();
         let mut w = SystemWriter::new(&root, SystemNode::new(1));
         assert!(w.write_tick(1_595_455_630.0, tick(1.0).as_slice()).is_err());
         assert!(w.write_tick(1_595_455_631.0, tick(1.0).as_slice()).is_err());
         assert_eq!(w.counts().ticks_lost, 2);
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

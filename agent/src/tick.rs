@@ -452,10 +452,12 @@ mod tests {
         }
     }
 
-    fn root(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("trainprof-tick-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    /// A scratch folder, removed when the first value is dropped (also when the test fails).
+    fn root(tag: &str) -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::Builder::new().prefix(&format!("trainprof-tick-{tag}-")).tempdir().unwrap();
+        // A folder that does not exist yet: the writer makes it.
+        let d = t.path().join("root");
+        (t, d)
     }
 
     fn lines(root: &Path) -> Vec<serde_json::Value> {
@@ -511,7 +513,7 @@ mod tests {
         // Ticks at …625.1 to …627.9; stopped at …628.25 (`run`: the trainer exited;
         // `agent`: a signal; both end the loop the same way).
         let clock = FakeClock::new(1_595_455_625.0, 3250);
-        let dir = root("short");
+        let (_scratch, dir) = root("short");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
         let mut t = Ticker::new(
@@ -531,7 +533,6 @@ mod tests {
         let all = cpu_stamps(&dir);
         assert_eq!(all.len(), 33);
         assert_eq!(seen_by_rules(&dir), all);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -539,7 +540,7 @@ mod tests {
         // Ticks at …625.1 to …625.7, the stop at …625.75: the first file takes the second
         // before its first line, so the newest name is still the newest.
         let clock = FakeClock::new(1_595_455_625.0, 750);
-        let dir = root("one-second");
+        let (_scratch, dir) = root("one-second");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
         let mut t = Ticker::new(
@@ -552,14 +553,13 @@ mod tests {
         let all = cpu_stamps(&dir);
         assert_eq!(all.len(), 8);
         assert_eq!(seen_by_rules(&dir), all);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_stop_just_after_a_tick_waits_for_a_measurable_stretch() {
         // The stop comes 10 ms after the tick at 300: the last tick is taken at 350.
         let clock = FakeClock::new(1_595_455_625.0, 310);
-        let dir = root("close-stop");
+        let (_scratch, dir) = root("close-stop");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
         let mut t = Ticker::new(
@@ -572,7 +572,6 @@ mod tests {
             lines(&dir).iter().filter(|l| l["Type"] == "cpu").map(|l| l["Value"].as_f64().unwrap()).collect();
         assert_eq!(cpu, [100.0, 200.0, 300.0, 350.0]);
         assert_eq!(names(&dir), [1_595_455_624, 1_595_455_625]);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -581,7 +580,7 @@ mod tests {
         // …670 = …610 + 60: the rules' last window would be [610, 670] and the tick at
         // 670.5 outside it. It waits for …671.0 instead.
         let clock = FakeClock::new(1_595_455_609.8, 60_700);
-        let dir = root("boundary");
+        let (_scratch, dir) = root("boundary");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
         let mut t = Ticker::new(
@@ -596,7 +595,7 @@ mod tests {
         assert_eq!(seen_by_rules(&dir), all);
         // Elsewhere in a second, no wait: the stop at …669.7 is taken then.
         let clock = FakeClock::new(1_595_455_609.8, 59_900);
-        let dir2 = root("no-boundary");
+        let (_scratch, dir2) = root("no-boundary");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
         let mut t = Ticker::new(
@@ -608,15 +607,13 @@ mod tests {
         let all = cpu_stamps(&dir2);
         assert_eq!(*all.last().unwrap(), 1_595_455_669.7);
         assert_eq!(seen_by_rules(&dir2), all);
-        std::fs::remove_dir_all(&dir).unwrap();
-        std::fs::remove_dir_all(&dir2).unwrap();
     }
 
     #[test]
     fn ticks_do_not_drift_and_late_ones_are_skipped_not_queued() {
         // The minute changes 1 s in (…620).
         let clock = FakeClock::new(1_595_455_619.0, 2050);
-        let dir = root("drift");
+        let (_scratch, dir) = root("drift");
         // Tick 3 takes 350 ms: deadlines 400, 500, 600 are overrun, 700 is next.
         let probe = Probe {
             clock: Arc::clone(&clock),
@@ -651,13 +648,12 @@ mod tests {
         assert_eq!(c.system.files_sealed, 3);
         assert_eq!(names(&dir), [1_595_455_619, 1_595_455_620, 1_595_455_621]);
         assert_eq!(c.system.lines, 36);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_failing_sampler_is_counted_and_the_loop_goes_on() {
         let clock = FakeClock::new(1_595_455_600.0, 1050);
-        let dir = root("fail");
+        let (_scratch, dir) = root("fail");
         let probe = Probe {
             clock: Arc::clone(&clock),
             slow: vec![],
@@ -675,13 +671,12 @@ mod tests {
         assert_eq!(c.ticks, 11);
         assert_eq!(c.sample_failures, vec![("probe", 3)]);
         assert_eq!(lines(&dir).len(), 16);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_stop_before_the_first_deadline_still_leaves_one_tick() {
         let clock = FakeClock::new(1_595_455_600.0, 5);
-        let dir = root("early");
+        let (_scratch, dir) = root("early");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
         let mut t = Ticker::new(
@@ -692,7 +687,6 @@ mod tests {
         t.run(&*clock);
         assert_eq!(t.counts().ticks, 1);
         assert_eq!(lines(&dir).len(), 2);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Settings that change at given (fake) times.
@@ -709,7 +703,7 @@ mod tests {
     fn a_reloaded_interval_and_disable_take_effect_at_the_next_tick() {
         // A minute starts at 0: only the pause and the stop split the files.
         let clock = FakeClock::new(1_595_455_620.0, 2050);
-        let dir = root("reconfigure");
+        let (_scratch, dir) = root("reconfigure");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
         let mut t = Ticker::new(
@@ -736,13 +730,12 @@ mod tests {
         // The pause sealed the file written so far; the last tick has a file of its own.
         assert_eq!(c.system.files_sealed, 3);
         assert_eq!(t.interval(), ms(200));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_stop_while_disabled_takes_no_last_tick() {
         let clock = FakeClock::new(1_595_455_620.0, 1050);
-        let dir = root("reconfigure-off");
+        let (_scratch, dir) = root("reconfigure-off");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
         let mut t = Ticker::new(
@@ -755,7 +748,6 @@ mod tests {
         t.run(&*clock);
         assert_eq!(t.counts().ticks, 2);
         assert_eq!(lines(&dir).len(), 4);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Metrics, Name, ProcFile, SampleError, Sampler, fields, parse_u64, rate};
+use super::{Metrics, Name, ProcFile, ParseError, SampleError, Sampler, fields, parse_u64, rate};
 
 /// The block layer counts sectors of 512 bytes, whatever the device's sector size.
 const SECTOR: u64 = 512;
@@ -44,12 +44,12 @@ pub fn whole_disks(sys: &Path) -> std::io::Result<Vec<Vec<u8>>> {
 
 /// The counters of one `/sys/block/<disk>/stat`: reads, reads merged, sectors read, ms
 /// reading, writes, writes merged, sectors written, …
-pub fn parse_block_stat(text: &[u8]) -> Result<DiskTotals, String> {
+pub fn parse_block_stat(text: &[u8]) -> Result<DiskTotals, ParseError> {
     let mut v = [0u64; 7];
     let mut f = fields(text);
     for slot in &mut v {
         let field = f.next().ok_or("short stat line")?;
-        *slot = parse_u64(field).ok_or_else(|| format!("bad number {:?}", String::from_utf8_lossy(field)))?;
+        *slot = parse_u64(field).ok_or_else(|| ParseError::Bad { what: "number", got: format!("{:?}", String::from_utf8_lossy(field)) })?;
     }
     Ok(DiskTotals {
         ios: v[0].wrapping_add(v[4]),

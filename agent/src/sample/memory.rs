@@ -13,10 +13,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::cgroup::CgroupMemory;
-use super::{MEMORY, Metrics, Name, ProcFile, RAM, SampleError, Sampler, fields, parse_u64, percent};
+use super::{MEMORY, Metrics, Name, ProcFile, RAM, ParseError, SampleError, Sampler, fields, parse_u64, percent};
 
 /// `MemTotal` and `MemAvailable` of `/proc/meminfo`, in bytes.
-pub fn parse_meminfo(text: &[u8]) -> Result<(u64, u64), String> {
+pub fn parse_meminfo(text: &[u8]) -> Result<(u64, u64), ParseError> {
     let (mut total, mut available) = (None, None);
     for line in text.split(|&b| b == b'\n') {
         let slot = if line.starts_with(b"MemTotal:") {
@@ -32,7 +32,7 @@ pub fn parse_meminfo(text: &[u8]) -> Result<(u64, u64), String> {
     match (total, available) {
         (Some(t), Some(a)) => Ok((t, a)),
         // Kernels before 3.14 have no MemAvailable.
-        _ => Err("no MemTotal or MemAvailable".into()),
+        _ => Err(ParseError::Missing("MemTotal or MemAvailable".into())),
     }
 }
 

@@ -18,6 +18,7 @@
 //! [`ACCELERATOR`], …), with Names and Dimensions that no rule or chart takes for a core,
 //! a GPU or a percentage.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt as _;
@@ -185,6 +186,38 @@ impl Metrics {
     }
 }
 
+/// What is wrong with a file's text; [`SampleError::Parse`] names the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// A line or a value of the wrong shape.
+    #[error("expected {expected}, got {got}")]
+    Expected { expected: Cow<'static, str>, got: String },
+    /// A part that should be a number.
+    #[error("{what} is not a number in {line}")]
+    NotANumber { what: String, line: String },
+    /// A line or a key that must be there.
+    #[error("no {0}")]
+    Missing(Cow<'static, str>),
+    /// A value that cannot be used.
+    #[error("bad {what} {got}")]
+    Bad { what: &'static str, got: String },
+    /// Anything else, in words.
+    #[error("{0}")]
+    Other(Cow<'static, str>),
+}
+
+impl From<&'static str> for ParseError {
+    fn from(s: &'static str) -> ParseError {
+        ParseError::Other(s.into())
+    }
+}
+
+impl From<String> for ParseError {
+    fn from(s: String) -> ParseError {
+        ParseError::Other(s.into())
+    }
+}
+
 /// Why a read failed. The loop logs a sampler's error once per change of state and counts
 /// every failure; it never stops.
 #[derive(Debug, thiserror::Error)]
@@ -192,7 +225,7 @@ pub enum SampleError {
     #[error("cannot read {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error("cannot parse {path}: {what}")]
-    Parse { path: PathBuf, what: String },
+    Parse { path: PathBuf, what: ParseError },
     #[error("{device}: {what}")]
     Device { device: String, what: String },
 }
@@ -202,7 +235,7 @@ impl SampleError {
         SampleError::Io { path: path.to_owned(), source }
     }
 
-    pub fn parse(path: &Path, what: impl Into<String>) -> SampleError {
+    pub fn parse(path: &Path, what: impl Into<ParseError>) -> SampleError {
         SampleError::Parse { path: path.to_owned(), what: what.into() }
     }
 }

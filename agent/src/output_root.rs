@@ -33,6 +33,17 @@ pub fn writable(dir: &Path) -> io::Result<()> {
     Err(last.unwrap_or_else(|| io::Error::other("no free name for a test file")))
 }
 
+/// Why no output folder can be used.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputRootError {
+    /// The folder a person chose cannot be written.
+    #[error("cannot write to {}: {source}", path.display())]
+    Chosen { path: PathBuf, source: io::Error },
+    /// Neither the default nor a fallback folder can be written.
+    #[error("cannot write to {} ({source}) nor to a fallback folder", path.display())]
+    NoFallback { path: PathBuf, source: io::Error },
+}
+
 /// Where the files go. `explicit`: the user chose the folder (flag, variable or config
 /// file), so an unwritable one is an error; otherwise the first writable of the default,
 /// `./trainprof-output` and `<tmp>/trainprof-output`, with a line saying so.
@@ -40,10 +51,10 @@ pub fn output_root(
     configured: &Path,
     explicit: bool,
     cwd: &Path,
-) -> Result<(PathBuf, Option<String>), String> {
+) -> Result<(PathBuf, Option<String>), OutputRootError> {
     let first = match writable(configured) {
         Ok(()) => return Ok((configured.to_owned(), None)),
-        Err(e) if explicit => return Err(format!("cannot write to {}: {e}", configured.display())),
+        Err(source) if explicit => return Err(OutputRootError::Chosen { path: configured.to_owned(), source }),
         Err(e) => e,
     };
     for dir in [cwd.join(FALLBACK_DIR), std::env::temp_dir().join(FALLBACK_DIR)] {
@@ -56,7 +67,7 @@ pub fn output_root(
             return Ok((dir, Some(note)));
         }
     }
-    Err(format!("cannot write to {} ({first}) nor to a fallback folder", configured.display()))
+    Err(OutputRootError::NoFallback { path: configured.to_owned(), source: first })
 }
 
 /// A fallback folder nobody chose is used only if it is missing (then made here) or a real
@@ -94,7 +105,7 @@ mod tests {
         let (root, note) = output_root(&blocked.join("out"), false, &d).unwrap();
         assert_eq!(root, d.join(FALLBACK_DIR));
         assert!(note.unwrap().contains("instead"));
-        assert!(output_root(&blocked.join("out"), true, &d).unwrap_err().contains("cannot write"));
+        assert!(output_root(&blocked.join("out"), true, &d).unwrap_err().to_string().contains("cannot write"));
         assert_eq!(output_root(&d.join("ok"), true, &d).unwrap(), (d.join("ok"), None));
     }
 

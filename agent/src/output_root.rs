@@ -54,7 +54,9 @@ pub fn output_root(
 ) -> Result<(PathBuf, Option<String>), OutputRootError> {
     let first = match writable(configured) {
         Ok(()) => return Ok((configured.to_owned(), None)),
-        Err(source) if explicit => return Err(OutputRootError::Chosen { path: configured.to_owned(), source }),
+        Err(source) if explicit => {
+            return Err(OutputRootError::Chosen { path: configured.to_owned(), source });
+        }
         Err(e) => e,
     };
     for dir in [cwd.join(FALLBACK_DIR), std::env::temp_dir().join(FALLBACK_DIR)] {
@@ -105,7 +107,9 @@ mod tests {
         let (root, note) = output_root(&blocked.join("out"), false, &d).unwrap();
         assert_eq!(root, d.join(FALLBACK_DIR));
         assert!(note.unwrap().contains("instead"));
-        assert!(output_root(&blocked.join("out"), true, &d).unwrap_err().to_string().contains("cannot write"));
+        assert!(
+            output_root(&blocked.join("out"), true, &d).unwrap_err().to_string().contains("cannot write")
+        );
         assert_eq!(output_root(&d.join("ok"), true, &d).unwrap(), (d.join("ok"), None));
     }
 

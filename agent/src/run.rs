@@ -50,11 +50,17 @@ pub struct UploadOptions {
 /// configuration from `sources` (flags and overrides already applied), and returns the
 /// exit status: CMD's, or 2 when something a person typed is wrong.
 pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> ExitCode {
-    // Before any thread exists, so that every thread inherits the mask.
+    // Before any thread exists, so that every thread inherits SIGTTOU blocked and a signal
+    // that comes before the signal thread runs waits in the pipe.
     let taken = signals::Taken::from_dispositions();
-    if let Err(e) = signals::block(&taken) {
-        log!("cannot block SIGTERM/SIGINT/SIGHUP ({e}); they will end trainprof at once");
-    }
+    let installed = match signals::install(taken) {
+        Ok(i) => Some(i),
+        Err(e) => {
+            log!("cannot catch SIGTERM/SIGINT/SIGHUP ({e}); they will end trainprof at once");
+            signals::restore_defaults(&taken);
+            None
+        }
+    };
     // The tree sampler bounds its own descriptors (sample::process::MAX_OPEN); this is
     // room for the rest. The command gets its limit back.
     let nofile = child::raise_nofile_limit();
@@ -158,7 +164,7 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
                 config_flag.as_ref(),
                 local_path_env.as_ref(),
                 config.enabled,
-                (&taken, terminal.as_ref(), nofile),
+                (terminal.as_ref(), nofile),
             );
             match started {
                 Ok(c) => {
@@ -176,7 +182,7 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
     let child_pid = child.as_ref().map(|(c, _)| c.id());
     let trainer = child.as_ref().map(|(_, t)| Arc::clone(t));
     let signal_stop = stop.clone();
-    let spawned = signals::spawn(taken, move |sig| match &trainer {
+    let on_signal = move |sig: signals::Received| match &trainer {
         // Every signal run takes, to the command's process group, once: a terminal's
         // signals go to that group (the terminal's foreground) and never to run.
         Some(t) => match t.pass_on(sig.signo) {
@@ -193,10 +199,12 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
             log!("{}: sealing files and stopping", sig.name());
             signal_stop.request();
         }
-    });
-    if let Err(e) = spawned {
+    };
+    if let Some(installed) = installed
+        && let Err((e, taken)) = signals::spawn(installed, on_signal)
+    {
         log!("cannot start the signal thread ({e}): SIGTERM/SIGINT/SIGHUP act as usual");
-        signals::unblock(&taken);
+        signals::restore_defaults(&taken);
     }
 
     // Sampling runs on its own thread: a hung NVML call or a panic there must not keep
@@ -481,7 +489,7 @@ fn spawn(
     config: Option<&PathBuf>,
     local_path: Option<&PathBuf>,
     enabled: bool,
-    (taken, terminal, nofile): (&signals::Taken, Option<&child::Terminal>, Option<libc::rlimit>),
+    (terminal, nofile): (Option<&child::Terminal>, Option<libc::rlimit>),
 ) -> Result<std::process::Child, (u8, std::io::Error)> {
     let Some((program, args)) = argv.split_first() else {
         return Err((2, std::io::Error::other("no command")));
@@ -489,7 +497,7 @@ fn spawn(
     let mut cmd = Command::new(program);
     cmd.args(args);
     child::prepare(&mut cmd, terminal, nofile);
-    signals::unblock_in_child(&mut cmd, taken);
+    signals::unblock_in_child(&mut cmd);
     if !enabled {
         // Off for the trainer too (--disable, or a config file that cannot be trusted).
         cmd.env("TRAINPROF_DISABLE", "1");

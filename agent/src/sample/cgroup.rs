@@ -41,7 +41,9 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use super::{Metrics, Name, ProcFile, Roots, ParseError, SampleError, Sampler, fields, parse_u64, percent, rate};
+use super::{
+    Metrics, Name, ParseError, ProcFile, Roots, SampleError, Sampler, fields, parse_u64, percent, rate,
+};
 
 /// `Type` of every metric of this sampler.
 const KIND: &str = "container";
@@ -144,13 +146,18 @@ fn parse_self_cgroup(text: &[u8]) -> Result<SelfCgroup<'_>, ParseError> {
     for line in text.split(|&b| b == b'\n').filter(|l| !l.trim_ascii().is_empty()) {
         let mut parts = line.splitn(3, |&b| b == b':');
         let (Some(id), Some(list), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(ParseError::Expected { expected: "`ID:CONTROLLERS:PATH`".into(), got: snippet(line) });
+            return Err(ParseError::Expected {
+                expected: "`ID:CONTROLLERS:PATH`".into(),
+                got: snippet(line),
+            });
         };
         let Some(id) = parse_u64(id) else {
             return Err(ParseError::NotANumber { what: "hierarchy id".into(), line: snippet(line) });
         };
         if !path.starts_with(b"/") {
-            return Err(ParseError::Other(format!("cgroup path is not absolute in {}", snippet(line)).into()));
+            return Err(ParseError::Other(
+                format!("cgroup path is not absolute in {}", snippet(line)).into(),
+            ));
         }
         if id == 0 && list.is_empty() {
             own.unified = Some(path);
@@ -204,7 +211,8 @@ fn snippet(text: &[u8]) -> String {
 
 /// A file holding one decimal number (`cpuacct.usage`, `memory.current`).
 fn parse_number(text: &[u8]) -> Result<u64, ParseError> {
-    parse_u64(text.trim_ascii()).ok_or_else(|| ParseError::Expected { expected: "a number".into(), got: snippet(text) })
+    parse_u64(text.trim_ascii())
+        .ok_or_else(|| ParseError::Expected { expected: "a number".into(), got: snippet(text) })
 }
 
 /// The value of `key` in a file of `key value` lines (`cpu.stat`, `memory.stat`).
@@ -214,7 +222,10 @@ fn keyed(text: &[u8], key: &str) -> Result<u64, ParseError> {
         if f.next() == Some(key.as_bytes()) {
             return match (f.next().and_then(parse_u64), f.next()) {
                 (Some(v), None) => Ok(v),
-                _ => Err(ParseError::Expected { expected: format!("`{key} NUMBER`").into(), got: snippet(line) }),
+                _ => Err(ParseError::Expected {
+                    expected: format!("`{key} NUMBER`").into(),
+                    got: snippet(line),
+                }),
             };
         }
     }
@@ -241,7 +252,8 @@ impl Quota {
 /// v2 `cpu.max`: `max PERIOD` (no quota) or `QUOTA PERIOD`, in µs.
 fn parse_cpu_max(text: &[u8]) -> Result<Option<Quota>, ParseError> {
     let mut f = fields(text);
-    let bad = || ParseError::Expected { expected: "`max PERIOD` or `QUOTA PERIOD`".into(), got: snippet(text) };
+    let bad =
+        || ParseError::Expected { expected: "`max PERIOD` or `QUOTA PERIOD`".into(), got: snippet(text) };
     let (Some(quota), Some(period), None) = (f.next(), f.next(), f.next()) else {
         return Err(bad());
     };
@@ -394,11 +406,16 @@ fn parse_io_stat(text: &[u8]) -> Result<IoCounters, ParseError> {
         let mut f = fields(line);
         let Some(device) = f.next() else { continue };
         if !device.contains(&b':') {
-            return Err(ParseError::Expected { expected: "`MAJ:MIN key=value…`".into(), got: snippet(line) });
+            return Err(ParseError::Expected {
+                expected: "`MAJ:MIN key=value…`".into(), got: snippet(line)
+            });
         }
         for pair in f {
             let Some(eq) = pair.iter().position(|&b| b == b'=') else {
-                return Err(ParseError::Expected { expected: "key=value".into(), got: format!("{} in {}", snippet(pair), snippet(line)) });
+                return Err(ParseError::Expected {
+                    expected: "key=value".into(),
+                    got: format!("{} in {}", snippet(pair), snippet(line)),
+                });
             };
             let (key, value) = (&pair[..eq], &pair[eq + 1..]);
             let slot = match key {
@@ -436,7 +453,12 @@ fn parse_blkio(text: &[u8]) -> Result<(u64, u64), ParseError> {
                     _ => {}
                 }
             }
-            _ => return Err(ParseError::Expected { expected: "`MAJ:MIN Op N` or `Total N`".into(), got: snippet(line) }),
+            _ => {
+                return Err(ParseError::Expected {
+                    expected: "`MAJ:MIN Op N` or `Total N`".into(),
+                    got: snippet(line),
+                });
+            }
         }
     }
     Ok((read, write))
@@ -597,7 +619,9 @@ fn parse_memory_limit(text: &[u8]) -> Result<Option<u64>, ParseError> {
     match parse_u64(t) {
         Some(v) if v >= UNLIMITED_MEMORY => Ok(None),
         Some(v) => Ok(Some(v)),
-        None => Err(ParseError::Expected { expected: "`max` or a number of bytes".into(), got: snippet(text) }),
+        None => {
+            Err(ParseError::Expected { expected: "`max` or a number of bytes".into(), got: snippet(text) })
+        }
     }
 }
 
@@ -764,7 +788,9 @@ mod tests {
         assert_eq!(parse_cfs_quota(b"150000\n"), Ok(Some(150_000)));
         assert_eq!(parse_cfs_period(b"100000\n"), Ok(100_000));
         for bad in [&b""[..], b"0\n", b"1.5\n", b"lots\n"] {
-            assert!(parse_cfs_quota(bad).unwrap_err().to_string().starts_with("expected -1 or a positive number"));
+            assert!(
+                parse_cfs_quota(bad).unwrap_err().to_string().starts_with("expected -1 or a positive number")
+            );
         }
         for bad in [&b""[..], b"0\n", b"-1\n"] {
             assert!(parse_cfs_period(bad).unwrap_err().to_string().starts_with("expected a positive number"));
@@ -778,7 +804,8 @@ mod tests {
         // Without the cpu controller there are no period lines: that file is not ours.
         let what = parse_cpu_stat_v2(b"usage_usec 1\nuser_usec 1\nsystem_usec 0\n").unwrap_err().to_string();
         assert_eq!(what, "no `nr_periods` line");
-        let what = parse_cpu_stat_v2(b"usage_usec 12a\nnr_periods 1\nnr_throttled 0\n").unwrap_err().to_string();
+        let what =
+            parse_cpu_stat_v2(b"usage_usec 12a\nnr_periods 1\nnr_throttled 0\n").unwrap_err().to_string();
         assert_eq!(what, "expected `usage_usec NUMBER`, got \"usage_usec 12a\"");
         assert_eq!(
             parse_cpu_stat_v1(b"nr_periods 10\nnr_throttled 1\nthrottled_time 5000000\n"),
@@ -808,9 +835,14 @@ mod tests {
                      8:0 Total 12288\n8:16 Read 1\n8:16 Write 2\n8:16 Total 3\nTotal 12291\n";
         assert_eq!(parse_blkio(text), Ok((4097, 8194)));
         assert_eq!(parse_blkio(b"Total 0\n"), Ok((0, 0)));
-        assert_eq!(parse_blkio(b"8:0 Read x\n").unwrap_err().to_string(), "count is not a number in \"8:0 Read x\"");
+        assert_eq!(
+            parse_blkio(b"8:0 Read x\n").unwrap_err().to_string(),
+            "count is not a number in \"8:0 Read x\""
+        );
         for bad in [&b"8:0 Read\n"[..], b"Total\n", b"Total x\n", b"8:0 Read 1 2\n", b"sda Read 1\n"] {
-            assert!(parse_blkio(bad).unwrap_err().to_string().starts_with("expected `MAJ:MIN Op N` or `Total N`"));
+            assert!(
+                parse_blkio(bad).unwrap_err().to_string().starts_with("expected `MAJ:MIN Op N` or `Total N`")
+            );
         }
     }
 
@@ -820,11 +852,19 @@ mod tests {
         assert_eq!(parse_memory_limit(b"9223372036854771712\n"), Ok(None));
         assert_eq!(parse_memory_limit(b"9223372036854710272\n"), Ok(None));
         assert_eq!(parse_memory_limit(b"2147483648\n"), Ok(Some(2 << 30)));
-        assert!(parse_memory_limit(b"2G\n").unwrap_err().to_string().starts_with("expected `max` or a number of bytes"));
+        assert!(
+            parse_memory_limit(b"2G\n")
+                .unwrap_err()
+                .to_string()
+                .starts_with("expected `max` or a number of bytes")
+        );
         // A key is a whole first field: `inactive_file` is not `total_inactive_file`.
         let stat = b"total_inactive_file 400\ninactive_file 100\n";
         assert_eq!((keyed(stat, "inactive_file"), keyed(stat, "total_inactive_file")), (Ok(100), Ok(400)));
-        assert_eq!(keyed(b"active_file 1\n", "inactive_file"), Err(ParseError::Missing("`inactive_file` line".into())));
+        assert_eq!(
+            keyed(b"active_file 1\n", "inactive_file"),
+            Err(ParseError::Missing("`inactive_file` line".into()))
+        );
     }
 
     #[test]

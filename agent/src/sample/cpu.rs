@@ -9,7 +9,9 @@
 
 use std::time::Duration;
 
-use super::{CPU, HOST, Metrics, Name, ProcFile, ParseError, SampleError, Sampler, fields, parse_u64, percent};
+use super::{
+    CPU, HOST, Metrics, Name, ParseError, ProcFile, SampleError, Sampler, fields, parse_u64, percent,
+};
 
 /// The jiffy counters of one `cpu` line that matter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,7 +45,8 @@ pub fn parse_stat(text: &[u8], out: &mut Vec<CpuLine>) -> Result<(), ParseError>
         let core = if label.is_empty() {
             None
         } else {
-            let n = parse_u64(label).ok_or_else(|| ParseError::Bad { what: "cpu label", got: format!("{:?}", lossy(label)) })?;
+            let n = parse_u64(label)
+                .ok_or_else(|| ParseError::Bad { what: "cpu label", got: format!("{:?}", lossy(label)) })?;
             Some(u32::try_from(n).map_err(|_| ParseError::from("cpu index out of range"))?)
         };
         // user nice system idle iowait irq softirq steal guest guest_nice (older kernels
@@ -51,7 +54,8 @@ pub fn parse_stat(text: &[u8], out: &mut Vec<CpuLine>) -> Result<(), ParseError>
         let mut v = [0u64; 10];
         let mut n = 0;
         for (slot, field) in v.iter_mut().zip(&mut f) {
-            *slot = parse_u64(field).ok_or_else(|| ParseError::Bad { what: "number", got: format!("{:?}", lossy(field)) })?;
+            *slot = parse_u64(field)
+                .ok_or_else(|| ParseError::Bad { what: "number", got: format!("{:?}", lossy(field)) })?;
             n += 1;
         }
         if n < 4 {

@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Metrics, Name, ProcFile, ParseError, SampleError, Sampler, fields, parse_u64, rate};
+use super::{Metrics, Name, ParseError, ProcFile, SampleError, Sampler, fields, parse_u64, rate};
 
 /// The block layer counts sectors of 512 bytes, whatever the device's sector size.
 const SECTOR: u64 = 512;
@@ -49,7 +49,10 @@ pub fn parse_block_stat(text: &[u8]) -> Result<DiskTotals, ParseError> {
     let mut f = fields(text);
     for slot in &mut v {
         let field = f.next().ok_or("short stat line")?;
-        *slot = parse_u64(field).ok_or_else(|| ParseError::Bad { what: "number", got: format!("{:?}", String::from_utf8_lossy(field)) })?;
+        *slot = parse_u64(field).ok_or_else(|| ParseError::Bad {
+            what: "number",
+            got: format!("{:?}", String::from_utf8_lossy(field)),
+        })?;
     }
     Ok(DiskTotals {
         ios: v[0].wrapping_add(v[4]),

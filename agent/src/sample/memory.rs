@@ -13,7 +13,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::cgroup::CgroupMemory;
-use super::{MEMORY, Metrics, Name, ProcFile, RAM, ParseError, SampleError, Sampler, fields, parse_u64, percent};
+use super::{
+    MEMORY, Metrics, Name, ParseError, ProcFile, RAM, SampleError, Sampler, fields, parse_u64, percent,
+};
 
 /// `MemTotal` and `MemAvailable` of `/proc/meminfo`, in bytes.
 pub fn parse_meminfo(text: &[u8]) -> Result<(u64, u64), ParseError> {

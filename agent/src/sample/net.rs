@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Metrics, Name, ProcFile, ParseError, SampleError, Sampler, fields, parse_u64};
+use super::{Metrics, Name, ParseError, ProcFile, SampleError, Sampler, fields, parse_u64};
 
 /// One interface's byte counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +32,10 @@ pub fn parse_net_dev(text: &[u8], mut each: impl FnMut(&[u8], u64, u64)) -> Resu
         let rx = f.next().and_then(parse_u64);
         let tx = f.nth(7).and_then(parse_u64);
         let (Some(rx), Some(tx)) = (rx, tx) else {
-            return Err(ParseError::Bad { what: "counters for", got: String::from_utf8_lossy(name).into_owned() });
+            return Err(ParseError::Bad {
+                what: "counters for",
+                got: String::from_utf8_lossy(name).into_owned(),
+            });
         };
         if name != b"lo" {
             each(name, rx, tx);

@@ -201,7 +201,7 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
         }
     };
     if let Some(installed) = installed
-        && let Err((e, taken)) = signals::spawn(installed, on_signal)
+        && let Err(e) = signals::spawn(installed, on_signal)
     {
         log!("cannot start the signal thread ({e}): SIGTERM/SIGINT/SIGHUP act as usual");
         signals::restore_defaults(&taken);

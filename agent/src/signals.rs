@@ -143,7 +143,6 @@ extern "C" fn on_signal(signo: libc::c_int) {
 /// The read end of the self-pipe: what [`spawn`] reads.
 #[derive(Debug)]
 pub struct Installed {
-    taken: Taken,
     read: std::os::fd::OwnedFd,
 }
 
@@ -171,7 +170,7 @@ pub fn install(taken: Taken) -> io::Result<Installed> {
         set_action(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t)?;
     }
     sigmask(libc::SIG_BLOCK, &ttou_mask())?;
-    Ok(Installed { taken, read })
+    Ok(Installed { read })
 }
 
 fn set_action(sig: libc::c_int, handler: libc::sighandler_t) -> io::Result<()> {
@@ -212,27 +211,23 @@ pub fn unblock_in_child(cmd: &mut std::process::Command) {
 pub fn spawn(
     installed: Installed,
     mut on_signal: impl FnMut(Received) + Send + 'static,
-) -> Result<std::thread::JoinHandle<()>, (io::Error, Taken)> {
-    let taken = installed.taken;
-    std::thread::Builder::new()
-        .name("trainprof-signals".into())
-        .spawn(move || {
-            let mut pipe = std::fs::File::from(installed.read);
-            let mut buf = [0u8; 64];
-            loop {
-                match pipe.read(&mut buf) {
-                    Ok(0) => return,
-                    Ok(n) => {
-                        for &b in &buf[..n] {
-                            on_signal(Received { signo: i32::from(b) });
-                        }
+) -> io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("trainprof-signals".into()).spawn(move || {
+        let mut pipe = std::fs::File::from(installed.read);
+        let mut buf = [0u8; 64];
+        loop {
+            match pipe.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    for &b in &buf[..n] {
+                        on_signal(Received { signo: i32::from(b) });
                     }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => return,
                 }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return,
             }
-        })
-        .map_err(|e| (e, taken))
+        }
+    })
 }
 
 /// Sends `signo` to `pid`.

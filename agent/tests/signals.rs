@@ -29,7 +29,6 @@ fn a_child_started_anywhere_in_the_agent_has_the_signals_unblocked_and_default()
     let _thread = signals::spawn(installed, move |s| {
         let _ = tx.send(s.signo);
     })
-    .map_err(|(e, _)| e)
     .unwrap();
     let (blk, cgt) = std::thread::spawn(|| (child_mask("SigBlk"), child_mask("SigCgt"))).join().unwrap();
     for sig in signals::SIGNALS.into_iter().filter(|&s| taken.contains(s)) {

@@ -369,8 +369,8 @@ mod tests {
 
     fn tick(v: f64) -> Metrics {
         let mut m = Metrics::new();
-        m.push("cpu", Name::Indexed("cpu", 0), "CPUUtilization", v);
-        m.push("network", Name::Static("ReceiveBytesPerSecond"), "Algorithm", 123_456_789.0);
+        m.push(crate::sample::CPU, Name::Indexed("cpu", 0), "CPUUtilization", v);
+        m.push(crate::sample::NETWORK, Name::Static("ReceiveBytesPerSecond"), "Algorithm", 123_456_789.0);
         m
     }
 

@@ -446,8 +446,8 @@ mod tests {
             if self.fail.contains(&self.n) {
                 return Err(SampleError::parse(Path::new("/fake"), "scripted"));
             }
-            out.push("cpu", Name::Indexed("cpu", 0), "CPUUtilization", now.as_millis() as f64);
-            out.push("memory", Name::Static("MemoryUsedPercent"), "", 1.0);
+            out.push(crate::sample::CPU, Name::Indexed("cpu", 0), "CPUUtilization", now.as_millis() as f64);
+            out.push(crate::sample::MEMORY, Name::Static("MemoryUsedPercent"), "", 1.0);
             Ok(())
         }
     }

@@ -46,7 +46,7 @@ use super::{
 };
 
 /// `Type` of every metric of this sampler.
-const KIND: &str = "container";
+const KIND: super::MetricType = super::MetricType::Container;
 /// `Dimension` of every metric of this sampler.
 const DIMENSION: &str = "cgroup";
 

@@ -123,7 +123,7 @@ mod tests {
         assert_eq!(m.get("memory", "MemoryUsedPercent", ""), Some(25.0));
         assert_eq!(m.get("ram", "MemoryUsedBytes", "cgroup"), Some(128_000.0));
         assert_eq!(m.get("ram", "MemoryLimitBytes", "cgroup"), Some(512_000.0));
-        assert_eq!(m.as_slice().iter().filter(|x| x.kind.contains("memory")).count(), 1);
+        assert_eq!(m.as_slice().iter().filter(|x| x.kind.as_str().contains("memory")).count(), 1);
         // A limit above the host's memory is the host's memory.
         std::fs::write(roots.cgroup.join("memory.max"), "99999999999\n").unwrap();
         m.clear();

@@ -4,6 +4,8 @@
 //! thread starts the AWS SDK's `credential_process` helper. Its own test binary: the
 //! set-up is process-wide.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::Command;
 
 use trainprof_agent::signals;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use trainprof_config::{DEFAULT_LOCAL_PATH, FileStatus, Loader, Reload, Sources};
 use trainprof_output::node::{ResourceConfig, SystemNode};
 
-use crate::sample::probe::probe_samplers;
+use crate::sample::probe::{ProbeContext, probe_samplers};
 use crate::sample::process::{self_usage, thread_cpu_us};
 use crate::sample::{Roots, gpu};
 use crate::summary::{self, SelfCost};
@@ -442,7 +442,10 @@ fn sample(
     reload: ConfigReload,
 ) -> LoopCounts {
     let roots = Roots::host();
-    let probed = probe_samplers(&roots, &|| clock.mono(), trainer, gpu::lib_from_env().as_deref());
+    let nvml_lib = gpu::lib_from_env();
+    let now = || clock.mono();
+    let cx = ProbeContext { roots: &roots, now: &now, trainer, nvml_lib: nvml_lib.as_deref() };
+    let probed = probe_samplers(&cx);
     let node = SystemNode::from_env(read_resource_config().as_ref(), |k| std::env::var(k).ok());
     let interval = Duration::from_millis(u64::from(interval_ms));
     let mut ticker = Ticker::new(probed.samplers, SystemWriter::new(root, node), interval);

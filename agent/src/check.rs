@@ -374,6 +374,18 @@ fn list_steps(active: Option<&[u64]>, label: Option<&dyn Fn(u64) -> String>) -> 
         .join(", ")
 }
 
+/// The values a person typed (flags, `TRAINPROF_*` variables) that are not valid, one line
+/// each, named as typed: `--interval-ms: "50" is outside 100..=60000 ms`.
+pub fn typed_problems(sources: &trainprof_config::Sources) -> Vec<String> {
+    trainprof_config::override_problems(sources)
+        .into_iter()
+        .map(|p| {
+            let name = p.key.strip_prefix("flag:").or_else(|| p.key.strip_prefix("env:")).unwrap_or(&p.key);
+            format!("{name}: {}", p.message)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@
 //! README "Signals" lists the cases.
 //!
 //! POSIX calls used: `setpgid` (through `CommandExt::process_group`), `tcsetpgrp` (allowed
-//! from a background group when SIGTTOU is blocked, which [`crate::signals::block`] does
+//! from a background group when SIGTTOU is blocked, which [`crate::signals::install`] does
 //! in every thread of the agent and which the child still has until its mask is reset),
 //! `waitid` with `WNOWAIT`, `kill` on a process group.
 
@@ -248,7 +248,7 @@ impl Trainer {
         }
         let stoppable = can_stop();
         if stoppable {
-            // SIGTTOU is blocked here (signals::block): SIGTSTP stops as well.
+            // SIGTTOU is blocked here (signals::install): SIGTSTP stops as well.
             let own = if sig == libc::SIGTTOU { libc::SIGTSTP } else { sig };
             // SAFETY: kill has no memory-safety preconditions. The main thread is the
             // target and takes part in the stop before this call returns.

@@ -1,4 +1,5 @@
-//! `trainprof`: command-line entry point. See the crate docs of `trainprof_agent`.
+//! `trainprof`: parses the command line and calls the library (`trainprof_agent::run`,
+//! `trainprof_agent::check`); nothing else lives here. See the crate docs of `trainprof_agent`.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -7,7 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Parser, Subcommand};
 
-mod cmd;
+use trainprof_agent::check::typed_problems;
+use trainprof_agent::run;
 use trainprof_config::{FileStatus, OverrideKey, Sources};
 
 #[derive(Parser, Debug)]
@@ -68,6 +70,29 @@ struct AgentFlags {
     s3_multipart_bytes: u64,
     #[command(flatten)]
     overrides: OverrideFlags,
+}
+
+impl AgentFlags {
+    /// The library's options, and the configuration's sources with the flags applied.
+    fn into_options(self) -> (run::Options, Sources) {
+        let mut sources = Sources::from_process_env();
+        if let Some(p) = &self.config {
+            sources = sources.with_config_path(p);
+        }
+        let opts = run::Options {
+            config: self.config,
+            local_path_flag: self.overrides.local_path.is_some(),
+            disable_flag: self.overrides.disable,
+            upload: run::UploadOptions {
+                endpoint: self.s3_endpoint,
+                keep_local: self.keep_local,
+                spool_max_bytes: self.spool_max_bytes,
+                deadline: std::time::Duration::from_secs(self.upload_deadline_s),
+                multipart_bytes: self.s3_multipart_bytes,
+            },
+        };
+        (opts, self.overrides.apply(sources))
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -151,8 +176,14 @@ impl OverrideFlags {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Agent { flags } => cmd::main(flags, None),
-        Command::Run { flags, command } => cmd::main(flags, Some(command)),
+        Command::Agent { flags } => {
+            let (opts, sources) = flags.into_options();
+            run::main(opts, sources, None)
+        }
+        Command::Run { flags, command } => {
+            let (opts, sources) = flags.into_options();
+            run::main(opts, sources, Some(command))
+        }
         Command::Config {
             command: ConfigCommand::Check { path, json, steps, strict, framework, overrides },
         } => {
@@ -192,16 +223,4 @@ fn main() -> ExitCode {
             }
         }
     }
-}
-
-/// The values a person typed (flags, `TRAINPROF_*` variables) that are not valid, one line
-/// each, named as typed: `--interval-ms: "50" is outside 100..=60000 ms`.
-fn typed_problems(sources: &Sources) -> Vec<String> {
-    trainprof_config::override_problems(sources)
-        .into_iter()
-        .map(|p| {
-            let name = p.key.strip_prefix("flag:").or_else(|| p.key.strip_prefix("env:")).unwrap_or(&p.key);
-            format!("{name}: {}", p.message)
-        })
-        .collect()
 }

@@ -1,20 +1,26 @@
-//! SIGTERM, SIGINT and SIGHUP, taken synchronously by one thread (`sigwaitinfo`), so that
-//! no handler runs in an arbitrary thread and nothing async-signal-unsafe is ever needed.
-//! What `run` does with them (pass them on to the command's process group) is in
+//! SIGTERM, SIGINT and SIGHUP, taken by one thread through a self-pipe: the handler only
+//! writes the signal's number to a pipe (`write` is async-signal-safe), and the signal
+//! thread reads it and acts, so nothing async-signal-unsafe ever runs in a handler. What
+//! `run` does with them (pass them on to the command's process group) is in
 //! [`crate::child`]; `agent` stops on any of them.
 //!
-//! [`block`] must run before any other thread starts (threads inherit the mask). A child
-//! inherits it too (the standard library no longer resets the mask between fork and
-//! exec), so every command must be started through [`unblock_in_child`]: a trainer with
-//! SIGTERM blocked could not be stopped.
+//! These signals are never blocked: every child, however started (the trainer, or the
+//! AWS SDK's `credential_process` helper from the uploader's thread), starts with them
+//! unblocked and, since a caught signal's action is reset by `exec`, at their default
+//! action. [`install`] runs before any other thread starts, so that a signal that arrives
+//! before the signal thread reads the pipe waits there. Handlers use `SA_RESTART`; the
+//! few calls that are not restarted (`waitid` in [`crate::child`]) retry on `EINTR`.
 //!
-//! SIGTTOU is blocked as well (never taken): the agent writes its log lines to a terminal
+//! SIGTTOU alone is blocked (never taken): the agent writes its log lines to a terminal
 //! whose foreground may be the trainer's process group, and with `stty tostop` a write
 //! from the background would stop it; and giving the terminal's foreground back
 //! (`tcsetpgrp`) from the background is allowed only with SIGTTOU blocked or ignored
-//! (POSIX `tcsetpgrp`).
+//! (POSIX `tcsetpgrp`). A handler would not do: the kernel would send SIGTTOU and
+//! restart the call for ever. The trainer gets it unblocked through [`unblock_in_child`].
 
-use std::io;
+use std::io::{self, Read as _};
+use std::os::fd::{AsRawFd as _, FromRawFd as _, IntoRawFd as _, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The signals the agent takes, in the order tried.
 pub const SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
@@ -78,14 +84,14 @@ impl Taken {
         // SAFETY: the set is initialised.
         unsafe { libc::sigismember(&self.set, signo) == 1 }
     }
+}
 
-    /// The taken signals and SIGTTOU: what is blocked.
-    fn mask(&self) -> libc::sigset_t {
-        let mut m = self.set;
-        // SAFETY: `m` is initialised.
-        unsafe { libc::sigaddset(&mut m, libc::SIGTTOU) };
-        m
-    }
+/// What is blocked: SIGTTOU alone.
+fn ttou_mask() -> libc::sigset_t {
+    let mut m = empty();
+    // SAFETY: `m` is initialised.
+    unsafe { libc::sigaddset(&mut m, libc::SIGTTOU) };
+    m
 }
 
 fn empty() -> libc::sigset_t {
@@ -112,23 +118,88 @@ fn sigmask(how: libc::c_int, set: &libc::sigset_t) -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) }
 }
 
-/// Blocks the taken signals and SIGTTOU in the calling thread and every thread it starts
-/// later.
-pub fn block(taken: &Taken) -> io::Result<()> {
-    sigmask(libc::SIG_BLOCK, &taken.mask())
+/// The write end of the self-pipe, for the handler; -1 before [`install`].
+static PIPE_WRITE: AtomicI32 = AtomicI32::new(-1);
+
+/// The process that called [`install`].
+static OWNER: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_signal(signo: libc::c_int) {
+    // SAFETY: only async-signal-safe calls (errno location, write) on a descriptor that
+    // stays open for the life of the process; errno is restored for the interrupted code.
+    unsafe {
+        let errno = *libc::__errno_location();
+        let byte = signo as u8;
+        let fd = PIPE_WRITE.load(Ordering::Relaxed);
+        // Not in a child between fork and exec: the signal is the child's, not ours.
+        if fd >= 0 && libc::getpid() == OWNER.load(Ordering::Relaxed) {
+            // Non-blocking: a full pipe (a flood of signals) drops this one.
+            libc::write(fd, (&raw const byte).cast(), 1);
+        }
+        *libc::__errno_location() = errno;
+    }
 }
 
-/// Undoes [`block`] for the taken signals in the calling thread (when no thread can take
-/// them); SIGTTOU stays blocked.
-pub fn unblock(taken: &Taken) {
-    let _ = sigmask(libc::SIG_UNBLOCK, &taken.set);
+/// The read end of the self-pipe: what [`spawn`] reads.
+#[derive(Debug)]
+pub struct Installed {
+    read: std::os::fd::OwnedFd,
 }
 
-/// Makes `cmd` unblock what [`block`] blocked, in the child between fork and exec (after
-/// every other `pre_exec` step registered before it).
-pub fn unblock_in_child(cmd: &mut std::process::Command, taken: &Taken) {
+/// Catches the taken signals (their numbers go to a pipe until [`spawn`]'s thread reads
+/// them) and blocks SIGTTOU, in the calling thread and every thread it starts later. Call
+/// before any other thread starts.
+pub fn install(taken: Taken) -> io::Result<Installed> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 just returned these two descriptors, owned by nothing else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // The reader blocks; the handler's end stays non-blocking.
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe { libc::fcntl(read.as_raw_fd(), libc::F_SETFL, 0) };
+    OWNER.store(std::process::id() as i32, Ordering::SeqCst);
+    let old = PIPE_WRITE.swap(write.into_raw_fd(), Ordering::SeqCst);
+    if old >= 0 {
+        // SAFETY: the previous write end, owned by this static alone.
+        unsafe { libc::close(old) };
+    }
+    for sig in SIGNALS.into_iter().filter(|&s| taken.contains(s)) {
+        set_action(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t)?;
+    }
+    sigmask(libc::SIG_BLOCK, &ttou_mask())?;
+    Ok(Installed { read })
+}
+
+fn set_action(sig: libc::c_int, handler: libc::sighandler_t) -> io::Result<()> {
+    // SAFETY: a zeroed sigaction with an initialised mask; the handler only writes to a
+    // pipe (async-signal-safe).
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = handler;
+        act.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut act.sa_mask);
+        if libc::sigaction(sig, &act, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Gives the taken signals their default action back (when no thread can take them).
+pub fn restore_defaults(taken: &Taken) {
+    for sig in SIGNALS.into_iter().filter(|&s| taken.contains(s)) {
+        let _ = set_action(sig, libc::SIG_DFL);
+    }
+}
+
+/// Makes `cmd` unblock SIGTTOU (blocked by [`install`]), in the child between fork and
+/// exec (after every other `pre_exec` step registered before it).
+pub fn unblock_in_child(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt as _;
-    let s = taken.mask();
+    let s = ttou_mask();
     // SAFETY: the closure runs in the forked child before exec and only calls
     // pthread_sigmask, which is async-signal-safe, on a set built before the fork.
     unsafe {
@@ -136,23 +207,25 @@ pub fn unblock_in_child(cmd: &mut std::process::Command, taken: &Taken) {
     }
 }
 
-/// Starts the thread that waits for the taken signals and calls `on_signal` for each.
+/// Starts the thread that reads the caught signals and calls `on_signal` for each.
 pub fn spawn(
-    taken: Taken,
+    installed: Installed,
     mut on_signal: impl FnMut(Received) + Send + 'static,
 ) -> io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name("trainprof-signals".into()).spawn(move || {
+        let mut pipe = std::fs::File::from(installed.read);
+        let mut buf = [0u8; 64];
         loop {
-            // SAFETY: the set is initialised and `info` a zeroed siginfo we own.
-            let signo = unsafe {
-                let mut info: libc::siginfo_t = std::mem::zeroed();
-                libc::sigwaitinfo(&taken.set, &mut info)
-            };
-            if signo < 0 {
-                // EINTR: another signal interrupted the wait.
-                continue;
+            match pipe.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    for &b in &buf[..n] {
+                        on_signal(Received { signo: i32::from(b) });
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return,
             }
-            on_signal(Received { signo });
         }
     })
 }
@@ -177,7 +250,7 @@ mod tests {
             assert_eq!(t.contains(s), !ignored(s), "{}", name(s));
         }
         assert!(!t.contains(libc::SIGTTOU));
-        let m = t.mask();
+        let m = ttou_mask();
         // SAFETY: `m` is initialised.
         assert_eq!(unsafe { libc::sigismember(&m, libc::SIGTTOU) }, 1);
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::sample::{Metrics, Sampler};
-use crate::system::{SystemCounts, SystemWriter};
+use crate::system_file::{SystemCounts, SystemWriter};
 
 /// Monotonic and wall time, and a way to wait that a stop request cuts short.
 pub trait Clock {
@@ -282,7 +282,7 @@ impl Ticker {
     }
 
     /// Wakes the uploader when a file was sealed; logs a change of the writing state.
-    fn written(&mut self, result: Result<bool, crate::system::SystemWriteError>) {
+    fn written(&mut self, result: Result<bool, crate::system_file::SystemWriteError>) {
         match result {
             Ok(sealed) => {
                 if let (true, Some(w)) = (sealed, &self.on_seal) {
@@ -446,21 +446,23 @@ mod tests {
             if self.fail.contains(&self.n) {
                 return Err(SampleError::parse(Path::new("/fake"), "scripted"));
             }
-            out.push("cpu", Name::Indexed("cpu", 0), "CPUUtilization", now.as_millis() as f64);
-            out.push("memory", Name::Static("MemoryUsedPercent"), "", 1.0);
+            out.push(crate::sample::CPU, Name::Indexed("cpu", 0), "CPUUtilization", now.as_millis() as f64);
+            out.push(crate::sample::MEMORY, Name::Static("MemoryUsedPercent"), "", 1.0);
             Ok(())
         }
     }
 
-    fn root(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("trainprof-tick-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    /// A scratch folder, removed when the first value is dropped (also when the test fails).
+    fn root(tag: &str) -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::Builder::new().prefix(&format!("trainprof-tick-{tag}-")).tempdir().unwrap();
+        // A folder that does not exist yet: the writer makes it.
+        let d = t.path().join("root");
+        (t, d)
     }
 
     fn lines(root: &Path) -> Vec<serde_json::Value> {
         let mut out: Vec<serde_json::Value> = Vec::new();
-        for f in crate::launch::files_under(&root.join("system")) {
+        for f in crate::summary::files_under(&root.join("system")) {
             for l in std::fs::read_to_string(root.join("system").join(f)).unwrap().lines() {
                 out.push(serde_json::from_str(l).unwrap());
             }
@@ -471,7 +473,7 @@ mod tests {
 
     /// The window starts in the names of the sealed system files, in order.
     fn names(root: &Path) -> Vec<i64> {
-        let mut out: Vec<i64> = crate::launch::files_under(&root.join("system"))
+        let mut out: Vec<i64> = crate::summary::files_under(&root.join("system"))
             .iter()
             .filter_map(|f| f.rsplit('/').next()?.split('.').next()?.parse().ok())
             .collect();
@@ -511,11 +513,14 @@ mod tests {
         // Ticks at …625.1 to …627.9; stopped at …628.25 (`run`: the trainer exited;
         // `agent`: a signal; both end the loop the same way).
         let clock = FakeClock::new(1_595_455_625.0, 3250);
-        let dir = root("short");
+        let (_scratch, dir) = root("short");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         t.run(&*clock);
         assert_eq!(t.counts().ticks, 33);
         // The first file by its first line's second, the last tick alone by its own.
@@ -528,7 +533,6 @@ mod tests {
         let all = cpu_stamps(&dir);
         assert_eq!(all.len(), 33);
         assert_eq!(seen_by_rules(&dir), all);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -536,34 +540,38 @@ mod tests {
         // Ticks at …625.1 to …625.7, the stop at …625.75: the first file takes the second
         // before its first line, so the newest name is still the newest.
         let clock = FakeClock::new(1_595_455_625.0, 750);
-        let dir = root("one-second");
+        let (_scratch, dir) = root("one-second");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         t.run(&*clock);
         assert_eq!(names(&dir), [1_595_455_624, 1_595_455_625]);
         let all = cpu_stamps(&dir);
         assert_eq!(all.len(), 8);
         assert_eq!(seen_by_rules(&dir), all);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_stop_just_after_a_tick_waits_for_a_measurable_stretch() {
         // The stop comes 10 ms after the tick at 300: the last tick is taken at 350.
         let clock = FakeClock::new(1_595_455_625.0, 310);
-        let dir = root("close-stop");
+        let (_scratch, dir) = root("close-stop");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         t.run(&*clock);
         let cpu: Vec<f64> =
             lines(&dir).iter().filter(|l| l["Type"] == "cpu").map(|l| l["Value"].as_f64().unwrap()).collect();
         assert_eq!(cpu, [100.0, 200.0, 300.0, 350.0]);
         assert_eq!(names(&dir), [1_595_455_624, 1_595_455_625]);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -572,11 +580,14 @@ mod tests {
         // …670 = …610 + 60: the rules' last window would be [610, 670] and the tick at
         // 670.5 outside it. It waits for …671.0 instead.
         let clock = FakeClock::new(1_595_455_609.8, 60_700);
-        let dir = root("boundary");
+        let (_scratch, dir) = root("boundary");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(1000));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(1000),
+        );
         t.run(&*clock);
         assert_eq!(names(&dir), [1_595_455_610, 1_595_455_620, 1_595_455_671]);
         let all = cpu_stamps(&dir);
@@ -584,24 +595,25 @@ mod tests {
         assert_eq!(seen_by_rules(&dir), all);
         // Elsewhere in a second, no wait: the stop at …669.7 is taken then.
         let clock = FakeClock::new(1_595_455_609.8, 59_900);
-        let dir2 = root("no-boundary");
+        let (_scratch, dir2) = root("no-boundary");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir2, 1), Duration::from_millis(1000));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir2, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(1000),
+        );
         t.run(&*clock);
         let all = cpu_stamps(&dir2);
         assert_eq!(*all.last().unwrap(), 1_595_455_669.7);
         assert_eq!(seen_by_rules(&dir2), all);
-        std::fs::remove_dir_all(&dir).unwrap();
-        std::fs::remove_dir_all(&dir2).unwrap();
     }
 
     #[test]
     fn ticks_do_not_drift_and_late_ones_are_skipped_not_queued() {
         // The minute changes 1 s in (…620).
         let clock = FakeClock::new(1_595_455_619.0, 2050);
-        let dir = root("drift");
+        let (_scratch, dir) = root("drift");
         // Tick 3 takes 350 ms: deadlines 400, 500, 600 are overrun, 700 is next.
         let probe = Probe {
             clock: Arc::clone(&clock),
@@ -610,8 +622,11 @@ mod tests {
             n: 0,
             fail: vec![],
         };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         t.run(&*clock);
         let c = t.counts();
         let cpu: Vec<f64> =
@@ -633,13 +648,12 @@ mod tests {
         assert_eq!(c.system.files_sealed, 3);
         assert_eq!(names(&dir), [1_595_455_619, 1_595_455_620, 1_595_455_621]);
         assert_eq!(c.system.lines, 36);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_failing_sampler_is_counted_and_the_loop_goes_on() {
         let clock = FakeClock::new(1_595_455_600.0, 1050);
-        let dir = root("fail");
+        let (_scratch, dir) = root("fail");
         let probe = Probe {
             clock: Arc::clone(&clock),
             slow: vec![],
@@ -647,28 +661,32 @@ mod tests {
             n: 0,
             fail: vec![2, 3, 7],
         };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         t.run(&*clock);
         let c = t.counts();
         assert_eq!(c.ticks, 11);
         assert_eq!(c.sample_failures, vec![("probe", 3)]);
         assert_eq!(lines(&dir).len(), 16);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_stop_before_the_first_deadline_still_leaves_one_tick() {
         let clock = FakeClock::new(1_595_455_600.0, 5);
-        let dir = root("early");
+        let (_scratch, dir) = root("early");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         t.run(&*clock);
         assert_eq!(t.counts().ticks, 1);
         assert_eq!(lines(&dir).len(), 2);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Settings that change at given (fake) times.
@@ -685,11 +703,14 @@ mod tests {
     fn a_reloaded_interval_and_disable_take_effect_at_the_next_tick() {
         // A minute starts at 0: only the pause and the stop split the files.
         let clock = FakeClock::new(1_595_455_620.0, 2050);
-        let dir = root("reconfigure");
+        let (_scratch, dir) = root("reconfigure");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         let ms = Duration::from_millis;
         t.reconfigure_with(Box::new(Script(vec![
             (500, LoopSettings { interval: ms(200), enabled: true }),
@@ -709,23 +730,24 @@ mod tests {
         // The pause sealed the file written so far; the last tick has a file of its own.
         assert_eq!(c.system.files_sealed, 3);
         assert_eq!(t.interval(), ms(200));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_stop_while_disabled_takes_no_last_tick() {
         let clock = FakeClock::new(1_595_455_620.0, 1050);
-        let dir = root("reconfigure-off");
+        let (_scratch, dir) = root("reconfigure-off");
         let probe =
             Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t =
-            Ticker::new(vec![Box::new(probe)], SystemWriter::new(&dir, 1), Duration::from_millis(100));
+        let mut t = Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(100),
+        );
         let off = LoopSettings { interval: Duration::from_millis(100), enabled: false };
         t.reconfigure_with(Box::new(Script(vec![(300, off)])));
         t.run(&*clock);
         assert_eq!(t.counts().ticks, 2);
         assert_eq!(lines(&dir).len(), 4);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -217,11 +217,11 @@ fn environment_and_flags() {
 // ---- trainprof agent / trainprof run -------------------------------------------------
 
 /// A fresh folder for one test.
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("trainprof-cli-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A scratch folder, removed when the first value is dropped (also when the test fails).
+fn scratch(tag: &str) -> (tempfile::TempDir, PathBuf) {
+    let t = tempfile::Builder::new().prefix(&format!("trainprof-cli-{tag}-")).tempdir().unwrap();
+    let d = t.path().to_path_buf();
+    (t, d)
 }
 
 /// `trainprof ARGS` ready to spawn, with the variables it reads cleared.
@@ -256,7 +256,7 @@ fn sigterm(child: &std::process::Child) {
 
 /// The sealed system files and the end markers, and nothing temporary.
 fn assert_sealed(root: &std::path::Path) -> Vec<String> {
-    let files = trainprof_agent::launch::files_under(root);
+    let files = trainprof_agent::summary::files_under(root);
     assert!(files.contains(&"system/training_job_end.ts".to_owned()), "{files:?}");
     assert!(files.contains(&"framework/training_job_end.ts".to_owned()), "{files:?}");
     assert!(!files.iter().any(|f| f.ends_with(".tmp")), "{files:?}");
@@ -282,7 +282,7 @@ fn assert_sealed(root: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn run_passes_the_exit_status_on_and_seals_everything() {
-    let d = scratch("run-status");
+    let (_scratch, d) = scratch("run-status");
     let out = run_command(d.to_str().unwrap(), &["sh", "-c", "sleep 1; exit 3"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
@@ -301,14 +301,13 @@ fn run_passes_the_exit_status_on_and_seals_everything() {
         .unwrap();
     assert_eq!(out.status.code(), Some(127));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot run /nonexistent/cmd"));
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn three_runs_into_one_folder_each_count_their_own_files_and_name_the_finished_job() {
-    let d = scratch("three-runs");
+    let (_scratch, d) = scratch("three-runs");
     let system_files = |root: &std::path::Path| -> std::collections::BTreeSet<String> {
-        trainprof_agent::launch::files_under(root)
+        trainprof_agent::summary::files_under(root)
             .into_iter()
             .filter(|f| f.starts_with("system/incremental/"))
             .collect()
@@ -326,12 +325,11 @@ fn three_runs_into_one_folder_each_count_their_own_files_and_name_the_finished_j
         assert_eq!(said, usize::from(run > 0), "run {run}: {stderr}");
         seen = now;
     }
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn run_passes_sigterm_on_to_the_command() {
-    let d = scratch("run-sigterm");
+    let (_scratch, d) = scratch("run-sigterm");
     let ready = d.join("ready");
     // Python, not sh: a shell unblocks signals when it sets a trap, Python does not, so
     // this also proves the command starts with SIGTERM and SIGINT unblocked. The script
@@ -360,12 +358,11 @@ fn run_passes_sigterm_on_to_the_command() {
     assert_eq!(out.status.code(), Some(7), "{stderr}");
     assert!(stderr.contains("SIGTERM passed on to"), "{stderr}");
     assert_sealed(&d.join("out"));
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn run_gives_the_command_the_config_and_the_chosen_folder() {
-    let d = scratch("run-env");
+    let (_scratch, d) = scratch("run-env");
     let cfg = fixture("sdk_default.json");
     let seen = d.join("seen");
     let script =
@@ -385,12 +382,11 @@ fn run_gives_the_command_the_config_and_the_chosen_folder() {
     .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read_to_string(&seen).unwrap(), format!("{}|{}", cfg.display(), d.display()));
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn agent_runs_until_sigterm_then_seals() {
-    let d = scratch("agent");
+    let (_scratch, d) = scratch("agent");
     let child = command(&["agent", "--interval-ms", "100", "--local-path", d.to_str().unwrap()])
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -410,14 +406,13 @@ fn agent_runs_until_sigterm_then_seals() {
     let lines: usize =
         system.iter().map(|f| std::fs::read_to_string(d.join(f)).unwrap().lines().count()).sum();
     assert!(lines > 0);
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn a_stopped_agent_ends_in_a_file_named_by_its_last_tick() {
     // smdebug's profiler trial analyses up to the newest system file name: the tick taken at
     // the signal is alone in the newest file, named by its own second.
-    let d = scratch("agent-last");
+    let (_scratch, d) = scratch("agent-last");
     let child = command(&["agent", "--interval-ms", "100", "--local-path", d.to_str().unwrap()])
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -451,12 +446,11 @@ fn a_stopped_agent_ends_in_a_file_named_by_its_last_tick() {
     assert!(name_of(&system[system.len() - 2]) < name_of(newest), "{system:?}");
     let newest_tick = system_lines(&d).iter().filter_map(|l| l["Timestamp"].as_f64()).fold(0.0, f64::max);
     assert_eq!(newest_tick, last);
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn an_unwritable_chosen_folder_stops_the_agent_but_never_the_training() {
-    let d = scratch("unwritable");
+    let (_scratch, d) = scratch("unwritable");
     std::fs::write(d.join("file"), b"x").unwrap();
     let bad = d.join("file/out");
     let out = command(&["agent", "--local-path", bad.to_str().unwrap()]).output().unwrap();
@@ -485,7 +479,6 @@ fn an_unwritable_chosen_folder_stops_the_agent_but_never_the_training() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(std::fs::read_to_string(&seen).unwrap(), "1");
     assert!(!d.join("off").exists());
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 // ---- signals: each reaches the command once -----------------------------------------
@@ -545,7 +538,7 @@ fn kill(pid: i32, sig: libc::c_int) {
 
 #[test]
 fn run_passes_sighup_on_once_and_ends_as_usual() {
-    let d = scratch("run-sighup");
+    let (_scratch, d) = scratch("run-sighup");
     let (child, path) = run_counter(&d);
     kill(child.id() as i32, libc::SIGHUP);
     wait_for("SIGHUP at the command", || counts(&path)["SIGHUP"] == 1);
@@ -557,12 +550,11 @@ fn run_passes_sighup_on_once_and_ends_as_usual() {
     assert_eq!(counts(&path), json!({"SIGHUP": 1, "SIGTERM": 1}), "{stderr}");
     assert!(stderr.contains("SIGHUP passed on to"), "{stderr}");
     assert_sealed(&d.join("out"));
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn a_signal_to_run_s_process_group_reaches_the_command_once() {
-    let d = scratch("run-pgroup");
+    let (_scratch, d) = scratch("run-pgroup");
     let (child, path) = run_counter(&d);
     // As `kill -INT -PGID`, a scheduler or `timeout` would: run leads its group.
     let group = -(child.id() as i32);
@@ -574,12 +566,11 @@ fn a_signal_to_run_s_process_group_reaches_the_command_once() {
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert_eq!(counts(&path), json!({"SIGINT": 1, "SIGTERM": 1}), "{stderr}");
     assert_sealed(&d.join("out"));
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn sighup_ends_a_command_that_keeps_the_default_and_run_reports_it() {
-    let d = scratch("run-sighup-default");
+    let (_scratch, d) = scratch("run-sighup-default");
     let ready = d.join("ready");
     // exec: the shell becomes the sleeping command, with SIGHUP at its default action.
     let script = format!("touch {}; exec sleep 60", ready.display());
@@ -593,13 +584,12 @@ fn sighup_ends_a_command_that_keeps_the_default_and_run_reports_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(128 + libc::SIGHUP), "{stderr}");
     assert_sealed(&d.join("out"));
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn agent_stops_on_sighup_and_sigint_too() {
     for (sig, name) in [(libc::SIGHUP, "SIGHUP"), (libc::SIGINT, "SIGINT")] {
-        let d = scratch(&format!("agent-{name}"));
+        let (_scratch, d) = scratch(&format!("agent-{name}"));
         let child = command(&["agent", "--interval-ms", "100", "--local-path", d.to_str().unwrap()])
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -615,7 +605,6 @@ fn agent_stops_on_sighup_and_sigint_too() {
         assert_eq!(out.status.code(), Some(0), "{name}: {stderr}");
         assert!(stderr.contains(&format!("{name}: sealing files and stopping")), "{stderr}");
         assert_sealed(&d);
-        std::fs::remove_dir_all(&d).unwrap();
     }
 }
 
@@ -655,7 +644,7 @@ sys.exit(0 if seen >= n + 1 else 9)
 #[test]
 fn a_tree_larger_than_the_open_file_limit_is_counted_and_the_files_are_sealed() {
     use std::os::unix::process::CommandExt as _;
-    let d = scratch("bigtree");
+    let (_scratch, d) = scratch("bigtree");
     let children = 1500;
     let out = d.join("out");
     let mut cmd = run_command(
@@ -689,14 +678,13 @@ fn a_tree_larger_than_the_open_file_limit_is_counted_and_the_files_are_sealed() 
         }
     }
     assert_eq!(most, f64::from(children + 1), "{stderr}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 // ---- what a person typed is checked before anything starts ---------------------------
 
 #[test]
 fn bad_flags_stop_before_the_command_starts() {
-    let d = scratch("bad-flags");
+    let (_scratch, d) = scratch("bad-flags");
     let ran = d.join("ran");
     let touch = format!("touch {}", ran.display());
     let out_dir = d.join("out");
@@ -754,12 +742,11 @@ fn bad_flags_stop_before_the_command_starts() {
             .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(ran.exists());
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn a_broken_platform_config_turns_profiling_off_with_its_reason() {
-    let d = scratch("platform-broken");
+    let (_scratch, d) = scratch("platform-broken");
     let cfg = d.join("profilerconfig.json");
     std::fs::write(&cfg, b"{\"DisableProfiler\": fal").unwrap();
     let out = command(&["run", "--local-path", d.join("out").to_str().unwrap(), "--", "true"])
@@ -772,12 +759,11 @@ fn a_broken_platform_config_turns_profiling_off_with_its_reason() {
     assert_eq!(off.len(), 1, "{stderr}");
     assert!(off[0].contains("unusable (the file is not valid JSON"), "{stderr}");
     assert!(!stderr.contains("DisableProfiler, TRAINPROF_DISABLE or --disable"), "{stderr}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn a_secret_in_the_endpoint_never_reaches_the_log() {
-    let d = scratch("endpoint-secret");
+    let (_scratch, d) = scratch("endpoint-secret");
     let out = command(&[
         "run",
         "--local-path",
@@ -801,12 +787,11 @@ fn a_secret_in_the_endpoint_never_reaches_the_log() {
     assert!(stderr.contains("via http://***@127.0.0.1:1"), "{stderr}");
     assert!(!stderr.contains("PASSWORD-IN-URL") && !stderr.contains("someone"), "{stderr}");
     assert!(!stderr.contains("not-this-either"), "{stderr}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn config_check_strict_exits_1_and_lists_every_problem() {
-    let d = scratch("strict");
+    let (_scratch, d) = scratch("strict");
     let cfg = d.join("profilerconfig.json");
     std::fs::write(
         &cfg,
@@ -836,7 +821,6 @@ fn config_check_strict_exits_1_and_lists_every_problem() {
     let out = trainprof(&["config", "check", clean.to_str().unwrap(), "--interval-ms", "50"], &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("trainprof: --interval-ms: \"50\" is outside"));
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 // ---- the config file read safely, and followed while the agent runs -------------------
@@ -869,7 +853,7 @@ fn system_lines(root: &std::path::Path) -> Vec<Value> {
 
 #[test]
 fn the_agent_follows_the_interval_and_disable_profiler_while_it_runs() {
-    let d = scratch("follow");
+    let (_scratch, d) = scratch("follow");
     let cfg = d.join("profilerconfig.json");
     let out_dir = d.join("out");
     write_config(&cfg, r#"{"ProfilingIntervalInMilliseconds": 100}"#);
@@ -910,13 +894,12 @@ fn the_agent_follows_the_interval_and_disable_profiler_while_it_runs() {
     ts.sort_by(f64::total_cmp);
     let after: Vec<f64> = ts[paused..].windows(2).map(|w| w[1] - w[0]).collect();
     assert!(after.len() >= 2 && after[..after.len() - 1].iter().all(|g| *g > 0.25), "{after:?}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn running_out_of_file_descriptors_is_reported_not_hidden() {
     use std::os::unix::process::CommandExt as _;
-    let d = scratch("emfile");
+    let (_scratch, d) = scratch("emfile");
     let log = d.join("stderr");
     // 100 children under a limit of 48: the tree sampler runs out of descriptors. The
     // command waits (at most 60 s) for the agent's line about it in the agent's log.
@@ -944,12 +927,11 @@ fn running_out_of_file_descriptors_is_reported_not_hidden() {
     assert!(stderr.contains("too many open files (open-file limit 48)"), "{stderr}");
     let failed = stderr.lines().find(|l| l.contains("failed reads:")).unwrap();
     assert!(failed.contains("failed reads: trainer "), "{stderr}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn a_config_caught_half_written_at_the_start_is_read_again() {
-    let d = scratch("half-written");
+    let (_scratch, d) = scratch("half-written");
     let cfg = d.join("profilerconfig.json");
     std::fs::write(&cfg, br#"{"ProfilingIntervalInMilliseconds": 2"#).unwrap();
     let mut child = command(&["run", "--local-path", d.join("out").to_str().unwrap(), "--", "true"])
@@ -965,12 +947,11 @@ fn a_config_caught_half_written_at_the_start_is_read_again() {
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("unusable") && !stderr.contains("profiling is off"), "{stderr}");
     assert!(stderr.contains("sampling every 200 ms"), "{stderr}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn config_check_refuses_a_fifo_without_hanging() {
-    let d = scratch("fifo-check");
+    let (_scratch, d) = scratch("fifo-check");
     let fifo = d.join("profilerconfig.json");
     assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     let mut child = Command::new(env!("CARGO_BIN_EXE_trainprof"))
@@ -994,12 +975,11 @@ fn config_check_refuses_a_fifo_without_hanging() {
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(stderr.contains("is not a regular file (a FIFO)"), "{stderr}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn with_no_aws_credentials_the_upload_says_so_plainly() {
-    let d = scratch("no-credentials");
+    let (_scratch, d) = scratch("no-credentials");
     let out_dir = d.join("out");
     let mut cmd = command(&[
         "run",
@@ -1044,5 +1024,4 @@ fn with_no_aws_credentials_the_upload_says_so_plainly() {
     assert!(!stderr.contains("UPLOAD REFUSED"), "{stderr}");
     // Every line of the log is one line, the error chain included.
     assert!(stderr.lines().all(|l| l.starts_with("trainprof: ")), "{stderr}");
-    std::fs::remove_dir_all(&d).unwrap();
 }

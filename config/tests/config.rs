@@ -32,26 +32,18 @@ fn problem_keys(c: &Config) -> Vec<&str> {
 }
 
 /// A scratch directory for files that tests rewrite.
-struct Scratch(PathBuf);
+/// Removed when dropped, also when the test fails.
+struct Scratch(tempfile::TempDir);
 
 impl Scratch {
     fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("trainprof-config-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
+        Scratch(tempfile::Builder::new().prefix(&format!("trainprof-config-{name}-")).tempdir().unwrap())
     }
 
     fn write(&self, name: &str, content: &str) -> PathBuf {
-        let path = self.0.join(name);
+        let path = self.0.path().join(name);
         std::fs::write(&path, content).unwrap();
         path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -789,7 +781,7 @@ fn unreadable_paths() {
 
     // A FIFO would block a reader that opened it: refused without opening.
     let dir = Scratch::new("fifo");
-    let fifo = dir.0.join("profilerconfig.json");
+    let fifo = dir.0.path().join("profilerconfig.json");
     let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(made.success());
     let mut loader = Loader::new(Sources::new().with_config_path(&fifo));
@@ -804,7 +796,7 @@ fn unreadable_paths() {
 #[test]
 fn a_fifo_cannot_hang_the_reader_and_a_symlinked_config_is_read() {
     let dir = Scratch::new("fifo-open");
-    let fifo = dir.0.join("fifo");
+    let fifo = dir.0.path().join("fifo");
     assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     // Read on another thread: a reader that blocks on the FIFO fails the test instead of
     // hanging it.
@@ -817,11 +809,11 @@ fn a_fifo_cannot_hang_the_reader_and_a_symlinked_config_is_read() {
     assert!(matches!(&file, FileStatus::Unusable(why) if why.contains("(a FIFO)")), "{file:?}");
 
     // ConfigMap-style: ..data -> a timestamped folder, the file -> ..data/file.
-    let real = dir.0.join("..2026_01_01").join("profilerconfig.json");
+    let real = dir.0.path().join("..2026_01_01").join("profilerconfig.json");
     std::fs::create_dir_all(real.parent().unwrap()).unwrap();
     std::fs::write(&real, br#"{"ProfilingIntervalInMilliseconds": 250}"#).unwrap();
-    std::os::unix::fs::symlink("..2026_01_01", dir.0.join("..data")).unwrap();
-    let link = dir.0.join("profilerconfig.json");
+    std::os::unix::fs::symlink("..2026_01_01", dir.0.path().join("..data")).unwrap();
+    let link = dir.0.path().join("profilerconfig.json");
     std::os::unix::fs::symlink("..data/profilerconfig.json", &link).unwrap();
     let l = load(&Sources::new().with_config_path(&link));
     assert_eq!((l.file, l.config.interval_ms), (FileStatus::Read, 250));
@@ -830,7 +822,7 @@ fn a_fifo_cannot_hang_the_reader_and_a_symlinked_config_is_read() {
 #[test]
 fn a_file_caught_half_written_at_start_is_read_again_before_it_is_judged() {
     let dir = Scratch::new("settle");
-    let path = dir.0.join("profilerconfig.json");
+    let path = dir.0.path().join("profilerconfig.json");
     std::fs::write(&path, br#"{"ProfilingIntervalInMilli"#).unwrap();
     let writer = {
         let path = path.clone();

@@ -9,13 +9,14 @@
 //!
 //! Hour folders are always the UTC hour of the time in the file name. The names, the
 //! temporary names and their parsing are pure functions here; [`fs`] holds the file calls
-//! (never through a link, never replacing a file) and [`ledger`] the agent's records in
-//! `.trainprof/`. `docs/on-disk.md` describes the whole protocol.
+//! (never through a link, never replacing a file), [`ledger`] the agent's records in
+//! `.trainprof/`, [`node`] the two node names (`algo-<n>`, `<rank>-<host>`). `docs/on-disk.md` describes the whole protocol.
 
 use std::fmt;
 
 pub mod fs;
 pub mod ledger;
+pub mod node;
 
 /// A UTC calendar time, to the second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,12 +154,6 @@ pub fn system_first_names(first_line_s: i64) -> impl Iterator<Item = i64> {
     (first_line_s.saturating_sub(60)..=first_line_s).rev()
 }
 
-/// A node id for file names: readers split names on `_`, so every `_` becomes `-` (as
-/// smdebug does), and `/` (which would make a folder) too.
-pub fn node_id(rank: u64, host: &str) -> String {
-    format!("{rank}-{host}").replace(['_', '/'], "-")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,11 +218,5 @@ mod tests {
             ]
         );
         assert_eq!(system_first_names(130).count(), 61);
-    }
-
-    #[test]
-    fn node_ids_have_no_underscores() {
-        assert_eq!(node_id(0, "algo-1"), "0-algo-1");
-        assert_eq!(node_id(905, "b88a_bb/x"), "905-b88a-bb-x");
     }
 }

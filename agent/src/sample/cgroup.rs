@@ -41,10 +41,12 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use super::{Metrics, Name, ProcFile, Roots, SampleError, Sampler, fields, parse_u64, percent, rate};
+use super::{
+    Metrics, Name, ParseError, ProcFile, Roots, SampleError, Sampler, fields, parse_u64, percent, rate,
+};
 
 /// `Type` of every metric of this sampler.
-const KIND: &str = "container";
+const KIND: super::MetricType = super::MetricType::Container;
 /// `Dimension` of every metric of this sampler.
 const DIMENSION: &str = "cgroup";
 
@@ -139,18 +141,23 @@ impl SelfCgroup<'_> {
 }
 
 /// Parses `/proc/self/cgroup`: `hierarchy-id:controller-list:path` lines.
-fn parse_self_cgroup(text: &[u8]) -> Result<SelfCgroup<'_>, String> {
+fn parse_self_cgroup(text: &[u8]) -> Result<SelfCgroup<'_>, ParseError> {
     let mut own = SelfCgroup::default();
     for line in text.split(|&b| b == b'\n').filter(|l| !l.trim_ascii().is_empty()) {
         let mut parts = line.splitn(3, |&b| b == b':');
         let (Some(id), Some(list), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(format!("expected `ID:CONTROLLERS:PATH`, got {}", snippet(line)));
+            return Err(ParseError::Expected {
+                expected: "`ID:CONTROLLERS:PATH`".into(),
+                got: snippet(line),
+            });
         };
         let Some(id) = parse_u64(id) else {
-            return Err(format!("hierarchy id is not a number in {}", snippet(line)));
+            return Err(ParseError::NotANumber { what: "hierarchy id".into(), line: snippet(line) });
         };
         if !path.starts_with(b"/") {
-            return Err(format!("cgroup path is not absolute in {}", snippet(line)));
+            return Err(ParseError::Other(
+                format!("cgroup path is not absolute in {}", snippet(line)).into(),
+            ));
         }
         if id == 0 && list.is_empty() {
             own.unified = Some(path);
@@ -189,7 +196,7 @@ fn open_if_exists(path: PathBuf) -> Result<Option<ProcFile>, SampleError> {
 /// the file.
 fn read_parsed<T>(
     file: &mut ProcFile,
-    parse: impl FnOnce(&[u8]) -> Result<T, String>,
+    parse: impl FnOnce(&[u8]) -> Result<T, ParseError>,
 ) -> Result<T, SampleError> {
     let parsed = parse(file.read()?);
     parsed.map_err(|what| SampleError::parse(file.path(), what))
@@ -203,22 +210,26 @@ fn snippet(text: &[u8]) -> String {
 }
 
 /// A file holding one decimal number (`cpuacct.usage`, `memory.current`).
-fn parse_number(text: &[u8]) -> Result<u64, String> {
-    parse_u64(text.trim_ascii()).ok_or_else(|| format!("expected a number, got {}", snippet(text)))
+fn parse_number(text: &[u8]) -> Result<u64, ParseError> {
+    parse_u64(text.trim_ascii())
+        .ok_or_else(|| ParseError::Expected { expected: "a number".into(), got: snippet(text) })
 }
 
 /// The value of `key` in a file of `key value` lines (`cpu.stat`, `memory.stat`).
-fn keyed(text: &[u8], key: &str) -> Result<u64, String> {
+fn keyed(text: &[u8], key: &str) -> Result<u64, ParseError> {
     for line in text.split(|&b| b == b'\n') {
         let mut f = fields(line);
         if f.next() == Some(key.as_bytes()) {
             return match (f.next().and_then(parse_u64), f.next()) {
                 (Some(v), None) => Ok(v),
-                _ => Err(format!("expected `{key} NUMBER`, got {}", snippet(line))),
+                _ => Err(ParseError::Expected {
+                    expected: format!("`{key} NUMBER`").into(),
+                    got: snippet(line),
+                }),
             };
         }
     }
-    Err(format!("no `{key}` line"))
+    Err(ParseError::Missing(format!("`{key}` line").into()))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -239,9 +250,10 @@ impl Quota {
 }
 
 /// v2 `cpu.max`: `max PERIOD` (no quota) or `QUOTA PERIOD`, in µs.
-fn parse_cpu_max(text: &[u8]) -> Result<Option<Quota>, String> {
+fn parse_cpu_max(text: &[u8]) -> Result<Option<Quota>, ParseError> {
     let mut f = fields(text);
-    let bad = || format!("expected `max PERIOD` or `QUOTA PERIOD`, got {}", snippet(text));
+    let bad =
+        || ParseError::Expected { expected: "`max PERIOD` or `QUOTA PERIOD`".into(), got: snippet(text) };
     let (Some(quota), Some(period), None) = (f.next(), f.next(), f.next()) else {
         return Err(bad());
     };
@@ -254,19 +266,19 @@ fn parse_cpu_max(text: &[u8]) -> Result<Option<Quota>, String> {
 }
 
 /// v1 `cpu.cfs_quota_us` in µs; `None` for `-1` (no quota).
-fn parse_cfs_quota(text: &[u8]) -> Result<Option<u64>, String> {
+fn parse_cfs_quota(text: &[u8]) -> Result<Option<u64>, ParseError> {
     match std::str::from_utf8(text.trim_ascii()).ok().and_then(|s| s.parse::<i64>().ok()) {
         Some(q) if q < 0 => Ok(None),
         Some(q) if q > 0 => Ok(Some(q.unsigned_abs())),
-        _ => Err(format!("expected -1 or a positive number, got {}", snippet(text))),
+        _ => Err(ParseError::Expected { expected: "-1 or a positive number".into(), got: snippet(text) }),
     }
 }
 
 /// v1 `cpu.cfs_period_us` in µs (> 0).
-fn parse_cfs_period(text: &[u8]) -> Result<u64, String> {
+fn parse_cfs_period(text: &[u8]) -> Result<u64, ParseError> {
     match parse_u64(text.trim_ascii()) {
         Some(p) if p > 0 => Ok(p),
-        _ => Err(format!("expected a positive number, got {}", snippet(text))),
+        _ => Err(ParseError::Expected { expected: "a positive number".into(), got: snippet(text) }),
     }
 }
 
@@ -282,7 +294,7 @@ struct CpuCounters {
 }
 
 /// v2 `cpu.stat`: `usage_usec`, `nr_periods`, `nr_throttled` (the others are ignored).
-fn parse_cpu_stat_v2(text: &[u8]) -> Result<CpuCounters, String> {
+fn parse_cpu_stat_v2(text: &[u8]) -> Result<CpuCounters, ParseError> {
     Ok(CpuCounters {
         usage_ns: keyed(text, "usage_usec")?.saturating_mul(1000),
         periods: keyed(text, "nr_periods")?,
@@ -291,7 +303,7 @@ fn parse_cpu_stat_v2(text: &[u8]) -> Result<CpuCounters, String> {
 }
 
 /// v1 `cpu.stat`: `(nr_periods, nr_throttled)` (usage is in `cpuacct.usage`).
-fn parse_cpu_stat_v1(text: &[u8]) -> Result<(u64, u64), String> {
+fn parse_cpu_stat_v1(text: &[u8]) -> Result<(u64, u64), ParseError> {
     Ok((keyed(text, "nr_periods")?, keyed(text, "nr_throttled")?))
 }
 
@@ -388,17 +400,22 @@ struct IoCounters {
 ///
 /// Like `docker stats`, this sums every device listed: I/O through a stacked device (LVM,
 /// md) may be listed both on it and on the disks below.
-fn parse_io_stat(text: &[u8]) -> Result<IoCounters, String> {
+fn parse_io_stat(text: &[u8]) -> Result<IoCounters, ParseError> {
     let mut c = IoCounters::default();
     for line in text.split(|&b| b == b'\n') {
         let mut f = fields(line);
         let Some(device) = f.next() else { continue };
         if !device.contains(&b':') {
-            return Err(format!("expected `MAJ:MIN key=value…`, got {}", snippet(line)));
+            return Err(ParseError::Expected {
+                expected: "`MAJ:MIN key=value…`".into(), got: snippet(line)
+            });
         }
         for pair in f {
             let Some(eq) = pair.iter().position(|&b| b == b'=') else {
-                return Err(format!("expected key=value, got {} in {}", snippet(pair), snippet(line)));
+                return Err(ParseError::Expected {
+                    expected: "key=value".into(),
+                    got: format!("{} in {}", snippet(pair), snippet(line)),
+                });
             };
             let (key, value) = (&pair[..eq], &pair[eq + 1..]);
             let slot = match key {
@@ -408,7 +425,7 @@ fn parse_io_stat(text: &[u8]) -> Result<IoCounters, String> {
                 _ => continue,
             };
             let Some(v) = parse_u64(value) else {
-                return Err(format!("{} is not a number in {}", snippet(pair), snippet(line)));
+                return Err(ParseError::NotANumber { what: snippet(pair), line: snippet(line) });
             };
             *slot = slot.saturating_add(v);
         }
@@ -419,7 +436,7 @@ fn parse_io_stat(text: &[u8]) -> Result<IoCounters, String> {
 /// v1 `blkio.throttle.io_service_bytes` or `…io_serviced`: `MAJ:MIN Op N` lines, a final
 /// `Total N`; the `Read` and `Write` rows summed over devices (as in `docker stats`), as
 /// `(read, write)`.
-fn parse_blkio(text: &[u8]) -> Result<(u64, u64), String> {
+fn parse_blkio(text: &[u8]) -> Result<(u64, u64), ParseError> {
     let (mut read, mut write) = (0u64, 0u64);
     for line in text.split(|&b| b == b'\n') {
         let mut f = fields(line);
@@ -428,7 +445,7 @@ fn parse_blkio(text: &[u8]) -> Result<(u64, u64), String> {
             (Some(b"Total"), Some(n), None, None) if parse_u64(n).is_some() => {}
             (Some(device), Some(op), Some(n), None) if device.contains(&b':') => {
                 let Some(n) = parse_u64(n) else {
-                    return Err(format!("count is not a number in {}", snippet(line)));
+                    return Err(ParseError::NotANumber { what: "count".into(), line: snippet(line) });
                 };
                 match op {
                     b"Read" => read = read.saturating_add(n),
@@ -436,7 +453,12 @@ fn parse_blkio(text: &[u8]) -> Result<(u64, u64), String> {
                     _ => {}
                 }
             }
-            _ => return Err(format!("expected `MAJ:MIN Op N` or `Total N`, got {}", snippet(line))),
+            _ => {
+                return Err(ParseError::Expected {
+                    expected: "`MAJ:MIN Op N` or `Total N`".into(),
+                    got: snippet(line),
+                });
+            }
         }
     }
     Ok((read, write))
@@ -589,7 +611,7 @@ impl Sampler for CgroupSampler {
 // Memory (for the memory sampler)
 
 /// v2 `memory.max` (`max`: none) or v1 `memory.limit_in_bytes` (a huge value: none).
-fn parse_memory_limit(text: &[u8]) -> Result<Option<u64>, String> {
+fn parse_memory_limit(text: &[u8]) -> Result<Option<u64>, ParseError> {
     let t = text.trim_ascii();
     if t == b"max" {
         return Ok(None);
@@ -597,7 +619,9 @@ fn parse_memory_limit(text: &[u8]) -> Result<Option<u64>, String> {
     match parse_u64(t) {
         Some(v) if v >= UNLIMITED_MEMORY => Ok(None),
         Some(v) => Ok(Some(v)),
-        None => Err(format!("expected `max` or a number of bytes, got {}", snippet(text))),
+        None => {
+            Err(ParseError::Expected { expected: "`max` or a number of bytes".into(), got: snippet(text) })
+        }
     }
 }
 
@@ -743,7 +767,7 @@ mod tests {
         );
         assert_eq!(parse_self_cgroup(b"").unwrap(), SelfCgroup::default());
         for bad in [&b"garbage\n"[..], b"x:cpu:/a\n", b"3:cpu:relative\n", b"0:/\n"] {
-            let what = parse_self_cgroup(bad).unwrap_err();
+            let what = parse_self_cgroup(bad).unwrap_err().to_string();
             assert!(what.starts_with("expected") || what.contains(" in "), "{what}");
         }
     }
@@ -757,17 +781,19 @@ mod tests {
         for bad in
             [&b""[..], b"max\n", b"200000\n", b"abc 100000\n", b"200000 0\n", b"0 100000\n", b"1 2 3\n"]
         {
-            let what = parse_cpu_max(bad).unwrap_err();
+            let what = parse_cpu_max(bad).unwrap_err().to_string();
             assert!(what.starts_with("expected `max PERIOD` or `QUOTA PERIOD`"), "{what}");
         }
         assert_eq!(parse_cfs_quota(b"-1\n"), Ok(None));
         assert_eq!(parse_cfs_quota(b"150000\n"), Ok(Some(150_000)));
         assert_eq!(parse_cfs_period(b"100000\n"), Ok(100_000));
         for bad in [&b""[..], b"0\n", b"1.5\n", b"lots\n"] {
-            assert!(parse_cfs_quota(bad).unwrap_err().starts_with("expected -1 or a positive number"));
+            assert!(
+                parse_cfs_quota(bad).unwrap_err().to_string().starts_with("expected -1 or a positive number")
+            );
         }
         for bad in [&b""[..], b"0\n", b"-1\n"] {
-            assert!(parse_cfs_period(bad).unwrap_err().starts_with("expected a positive number"));
+            assert!(parse_cfs_period(bad).unwrap_err().to_string().starts_with("expected a positive number"));
         }
     }
 
@@ -776,9 +802,10 @@ mod tests {
         let c = parse_cpu_stat_v2(v2_cpu_stat(1_500_000, 20, 5).as_bytes()).unwrap();
         assert_eq!(c, CpuCounters { usage_ns: 1_500_000_000, periods: 20, throttled: 5 });
         // Without the cpu controller there are no period lines: that file is not ours.
-        let what = parse_cpu_stat_v2(b"usage_usec 1\nuser_usec 1\nsystem_usec 0\n").unwrap_err();
+        let what = parse_cpu_stat_v2(b"usage_usec 1\nuser_usec 1\nsystem_usec 0\n").unwrap_err().to_string();
         assert_eq!(what, "no `nr_periods` line");
-        let what = parse_cpu_stat_v2(b"usage_usec 12a\nnr_periods 1\nnr_throttled 0\n").unwrap_err();
+        let what =
+            parse_cpu_stat_v2(b"usage_usec 12a\nnr_periods 1\nnr_throttled 0\n").unwrap_err().to_string();
         assert_eq!(what, "expected `usage_usec NUMBER`, got \"usage_usec 12a\"");
         assert_eq!(
             parse_cpu_stat_v1(b"nr_periods 10\nnr_throttled 1\nthrottled_time 5000000\n"),
@@ -786,7 +813,7 @@ mod tests {
         );
         assert!(parse_cpu_stat_v1(b"nr_periods\nnr_throttled 1\n").is_err());
         assert_eq!(parse_number(b"123456789\n"), Ok(123_456_789));
-        assert_eq!(parse_number(b"-5\n").unwrap_err(), "expected a number, got \"-5\"");
+        assert_eq!(parse_number(b"-5\n").unwrap_err().to_string(), "expected a number, got \"-5\"");
     }
 
     #[test]
@@ -796,10 +823,10 @@ mod tests {
         let c = parse_io_stat(text).unwrap();
         assert_eq!(c, IoCounters { read_bytes: 1024, write_bytes: 2048, ios: 36 });
         assert_eq!(parse_io_stat(b""), Ok(IoCounters::default()));
-        let what = parse_io_stat(b"8:0 rbytes=1x wbytes=2\n").unwrap_err();
+        let what = parse_io_stat(b"8:0 rbytes=1x wbytes=2\n").unwrap_err().to_string();
         assert_eq!(what, "\"rbytes=1x\" is not a number in \"8:0 rbytes=1x wbytes=2\"");
-        assert!(parse_io_stat(b"8:0 rbytes\n").unwrap_err().starts_with("expected key=value"));
-        assert!(parse_io_stat(b"rbytes=1\n").unwrap_err().starts_with("expected `MAJ:MIN"));
+        assert!(parse_io_stat(b"8:0 rbytes\n").unwrap_err().to_string().starts_with("expected key=value"));
+        assert!(parse_io_stat(b"rbytes=1\n").unwrap_err().to_string().starts_with("expected `MAJ:MIN"));
     }
 
     #[test]
@@ -808,9 +835,14 @@ mod tests {
                      8:0 Total 12288\n8:16 Read 1\n8:16 Write 2\n8:16 Total 3\nTotal 12291\n";
         assert_eq!(parse_blkio(text), Ok((4097, 8194)));
         assert_eq!(parse_blkio(b"Total 0\n"), Ok((0, 0)));
-        assert_eq!(parse_blkio(b"8:0 Read x\n").unwrap_err(), "count is not a number in \"8:0 Read x\"");
+        assert_eq!(
+            parse_blkio(b"8:0 Read x\n").unwrap_err().to_string(),
+            "count is not a number in \"8:0 Read x\""
+        );
         for bad in [&b"8:0 Read\n"[..], b"Total\n", b"Total x\n", b"8:0 Read 1 2\n", b"sda Read 1\n"] {
-            assert!(parse_blkio(bad).unwrap_err().starts_with("expected `MAJ:MIN Op N` or `Total N`"));
+            assert!(
+                parse_blkio(bad).unwrap_err().to_string().starts_with("expected `MAJ:MIN Op N` or `Total N`")
+            );
         }
     }
 
@@ -820,11 +852,19 @@ mod tests {
         assert_eq!(parse_memory_limit(b"9223372036854771712\n"), Ok(None));
         assert_eq!(parse_memory_limit(b"9223372036854710272\n"), Ok(None));
         assert_eq!(parse_memory_limit(b"2147483648\n"), Ok(Some(2 << 30)));
-        assert!(parse_memory_limit(b"2G\n").unwrap_err().starts_with("expected `max` or a number of bytes"));
+        assert!(
+            parse_memory_limit(b"2G\n")
+                .unwrap_err()
+                .to_string()
+                .starts_with("expected `max` or a number of bytes")
+        );
         // A key is a whole first field: `inactive_file` is not `total_inactive_file`.
         let stat = b"total_inactive_file 400\ninactive_file 100\n";
         assert_eq!((keyed(stat, "inactive_file"), keyed(stat, "total_inactive_file")), (Ok(100), Ok(400)));
-        assert_eq!(keyed(b"active_file 1\n", "inactive_file"), Err("no `inactive_file` line".to_owned()));
+        assert_eq!(
+            keyed(b"active_file 1\n", "inactive_file"),
+            Err(ParseError::Missing("`inactive_file` line".into()))
+        );
     }
 
     #[test]
@@ -865,7 +905,7 @@ mod tests {
         match CgroupLayout::detect(&roots) {
             Err(SampleError::Parse { path, what }) => {
                 assert_eq!(path, t.path("proc/self/cgroup"));
-                assert!(what.contains("nonsense"), "{what}");
+                assert!(what.to_string().contains("nonsense"), "{what}");
             }
             other => panic!("{other:?}"),
         }
@@ -996,7 +1036,7 @@ mod tests {
         match s.sample(SEC, &mut out) {
             Err(SampleError::Parse { path, what }) => {
                 assert_eq!(path, t.path("sys/fs/cgroup/io.stat"));
-                assert!(what.contains("rbytes=oops"), "{what}");
+                assert!(what.to_string().contains("rbytes=oops"), "{what}");
             }
             other => panic!("{other:?}"),
         }
@@ -1122,7 +1162,7 @@ mod tests {
         match m.read() {
             Err(SampleError::Parse { path, what }) => {
                 assert_eq!(path, t.path("sys/fs/cgroup/memory.stat"));
-                assert_eq!(what, "no `inactive_file` line");
+                assert_eq!(what.to_string(), "no `inactive_file` line");
             }
             other => panic!("{other:?}"),
         }

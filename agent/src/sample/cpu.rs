@@ -9,7 +9,9 @@
 
 use std::time::Duration;
 
-use super::{CPU, HOST, Metrics, Name, ProcFile, SampleError, Sampler, fields, parse_u64, percent};
+use super::{
+    CPU, HOST, Metrics, Name, ParseError, ProcFile, SampleError, Sampler, fields, parse_u64, percent,
+};
 
 /// The jiffy counters of one `cpu` line that matter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,7 +32,7 @@ pub struct CpuLine {
 
 /// Parses the `cpu` lines of `/proc/stat` into `out` (cleared first). The total line
 /// comes first, then the cores in file order (an offline core has no line).
-pub fn parse_stat(text: &[u8], out: &mut Vec<CpuLine>) -> Result<(), String> {
+pub fn parse_stat(text: &[u8], out: &mut Vec<CpuLine>) -> Result<(), ParseError> {
     out.clear();
     for line in text.split(|&b| b == b'\n') {
         let Some(rest) = line.strip_prefix(b"cpu") else { continue };
@@ -43,19 +45,21 @@ pub fn parse_stat(text: &[u8], out: &mut Vec<CpuLine>) -> Result<(), String> {
         let core = if label.is_empty() {
             None
         } else {
-            let n = parse_u64(label).ok_or_else(|| format!("bad cpu label {:?}", lossy(label)))?;
-            Some(u32::try_from(n).map_err(|_| "cpu index out of range".to_owned())?)
+            let n = parse_u64(label)
+                .ok_or_else(|| ParseError::Bad { what: "cpu label", got: format!("{:?}", lossy(label)) })?;
+            Some(u32::try_from(n).map_err(|_| ParseError::from("cpu index out of range"))?)
         };
         // user nice system idle iowait irq softirq steal guest guest_nice (older kernels
         // have fewer; at least the first four exist since 2.4).
         let mut v = [0u64; 10];
         let mut n = 0;
         for (slot, field) in v.iter_mut().zip(&mut f) {
-            *slot = parse_u64(field).ok_or_else(|| format!("bad number {:?}", lossy(field)))?;
+            *slot = parse_u64(field)
+                .ok_or_else(|| ParseError::Bad { what: "number", got: format!("{:?}", lossy(field)) })?;
             n += 1;
         }
         if n < 4 {
-            return Err(format!("cpu line with {n} fields"));
+            return Err(ParseError::Other(format!("cpu line with {n} fields").into()));
         }
         let [user, nice, system, idle, iowait, irq, softirq, steal, guest, guest_nice] = v;
         // Guest time is already part of user and nice.
@@ -66,7 +70,7 @@ pub fn parse_stat(text: &[u8], out: &mut Vec<CpuLine>) -> Result<(), String> {
         out.push(CpuLine { core, times: CpuTimes { total, idle: idle.saturating_add(iowait), iowait } });
     }
     if out.first().is_none_or(|l| l.core.is_some()) {
-        return Err("no total cpu line".into());
+        return Err(ParseError::Missing("total cpu line".into()));
     }
     Ok(())
 }

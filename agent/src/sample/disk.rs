@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Metrics, Name, ProcFile, SampleError, Sampler, fields, parse_u64, rate};
+use super::{Metrics, Name, ParseError, ProcFile, SampleError, Sampler, fields, parse_u64, rate};
 
 /// The block layer counts sectors of 512 bytes, whatever the device's sector size.
 const SECTOR: u64 = 512;
@@ -44,12 +44,15 @@ pub fn whole_disks(sys: &Path) -> std::io::Result<Vec<Vec<u8>>> {
 
 /// The counters of one `/sys/block/<disk>/stat`: reads, reads merged, sectors read, ms
 /// reading, writes, writes merged, sectors written, …
-pub fn parse_block_stat(text: &[u8]) -> Result<DiskTotals, String> {
+pub fn parse_block_stat(text: &[u8]) -> Result<DiskTotals, ParseError> {
     let mut v = [0u64; 7];
     let mut f = fields(text);
     for slot in &mut v {
         let field = f.next().ok_or("short stat line")?;
-        *slot = parse_u64(field).ok_or_else(|| format!("bad number {:?}", String::from_utf8_lossy(field)))?;
+        *slot = parse_u64(field).ok_or_else(|| ParseError::Bad {
+            what: "number",
+            got: format!("{:?}", String::from_utf8_lossy(field)),
+        })?;
     }
     Ok(DiskTotals {
         ios: v[0].wrapping_add(v[4]),
@@ -113,15 +116,15 @@ impl Sampler for DiskSampler {
     fn sample(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
         let cur = self.read()?;
         let dt = now.saturating_sub(self.prev_at);
-        out.push("i/o", Name::Static("IOPS"), "", rate(self.prev.ios, cur.ios, dt));
+        out.push(crate::sample::IO, Name::Static("IOPS"), "", rate(self.prev.ios, cur.ios, dt));
         out.push(
-            "i/o",
+            crate::sample::IO,
             Name::Static("ReadThroughputInBytesPerSecond"),
             "",
             rate(self.prev.read_bytes, cur.read_bytes, dt),
         );
         out.push(
-            "i/o",
+            crate::sample::IO,
             Name::Static("WriteThroughputInBytesPerSecond"),
             "",
             rate(self.prev.write_bytes, cur.write_bytes, dt),

@@ -45,7 +45,7 @@ use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
-use super::{ACCELERATOR, GPU, Metrics, Name, SampleError, Sampler, percent};
+use super::{ACCELERATOR, GPU, MetricType, Metrics, Name, SampleError, Sampler, percent};
 use crate::log;
 
 /// The environment variable naming another NVML library (a path), e.g. a fake one for tests.
@@ -69,7 +69,7 @@ pub const GPU_SM_CLOCK_MHZ: &str = "SMClockMHz";
 
 /// The Type and Name of GPU `index`'s `dimension`: `gpu` / `gpu<i>` for the two
 /// percentages the analysis reads, `accelerator` / `device<i>` for the rest.
-pub fn placed(dimension: &str, index: u32) -> (&'static str, Name) {
+pub fn placed(dimension: &str, index: u32) -> (MetricType, Name) {
     if dimension == GPU_UTILIZATION || dimension == GPU_MEMORY_UTILIZATION {
         (GPU, Name::Indexed("gpu", index))
     } else {
@@ -510,7 +510,7 @@ mod tests {
     /// GPU `index`'s `dimension`, under the Type and Name it belongs to.
     fn get(m: &Metrics, index: u32, dimension: &str) -> Option<f64> {
         let (kind, name) = placed(dimension, index);
-        m.get(kind, &name.to_string(), dimension)
+        m.get(kind.as_str(), &name.to_string(), dimension)
     }
 
     fn tick<S: GpuSource>(s: &mut GpuSampler<S>) -> Metrics {

@@ -13,10 +13,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::cgroup::CgroupMemory;
-use super::{MEMORY, Metrics, Name, ProcFile, RAM, SampleError, Sampler, fields, parse_u64, percent};
+use super::{
+    MEMORY, Metrics, Name, ParseError, ProcFile, RAM, SampleError, Sampler, fields, parse_u64, percent,
+};
 
 /// `MemTotal` and `MemAvailable` of `/proc/meminfo`, in bytes.
-pub fn parse_meminfo(text: &[u8]) -> Result<(u64, u64), String> {
+pub fn parse_meminfo(text: &[u8]) -> Result<(u64, u64), ParseError> {
     let (mut total, mut available) = (None, None);
     for line in text.split(|&b| b == b'\n') {
         let slot = if line.starts_with(b"MemTotal:") {
@@ -32,7 +34,7 @@ pub fn parse_meminfo(text: &[u8]) -> Result<(u64, u64), String> {
     match (total, available) {
         (Some(t), Some(a)) => Ok((t, a)),
         // Kernels before 3.14 have no MemAvailable.
-        _ => Err("no MemTotal or MemAvailable".into()),
+        _ => Err(ParseError::Missing("MemTotal or MemAvailable".into())),
     }
 }
 
@@ -121,7 +123,7 @@ mod tests {
         assert_eq!(m.get("memory", "MemoryUsedPercent", ""), Some(25.0));
         assert_eq!(m.get("ram", "MemoryUsedBytes", "cgroup"), Some(128_000.0));
         assert_eq!(m.get("ram", "MemoryLimitBytes", "cgroup"), Some(512_000.0));
-        assert_eq!(m.as_slice().iter().filter(|x| x.kind.contains("memory")).count(), 1);
+        assert_eq!(m.as_slice().iter().filter(|x| x.kind.as_str().contains("memory")).count(), 1);
         // A limit above the host's memory is the host's memory.
         std::fs::write(roots.cgroup.join("memory.max"), "99999999999\n").unwrap();
         m.clear();

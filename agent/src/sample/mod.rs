@@ -18,6 +18,7 @@
 //! [`ACCELERATOR`], …), with Names and Dimensions that no rule or chart takes for a core,
 //! a GPU or a percentage.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt as _;
@@ -30,6 +31,7 @@ pub mod disk;
 pub mod gpu;
 pub mod memory;
 pub mod net;
+pub mod probe;
 pub mod process;
 
 /// Where the kernel's pseudo-filesystems are. Tests point this at a fake tree.
@@ -69,24 +71,91 @@ impl std::fmt::Display for Name {
     }
 }
 
-/// The Types smdebug's readers and rules know (`docs/formats.md`).
-pub const CPU: &str = "cpu";
-pub const GPU: &str = "gpu";
-pub const MEMORY: &str = "memory";
-pub const IO: &str = "i/o";
-pub const NETWORK: &str = "network";
-/// Ours: the whole machine's figures that are not per core (all cores together).
-pub const HOST: &str = "host";
-/// Ours: memory in bytes (used, and the limit the percentage was taken of).
-pub const RAM: &str = "ram";
-/// Ours: per-GPU figures other than the two percentages (power, temperature, clock, bytes).
-pub const ACCELERATOR: &str = "accelerator";
-/// Ours: the container's cgroup (quota, throttling, its own I/O).
-pub const CONTAINER: &str = "container";
-/// Ours: the trainer's process tree (`trainprof run`).
-pub const TRAINER: &str = "trainer";
-/// Ours: the agent's own cost.
-pub const AGENT: &str = "agent";
+/// A metric's `Type` (`docs/formats.md`, "System metrics: vocabulary"): the five that
+/// smdebug's readers and rules know, and ours, chosen so that no reader or rule takes them
+/// for one of those. [`MetricType::as_str`] is what is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetricType {
+    Cpu,
+    Gpu,
+    Memory,
+    Io,
+    Network,
+    /// Ours: the whole machine's figures that are not per core (all cores together).
+    Host,
+    /// Ours: memory in bytes (used, and the limit the percentage was taken of).
+    Ram,
+    /// Ours: per-GPU figures other than the two percentages (power, temperature, clock, bytes).
+    Accelerator,
+    /// Ours: the container's cgroup (quota, throttling, its own I/O).
+    Container,
+    /// Ours: the trainer's process tree (`trainprof run`).
+    Trainer,
+    /// Ours: the agent's own cost.
+    Agent,
+}
+
+impl MetricType {
+    pub const ALL: [MetricType; 11] = [
+        MetricType::Cpu,
+        MetricType::Gpu,
+        MetricType::Memory,
+        MetricType::Io,
+        MetricType::Network,
+        MetricType::Host,
+        MetricType::Ram,
+        MetricType::Accelerator,
+        MetricType::Container,
+        MetricType::Trainer,
+        MetricType::Agent,
+    ];
+
+    /// The `Type` as written in the system metrics files.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            MetricType::Cpu => "cpu",
+            MetricType::Gpu => "gpu",
+            MetricType::Memory => "memory",
+            MetricType::Io => "i/o",
+            MetricType::Network => "network",
+            MetricType::Host => "host",
+            MetricType::Ram => "ram",
+            MetricType::Accelerator => "accelerator",
+            MetricType::Container => "container",
+            MetricType::Trainer => "trainer",
+            MetricType::Agent => "agent",
+        }
+    }
+
+    /// The type written as `s`, if it is one of ours.
+    pub fn from_written(s: &str) -> Option<MetricType> {
+        MetricType::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for MetricType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for MetricType {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+pub const CPU: MetricType = MetricType::Cpu;
+pub const GPU: MetricType = MetricType::Gpu;
+pub const MEMORY: MetricType = MetricType::Memory;
+pub const IO: MetricType = MetricType::Io;
+pub const NETWORK: MetricType = MetricType::Network;
+pub const HOST: MetricType = MetricType::Host;
+pub const RAM: MetricType = MetricType::Ram;
+pub const ACCELERATOR: MetricType = MetricType::Accelerator;
+pub const CONTAINER: MetricType = MetricType::Container;
+pub const TRAINER: MetricType = MetricType::Trainer;
+pub const AGENT: MetricType = MetricType::Agent;
 
 /// Whether a metric follows the vocabulary of `docs/formats.md`, "System metrics:
 /// vocabulary". smdebug's `PandasFrameAnalysis.get_utilization_stats` takes every row whose
@@ -100,12 +169,16 @@ pub fn vocabulary_ok(kind: &str, name: &str, dimension: &str) -> bool {
     let indexed = |prefix: &str| {
         name.strip_prefix(prefix).is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
     };
-    match kind {
-        CPU => indexed("cpu") && matches!(dimension, "CPUUtilization" | "I/OWaitPercentage"),
-        GPU => indexed("gpu") && matches!(dimension, "GPUUtilization" | "GPUMemoryUtilization"),
-        MEMORY => name == "MemoryUsedPercent" && dimension.is_empty(),
-        IO => name != "MemoryUsedPercent" && dimension.is_empty(),
-        NETWORK => dimension == "Algorithm",
+    match MetricType::from_written(kind) {
+        Some(MetricType::Cpu) => {
+            indexed("cpu") && matches!(dimension, "CPUUtilization" | "I/OWaitPercentage")
+        }
+        Some(MetricType::Gpu) => {
+            indexed("gpu") && matches!(dimension, "GPUUtilization" | "GPUMemoryUtilization")
+        }
+        Some(MetricType::Memory) => name == "MemoryUsedPercent" && dimension.is_empty(),
+        Some(MetricType::Io) => name != "MemoryUsedPercent" && dimension.is_empty(),
+        Some(MetricType::Network) => dimension == "Algorithm",
         _ => {
             let taken_type = ["cpu", "gpu", "memory", "i/o", "network"].iter().any(|w| kind.contains(w));
             let drawn_as_percent =
@@ -129,8 +202,8 @@ fn percent_like_name(name: &str) -> bool {
 /// shares (`docs/formats.md`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Metric {
-    /// `Type`: `cpu`, `gpu`, `memory`, `i/o`, `network`, or one of ours ([`HOST`], …).
-    pub kind: &'static str,
+    /// `Type`.
+    pub kind: MetricType,
     pub name: Name,
     pub dimension: &'static str,
     pub value: f64,
@@ -149,9 +222,9 @@ impl Metrics {
 
     /// Adds a metric; a value that is not finite (a division by a zero interval, a broken
     /// counter) is left out, because JSON has no NaN.
-    pub fn push(&mut self, kind: &'static str, name: Name, dimension: &'static str, value: f64) {
+    pub fn push(&mut self, kind: MetricType, name: Name, dimension: &'static str, value: f64) {
         debug_assert!(
-            vocabulary_ok(kind, &name.to_string(), dimension),
+            vocabulary_ok(kind.as_str(), &name.to_string(), dimension),
             "{kind}/{name}/{dimension} is outside the vocabulary of docs/formats.md"
         );
         if value.is_finite() {
@@ -179,8 +252,40 @@ impl Metrics {
     pub fn get(&self, kind: &str, name: &str, dimension: &str) -> Option<f64> {
         self.items
             .iter()
-            .find(|m| m.kind == kind && m.dimension == dimension && m.name.to_string() == name)
+            .find(|m| m.kind.as_str() == kind && m.dimension == dimension && m.name.to_string() == name)
             .map(|m| m.value)
+    }
+}
+
+/// What is wrong with a file's text; [`SampleError::Parse`] names the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// A line or a value of the wrong shape.
+    #[error("expected {expected}, got {got}")]
+    Expected { expected: Cow<'static, str>, got: String },
+    /// A part that should be a number.
+    #[error("{what} is not a number in {line}")]
+    NotANumber { what: String, line: String },
+    /// A line or a key that must be there.
+    #[error("no {0}")]
+    Missing(Cow<'static, str>),
+    /// A value that cannot be used.
+    #[error("bad {what} {got}")]
+    Bad { what: &'static str, got: String },
+    /// Anything else, in words.
+    #[error("{0}")]
+    Other(Cow<'static, str>),
+}
+
+impl From<&'static str> for ParseError {
+    fn from(s: &'static str) -> ParseError {
+        ParseError::Other(s.into())
+    }
+}
+
+impl From<String> for ParseError {
+    fn from(s: String) -> ParseError {
+        ParseError::Other(s.into())
     }
 }
 
@@ -191,7 +296,7 @@ pub enum SampleError {
     #[error("cannot read {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error("cannot parse {path}: {what}")]
-    Parse { path: PathBuf, what: String },
+    Parse { path: PathBuf, what: ParseError },
     #[error("{device}: {what}")]
     Device { device: String, what: String },
 }
@@ -201,7 +306,7 @@ impl SampleError {
         SampleError::Io { path: path.to_owned(), source }
     }
 
-    pub fn parse(path: &Path, what: impl Into<String>) -> SampleError {
+    pub fn parse(path: &Path, what: impl Into<ParseError>) -> SampleError {
         SampleError::Parse { path: path.to_owned(), what: what.into() }
     }
 }
@@ -327,9 +432,9 @@ mod tests {
     #[test]
     fn metrics_leave_out_what_json_cannot_hold() {
         let mut m = Metrics::new();
-        m.push("cpu", Name::Indexed("cpu", 3), "CPUUtilization", 12.5);
-        m.push("cpu", Name::Indexed("cpu", 1), "CPUUtilization", f64::NAN);
-        m.push("cpu", Name::Indexed("cpu", 2), "CPUUtilization", f64::INFINITY);
+        m.push(crate::sample::CPU, Name::Indexed("cpu", 3), "CPUUtilization", 12.5);
+        m.push(crate::sample::CPU, Name::Indexed("cpu", 1), "CPUUtilization", f64::NAN);
+        m.push(crate::sample::CPU, Name::Indexed("cpu", 2), "CPUUtilization", f64::INFINITY);
         assert_eq!(m.len(), 1);
         assert_eq!(m.get("cpu", "cpu3", "CPUUtilization"), Some(12.5));
         assert_eq!(m.as_slice()[0].name.to_string(), "cpu3");
@@ -373,6 +478,11 @@ mod tests {
         ] {
             assert!(!vocabulary_ok(k, n, d), "{k}/{n}/{d}");
         }
+        for t in MetricType::ALL {
+            assert_eq!(MetricType::from_written(t.as_str()), Some(t));
+        }
+        assert_eq!(MetricType::Io.to_string(), "i/o");
+        assert_eq!(MetricType::from_written("memory_bytes"), None);
     }
 
     #[test]

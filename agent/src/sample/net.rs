@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Metrics, Name, ProcFile, SampleError, Sampler, fields, parse_u64};
+use super::{Metrics, Name, ParseError, ProcFile, SampleError, Sampler, fields, parse_u64};
 
 /// One interface's byte counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +19,7 @@ pub struct IfBytes {
 }
 
 /// Calls `each(name, rx_bytes, tx_bytes)` for every interface but `lo`.
-pub fn parse_net_dev(text: &[u8], mut each: impl FnMut(&[u8], u64, u64)) -> Result<(), String> {
+pub fn parse_net_dev(text: &[u8], mut each: impl FnMut(&[u8], u64, u64)) -> Result<(), ParseError> {
     // Two header lines, then `  eth0: rx_bytes packets … (8 fields) tx_bytes …`; a large
     // counter may touch the colon.
     for line in text.split(|&b| b == b'\n').skip(2) {
@@ -32,7 +32,10 @@ pub fn parse_net_dev(text: &[u8], mut each: impl FnMut(&[u8], u64, u64)) -> Resu
         let rx = f.next().and_then(parse_u64);
         let tx = f.nth(7).and_then(parse_u64);
         let (Some(rx), Some(tx)) = (rx, tx) else {
-            return Err(format!("bad counters for {}", String::from_utf8_lossy(name)));
+            return Err(ParseError::Bad {
+                what: "counters for",
+                got: String::from_utf8_lossy(name).into_owned(),
+            });
         };
         if name != b"lo" {
             each(name, rx, tx);
@@ -98,8 +101,8 @@ impl Sampler for NetSampler {
         let secs = now.saturating_sub(self.prev_at).as_secs_f64();
         self.prev_at = now;
         let per_s = |v: u64| if secs > 0.0 { v as f64 / secs } else { f64::NAN };
-        out.push("network", Name::Static("ReceiveBytesPerSecond"), "Algorithm", per_s(rx));
-        out.push("network", Name::Static("TransmitBytesPerSecond"), "Algorithm", per_s(tx));
+        out.push(crate::sample::NETWORK, Name::Static("ReceiveBytesPerSecond"), "Algorithm", per_s(rx));
+        out.push(crate::sample::NETWORK, Name::Static("TransmitBytesPerSecond"), "Algorithm", per_s(tx));
         Ok(())
     }
 }

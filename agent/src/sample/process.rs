@@ -305,14 +305,14 @@ impl Sampler for TreeSampler {
             return Ok(());
         }
         let cpu = if secs > 0.0 { ticks as f64 / self.hz / secs * 100.0 } else { f64::NAN };
-        out.push("trainer", Name::Static("CPUPercent"), "ProcessTree", cpu);
+        out.push(crate::sample::TRAINER, Name::Static("CPUPercent"), "ProcessTree", cpu);
         out.push(
-            "trainer",
+            crate::sample::TRAINER,
             Name::Static("RSSBytes"),
             "ProcessTree",
             rss_pages.saturating_mul(self.page) as f64,
         );
-        out.push("trainer", Name::Static("Processes"), "ProcessTree", self.known.len() as f64);
+        out.push(crate::sample::TRAINER, Name::Static("Processes"), "ProcessTree", self.known.len() as f64);
         Ok(())
     }
 }
@@ -386,9 +386,9 @@ impl Sampler for SelfSampler {
         }
         let (cpu_us, rss) = self_usage();
         let used = cpu_us.saturating_sub(self.prev_cpu_us) as f64;
-        out.push("agent", Name::Static("CPUPercent"), "Self", used / dt.as_secs_f64() / 1e4);
-        out.push("agent", Name::Static("CPUMicrosPerTick"), "Self", used / self.ticks as f64);
-        out.push("agent", Name::Static("RSSBytes"), "Self", rss as f64);
+        out.push(crate::sample::AGENT, Name::Static("CPUPercent"), "Self", used / dt.as_secs_f64() / 1e4);
+        out.push(crate::sample::AGENT, Name::Static("CPUMicrosPerTick"), "Self", used / self.ticks as f64);
+        out.push(crate::sample::AGENT, Name::Static("RSSBytes"), "Self", rss as f64);
         (self.prev_at, self.prev_cpu_us, self.ticks) = (now, cpu_us, 0);
         Ok(())
     }

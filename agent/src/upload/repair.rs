@@ -4,7 +4,7 @@
 //! * `system/.<window s>.algo-<n>.<pid>.tmp`, the agent's system writer: JSON lines. The
 //!   complete lines are kept up to the first broken one, the file is cut after them and
 //!   sealed under the second of its first line, else under its window's start (never
-//!   replacing a file, [`crate::system::place_sealed`]).
+//!   replacing a file, [`crate::system_file::place_sealed`]).
 //! * `framework/<node>_pythontimeline.json.tmp`, the hook's timeline writer, and
 //!   `framework/<node>_pythontimeline.json.<anything>.tmp`, a file the hook moved aside (a
 //!   complete one whose rename failed, or a dead trainer's `stale-<µs>` leftover): the
@@ -29,7 +29,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use trainprof_output::fs::{self as ofs, Dir, Kind, Move};
 
-use crate::system::place_sealed;
+use crate::system_file::place_sealed;
 
 /// What [`repair_all`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -401,7 +401,7 @@ mod tests {
     use super::*;
     /// The files under `root`, without the agent's own records in `.trainprof/`.
     fn files(root: &std::path::Path) -> Vec<String> {
-        crate::launch::files_under(root).into_iter().filter(|f| !f.starts_with(".trainprof/")).collect()
+        crate::summary::files_under(root).into_iter().filter(|f| !f.starts_with(".trainprof/")).collect()
     }
 
     /// smdebug 1.0.34's own output (docs/formats.md, "Timeline files"): a sealed
@@ -436,12 +436,13 @@ mod tests {
     /// The sealed name of [`TIMELINE`] (smdebug's own: base + the largest end).
     const TIMELINE_NAME: &str = "framework/pevents/2026112203/1795316901809988_29945-vm_pythontimeline.json";
 
-    fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("trainprof-repair-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
+    /// A scratch folder, removed when the first value is dropped (also when the test fails).
+    fn tmpdir(tag: &str) -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::Builder::new().prefix(&format!("trainprof-repair-{tag}-")).tempdir().unwrap();
+        let d = t.path().to_path_buf();
         fs::create_dir_all(d.join("system")).unwrap();
         fs::create_dir_all(d.join("framework")).unwrap();
-        d
+        (t, d)
     }
 
     fn repair(root: &Path) -> RepairReport {
@@ -456,7 +457,7 @@ mod tests {
 
     #[test]
     fn a_system_temp_cut_mid_line_keeps_its_complete_lines() {
-        let root = tmpdir("system");
+        let (_scratch, root) = tmpdir("system");
         // 2020-07-22T22:07:00Z = 1595455620; the first line is at …621.5.
         let good = line(1_595_455_621.5, 1) + &line(1_595_455_621.5, 2) + &line(1_595_455_631.0, 3);
         let partial = r#"{"Type":"cpu","Name":"cpu0","Dimen"#;
@@ -483,12 +484,11 @@ mod tests {
         );
         // Nothing left to do.
         assert_eq!(repair(&root), RepairReport::default());
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_system_temp_never_overwrites_a_sealed_file() {
-        let root = tmpdir("taken");
+        let (_scratch, root) = tmpdir("taken");
         let taken = "system/incremental/2020072222/1595455621.algo-1.json";
         fs::create_dir_all(root.join(taken).parent().unwrap()).unwrap();
         fs::write(root.join(taken), "sealed before").unwrap();
@@ -515,12 +515,11 @@ mod tests {
         assert_eq!(fs::read_to_string(&tmp).unwrap(), text);
         assert_eq!(fs::read_to_string(&other).unwrap(), text);
         assert_eq!(fs::read_to_string(root.join(taken)).unwrap(), "sealed before");
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_temp_without_a_record_is_removed() {
-        let root = tmpdir("empty");
+        let (_scratch, root) = tmpdir("empty");
         fs::write(root.join("system/.1595455620.algo-1.1.tmp"), "").unwrap();
         fs::write(root.join("system/.1595455620.algo-1.2.tmp"), r#"{"Type":"cpu","Timest"#).unwrap();
         // A complete line without a Timestamp is not a record.
@@ -535,7 +534,6 @@ mod tests {
             report,
             RepairReport { removed: 5, bytes_cut: 21 + 3 + meta.len() as u64, ..RepairReport::default() }
         );
-        fs::remove_dir_all(&root).unwrap();
     }
 
     /// The objects of [`TIMELINE`] with the offset where each one's line ends (before its
@@ -555,7 +553,7 @@ mod tests {
 
     #[test]
     fn a_timeline_cut_anywhere_keeps_every_complete_record() {
-        let root = tmpdir("cut");
+        let (_scratch, root) = tmpdir("cut");
         let all = timeline_lines();
         assert_eq!(all.len(), 24);
         let tmp = root.join("framework/29945-vm_pythontimeline.json.tmp");
@@ -593,12 +591,11 @@ mod tests {
             }
             fs::remove_file(path).unwrap();
         }
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_timeline_moved_aside_keeps_its_bytes_and_takes_a_free_name() {
-        let root = tmpdir("aside");
+        let (_scratch, root) = tmpdir("aside");
         fs::create_dir_all(root.join(TIMELINE_NAME).parent().unwrap()).unwrap();
         fs::write(root.join(TIMELINE_NAME), "sealed before").unwrap();
         let aside = root.join("framework/29945-vm_pythontimeline.json.1795316901809988.tmp");
@@ -614,12 +611,11 @@ mod tests {
         }
         assert_eq!(fs::read_to_string(root.join(TIMELINE_NAME)).unwrap(), "sealed before");
         assert!(!aside.exists() && !stale.exists());
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_writer_killed_between_link_and_unlink_leaves_one_sealed_file() {
-        let root = tmpdir("linked");
+        let (_scratch, root) = tmpdir("linked");
         let tmp = root.join("system/.1595455620.algo-1.1.tmp");
         fs::write(&tmp, line(1_595_455_621.5, 1)).unwrap();
         let sealed = root.join("system/incremental/2020072222/1595455621.algo-1.json");
@@ -628,12 +624,11 @@ mod tests {
         assert_eq!(repair(&root), RepairReport::default());
         assert_eq!(files(&root), ["system/incremental/2020072222/1595455621.algo-1.json"]);
         assert_eq!(fs::read_to_string(&sealed).unwrap(), line(1_595_455_621.5, 1));
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_locked_temp_is_left_alone() {
-        let root = tmpdir("locked");
+        let (_scratch, root) = tmpdir("locked");
         let system = root.join("system/.1595455620.algo-1.1.tmp");
         fs::write(&system, line(1_595_455_621.5, 1) + "{\"cut").unwrap();
         let timeline = root.join("framework/0-algo-1_pythontimeline.json.tmp");
@@ -655,12 +650,11 @@ mod tests {
         drop(writers);
         assert_eq!(repair(&root).repaired, 2);
         assert!(!system.exists() && !timeline.exists());
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_young_temp_is_left_alone() {
-        let root = tmpdir("young");
+        let (_scratch, root) = tmpdir("young");
         let tmp = root.join("system/.1595455620.algo-1.1.tmp");
         fs::write(&tmp, line(1_595_455_621.5, 1)).unwrap();
         let changed = fs::metadata(&tmp).unwrap().modified().unwrap();
@@ -670,12 +664,11 @@ mod tests {
         assert!(tmp.exists());
         assert_eq!(repair_all(&root, min_age, changed + Duration::from_secs(6)).repaired, 1);
         assert!(!tmp.exists());
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn other_files_are_not_looked_at() {
-        let root = tmpdir("others");
+        let (_scratch, root) = tmpdir("others");
         let others = [
             ".tmp/0-algo-1/1595455620_1-2/python_stats.tmp",
             ".tmp/.1595455620.algo-1.1.tmp",
@@ -698,8 +691,7 @@ mod tests {
         assert_eq!(repair(&root), RepairReport::default());
         let mut sorted = others.map(str::to_owned).to_vec();
         sorted.sort();
-        assert_eq!(crate::launch::files_under(&root), sorted);
-        fs::remove_dir_all(&root).unwrap();
+        assert_eq!(crate::summary::files_under(&root), sorted);
     }
 
     #[test]

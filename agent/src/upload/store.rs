@@ -84,12 +84,21 @@ pub struct S3Url {
     pub prefix: String,
 }
 
+/// Why a string is not an `s3://bucket/prefix` URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum S3UrlError {
+    #[error("{0:?} does not start with s3://")]
+    NotS3(String),
+    #[error("{0:?} names no bucket")]
+    NoBucket(String),
+}
+
 impl S3Url {
-    pub fn parse(url: &str) -> Result<S3Url, String> {
-        let rest = url.strip_prefix("s3://").ok_or_else(|| format!("{url:?} does not start with s3://"))?;
+    pub fn parse(url: &str) -> Result<S3Url, S3UrlError> {
+        let rest = url.strip_prefix("s3://").ok_or_else(|| S3UrlError::NotS3(url.to_owned()))?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
-            return Err(format!("{url:?} names no bucket"));
+            return Err(S3UrlError::NoBucket(url.to_owned()));
         }
         Ok(S3Url { bucket: bucket.to_owned(), prefix: prefix.trim_matches('/').to_owned() })
     }
@@ -440,8 +449,8 @@ mod tests {
         assert_eq!(u.key("system/x.json"), "some/prefix/system/x.json");
         let bare = S3Url::parse("s3://b").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(bare.key("system/x.json"), "system/x.json");
-        assert!(S3Url::parse("https://b/p").is_err());
-        assert!(S3Url::parse("s3:///p").is_err());
+        assert_eq!(S3Url::parse("https://b/p"), Err(S3UrlError::NotS3("https://b/p".into())));
+        assert_eq!(S3Url::parse("s3:///p").unwrap_err().to_string(), r#""s3:///p" names no bucket"#);
     }
 
     #[test]

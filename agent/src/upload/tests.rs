@@ -114,11 +114,11 @@ impl ObjectStore for FaultStore {
     }
 }
 
-fn root(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("trainprof-upload-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A scratch folder, removed when the first value is dropped (also when the test fails).
+fn root(tag: &str) -> (tempfile::TempDir, PathBuf) {
+    let t = tempfile::Builder::new().prefix(&format!("trainprof-upload-{tag}-")).tempdir().unwrap();
+    let d = t.path().to_path_buf();
+    (t, d)
 }
 
 fn put(root: &Path, rel: &str, text: &str) {
@@ -188,7 +188,7 @@ async fn wait_for(what: &str, cond: impl Fn() -> bool) {
 
 #[tokio::test]
 async fn every_sealed_file_is_uploaded_then_deleted_and_nothing_else_is_touched() {
-    let root = root("all");
+    let (_scratch, root) = root("all");
     let _live = data_files(&root);
     let store = FaultStore::default();
     let report = upload(store.clone(), settings(&root), Duration::from_secs(10), async |_| {}).await;
@@ -197,7 +197,7 @@ async fn every_sealed_file_is_uploaded_then_deleted_and_nothing_else_is_touched(
     assert_eq!(report.counts.uploaded, 4);
     assert_eq!(report.counts.uploaded_bytes, 17 + 17 + 6 + 5);
     assert!(report.left.is_empty(), "{:?}", report.left);
-    let on_disk = crate::launch::files_under(&root);
+    let on_disk = crate::summary::files_under(&root);
     assert_eq!(
         on_disk,
         [
@@ -207,12 +207,11 @@ async fn every_sealed_file_is_uploaded_then_deleted_and_nothing_else_is_touched(
             "system/incremental/2020072013/.hidden.json"
         ]
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[tokio::test]
 async fn keep_local_records_uploads_and_a_restart_sends_nothing_again() {
-    let root = root("keep");
+    let (_scratch, root) = root("keep");
     let _live = data_files(&root);
     let store = FaultStore::default();
     let mut s = settings(&root);
@@ -235,12 +234,11 @@ async fn keep_local_records_uploads_and_a_restart_sends_nothing_again() {
     let third = upload(store.clone(), s, Duration::from_secs(10), async |_| {}).await;
     assert_eq!((third.counts.uploaded, third.counts.already_there), (0, 4));
     assert_eq!(store.0.put_order.lock().unwrap().len(), 4, "every key put once");
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[tokio::test]
 async fn an_outage_only_delays_and_every_file_is_put_once() {
-    let root = root("outage");
+    let (_scratch, root) = root("outage");
     put(&root, SYS, "{\"Timestamp\": 1}\n");
     let store = FaultStore::default();
     store.0.down.store(true, Ordering::SeqCst);
@@ -263,12 +261,11 @@ async fn an_outage_only_delays_and_every_file_is_put_once() {
     assert_eq!(report.counts.uploaded, 6);
     assert!(report.counts.failed_attempts >= 5, "{:?}", report.counts);
     assert!(report.left.is_empty());
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[tokio::test]
 async fn markers_go_last_and_only_at_the_finish() {
-    let root = root("markers");
+    let (_scratch, root) = root("markers");
     let _live = data_files(&root);
     for m in trainprof_output::END_MARKERS {
         put(&root, m, "1595253700.000000\n");
@@ -292,12 +289,11 @@ async fn markers_go_last_and_only_at_the_finish() {
     let mut last_two = order[4..].to_vec();
     last_two.sort();
     assert_eq!(last_two, ["framework/training_job_end.ts", "system/training_job_end.ts"]);
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[tokio::test]
 async fn with_the_store_down_the_finish_ends_at_its_deadline_and_keeps_every_file() {
-    let root = root("deadline");
+    let (_scratch, root) = root("deadline");
     let _live = data_files(&root);
     for m in trainprof_output::END_MARKERS {
         put(&root, m, "1\n");
@@ -320,12 +316,11 @@ async fn with_the_store_down_the_finish_ends_at_its_deadline_and_keeps_every_fil
     for rel in &report.left {
         assert!(root.join(rel).is_file(), "{rel} kept");
     }
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[tokio::test]
 async fn a_fatal_error_probes_one_file_at_a_time_and_recovers() {
-    let root = root("fatal");
+    let (_scratch, root) = root("fatal");
     let _live = data_files(&root);
     let store = FaultStore::default();
     *store.0.fatal.lock().unwrap() = Some("NoSuchBucket".to_owned());
@@ -338,12 +333,11 @@ async fn a_fatal_error_probes_one_file_at_a_time_and_recovers() {
     assert_eq!(report.counts.uploaded, 4);
     // While failing, one request at a time: the probes are spaced by the fatal delay.
     assert!(report.counts.failed_attempts >= 3 && report.counts.failed_attempts < 10, "{:?}", report.counts);
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[tokio::test]
 async fn a_fatal_refusal_at_the_end_ends_at_once_and_keeps_the_files() {
-    let root = root("fatal-end");
+    let (_scratch, root) = root("fatal-end");
     let _live = data_files(&root);
     let store = FaultStore::default();
     *store.0.fatal.lock().unwrap() = Some("AccessDenied".to_owned());
@@ -359,12 +353,11 @@ async fn a_fatal_refusal_at_the_end_ends_at_once_and_keeps_the_files() {
     for rel in &report.left {
         assert!(root.join(rel).is_file(), "{rel} kept");
     }
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[tokio::test]
 async fn other_bytes_under_the_same_key_are_never_overwritten() {
-    let root = root("conflict");
+    let (_scratch, root) = root("conflict");
     put(&root, SYS, "{\"Timestamp\": 1}\n");
     put(&root, SYS2, "{\"Timestamp\": 2}\n");
     let store = FaultStore::default();
@@ -374,12 +367,11 @@ async fn other_bytes_under_the_same_key_are_never_overwritten() {
     assert_eq!((report.counts.uploaded, report.counts.conflicts), (1, 1));
     assert_eq!(report.left, [SYS]);
     assert!(root.join(SYS).is_file());
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[tokio::test]
 async fn a_full_spool_drops_the_oldest_files_and_counts_them() {
-    let root = root("spool");
+    let (_scratch, root) = root("spool");
     let store = FaultStore::default();
     store.0.down.store(true, Ordering::SeqCst);
     let names: Vec<String> =
@@ -400,12 +392,11 @@ async fn a_full_spool_drops_the_oldest_files_and_counts_them() {
     assert_eq!(report.counts.spool_dropped, 3, "{:?}", report.counts);
     assert_eq!(report.counts.spool_dropped_bytes, 297);
     assert_eq!(store.keys(), names[3..].to_vec(), "the newest are kept and uploaded");
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[tokio::test]
 async fn a_file_the_store_refuses_is_set_aside_and_the_others_go_on() {
-    let root = root("refused");
+    let (_scratch, root) = root("refused");
     let _live = data_files(&root);
     for m in trainprof_output::END_MARKERS {
         put(&root, m, "1595253700.000000\n");
@@ -419,12 +410,11 @@ async fn a_file_the_store_refuses_is_set_aside_and_the_others_go_on() {
     // No back-off: the refusal concerned that file only, and the markers still went.
     assert_eq!(store.0.put_order.lock().unwrap().len(), 5);
     assert!(store.keys().contains(&"system/training_job_end.ts".to_owned()));
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[tokio::test]
 async fn requests_that_never_get_an_answer_count_as_failed_and_are_named() {
-    let root = root("no-answer");
+    let (_scratch, root) = root("no-answer");
     let _live = data_files(&root);
     let store = FaultStore::default();
     store.0.hang.store(true, Ordering::SeqCst);
@@ -436,7 +426,6 @@ async fn requests_that_never_get_an_answer_count_as_failed_and_are_named() {
         "{report:?}"
     );
     assert_eq!(report.left.len(), 4, "{:?}", report.left);
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -476,7 +465,7 @@ fn a_flaky_store_is_said_once_per_30_s_with_counts() {
 /// so nothing of it is sent, and the planted link is left alone (named, counted).
 #[tokio::test]
 async fn a_file_swapped_for_a_hard_link_after_the_walk_is_never_sent() {
-    let root = root("swapped");
+    let (_scratch, root) = root("swapped");
     let secret = root.with_extension("secret");
     std::fs::write(&secret, b"root only secret").unwrap();
     put(&root, TIMELINE, "[\n{}\n]");
@@ -505,7 +494,7 @@ async fn a_file_swapped_for_a_hard_link_after_the_walk_is_never_sent() {
 /// far-future mtime, does not make the spool bound delete the agent's own files.
 #[tokio::test]
 async fn a_planted_sparse_file_does_not_fill_the_spool() {
-    let root = root("sparse-spool");
+    let (_scratch, root) = root("sparse-spool");
     put(&root, SYS, "{\"Timestamp\": 1}\n");
     let planted = root.join("framework/pevents/2099010100/4070908800000000_x_pythontimeline.json");
     std::fs::create_dir_all(planted.parent().unwrap()).unwrap();

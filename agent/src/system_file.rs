@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 
 use trainprof_output::fs::{self as ofs, Dir, Move};
 use trainprof_output::ledger;
+use trainprof_output::node::SystemNode;
 
 use crate::sample::Metric;
 
@@ -83,11 +84,12 @@ pub struct SystemWriter {
 }
 
 impl SystemWriter {
-    pub fn new(root: &Path, algo_n: u32) -> SystemWriter {
+    pub fn new(root: &Path, node: SystemNode) -> SystemWriter {
+        let algo_n = node.index();
         SystemWriter {
             root: root.to_owned(),
             algo_n,
-            node_id: format!("algo-{algo_n}"),
+            node_id: node.to_string(),
             open: None,
             buf: String::with_capacity(16 * 1024),
             counts: SystemCounts::default(),
@@ -348,62 +350,34 @@ impl Drop for SystemWriter {
     }
 }
 
-/// `algo-<n>` for this host (README, "`trainprof agent` and `trainprof run`"): `current_host` of the resource config when it
-/// reads `algo-<n>`; else the host's position in its `hosts` list + 1; else a node-rank
-/// variable + 1; else 1.
-pub fn algo_index(resource_config: Option<&serde_json::Value>, var: impl Fn(&str) -> Option<String>) -> u32 {
-    if let Some(rc) = resource_config {
-        let current = rc.get("current_host").and_then(|v| v.as_str());
-        if let Some(n) = current.and_then(|h| h.strip_prefix("algo-")).and_then(|n| n.parse::<u32>().ok()) {
-            return n;
-        }
-        let hosts = rc.get("hosts").and_then(|v| v.as_array());
-        if let (Some(cur), Some(hosts)) = (current, hosts)
-            && let Some(i) = hosts.iter().position(|h| h.as_str() == Some(cur))
-        {
-            return u32::try_from(i).map_or(1, |i| i.saturating_add(1));
-        }
-    }
-    NODE_RANK_VARS
-        .iter()
-        .find_map(|v| var(v).and_then(|s| s.trim().parse::<u32>().ok()))
-        .map_or(1, |r| r.saturating_add(1))
-}
-
-/// Variables that carry the node's index in the cluster, in the order they are tried
-/// (torchrun, PyTorch Lightning, SLURM, Open MPI).
-pub const NODE_RANK_VARS: [&str; 4] =
-    ["GROUP_RANK", "NODE_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_NODE_RANK"];
-
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
+
     /// The files under `root`, without the agent's own records in `.trainprof/`.
     fn files(root: &std::path::Path) -> Vec<String> {
-        crate::launch::files_under(root).into_iter().filter(|f| !f.starts_with(".trainprof/")).collect()
+        crate::summary::files_under(root).into_iter().filter(|f| !f.starts_with(".trainprof/")).collect()
     }
     use crate::sample::{Metrics, Name};
 
-    fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("trainprof-system-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A scratch folder, removed when the first value is dropped (also when the test fails).
+    fn tmpdir(tag: &str) -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::Builder::new().prefix(&format!("trainprof-system-{tag}-")).tempdir().unwrap();
+        let d = t.path().to_path_buf();
+        (t, d)
     }
 
     fn tick(v: f64) -> Metrics {
         let mut m = Metrics::new();
-        m.push("cpu", Name::Indexed("cpu", 0), "CPUUtilization", v);
-        m.push("network", Name::Static("ReceiveBytesPerSecond"), "Algorithm", 123_456_789.0);
+        m.push(crate::sample::CPU, Name::Indexed("cpu", 0), "CPUUtilization", v);
+        m.push(crate::sample::NETWORK, Name::Static("ReceiveBytesPerSecond"), "Algorithm", 123_456_789.0);
         m
     }
 
     #[test]
     fn one_file_per_minute_sealed_by_rename() {
-        let root = tmpdir("minutes");
-        let mut w = SystemWriter::new(&root, 2);
+        let (_scratch, root) = tmpdir("minutes");
+        let mut w = SystemWriter::new(&root, SystemNode::new(2));
         // 2020-07-22T22:07:00Z = 1595455620
         assert_eq!(w.write_tick(1_595_455_620.5, tick(12.345).as_slice()).unwrap(), None);
         assert_eq!(w.write_tick(1_595_455_679.999_999_4, tick(1.0).as_slice()).unwrap(), None);
@@ -435,18 +409,17 @@ mod tests {
                 .count(),
             2
         );
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_restart_in_the_same_minute_never_overwrites() {
-        let root = tmpdir("restart");
+        let (_scratch, root) = tmpdir("restart");
         let mut counts = Vec::new();
         // Agents one after the other within the minute starting at …620. Each one's first
         // file is named by its first line's second, else a second before it down to the
         // minute: never a name used before, even when that file is gone (uploaded).
         let mut agent = |v: f64, at: f64| {
-            let mut w = SystemWriter::new(&root, 1);
+            let mut w = SystemWriter::new(&root, SystemNode::new(1));
             w.write_tick(at, tick(v).as_slice()).unwrap();
             let _ = w.seal();
             counts.push(w.counts());
@@ -487,7 +460,7 @@ mod tests {
         assert_eq!(counts[5], SystemCounts { files_sealed: 1, lines: 2, ..SystemCounts::default() });
 
         // Every name of a minute taken: the file stays under its temporary name, counted.
-        let mut w = SystemWriter::new(&root, 1);
+        let mut w = SystemWriter::new(&root, SystemNode::new(1));
         let used: String =
             (1_595_455_570..=1_595_455_630).map(|s| trainprof_output::system_file(s, 1) + "\n").collect();
         std::fs::write(root.join(".trainprof/system-names"), used).unwrap();
@@ -499,18 +472,17 @@ mod tests {
         assert!(files(&root).contains(&tmp));
         std::fs::remove_file(root.join(tmp)).unwrap();
         // Nothing written: nothing sealed, no file left.
-        let mut w = SystemWriter::new(&root, 1);
+        let mut w = SystemWriter::new(&root, SystemNode::new(1));
         w.write_tick(1_595_455_700.0, &[]).unwrap();
         assert_eq!(w.seal().unwrap(), None);
         assert_eq!(files(&root).len(), 5);
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn the_last_tick_has_a_file_of_its_own_named_by_its_second() {
-        let root = tmpdir("last");
+        let (_scratch, root) = tmpdir("last");
         let dir = "system/incremental/2020072222";
-        let mut w = SystemWriter::new(&root, 1);
+        let mut w = SystemWriter::new(&root, SystemNode::new(1));
         // A job from …630.5 to …700.4: its first file, the minute …680, the last tick.
         w.write_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
         w.write_tick(1_595_455_690.5, tick(2.0).as_slice()).unwrap();
@@ -537,12 +509,11 @@ mod tests {
                 format!("{dir}/1595455700.algo-1.json"),
             ]
         );
-        std::fs::remove_dir_all(&root).unwrap();
 
         // The last tick in the first second of a minute that already has a tick: that
         // file takes the second before the minute, below the last tick's name.
-        let root = tmpdir("last-minute");
-        let mut w = SystemWriter::new(&root, 1);
+        let (_scratch, root) = tmpdir("last-minute");
+        let mut w = SystemWriter::new(&root, SystemNode::new(1));
         w.write_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
         w.write_tick(1_595_455_680.1, tick(2.0).as_slice()).unwrap();
         w.write_last_tick(1_595_455_680.3, tick(3.0).as_slice()).unwrap();
@@ -554,40 +525,37 @@ mod tests {
                 format!("{dir}/1595455680.algo-1.json"),
             ]
         );
-        std::fs::remove_dir_all(&root).unwrap();
 
         // A job that is only its last tick: one file, named by that tick's second.
-        let root = tmpdir("last-only");
-        let mut w = SystemWriter::new(&root, 1);
+        let (_scratch, root) = tmpdir("last-only");
+        let mut w = SystemWriter::new(&root, SystemNode::new(1));
         assert_eq!(w.last_tick_pause(1_595_455_630.5), None);
         w.write_last_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
         assert_eq!(files(&root), [format!("{dir}/1595455630.algo-1.json")]);
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn the_last_name_is_never_reused_and_stays_the_newest() {
-        let root = tmpdir("last-taken");
+        let (_scratch, root) = tmpdir("last-taken");
         let dir = "system/incremental/2020072222";
         // An earlier agent gave …650 and …649 (recorded, the files uploaded and gone).
         std::fs::create_dir_all(root.join(".trainprof")).unwrap();
         let used =
             [1_595_455_650, 1_595_455_649].map(|s| trainprof_output::system_file(s, 1) + "\n").concat();
         std::fs::write(root.join(".trainprof/system-names"), used).unwrap();
-        let mut w = SystemWriter::new(&root, 1);
+        let mut w = SystemWriter::new(&root, SystemNode::new(1));
         w.write_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
         w.write_last_tick(1_595_455_650.5, tick(2.0).as_slice()).unwrap();
         assert_eq!(
             files(&root),
             [format!("{dir}/1595455630.algo-1.json"), format!("{dir}/1595455648.algo-1.json")]
         );
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_last_tick_on_a_window_start_is_told_to_wait_for_the_next_second() {
-        let root = tmpdir("last-pause");
-        let mut w = SystemWriter::new(&root, 1);
+        let (_scratch, root) = tmpdir("last-pause");
+        let mut w = SystemWriter::new(&root, SystemNode::new(1));
         // The first file will be …630 (its first line's second): the rules' windows start
         // at …630 + 60 k.
         w.write_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
@@ -599,13 +567,12 @@ mod tests {
         w.write_tick(1_595_455_700.5, tick(2.0).as_slice()).unwrap();
         assert!(w.last_tick_pause(1_595_455_750.1).is_some());
         assert_eq!(w.last_tick_pause(1_595_455_751.1), None);
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn planted_links_are_never_written_through() {
         use std::os::unix::fs::symlink;
-        let root = tmpdir("planted");
+        let (_scratch, root) = tmpdir("planted");
         let secret = root.join("secret");
         std::fs::create_dir_all(&secret).unwrap();
         std::fs::write(secret.join("key"), b"root only").unwrap();
@@ -617,7 +584,7 @@ mod tests {
         symlink(&secret, local.join(".trainprof")).unwrap();
         std::fs::create_dir_all(local.join("system/incremental")).unwrap();
         symlink(&secret, local.join("system/incremental/2020072223")).unwrap();
-        let mut w = SystemWriter::new(&local, 1);
+        let mut w = SystemWriter::new(&local, SystemNode::new(1));
         w.write_tick(1_595_455_630.5, tick(1.0).as_slice()).unwrap();
         let sealed = w.write_tick(1_595_455_690.5, tick(2.0).as_slice()).unwrap().unwrap();
         assert!(sealed.ends_with("system/incremental/2020072222/1595455630.algo-1.json"), "{sealed:?}");
@@ -632,28 +599,15 @@ mod tests {
         // The planted link is left where it was.
         let link = local.join(format!("system/.1595455620.algo-1.{pid}.tmp"));
         assert!(std::fs::symlink_metadata(link).unwrap().file_type().is_symlink());
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn an_unwritable_root_loses_ticks_and_counts_them() {
-        let root = tmpdir("unwritable");
+        let (_scratch, root) = tmpdir("unwritable");
         std::fs::write(root.join("system"), b"a file where the folder should be").unwrap();
-        let mut w = SystemWriter::new(&root, 1);
+        let mut w = SystemWriter::new(&root, SystemNode::new(1));
         assert!(w.write_tick(1_595_455_630.0, tick(1.0).as_slice()).is_err());
         assert!(w.write_tick(1_595_455_631.0, tick(1.0).as_slice()).is_err());
         assert_eq!(w.counts().ticks_lost, 2);
-        std::fs::remove_dir_all(&root).unwrap();
-    }
-
-    #[test]
-    fn algo_index_from_resource_config_hosts_or_rank() {
-        let none = |_: &str| None;
-        assert_eq!(algo_index(Some(&json!({"current_host": "algo-3"})), none), 3);
-        assert_eq!(algo_index(Some(&json!({"current_host": "b", "hosts": ["a", "b", "c"]})), none), 2);
-        assert_eq!(algo_index(Some(&json!({"current_host": "z", "hosts": ["a"]})), none), 1);
-        let rank = |k: &str| (k == "NODE_RANK").then(|| "4".to_owned());
-        assert_eq!(algo_index(None, rank), 5);
-        assert_eq!(algo_index(None, none), 1);
     }
 }

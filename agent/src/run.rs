@@ -1,4 +1,6 @@
-//! `trainprof agent` and `trainprof run`: configuration, signals, the child, the loop.
+//! `trainprof agent` and `trainprof run`, start to end: the configuration, the output
+//! folder, signals, the child (CMD), the sampling thread, the uploader, the end markers and
+//! the summary. `main.rs` parses the arguments into [`Options`] and calls [`main`].
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -6,47 +8,67 @@ use std::process::{Command, ExitCode, ExitStatus};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use trainprof_agent::launch::{self, SelfCost};
-use trainprof_agent::sample::process::{self_usage, thread_cpu_us};
-use trainprof_agent::sample::{Roots, gpu};
-use trainprof_agent::system::{SystemWriter, algo_index};
-use trainprof_agent::tick::{Clock as _, LoopCounts, LoopSettings, Reconfigure, Stop, SystemClock, Ticker};
-use trainprof_agent::{child, log, signals, upload};
 use trainprof_config::{DEFAULT_LOCAL_PATH, FileStatus, Loader, Reload, Sources};
+use trainprof_output::node::{ResourceConfig, SystemNode};
 
-use crate::AgentFlags;
+use crate::sample::probe::{ProbeContext, probe_samplers};
+use crate::sample::process::{self_usage, thread_cpu_us};
+use crate::sample::{Roots, gpu};
+use crate::summary::{self, SelfCost};
+use crate::system_file::SystemWriter;
+use crate::tick::{Clock as _, LoopCounts, LoopSettings, Reconfigure, Stop, SystemClock, Ticker};
+use crate::{child, end_markers, log, output_root, signals, upload};
 
-/// Where SageMaker writes the resource config (`TRAINPROF_RESOURCE_CONFIG` overrides it).
-const DEFAULT_RESOURCE_CONFIG: &str = "/opt/ml/input/config/resourceconfig.json";
+/// What `trainprof agent` / `trainprof run` were asked, beyond the configuration's sources.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `--config`: a file named on the command line must be readable.
+    pub config: Option<PathBuf>,
+    /// `--local-path` was given: the trainer gets the root in `TRAINPROF_LOCAL_PATH`.
+    pub local_path_flag: bool,
+    /// `--disable` was given (for the start-up line).
+    pub disable_flag: bool,
+    pub upload: UploadOptions,
+}
 
-pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
-    // Before any thread exists, so that every thread inherits the mask.
+/// The upload flags.
+#[derive(Debug, Clone, Default)]
+pub struct UploadOptions {
+    /// S3-compatible endpoint (`--s3-endpoint`).
+    pub endpoint: Option<String>,
+    /// Keep uploaded files on disk (`--keep-local`).
+    pub keep_local: bool,
+    /// Bytes waiting for S3 above which the oldest are deleted (`--spool-max-bytes`).
+    pub spool_max_bytes: u64,
+    /// Time allowed at the end to upload what is left (`--upload-deadline-s`).
+    pub deadline: Duration,
+    /// Files larger than this go in parts (`--s3-multipart-bytes`).
+    pub multipart_bytes: u64,
+}
+
+/// Runs `trainprof agent` (`command` is `None`) or `trainprof run -- CMD` with the
+/// configuration from `sources` (flags and overrides already applied), and returns the
+/// exit status: CMD's, or 2 when something a person typed is wrong.
+pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> ExitCode {
+    // Before any thread exists, so that every thread inherits SIGTTOU blocked and a signal
+    // that comes before the signal thread runs waits in the pipe.
     let taken = signals::Taken::from_dispositions();
-    if let Err(e) = signals::block(&taken) {
-        log!("cannot block SIGTERM/SIGINT/SIGHUP ({e}); they will end trainprof at once");
-    }
+    let installed = match signals::install(taken) {
+        Ok(i) => Some(i),
+        Err(e) => {
+            log!("cannot catch SIGTERM/SIGINT/SIGHUP ({e}); they will end trainprof at once");
+            signals::restore_defaults(&taken);
+            None
+        }
+    };
     // The tree sampler bounds its own descriptors (sample::process::MAX_OPEN); this is
     // room for the rest. The command gets its limit back.
     let nofile = child::raise_nofile_limit();
-    let explicit_local_path = flags.overrides.local_path.clone();
-    let config_flag = flags.config.clone();
-    let disable_flag = flags.overrides.disable;
-    let upload_flags = UploadFlags {
-        endpoint: flags.s3_endpoint.clone(),
-        keep_local: flags.keep_local,
-        spool_max_bytes: flags.spool_max_bytes,
-        deadline: Duration::from_secs(flags.upload_deadline_s),
-        multipart_bytes: flags.s3_multipart_bytes,
-    };
-    let mut sources = Sources::from_process_env();
-    if let Some(p) = &flags.config {
-        sources = sources.with_config_path(p);
-    }
-    let sources = flags.overrides.apply(sources);
+    let Options { config: config_flag, local_path_flag, disable_flag, upload: upload_flags } = opts;
     // What a person typed (flags, TRAINPROF_* variables, a --config file) is checked before
     // anything starts: a mistake there stops here with exit status 2 (README, `trainprof
     // agent` and `trainprof run`). What the platform wrote degrades per feature below.
-    let bad = crate::typed_problems(&sources);
+    let bad = crate::check::typed_problems(&sources);
     if !bad.is_empty() {
         for line in bad {
             log!("{line}; nothing was started");
@@ -85,7 +107,7 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let root = if config.enabled {
         let explicit = config.local_path() != std::path::Path::new(DEFAULT_LOCAL_PATH);
-        match launch::output_root(config.local_path(), explicit, &cwd) {
+        match output_root::output_root(config.local_path(), explicit, &cwd) {
             Ok((root, note)) => {
                 if let Some(n) = note {
                     log!("{n}");
@@ -111,7 +133,7 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
 
     if let Some(root) = &root {
         repair(root);
-        if let Some(at) = launch::finished_job(root) {
+        if let Some(at) = end_markers::finished_job(root) {
             log!(
                 "{} already holds a finished job (ended {at}): its files stay, this run's are added beside them and the end markers replaced",
                 root.display()
@@ -120,7 +142,7 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     }
     // What is there before this run: the summary counts only this run's files.
     let before: std::collections::HashSet<String> =
-        root.as_deref().map(launch::files_under).unwrap_or_default().into_iter().collect();
+        root.as_deref().map(summary::files_under).unwrap_or_default().into_iter().collect();
     let uploader = match (&root, &config.s3_output_path) {
         (Some(root), Some(s3)) => start_upload(root, s3, &upload_flags),
         _ => None,
@@ -134,19 +156,15 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     let child = match &command {
         None => None,
         Some(argv) => {
-            let local_path_env = trainer_local_path(
-                root.as_deref(),
-                config.local_path(),
-                explicit_local_path.is_some(),
-                &loaded_file,
-            );
+            let local_path_env =
+                trainer_local_path(root.as_deref(), config.local_path(), local_path_flag, &loaded_file);
             let terminal = child::Terminal::foreground();
             let started = spawn(
                 argv,
                 config_flag.as_ref(),
                 local_path_env.as_ref(),
                 config.enabled,
-                (&taken, terminal.as_ref(), nofile),
+                (terminal.as_ref(), nofile),
             );
             match started {
                 Ok(c) => {
@@ -164,7 +182,7 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
     let child_pid = child.as_ref().map(|(c, _)| c.id());
     let trainer = child.as_ref().map(|(_, t)| Arc::clone(t));
     let signal_stop = stop.clone();
-    let spawned = signals::spawn(taken, move |sig| match &trainer {
+    let on_signal = move |sig: signals::Received| match &trainer {
         // Every signal run takes, to the command's process group, once: a terminal's
         // signals go to that group (the terminal's foreground) and never to run.
         Some(t) => match t.pass_on(sig.signo) {
@@ -181,10 +199,12 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
             log!("{}: sealing files and stopping", sig.name());
             signal_stop.request();
         }
-    });
-    if let Err(e) = spawned {
+    };
+    if let Some(installed) = installed
+        && let Err(e) = signals::spawn(installed, on_signal)
+    {
         log!("cannot start the signal thread ({e}): SIGTERM/SIGINT/SIGHUP act as usual");
-        signals::unblock(&taken);
+        signals::restore_defaults(&taken);
     }
 
     // Sampling runs on its own thread: a hung NVML call or a panic there must not keep
@@ -241,7 +261,7 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
         // What a killed trainer left behind, now that it is gone (`run`); a live writer's
         // file is locked and left alone (`agent`).
         repair(root);
-        if let Err(e) = launch::write_end_markers(root, SystemClock::new(Stop::new()).wall_s()) {
+        if let Err(e) = end_markers::write_end_markers(root, SystemClock::new(Stop::new()).wall_s()) {
             log!("cannot write the training_job_end.ts markers: {e}");
         }
         // The markers go last, once everything else is in S3.
@@ -249,7 +269,7 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
         if let Some(counts) = &counts {
             let (cpu_us, rss_bytes) = self_usage();
             let cost = SelfCost { cpu_us, rss_bytes, wall_s: started.elapsed().as_secs_f64() };
-            let now = launch::walk_outputs(root);
+            let now = summary::walk_outputs(root);
             let sent = uploaded.iter().flatten().flat_map(|r| r.sent.iter());
             let mine: std::collections::BTreeSet<&str> = now
                 .files
@@ -259,9 +279,9 @@ pub fn main(flags: AgentFlags, command: Option<Vec<OsString>>) -> ExitCode {
                 .map(String::as_str)
                 .filter(|f| !before.contains(*f))
                 .collect();
-            let mut out = launch::count_outputs(mine);
+            let mut out = summary::count_outputs(mine);
             out.refused = now.refused.len() as u64;
-            for line in launch::summary(root, out, counts, cost).lines() {
+            for line in summary::summary(root, out, counts, cost).lines() {
                 log!("{line}");
             }
         }
@@ -337,22 +357,13 @@ impl Reconfigure for ConfigReload {
 /// How long `run` waits for sampling to seal its file once the command has exited.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The upload flags, taken from [`AgentFlags`] before the overrides are used up.
-struct UploadFlags {
-    endpoint: Option<String>,
-    keep_local: bool,
-    spool_max_bytes: u64,
-    deadline: Duration,
-    multipart_bytes: u64,
-}
-
 /// Seals what dead writers left under `root`, with one line when there was any.
 fn repair(root: &Path) {
     upload::repair::repair_all(root, Duration::ZERO, std::time::SystemTime::now())
         .log(&mut Default::default());
 }
 
-fn start_upload(root: &Path, s3: &str, flags: &UploadFlags) -> Option<upload::Handle> {
+fn start_upload(root: &Path, s3: &str, flags: &UploadOptions) -> Option<upload::Handle> {
     let url = match upload::store::S3Url::parse(s3) {
         Ok(u) => u,
         Err(e) => {
@@ -431,16 +442,19 @@ fn sample(
     reload: ConfigReload,
 ) -> LoopCounts {
     let roots = Roots::host();
-    let probed = launch::probe_samplers(&roots, &|| clock.mono(), trainer, gpu::lib_from_env().as_deref());
-    let algo_n = algo_index(read_resource_config().as_ref(), |k| std::env::var(k).ok());
+    let nvml_lib = gpu::lib_from_env();
+    let now = || clock.mono();
+    let cx = ProbeContext { roots: &roots, now: &now, trainer, nvml_lib: nvml_lib.as_deref() };
+    let probed = probe_samplers(&cx);
+    let node = SystemNode::from_env(read_resource_config().as_ref(), |k| std::env::var(k).ok());
     let interval = Duration::from_millis(u64::from(interval_ms));
-    let mut ticker = Ticker::new(probed.samplers, SystemWriter::new(root, algo_n), interval);
+    let mut ticker = Ticker::new(probed.samplers, SystemWriter::new(root, node), interval);
     if let Some(w) = waker {
         ticker.wake_on_seal(w);
     }
     ticker.reconfigure_with(Box::new(reload));
     log!(
-        "sampling every {interval_ms} ms into {} as algo-{algo_n}: {} ({} cores, {} GPUs)",
+        "sampling every {interval_ms} ms into {} as {node}: {} ({} cores, {} GPUs)",
         root.join("system").display(),
         ticker.sampler_names().join(", "),
         probed.cores,
@@ -478,7 +492,7 @@ fn spawn(
     config: Option<&PathBuf>,
     local_path: Option<&PathBuf>,
     enabled: bool,
-    (taken, terminal, nofile): (&signals::Taken, Option<&child::Terminal>, Option<libc::rlimit>),
+    (terminal, nofile): (Option<&child::Terminal>, Option<libc::rlimit>),
 ) -> Result<std::process::Child, (u8, std::io::Error)> {
     let Some((program, args)) = argv.split_first() else {
         return Err((2, std::io::Error::other("no command")));
@@ -486,7 +500,7 @@ fn spawn(
     let mut cmd = Command::new(program);
     cmd.args(args);
     child::prepare(&mut cmd, terminal, nofile);
-    signals::unblock_in_child(&mut cmd, taken);
+    signals::unblock_in_child(&mut cmd);
     if !enabled {
         // Off for the trainer too (--disable, or a config file that cannot be trusted).
         cmd.env("TRAINPROF_DISABLE", "1");
@@ -494,7 +508,7 @@ fn spawn(
     // Also when off: the library honours TRAINPROF_DISABLE, and a trainer that loads it
     // must find it.
     if std::env::var_os("TRAINPROF_HOOK_LIB").is_none()
-        && let Some(lib) = std::env::current_exe().ok().and_then(|exe| launch::hook_lib_near(&exe))
+        && let Some(lib) = std::env::current_exe().ok().and_then(|exe| hook_lib_near(&exe))
     {
         cmd.env("TRAINPROF_HOOK_LIB", lib);
     }
@@ -517,12 +531,18 @@ fn exit_code(st: ExitStatus) -> u8 {
     }
 }
 
-fn read_resource_config() -> Option<serde_json::Value> {
-    let path =
-        std::env::var_os("TRAINPROF_RESOURCE_CONFIG").unwrap_or_else(|| DEFAULT_RESOURCE_CONFIG.into());
+/// `libtrainprof_hook.so` next to the binary, or in `../lib` from it.
+pub fn hook_lib_near(exe: &Path) -> Option<PathBuf> {
+    let dir = exe.parent()?;
+    [dir.join("libtrainprof_hook.so"), dir.join("../lib/libtrainprof_hook.so")]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+fn read_resource_config() -> Option<ResourceConfig> {
+    let path = ResourceConfig::path(|k| std::env::var(k).ok());
     // Non-blocking and by `fstat`: a FIFO planted there cannot hang the sampler.
-    let bytes = trainprof_config::read_platform_file(std::path::Path::new(&path)).ok()??;
-    serde_json::from_slice(&bytes).ok()
+    ResourceConfig::parse(&trainprof_config::read_platform_file(&path).ok()??)
 }
 
 #[cfg(test)]

@@ -32,37 +32,12 @@ import sys
 import tempfile
 import time
 
+from closed_windows import FAR, pct, write_config  # noqa: E402,F401  (bench/)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = 100
 N_EVENTS = int(os.environ.get("BENCH_EVENTS", "100000"))
 N_STEPS = int(os.environ.get("BENCH_STEPS", "20000"))
-FAR = 10**9
-
-
-def write_config(tmp, name):
-    root = os.path.join(tmp, name)
-    window = '{"StartStep": %d, "NumSteps": 1, }' % FAR
-    params = {
-        "LocalPath": root,
-        "RotateMaxFileSizeInBytes": "10485760",
-        "RotateFileCloseIntervalInSeconds": "60",
-        "DetailedProfilingConfig": window,
-        "DataloaderProfilingConfig": '{"StartStep": %d, "NumSteps": 1, "MetricsRegex": ".*", }' % FAR,
-        "PythonProfilingConfig": '{"StartStep": %d, "NumSteps": 1, "ProfilerName": "cprofile", '
-        '"cProfileTimer": "total_time", }' % FAR,
-        "HorovodProfilingConfig": window,
-        "SMDataParallelProfilingConfig": window,
-    }
-    config = {"DisableProfiler": False, "ProfilingIntervalInMilliseconds": 500, "ProfilingParameters": params}
-    path = os.path.join(tmp, name + ".json")
-    with open(path, "w") as f:
-        json.dump(config, f)
-    return path
-
-
-def pct(values, q):
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 # --- the worker: one package, one process -------------------------------------------------
@@ -192,7 +167,7 @@ def run_one(pkg_dir, tmp, name):
         if k.startswith("TRAINPROF_") and k != "TRAINPROF_HOOK_LIB":
             del env[k]
     env["PYTHONPATH"] = pkg_dir
-    env["SMPROFILER_CONFIG_PATH"] = write_config(tmp, name)
+    env["SMPROFILER_CONFIG_PATH"] = write_config(tmp, name)[0]
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker"], env=env, capture_output=True, text=True)
     for line in p.stdout.splitlines():
         if line.startswith("WORKER "):

@@ -135,13 +135,14 @@ import sys
 import tempfile
 import time
 
+from closed_windows import FAR, pct, write_config  # noqa: E402  (bench/)
+
 N = int(os.environ.get("BENCH_STEPS", "20000"))
 GAP_N = int(os.environ.get("BENCH_GAP_STEPS", "4000"))
 GAP_US = int(os.environ.get("BENCH_GAP_US", "1000"))
 WARMUP = int(os.environ.get("BENCH_WARMUP", "200"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "4"))
 BATCH = 100
-FAR = 1_000_000_000  # every window starts here: configured, never open during the run
 PEER_NAME = "smdebug 1.0.34 hook (per-step work)"
 STEP_PHASE = "Step:ModeKeys.TRAIN"
 FORWARD_PHASE = "Forward"
@@ -155,24 +156,7 @@ MODULE = "Net"
 def use_config(tmp, name):
     """Writes the SDK-shaped config with LocalPath <tmp>/<name>, points
     SMPROFILER_CONFIG_PATH at it, returns LocalPath."""
-    root = os.path.join(tmp, name)
-    window = '{"StartStep": %d, "NumSteps": 1, }' % FAR
-    params = {
-        "LocalPath": root,
-        "RotateMaxFileSizeInBytes": "10485760",
-        "RotateFileCloseIntervalInSeconds": "60",
-        "FileOpenFailThreshold": "50",
-        "DetailedProfilingConfig": window,
-        "DataloaderProfilingConfig": '{"StartStep": %d, "NumSteps": 1, "MetricsRegex": ".*", }' % FAR,
-        "PythonProfilingConfig": '{"StartStep": %d, "NumSteps": 1, "ProfilerName": "cprofile", '
-        '"cProfileTimer": "total_time", }' % FAR,
-        "HorovodProfilingConfig": window,
-        "SMDataParallelProfilingConfig": window,
-    }
-    config = {"DisableProfiler": False, "ProfilingIntervalInMilliseconds": 500, "ProfilingParameters": params}
-    path = os.path.join(tmp, name + ".json")
-    with open(path, "w") as f:
-        json.dump(config, f)
+    path, root = write_config(tmp, name, FileOpenFailThreshold="50")
     os.environ["SMPROFILER_CONFIG_PATH"] = path
     return root
 
@@ -481,11 +465,6 @@ def warm(begin, end, n):
     for _ in range(n):
         begin()
         end()
-
-
-def pct(values, q):
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 def count_events(root):

@@ -453,6 +453,18 @@ mod tests {
     }
 
     /// A scratch folder, removed when the first value is dropped (also when the test fails).
+    /// A ticker with one plain probe (no slow ticks, no failures) writing into `dir` as
+    /// algo-1, every `interval_ms`.
+    fn plain_ticker(clock: &Arc<FakeClock>, dir: &Path, interval_ms: u64) -> Ticker {
+        let probe =
+            Probe { clock: Arc::clone(clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
+        Ticker::new(
+            vec![Box::new(probe)],
+            SystemWriter::new(dir, trainprof_output::node::SystemNode::new(1)),
+            Duration::from_millis(interval_ms),
+        )
+    }
+
     fn root(tag: &str) -> (tempfile::TempDir, PathBuf) {
         let t = tempfile::Builder::new().prefix(&format!("trainprof-tick-{tag}-")).tempdir().unwrap();
         // A folder that does not exist yet: the writer makes it.
@@ -514,13 +526,7 @@ mod tests {
         // `agent`: a signal; both end the loop the same way).
         let clock = FakeClock::new(1_595_455_625.0, 3250);
         let (_scratch, dir) = root("short");
-        let probe =
-            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t = Ticker::new(
-            vec![Box::new(probe)],
-            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
-            Duration::from_millis(100),
-        );
+        let mut t = plain_ticker(&clock, &dir, 100);
         t.run(&*clock);
         assert_eq!(t.counts().ticks, 33);
         // The first file by its first line's second, the last tick alone by its own.
@@ -541,13 +547,7 @@ mod tests {
         // before its first line, so the newest name is still the newest.
         let clock = FakeClock::new(1_595_455_625.0, 750);
         let (_scratch, dir) = root("one-second");
-        let probe =
-            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t = Ticker::new(
-            vec![Box::new(probe)],
-            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
-            Duration::from_millis(100),
-        );
+        let mut t = plain_ticker(&clock, &dir, 100);
         t.run(&*clock);
         assert_eq!(names(&dir), [1_595_455_624, 1_595_455_625]);
         let all = cpu_stamps(&dir);
@@ -560,13 +560,7 @@ mod tests {
         // The stop comes 10 ms after the tick at 300: the last tick is taken at 350.
         let clock = FakeClock::new(1_595_455_625.0, 310);
         let (_scratch, dir) = root("close-stop");
-        let probe =
-            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t = Ticker::new(
-            vec![Box::new(probe)],
-            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
-            Duration::from_millis(100),
-        );
+        let mut t = plain_ticker(&clock, &dir, 100);
         t.run(&*clock);
         let cpu: Vec<f64> =
             lines(&dir).iter().filter(|l| l["Type"] == "cpu").map(|l| l["Value"].as_f64().unwrap()).collect();
@@ -581,13 +575,7 @@ mod tests {
         // 670.5 outside it. It waits for …671.0 instead.
         let clock = FakeClock::new(1_595_455_609.8, 60_700);
         let (_scratch, dir) = root("boundary");
-        let probe =
-            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t = Ticker::new(
-            vec![Box::new(probe)],
-            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
-            Duration::from_millis(1000),
-        );
+        let mut t = plain_ticker(&clock, &dir, 1000);
         t.run(&*clock);
         assert_eq!(names(&dir), [1_595_455_610, 1_595_455_620, 1_595_455_671]);
         let all = cpu_stamps(&dir);
@@ -596,13 +584,7 @@ mod tests {
         // Elsewhere in a second, no wait: the stop at …669.7 is taken then.
         let clock = FakeClock::new(1_595_455_609.8, 59_900);
         let (_scratch, dir2) = root("no-boundary");
-        let probe =
-            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t = Ticker::new(
-            vec![Box::new(probe)],
-            SystemWriter::new(&dir2, trainprof_output::node::SystemNode::new(1)),
-            Duration::from_millis(1000),
-        );
+        let mut t = plain_ticker(&clock, &dir2, 1000);
         t.run(&*clock);
         let all = cpu_stamps(&dir2);
         assert_eq!(*all.last().unwrap(), 1_595_455_669.7);
@@ -677,13 +659,7 @@ mod tests {
     fn a_stop_before_the_first_deadline_still_leaves_one_tick() {
         let clock = FakeClock::new(1_595_455_600.0, 5);
         let (_scratch, dir) = root("early");
-        let probe =
-            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t = Ticker::new(
-            vec![Box::new(probe)],
-            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
-            Duration::from_millis(100),
-        );
+        let mut t = plain_ticker(&clock, &dir, 100);
         t.run(&*clock);
         assert_eq!(t.counts().ticks, 1);
         assert_eq!(lines(&dir).len(), 2);
@@ -704,13 +680,7 @@ mod tests {
         // A minute starts at 0: only the pause and the stop split the files.
         let clock = FakeClock::new(1_595_455_620.0, 2050);
         let (_scratch, dir) = root("reconfigure");
-        let probe =
-            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t = Ticker::new(
-            vec![Box::new(probe)],
-            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
-            Duration::from_millis(100),
-        );
+        let mut t = plain_ticker(&clock, &dir, 100);
         let ms = Duration::from_millis;
         t.reconfigure_with(Box::new(Script(vec![
             (500, LoopSettings { interval: ms(200), enabled: true }),
@@ -736,13 +706,7 @@ mod tests {
     fn a_stop_while_disabled_takes_no_last_tick() {
         let clock = FakeClock::new(1_595_455_620.0, 1050);
         let (_scratch, dir) = root("reconfigure-off");
-        let probe =
-            Probe { clock: Arc::clone(&clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
-        let mut t = Ticker::new(
-            vec![Box::new(probe)],
-            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
-            Duration::from_millis(100),
-        );
+        let mut t = plain_ticker(&clock, &dir, 100);
         let off = LoopSettings { interval: Duration::from_millis(100), enabled: false };
         t.reconfigure_with(Box::new(Script(vec![(300, off)])));
         t.run(&*clock);

@@ -234,6 +234,21 @@ fn command(args: &[&str]) -> Command {
     cmd
 }
 
+/// `trainprof agent --interval-ms 100 --local-path D`, started, once its first tick is in
+/// the temporary system file.
+fn start_agent(d: &std::path::Path) -> std::process::Child {
+    let child = command(&["agent", "--interval-ms", "100", "--local-path", d.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the first tick", || {
+        std::fs::read_dir(d.join("system"))
+            .map(|mut it| it.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".tmp"))))
+            .unwrap_or(false)
+    });
+    child
+}
+
 /// `trainprof run --interval-ms 100 --local-path OUT -- CMD…`, not started yet.
 fn run_command(out: &str, cmd: &[&str]) -> Command {
     let mut args = vec!["run", "--interval-ms", "100", "--local-path", out, "--"];
@@ -387,16 +402,7 @@ fn run_gives_the_command_the_config_and_the_chosen_folder() {
 #[test]
 fn agent_runs_until_sigterm_then_seals() {
     let (_scratch, d) = scratch("agent");
-    let child = command(&["agent", "--interval-ms", "100", "--local-path", d.to_str().unwrap()])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The first tick has been written to the temporary file.
-    wait_for("the first tick", || {
-        std::fs::read_dir(d.join("system"))
-            .map(|mut it| it.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".tmp"))))
-            .unwrap_or(false)
-    });
+    let child = start_agent(&d);
     sigterm(&child);
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -590,15 +596,7 @@ fn sighup_ends_a_command_that_keeps_the_default_and_run_reports_it() {
 fn agent_stops_on_sighup_and_sigint_too() {
     for (sig, name) in [(libc::SIGHUP, "SIGHUP"), (libc::SIGINT, "SIGINT")] {
         let (_scratch, d) = scratch(&format!("agent-{name}"));
-        let child = command(&["agent", "--interval-ms", "100", "--local-path", d.to_str().unwrap()])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for("the first tick", || {
-            std::fs::read_dir(d.join("system"))
-                .map(|mut it| it.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".tmp"))))
-                .unwrap_or(false)
-        });
+        let child = start_agent(&d);
         kill(child.id() as i32, sig);
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -6,45 +6,68 @@
 //! (Python would take `True` as 1, which no user means). `null` is treated as "not given"
 //! by the callers, before conversion.
 
-use serde_json::Value;
+use serde_json::{Number, Value};
 
-/// Python's `int(v)`, limited to `i64`. The error is a short reason for a problem line.
-pub(crate) fn py_int(v: &Value) -> Result<i64, String> {
+/// Why a value is not the number a key wants; its text is a short reason for a problem line.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum NumberError {
+    /// A JSON number beyond what the setting can hold.
+    #[error("{0} is out of range")]
+    OutOfRange(Number),
+    /// A float whose integer part is beyond `i64`.
+    #[error("{0} is out of range")]
+    FloatOutOfRange(f64),
+    /// A string that is not an integer literal.
+    #[error("{0:?} is not an integer")]
+    NotAnInteger(String),
+    /// A string that is not a float literal.
+    #[error("{0:?} is not a number")]
+    NotANumber(String),
+    /// inf or nan.
+    #[error("{0} is not a finite number")]
+    NotFinite(Value),
+    /// Neither a number nor a string (the JSON kind, as [`kind`] names it).
+    #[error("expected a number, got {0}")]
+    WrongType(&'static str),
+}
+
+/// Python's `int(v)`, limited to `i64`.
+pub(crate) fn py_int(v: &Value) -> Result<i64, NumberError> {
     match v {
         Value::Number(n) => {
             if let Some(i) = n.as_i64() {
                 Ok(i)
             } else if n.is_u64() {
-                Err(format!("{n} is out of range"))
+                Err(NumberError::OutOfRange(n.clone()))
             } else if let Some(f) = n.as_f64() {
                 float_to_int(f)
             } else {
-                Err(format!("{n} is out of range"))
+                Err(NumberError::OutOfRange(n.clone()))
             }
         }
-        Value::String(s) => parse_int_str(s).ok_or_else(|| format!("{s:?} is not an integer")),
-        other => Err(format!("expected a number, got {}", kind(other))),
+        Value::String(s) => parse_int_str(s).ok_or_else(|| NumberError::NotAnInteger(s.clone())),
+        other => Err(NumberError::WrongType(kind(other))),
     }
 }
 
 /// Python's `float(v)`, with inf and nan refused (no setting here means them).
-pub(crate) fn py_float(v: &Value) -> Result<f64, String> {
+pub(crate) fn py_float(v: &Value) -> Result<f64, NumberError> {
     let f = match v {
-        Value::Number(n) => n.as_f64().ok_or_else(|| format!("{n} is out of range"))?,
-        Value::String(s) => parse_float_str(s).ok_or_else(|| format!("{s:?} is not a number"))?,
-        other => return Err(format!("expected a number, got {}", kind(other))),
+        Value::Number(n) => n.as_f64().ok_or_else(|| NumberError::OutOfRange(n.clone()))?,
+        Value::String(s) => parse_float_str(s).ok_or_else(|| NumberError::NotANumber(s.clone()))?,
+        other => return Err(NumberError::WrongType(kind(other))),
     };
-    if f.is_finite() { Ok(f) } else { Err(format!("{v} is not a finite number")) }
+    if f.is_finite() { Ok(f) } else { Err(NumberError::NotFinite(v.clone())) }
 }
 
-fn float_to_int(f: f64) -> Result<i64, String> {
+fn float_to_int(f: f64) -> Result<i64, NumberError> {
     // i64::MAX as f64 rounds up to 2^63, so the upper bound is exclusive.
     const LIMIT: f64 = 9_223_372_036_854_775_808.0;
     if f.is_finite() && f.trunc() >= -LIMIT && f.trunc() < LIMIT {
         #[allow(clippy::cast_possible_truncation)] // range checked just above
         Ok(f.trunc() as i64)
     } else {
-        Err(format!("{f} is out of range"))
+        Err(NumberError::FloatOutOfRange(f))
     }
 }
 
@@ -118,7 +141,10 @@ mod tests {
         assert!(py_int(&json!(true)).is_err());
         assert!(py_int(&json!(1e300)).is_err());
         assert!(py_int(&json!("99999999999999999999")).is_err());
-        assert_eq!(py_int(&json!(u64::MAX)).unwrap_err(), "18446744073709551615 is out of range");
+        assert_eq!(py_int(&json!(u64::MAX)).unwrap_err().to_string(), "18446744073709551615 is out of range");
+        assert_eq!(py_int(&json!(1e300)).unwrap_err().to_string(), format!("{} is out of range", 1e300));
+        assert_eq!(py_int(&json!("2.0")).unwrap_err().to_string(), r#""2.0" is not an integer"#);
+        assert_eq!(py_int(&json!(true)).unwrap_err().to_string(), "expected a number, got a boolean");
     }
 
     #[test]
@@ -129,6 +155,8 @@ mod tests {
         assert_eq!(py_float(&json!(" 60 ")), Ok(60.0));
         assert_eq!(py_float(&json!(7)), Ok(7.0));
         assert!(py_float(&json!("inf")).is_err());
+        assert_eq!(py_float(&json!("inf")).unwrap_err().to_string(), r#""inf" is not a finite number"#);
+        assert_eq!(py_float(&json!("x")).unwrap_err().to_string(), r#""x" is not a number"#);
         assert!(py_float(&json!("nan")).is_err());
         assert!(py_float(&json!("None")).is_err());
         assert!(py_float(&json!([1])).is_err());

@@ -24,7 +24,7 @@ mod sources;
 pub mod window;
 
 pub use feature::{CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler};
-pub use reload::{Loader, Reload, read_bytes as read_platform_file};
+pub use reload::{Loader, ReadError, Reload, read_bytes as read_platform_file};
 pub use sources::{OverrideKey, Sources};
 pub use window::{Range, Step, Window};
 

@@ -7,7 +7,7 @@
 use regex::RegexBuilder;
 use serde_json::{Map, Value};
 
-use crate::convert::{kind, py_float, py_int};
+use crate::convert::{NumberError, kind, py_float, py_int};
 use crate::feature::{CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler};
 use crate::literal;
 use crate::sources::{OverrideKey, Sources};
@@ -82,17 +82,49 @@ enum Overridden {
     Disable(bool),
 }
 
-/// Converts one override's value with the same rules as the file's key; the error is a
-/// short reason.
-fn convert_override(key: OverrideKey, value: &str) -> Result<Overridden, String> {
+/// Why a scalar value (a key's in the file, or an override's) is not usable; its text is a
+/// short reason, to which the caller adds what it did instead.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum ValueError {
+    #[error(transparent)]
+    Number(#[from] NumberError),
+    #[error("is empty")]
+    Empty,
+    #[error("contains a NUL character")]
+    NulCharacter,
+    /// A path that is not a string (the JSON kind).
+    #[error("is {0}, expected a path")]
+    NotAPath(&'static str),
+    #[error("{0} is outside {lo}..={hi} ms", lo = INTERVAL_MS_RANGE.start(), hi = INTERVAL_MS_RANGE.end())]
+    IntervalOutOfRange(Value),
+    /// An S3 URL that is not a string (the JSON kind).
+    #[error("is {0}, expected s3://bucket/prefix")]
+    NotAnS3Url(&'static str),
+    #[error("{0:?} does not start with s3://")]
+    NoS3Scheme(String),
+    #[error("{0:?} is not a valid S3 bucket name")]
+    BadBucket(String),
+    /// `TRAINPROF_DISABLE` (or its flag) with a value that is neither yes nor no.
+    #[error("unrecognised value {0:?} (use 1 or 0)")]
+    BadFlag(String),
+    #[error("{0} is not a positive number of bytes")]
+    NotPositiveBytes(Value),
+    #[error("{0} is not a positive number of seconds")]
+    NotPositiveSeconds(Value),
+    #[error("{0} is not a positive count")]
+    NotPositiveCount(Value),
+}
+
+/// Converts one override's value with the same rules as the file's key.
+fn convert_override(key: OverrideKey, value: &str) -> Result<Overridden, ValueError> {
     let v = Value::String(value.to_owned());
     match key {
         OverrideKey::LocalPath => local_path(&v).map(Overridden::LocalPath),
         OverrideKey::IntervalMs => interval_ms(&v).map(Overridden::IntervalMs),
         OverrideKey::S3OutputPath => s3_url(&v).map(Overridden::S3OutputPath),
-        OverrideKey::Disable => env_flag(value)
-            .map(Overridden::Disable)
-            .ok_or_else(|| format!("unrecognised value {value:?} (use 1 or 0)")),
+        OverrideKey::Disable => {
+            env_flag(value).map(Overridden::Disable).ok_or_else(|| ValueError::BadFlag(value.to_owned()))
+        }
     }
 }
 
@@ -103,7 +135,7 @@ pub(crate) fn override_problems(sources: &Sources) -> Vec<Problem> {
         .overrides
         .iter()
         .filter_map(|o| convert_override(o.key, &o.value).err().map(|e| (o, e)))
-        .map(|(o, message)| Problem { key: o.origin.clone(), message })
+        .map(|(o, e)| Problem { key: o.origin.clone(), message: e.to_string() })
         .collect()
 }
 
@@ -157,7 +189,7 @@ impl<'a> Keys<'a> {
         key: &str,
         current: &mut T,
         p: &mut Problems,
-        conv: impl Fn(&Value) -> Result<T, String>,
+        conv: impl Fn(&Value) -> Result<T, ValueError>,
     ) {
         if let Some(v) = self.get(key) {
             match conv(v) {
@@ -237,16 +269,16 @@ fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) 
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // range checked
             Ok(f as u64)
         } else {
-            Err(format!("{v} is not a positive number of bytes"))
+            Err(ValueError::NotPositiveBytes(v.clone()))
         }
     });
     keys.scalar("RotateFileCloseIntervalInSeconds", &mut cfg.rotate_close_interval_s, p, |v| {
         let f = py_float(v)?;
-        if f > 0.0 { Ok(f) } else { Err(format!("{v} is not a positive number of seconds")) }
+        if f > 0.0 { Ok(f) } else { Err(ValueError::NotPositiveSeconds(v.clone())) }
     });
     keys.scalar("FileOpenFailThreshold", &mut cfg.file_open_fail_threshold, p, |v| {
         let i = py_int(v)?;
-        u32::try_from(i).ok().filter(|&n| n >= 1).ok_or_else(|| format!("{v} is not a positive count"))
+        u32::try_from(i).ok().filter(|&n| n >= 1).ok_or_else(|| ValueError::NotPositiveCount(v.clone()))
     });
     if keys.get("ProfilerEnabled").is_some() {
         p.push(
@@ -324,7 +356,7 @@ fn range_of(keys: &Keys<'_>, which: Which, p: &mut Problems) -> Result<Range, ()
     }
     // Every bad key is reported (not only the first), then the feature is off.
     let mut bad = false;
-    let mut off = |p: &mut Problems, key: &str, why: String| {
+    let mut off = |p: &mut Problems, key: &str, why: NumberError| {
         p.push(keys.path(key), format!("{why}; this feature is off"));
         bad = true;
     };
@@ -511,28 +543,29 @@ fn nearest_key<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
         .map(|(_, k)| k)
 }
 
-// ---- scalar converters: Ok(value) or a short reason -------------------------------
+// ---- scalar converters: Ok(value) or why not ------------------------------------
 
-fn local_path(v: &Value) -> Result<String, String> {
+fn local_path(v: &Value) -> Result<String, ValueError> {
     match v {
-        Value::String(s) if s.trim().is_empty() => Err("is empty".into()),
-        Value::String(s) if s.contains('\0') => Err("contains a NUL character".into()),
+        Value::String(s) if s.trim().is_empty() => Err(ValueError::Empty),
+        Value::String(s) if s.contains('\0') => Err(ValueError::NulCharacter),
         Value::String(s) => Ok(s.clone()),
-        other => Err(format!("is {}, expected a path", kind(other))),
+        other => Err(ValueError::NotAPath(kind(other))),
     }
 }
 
-fn interval_ms(v: &Value) -> Result<u32, String> {
+fn interval_ms(v: &Value) -> Result<u32, ValueError> {
     let ms = py_int(v)?;
-    u32::try_from(ms).ok().filter(|ms| INTERVAL_MS_RANGE.contains(ms)).ok_or_else(|| {
-        format!("{v} is outside {}..={} ms", INTERVAL_MS_RANGE.start(), INTERVAL_MS_RANGE.end())
-    })
+    u32::try_from(ms)
+        .ok()
+        .filter(|ms| INTERVAL_MS_RANGE.contains(ms))
+        .ok_or_else(|| ValueError::IntervalOutOfRange(v.clone()))
 }
 
 /// `s3://bucket[/prefix]`, returned without a trailing slash; empty means no upload.
-fn s3_url(v: &Value) -> Result<Option<String>, String> {
+fn s3_url(v: &Value) -> Result<Option<String>, ValueError> {
     let Value::String(s) = v else {
-        return Err(format!("is {}, expected s3://bucket/prefix", kind(v)));
+        return Err(ValueError::NotAnS3Url(kind(v)));
     };
     let s = s.trim();
     if s.is_empty() {
@@ -542,12 +575,12 @@ fn s3_url(v: &Value) -> Result<Option<String>, String> {
         .get(..5)
         .filter(|scheme| scheme.eq_ignore_ascii_case("s3://"))
         .map(|_| &s[5..])
-        .ok_or_else(|| format!("{s:?} does not start with s3://"))?;
+        .ok_or_else(|| ValueError::NoS3Scheme(s.to_owned()))?;
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     let bucket_ok = (3..=63).contains(&bucket.len())
         && bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
     if !bucket_ok {
-        return Err(format!("{bucket:?} is not a valid S3 bucket name"));
+        return Err(ValueError::BadBucket(bucket.to_owned()));
     }
     let prefix = prefix.trim_end_matches('/');
     Ok(Some(if prefix.is_empty() { format!("s3://{bucket}") } else { format!("s3://{bucket}/{prefix}") }))
@@ -585,6 +618,31 @@ mod tests {
         assert!(s3_url(&json!("s3://")).is_err());
         assert!(s3_url(&json!("s3://My_Bucket/x")).is_err());
         assert!(s3_url(&json!(5)).is_err());
+    }
+
+    /// The reasons' texts, as they appear in problem lines (the CLI tests compare them).
+    #[test]
+    fn reasons_read_as_before() {
+        let text = |r: Result<Overridden, ValueError>| r.err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            text(convert_override(OverrideKey::Disable, "maybe")),
+            r#"unrecognised value "maybe" (use 1 or 0)"#
+        );
+        assert_eq!(text(convert_override(OverrideKey::IntervalMs, "5")), r#""5" is outside 100..=60000 ms"#);
+        assert_eq!(text(convert_override(OverrideKey::IntervalMs, "x")), r#""x" is not an integer"#);
+        assert_eq!(text(convert_override(OverrideKey::LocalPath, " ")), "is empty");
+        assert_eq!(text(convert_override(OverrideKey::LocalPath, "a\0b")), "contains a NUL character");
+        assert_eq!(
+            text(convert_override(OverrideKey::S3OutputPath, "http://b")),
+            r#""http://b" does not start with s3://"#
+        );
+        assert_eq!(
+            text(convert_override(OverrideKey::S3OutputPath, "s3://B")),
+            r#""B" is not a valid S3 bucket name"#
+        );
+        assert_eq!(local_path(&json!(1)).unwrap_err().to_string(), "is a number, expected a path");
+        assert_eq!(s3_url(&json!([])).unwrap_err().to_string(), "is a list, expected s3://bucket/prefix");
+        assert_eq!(interval_ms(&json!(50)).unwrap_err().to_string(), "50 is outside 100..=60000 ms");
     }
 
     #[test]

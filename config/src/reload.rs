@@ -14,7 +14,7 @@
 //! half-written file sees invalid JSON and switches profiling off until the next read.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -96,13 +96,45 @@ impl Loader {
 }
 
 /// A file's bytes, `Ok(None)` when there is none, or why it could not be read.
-type Raw = Result<Option<Vec<u8>>, String>;
+type Raw = Result<Option<Vec<u8>>, ReadError>;
+
+/// Why a platform file that is there could not be read ([`read_platform_file`](crate::read_platform_file)).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot open {}: {source}", path.display())]
+    Open { path: PathBuf, source: std::io::Error },
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    /// A directory, a FIFO, a socket, a device, …; `what` names it ("a directory").
+    #[error("{} is not a regular file ({what})", path.display())]
+    NotRegular { path: PathBuf, what: &'static str },
+    #[error("{} is larger than {MAX_FILE_BYTES} bytes", path.display())]
+    TooLarge { path: PathBuf },
+}
+
+/// The same failure: a file that stays unreadable for the same reason is reported once
+/// ([`Loader::reload`] compares with the last read). I/O errors are the same when they
+/// read the same.
+impl PartialEq for ReadError {
+    fn eq(&self, other: &ReadError) -> bool {
+        use ReadError::{NotRegular, Open, Read, TooLarge};
+        let same_io =
+            |a: &std::io::Error, b: &std::io::Error| a.kind() == b.kind() && a.to_string() == b.to_string();
+        match (self, other) {
+            (Open { path: p, source: a }, Open { path: q, source: b })
+            | (Read { path: p, source: a }, Read { path: q, source: b }) => p == q && same_io(a, b),
+            (NotRegular { path: p, what: a }, NotRegular { path: q, what: b }) => p == q && a == b,
+            (TooLarge { path: p }, TooLarge { path: q }) => p == q,
+            _ => false,
+        }
+    }
+}
 
 fn build(sources: &Sources, raw: &Raw) -> Loaded {
     let (file, doc) = match raw {
         Ok(Some(bytes)) => parse_document(bytes),
         Ok(None) => (FileStatus::Missing, None),
-        Err(why) => (FileStatus::Unusable(why.clone()), None),
+        Err(why) => (FileStatus::Unusable(why.to_string()), None),
     };
     let config = parse::build(&file, doc.as_ref(), sources);
     Loaded { path: sources.config_path().to_owned(), file, config }
@@ -122,7 +154,7 @@ pub fn read_bytes(path: &Path) -> Raw {
         Ok(m) if !m.is_file() => return Err(not_regular(path, &m)),
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
+        Err(source) => return Err(ReadError::Open { path: path.to_owned(), source }),
     }
     let opened = std::fs::OpenOptions::new()
         .read(true)
@@ -131,24 +163,22 @@ pub fn read_bytes(path: &Path) -> Raw {
     let file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
+        Err(source) => return Err(ReadError::Open { path: path.to_owned(), source }),
     };
     match file.metadata() {
         Ok(m) if m.is_file() => {}
         Ok(m) => return Err(not_regular(path, &m)),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        Err(source) => return Err(ReadError::Read { path: path.to_owned(), source }),
     }
     let mut bytes = Vec::new();
     match file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes) {
-        Ok(n) if n as u64 > MAX_FILE_BYTES => {
-            Err(format!("{} is larger than {MAX_FILE_BYTES} bytes", path.display()))
-        }
+        Ok(n) if n as u64 > MAX_FILE_BYTES => Err(ReadError::TooLarge { path: path.to_owned() }),
         Ok(_) => Ok(Some(bytes)),
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        Err(source) => Err(ReadError::Read { path: path.to_owned(), source }),
     }
 }
 
-fn not_regular(path: &Path, m: &std::fs::Metadata) -> String {
+fn not_regular(path: &Path, m: &std::fs::Metadata) -> ReadError {
     use std::os::unix::fs::FileTypeExt as _;
     let t = m.file_type();
     let what = if t.is_dir() {
@@ -162,7 +192,7 @@ fn not_regular(path: &Path, m: &std::fs::Metadata) -> String {
     } else {
         "not a file"
     };
-    format!("{} is not a regular file ({what})", path.display())
+    ReadError::NotRegular { path: path.to_owned(), what }
 }
 
 /// Reads the file once and builds the config.
@@ -178,5 +208,26 @@ pub(crate) fn parse_document(bytes: &[u8]) -> (FileStatus, Option<Value>) {
             (FileStatus::Unusable(format!("the file holds {}, not a JSON object", kind(&other))), None)
         }
         Err(e) => (FileStatus::Unusable(format!("the file is not valid JSON ({e})")), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_errors_read_as_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = read_bytes(dir.path()).unwrap_err();
+        assert_eq!(e.to_string(), format!("{} is not a regular file (a directory)", dir.path().display()));
+        assert_eq!(read_bytes(dir.path()).unwrap_err(), e, "the same failure twice is unchanged");
+
+        let big = dir.path().join("big.json");
+        std::fs::write(&big, vec![b' '; (MAX_FILE_BYTES + 1) as usize]).unwrap();
+        let e = read_bytes(&big).unwrap_err();
+        assert_eq!(e.to_string(), format!("{} is larger than 1048576 bytes", big.display()));
+        assert_ne!(e, ReadError::TooLarge { path: dir.path().to_owned() });
+
+        assert_eq!(read_bytes(&dir.path().join("absent")).unwrap(), None);
     }
 }

@@ -36,9 +36,8 @@ mod tests {
 
     #[test]
     fn rank_and_current_host() {
-        let dir = std::env::temp_dir().join(format!("trainprof-node-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let rc = dir.join("resourceconfig.json");
+        let dir = tempfile::tempdir().unwrap();
+        let rc = dir.path().join("resourceconfig.json");
         std::fs::write(&rc, br#"{"current_host": "algo_1", "hosts": ["algo_1", "algo_2"]}"#).unwrap();
         let rc = rc.to_str().unwrap();
         assert_eq!(node_id(env(&[("RANK", "3"), ("TRAINPROF_RESOURCE_CONFIG", rc)]), 99), "3-algo-1");
@@ -53,7 +52,6 @@ mod tests {
         );
         assert_eq!(node_id(env(&[("TRAINPROF_RESOURCE_CONFIG", rc)]), 99), "99-algo-1");
         assert_eq!(current_host(Path::new(rc)).as_deref(), Some("algo_1"));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

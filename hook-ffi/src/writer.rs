@@ -645,15 +645,17 @@ mod tests {
         entries.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "tmp")).collect()
     }
 
-    fn tempdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("trainprof-writer-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        d
+    /// A fresh temp folder (the first value; removed when it is dropped, also when the test
+    /// fails) and, in it, the not yet existing `root` path a test's writer makes.
+    fn tempdir(tag: &str) -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::Builder::new().prefix(&format!("trainprof-writer-{tag}-")).tempdir().unwrap();
+        let root = t.path().join("root");
+        (t, root)
     }
 
     #[test]
     fn one_file_matches_the_spec_layout() {
-        let root = tempdir("layout");
+        let (_root_dir, root) = tempdir("layout");
         let mut w = TimelineWriter::new(settings(&root, 1 << 20, 60), BASE);
         w.write(&ev(1, 2, BASE + 3358, BASE + 13358, 0), &names(), BASE + 20_000);
         w.write(&ev(0, 0, BASE + 1000, BASE + 42358, 0), &names(), BASE + 43_000);
@@ -682,12 +684,11 @@ mod tests {
             w.counts(),
             Counts { written: 2, dropped: 0, files_sealed: 1, open_failures: 0, write_errors: 0 }
         );
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn size_rotation_gives_strictly_increasing_names_and_loses_nothing() {
-        let root = tempdir("size");
+        let (_root_dir, root) = tempdir("size");
         let mut w = TimelineWriter::new(settings(&root, 400, 3600), BASE);
         // Every event ends at the same time: smdebug would give several files one name.
         for i in 0..40 {
@@ -712,12 +713,11 @@ mod tests {
         }
         assert_eq!(steps, (0..40).collect::<Vec<_>>());
         assert_eq!(w.counts().written, 40);
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn the_interval_closes_an_idle_file() {
-        let root = tempdir("idle");
+        let (_root_dir, root) = tempdir("idle");
         let mut w = TimelineWriter::new(settings(&root, 1 << 20, 10), BASE);
         w.write(&ev(1, 2, BASE, BASE + 5, 0), &names(), BASE + 10);
         w.rotate_if_due(BASE + 9_000_000);
@@ -729,12 +729,11 @@ mod tests {
         w.rotate_if_due(BASE + 30_000_000);
         w.close(BASE + 1_000_000_000);
         assert_eq!(sealed(&root).len(), 1);
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn open_failures_turn_the_writer_off_after_the_threshold() {
-        let root = tempdir("openfail");
+        let (_root_dir, root) = tempdir("openfail");
         fs::create_dir_all(&root).unwrap();
         // `framework` is a file, so no directory can be made under it.
         fs::write(root.join("framework"), b"").unwrap();
@@ -747,12 +746,11 @@ mod tests {
             w.counts(),
             Counts { written: 0, dropped: 4, files_sealed: 0, open_failures: 2, write_errors: 0 }
         );
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_file_already_under_the_name_is_never_replaced() {
-        let root = tempdir("taken");
+        let (_root_dir, root) = tempdir("taken");
         // Placed by the agent's repair under the very name this file would take.
         let taken =
             root.join(format!("framework/pevents/2026112203/{}_0-algo-1_pythontimeline.json", BASE + 42358));
@@ -768,12 +766,11 @@ mod tests {
             "{names:?}"
         );
         assert_eq!(w.counts().files_sealed, 1);
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_leftover_or_planted_temporary_name_is_never_touched() {
-        let root = tempdir("stale");
+        let (_root_dir, root) = tempdir("stale");
         fs::create_dir_all(root.join("framework")).unwrap();
         // A dead writer's leftover under the name earlier versions used, the name this
         // writer would take first (a leftover of a writer with the same pid), and a link
@@ -805,13 +802,12 @@ mod tests {
         assert!(w.tmp_path().unwrap().ends_with("framework/0-algo-1_pythontimeline.json.42-3.tmp"));
         w.close(BASE + 1_000_000_000);
         assert_eq!(sealed(&root).len(), 2);
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_linked_framework_folder_is_refused() {
-        let root = tempdir("linked");
-        let elsewhere = tempdir("linked-target");
+        let (_root_dir, root) = tempdir("linked");
+        let (_elsewhere_dir, elsewhere) = tempdir("linked-target");
         fs::create_dir_all(&root).unwrap();
         fs::create_dir_all(&elsewhere).unwrap();
         std::os::unix::fs::symlink(&elsewhere, root.join("framework")).unwrap();
@@ -821,13 +817,11 @@ mod tests {
         assert_eq!(w.counts().open_failures, 2);
         assert!(!w.is_healthy());
         assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
-        fs::remove_dir_all(&root).unwrap();
-        fs::remove_dir_all(&elsewhere).unwrap();
     }
 
     #[test]
     fn a_failed_seal_keeps_the_file_for_repair_and_counts_its_events() {
-        let root = tempdir("renamefail");
+        let (_root_dir, root) = tempdir("renamefail");
         fs::create_dir_all(root.join("framework")).unwrap();
         // `pevents` is a file, so no hour folder can be made under it.
         fs::write(root.join("framework/pevents"), b"").unwrap();
@@ -848,7 +842,6 @@ mod tests {
         let kept: serde_json::Value =
             serde_json::from_slice(&fs::read(root.join("framework").join(&kept[0])).unwrap()).unwrap();
         assert_eq!(kept.as_array().unwrap().len(), 6);
-        fs::remove_dir_all(&root).unwrap();
     }
 
     /// A file system that fills up on demand: [`FileIo`] over the real one, with the
@@ -935,7 +928,7 @@ mod tests {
 
     #[test]
     fn a_full_disk_loses_only_what_comes_while_it_is_full() {
-        let root = tempdir("enospc");
+        let (_root_dir, root) = tempdir("enospc");
         let fault = Fault::default();
         let mut w = TimelineWriter::with_io(settings(&root, 1 << 20, 3600), BASE, Box::new(fault.clone()));
         let mut now = BASE + 10 * MS;
@@ -999,12 +992,11 @@ mod tests {
         let c = w.counts();
         assert_eq!((c.written, c.dropped, c.files_sealed, c.open_failures), (30, dropped, 1, 0));
         assert_eq!(c.write_errors, retries.len() as u64 + 1);
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn opens_failing_on_a_full_disk_back_off_and_say_so_once() {
-        let root = tempdir("enospc-open");
+        let (_root_dir, root) = tempdir("enospc-open");
         let fault = Fault::default();
         let mut w = TimelineWriter::with_io(settings(&root, 1 << 20, 3600), BASE, Box::new(fault.clone()));
         fault.set(|s| (s.full, s.full_blocks_open) = (true, true));
@@ -1028,12 +1020,11 @@ mod tests {
         assert!(!w.is_waiting_for_disk());
         assert!(w.counts().written > 0);
         w.close(now);
-        let _ = fs::remove_dir_all(&root);
     }
 
     #[test]
     fn a_seal_on_a_full_disk_keeps_the_file_and_seals_it_later() {
-        let root = tempdir("enospc-seal");
+        let (_root_dir, root) = tempdir("enospc-seal");
         let fault = Fault::default();
         // Small files: the size rotation seals while the disk is full.
         let mut w = TimelineWriter::with_io(settings(&root, 2000, 3600), BASE, Box::new(fault.clone()));
@@ -1076,12 +1067,11 @@ mod tests {
         assert_eq!(steps_in(&files[1].1), (first_file..accepted).collect::<Vec<_>>());
         assert_eq!(w.counts().dropped, 1);
         assert_eq!(w.counts().written, accepted as u64);
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn closing_on_a_full_disk_leaves_the_complete_records_for_repair() {
-        let root = tempdir("enospc-close");
+        let (_root_dir, root) = tempdir("enospc-close");
         let fault = Fault::default();
         let mut w = TimelineWriter::with_io(settings(&root, 1 << 20, 3600), BASE, Box::new(fault.clone()));
         for i in 0..5 {
@@ -1097,12 +1087,11 @@ mod tests {
         assert_eq!(steps_in(&tmp_as_json(&root)), (0..5).collect::<Vec<_>>());
         let c = w.counts();
         assert_eq!((c.written, c.dropped, c.files_sealed), (5, 3, 0));
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_full_disk_never_counts_toward_file_open_fail_threshold_a_refused_open_does() {
-        let root = tempdir("enospc-open");
+        let (_root_dir, root) = tempdir("enospc-open");
         let fault = Fault::default();
         let mut w = TimelineWriter::with_io(settings(&root, 1 << 20, 3600), BASE, Box::new(fault.clone()));
         fault.set(|s| (s.full, s.full_blocks_open) = (true, true));
@@ -1128,6 +1117,5 @@ mod tests {
         }
         assert!(!w.is_healthy());
         assert_eq!(w.counts().open_failures, 2);
-        fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -67,30 +67,23 @@ fn lib_dir() -> PathBuf {
     );
 }
 
-/// A fresh directory under the system's temporary directory, removed when dropped (kept
-/// when `TRAINPROF_KEEP_TEST_DIRS` is set, for a look after a failure).
-struct TempDir(PathBuf);
+/// A fresh directory under the system's temporary directory (tempfile), removed when dropped,
+/// also when a test fails (kept when `TRAINPROF_KEEP_TEST_DIRS` is set, for a look after a
+/// failure).
+struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-        let dir = std::env::temp_dir().join(format!("trainprof-abi-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let mut dir = tempfile::Builder::new().prefix(&format!("trainprof-abi-{tag}-")).tempdir().unwrap();
+        if std::env::var_os("TRAINPROF_KEEP_TEST_DIRS").is_some() {
+            dir.disable_cleanup(true);
+            eprintln!("keeping {}", dir.path().display());
+        }
         TempDir(dir)
     }
 
     fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if std::env::var_os("TRAINPROF_KEEP_TEST_DIRS").is_some() {
-            eprintln!("kept {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
+        self.0.path()
     }
 }
 

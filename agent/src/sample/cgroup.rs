@@ -698,17 +698,20 @@ impl CgroupMemory {
 mod tests {
     use super::*;
 
-    /// A fake root (`proc/`, `sys/fs/cgroup/`) in a fresh temp dir, removed when dropped.
+    /// A fake root (`proc/`, `sys/fs/cgroup/`) in a fresh temp dir, removed when dropped
+    /// (also when the test fails).
     struct Tree {
+        _dir: tempfile::TempDir,
         root: PathBuf,
     }
 
     impl Tree {
         fn new(name: &str) -> Tree {
-            let root = std::env::temp_dir().join(format!("trainprof-cgroup-{}-{name}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&root);
+            let dir =
+                tempfile::Builder::new().prefix(&format!("trainprof-cgroup-{name}-")).tempdir().unwrap();
+            let root = dir.path().to_path_buf();
             std::fs::create_dir_all(root.join("sys/fs/cgroup")).unwrap();
-            Tree { root }
+            Tree { _dir: dir, root }
         }
 
         fn roots(&self) -> Roots {
@@ -724,12 +727,6 @@ mod tests {
 
         fn path(&self, rel: &str) -> PathBuf {
             self.root.join(rel)
-        }
-    }
-
-    impl Drop for Tree {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.root);
         }
     }
 

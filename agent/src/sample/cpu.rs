@@ -180,7 +180,8 @@ intr 12345 1 2 3\n";
 
     #[test]
     fn samples_per_core_and_total() {
-        let dir = std::env::temp_dir().join(format!("trainprof-cpu-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("stat"), STAT_A).unwrap();
         let mut s = CpuSampler::probe(&dir).unwrap();
@@ -206,6 +207,5 @@ intr 12345 1 2 3\n";
         s.sample(Duration::from_secs(2), &mut m).unwrap();
         assert_eq!(m.get("cpu", "cpu0", "CPUUtilization"), Some(100.0));
         assert_eq!(m.get("cpu", "cpu1", "CPUUtilization"), None);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -151,7 +151,8 @@ mod tests {
 
     #[test]
     fn whole_physical_disks_only_with_rates() {
-        let root = std::env::temp_dir().join(format!("trainprof-disk-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         let sys = root.join("sys");
         for d in ["sys/block", "sys/devices/virtual/block/loop0", "sys/devices/pci0/virtio1/block/vda"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
@@ -180,6 +181,5 @@ mod tests {
         // No physical disk: no sampler.
         std::fs::remove_file(sys.join("block/vda")).unwrap();
         assert!(DiskSampler::probe(&sys, Duration::ZERO).unwrap().is_none());
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -653,9 +653,9 @@ mod tests {
     /// not a skip.
     fn probe_fake(variant: &str, defines: &[&str]) -> Option<GpuSampler<NvmlSource>> {
         let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/fake_nvml.c");
-        let dir = std::env::temp_dir().join(format!("trainprof-fake-nvml-{}-{variant}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let lib = dir.join("libnvidia-ml.so.1");
+        let tmp =
+            tempfile::Builder::new().prefix(&format!("trainprof-fake-nvml-{variant}-")).tempdir().unwrap();
+        let lib = tmp.path().join("libnvidia-ml.so.1");
         let out = Command::new("cc")
             .args(["-shared", "-fPIC", "-Wall", "-Werror", "-o"])
             .arg(&lib)
@@ -664,9 +664,7 @@ mod tests {
             .output()
             .unwrap_or_else(|e| panic!("cannot run cc (a C compiler is needed for this test): {e}"));
         assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
-        let sampler = probe(Some(lib.as_os_str())).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
-        sampler
+        probe(Some(lib.as_os_str())).unwrap()
     }
 
     #[test]
@@ -722,7 +720,8 @@ mod tests {
 
     #[test]
     fn no_library_no_driver_or_no_gpu_is_no_sampler() {
-        let absent = std::env::temp_dir().join("trainprof-no-such-dir/libnvidia-ml.so.1");
+        let tmp = tempfile::tempdir().unwrap();
+        let absent = tmp.path().join("no-such-dir/libnvidia-ml.so.1");
         assert!(probe(Some(absent.as_os_str())).unwrap().is_none());
         assert!(probe_fake("no-driver", &["-DFAKE_NVML_INIT_RESULT=9"]).is_none());
         assert!(probe_fake("no-gpus", &["-DFAKE_NVML_DEVICES=0"]).is_none());

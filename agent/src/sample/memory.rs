@@ -97,7 +97,8 @@ mod tests {
 
     #[test]
     fn host_or_cgroup_basis() {
-        let root = std::env::temp_dir().join(format!("trainprof-mem-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         let roots = Roots::under(&root);
         std::fs::create_dir_all(roots.proc.join("self")).unwrap();
         std::fs::write(roots.proc.join("meminfo"), MEMINFO).unwrap();
@@ -129,6 +130,5 @@ mod tests {
         m.clear();
         s.sample(Duration::ZERO, &mut m).unwrap();
         assert_eq!(m.get("ram", "MemoryLimitBytes", "cgroup"), Some(1_024_000.0));
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

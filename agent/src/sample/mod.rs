@@ -487,7 +487,8 @@ mod tests {
 
     #[test]
     fn a_proc_file_is_reread_from_the_start() {
-        let dir = std::env::temp_dir().join(format!("trainprof-procfile-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("stat");
         std::fs::write(&path, "a".repeat(10_000)).unwrap();
@@ -496,6 +497,5 @@ mod tests {
         std::fs::write(&path, "short\n").unwrap();
         assert_eq!(f.read().unwrap(), b"short\n");
         assert!(matches!(ProcFile::open(dir.join("absent")), Err(SampleError::Io { .. })));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -138,7 +138,8 @@ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packet
 
     #[test]
     fn rates_per_interface_without_jumps() {
-        let dir = std::env::temp_dir().join(format!("trainprof-net-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         std::fs::create_dir_all(dir.join("net")).unwrap();
         let write = |lines: &[&str]| std::fs::write(dir.join("net/dev"), text(lines)).unwrap();
         write(&["lo: 5 0 0 0 0 0 0 0 5 0 0 0 0 0 0 0", "eth0: 1000 0 0 0 0 0 0 0 500 0 0 0 0 0 0 0"]);
@@ -159,6 +160,5 @@ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packet
         assert_eq!(m.get("network", "ReceiveBytesPerSecond", "Algorithm"), Some(1000.0));
         assert_eq!(m.get("network", "TransmitBytesPerSecond", "Algorithm"), Some(0.0));
         assert_eq!(s.prev.len(), 1);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

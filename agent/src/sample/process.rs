@@ -430,7 +430,8 @@ mod tests {
 
     #[test]
     fn follows_the_tree_and_forgets_the_dead() {
-        let proc = std::env::temp_dir().join(format!("trainprof-tree-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let proc = tmp.path().to_path_buf();
         let put = |pid: u32, ppid: u32, ticks: u64, rss: i64| {
             std::fs::create_dir_all(proc.join(pid.to_string())).unwrap();
             std::fs::write(proc.join(format!("{pid}/stat")), stat(pid, "python", ppid, ticks, 0, rss))
@@ -460,13 +461,12 @@ mod tests {
         assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(1.0));
         // 102's parent is gone: it is no longer under 100 (re-parented in real life).
         assert_eq!(m.get("trainer", "CPUPercent", "ProcessTree"), Some(0.0));
-        std::fs::remove_dir_all(&proc).unwrap();
     }
 
     #[test]
     fn a_large_tree_keeps_a_bounded_number_of_files_open() {
-        let proc = std::env::temp_dir().join(format!("trainprof-bigtree-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&proc);
+        let tmp = tempfile::tempdir().unwrap();
+        let proc = tmp.path().to_path_buf();
         let put = |pid: u32, ppid: u32, ticks: u64, start: u64| {
             std::fs::create_dir_all(proc.join(pid.to_string())).unwrap();
             let text = stat(pid, "python", ppid, ticks, 0, 1).replace(" 541020 ", &format!(" {start} "));
@@ -508,7 +508,6 @@ mod tests {
         // (The reused pid is found again by the rescan, as the new process it is.)
         assert_eq!(s.processes(), n as usize + 1 - 50);
         assert_eq!(s.open_files(), MAX_OPEN);
-        std::fs::remove_dir_all(&proc).unwrap();
     }
 
     #[test]

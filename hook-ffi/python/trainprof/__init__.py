@@ -414,7 +414,7 @@ class Profiler:
         m = MODES.get(mode)
         if m is None:
             return None
-        r = self._windows.step_next(fn, m, _c_int64(detailed_step))
+        r = self._windows.step_next(fn, m, detailed_step)
         if r is None:
             return None
         status, n, detailed = r

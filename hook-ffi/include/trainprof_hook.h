@@ -450,6 +450,38 @@ TrainprofStatus trainprof_window_active(int32_t feature,
 TrainprofStatus trainprof_python_boundary(int32_t boundary, struct TrainprofPythonWindow *out);
 
 /*
+ A step's start in one call, for a trainer that makes these calls at every step (the
+ PyTorch adapter): exactly, in this order and each on its own clock reading,
+
+ 1. `trainprof_step_end()` when a step is in progress (none is not an error here);
+ 2. `trainprof_step_begin(mode, -1, out_step)`: the next step of `mode`;
+ 3. `trainprof_python_boundary(TRAINPROF_BOUNDARY_STEP_START, out_window)`;
+ 4. `trainprof_window_active(TRAINPROF_FEATURE_DETAILED, detailed_step, NULL,
+    out_detailed)`: `detailed_step` < 0 asks about the current step (the one just begun,
+    counted as that function counts it).
+
+ The status is the Python boundary's (`OK`, or `BUFFER_TOO_SMALL` as
+ `trainprof_python_boundary` returns it); the step end's own status (`NO_STEP`,
+ `DROPPED`) is not reported. All three pointers are required: with one NULL the call
+ does nothing and writes nothing (`NULL_ARGUMENT`). When the hook is not running
+ (`NOT_INITIALIZED`, `SHUT_DOWN`, `DISABLED`) or `mode` is unknown (`INVALID_ARGUMENT`),
+ nothing is done and the "nothing" values are written: `*out_step` = -1, `*out_window`
+ = nothing ended or started, `*out_detailed` = 0 (as in a fork()ed child,
+ `FORKED_CHILD`); the caller may then make the separate calls instead
+ (`trainprof_python_boundary` also works after `trainprof_shutdown`). After a caught
+ panic (`INTERNAL`) the out-values are left as the caller made them.
+
+ # Safety
+ `out_step`, `out_window` and `out_detailed` are each NULL or valid for a write of
+ their type.
+ */
+TrainprofStatus trainprof_step_next(int32_t mode,
+                                    int64_t detailed_step,
+                                    int64_t *out_step,
+                                    struct TrainprofPythonWindow *out_window,
+                                    int32_t *out_detailed);
+
+/*
  Writes the node id (`<rank>-<host>`) NUL-terminated into `buf` of `cap` bytes.
 
  # Safety

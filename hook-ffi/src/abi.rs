@@ -68,33 +68,73 @@ fn export(f: impl FnOnce() -> Result<TrainprofStatus, TrainprofStatus>) -> Train
     edge(TrainprofStatus::Internal, TrainprofStatus::ForkedChild, || f().unwrap_or_else(|e| e))
 }
 
-/// Runs an export that fills `*out`: `NULL_ARGUMENT` when `out` is NULL (after the fork
-/// check); otherwise `*out` always ends up written, with `nothing` in a fork()ed child,
-/// with what `f` made of `nothing` else (also when `f` fails part-way: what it filled in
+/// The out-pointers of an export: one `*mut T`, or a tuple of them that an export fills
+/// together ([`trainprof_step_next`]).
+trait OutPtrs: Copy {
+    /// What is written through them.
+    type Value: Copy;
+    /// Is any of them NULL?
+    fn any_null(self) -> bool;
+    /// Writes `v` through every pointer that is not NULL.
+    ///
+    /// # Safety
+    /// Each pointer is NULL or valid for a write of its type.
+    unsafe fn write(self, v: Self::Value);
+}
+
+impl<T: Copy> OutPtrs for *mut T {
+    type Value = T;
+    fn any_null(self) -> bool {
+        self.is_null()
+    }
+    unsafe fn write(self, v: T) {
+        if let Some(p) = NonNull::new(self) {
+            // SAFETY: not NULL, and the caller promises it is valid for a write.
+            unsafe { p.write(v) };
+        }
+    }
+}
+
+impl<A: Copy, B: Copy, C: Copy> OutPtrs for (*mut A, *mut B, *mut C) {
+    type Value = (A, B, C);
+    fn any_null(self) -> bool {
+        self.0.is_null() || self.1.is_null() || self.2.is_null()
+    }
+    unsafe fn write(self, v: (A, B, C)) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.0.write(v.0);
+            self.1.write(v.1);
+            self.2.write(v.2);
+        }
+    }
+}
+
+/// Runs an export that fills `*out` (one out-pointer, or a tuple of them): `NULL_ARGUMENT`
+/// when any is NULL (after the fork check; nothing written); otherwise every one always
+/// ends up written, with `nothing` in a fork()ed child (each one that is not NULL), with
+/// what `f` made of `nothing` else (also when `f` fails part-way: what it filled in
 /// stays), and the status is `f`'s.
 ///
 /// # Safety
-/// `out` is NULL or valid for a write of a `T`.
-unsafe fn export_out<T: Copy>(
-    out: *mut T,
-    nothing: T,
-    f: impl FnOnce(&mut T) -> Result<TrainprofStatus, TrainprofStatus>,
+/// Each pointer of `out` is NULL or valid for a write of its type.
+unsafe fn export_out<P: OutPtrs>(
+    out: P,
+    nothing: P::Value,
+    f: impl FnOnce(&mut P::Value) -> Result<TrainprofStatus, TrainprofStatus>,
 ) -> TrainprofStatus {
-    let forked = || {
-        if let Some(out) = NonNull::new(out) {
-            // SAFETY: not NULL, and the caller promises it is valid for a write.
-            unsafe { out.write(nothing) };
-        }
-        TrainprofStatus::ForkedChild
-    };
     guard(TrainprofStatus::Internal, || {
         if FORKED.load(Relaxed) {
-            return forked();
+            // SAFETY: the caller promises each pointer is NULL or valid for a write.
+            unsafe { out.write(nothing) };
+            return TrainprofStatus::ForkedChild;
         }
-        let Some(out) = NonNull::new(out) else { return TrainprofStatus::NullArgument };
+        if out.any_null() {
+            return TrainprofStatus::NullArgument;
+        }
         let mut value = nothing;
         let status = f(&mut value).unwrap_or_else(|e| e);
-        // SAFETY: not NULL, and the caller promises it is valid for a write.
+        // SAFETY: none is NULL, and the caller promises each is valid for a write.
         unsafe { out.write(value) };
         status
     })
@@ -461,7 +501,7 @@ pub unsafe extern "C" fn trainprof_window_active(
                 TrainprofFeature::Dataloader => Some(str_arg(metrics_name)?),
                 _ => None,
             };
-            *active = i32::from(hook.is_active(feature, step, name, hook::now_us() as f64 / 1e6));
+            *active = window_active(hook, feature, step, name);
             Ok(TrainprofStatus::Ok)
         })
     }
@@ -485,28 +525,92 @@ pub unsafe extern "C" fn trainprof_python_boundary(
         export_out(out, TrainprofPythonWindow::NOTHING, |w| {
             let hook = hook_any()?;
             let b = TrainprofBoundary::from_i32(boundary).ok_or(TrainprofStatus::InvalidArgument)?;
-            let o = hook.python_boundary(b, hook::now_us_f64);
-            // What starts first: a path too long for the buffer must not hide it.
-            if let Some((profiler, timer)) = o.started {
-                w.started = 1;
-                w.profiler = match profiler {
-                    PythonProfiler::CProfile => TrainprofPythonProfiler::Cprofile,
-                    PythonProfiler::Pyinstrument => TrainprofPythonProfiler::Pyinstrument,
-                } as i32;
-                w.timer = match timer {
-                    None => TrainprofCprofileTimer::None,
-                    Some(CProfileTimer::CpuTime) => TrainprofCprofileTimer::CpuTime,
-                    Some(CProfileTimer::OffCpuTime) => TrainprofCprofileTimer::OffCpuTime,
-                    Some(_) => TrainprofCprofileTimer::TotalTime,
-                } as i32;
-            }
-            if let Some((name, profiler)) = o.ended {
-                let (done, tmp) = hook.python_stats_paths(profiler.as_str(), &name);
-                copy_out(done.to_string_lossy().as_bytes(), &mut w.ended_dir)?;
-                copy_out(tmp.to_string_lossy().as_bytes(), &mut w.ended_tmp_dir)?;
-                w.ended = 1;
-            }
-            Ok(TrainprofStatus::Ok)
+            python_boundary(hook, b, w)
+        })
+    }
+}
+
+/// `trainprof_window_active`'s answer (1 or 0), on the hook's clock at the call.
+fn window_active(hook: &Hook, feature: TrainprofFeature, step: i64, name: Option<&str>) -> i32 {
+    i32::from(hook.is_active(feature, step, name, hook::now_us() as f64 / 1e6))
+}
+
+/// `trainprof_python_boundary`'s work: applies boundary `b` and fills `w` (made
+/// [`TrainprofPythonWindow::NOTHING`] by the caller).
+fn python_boundary(
+    hook: &Hook,
+    b: TrainprofBoundary,
+    w: &mut TrainprofPythonWindow,
+) -> Result<TrainprofStatus, TrainprofStatus> {
+    let o = hook.python_boundary(b, hook::now_us_f64);
+    // What starts first: a path too long for the buffer must not hide it.
+    if let Some((profiler, timer)) = o.started {
+        w.started = 1;
+        w.profiler = match profiler {
+            PythonProfiler::CProfile => TrainprofPythonProfiler::Cprofile,
+            PythonProfiler::Pyinstrument => TrainprofPythonProfiler::Pyinstrument,
+        } as i32;
+        w.timer = match timer {
+            None => TrainprofCprofileTimer::None,
+            Some(CProfileTimer::CpuTime) => TrainprofCprofileTimer::CpuTime,
+            Some(CProfileTimer::OffCpuTime) => TrainprofCprofileTimer::OffCpuTime,
+            Some(_) => TrainprofCprofileTimer::TotalTime,
+        } as i32;
+    }
+    if let Some((name, profiler)) = o.ended {
+        let (done, tmp) = hook.python_stats_paths(profiler.as_str(), &name);
+        copy_out(done.to_string_lossy().as_bytes(), &mut w.ended_dir)?;
+        copy_out(tmp.to_string_lossy().as_bytes(), &mut w.ended_tmp_dir)?;
+        w.ended = 1;
+    }
+    Ok(TrainprofStatus::Ok)
+}
+
+/// A step's start in one call, for a trainer that makes these calls at every step (the
+/// PyTorch adapter): exactly, in this order and each on its own clock reading,
+///
+/// 1. `trainprof_step_end()` when a step is in progress (none is not an error here);
+/// 2. `trainprof_step_begin(mode, -1, out_step)`: the next step of `mode`;
+/// 3. `trainprof_python_boundary(TRAINPROF_BOUNDARY_STEP_START, out_window)`;
+/// 4. `trainprof_window_active(TRAINPROF_FEATURE_DETAILED, detailed_step, NULL,
+///    out_detailed)`: `detailed_step` < 0 asks about the current step (the one just begun,
+///    counted as that function counts it).
+///
+/// The status is the Python boundary's (`OK`, or `BUFFER_TOO_SMALL` as
+/// `trainprof_python_boundary` returns it); the step end's own status (`NO_STEP`,
+/// `DROPPED`) is not reported. All three pointers are required: with one NULL the call
+/// does nothing and writes nothing (`NULL_ARGUMENT`). When the hook is not running
+/// (`NOT_INITIALIZED`, `SHUT_DOWN`, `DISABLED`) or `mode` is unknown (`INVALID_ARGUMENT`),
+/// nothing is done and the "nothing" values are written: `*out_step` = -1, `*out_window`
+/// = nothing ended or started, `*out_detailed` = 0 (as in a fork()ed child,
+/// `FORKED_CHILD`); the caller may then make the separate calls instead
+/// (`trainprof_python_boundary` also works after `trainprof_shutdown`). After a caught
+/// panic (`INTERNAL`) the out-values are left as the caller made them.
+///
+/// # Safety
+/// `out_step`, `out_window` and `out_detailed` are each NULL or valid for a write of
+/// their type.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn trainprof_step_next(
+    mode: i32,
+    detailed_step: i64,
+    out_step: *mut i64,
+    out_window: *mut TrainprofPythonWindow,
+    out_detailed: *mut i32,
+) -> TrainprofStatus {
+    // SAFETY: the out-pointers are forwarded from the caller.
+    unsafe {
+        export_out((out_step, out_window, out_detailed), (-1, TrainprofPythonWindow::NOTHING, 0), |out| {
+            let hook = running()?;
+            let mode = TrainprofMode::from_i32(mode).ok_or(TrainprofStatus::InvalidArgument)?;
+            let (step, window, detailed) = out;
+            // NO_STEP (none in progress) is what "if one is in progress" means here;
+            // DROPPED / DISABLED are counted by the hook as for trainprof_step_end.
+            let _ = hook.step_end(hook::now_us());
+            *step = hook.step_begin(mode, -1, hook::now_us()) as i64;
+            let status = python_boundary(hook, TrainprofBoundary::StepStart, window).unwrap_or_else(|e| e);
+            *detailed = window_active(hook, TrainprofFeature::Detailed, detailed_step, None);
+            Ok(status)
         })
     }
 }

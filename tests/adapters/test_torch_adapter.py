@@ -218,3 +218,38 @@ def test_detailed_window_opens_at_the_global_step_in_any_mode(run_trainer):
     assert steps_of(events, "Forward") == collections.Counter([0, 1])
     assert all(evals[int(e.event_args["step_num"])].start_time <= e.start_time for e in forward)
     assert set(steps_of(events, "cpu_functions")) == {10, 11}
+
+
+def _untimed_events(events):
+    """Every event without its times, in the order they began: (phase, name, step, args)."""
+    keep = lambda args: tuple(sorted((k, str(v)) for k, v in args.items() if k not in ("pid", "tid")))  # noqa: E731
+    ordered = sorted(events, key=lambda e: (e.start_time, e.event_phase, e.event_name, keep(e.event_args or {})))
+    return [(e.event_phase, e.event_name, keep(e.event_args or {})) for e in ordered]
+
+
+def test_step_next_gives_what_the_separate_calls_give(run_trainer):
+    """trainprof_step_next (one library call per step after the first) against the
+    separate calls (step_end, step_begin, the step-start boundary, the detailed question):
+    the same events, the same detailed answers at each step, the same Python-stats folders,
+    for train and eval steps with a Python window and the detailed window open."""
+    config = {
+        "PythonProfilingConfig": PYTHON_WINDOW,  # global steps 9-11: train-9, eval-10, eval-11
+        "DetailedProfilingConfig": {"StartStep": 8, "NumSteps": 4},  # 8-11: train and eval
+    }
+    runs = {}
+    for separate in (False, True):
+        run = run_trainer(SCRIPT, {"plan": PLAN, "separate_calls": separate}, config=config).check()
+        assert run.warnings() == []
+        runs[separate] = run
+    one, sep = runs[False], runs[True]
+    n = sum(c for _, c in PLAN)
+    assert one.manifest["step_next_calls"] == n - 1  # every step but the first
+    assert sep.manifest["step_next_calls"] == 0
+    assert one.manifest["steps"] == sep.manifest["steps"]
+    assert one.manifest["detailed"] == sep.manifest["detailed"] == [8 <= s <= 11 for s in range(n)]
+    assert python_window_names(one.out, steps_only=False) == python_window_names(sep.out, steps_only=False)
+    assert len(python_window_names(one.out)) == 6
+    a, b = read(one), read(sep)
+    assert _untimed_events(a) == _untimed_events(b)
+    assert steps_of(a, "Forward") == collections.Counter([8, 9, 0, 1])  # train 8, 9; eval 0, 1
+    assert one.manifest["stats"]["written"] == sep.manifest["stats"]["written"] == len(a)

@@ -194,6 +194,7 @@ def test_forked_child_is_inert(run_script):
         "python_boundary": FORKED_CHILD,
         "python_boundary_ended": 0,
         "python_boundary_started": 0,
+        "step_next": [FORKED_CHILD, -1, 0, 0],
         "shutdown": FORKED_CHILD,
         "init": FORKED_CHILD,
     }
@@ -243,6 +244,15 @@ def test_c_abi_statuses_through_ctypes(run_script):
     assert m["after_panic"] == {"step_begin": OK, "step": 0, "record": OK, "step_end": OK, "shutdown": OK}
     assert m["written"] == 2
     assert m["after_shutdown"] == {"record": SHUT_DOWN, "init": SHUT_DOWN, "shutdown": SHUT_DOWN}
+    # trainprof_step_next when it does nothing: the "nothing" out-values (none written for
+    # a NULL pointer), and no step begun (after_panic's first step is step 0).
+    nothing = [-1, 0, 0, 0]
+    assert m["step_next"] == {
+        "before_init": [NOT_INITIALIZED, *nothing],
+        "null": [[NULL_ARGUMENT, 77, 77, 77, 77]] * 3,
+        "invalid_mode": [INVALID_ARGUMENT, *nothing],
+        "after_shutdown": [SHUT_DOWN, *nothing],
+    }
     # The caught panic is one log line, not a Rust panic message with a backtrace hint.
     assert "panicked at" not in run.proc.stderr
     assert run.proc.stderr.count("internal error") == 2, run.proc.stderr

@@ -254,6 +254,7 @@ class Profiler:
                 key=("init", self.init_status),
             )
         self._windows = None
+        self._c_step_next = None
         self._step_end_boundary = True
         if self._live:
             self._c_record = _fast_function(self._lib, "trainprof_record", _c_int32)
@@ -261,6 +262,8 @@ class Profiler:
             self._c_step_end = _fast_function(self._lib, "trainprof_step_end", _c_int32)
             self._c_window_active = _fast_function(self._lib, "trainprof_window_active", _c_int32)
             self._fast = None not in (self._c_record, self._c_step_begin, self._c_step_end, self._c_window_active)
+            # None with a library older than the export: the separate calls are made.
+            self._c_step_next = _fast_function(self._lib, "trainprof_step_next", _c_int32)
             # A PyTorch hook ignores the step-end Python-profiling boundary (the library
             # returns at once, changing nothing): no call needed.
             self._step_end_boundary = framework != "pytorch"
@@ -395,6 +398,30 @@ class Profiler:
         else:
             self._next_step[m] = n + 1
         return n
+
+    def _step_next(self, mode, detailed_step):
+        """For the PyTorch adapter, in one library call (``trainprof_step_next``):
+        ``step_end()`` when a step is in progress, ``step_begin(mode)`` (with its step-start
+        Python-profiling boundary, applied by the Python-profiling state as
+        :meth:`step_begin` applies it) and ``active("detailed", step=detailed_step)``.
+        Returns the detailed answer (True / False), or None when the one call cannot be
+        made (a library without it, not recording, the Python-profiling state closed, ...):
+        the caller then makes the separate calls. ``mode``: a key of :data:`MODES`;
+        ``detailed_step``: an int >= -1."""
+        fn = self._c_step_next
+        if fn is None or not self._fast or _fork._generation != self._gen:
+            return None
+        m = MODES.get(mode)
+        if m is None:
+            return None
+        r = self._windows.step_next(fn, m, detailed_step)
+        if r is None:
+            return None
+        status, n, detailed = r
+        if n < 0:
+            n = self._next_step[m]
+        self._next_step[m] = n + 1
+        return detailed == 1
 
     def forward_end(self):
         """The end of the forward pass (PyTorch): a Python-profiling boundary."""

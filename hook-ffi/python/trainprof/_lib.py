@@ -153,6 +153,16 @@ _PROTOTYPES = {
         [ctypes.c_int32, ctypes.c_int64, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32)],
     ),
     "trainprof_python_boundary": (_Status, [ctypes.c_int32, ctypes.POINTER(TrainprofPythonWindow)]),
+    "trainprof_step_next": (
+        _Status,
+        [
+            ctypes.c_int32,
+            ctypes.c_int64,
+            ctypes.POINTER(ctypes.c_int64),
+            ctypes.POINTER(TrainprofPythonWindow),
+            ctypes.POINTER(ctypes.c_int32),
+        ],
+    ),
     "trainprof_node_id": (_Status, [ctypes.c_char_p, ctypes.c_size_t]),
     "trainprof_local_path": (_Status, [ctypes.c_char_p, ctypes.c_size_t]),
     "trainprof_stats": (_Status, [ctypes.POINTER(TrainprofStats)]),
@@ -165,7 +175,7 @@ _PROTOTYPES = {
 #: Exports added after ABI version 1 without a bump (adding an export changes no other
 #: one's meaning): a library that lacks one still loads, and the package asks for it with
 #: :func:`has`.
-_OPTIONAL = frozenset({"trainprof_local_path"})
+_OPTIONAL = frozenset({"trainprof_local_path", "trainprof_step_next"})
 
 
 class LibraryError(ImportError):

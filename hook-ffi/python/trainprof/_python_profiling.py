@@ -166,6 +166,23 @@ def _remove_empty_parents(path, stop):
         parent = os.path.dirname(parent)
 
 
+_CLOSE = _lib.BOUNDARY_CLOSE
+_EXIT = _lib.BOUNDARY_EXIT
+
+# What trainprof_step_next answers when it did nothing at all (the hook not running, a
+# wrong argument, a fork()ed child): the separate calls are made instead.
+_STEP_NEXT_DID_NOTHING = frozenset(
+    {
+        _lib.STATUS_NOT_INITIALIZED,
+        _lib.STATUS_SHUT_DOWN,
+        _lib.STATUS_DISABLED,
+        _lib.STATUS_FORKED_CHILD,
+        _lib.STATUS_NULL_ARGUMENT,
+        _lib.STATUS_INVALID_ARGUMENT,
+    }
+)
+
+
 class Windows:
     """The process's Python-profiling state: the running window's profiler, if any.
 
@@ -186,6 +203,12 @@ class Windows:
         # nothing: three of them run every PyTorch step.
         self._answer = _lib.TrainprofPythonWindow()
         self._answer_ref = ctypes.byref(self._answer)
+        # trainprof_step_next's other arguments and out-values, also used under self._lock.
+        self._detailed_step = ctypes.c_int64(-1)
+        self._step_out = ctypes.c_int64(-1)
+        self._step_ref = ctypes.byref(self._step_out)
+        self._detailed_out = ctypes.c_int32(0)
+        self._detailed_ref = ctypes.byref(self._detailed_out)
         self._c_boundary = None
         factory = getattr(lib, "_FuncPtr", None)
         if factory is not None:
@@ -206,11 +229,11 @@ class Windows:
             return
         try:
             with self._lock:
-                if self.exited or (self.closed and boundary != _lib.BOUNDARY_EXIT):
+                if self.exited or (self.closed and boundary != _EXIT):
                     return
-                if boundary == _lib.BOUNDARY_CLOSE:
+                if boundary == _CLOSE:
                     self.closed = True
-                elif boundary == _lib.BOUNDARY_EXIT:
+                elif boundary == _EXIT:
                     self.exited = True
                 self._apply(boundary)
         except Exception as e:
@@ -225,22 +248,65 @@ class Windows:
         if self.closed:
             self.boundary(_lib.BOUNDARY_EXIT)
 
+    def step_next(self, fn, mode, detailed_step):
+        """The step-start boundary as ``trainprof_step_next`` (``fn``, a function object
+        without argtypes) makes it, together with the step end, the step begin of ``mode``
+        (an int) and the detailed-window question at ``detailed_step`` (an int >= -1).
+        The same state checks as :meth:`boundary`, under the same lock. Returns
+        ``(status, step, detailed)``, or None when the call was not made (closed, exited,
+        another fork generation) or did nothing (the hook not running, a wrong argument):
+        the caller then makes the separate calls. Never raises."""
+        if _fork._generation != self._gen:
+            return None
+        try:
+            with self._lock:
+                if self.exited or self.closed:
+                    return None
+                self._detailed_step.value = detailed_step
+                status = fn(mode, self._detailed_step, self._step_ref, self._answer_ref, self._detailed_ref)
+                answer = self._answer
+                if status == 0 and not answer.ended and not answer.started:  # every step outside a window
+                    return status, self._step_out.value, self._detailed_out.value
+                if status in _STEP_NEXT_DID_NOTHING:
+                    return None
+                if status == _lib.STATUS_INTERNAL:  # the out-values were not written
+                    step, detailed = -1, 0
+                else:
+                    step, detailed = self._step_out.value, self._detailed_out.value
+                try:
+                    self._answered(status, "trainprof_step_next")
+                except Exception as e:
+                    warn("Python profiling: %s: %s (profiling goes on)" % (type(e).__name__, e))
+                return status, step, detailed
+        except Exception as e:
+            warn("Python profiling: %s: %s (profiling goes on)" % (type(e).__name__, e))
+            return None
+
     def _apply(self, boundary):
+        c_boundary = self._c_boundary
+        if c_boundary is not None:
+            status = c_boundary(boundary, self._answer_ref)
+        else:
+            status = self._lib.trainprof_python_boundary(boundary, self._answer_ref)
+        if status == 0:
+            answer = self._answer
+            if not answer.ended and not answer.started:  # every boundary outside a window
+                return
+        self._answered(status, "trainprof_python_boundary")
+
+    def _answered(self, status, what):
+        """Ends and starts the profilers as the answer struct says, after ``what`` (the
+        call that filled it) returned ``status``."""
         # The library writes the whole struct on every return but a panic (INTERNAL),
         # after which nothing of it is read.
         w = self._answer
-        if self._c_boundary is not None:
-            status = self._c_boundary(boundary, self._answer_ref)
-        else:
-            status = self._lib.trainprof_python_boundary(boundary, self._answer_ref)
         if status != _lib.STATUS_OK:
             if status < 0:
                 # The library may have ended (and started) a window without telling which:
                 # drop the running profiler rather than let it run into the next window.
                 self._abandon()
                 warn(
-                    "trainprof_python_boundary returned %s; Python profiling may miss windows"
-                    % _lib.status_name(status),
+                    "%s returned %s; Python profiling may miss windows" % (what, _lib.status_name(status)),
                     key=("boundary", status),
                 )
                 # `started` is filled in even when the ended window's path did not fit.

@@ -248,18 +248,26 @@ class TorchHook:
 
     def _begin_step(self):
         prof = self.profiler
-        if self._in_step:
-            self._in_step = False
-            prof.step_end()
-        self.step += 1
         mode = self._fixed_mode
         if mode is None:
             mode = "train" if getattr(self._model, "training", True) else "eval"
-        prof.step_begin(mode)
-        self._in_step = True
-        if self._sub_starts:
-            self._sub_starts.clear()  # calls a raised exception left unfinished
-        detailed = prof.active("detailed", step=self.step)
+        # Every step after the first: step end, step begin, the step-start Python boundary
+        # and the detailed-window question in one library call, when it can be made.
+        detailed = prof._step_next(mode, self.step + 1) if self._in_step else None
+        if detailed is None:
+            if self._in_step:
+                self._in_step = False
+                prof.step_end()
+            self.step += 1
+            prof.step_begin(mode)
+            self._in_step = True
+            if self._sub_starts:
+                self._sub_starts.clear()  # calls a raised exception left unfinished
+            detailed = prof.active("detailed", step=self.step)
+        else:
+            self.step += 1
+            if self._sub_starts:
+                self._sub_starts.clear()
         if detailed and not self._detailed:
             self._open_detailed()
         elif not detailed and self._detailed:

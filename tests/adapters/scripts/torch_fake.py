@@ -9,6 +9,8 @@ TRAINPROF_TEST_PARAMS (JSON):
   epochs, batches, eval_steps, predict_steps, num_workers, pin_memory
   attach_kwargs: keyword arguments of attach()
   plan:          [[mode, count], ...]: only these forwards (train / eval), then close
+  separate_calls: the adapter makes the separate step calls, not trainprof_step_next
+                 (the manifest's step_next_calls counts the one-call path's calls)
 What the loop saw goes into the JSON manifest at TRAINPROF_TEST_MANIFEST.
 """
 
@@ -261,6 +263,20 @@ manifest = {"pid": os.getpid(), "steps": []}
 model = Net()
 HOOK = None
 HOOK = trainprof.torch.attach(model, **PARAMS.get("attach_kwargs", {}))
+# trainprof_step_next: counted, or (separate_calls) not used, so that a test can compare
+# the one-call path with the separate calls.
+manifest["step_next_calls"] = 0
+if HOOK.profiler is not None and getattr(HOOK.profiler, "_c_step_next", None) is not None:
+    if PARAMS.get("separate_calls"):
+        HOOK.profiler._c_step_next = None
+    else:
+        _step_next = HOOK.profiler._c_step_next
+
+        def _counted_step_next(*args):
+            manifest["step_next_calls"] += 1
+            return _step_next(*args)
+
+        HOOK.profiler._c_step_next = _counted_step_next
 manifest["hooks_after_attach"] = model.hook_count()
 loader = Loader(model, PARAMS.get("batches", 4), PARAMS.get("num_workers", 2), PARAMS.get("pin_memory", True))
 wrapped = trainprof.torch.profile_dataloader(loader)
@@ -277,6 +293,7 @@ def run_plan(plan):
         for _ in range(count):
             model(0)
             manifest["steps"].append([mode, HOOK.step])
+            manifest.setdefault("detailed", []).append(HOOK._detailed)
     HOOK.close()
     manifest["stats"] = HOOK.profiler.stats() if HOOK.profiler is not None else None
     with open(MANIFEST, "w") as f:

@@ -13,6 +13,19 @@ out_id = ctypes.c_uint32()
 out_i32 = ctypes.c_int32()
 r = {}
 
+
+def step_next(mode=_lib.MODE_TRAIN, null=None):
+    """trainprof_step_next with out-values set to sentinels first: [status, step,
+    window ended, window started, detailed] (what the outs hold afterwards)."""
+    outs = [ctypes.c_int64(77), W(), ctypes.c_int32(77)]
+    outs[1].ended = outs[1].started = 77
+    refs = [None if i == null else ctypes.byref(o) for i, o in enumerate(outs)]
+    status = lib.trainprof_step_next(mode, -1, *refs)
+    return [status, outs[0].value, outs[1].ended, outs[1].started, outs[2].value]
+
+
+r["step_next"] = {"before_init": step_next()}
+
 r["abi_version"] = lib.trainprof_abi_version()
 r["version"] = lib.trainprof_version().decode()
 
@@ -68,6 +81,9 @@ r["invalid"] = {
         fwd, fwd, 1, 2, -1, (_lib.TrainprofArg * 1)(_lib.TrainprofArg(fwd, 7, 1)), 1
     ),
 }
+# trainprof_step_next: nothing done (no step begun: after_panic's step is still 0).
+r["step_next"]["null"] = [step_next(null=i) for i in range(3)]
+r["step_next"]["invalid_mode"] = step_next(mode=9)
 r["node_id_small_buffer"] = lib.trainprof_node_id(ctypes.create_string_buffer(1), 1)
 r["step_end_without_step"] = lib.trainprof_step_end()
 
@@ -90,6 +106,7 @@ r["after_shutdown"] = {
     "init": lib.trainprof_init(b"pytorch"),
     "shutdown": lib.trainprof_shutdown(10),
 }
+r["step_next"]["after_shutdown"] = step_next()
 
 with open(os.environ["TRAINPROF_TEST_MANIFEST"], "w") as f:
     json.dump(r, f)

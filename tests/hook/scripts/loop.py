@@ -117,12 +117,15 @@ def forked_child(prof):
     r["close"] = prof.close()
     lib = prof._lib
     w = trainprof._lib.TrainprofPythonWindow()
+    step, w2, detailed = ctypes.c_int64(77), trainprof._lib.TrainprofPythonWindow(started=77), ctypes.c_int32(77)
     r["lib"] = {
         "step_begin": lib.trainprof_step_begin(1, -1, None),
         "record": lib.trainprof_record(0, 0, 1, 2, -1, None, 0),
         "python_boundary": lib.trainprof_python_boundary(2, ctypes.byref(w)),
         "python_boundary_ended": w.ended,
         "python_boundary_started": w.started,
+        "step_next": [lib.trainprof_step_next(1, -1, ctypes.byref(step), ctypes.byref(w2), ctypes.byref(detailed))]
+        + [step.value, w2.started, detailed.value],
         "shutdown": lib.trainprof_shutdown(10),
         "init": lib.trainprof_init(b"pytorch"),
     }

@@ -545,8 +545,8 @@ mod tests {
     #[test]
     fn the_name_table_is_bounded_and_over_limit_events_are_counted() {
         let mut config = Config::defaults();
-        let dir = std::env::temp_dir().join(format!("trainprof-names-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("out");
         config.local_path = dir.display().to_string();
         config.framework_configured = true;
         let hook = Hook::new(Options {
@@ -587,7 +587,6 @@ mod tests {
         let s = hook.stats();
         assert_eq!((s.dropped_names, s.written), (1000 - 11 + 1, 11));
         assert_eq!(hook.dropped(), 990);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Names are registered while the writer keeps taking new ones: each registration
@@ -596,8 +595,8 @@ mod tests {
     #[test]
     fn the_writer_copies_only_new_names() {
         let mut config = Config::defaults();
-        let dir = std::env::temp_dir().join(format!("trainprof-names2-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("out");
         config.local_path = dir.display().to_string();
         let hook = hook_with(config, 1 << 16);
         hook.spawn_writer(None, now_us).unwrap();
@@ -609,7 +608,6 @@ mod tests {
         assert!(hook.stop_writer(Duration::from_secs(30)));
         assert_eq!(hook.stats().written, 20_000);
         assert_eq!(hook.stats().dropped_names, 0);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -715,8 +713,8 @@ mod tests {
     /// boundary, not before.
     #[test]
     fn reloaded_windows_apply_from_the_next_step() {
-        let dir = std::env::temp_dir().join(format!("trainprof-reload-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let path = dir.join("profilerconfig.json");
         let config = |start: u32| {
             format!(
@@ -739,7 +737,6 @@ mod tests {
         hook.step_begin(TrainprofMode::Train, 1, 0);
         assert!(!detailed(2) && detailed(3));
         assert!(hook.stop_writer(Duration::from_secs(5)));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Waits until the writer has a reloaded config ready (it polls every 10 ms).
@@ -761,8 +758,8 @@ mod tests {
     /// is still sealed.
     #[test]
     fn reload_turns_python_on_then_profiling_off() {
-        let dir = std::env::temp_dir().join(format!("trainprof-reload2-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("out");
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("profilerconfig.json");
         let out = dir.join("out");
@@ -810,7 +807,6 @@ mod tests {
             .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "tmp"))
             .count();
         assert_eq!(tmp_left, 0);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Events recorded while the writer stops: exactly those that got OK are in the files
@@ -818,8 +814,8 @@ mod tests {
     #[test]
     fn recording_through_a_shutdown_writes_exactly_the_ok_events() {
         for round in 0..10 {
-            let dir = std::env::temp_dir().join(format!("trainprof-late-{}-{round}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
+            let scratch = tempfile::tempdir().unwrap();
+            let dir = scratch.path().join("out");
             let mut config = Config::defaults();
             config.local_path = dir.display().to_string();
             let hook = hook_with(config, 1 << 16);
@@ -860,7 +856,6 @@ mod tests {
             written.sort_unstable();
             assert_eq!(written, ok, "round {round}");
             assert_eq!(hook.stats().written, ok.len() as u64);
-            let _ = std::fs::remove_dir_all(&dir);
         }
     }
 
@@ -869,8 +864,8 @@ mod tests {
     /// counts as dropped, not written.
     #[test]
     fn a_final_seal_that_fails_at_shutdown_is_counted() {
-        let dir = std::env::temp_dir().join(format!("trainprof-finalseal-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("out");
         let mut config = Config::defaults();
         config.local_path = dir.display().to_string();
         let hook = hook_with(config, 64);
@@ -889,6 +884,5 @@ mod tests {
         assert!(hook.stop_writer(Duration::from_secs(10)));
         let s = hook.stats();
         assert_eq!((s.written, s.dropped_writer, s.files_sealed, s.open_failures), (0, 1, 0, 1));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -76,7 +76,8 @@ def test_steps_and_detailed_window_read_back_by_smdebug(run_trainer, tf):
     assert m["running_after_train_batch"] == [s in (3, 4) for s in range(EPOCHS * STEPS)]
     assert m["running_after_fit"] is False
 
-    # The layout of docs/formats.md ("TensorFlow detailed profiling"), moved into place: the hour folder is local time, the step 9 digits.
+    # The layout of docs/formats.md ("TensorFlow detailed profiling"), moved into place: the
+    # hour folder is local time, the step 9 digits.
     dirs = detailed_dirs(run.out)
     assert [d.name for d in dirs] == ["000000003"]
     hour = dirs[0].parent.name

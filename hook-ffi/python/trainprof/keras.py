@@ -61,8 +61,8 @@ TRACE_SUFFIX = ".trace.json.gz"
 
 
 def detailed_log_dir(root, train_step, today=None):
-    """docs/formats.md, "TensorFlow detailed profiling": ``<root>/framework/tensorflow/detailed_profiling/<YYYYMMDDHH, local
-    time>/<train step zero-padded to 9>``."""
+    """``<root>/framework/tensorflow/detailed_profiling/<YYYYMMDDHH, local time>/<train step
+    zero-padded to 9>`` (docs/formats.md, "TensorFlow detailed profiling")."""
     hour = (today or datetime.datetime.today()).strftime("%Y%m%d%H")
     return os.path.join(root, "framework", "tensorflow", "detailed_profiling", hour, str(train_step).zfill(9))
 

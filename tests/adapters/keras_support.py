@@ -80,6 +80,7 @@ class _Profiler:
         self.start_ns = 0
         self.events = []  # (name, start ns, duration ns)
         self.calls = []
+        self.starts_ns = []  # when each session started, as TF counts its trace times from
 
     def start(self, logdir, options=None):
         self.calls.append(("start", logdir))
@@ -89,6 +90,7 @@ class _Profiler:
             raise RuntimeError("Another profiler is running.")
         self.logdir = logdir
         self.start_ns = time.time_ns()
+        self.starts_ns.append(self.start_ns)
         self.events = []
 
     def stop(self):
@@ -263,6 +265,7 @@ def main():
     cb.close()
     r["running_after_train_batch"] = running
     r["tf_calls"] = PROFILER.calls
+    r["tf_starts_ns"] = PROFILER.starts_ns
     r["batches"] = log
     r["stats"] = cb.profiler.stats() if cb.profiler else None
     r["modules"] = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras"))

@@ -131,6 +131,11 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
         None
     };
 
+    if let Some(root) = &root
+        && let Err(e) = trainprof_output::fs::pin_root(root)
+    {
+        log!("cannot pin {}: {e}", root.display());
+    }
     if let Some(root) = &root {
         repair(root);
         if let Some(at) = end_markers::finished_job(root) {

@@ -343,6 +343,29 @@ fn three_runs_into_one_folder_each_count_their_own_files_and_name_the_finished_j
 }
 
 #[test]
+fn a_local_path_swapped_mid_run_is_never_written_through() {
+    // The trainer (who can write LocalPath's parent here) moves LocalPath away and puts a
+    // link to another folder in its place: the agent, which pinned LocalPath at start,
+    // writes nothing there (no system file, no marker) and says why.
+    let (_scratch, d) = scratch("swapped-root");
+    let local = d.join("local");
+    let (moved, elsewhere) = (d.join("moved"), d.join("elsewhere"));
+    let script = format!(
+        "sleep 0.5; mv {l} {m} && mkdir {e} && ln -s {e} {l}; sleep 1.5",
+        l = local.display(),
+        m = moved.display(),
+        e = elsewhere.display()
+    );
+    let out = run_command(local.to_str().unwrap(), &["sh", "-c", &script]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "{stderr}");
+    assert!(stderr.contains("it was replaced"), "{stderr}");
+    // What was written before the swap is still in the folder that was moved.
+    assert!(moved.join("system").is_dir(), "{stderr}");
+}
+
+#[test]
 fn run_passes_sigterm_on_to_the_command() {
     let (_scratch, d) = scratch("run-sigterm");
     let ready = d.join("ready");

@@ -35,6 +35,29 @@ use rustix::io::Errno;
 const DIR_MODE: u32 = 0o777;
 const FILE_MODE: u32 = 0o666;
 
+/// `LocalPath` as the agent found it at start ([`pin_root`]).
+#[derive(Debug)]
+struct Pinned {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+static PINNED: std::sync::OnceLock<Pinned> = std::sync::OnceLock::new();
+
+/// Pins `LocalPath` for the life of the process: from now on [`Dir::open_root`] of the same
+/// path refuses a folder other than the one found now. `LocalPath` is reached by its path
+/// (it may be a link to a mounted volume); pinned, a trainer that can rename entries in its
+/// parent folder cannot point the agent at another folder mid-run. Once per process; a
+/// second call is an error.
+pub fn pin_root(path: &Path) -> io::Result<()> {
+    let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let m = meta_of(&fd)?;
+    PINNED
+        .set(Pinned { path: path.to_owned(), dev: m.dev, ino: m.ino })
+        .map_err(|_| io::Error::other("LocalPath is pinned already"))
+}
+
 /// An open folder under (or at) `LocalPath`.
 #[derive(Debug)]
 pub struct Dir {
@@ -174,6 +197,17 @@ impl Dir {
             std::fs::create_dir_all(path)?;
         }
         let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        if let Some(pinned) = PINNED.get()
+            && pinned.path == path
+        {
+            let now = meta_of(&fd)?;
+            if (now.dev, now.ino) != (pinned.dev, pinned.ino) {
+                return Err(io::Error::other(format!(
+                    "{} is not the folder it was when the agent started (it was replaced): not used",
+                    path.display()
+                )));
+            }
+        }
         Ok(Dir { fd, path: path.to_owned() })
     }
 
@@ -775,6 +809,26 @@ mod tests {
         assert_eq!(w.files.len(), 300);
         assert!(w.refused.is_empty(), "{:?}", w.refused);
         assert!(most.get() < before + 16, "{} descriptors open during the walk, {before} before", most.get());
+    }
+
+    #[test]
+    fn a_pinned_root_that_was_replaced_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let local = t.path().join("local");
+        std::fs::create_dir(&local).unwrap();
+        pin_root(&local).unwrap();
+        assert!(pin_root(&local).is_err(), "once per process");
+        assert!(Dir::open_root(&local, false).is_ok());
+        // Someone who can write the parent swaps LocalPath for another folder (or a link).
+        std::fs::rename(&local, t.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("elsewhere"), &local).unwrap();
+        std::fs::create_dir(t.path().join("elsewhere")).unwrap();
+        let e = Dir::open_root(&local, true).unwrap_err();
+        assert!(e.to_string().contains("it was replaced"), "{e}");
+        // Put back: the same folder again.
+        std::fs::remove_file(&local).unwrap();
+        std::fs::rename(t.path().join("moved"), &local).unwrap();
+        assert!(Dir::open_root(&local, false).is_ok());
     }
 
     #[test]

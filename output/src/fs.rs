@@ -345,9 +345,13 @@ impl Dir {
 
     /// Whether `name` is still the file `file` is open on.
     pub fn names(&self, name: &str, file: &impl AsFd) -> io::Result<bool> {
-        let held = meta_of(file)?;
+        self.holds(name, &meta_of(file)?)
+    }
+
+    /// Whether `name` is still the file `held` describes (same device and inode).
+    pub fn holds(&self, name: &str, held: &Meta) -> io::Result<bool> {
         match self.stat(name) {
-            Ok(now) => Ok(now.is_same(&held)),
+            Ok(now) => Ok(now.is_same(held)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(e),
         }
@@ -361,7 +365,12 @@ impl Dir {
     /// Removes `name` only while it is still the file `file` is open on: what this process
     /// sealed, not what someone put in its place.
     pub fn unlink_if_same(&self, name: &str, file: &impl AsFd) -> io::Result<bool> {
-        if !self.names(name, file)? {
+        self.unlink_if_holds(name, &meta_of(file)?)
+    }
+
+    /// Removes `name` only while it is still the file `held` describes.
+    pub fn unlink_if_holds(&self, name: &str, held: &Meta) -> io::Result<bool> {
+        if !self.holds(name, held)? {
             return Ok(false);
         }
         self.unlink(name).map(|()| true)

@@ -795,13 +795,7 @@ fn append_ledger(root: &Path, rel: &str, len: u64) -> std::io::Result<()> {
 fn remove_uploaded(root: &Path, rel: &str, held: &Meta) -> std::io::Result<bool> {
     let root = Dir::open_root(root, false)?;
     let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
-    let dir = root.sub(folder, false)?;
-    match dir.stat(name) {
-        Ok(now) if now.is_same(held) && now.kind() == ofs::Kind::File => dir.unlink(name).map(|()| true),
-        Ok(_) => Ok(false),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
+    root.sub(folder, false)?.unlink_if_holds(name, held)
 }
 
 /// The uploader's thread, seen from the rest of the agent.

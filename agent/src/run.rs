@@ -13,6 +13,7 @@ use trainprof_output::node::{ResourceConfig, SystemNode};
 
 use crate::sample::probe::{ProbeContext, probe_samplers};
 use crate::sample::process::{self_usage, thread_cpu_us};
+use crate::sample::tree_pids::TreePids;
 use crate::sample::{Roots, gpu};
 use crate::summary::{self, SelfCost};
 use crate::system_file::SystemWriter;
@@ -449,7 +450,13 @@ fn sample(
     let roots = Roots::host();
     let nvml_lib = gpu::lib_from_env();
     let now = || clock.mono();
-    let cx = ProbeContext { roots: &roots, now: &now, trainer, nvml_lib: nvml_lib.as_deref() };
+    let cx = ProbeContext {
+        roots: &roots,
+        now: &now,
+        trainer,
+        nvml_lib: nvml_lib.as_deref(),
+        tree: TreePids::default(),
+    };
     let probed = probe_samplers(&cx);
     let node = SystemNode::from_env(read_resource_config().as_ref(), |k| std::env::var(k).ok());
     let interval = Duration::from_millis(u64::from(interval_ms));

@@ -33,6 +33,7 @@ pub mod memory;
 pub mod net;
 pub mod probe;
 pub mod process;
+pub mod tree_pids;
 
 /// Where the kernel's pseudo-filesystems are. Tests point this at a fake tree.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,6 +10,7 @@ use super::gpu::{self, GpuSampler, NvmlSource};
 use super::memory::MemorySampler;
 use super::net::NetSampler;
 use super::process::{SelfSampler, TreeSampler};
+use super::tree_pids::TreePids;
 use super::{Roots, SampleError, Sampler};
 
 /// The agent writes its own metrics at most this often.
@@ -42,6 +43,8 @@ pub struct ProbeContext<'a> {
     pub trainer: Option<u32>,
     /// The NVML library to load instead of `libnvidia-ml.so.1`.
     pub nvml_lib: Option<&'a OsStr>,
+    /// The trainer tree's pids: the tree sampler publishes, others (GPU) read.
+    pub tree: TreePids,
 }
 
 impl std::fmt::Debug for ProbeContext<'_> {
@@ -50,6 +53,7 @@ impl std::fmt::Debug for ProbeContext<'_> {
             .field("roots", self.roots)
             .field("trainer", &self.trainer)
             .field("nvml_lib", &self.nvml_lib)
+            .field("tree", &self.tree)
             .finish_non_exhaustive()
     }
 }
@@ -166,8 +170,13 @@ mod tests {
         let roots = Roots::under(t.path());
         let now = || Duration::from_secs(1);
         let nvml = t.path().join("no-libnvidia-ml.so.1");
-        let mut cx =
-            ProbeContext { roots: &roots, now: &now, trainer: None, nvml_lib: Some(nvml.as_os_str()) };
+        let mut cx = ProbeContext {
+            roots: &roots,
+            now: &now,
+            trainer: None,
+            nvml_lib: Some(nvml.as_os_str()),
+            tree: TreePids::default(),
+        };
         let p = probe_samplers(&cx);
         let names: Vec<_> = p.samplers.iter().map(|s| s.name()).collect();
         assert_eq!(names, ["agent"], "{p:?}");

@@ -18,12 +18,14 @@
 mod convert;
 mod feature;
 pub mod literal;
+mod native;
 mod parse;
 mod reload;
 mod sources;
 pub mod window;
 
 pub use feature::{CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler};
+pub use native::{DEFAULT_SAMPLING_HZ, NativeFeature, SAMPLING_HZ_RANGE};
 pub use reload::{Loader, ReadError, Reload, read_bytes as read_platform_file};
 pub use sources::{OverrideKey, Sources};
 pub use window::{Range, Step, Window};
@@ -66,6 +68,8 @@ pub struct Config {
     pub dataloader: DataloaderFeature,
     pub python: PythonFeature,
     pub smdataparallel: Feature,
+    /// Native CPU sampling (`NativeProfilingConfig`, a trainprof extension).
+    pub native: NativeFeature,
     /// Everything that was ignored, replaced by a default or turned off, one line each.
     pub problems: Vec<Problem>,
 }
@@ -86,6 +90,7 @@ impl Config {
             dataloader: DataloaderFeature::not_configured(),
             python: PythonFeature::not_configured(),
             smdataparallel: Feature::not_configured(),
+            native: NativeFeature::not_configured(),
             problems: Vec::new(),
         }
     }

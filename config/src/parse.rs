@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::convert::{NumberError, kind, py_float, py_int};
 use crate::feature::{CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler};
 use crate::literal;
+use crate::native::{self, NativeFeature};
 use crate::sources::{OverrideKey, Sources};
 use crate::window::Range;
 use crate::{Config, FileStatus, INTERVAL_MS_RANGE, Problem};
@@ -65,8 +66,13 @@ pub(crate) fn build(file: &FileStatus, doc: Option<&Value>, sources: &Sources) -
     if disable || unusable {
         cfg.enabled = false;
         for f in
-            [&mut cfg.detailed, &mut cfg.dataloader.feature, &mut cfg.python.feature, &mut cfg.smdataparallel]
-        {
+        [
+            &mut cfg.detailed,
+            &mut cfg.dataloader.feature,
+            &mut cfg.python.feature,
+            &mut cfg.smdataparallel,
+            &mut cfg.native.feature,
+        ] {
             f.turn_off(Off::ProfilerDisabled);
         }
     }
@@ -255,6 +261,8 @@ fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) 
             "DataloaderProfilingConfig",
             "PythonProfilingConfig",
             "SMDataParallelProfilingConfig",
+            // trainprof's own (docs/formats.md, "Native profiling").
+            "NativeProfilingConfig",
             // Written by the SDK, read by nobody (smdebug neither): ignored quietly.
             "HorovodProfilingConfig",
             "ProfilerEnabled",
@@ -300,6 +308,9 @@ fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) 
     if let Some(s) = sub("PythonProfilingConfig", p) {
         cfg.python = python(s, &keys.path("PythonProfilingConfig"), p);
     }
+    if let Some(s) = sub("NativeProfilingConfig", p) {
+        cfg.native = native_feature(s, &keys.path("NativeProfilingConfig"), p);
+    }
 }
 
 /// A sub-config that was given: its dict, or `Err` when it is broken (already reported).
@@ -328,6 +339,7 @@ enum Which {
     Dataloader,
     Python,
     SmDataParallel,
+    Native,
 }
 
 const SUB_KEYS: &[&str] = &[
@@ -515,6 +527,25 @@ fn python(sub: Sub, path: &str, p: &mut Problems) -> PythonFeature {
             PythonFeature { feature: Feature::on(range), profiler, timer }
         }
         _ => invalid,
+    }
+}
+
+fn native_feature(sub: Sub, path: &str, p: &mut Problems) -> NativeFeature {
+    let Ok(m) = sub else { return NativeFeature::invalid() };
+    let keys = Keys::fold(&m, path, native::KEYS, p);
+    // Both are checked, so that every problem is listed.
+    let range = range_of(&keys, Which::Native, p);
+    let hz = match keys.get("SamplingHz").map(native::sampling_hz) {
+        None => Ok(native::DEFAULT_SAMPLING_HZ),
+        Some(Ok(hz)) => Ok(hz),
+        Some(Err(e)) => {
+            p.push(keys.path("SamplingHz"), format!("{e}; this feature is off"));
+            Err(())
+        }
+    };
+    match (range, hz) {
+        (Ok(range), Ok(sampling_hz)) => NativeFeature { feature: Feature::on(range), sampling_hz },
+        _ => NativeFeature::invalid(),
     }
 }
 

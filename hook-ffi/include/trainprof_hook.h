@@ -150,6 +150,11 @@ enum TrainprofFeature
   TRAINPROF_FEATURE_DATALOADER = 2,
   TRAINPROF_FEATURE_PYTHON = 3,
   TRAINPROF_FEATURE_SMDATAPARALLEL = 4,
+  /*
+   Native CPU sampling (`NativeProfilingConfig`); the hook samples by itself, the
+   answer is for the caller's information.
+   */
+  TRAINPROF_FEATURE_NATIVE = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

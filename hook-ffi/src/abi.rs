@@ -691,3 +691,65 @@ pub extern "C" fn trainprof_selftest_panic() -> TrainprofStatus {
         Ok(TrainprofStatus::Ok)
     })
 }
+
+// --- LD_PRELOAD without code changes ---------------------------------------------------
+
+/// Run at load from `.init_array` (the dynamic loader calls it before `main`, or inside
+/// `dlopen`). Without `TRAINPROF_AUTOSTART` it reads one environment variable and returns:
+/// nothing runs at load, as the crate docs promise. With it, the library initialises
+/// itself as `trainprof_init` would, so an unmodified program (Python or not) preloaded
+/// with `LD_PRELOAD` is served time-based windows (README, "Native profiling without code
+/// changes").
+///
+/// Safe in a constructor: it reads the environment, the config file and the resource
+/// config, calls `pthread_atfork` and `atexit`, and starts the writer thread. glibc allows
+/// threads started from a constructor; inside a `dlopen` the new threads wait for the
+/// loader's lock until the constructor returns, and the constructor never waits for them.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static AUTOSTART: extern "C" fn() = autostart;
+
+/// The framework an autostarted hook takes: `TRAINPROF_AUTOSTART=1` (or `true`, `yes`,
+/// `on`) means `"pytorch"`; a framework's name means that framework; anything else (or
+/// nothing) means no autostart.
+pub fn autostart_framework(value: Option<&str>) -> Option<&'static str> {
+    let v = value?.trim().to_ascii_lowercase();
+    match v.as_str() {
+        "1" | "true" | "yes" | "on" => Some("pytorch"),
+        _ => FRAMEWORKS.iter().copied().find(|f| *f == v),
+    }
+}
+
+extern "C" fn autostart() {
+    guard((), || {
+        let Some(v) = std::env::var_os("TRAINPROF_AUTOSTART") else { return };
+        let Some(fw) = autostart_framework(v.to_str()) else {
+            log(&format_args!(
+                "TRAINPROF_AUTOSTART={v:?} is not 1 or a framework name ({}); not started",
+                FRAMEWORKS.join(", ")
+            ));
+            return;
+        };
+        let Ok(fw) = std::ffi::CString::new(fw) else { return };
+        // SAFETY: a NUL-terminated string that outlives the call.
+        let status = unsafe { trainprof_init(fw.as_ptr()) };
+        if status != TrainprofStatus::Ok {
+            log(&format_args!("TRAINPROF_AUTOSTART: trainprof_init returned {status:?}"));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn autostart_values() {
+        assert_eq!(autostart_framework(None), None);
+        assert_eq!(autostart_framework(Some("1")), Some("pytorch"));
+        assert_eq!(autostart_framework(Some(" TRUE")), Some("pytorch"));
+        assert_eq!(autostart_framework(Some("tensorflow")), Some("tensorflow"));
+        assert_eq!(autostart_framework(Some("0")), None);
+        assert_eq!(autostart_framework(Some("")), None);
+    }
+}

@@ -107,7 +107,9 @@ pub struct Hook {
     pub(crate) enabled: AtomicBool,
     local_path_override: bool,
     steps: Steps,
-    gate: Mutex<Gate>,
+    pub(crate) gate: Mutex<Gate>,
+    /// Native sampling: the decisions the sampler thread acts on ([`crate::native`]).
+    pub(crate) native: crate::native::Control,
     /// A config the writer reloaded, for the next step boundary.
     pub(crate) pending: Mutex<Option<Box<Config>>>,
     framework: &'static str,
@@ -118,6 +120,9 @@ pub struct Hook {
     pub(crate) base_us: i64,
     pub(crate) stop: AtomicBool,
     pub(crate) finished: (Mutex<bool>, Condvar),
+    /// The native sampler thread, once started (only the writer thread touches it).
+    pub(crate) native_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    pub(crate) native_spawn_failed: AtomicBool,
 }
 
 impl std::fmt::Debug for Hook {
@@ -174,10 +179,13 @@ impl Hook {
             window_step: WindowStep::for_framework(o.framework),
             writer,
             base_us: o.base_us,
+            native: crate::native::Control::new(&o.config),
             gate: Mutex::new(Gate { config: o.config, python: python::Windows::default() }),
             pending: Mutex::new(None),
             stop: AtomicBool::new(false),
             finished: (Mutex::new(false), Condvar::new()),
+            native_thread: Mutex::new(None),
+            native_spawn_failed: AtomicBool::new(false),
         })
     }
 
@@ -308,6 +316,11 @@ impl Hook {
         self.steps.global.store(g, Relaxed);
         self.steps.begin_us.store(now_us, Relaxed);
         self.steps.in_step.store(true, Release);
+        if self.native.asks() {
+            // One uncontended gate lock per step, only while native sampling is configured.
+            let open = self.is_active(TrainprofFeature::Native, -1, None, now_us as f64 / 1e6);
+            self.native.set_by_step(open);
+        }
         n as u64
     }
 
@@ -358,6 +371,7 @@ impl Hook {
         };
         if let Some(config) = new {
             self.enabled.store(records(&config, self.local_path_override), Relaxed);
+            self.native.configure(&config);
             let mut gate = lock(&self.gate);
             gate.config = *config;
         }
@@ -378,6 +392,7 @@ impl Hook {
             TrainprofFeature::Dataloader => c.dataloader.is_active_for(name.unwrap_or(""), at, now_s),
             TrainprofFeature::Python => c.python.feature.is_active(at, now_s),
             TrainprofFeature::Smdataparallel => c.smdataparallel.is_active(at, now_s),
+            TrainprofFeature::Native => c.native.feature.is_active(at, now_s),
         }
     }
 

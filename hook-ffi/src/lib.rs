@@ -31,6 +31,7 @@ pub mod abi;
 pub mod event;
 pub mod hook;
 pub mod names;
+pub mod native;
 pub mod node;
 pub mod python;
 pub mod stats;

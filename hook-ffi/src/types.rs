@@ -115,12 +115,15 @@ pub enum TrainprofFeature {
     Dataloader = 2,
     Python = 3,
     Smdataparallel = 4,
+    /// Native CPU sampling (`NativeProfilingConfig`); the hook samples by itself, the
+    /// answer is for the caller's information.
+    Native = 5,
 }
 
 impl TrainprofFeature {
     pub fn from_i32(v: i32) -> Option<TrainprofFeature> {
         use TrainprofFeature::*;
-        [Detailed, Dataloader, Python, Smdataparallel].into_iter().find(|f| *f as i32 == v)
+        [Detailed, Dataloader, Python, Smdataparallel, Native].into_iter().find(|f| *f as i32 == v)
     }
 }
 

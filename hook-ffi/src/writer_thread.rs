@@ -18,6 +18,25 @@ use crate::lock;
 use crate::writer::{self, TimelineWriter};
 
 impl Hook {
+    /// Starts the native sampler thread ([`crate::native`]) the first time the config
+    /// asks for native profiling; a failure is one line and the feature stays off.
+    fn start_native_if_configured(self: &Arc<Self>) {
+        if !self.native.wants_thread() {
+            return;
+        }
+        let mut slot = lock(&self.native_thread);
+        if slot.is_some() || self.native_spawn_failed.load(Relaxed) {
+            return;
+        }
+        match crate::native::spawn(Arc::clone(self)) {
+            Ok(h) => *slot = Some(h),
+            Err(e) => {
+                self.native_spawn_failed.store(true, Relaxed);
+                crate::log(&format_args!("cannot start the native sampler thread: {e}; native profiling is off"));
+            }
+        }
+    }
+
     /// Starts the writer thread. `loader` re-reads the config; `clock` gives µs since the
     /// epoch.
     pub fn spawn_writer(self: &Arc<Self>, loader: Option<Loader>, clock: fn() -> i64) -> std::io::Result<()> {
@@ -25,6 +44,10 @@ impl Hook {
         thread::Builder::new().name("trainprof-writer".into()).spawn(move || {
             let ran =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.run_writer(loader, clock)));
+            if let Some(h) = lock(&hook.native_thread).take() {
+                // After a writer panic too: the window's files are written before the end.
+                let _ = h.join();
+            }
             if ran.is_err() {
                 // A bug, not a state: stop recording, count what is left, never hang a
                 // shutdown.
@@ -63,7 +86,7 @@ impl Hook {
         true
     }
 
-    fn run_writer(&self, mut loader: Option<Loader>, clock: fn() -> i64) {
+    fn run_writer(self: &Arc<Self>, mut loader: Option<Loader>, clock: fn() -> i64) {
         let mut w = TimelineWriter::new(self.writer.clone(), self.base_us);
         let mut names: Vec<Arc<str>> = Vec::new();
         let mut last_reload = clock();
@@ -86,8 +109,13 @@ impl Hook {
                 w.flush(now);
             }
             w.rotate_if_due(now);
+            self.start_native_if_configured();
             self.counters.publish(&w.counts());
             if stopping && self.in_flight.sum() == 0 && self.queue.is_empty() {
+                // The sampler thread sees `stop`, ends its window and writes its files.
+                if let Some(h) = lock(&self.native_thread).take() {
+                    let _ = h.join();
+                }
                 w.close(clock());
                 self.counters.publish(&w.counts());
                 return;

@@ -1,0 +1,369 @@
+//! Native CPU sampling of the whole trainer process inside the `native` window
+//! (`NativeProfilingConfig`; docs/formats.md "Native profiling").
+//!
+//! Who does what:
+//!
+//! * **The decision** is a gate question like the detailed window's
+//!   ([`Hook::is_active`] with `TrainprofFeature::Native`): a trainer thread asks it at
+//!   every `step_begin` while the feature is configured and stores the answer in
+//!   [`Control`] (one atomic); a process without steps (LD_PRELOAD, `TRAINPROF_AUTOSTART`)
+//!   is served by the sampler thread itself, which asks about a time window with a
+//!   duration every 10 ms, taking the gate only with `try_lock` (a busy gate means "ask
+//!   again in 10 ms", so no trainer thread ever waits for it longer than one window
+//!   question).
+//! * **The sampler thread** (`trainprof-native`, started by the writer thread the first
+//!   time the feature is configured) polls those answers every 10 ms and starts and stops
+//!   the `pprof` profiler, builds the report (symbolisation takes 0.1–1 s) and writes the
+//!   files. None of that runs on a trainer thread or on the writer thread, so the timeline
+//!   queue keeps draining meanwhile.
+//! * **The signal handler** is `pprof`'s: `ITIMER_PROF` sends `SIGPROF` to the process
+//!   every 1/`SamplingHz` s of CPU time it consumed (all threads together, so every busy
+//!   thread is sampled). What the handler does, read from pprof 0.15's source: it takes
+//!   the profiler's spin lock with `try_write` only (if it is held, the sample is
+//!   dropped: no waiting), skips the sample when the interrupted address is in a
+//!   blocklisted library, unwinds into a fixed-size on-stack array (`SmallVec` of 128
+//!   frames, no heap), reads the thread name (`pthread_getname_np` of the calling thread
+//!   is a `prctl`) and adds the stack to a fixed-size hash table allocated when the
+//!   profiler started; an entry evicted from a full bucket goes to a pre-allocated buffer
+//!   that is flushed with `write(2)` to a temporary file when full. So: no allocation and
+//!   no blocking lock. What it does not guarantee: the unwinder (`backtrace`'s
+//!   `_Unwind_Backtrace`, from libgcc) is not on POSIX's async-signal-safe list; it can
+//!   deadlock when the interrupted code holds the dynamic loader's lock. That is why the
+//!   blocklist (below) drops samples taken inside libc, libgcc, the dynamic loader and
+//!   the vDSO: the interrupted frame is never one of theirs. (glibc ≥ 2.35 with
+//!   libgcc ≥ 12 looks frames up without that lock, `_dl_find_object`.)
+//!
+//! Safety rules kept here (docs/formats.md "Native profiling", "What it guarantees"):
+//!
+//! * before starting, `sigaction(SIGPROF, NULL, &old)`: a handler the trainer installed
+//!   (not `SIG_DFL` / `SIG_IGN`) is kept, and the feature refuses with one line; the same
+//!   for an `ITIMER_PROF` already armed. A handler the trainer installs *during* a
+//!   window is put back after the window (pprof's stop sets `SIG_IGN`);
+//! * after the window `SIGPROF` stays ignored (`SIG_IGN`): a signal still in flight from
+//!   the stopped timer must not kill the process, which `SIG_DFL` would;
+//! * fork: the profiler lives on the sampler thread's stack, and a forked child has no
+//!   such thread, so the child never stops (and never deletes the temporary file of) the
+//!   profiler it inherited; interval timers are not inherited by `fork`, so the child is
+//!   not sampled;
+//! * every failure is one log line, and the feature is then off for the rest of the
+//!   process.
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use trainprof_config::{Config, Range};
+use trainprof_output::fs::{self, Dir};
+
+use crate::hook::Hook;
+
+/// Libraries whose code is never unwound from (see the module docs). Matched as
+/// substrings of the loaded objects' paths, as pprof's blocklist does.
+pub const BLOCKLIST: [&str; 6] = ["/libc.so", "/libc-", "/libgcc_s", "/ld-linux", "/libpthread", "linux-vdso"];
+
+/// How often the sampler thread looks at the decisions.
+const POLL: Duration = Duration::from_millis(10);
+
+/// The trainer-facing half: atomics the trainer threads and the sampler thread share.
+#[derive(Debug, Default)]
+pub struct Control {
+    /// The config has an enabled `NativeProfilingConfig`.
+    configured: AtomicBool,
+    /// The feature refused or failed once: off for the rest of the process.
+    off: AtomicBool,
+    /// The answer at the last `step_begin`.
+    by_step: AtomicBool,
+}
+
+impl Control {
+    pub fn new(config: &Config) -> Control {
+        let c = Control::default();
+        c.configure(config);
+        c
+    }
+
+    /// Takes a (re)loaded config.
+    pub fn configure(&self, config: &Config) {
+        self.configured.store(config.native.feature.is_enabled(), Relaxed);
+    }
+
+    /// Should a step boundary ask the gate? One relaxed load when the feature is off.
+    pub fn asks(&self) -> bool {
+        self.configured.load(Relaxed) && !self.off.load(Relaxed)
+    }
+
+    /// Stores the answer of a step boundary.
+    pub fn set_by_step(&self, open: bool) {
+        self.by_step.store(open, Relaxed);
+    }
+
+    /// The sampler thread is needed.
+    pub fn wants_thread(&self) -> bool {
+        self.asks()
+    }
+
+    fn turn_off(&self) {
+        self.off.store(true, Relaxed);
+        self.by_step.store(false, Relaxed);
+    }
+}
+
+impl Hook {
+    /// The sampler thread's own question, for a time window with a duration (the only
+    /// kind that opens without steps): `None` when the gate is busy or the window is not
+    /// such a window (then the step boundaries decide alone).
+    pub(crate) fn native_by_clock(&self, now_s: f64) -> Option<bool> {
+        let mut gate = self.gate.try_lock().ok()?;
+        let native = &mut gate.config.native;
+        match native.feature.window().range() {
+            Range::Time { duration: Some(_), .. } if native.feature.is_enabled() => {
+                Some(native.feature.is_active(trainprof_config::Step::Any, now_s))
+            }
+            _ => None,
+        }
+    }
+
+    /// `SamplingHz` of the current config (read when a window opens).
+    fn native_hz(&self) -> u32 {
+        match self.gate.try_lock() {
+            Ok(g) => g.config.native.sampling_hz,
+            Err(_) => trainprof_config::DEFAULT_SAMPLING_HZ,
+        }
+    }
+}
+
+/// Starts the sampler thread.
+pub fn spawn(hook: Arc<Hook>) -> std::io::Result<JoinHandle<()>> {
+    thread::Builder::new().name("trainprof-native".into()).spawn(move || {
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&hook)));
+        if ran.is_err() {
+            hook.native.turn_off();
+            crate::log(&format_args!("native profiling failed (internal error); it is off"));
+        }
+    })
+}
+
+/// A running window.
+struct Window {
+    guard: pprof::ProfilerGuard<'static>,
+    start_us: i64,
+    hz: u32,
+}
+
+fn run(hook: &Hook) {
+    let mut by_clock = false;
+    let mut open: Option<Window> = None;
+    loop {
+        let stopping = hook.stop.load(SeqCst);
+        let now_us = crate::hook::now_us();
+        if let Some(b) = hook.native_by_clock(now_us as f64 / 1e6) {
+            by_clock = b;
+        }
+        let want = !stopping && hook.native.asks() && (by_clock || hook.native.by_step.load(Relaxed));
+        match (open.is_some(), want) {
+            (false, true) => match start(hook.native_hz()) {
+                Ok(w) => {
+                    crate::log(&format_args!("native profiling: window opened ({} Hz)", w.hz));
+                    open = Some(Window { start_us: now_us, ..w });
+                }
+                Err(why) => {
+                    hook.native.turn_off();
+                    crate::log(&format_args!("native profiling refused: {why}; the feature is off"));
+                }
+            },
+            (true, false) => {
+                if let Some(w) = open.take() {
+                    finish(hook, w, now_us);
+                }
+            }
+            _ => {}
+        }
+        if stopping {
+            return;
+        }
+        thread::sleep(POLL);
+    }
+}
+
+/// Why a window could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("the process already has its own SIGPROF handler (kept)")]
+    ForeignHandler,
+    #[error("the process already runs a profiling interval timer (ITIMER_PROF, kept)")]
+    TimerArmed,
+    #[error("cannot read the SIGPROF disposition: {0}")]
+    Sigaction(std::io::Error),
+    #[error("pprof: {0}")]
+    Pprof(#[from] pprof::Error),
+}
+
+/// The current `SIGPROF` handler address (`SIG_DFL` = 0, `SIG_IGN` = 1, or a function).
+fn sigprof_handler() -> Result<libc::sigaction, std::io::Error> {
+    // SAFETY: an all-zero sigaction is a valid value for the out-parameter.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a NULL new action only reads the current one into `old`, a valid pointer.
+    if unsafe { libc::sigaction(libc::SIGPROF, std::ptr::null(), &mut old) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(old)
+}
+
+/// Is `ITIMER_PROF` armed?
+fn prof_timer_armed() -> bool {
+    // SAFETY: all-zero is a valid itimerval.
+    let mut t: libc::itimerval = unsafe { std::mem::zeroed() };
+    // SAFETY: `t` is a valid out-pointer.
+    let ok = unsafe { libc::getitimer(libc::ITIMER_PROF, &mut t) } == 0;
+    ok && (t.it_value.tv_sec != 0 || t.it_value.tv_usec != 0)
+}
+
+/// Disarms `ITIMER_PROF` (no more samples while the report is built).
+fn disarm_prof_timer() {
+    // SAFETY: all-zero is a valid itimerval (and disarms the timer).
+    let zero: libc::itimerval = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers; the old value is not asked for.
+    unsafe { libc::setitimer(libc::ITIMER_PROF, &zero, std::ptr::null_mut()) };
+}
+
+/// The start checks, on the dispositions as read (pure, for tests).
+pub fn check_free(handler: libc::sighandler_t, timer_armed: bool) -> Result<(), StartError> {
+    if handler != libc::SIG_DFL && handler != libc::SIG_IGN {
+        return Err(StartError::ForeignHandler);
+    }
+    if timer_armed {
+        return Err(StartError::TimerArmed);
+    }
+    Ok(())
+}
+
+fn start(hz: u32) -> Result<Window, StartError> {
+    let old = sigprof_handler().map_err(StartError::Sigaction)?;
+    check_free(old.sa_sigaction, prof_timer_armed())?;
+    let hz = hz.clamp(*trainprof_config::SAMPLING_HZ_RANGE.start(), *trainprof_config::SAMPLING_HZ_RANGE.end());
+    let guard = pprof::ProfilerGuardBuilder::default()
+        .frequency(i32::try_from(hz).unwrap_or(99))
+        .blocklist(&BLOCKLIST)
+        .build()?;
+    if let Ok(now) = sigprof_handler() {
+        let _ = PPROF_HANDLER.set(now.sa_sigaction);
+    }
+    Ok(Window { guard, start_us: 0, hz })
+}
+
+/// Ends the window: stops sampling, builds the report, puts back a handler the trainer
+/// installed meanwhile, writes the files.
+fn finish(hook: &Hook, w: Window, end_us: i64) {
+    disarm_prof_timer();
+    let report = w.guard.report().build();
+    let now = sigprof_handler().ok();
+    drop(w.guard);
+    // pprof set SIG_IGN; a handler the trainer installed during the window goes back.
+    if let Some(theirs) = now
+        && theirs.sa_sigaction != libc::SIG_DFL
+        && theirs.sa_sigaction != libc::SIG_IGN
+        && !is_pprof_handler(theirs.sa_sigaction)
+    {
+        // SAFETY: `theirs` was read by sigaction and is put back unchanged.
+        unsafe { libc::sigaction(libc::SIGPROF, &theirs, std::ptr::null_mut()) };
+        crate::log(&format_args!("native profiling: the trainer's own SIGPROF handler is kept"));
+    }
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => {
+            hook.native.turn_off();
+            crate::log(&format_args!("native profiling: cannot build the report: {e}; the feature is off"));
+            return;
+        }
+    };
+    let samples: isize = report.data.values().sum();
+    let window = window_name(w.start_us, end_us, hook.writer.os_pid);
+    match write_files(hook, &window, &report) {
+        Ok(rel) => crate::log(&format_args!("native profiling: {samples} samples in {rel}")),
+        Err(e) => {
+            hook.native.turn_off();
+            crate::log(&format_args!("native profiling: cannot write {window}: {e}; the feature is off"));
+        }
+    }
+}
+
+/// The handler pprof installs (its `perf_signal_handler`): found by reading the
+/// disposition while a window runs, remembered here.
+fn is_pprof_handler(h: libc::sighandler_t) -> bool {
+    PPROF_HANDLER.get().is_some_and(|p| *p == h)
+}
+
+static PPROF_HANDLER: std::sync::OnceLock<libc::sighandler_t> = std::sync::OnceLock::new();
+
+/// `<first µs>-<last µs>_<pid>`: unique per process and window (docs/formats.md).
+pub fn window_name(start_us: i64, end_us: i64, pid: u32) -> String {
+    format!("{start_us}-{end_us}_{pid}")
+}
+
+/// `framework/native/<node>/<window>`, relative to `LocalPath`.
+pub fn window_dir(node: &str, window: &str) -> String {
+    format!("framework/native/{node}/{window}")
+}
+
+/// The profile as a gzipped pprof protobuf.
+pub fn profile_gz(report: &pprof::Report) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    use pprof::protos::Message as _;
+    let bytes = report.pprof()?.write_to_bytes()?;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&bytes)?;
+    Ok(gz.finish()?)
+}
+
+fn write_files(hook: &Hook, window: &str, report: &pprof::Report) -> Result<String, Box<dyn std::error::Error>> {
+    let rel = window_dir(hook.node_id(), window);
+    let dir = Dir::open_root(hook.local_path(), true)?.sub(&rel, true)?;
+    let pid = hook.writer.os_pid;
+    seal(&dir, "profile.pb.gz", pid, &profile_gz(report)?)?;
+    if report.data.is_empty() {
+        crate::log(&format_args!("native profiling: no samples in {rel} (an idle window); no flamegraph"));
+    } else {
+        let mut svg = Vec::new();
+        report.flamegraph(&mut svg)?;
+        seal(&dir, "flamegraph.svg", pid, &svg)?;
+    }
+    Ok(rel)
+}
+
+/// Writes `bytes` to a new hidden temporary name in `dir`, syncs it and gives it `name`
+/// (never replacing a file; docs/on-disk.md).
+fn seal(dir: &Dir, name: &str, pid: u32, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = format!(".{name}.{pid}.tmp");
+    let mut f = dir.create_new(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    if !fs::rename_no_replace(dir, &tmp, dir, name)? {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} exists (not replaced)", dir.display(name).display()),
+        ));
+    }
+    let _ = dir.sync();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_foreign_handler_or_timer_refuses() {
+        assert!(check_free(libc::SIG_DFL, false).is_ok());
+        assert!(check_free(libc::SIG_IGN, false).is_ok());
+        assert!(matches!(check_free(0x1234, false), Err(StartError::ForeignHandler)));
+        assert!(matches!(check_free(libc::SIG_DFL, true), Err(StartError::TimerArmed)));
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(window_name(10, 20, 7), "10-20_7");
+        assert_eq!(window_dir("0-host", "10-20_7"), "framework/native/0-host/10-20_7");
+    }
+}

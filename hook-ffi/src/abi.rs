@@ -710,25 +710,32 @@ pub extern "C" fn trainprof_selftest_panic() -> TrainprofStatus {
 static AUTOSTART: extern "C" fn() = autostart;
 
 /// The framework an autostarted hook takes: `TRAINPROF_AUTOSTART=1` (or `true`, `yes`,
-/// `on`) means `"pytorch"`; a framework's name means that framework; anything else (or
-/// nothing) means no autostart.
-pub fn autostart_framework(value: Option<&str>) -> Option<&'static str> {
-    let v = value?.trim().to_ascii_lowercase();
+/// `on`) means `"pytorch"`; a framework's name means that framework; `0` (or `false`,
+/// `no`, `off`, empty) or no variable means no autostart; anything else is an error (no
+/// autostart, one line).
+pub fn autostart_framework(value: Option<&str>) -> Result<Option<&'static str>, ()> {
+    let Some(v) = value else { return Ok(None) };
+    let v = v.trim().to_ascii_lowercase();
     match v.as_str() {
-        "1" | "true" | "yes" | "on" => Some("pytorch"),
-        _ => FRAMEWORKS.iter().copied().find(|f| *f == v),
+        "1" | "true" | "yes" | "on" => Ok(Some("pytorch")),
+        "" | "0" | "false" | "no" | "off" => Ok(None),
+        _ => FRAMEWORKS.iter().copied().find(|f| *f == v).map(Some).ok_or(()),
     }
 }
 
 extern "C" fn autostart() {
     guard((), || {
         let Some(v) = std::env::var_os("TRAINPROF_AUTOSTART") else { return };
-        let Some(fw) = autostart_framework(v.to_str()) else {
-            log(&format_args!(
-                "TRAINPROF_AUTOSTART={v:?} is not 1 or a framework name ({}); not started",
-                FRAMEWORKS.join(", ")
-            ));
-            return;
+        let fw = match autostart_framework(Some(v.to_str().unwrap_or("?"))) {
+            Ok(Some(fw)) => fw,
+            Ok(None) => return,
+            Err(()) => {
+                log(&format_args!(
+                    "TRAINPROF_AUTOSTART={v:?} is not 1, 0 or a framework name ({}); not started",
+                    FRAMEWORKS.join(", ")
+                ));
+                return;
+            }
         };
         let Ok(fw) = std::ffi::CString::new(fw) else { return };
         // SAFETY: a NUL-terminated string that outlives the call.
@@ -745,11 +752,12 @@ mod tests {
 
     #[test]
     fn autostart_values() {
-        assert_eq!(autostart_framework(None), None);
-        assert_eq!(autostart_framework(Some("1")), Some("pytorch"));
-        assert_eq!(autostart_framework(Some(" TRUE")), Some("pytorch"));
-        assert_eq!(autostart_framework(Some("tensorflow")), Some("tensorflow"));
-        assert_eq!(autostart_framework(Some("0")), None);
-        assert_eq!(autostart_framework(Some("")), None);
+        assert_eq!(autostart_framework(None), Ok(None));
+        assert_eq!(autostart_framework(Some("1")), Ok(Some("pytorch")));
+        assert_eq!(autostart_framework(Some(" TRUE")), Ok(Some("pytorch")));
+        assert_eq!(autostart_framework(Some("tensorflow")), Ok(Some("tensorflow")));
+        assert_eq!(autostart_framework(Some("0")), Ok(None));
+        assert_eq!(autostart_framework(Some("")), Ok(None));
+        assert_eq!(autostart_framework(Some("maybe")), Err(()));
     }
 }

@@ -153,6 +153,12 @@ struct Window {
 }
 
 fn run(hook: &Hook) {
+    // pprof resolves one backtrace when a profiler is first built (to initialise the
+    // symboliser): 0.1–1 s, which would cut that much off the first window. Done here,
+    // before any window, it makes a start take milliseconds.
+    let t0 = std::time::Instant::now();
+    drop(backtrace::Backtrace::new());
+    crate::log(&format_args!("native profiling: sampler ready ({} ms to warm up)", t0.elapsed().as_millis()));
     let mut by_clock = false;
     let mut open: Option<Window> = None;
     loop {
@@ -257,7 +263,7 @@ fn start(hz: u32) -> Result<Window, StartError> {
 /// installed meanwhile, writes the files.
 fn finish(hook: &Hook, w: Window, end_us: i64) {
     disarm_prof_timer();
-    let report = w.guard.report().build();
+    let report = w.guard.report().frames_post_processor(strip_sampler_frames).build();
     let now = sigprof_handler().ok();
     drop(w.guard);
     // pprof set SIG_IGN; a handler the trainer installed during the window goes back.
@@ -286,6 +292,20 @@ fn finish(hook: &Hook, w: Window, end_us: i64) {
             hook.native.turn_off();
             crate::log(&format_args!("native profiling: cannot write {window}: {e}; the feature is off"));
         }
+    }
+}
+
+/// Removes the frames of the sampling itself (pprof's signal handler and its unwinder) from
+/// the leaf end of a stack, so that a stack starts at the interrupted function.
+pub fn strip_sampler_frames(frames: &mut pprof::Frames) {
+    let own = |f: &Vec<pprof::Symbol>| {
+        f.iter().any(|s| {
+            let n = s.name();
+            n.contains("perf_signal_handler") || n.contains("pprof::") || n.starts_with("backtrace::")
+        })
+    };
+    if let Some(last) = frames.frames.iter().rposition(own) {
+        frames.frames.drain(..=last);
     }
 }
 

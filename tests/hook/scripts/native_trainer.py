@@ -1,0 +1,70 @@
+"""A trainer whose hot loop is a C function (tests/hook/c/hot_loop.c, loaded with ctypes),
+run in a subprocess by tests/hook/test_native.py and bench/native_overhead.py.
+
+TRAINPROF_TEST_PARAMS (JSON):
+  hot_lib       path of the built hot_loop.c library (required)
+  steps         number of train steps (default 12)
+  cpu_ms        CPU time of the hot loop per step, in ms (default 40)
+  own_sigprof   install a Python SIGPROF handler before the first step (default false)
+  settle_s      seconds to sleep before the first step (default 0): room for the sampler
+                thread's one-time warm-up (docs/formats.md "Native profiling")
+
+The manifest (TRAINPROF_TEST_MANIFEST) gets each step's wall time, the window answers, and
+for own_sigprof whether the handler is still this script's and still runs.
+"""
+
+import ctypes
+import json
+import os
+import signal
+import time
+
+import trainprof
+
+PARAMS = json.loads(os.environ.get("TRAINPROF_TEST_PARAMS") or "{}")
+MANIFEST = os.environ["TRAINPROF_TEST_MANIFEST"]
+hot = ctypes.CDLL(PARAMS["hot_lib"])
+hot.trainprof_hot_c_loop.argtypes = [ctypes.c_ulong]
+hot.trainprof_hot_c_loop.restype = ctypes.c_ulong
+
+calls = []
+
+
+def own_handler(signum, frame):
+    calls.append(signum)
+
+
+if PARAMS.get("own_sigprof"):
+    signal.signal(signal.SIGPROF, own_handler)
+
+
+def calibrate(cpu_ms):
+    """Loop iterations that take about cpu_ms of CPU time."""
+    n = 100_000
+    while True:
+        t0 = time.process_time()
+        hot.trainprof_hot_c_loop(n)
+        dt = time.process_time() - t0
+        if dt > 0.02:
+            return max(1, int(n * cpu_ms / 1000.0 / dt))
+        n *= 2
+
+
+iterations = calibrate(PARAMS.get("cpu_ms", 40))
+prof = trainprof.Profiler("pytorch", strict=True)
+manifest = {"step_s": [], "pid": os.getpid()}
+time.sleep(PARAMS.get("settle_s", 0))
+for _ in range(PARAMS.get("steps", 12)):
+    t0 = time.perf_counter()
+    prof.step_begin("train")
+    hot.trainprof_hot_c_loop(iterations)
+    prof.step_end()
+    manifest["step_s"].append(time.perf_counter() - t0)
+prof.close()
+if PARAMS.get("own_sigprof"):
+    manifest["handler_kept"] = signal.getsignal(signal.SIGPROF) is own_handler
+    os.kill(os.getpid(), signal.SIGPROF)
+    time.sleep(0.05)
+    manifest["handler_calls"] = len(calls)
+with open(MANIFEST, "w") as f:
+    json.dump(manifest, f)

@@ -41,13 +41,16 @@ impl Framework {
     }
 }
 
-/// The four features, for the step words.
+/// The features, for the step words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Detailed,
     Dataloader,
     Python,
     Smdataparallel,
+    /// trainprof's native sampling: asked at each step boundary with the step the hook
+    /// tests windows at (the global step for PyTorch, each mode's own otherwise).
+    Native,
 }
 
 /// Which steps a feature's window counts: smdebug's PyTorch hook tests every window at its
@@ -105,6 +108,7 @@ struct StepReport {
     dataloader: Option<Vec<u64>>,
     python: Option<Vec<u64>>,
     smdataparallel: Option<Vec<u64>>,
+    native: Option<Vec<u64>>,
 }
 
 impl StepReport {
@@ -115,6 +119,7 @@ impl StepReport {
             dataloader: active_steps(&config.dataloader.feature, n, now_s),
             python: active_steps(&config.python.feature, n, now_s),
             smdataparallel: active_steps(&config.smdataparallel, n, now_s),
+            native: active_steps(&config.native.feature, n, now_s),
         }
     }
 }
@@ -157,6 +162,9 @@ pub fn to_json(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
         counted(with_steps(feature_json(&c.python.feature), steps_of(|r| &r.python)), Kind::Python);
     python["profiler"] = json!(c.python.profiler.as_str());
     python["timer"] = json!(c.python.timer.map(CProfileTimer::as_str));
+    let mut native =
+        counted(with_steps(feature_json(&c.native.feature), steps_of(|r| &r.native)), Kind::Native);
+    native["sampling_hz"] = json!(c.native.sampling_hz);
     json!({
         "config_path": loaded.path.display().to_string(),
         "config_file": match &loaded.file {
@@ -180,6 +188,7 @@ pub fn to_json(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
                 with_steps(feature_json(&c.smdataparallel), steps_of(|r| &r.smdataparallel)),
                 Kind::Smdataparallel,
             ),
+            "native": native,
         },
         "problems": c.problems.iter().map(|p| json!({"key": p.key, "message": p.message})).collect::<Vec<_>>(),
     })
@@ -317,6 +326,11 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
     let _ = writeln!(out, "python: {py}");
     let _ =
         writeln!(out, "smdataparallel: {}", window_words(&c.smdataparallel, Kind::Smdataparallel, framework));
+    let mut native = window_words(&c.native.feature, Kind::Native, framework);
+    if c.native.feature.is_enabled() {
+        let _ = write!(native, ", sampling the whole process at {} Hz of CPU time", c.native.sampling_hz);
+    }
+    let _ = writeln!(out, "native: {native}");
     if let Some(n) = steps {
         let r = StepReport::new(c, n, now_s);
         if r.n == 0 {
@@ -335,6 +349,7 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
             ("dataloader", &r.dataloader, None),
             ("python", &r.python, Some(&python_timer as &dyn Fn(u64) -> String)),
             ("smdataparallel", &r.smdataparallel, None),
+            ("native", &r.native, None),
         ] {
             let _ = writeln!(out, "  {name}: {}", list_steps(active.as_deref(), label));
         }
@@ -397,5 +412,43 @@ mod tests {
         assert_eq!(list_steps(None, None), "depends on the clock (time-based window)");
         let l = |s: u64| format!(" (s{s})");
         assert_eq!(list_steps(Some(&[9, 10]), Some(&l)), "9 (s9), 10 (s10)");
+    }
+
+    fn loaded(doc: &str) -> Loaded {
+        Loaded {
+            path: "profilerconfig.json".into(),
+            file: FileStatus::Read,
+            config: trainprof_config::from_bytes(doc.as_bytes(), &trainprof_config::Sources::default()),
+        }
+    }
+
+    #[test]
+    fn native_in_words_and_json() {
+        let l = loaded(
+            r#"{"ProfilingParameters": {"NativeProfilingConfig": "{\"StartStep\": 4, \"NumSteps\": 2, \"SamplingHz\": 250}"}}"#,
+        );
+        let text = to_text(&l, Some(8), Some(Framework::PyTorch), 0.0);
+        assert!(
+            text.lines().any(|line| line
+                == "native: global steps 4–5 (every mode, PyTorch), sampling the whole process at 250 Hz of CPU time"),
+            "{text}"
+        );
+        assert!(text.lines().any(|line| line == "  native: 4–5"), "{text}");
+        let v = to_json(&l, Some(8), None, 0.0);
+        let n = &v["features"]["native"];
+        assert_eq!(n["enabled"], true);
+        assert_eq!(n["sampling_hz"], 250);
+        assert_eq!(n["active_steps"], json!([4, 5]));
+        assert_eq!(n["steps_counted"]["tensorflow"], "each_mode");
+
+        let l = loaded(r#"{"ProfilingParameters": {"NativeProfilingConfig": "{\"StartStep\": 4, \"SamplingHz\": 0}"}}"#);
+        let text = to_text(&l, None, None, 0.0);
+        assert!(text.lines().any(|line| line == "native: off (invalid, see problems)"), "{text}");
+        assert!(
+            text.contains("ProfilingParameters.NativeProfilingConfig.SamplingHz: 0 is outside 1..=1000 Hz; this feature is off"),
+            "{text}"
+        );
+        let text = to_text(&loaded(r#"{"ProfilingParameters": {"LocalPath": "/x"}}"#), None, None, 0.0);
+        assert!(text.lines().any(|line| line == "native: off (not configured)"), "{text}");
     }
 }

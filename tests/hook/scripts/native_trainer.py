@@ -5,6 +5,8 @@ TRAINPROF_TEST_PARAMS (JSON):
   hot_lib       path of the built hot_loop.c library (required)
   steps         number of train steps (default 12)
   cpu_ms        CPU time of the hot loop per step, in ms (default 40)
+  work          "c" (the C hot loop, default) or "python" (a pure-Python loop of the same
+                CPU time: deeper native stacks, through the interpreter)
   own_sigprof   install a Python SIGPROF handler before the first step (default false)
   settle_s      seconds to sleep before the first step (default 0): room for the sampler
                 thread's one-time warm-up (docs/formats.md "Native profiling")
@@ -38,12 +40,22 @@ if PARAMS.get("own_sigprof"):
     signal.signal(signal.SIGPROF, own_handler)
 
 
+def py_loop(n):
+    acc = 1
+    for i in range(n):
+        acc = (acc * 31 + i) & 0xFFFFFFFF
+    return acc
+
+
+work = hot.trainprof_hot_c_loop if PARAMS.get("work", "c") == "c" else py_loop
+
+
 def calibrate(cpu_ms):
     """Loop iterations that take about cpu_ms of CPU time."""
-    n = 100_000
+    n = 10_000
     while True:
         t0 = time.process_time()
-        hot.trainprof_hot_c_loop(n)
+        work(n)
         dt = time.process_time() - t0
         if dt > 0.02:
             return max(1, int(n * cpu_ms / 1000.0 / dt))
@@ -57,7 +69,7 @@ time.sleep(PARAMS.get("settle_s", 0))
 for _ in range(PARAMS.get("steps", 12)):
     t0 = time.perf_counter()
     prof.step_begin("train")
-    hot.trainprof_hot_c_loop(iterations)
+    work(iterations)
     prof.step_end()
     manifest["step_s"].append(time.perf_counter() - t0)
 prof.close()

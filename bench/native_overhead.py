@@ -1,0 +1,119 @@
+"""Native sampling's cost to the trainer: step time of a CPU-bound trainer side by side in
+one run, in three configurations, each round running all three in turn:
+
+  none     no NativeProfilingConfig (the baseline)
+  outside  NativeProfilingConfig configured, its window never open during the steps (the
+           sampler thread polls; nothing is sampled)
+  inside   every measured step inside a 99 Hz window (SamplingHz as configured)
+
+    python bench/native_overhead.py            # BENCH_ROUNDS=5 BENCH_STEPS=60 BENCH_CPU_MS=20
+    BENCH_HZ=999 python bench/native_overhead.py
+
+The trainer is tests/hook/scripts/native_trainer.py: each step calls a C hot loop through
+ctypes ("c") or runs a pure-Python loop ("python"), BENCH_CPU_MS of CPU each. Uses the
+release library (target/release/libtrainprof_hook.so, or TRAINPROF_HOOK_LIB). The first 3
+steps of every run are left out (the window opens at step 1). Prints a report and RESULT
+lines for bench/run.py; the goal (docs/formats.md "Native profiling") is ≤ 2 % inside a
+99 Hz window and nothing outside.
+"""
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+from trainer_runs import CLEARED_ENV, PACKAGE_DIR  # noqa: E402
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+STEPS = int(os.environ.get("BENCH_STEPS", "60"))
+CPU_MS = float(os.environ.get("BENCH_CPU_MS", "20"))
+HZ = int(os.environ.get("BENCH_HZ", "99"))
+SKIP = 3
+LIB = os.environ.get("TRAINPROF_HOOK_LIB") or os.path.join(ROOT, "target", "release", "libtrainprof_hook.so")
+SCRIPT = os.path.join(ROOT, "tests", "hook", "scripts", "native_trainer.py")
+
+
+def config(kind, out):
+    params = {"LocalPath": out}
+    if kind == "outside":
+        params["NativeProfilingConfig"] = json.dumps({"StartStep": 1_000_000, "SamplingHz": HZ})
+    elif kind == "inside":
+        params["NativeProfilingConfig"] = json.dumps({"StartStep": 1, "NumSteps": 1_000_000, "SamplingHz": HZ})
+    return {"ProfilingParameters": params}
+
+
+def run(work_dir, kind, work, hot_lib):
+    out = os.path.join(work_dir, "out-%s" % kind)
+    cfg = os.path.join(work_dir, "cfg-%s.json" % kind)
+    with open(cfg, "w") as f:
+        json.dump(config(kind, out), f)
+    manifest = os.path.join(work_dir, "manifest.json")
+    env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV}
+    env.update(
+        PYTHONPATH=str(PACKAGE_DIR),
+        TRAINPROF_HOOK_LIB=LIB,
+        SMPROFILER_CONFIG_PATH=cfg,
+        TRAINPROF_RESOURCE_CONFIG=os.path.join(work_dir, "none.json"),
+        TRAINPROF_TEST_MANIFEST=manifest,
+        TRAINPROF_TEST_PARAMS=json.dumps(
+            {"hot_lib": hot_lib, "steps": STEPS + SKIP, "cpu_ms": CPU_MS, "work": work, "settle_s": 1.0}
+        ),
+    )
+    proc = subprocess.run([sys.executable, SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        sys.exit("trainer failed (%s):\n%s" % (kind, proc.stderr))
+    with open(manifest) as f:
+        steps = json.load(f)["step_s"][SKIP:]
+    samples = [line for line in proc.stderr.splitlines() if " samples in " in line]
+    shutil.rmtree(out, ignore_errors=True)
+    return statistics.median(steps) * 1e3, samples
+
+
+def main():
+    if not os.path.isfile(LIB):
+        sys.exit("%s is missing: cargo build --release -p trainprof-hook" % LIB)
+    work_dir = tempfile.mkdtemp(prefix="native-bench-")
+    hot_lib = os.path.join(work_dir, "libhot.so")
+    subprocess.run(
+        ["cc", "-O1", "-shared", "-fPIC", "-o", hot_lib, os.path.join(ROOT, "tests", "hook", "c", "hot_loop.c")],
+        check=True,
+    )
+    print("library %s; %d rounds × %d steps of %.0f ms CPU; %d Hz" % (LIB, ROUNDS, STEPS, CPU_MS, HZ))
+    for work in ("c", "python"):
+        medians = {"none": [], "outside": [], "inside": []}
+        for r in range(ROUNDS):
+            for kind in medians:
+                ms, samples = run(work_dir, kind, work, hot_lib)
+                medians[kind].append(ms)
+                print("  %s round %d %-8s median step %.3f ms %s" % (work, r, kind, ms, " ".join(samples)[-60:]))
+        base = statistics.median(medians["none"])
+        print("%s work: median of medians (ms): %s" % (work, {k: round(statistics.median(v), 3) for k, v in medians.items()}))
+        for kind in ("outside", "inside"):
+            mine = statistics.median(medians[kind])
+            label = "outside a window (configured)" if kind == "outside" else "inside a %d Hz window" % HZ
+            print(
+                "RESULT "
+                + json.dumps(
+                    {
+                        "metric": "step time, %s hot loop, %s (p50 of %d rounds)"
+                        % ("C" if work == "c" else "Python", label, ROUNDS),
+                        "unit": "ms",
+                        "trainprof": round(mine, 3),
+                        "peer": round(base, 3),
+                        "peer_name": "no native config",
+                        "better": "lower",
+                    }
+                )
+            )
+            print("  %s %s: %+.2f %%" % (work, kind, (mine / base - 1) * 100))
+    shutil.rmtree(work_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -50,7 +50,7 @@
 
 use std::io::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -75,6 +75,8 @@ pub struct Control {
     off: AtomicBool,
     /// The answer at the last `step_begin`.
     by_step: AtomicBool,
+    /// `SamplingHz` of the current config.
+    hz: AtomicU32,
 }
 
 impl Control {
@@ -87,6 +89,7 @@ impl Control {
     /// Takes a (re)loaded config.
     pub fn configure(&self, config: &Config) {
         self.configured.store(config.native.feature.is_enabled(), Relaxed);
+        self.hz.store(config.native.sampling_hz, Relaxed);
     }
 
     /// Should a step boundary ask the gate? One relaxed load when the feature is off.
@@ -125,13 +128,6 @@ impl Hook {
         }
     }
 
-    /// `SamplingHz` of the current config (read when a window opens).
-    fn native_hz(&self) -> u32 {
-        match self.gate.try_lock() {
-            Ok(g) => g.config.native.sampling_hz,
-            Err(_) => trainprof_config::DEFAULT_SAMPLING_HZ,
-        }
-    }
 }
 
 /// Starts the sampler thread.
@@ -169,7 +165,7 @@ fn run(hook: &Hook) {
         }
         let want = !stopping && hook.native.asks() && (by_clock || hook.native.by_step.load(Relaxed));
         match (open.is_some(), want) {
-            (false, true) => match start(hook.native_hz()) {
+            (false, true) => match start(hook.native.hz.load(Relaxed)) {
                 Ok(w) => {
                     crate::log(&format_args!("native profiling: window opened ({} Hz)", w.hz));
                     open = Some(Window { start_us: now_us, ..w });
@@ -379,6 +375,59 @@ mod tests {
         assert!(check_free(libc::SIG_IGN, false).is_ok());
         assert!(matches!(check_free(0x1234, false), Err(StartError::ForeignHandler)));
         assert!(matches!(check_free(libc::SIG_DFL, true), Err(StartError::TimerArmed)));
+    }
+
+    fn hook(native: &str) -> Arc<Hook> {
+        let doc = serde_json::json!({"ProfilingParameters": {"LocalPath": "/nonexistent", "NativeProfilingConfig": native}});
+        let config = trainprof_config::from_bytes(doc.to_string().as_bytes(), &trainprof_config::Sources::default());
+        Hook::new(crate::hook::Options {
+            framework: "pytorch",
+            config,
+            node_id: "0-test".into(),
+            os_pid: 1,
+            queue_capacity: 64,
+            base_us: 0,
+            local_path_override: false,
+            max_names: 1024,
+        })
+    }
+
+    #[test]
+    fn step_boundaries_decide_a_step_window() {
+        let h = hook(r#"{"StartStep": 2, "NumSteps": 2, "SamplingHz": 7}"#);
+        assert!(h.native.asks());
+        assert_eq!(h.native.hz.load(Relaxed), 7);
+        let open: Vec<bool> = (0..5)
+            .map(|_| {
+                h.step_begin(crate::types::TrainprofMode::Train, -1, 1_000_000);
+                h.native.by_step.load(Relaxed)
+            })
+            .collect();
+        assert_eq!(open, [false, false, true, true, false]);
+        // A step window is never the clock's question.
+        assert_eq!(h.native_by_clock(1.0), None);
+    }
+
+    #[test]
+    fn the_clock_decides_a_time_window() {
+        let h = hook(r#"{"StartTimeInSecSinceEpoch": 100, "Duration": 5}"#);
+        assert_eq!(h.native_by_clock(99.0), Some(false));
+        assert_eq!(h.native_by_clock(100.0), Some(true));
+        assert_eq!(h.native_by_clock(105.0), Some(false));
+        let h = hook(r#"{"StartTimeInSecSinceEpoch": 100}"#);
+        assert_eq!(h.native_by_clock(101.0), None, "one step: only steps decide");
+    }
+
+    #[test]
+    fn off_when_not_configured_or_refused() {
+        let h = hook("{}");
+        assert!(!h.native.asks());
+        h.step_begin(crate::types::TrainprofMode::Train, -1, 0);
+        assert!(!h.native.by_step.load(Relaxed));
+        let h = hook(r#"{"StartStep": 1}"#);
+        h.native.turn_off();
+        assert!(!h.native.asks());
+        assert!(!h.native.wants_thread());
     }
 
     #[test]

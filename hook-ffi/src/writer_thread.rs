@@ -44,10 +44,6 @@ impl Hook {
         thread::Builder::new().name("trainprof-writer".into()).spawn(move || {
             let ran =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.run_writer(loader, clock)));
-            if let Some(h) = lock(&hook.native_thread).take() {
-                // After a writer panic too: the window's files are written before the end.
-                let _ = h.join();
-            }
             if ran.is_err() {
                 // A bug, not a state: stop recording, count what is left, never hang a
                 // shutdown.
@@ -61,6 +57,11 @@ impl Hook {
                 crate::log(&format_args!(
                     "the writer thread failed; recording is off ({left} queued events dropped)"
                 ));
+                // `stop` is set: the sampler thread ends its window, writes its files and
+                // returns (the normal path joined it already).
+                if let Some(h) = lock(&hook.native_thread).take() {
+                    let _ = h.join();
+                }
             }
             let (done, cv) = &hook.finished;
             *lock(done) = true;

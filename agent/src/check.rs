@@ -441,7 +441,9 @@ mod tests {
         assert_eq!(n["active_steps"], json!([4, 5]));
         assert_eq!(n["steps_counted"]["tensorflow"], "each_mode");
 
-        let l = loaded(r#"{"ProfilingParameters": {"NativeProfilingConfig": "{\"StartStep\": 4, \"SamplingHz\": 0}"}}"#);
+        let l = loaded(
+            r#"{"ProfilingParameters": {"NativeProfilingConfig": "{\"StartStep\": 4, \"SamplingHz\": 0}"}}"#,
+        );
         let text = to_text(&l, None, None, 0.0);
         assert!(text.lines().any(|line| line == "native: off (invalid, see problems)"), "{text}");
         assert!(

@@ -50,7 +50,10 @@ pub(crate) enum HzError {
 /// `SamplingHz` (an integer, or a string holding one, as the SDK writes numbers).
 pub(crate) fn sampling_hz(v: &Value) -> Result<u32, HzError> {
     let n = py_int(v)?;
-    u32::try_from(n).ok().filter(|n| SAMPLING_HZ_RANGE.contains(n)).ok_or_else(|| HzError::OutOfRange(v.clone()))
+    u32::try_from(n)
+        .ok()
+        .filter(|n| SAMPLING_HZ_RANGE.contains(n))
+        .ok_or_else(|| HzError::OutOfRange(v.clone()))
 }
 
 #[cfg(test)]

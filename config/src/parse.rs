@@ -65,8 +65,7 @@ pub(crate) fn build(file: &FileStatus, doc: Option<&Value>, sources: &Sources) -
     }
     if disable || unusable {
         cfg.enabled = false;
-        for f in
-        [
+        for f in [
             &mut cfg.detailed,
             &mut cfg.dataloader.feature,
             &mut cfg.python.feature,

@@ -61,7 +61,8 @@ use crate::hook::Hook;
 
 /// Libraries whose code is never unwound from (see the module docs). Matched as
 /// substrings of the loaded objects' paths, as pprof's blocklist does.
-pub const BLOCKLIST: [&str; 6] = ["/libc.so", "/libc-", "/libgcc_s", "/ld-linux", "/libpthread", "linux-vdso"];
+pub const BLOCKLIST: [&str; 6] =
+    ["/libc.so", "/libc-", "/libgcc_s", "/ld-linux", "/libpthread", "linux-vdso"];
 
 /// How often the sampler thread looks at the decisions.
 const POLL: Duration = Duration::from_millis(10);
@@ -127,7 +128,6 @@ impl Hook {
             _ => None,
         }
     }
-
 }
 
 /// Starts the sampler thread.
@@ -244,7 +244,8 @@ pub fn check_free(handler: libc::sighandler_t, timer_armed: bool) -> Result<(), 
 fn start(hz: u32) -> Result<Window, StartError> {
     let old = sigprof_handler().map_err(StartError::Sigaction)?;
     check_free(old.sa_sigaction, prof_timer_armed())?;
-    let hz = hz.clamp(*trainprof_config::SAMPLING_HZ_RANGE.start(), *trainprof_config::SAMPLING_HZ_RANGE.end());
+    let hz =
+        hz.clamp(*trainprof_config::SAMPLING_HZ_RANGE.start(), *trainprof_config::SAMPLING_HZ_RANGE.end());
     let guard = pprof::ProfilerGuardBuilder::default()
         .frequency(i32::try_from(hz).unwrap_or(99))
         .blocklist(&BLOCKLIST)
@@ -332,7 +333,11 @@ pub fn profile_gz(report: &pprof::Report) -> Result<Vec<u8>, Box<dyn std::error:
     Ok(gz.finish()?)
 }
 
-fn write_files(hook: &Hook, window: &str, report: &pprof::Report) -> Result<String, Box<dyn std::error::Error>> {
+fn write_files(
+    hook: &Hook,
+    window: &str,
+    report: &pprof::Report,
+) -> Result<String, Box<dyn std::error::Error>> {
     let rel = window_dir(hook.node_id(), window);
     let dir = Dir::open_root(hook.local_path(), true)?.sub(&rel, true)?;
     let pid = hook.writer.os_pid;
@@ -379,7 +384,8 @@ mod tests {
 
     fn hook(native: &str) -> Arc<Hook> {
         let doc = serde_json::json!({"ProfilingParameters": {"LocalPath": "/nonexistent", "NativeProfilingConfig": native}});
-        let config = trainprof_config::from_bytes(doc.to_string().as_bytes(), &trainprof_config::Sources::default());
+        let config =
+            trainprof_config::from_bytes(doc.to_string().as_bytes(), &trainprof_config::Sources::default());
         Hook::new(crate::hook::Options {
             framework: "pytorch",
             config,

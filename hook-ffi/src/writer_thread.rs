@@ -32,7 +32,9 @@ impl Hook {
             Ok(h) => *slot = Some(h),
             Err(e) => {
                 self.native_spawn_failed.store(true, Relaxed);
-                crate::log(&format_args!("cannot start the native sampler thread: {e}; native profiling is off"));
+                crate::log(&format_args!(
+                    "cannot start the native sampler thread: {e}; native profiling is off"
+                ));
             }
         }
     }

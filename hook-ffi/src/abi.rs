@@ -713,23 +713,33 @@ static AUTOSTART: extern "C" fn() = autostart;
 /// `on`) means `"pytorch"`; a framework's name means that framework; `0` (or `false`,
 /// `no`, `off`, empty) or no variable means no autostart; anything else is an error (no
 /// autostart, one line).
-pub fn autostart_framework(value: Option<&str>) -> Result<Option<&'static str>, ()> {
-    let Some(v) = value else { return Ok(None) };
+pub fn autostart_framework(value: Option<&str>) -> Autostart {
+    let Some(v) = value else { return Autostart::Off };
     let v = v.trim().to_ascii_lowercase();
     match v.as_str() {
-        "1" | "true" | "yes" | "on" => Ok(Some("pytorch")),
-        "" | "0" | "false" | "no" | "off" => Ok(None),
-        _ => FRAMEWORKS.iter().copied().find(|f| *f == v).map(Some).ok_or(()),
+        "1" | "true" | "yes" | "on" => Autostart::Start("pytorch"),
+        "" | "0" | "false" | "no" | "off" => Autostart::Off,
+        _ => FRAMEWORKS.iter().copied().find(|f| *f == v).map_or(Autostart::Invalid, Autostart::Start),
     }
+}
+
+/// What `TRAINPROF_AUTOSTART` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Autostart {
+    Off,
+    /// Start, with this framework.
+    Start(&'static str),
+    /// A value that is none of the accepted ones.
+    Invalid,
 }
 
 extern "C" fn autostart() {
     guard((), || {
         let Some(v) = std::env::var_os("TRAINPROF_AUTOSTART") else { return };
         let fw = match autostart_framework(Some(v.to_str().unwrap_or("?"))) {
-            Ok(Some(fw)) => fw,
-            Ok(None) => return,
-            Err(()) => {
+            Autostart::Start(fw) => fw,
+            Autostart::Off => return,
+            Autostart::Invalid => {
                 log(&format_args!(
                     "TRAINPROF_AUTOSTART={v:?} is not 1, 0 or a framework name ({}); not started",
                     FRAMEWORKS.join(", ")
@@ -752,12 +762,12 @@ mod tests {
 
     #[test]
     fn autostart_values() {
-        assert_eq!(autostart_framework(None), Ok(None));
-        assert_eq!(autostart_framework(Some("1")), Ok(Some("pytorch")));
-        assert_eq!(autostart_framework(Some(" TRUE")), Ok(Some("pytorch")));
-        assert_eq!(autostart_framework(Some("tensorflow")), Ok(Some("tensorflow")));
-        assert_eq!(autostart_framework(Some("0")), Ok(None));
-        assert_eq!(autostart_framework(Some("")), Ok(None));
-        assert_eq!(autostart_framework(Some("maybe")), Err(()));
+        assert_eq!(autostart_framework(None), Autostart::Off);
+        assert_eq!(autostart_framework(Some("1")), Autostart::Start("pytorch"));
+        assert_eq!(autostart_framework(Some(" TRUE")), Autostart::Start("pytorch"));
+        assert_eq!(autostart_framework(Some("tensorflow")), Autostart::Start("tensorflow"));
+        assert_eq!(autostart_framework(Some("0")), Autostart::Off);
+        assert_eq!(autostart_framework(Some("")), Autostart::Off);
+        assert_eq!(autostart_framework(Some("maybe")), Autostart::Invalid);
     }
 }

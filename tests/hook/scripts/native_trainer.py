@@ -5,6 +5,7 @@ TRAINPROF_TEST_PARAMS (JSON):
   hot_lib       path of the built hot_loop.c library (required)
   steps         number of train steps (default 12)
   cpu_ms        CPU time of the hot loop per step, in ms (default 40)
+  iterations    loop iterations per step (default: calibrated to cpu_ms in this process)
   work          "c" (the C hot loop, default) or "python" (a pure-Python loop of the same
                 CPU time: deeper native stacks, through the interpreter)
   own_sigprof   install a Python SIGPROF handler before the first step (default false)
@@ -62,15 +63,17 @@ def calibrate(cpu_ms):
         n *= 2
 
 
-iterations = calibrate(PARAMS.get("cpu_ms", 40))
+iterations = PARAMS.get("iterations") or calibrate(PARAMS.get("cpu_ms", 40))
 prof = trainprof.Profiler("pytorch", strict=True)
-manifest = {"step_s": [], "pid": os.getpid()}
+manifest = {"step_s": [], "step_cpu_s": [], "pid": os.getpid()}
 time.sleep(PARAMS.get("settle_s", 0))
 for _ in range(PARAMS.get("steps", 12)):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     prof.step_begin("train")
     work(iterations)
     prof.step_end()
+    # The signal handler runs on the interrupted thread: its cost is in this thread's CPU time.
+    manifest["step_cpu_s"].append(time.thread_time() - c0)
     manifest["step_s"].append(time.perf_counter() - t0)
 prof.close()
 if PARAMS.get("own_sigprof"):

@@ -127,7 +127,7 @@ def test_a_c_hot_loop_is_the_heaviest_frame(run_script, tmp_path):
     native = {"StartStep": 3, "NumSteps": 6, "SamplingHz": 199}
     r = run_script(
         "native_trainer.py",
-        {"hot_lib": str(hot), "steps": 12, "cpu_ms": 60, "settle_s": 3},
+        {"hot_lib": str(hot), "steps": 12, "cpu_ms": 60, "settle_s": 5},
         config={"NativeProfilingConfig": native},
     ).check()
     found = windows(r.out)
@@ -164,7 +164,7 @@ def test_a_trainer_sigprof_handler_is_kept(run_script, tmp_path):
     native = {"StartStep": 1, "NumSteps": 2}
     r = run_script(
         "native_trainer.py",
-        {"hot_lib": str(hot), "steps": 5, "cpu_ms": 20, "own_sigprof": True, "settle_s": 3},
+        {"hot_lib": str(hot), "steps": 5, "cpu_ms": 20, "own_sigprof": True, "settle_s": 5},
         config={"NativeProfilingConfig": native},
     ).check()
     m = r.manifest
@@ -193,13 +193,13 @@ def preload_env(tmp_path, hook_lib, **extra):
 def test_ld_preload_profiles_a_plain_c_program_in_a_time_window(tmp_path, hook_lib):
     busy = cc(tmp_path, "busy.c", "busy", shared=False)
     out = tmp_path / "out"
-    # The window opens 3 s after the start: room for the sampler thread's one-time warm-up
-    # (up to 2 s in a debug build on a loaded machine; docs/formats.md "Native profiling").
-    native = {"StartTimeInSecSinceEpoch": time.time() + 3.0, "Duration": 1.5}
+    # The window opens 5 s after the start: room for the sampler thread's one-time warm-up
+    # (up to 3 s in a debug build on a loaded machine; docs/formats.md "Native profiling").
+    native = {"StartTimeInSecSinceEpoch": time.time() + 5.0, "Duration": 1.5}
     config = tmp_path / "profilerconfig.json"
     config.write_text(json.dumps({"ProfilingParameters": {"LocalPath": str(out), "NativeProfilingConfig": native}}))
     env = preload_env(tmp_path, hook_lib, TRAINPROF_AUTOSTART="1", SMPROFILER_CONFIG_PATH=config)
-    proc = subprocess.run([str(busy), "5"], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([str(busy), "7"], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     # The writer and the sampler thread run beside main (the positive control of the
     # test below).

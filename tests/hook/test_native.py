@@ -148,6 +148,25 @@ def test_a_c_hot_loop_is_the_heaviest_frame(run_script, tmp_path):
     assert "native profiling: %d samples in framework/native/" % total in r.proc.stderr
 
 
+def test_a_child_forked_in_a_window_leaves_the_parents_profile_alone(run_script, tmp_path):
+    # A child that stopped the profiler it inherited would delete the parent's temporary
+    # sample file, and the parent's report would fail (docs/formats.md "Native profiling").
+    hot = cc(tmp_path, "hot_loop.c", "libhot.so", shared=True)
+    native = {"StartStep": 2, "NumSteps": 6}
+    r = run_script(
+        "native_trainer.py",
+        {"hot_lib": str(hot), "steps": 10, "cpu_ms": 40, "settle_s": 5, "fork_at": 4},
+        config={"NativeProfilingConfig": native},
+    ).check()
+    assert r.manifest["child_status"] == 0
+    found = windows(r.out)
+    assert len(found) == 1, (found, r.proc.stderr)
+    assert found[0].name.endswith("_%d" % r.manifest["pid"])
+    samples, total = read_profile(found[0] / "profile.pb.gz")
+    assert total >= 5 and self_counts(samples)[0][0] == HOT, (total, r.proc.stderr)
+    assert "cannot" not in r.proc.stderr, r.proc.stderr
+
+
 def test_outside_the_window_nothing_is_sampled(run_script, tmp_path):
     hot = cc(tmp_path, "hot_loop.c", "libhot.so", shared=True)
     native = {"StartStep": 50, "NumSteps": 2}

@@ -9,6 +9,8 @@ TRAINPROF_TEST_PARAMS (JSON):
   work          "c" (the C hot loop, default) or "python" (a pure-Python loop of the same
                 CPU time: deeper native stacks, through the interpreter)
   own_sigprof   install a Python SIGPROF handler before the first step (default false)
+  fork_at       fork() at the start of this step; the child runs one step's loop and
+                exits through sys.exit (its atexit handlers run), the parent waits for it
   settle_s      seconds to sleep before the first step (default 0): room for the sampler
                 thread's one-time warm-up (docs/formats.md "Native profiling")
 
@@ -20,6 +22,7 @@ import ctypes
 import json
 import os
 import signal
+import sys
 import time
 
 import trainprof
@@ -67,7 +70,13 @@ iterations = PARAMS.get("iterations") or calibrate(PARAMS.get("cpu_ms", 40))
 prof = trainprof.Profiler("pytorch", strict=True)
 manifest = {"step_s": [], "step_cpu_s": [], "pid": os.getpid()}
 time.sleep(PARAMS.get("settle_s", 0))
-for _ in range(PARAMS.get("steps", 12)):
+for step in range(PARAMS.get("steps", 12)):
+    if step == PARAMS.get("fork_at"):
+        pid = os.fork()
+        if pid == 0:
+            work(iterations)
+            sys.exit(0)
+        manifest["child_status"] = os.waitpid(pid, 0)[1]
     t0, c0 = time.perf_counter(), time.thread_time()
     prof.step_begin("train")
     work(iterations)

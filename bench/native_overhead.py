@@ -11,7 +11,9 @@ iterations in each, calibrated once here):
     BENCH_HZ=999 python bench/native_overhead.py
 
 The trainer is tests/hook/scripts/native_trainer.py: each step calls a C hot loop through
-ctypes ("c") or runs a pure-Python loop ("python"), about BENCH_CPU_MS of CPU each. Two
+ctypes ("c") or runs a pure-Python loop ("python"), about BENCH_CPU_MS of CPU each; a third
+trainer ("empty", BENCH_EMPTY_STEPS steps of one loop iteration) shows the per-step cost of
+the hook itself (step_begin asks the native window at every step while it is configured). Two
 figures per step: the training thread's CPU time (the signal handler runs on the
 interrupted thread, so its cost is in there; robust on a loaded machine) and the wall time
 (what a trainer sees; noisy when other processes compete for the CPU). Uses the
@@ -39,6 +41,8 @@ STEPS = int(os.environ.get("BENCH_STEPS", "60"))
 CPU_MS = float(os.environ.get("BENCH_CPU_MS", "20"))
 HZ = int(os.environ.get("BENCH_HZ", "99"))
 SKIP = 3
+# Steps of the "empty" trainer (one loop iteration per step: the per-step hook cost alone).
+EMPTY_STEPS = int(os.environ.get("BENCH_EMPTY_STEPS", "20000"))
 LIB = os.environ.get("TRAINPROF_HOOK_LIB") or os.path.join(ROOT, "target", "release", "libtrainprof_hook.so")
 SCRIPT = os.path.join(ROOT, "tests", "hook", "scripts", "native_trainer.py")
 
@@ -93,7 +97,13 @@ def run(work_dir, kind, work, hot_lib, iterations):
         TRAINPROF_RESOURCE_CONFIG=os.path.join(work_dir, "none.json"),
         TRAINPROF_TEST_MANIFEST=manifest,
         TRAINPROF_TEST_PARAMS=json.dumps(
-            {"hot_lib": hot_lib, "steps": STEPS + SKIP, "iterations": iterations, "work": work, "settle_s": 1.0}
+            {
+                "hot_lib": hot_lib,
+                "steps": (EMPTY_STEPS if work == "empty" else STEPS) + SKIP,
+                "iterations": iterations,
+                "work": "c" if work == "empty" else work,
+                "settle_s": 1.0,
+            }
         ),
     )
     proc = subprocess.run([sys.executable, SCRIPT], env=env, capture_output=True, text=True, timeout=600)
@@ -103,8 +113,9 @@ def run(work_dir, kind, work, hot_lib, iterations):
         m = json.load(f)
     samples = [line.split(": ")[-1].split(" in ")[0] for line in proc.stderr.splitlines() if " samples in " in line]
     shutil.rmtree(out, ignore_errors=True)
-    wall = statistics.median(m["step_s"][SKIP:]) * 1e3
-    cpu = statistics.median(m["step_cpu_s"][SKIP:]) * 1e3
+    scale = 1e6 if work == "empty" else 1e3
+    wall = statistics.median(m["step_s"][SKIP:]) * scale
+    cpu = statistics.median(m["step_cpu_s"][SKIP:]) * scale
     return {"cpu": cpu, "wall": wall}, " ".join(samples)
 
 
@@ -118,16 +129,17 @@ def main():
         check=True,
     )
     print("library %s; %d rounds × %d steps of %.0f ms CPU; %d Hz" % (LIB, ROUNDS, STEPS, CPU_MS, HZ))
-    for work in ("c", "python"):
-        iterations = calibrate(work, hot_lib)
+    for work in ("c", "python", "empty"):
+        iterations = 1 if work == "empty" else calibrate(work, hot_lib)
+        unit = "µs" if work == "empty" else "ms"
         medians = {"none": [], "outside": [], "inside": []}
         for r in range(ROUNDS):
             for kind in medians:
                 ms, samples = run(work_dir, kind, work, hot_lib, iterations)
                 medians[kind].append(ms)
                 print(
-                    "  %s round %d %-8s median step: CPU %.3f ms, wall %.3f ms %s"
-                    % (work, r, kind, ms["cpu"], ms["wall"], samples)
+                    "  %s round %d %-8s median step: CPU %.3f %s, wall %.3f %s %s"
+                    % (work, r, kind, ms["cpu"], unit, ms["wall"], unit, samples)
                 )
         for what in ("cpu", "wall"):
             p50 = {k: statistics.median(x[what] for x in v) for k, v in medians.items()}
@@ -138,9 +150,14 @@ def main():
                     "RESULT "
                     + json.dumps(
                         {
-                            "metric": "step %s time, %s loop, %s (p50 of %d rounds)"
-                            % ("CPU" if what == "cpu" else "wall", "C" if work == "c" else "Python", label, ROUNDS),
-                            "unit": "ms",
+                            "metric": "step %s time, %s, %s (p50 of %d rounds)"
+                            % (
+                                "CPU" if what == "cpu" else "wall",
+                                {"c": "C loop", "python": "Python loop", "empty": "empty step"}[work],
+                                label,
+                                ROUNDS,
+                            ),
+                            "unit": unit,
                             "trainprof": round(p50[kind], 3),
                             "peer": round(base, 3),
                             "peer_name": "no native config",

@@ -22,6 +22,10 @@
   window.addEventListener("unhandledrejection", function (e) {
     recordError("unhandled rejection: " + (e && e.reason));
   });
+  // A request the page's Content-Security-Policy refused: the page tried to reach the network.
+  document.addEventListener("securitypolicyviolation", function (e) {
+    recordError("blocked by the page's policy: " + e.violatedDirective + " " + e.blockedURI);
+  });
   var consoleError = console.error;
   console.error = function () {
     recordError(Array.prototype.join.call(arguments, " "));
@@ -50,17 +54,20 @@
   function color(i) { return COLORS[i % COLORS.length]; }
   var AXIS = 64; // y-axis width, px: the same on every chart so that plot areas line up
   var expected = 0, drawn = 0;
-  var charts = [];   // {name, el}
+  var charts = [];   // {name, el, kind}
   var timeCharts = [];
 
   function markDrawn() {
     drawn += 1;
     body.dataset.charts = drawn + "/" + expected;
     if (drawn === expected) {
+      // The plot areas (uPlot's .u-over, the heat map's canvas), for the browser tier's
+      // check that each one has something drawn in it.
       var rects = charts.map(function (c) {
-        var r = c.el.getBoundingClientRect();
+        var area = c.el.querySelector(".u-over") || c.el.querySelector("canvas") || c.el;
+        var r = area.getBoundingClientRect();
         return [Math.round(r.left + window.scrollX), Math.round(r.top + window.scrollY),
-          Math.round(r.width), Math.round(r.height), c.name];
+          Math.round(r.width), Math.round(r.height), c.name, c.kind];
       });
       body.dataset.chartRects = JSON.stringify(rects);
       body.dataset.pageHeight = String(document.documentElement.scrollHeight);
@@ -113,11 +120,11 @@
     syncing = false;
   }
 
-  function place(parent, name, title) {
+  function place(parent, name, kind) {
     var box = document.createElement("div");
     box.className = "chart";
     parent.appendChild(box);
-    charts.push({ name: name, el: box });
+    charts.push({ name: name, el: box, kind: kind || "uplot" });
     expected += 1;
     return box;
   }
@@ -128,7 +135,9 @@
 
   function timeChart(parent, name, title, t, series, opts) {
     opts = opts || {};
-    var box = place(parent, name, title);
+    var box = place(parent, name);
+    // The chart, once made; `wait`: what to run once it has drawn (its sizes are known then).
+    var made = { u: null, drawn: false, wait: [] };
     later(function () {
       var first = true;
       var axes = [{}, { size: AXIS, label: opts.unit || "" }];
@@ -149,7 +158,7 @@
         cursor: { sync: { key: "job" } },
         legend: { live: true },
         series: [{}].concat(series.map(function (s, i) {
-          var o = { label: s.label, stroke: s.color || color(i), width: 1, spanGaps: false, scale: s.scale || "y" };
+          var o = { label: s.label, stroke: s.color || color(i), width: 1.5, spanGaps: false, scale: s.scale || "y" };
           if (s.points) {
             o.paths = function () { return null; };
             o.points = { show: true, size: s.size || 3, stroke: o.stroke, fill: o.stroke };
@@ -160,17 +169,26 @@
         })),
         plugins: [bandsPlugin()],
         hooks: {
-          draw: [function () { if (first) { first = false; markDrawn(); } }],
+          draw: [function () {
+            if (!first) { return; }
+            first = false;
+            markDrawn();
+            made.drawn = true;
+            made.wait.forEach(function (fn) {
+              try { fn(); } catch (e) { recordError("chart failed: " + e); }
+            });
+          }],
           setScale: [syncScale]
         }
       }, [abs(t)].concat(series.map(function (s) { return s.data; })), box);
       timeCharts.push(u);
-      if (opts.after) { opts.after(u); }
+      made.u = u;
     });
+    return made;
   }
 
   function barChart(parent, name, title, labels, series, unit) {
-    var box = place(parent, name, title);
+    var box = place(parent, name);
     later(function () {
       var first = true;
       var xs = labels.map(function (_, i) { return i; });
@@ -193,7 +211,7 @@
   }
 
   function histogram(parent, name, title, hist) {
-    var box = place(parent, name, title);
+    var box = place(parent, name);
     later(function () {
       var first = true;
       var edges = hist.edges || [], counts = (hist.counts || []).slice();
@@ -213,15 +231,24 @@
 
   // Per-core heat map: one row per core, one column per pixel of the plot width, colour by
   // the percentage at that time. Placed under the node's CPU chart, with the same plot area.
-  function heatMap(parent, name, t, cores) {
-    var box = place(parent, name, "CPU per core");
+  function heatMap(parent, name, t, cores, above) {
+    var box = place(parent, name, "heat");
     box.classList.add("heat");
     later(function () {
+      if (above.u && !above.drawn) { above.wait.push(draw); } else { draw(); }
+    });
+    function draw() {
       var title = document.createElement("div");
       title.className = "u-title";
       title.textContent = "CPU per core, % (rows: cores 0–" + (cores.length - 1) + ")";
       box.appendChild(title);
-      var w = width(parent), left = AXIS + 8, plotW = Math.max(100, w - left - 10);
+      // The plot area of the chart above (the node's CPU chart), so that times line up.
+      var left = AXIS + 8, plotW = Math.max(100, width(parent) - left - 10);
+      if (above.u) {
+        var o = above.u.over.getBoundingClientRect(), bx = box.getBoundingClientRect();
+        left = Math.round(o.left - bx.left);
+        plotW = Math.max(100, Math.round(o.width));
+      }
       var rowH = Math.max(2, Math.min(12, Math.floor(240 / Math.max(1, cores.length))));
       var h = rowH * cores.length;
       var canvas = document.createElement("canvas");
@@ -257,7 +284,7 @@
       ctx.imageSmoothingEnabled = false;
       ctx.drawImage(tmp, 0, 0, plotW, h);
       markDrawn();
-    });
+    }
   }
 
   function el(id) { return document.getElementById(id); }
@@ -293,8 +320,8 @@
       var parent = el("node-" + ni + "-charts");
       if (!parent) { return; }
       var t = n.t || [];
-      timeChart(parent, n.node + " cpu", "CPU, all cores, %", t, [{ label: "CPU total %", data: n.cpu }], { percent: true, unit: "%" });
-      if (n.cores && n.cores.length > 0) { heatMap(parent, n.node + " cores", t, n.cores); }
+      var cpu = timeChart(parent, n.node + " cpu", "CPU, all cores, %", t, [{ label: "CPU total %", data: n.cpu }], { percent: true, unit: "%" });
+      if (n.cores && n.cores.length > 0) { heatMap(parent, n.node + " cores", t, n.cores, cpu); }
       timeChart(parent, n.node + " memory", "Memory used, %", t, [{ label: "memory %", data: n.mem, color: color(2) }], { percent: true, unit: "%" });
       var gpus = n.gpus || [];
       if (gpus.length > 0) {

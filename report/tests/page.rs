@@ -2,11 +2,9 @@
 //! bounds allow stays under the size goal, and (ignored, run by `scripts/test-browser`) the
 //! fixture page the browser tier opens.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Value, json};
 use trainprof_report::html::render;
-use trainprof_report::model::*;
+use trainprof_report::model::ReportModel;
 
 /// Strings a trainer controls (function, file and window names) that would run script if a
 /// renderer put them into the page as markup. Each sets `data-xss` on the body if it ever runs.
@@ -27,86 +25,77 @@ impl Rng {
 
 const START: f64 = 1_700_000_000.0;
 
-fn stats(rng: &mut Rng, base: f64, count: u64) -> StepStats {
-    StepStats {
-        count,
-        p50_ms: Some(base),
-        p90_ms: Some(base * 1.2 + rng.next()),
-        p99_ms: Some(base * 1.8),
-        max_ms: Some(base * 10.0),
-        mean_ms: Some(base * 1.05),
-    }
+fn stats(rng: &mut Rng, base: f64, count: usize) -> Value {
+    json!({"count": count, "p50_ms": base, "p90_ms": base * 1.2 + rng.next(), "p99_ms": base * 1.8,
+           "max_ms": base * 10.0, "mean_ms": base * 1.05})
 }
 
 /// An hour of one node with `cores` cores and 8 GPUs, 8 ranks, every series at the contract's
-/// bounds (2000 points per node, 4000 steps per rank), 50 outliers, all ten findings.
+/// bounds (2000 points per node, 4000 steps per rank), 50 outliers, all ten findings. Built as
+/// the model's JSON (the documented shape) and read into `ReportModel`, so it checks that shape.
 fn synthetic(cores: usize, points: usize, steps_per_rank: usize) -> ReportModel {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let duration = 3600.0;
     let ranks: Vec<String> = (0..8).map(|r| format!("{r}-algo-1")).collect();
-    let mut steps = BTreeMap::new();
-    let mut step_series = BTreeMap::new();
+    let mut steps = serde_json::Map::new();
+    let mut step_series = serde_json::Map::new();
     for (mode, n, base) in [("TRAIN", steps_per_rank, 100.0), ("EVAL", steps_per_rank / 20, 40.0)] {
-        let mut per_rank = BTreeMap::new();
-        let mut series = BTreeMap::new();
+        let mut per_rank = serde_json::Map::new();
+        let mut series = serde_json::Map::new();
         for (i, rank) in ranks.iter().enumerate() {
             let slow = if i == 5 { 1.5 } else { 1.0 };
-            per_rank.insert(rank.clone(), stats(&mut rng, base * slow, n as u64));
+            per_rank.insert(rank.clone(), stats(&mut rng, base * slow, n));
             let t_s: Vec<f64> =
                 (0..n).map(|k| START + 10.0 + k as f64 * (duration - 20.0) / n as f64 + rng.next() * 0.01).collect();
             let ms: Vec<f64> = (0..n)
                 .map(|k| base * slow * (0.9 + 0.2 * rng.next()) + if k % 997 == 0 { 900.0 } else { 0.0 })
                 .collect();
-            series.insert(rank.clone(), StepSeries { t_s, ms });
+            series.insert(rank.clone(), json!({"t_s": t_s, "ms": ms}));
         }
         let edges_ms: Vec<f64> = (0..=40).map(|k| k as f64 * base / 10.0).collect();
         let counts: Vec<u64> = (0..40).map(|k| ((20 - (k as i64 - 10).abs()).max(0) * 37) as u64).collect();
-        let outliers = (0..50)
-            .map(|k| Outlier {
-                rank: ranks[k % 8].clone(),
-                step: (k * 97) as u64,
-                start_s: START + 30.0 + k as f64 * 70.0,
-                ms: 1000.0 - k as f64,
+        let outliers: Vec<Value> = (0..50)
+            .map(|k| {
+                json!({"rank": ranks[k % 8], "step": k * 97, "start_s": START + 30.0 + k as f64 * 70.0,
+                       "ms": 1000.0 - k as f64})
             })
             .collect();
         steps.insert(
             mode.to_string(),
-            ModeSteps {
-                count: (n * 8) as u64,
-                p50_ms: Some(base),
-                p90_ms: Some(base * 1.2),
-                p99_ms: Some(base * 1.8),
-                max_ms: Some(base * 10.0),
-                mean_ms: Some(base * 1.05),
-                histogram: Histogram { edges_ms, counts },
-                per_rank,
-                stragglers: vec![Straggler {
-                    rank: ranks[5].clone(),
-                    p50_ms: Some(base * 1.5),
-                    median_rank_p50_ms: Some(base),
-                    ratio: Some(1.5),
-                }],
-                outliers,
-            },
+            json!({
+                "count": n * 8, "p50_ms": base, "p90_ms": base * 1.2, "p99_ms": base * 1.8,
+                "max_ms": base * 10.0, "mean_ms": base * 1.05,
+                "histogram": {"edges_ms": edges_ms, "counts": counts},
+                "per_rank": per_rank,
+                "stragglers": [{"rank": ranks[5], "p50_ms": base * 1.5, "median_rank_p50_ms": base, "ratio": 1.5}],
+                "outliers": outliers,
+            }),
         );
-        step_series.insert(mode.to_string(), series);
+        step_series.insert(mode.to_string(), Value::Object(series));
     }
     let t_s: Vec<f64> = (0..points).map(|k| START + k as f64 * duration / points as f64).collect();
-    let mut pct = |lo: f64, hi: f64| -> Vec<Option<f64>> {
-        (0..points).map(|k| if k == 700 { None } else { Some(lo + (hi - lo) * rng.next()) }).collect()
+    let mut pct = |lo: f64, hi: f64| -> Value {
+        Value::from(
+            (0..points)
+                .map(|k| if k == 700 { Value::Null } else { json!(lo + (hi - lo) * rng.next()) })
+                .collect::<Vec<_>>(),
+        )
     };
-    let cpu_cores: Vec<Vec<Option<f64>>> = (0..cores).map(|c| pct(c as f64 % 50.0, 100.0)).collect();
-    let gpus = (0..8).map(|g| (format!("gpu{g}"), GpuSeries { util: pct(60.0, 99.9), mem: pct(30.0, 31.0) })).collect();
-    let node = NodeSeries {
-        cpu_total: pct(20.0, 80.0),
-        memory: pct(40.0, 42.0),
-        cpu_cores,
-        gpus,
-        io: Some(IoSeries { read_mbps: pct(0.0, 900.0), write_mbps: pct(0.0, 90.0) }),
-        net: Some(NetSeries { rx_mbps: pct(0.0, 1200.0), tx_mbps: pct(0.0, 1200.0) }),
-        trainer: Some(TrainerSeries { cpu: pct(100.0, 800.0), mem_mb: pct(20_000.0, 21_000.0) }),
-        t_s,
-    };
+    let cpu_cores: Vec<Value> = (0..cores).map(|c| pct(c as f64 % 50.0, 100.0)).collect();
+    let mut gpus = serde_json::Map::new();
+    for g in 0..8 {
+        gpus.insert(format!("gpu{g}"), json!({"util": pct(60.0, 99.9), "mem": pct(30.0, 31.0)}));
+    }
+    let node = json!({
+        "t_s": t_s,
+        "cpu_total": pct(20.0, 80.0),
+        "cpu_cores": cpu_cores,
+        "memory": pct(40.0, 42.0),
+        "gpus": gpus,
+        "io": {"read_mbps": pct(0.0, 900.0), "write_mbps": pct(0.0, 90.0)},
+        "net": {"rx_mbps": pct(0.0, 1200.0), "tx_mbps": pct(0.0, 1200.0)},
+        "trainer": {"cpu": pct(100.0, 800.0), "mem_mb": pct(20_000.0, 21_000.0)},
+    });
     let rules = [
         "CPUBottleneck",
         "IOBottleneck",
@@ -119,90 +108,77 @@ fn synthetic(cores: usize, points: usize, steps_per_rank: usize) -> ReportModel 
         "LoadBalancing",
         "OverallSystemUsage",
     ];
-    let findings = rules
+    let findings: Vec<Value> = rules
         .iter()
         .enumerate()
         .map(|(i, rule)| {
             let triggered = i % 3 == 0;
-            let mut evidence = serde_json::Map::new();
-            evidence.insert("threshold".into(), json!(90));
-            evidence.insert("value".into(), json!(91.5 + i as f64));
-            evidence.insert("worst_rank".into(), json!("5-algo-1"));
-            Finding {
-                rule: rule.to_string(),
-                triggered,
-                evaluated: i != 4,
-                summary: format!("{rule}: synthetic summary with a <tag> & an ampersand"),
-                advice: if triggered { "Do the synthetic thing.".into() } else { String::new() },
-                evidence,
-                ranges: if triggered {
-                    vec![[START + 600.0 + i as f64 * 100.0, START + 660.0 + i as f64 * 100.0]]
-                } else {
-                    vec![]
-                },
-            }
+            let ranges: Vec<[f64; 2]> = if triggered {
+                vec![[START + 600.0 + i as f64 * 100.0, START + 660.0 + i as f64 * 100.0]]
+            } else {
+                vec![]
+            };
+            json!({
+                "rule": rule, "triggered": triggered, "evaluated": i != 4,
+                "summary": format!("{rule}: synthetic summary with a <tag> & an ampersand"),
+                "advice": if triggered { "Do the synthetic thing." } else { "" },
+                "evidence": {"threshold": 90, "value": 91.5 + i as f64, "worst_rank": "5-algo-1"},
+                "ranges": ranges,
+            })
         })
         .collect();
-    let functions = (0..20)
-        .map(|k| PythonFunction {
-            name: if k == 0 { HOSTILE_FN.into() } else { format!("function_{k}") },
-            file: if k == 0 { HOSTILE_FILE.into() } else { "train.py".into() },
-            line: Some(10 + k),
-            calls: Some(100 * (k + 1)),
-            self_s: Some(0.5 / (k + 1) as f64),
-            total_s: Some(2.0 / (k + 1) as f64),
-        })
-        .collect::<Vec<_>>();
-    let python = (0..2)
-        .map(|w| PythonWindow {
-            node: ranks[w].clone(),
-            window: if w == 0 { HOSTILE_WINDOW.into() } else { "stepstart-10_stepend-12".into() },
-            profiler: if w == 0 { "cprofile".into() } else { "pyinstrument".into() },
-            start_step: Some(10),
-            end_step: Some(12),
-            functions: functions.clone(),
+    let functions: Vec<Value> = (0..20u64)
+        .map(|k| {
+            json!({
+                "name": if k == 0 { HOSTILE_FN.to_string() } else { format!("function_{k}") },
+                "file": if k == 0 { HOSTILE_FILE } else { "train.py" },
+                "line": 10 + k, "calls": 100 * (k + 1),
+                "self_s": 0.5 / (k + 1) as f64, "total_s": 2.0 / (k + 1) as f64,
+            })
         })
         .collect();
-    ReportModel {
-        version: 1,
-        source: "/data/run <one>".into(),
-        job: Job {
-            start_s: Some(START),
-            end_s: Some(START + duration),
-            duration_s: Some(duration),
-            nodes: vec!["algo-1".into()],
-            ranks: ranks.clone(),
-            init_s: Some(10.0),
-            steps_per_mode: [("TRAIN".into(), (steps_per_rank * 8) as u64), ("EVAL".into(), (steps_per_rank / 20 * 8) as u64)]
-                .into(),
-            profiled: Profiled { detailed_steps: 10, dataloader_events: 120, python_windows: 2 },
-            dropped_events: 3,
-            clock: vec![Clock { node: "algo-1".into(), synchronised: true, max_error_us: Some(1000.0), est_error_us: None }],
+    let python: Vec<Value> = (0..2)
+        .map(|w| {
+            json!({
+                "node": ranks[w],
+                "window": if w == 0 { HOSTILE_WINDOW } else { "stepstart-10_stepend-12" },
+                "profiler": if w == 0 { "cprofile" } else { "pyinstrument" },
+                "start_step": 10, "end_step": 12, "functions": functions,
+            })
+        })
+        .collect();
+    let phases: Vec<Value> = ["Forward", "Backward", "DataLoader", "Step:ModeKeys.TRAIN"]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            json!({"name": p, "count": 1000, "total_ms": 50_000.0 / (i + 1) as f64, "mean_ms": 50.0 / (i + 1) as f64})
+        })
+        .collect();
+    let triggers: Vec<Value> = (0..5)
+        .map(|k| {
+            json!({"rank": ranks[k], "step": 100 + k, "ms": 1010.0, "median_ms": 100.0,
+                   "start_s": START + 1000.0 + k as f64 * 300.0})
+        })
+        .collect();
+    let model = json!({
+        "version": 1,
+        "source": "/data/run <one>",
+        "job": {
+            "start_s": START, "end_s": START + duration, "duration_s": duration,
+            "nodes": ["algo-1"], "ranks": ranks, "init_s": 10.0,
+            "steps_per_mode": {"TRAIN": steps_per_rank * 8, "EVAL": steps_per_rank / 20 * 8},
+            "profiled": {"detailed_steps": 10, "dataloader_events": 120, "python_windows": 2},
+            "dropped_events": 3,
+            "clock": [{"node": "algo-1", "synchronised": true, "max_error_us": 1000.0, "est_error_us": null}],
         },
-        steps,
-        phases: ["Forward", "Backward", "DataLoader", "Step:ModeKeys.TRAIN"]
-            .iter()
-            .enumerate()
-            .map(|(i, p)| Phase {
-                name: p.to_string(),
-                count: 1000,
-                total_ms: 50_000.0 / (i + 1) as f64,
-                mean_ms: Some(50.0 / (i + 1) as f64),
-            })
-            .collect(),
-        python,
-        triggers: (0..5)
-            .map(|k| Trigger {
-                rank: ranks[k].clone(),
-                step: 100 + k as u64,
-                ms: 1010.0,
-                median_ms: Some(100.0),
-                start_s: START + 1000.0 + k as f64 * 300.0,
-            })
-            .collect(),
-        findings,
-        series: Some(Series { steps: step_series, nodes: [("algo-1".to_string(), node)].into() }),
-    }
+        "steps": steps,
+        "phases": phases,
+        "python": python,
+        "triggers": triggers,
+        "findings": findings,
+        "series": {"steps": step_series, "nodes": {"algo-1": node}},
+    });
+    serde_json::from_value(model).expect("the synthetic model has the documented shape")
 }
 
 fn page_data(page: &str) -> Value {

@@ -70,6 +70,8 @@
           Math.round(r.width), Math.round(r.height), c.name, c.kind];
       });
       body.dataset.chartRects = JSON.stringify(rects);
+      // From navigation start to the last chart drawn, ms (reported by the browser tier).
+      body.dataset.drawnMs = String(Math.round(performance.now()));
       body.dataset.pageHeight = String(document.documentElement.scrollHeight);
     }
   }

@@ -245,8 +245,10 @@ fn section_framework(out: &mut String, m: &Value) {
     if phases.is_empty() {
         out.push_str("<p class=\"note\">No phase events were recorded.</p>\n");
     } else {
-        out.push_str("<div id=\"phases-chart\"></div>\n<table><tr><th>phase</th><th class=\"n\">events</th>\
-             <th class=\"n\">total ms</th><th class=\"n\">mean ms</th></tr>\n");
+        out.push_str(
+            "<div id=\"phases-chart\"></div>\n<table><tr><th>phase</th><th class=\"n\">events</th>\
+             <th class=\"n\">total ms</th><th class=\"n\">mean ms</th></tr>\n",
+        );
         for p in phases {
             let _ = writeln!(
                 out,
@@ -329,7 +331,12 @@ fn section_findings(out: &mut String, m: &Value, t0: f64) {
         if !evidence.is_empty() {
             out.push_str("<table class=\"evidence\">");
             for (k, v) in evidence {
-                let _ = write!(out, "<tr><th>{}</th><td class=\"code\">{}</td></tr>", esc(k), esc(&evidence_value(v)));
+                let _ = write!(
+                    out,
+                    "<tr><th>{}</th><td class=\"code\">{}</td></tr>",
+                    esc(k),
+                    esc(&evidence_value(v))
+                );
             }
             out.push_str("</table>\n");
         }
@@ -417,7 +424,11 @@ fn page_data(m: &Value, t0: f64) -> Value {
             if marks.is_empty() && arr(&r["t_s"]).len() <= MAX_MARKS {
                 marks = t.clone();
             }
-            ranks.push(obj_of([("rank", Value::from(rank.as_str())), ("t", Value::from(t)), ("ms", round_all(&r["ms"], MS_DECIMALS))]));
+            ranks.push(obj_of([
+                ("rank", Value::from(rank.as_str())),
+                ("t", Value::from(t)),
+                ("ms", round_all(&r["ms"], MS_DECIMALS)),
+            ]));
         }
         let mut outliers = Vec::new();
         for o in arr(&s["outliers"]) {
@@ -447,7 +458,10 @@ fn page_data(m: &Value, t0: f64) -> Value {
             ("mode", Value::from(mode.as_str())),
             (
                 "hist",
-                obj_of([("edges", round_all(&h["edges_ms"], MS_DECIMALS)), ("counts", round_all(&h["counts"], 0))]),
+                obj_of([
+                    ("edges", round_all(&h["edges_ms"], MS_DECIMALS)),
+                    ("counts", round_all(&h["counts"], 0)),
+                ]),
             ),
             ("ranks", Value::from(ranks)),
             ("outliers", Value::from(outliers)),
@@ -493,7 +507,12 @@ fn page_data(m: &Value, t0: f64) -> Value {
             ("node", Value::from(node.as_str())),
             ("t", Value::from(t)),
             ("cpu", round_all(&n["cpu_total"], PCT_DECIMALS)),
-            ("cores", Value::from(arr(&n["cpu_cores"]).iter().map(|c| round_all(c, PCT_DECIMALS)).collect::<Vec<_>>())),
+            (
+                "cores",
+                Value::from(
+                    arr(&n["cpu_cores"]).iter().map(|c| round_all(c, PCT_DECIMALS)).collect::<Vec<_>>(),
+                ),
+            ),
             ("mem", round_all(&n["memory"], PCT_DECIMALS)),
             ("gpus", Value::from(gpus)),
             ("io", pair(&n["io"], "read", "read_mbps", "write", "write_mbps")),
@@ -718,15 +737,36 @@ mod tests {
 
     #[test]
     fn vendored_scripts_cannot_end_their_element_or_reach_the_network() {
-        for (name, text) in [("uPlot.iife.min.js", UPLOT_JS), ("page.js", PAGE_JS), ("uPlot.min.css", UPLOT_CSS), ("page.css", PAGE_CSS)] {
+        for (name, text) in [
+            ("uPlot.iife.min.js", UPLOT_JS),
+            ("page.js", PAGE_JS),
+            ("uPlot.min.css", UPLOT_CSS),
+            ("page.css", PAGE_CSS),
+        ] {
             let lower = text.to_ascii_lowercase();
-            for bad in ["</script", "</style", "<!--", "fetch(", "xmlhttprequest", "websocket", "eventsource", "sendbeacon", "import(", "url(", "@import"] {
+            for bad in [
+                "</script",
+                "</style",
+                "<!--",
+                "fetch(",
+                "xmlhttprequest",
+                "websocket",
+                "eventsource",
+                "sendbeacon",
+                "import(",
+                "url(",
+                "@import",
+            ] {
                 assert!(!lower.contains(bad), "{name} contains {bad:?}");
             }
             // The one address in uPlot is its licence comment on the first line.
             let addresses = lower.matches("http").count();
             let first_line = lower.lines().next().unwrap_or("");
-            assert_eq!(addresses, first_line.matches("http").count(), "{name} names an address outside its header");
+            assert_eq!(
+                addresses,
+                first_line.matches("http").count(),
+                "{name} names an address outside its header"
+            );
         }
     }
 

@@ -2,6 +2,8 @@
 //! bounds allow stays under the size goal, and (ignored, run by `scripts/test-browser`) the
 //! fixture page the browser tier opens.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use serde_json::{Value, json};
 use trainprof_report::html::render;
 use trainprof_report::model::ReportModel;
@@ -45,8 +47,9 @@ fn synthetic(cores: usize, points: usize, steps_per_rank: usize) -> ReportModel 
         for (i, rank) in ranks.iter().enumerate() {
             let slow = if i == 5 { 1.5 } else { 1.0 };
             per_rank.insert(rank.clone(), stats(&mut rng, base * slow, n));
-            let t_s: Vec<f64> =
-                (0..n).map(|k| START + 10.0 + k as f64 * (duration - 20.0) / n as f64 + rng.next() * 0.01).collect();
+            let t_s: Vec<f64> = (0..n)
+                .map(|k| START + 10.0 + k as f64 * (duration - 20.0) / n as f64 + rng.next() * 0.01)
+                .collect();
             let ms: Vec<f64> = (0..n)
                 .map(|k| base * slow * (0.9 + 0.2 * rng.next()) + if k % 997 == 0 { 900.0 } else { 0.0 })
                 .collect();
@@ -195,7 +198,9 @@ fn hostile_names_stay_text() {
         assert!(!page.contains(bad), "page contains {bad}");
     }
     // The strings are there, escaped, where people read them.
-    assert!(page.contains("&lt;/script&gt;&lt;script&gt;document.body.dataset.xss=&#39;fn&#39;&lt;/script&gt;"));
+    assert!(
+        page.contains("&lt;/script&gt;&lt;script&gt;document.body.dataset.xss=&#39;fn&#39;&lt;/script&gt;")
+    );
     assert!(page.contains("&quot;&gt;&lt;img src=x onerror=&quot;"));
     assert!(page.contains("&lt;!--&lt;svg onload="));
     assert!(page.contains("/data/run &lt;one&gt;"));
@@ -242,11 +247,16 @@ fn every_section_is_there() {
     assert!(page.contains("1 h 00 min 00 s"));
 }
 
-/// Writes the browser tier's fixture page: `REPORT_PAGE_OUT=/tmp/x.html cargo test -p
-/// trainprof-report --test page -- --ignored write_fixture_page`.
+/// Writes the browser tier's fixture page: `REPORT_PAGE_OUT=x.html cargo test -p
+/// trainprof-report --test page -- --ignored write_fixture_page`; with `REPORT_PAGE_SIZE=max`
+/// the size test's model (96 cores, every series at its bound) instead.
 #[test]
 #[ignore]
 fn write_fixture_page() {
     let out = std::env::var("REPORT_PAGE_OUT").expect("REPORT_PAGE_OUT: where to write the page");
-    std::fs::write(&out, render(&synthetic(16, 2000, 1500))).unwrap();
+    let model = match std::env::var("REPORT_PAGE_SIZE").as_deref() {
+        Ok("max") => synthetic(96, 2000, 4000),
+        _ => synthetic(16, 2000, 1500),
+    };
+    std::fs::write(&out, render(&model)).unwrap();
 }

@@ -126,7 +126,8 @@ def main():
         body = parser.body or {}
         charts = body.get("data-charts", "")
         m = re.fullmatch(r"(\d+)/(\d+)", charts)
-        print("charts drawn: %s, errors recorded: %s" % (charts or "(no mark)", body.get("data-errors")))
+        print("charts drawn: %s, errors recorded: %s, all drawn %s ms after navigation started"
+              % (charts or "(no mark)", body.get("data-errors"), body.get("data-drawn-ms", "?")))
         if not m or m.group(1) != m.group(2) or int(m.group(2)) == 0:
             failures.append("not every chart drew: data-charts=%r" % charts)
         elif args.expect_charts is not None and int(m.group(2)) != args.expect_charts:

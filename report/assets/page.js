@@ -242,7 +242,7 @@
     function draw() {
       var title = document.createElement("div");
       title.className = "u-title";
-      title.textContent = "CPU per core, % (rows: cores 0–" + (cores.length - 1) + ")";
+      title.textContent = "CPU per core, % (rows: cores 0–" + (cores.length - 1) + " top to bottom; white 0 %, orange 50 %, dark red 100 %, grey no sample)";
       box.appendChild(title);
       // The plot area of the chart above (the node's CPU chart), so that times line up.
       var left = AXIS + 8, plotW = Math.max(100, width(parent) - left - 10);

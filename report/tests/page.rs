@@ -13,6 +13,9 @@ use trainprof_report::model::ReportModel;
 const HOSTILE_FN: &str = "</script><script>document.body.dataset.xss='fn'</script>";
 const HOSTILE_FILE: &str = "\"><img src=x onerror=\"document.body.dataset.xss='file'\">";
 const HOSTILE_WINDOW: &str = "<!--<svg onload=\"document.body.dataset.xss='window'\">\u{2028}&amp;";
+/// A phase name (any `Profiler.record` caller picks one): it goes into a table and, through the
+/// chart data, onto a chart's axis.
+const HOSTILE_PHASE: &str = "<img src=x onerror=\"document.body.dataset.xss='phase'\">";
 
 /// A small deterministic generator (xorshift64*), so the fixture is the same on every run.
 struct Rng(u64);
@@ -150,7 +153,7 @@ fn synthetic(cores: usize, points: usize, steps_per_rank: usize) -> ReportModel 
             })
         })
         .collect();
-    let phases: Vec<Value> = ["Forward", "Backward", "DataLoader", "Step:ModeKeys.TRAIN"]
+    let phases: Vec<Value> = ["Forward", "Backward", HOSTILE_PHASE, "Step:ModeKeys.TRAIN"]
         .iter()
         .enumerate()
         .map(|(i, p)| {
@@ -204,9 +207,13 @@ fn hostile_names_stay_text() {
     assert!(page.contains("&quot;&gt;&lt;img src=x onerror=&quot;"));
     assert!(page.contains("&lt;!--&lt;svg onload="));
     assert!(page.contains("/data/run &lt;one&gt;"));
-    // The chart data holds no raw markup characters and reads back intact.
+    assert!(page.contains(
+        "<td>&lt;img src=x onerror=&quot;document.body.dataset.xss=&#39;phase&#39;&quot;&gt;</td>"
+    ));
+    // The chart data reads back intact, the hostile phase name included.
     let data = page_data(&page);
     assert!(data["modes"].as_array().unwrap().len() == 2);
+    assert_eq!(data["phases"][2]["name"], HOSTILE_PHASE);
 }
 
 #[test]

@@ -22,6 +22,12 @@ Runs, one after the other (never two at once, so that none takes CPU from anothe
   s3           bench/s3_latency.py            file sealed → object in S3 (moto_server), p50/p95
                                               (stretched to take in a minute boundary),
                                               vs a bare boto3 put_object of the same files
+  report       bench/report_vs_smdebug.py     `trainprof report --json` + `trainprof trace` vs
+                                              smdebug's MergedTimeline.merge_timeline +
+                                              PandasFrame on a synthetic hour of 8 ranks
+                                              (bench/synth_job.py): wall time, peak RSS.
+                                              The hour takes smdebug tens of minutes; --quick
+                                              uses 5 minutes of data
 
 Each benchmark prints its own detailed report (kept in a log folder named at the end) and
 lines ``RESULT {json}`` with: metric, unit, trainprof, peer, peer_name, better (lower |
@@ -50,6 +56,7 @@ BENCHES = [
      {"BENCH_EVENTS": "20000", "BENCH_STEPS": "5000", "BENCH_ROUNDS": "2"}),
     ("agent", ["scripts/bench-agent"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "5", "BENCH_TREE": "0"}),
     ("s3", [sys.executable, "bench/s3_latency.py"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "8"}),
+    ("report", [sys.executable, "bench/report_vs_smdebug.py"], {"BENCH_MINUTES": "60"}, {"BENCH_MINUTES": "5"}),
 ]
 
 

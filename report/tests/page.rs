@@ -1,0 +1,269 @@
+//! The HTML page on synthetic models: hostile strings stay text, the largest model the series
+//! bounds allow stays under the size goal, and (ignored, run by `scripts/test-browser`) the
+//! fixture page the browser tier opens.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::{Value, json};
+use trainprof_report::html::render;
+use trainprof_report::model::ReportModel;
+
+/// Strings a trainer controls (function, file and window names) that would run script if a
+/// renderer put them into the page as markup. Each sets `data-xss` on the body if it ever runs.
+const HOSTILE_FN: &str = "</script><script>document.body.dataset.xss='fn'</script>";
+const HOSTILE_FILE: &str = "\"><img src=x onerror=\"document.body.dataset.xss='file'\">";
+const HOSTILE_WINDOW: &str = "<!--<svg onload=\"document.body.dataset.xss='window'\">\u{2028}&amp;";
+/// A phase name (any `Profiler.record` caller picks one): it goes into a table and, through the
+/// chart data, onto a chart's axis.
+const HOSTILE_PHASE: &str = "<img src=x onerror=\"document.body.dataset.xss='phase'\">";
+
+/// A small deterministic generator (xorshift64*), so the fixture is the same on every run.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+const START: f64 = 1_700_000_000.0;
+
+fn stats(rng: &mut Rng, base: f64, count: usize) -> Value {
+    json!({"count": count, "p50_ms": base, "p90_ms": base * 1.2 + rng.next(), "p99_ms": base * 1.8,
+           "max_ms": base * 10.0, "mean_ms": base * 1.05})
+}
+
+/// An hour of one node with `cores` cores and 8 GPUs, 8 ranks, every series at the contract's
+/// bounds (2000 points per node, 4000 steps per rank), 50 outliers, all ten findings. Built as
+/// the model's JSON (the documented shape) and read into `ReportModel`, so it checks that shape.
+fn synthetic(cores: usize, points: usize, steps_per_rank: usize) -> ReportModel {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let duration = 3600.0;
+    let ranks: Vec<String> = (0..8).map(|r| format!("{r}-algo-1")).collect();
+    let mut steps = serde_json::Map::new();
+    let mut step_series = serde_json::Map::new();
+    for (mode, n, base) in [("TRAIN", steps_per_rank, 100.0), ("EVAL", steps_per_rank / 20, 40.0)] {
+        let mut per_rank = serde_json::Map::new();
+        let mut series = serde_json::Map::new();
+        for (i, rank) in ranks.iter().enumerate() {
+            let slow = if i == 5 { 1.5 } else { 1.0 };
+            per_rank.insert(rank.clone(), stats(&mut rng, base * slow, n));
+            let t_s: Vec<f64> = (0..n)
+                .map(|k| START + 10.0 + k as f64 * (duration - 20.0) / n as f64 + rng.next() * 0.01)
+                .collect();
+            let ms: Vec<f64> = (0..n)
+                .map(|k| base * slow * (0.9 + 0.2 * rng.next()) + if k % 997 == 0 { 900.0 } else { 0.0 })
+                .collect();
+            series.insert(rank.clone(), json!({"t_s": t_s, "ms": ms}));
+        }
+        let edges_ms: Vec<f64> = (0..=40).map(|k| k as f64 * base / 10.0).collect();
+        let counts: Vec<u64> = (0..40).map(|k| ((20 - (k as i64 - 10).abs()).max(0) * 37) as u64).collect();
+        let outliers: Vec<Value> = (0..50)
+            .map(|k| {
+                json!({"rank": ranks[k % 8], "step": k * 97, "start_s": START + 30.0 + k as f64 * 70.0,
+                       "ms": 1000.0 - k as f64})
+            })
+            .collect();
+        steps.insert(
+            mode.to_string(),
+            json!({
+                "count": n * 8, "p50_ms": base, "p90_ms": base * 1.2, "p99_ms": base * 1.8,
+                "max_ms": base * 10.0, "mean_ms": base * 1.05,
+                "histogram": {"edges_ms": edges_ms, "counts": counts},
+                "per_rank": per_rank,
+                "stragglers": [{"rank": ranks[5], "p50_ms": base * 1.5, "median_rank_p50_ms": base, "ratio": 1.5}],
+                "outliers": outliers,
+            }),
+        );
+        step_series.insert(mode.to_string(), Value::Object(series));
+    }
+    let t_s: Vec<f64> = (0..points).map(|k| START + k as f64 * duration / points as f64).collect();
+    let mut pct = |lo: f64, hi: f64| -> Value {
+        Value::from(
+            (0..points)
+                .map(|k| if k == 700 { Value::Null } else { json!(lo + (hi - lo) * rng.next()) })
+                .collect::<Vec<_>>(),
+        )
+    };
+    let cpu_cores: Vec<Value> = (0..cores).map(|c| pct(c as f64 % 50.0, 100.0)).collect();
+    let mut gpus = serde_json::Map::new();
+    for g in 0..8 {
+        gpus.insert(format!("gpu{g}"), json!({"util": pct(60.0, 99.9), "mem": pct(30.0, 31.0)}));
+    }
+    let node = json!({
+        "t_s": t_s,
+        "cpu_total": pct(20.0, 80.0),
+        "cpu_cores": cpu_cores,
+        "memory": pct(40.0, 42.0),
+        "gpus": gpus,
+        "io": {"read_mbps": pct(0.0, 900.0), "write_mbps": pct(0.0, 90.0)},
+        "net": {"rx_mbps": pct(0.0, 1200.0), "tx_mbps": pct(0.0, 1200.0)},
+        "trainer": {"cpu": pct(100.0, 800.0), "mem_mb": pct(20_000.0, 21_000.0)},
+    });
+    let rules = [
+        "CPUBottleneck",
+        "IOBottleneck",
+        "LowGPUUtilization",
+        "GPUMemoryIncrease",
+        "BatchSize",
+        "StepOutlier",
+        "Dataloader",
+        "MaxInitializationTime",
+        "LoadBalancing",
+        "OverallSystemUsage",
+    ];
+    let findings: Vec<Value> = rules
+        .iter()
+        .enumerate()
+        .map(|(i, rule)| {
+            let triggered = i % 3 == 0;
+            let ranges: Vec<[f64; 2]> = if triggered {
+                vec![[START + 600.0 + i as f64 * 100.0, START + 660.0 + i as f64 * 100.0]]
+            } else {
+                vec![]
+            };
+            json!({
+                "rule": rule, "triggered": triggered, "evaluated": i != 4,
+                "summary": format!("{rule}: synthetic summary with a <tag> & an ampersand"),
+                "advice": if triggered { "Do the synthetic thing." } else { "" },
+                "evidence": {"threshold": 90, "value": 91.5 + i as f64, "worst_rank": "5-algo-1"},
+                "ranges": ranges,
+            })
+        })
+        .collect();
+    let functions: Vec<Value> = (0..20u64)
+        .map(|k| {
+            json!({
+                "name": if k == 0 { HOSTILE_FN.to_string() } else { format!("function_{k}") },
+                "file": if k == 0 { HOSTILE_FILE } else { "train.py" },
+                "line": 10 + k, "calls": 100 * (k + 1),
+                "self_s": 0.5 / (k + 1) as f64, "total_s": 2.0 / (k + 1) as f64,
+            })
+        })
+        .collect();
+    let python: Vec<Value> = (0..2)
+        .map(|w| {
+            json!({
+                "node": ranks[w],
+                "window": if w == 0 { HOSTILE_WINDOW } else { "stepstart-10_stepend-12" },
+                "profiler": if w == 0 { "cprofile" } else { "pyinstrument" },
+                "start_step": 10, "end_step": 12, "functions": functions,
+            })
+        })
+        .collect();
+    let phases: Vec<Value> = ["Forward", "Backward", HOSTILE_PHASE, "Step:ModeKeys.TRAIN"]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            json!({"name": p, "count": 1000, "total_ms": 50_000.0 / (i + 1) as f64, "mean_ms": 50.0 / (i + 1) as f64})
+        })
+        .collect();
+    let triggers: Vec<Value> = (0..5)
+        .map(|k| {
+            json!({"rank": ranks[k], "step": 100 + k, "ms": 1010.0, "median_ms": 100.0,
+                   "start_s": START + 1000.0 + k as f64 * 300.0})
+        })
+        .collect();
+    let model = json!({
+        "version": 1,
+        "source": "/data/run <one>",
+        "job": {
+            "start_s": START, "end_s": START + duration, "duration_s": duration,
+            "nodes": ["algo-1"], "ranks": ranks, "init_s": 10.0,
+            "steps_per_mode": {"TRAIN": steps_per_rank * 8, "EVAL": steps_per_rank / 20 * 8},
+            "profiled": {"detailed_steps": 10, "dataloader_events": 120, "python_windows": 2},
+            "dropped_events": 3,
+            "clock": [{"node": "algo-1", "synchronised": true, "max_error_us": 1000.0, "est_error_us": null}],
+        },
+        "steps": steps,
+        "phases": phases,
+        "python": python,
+        "triggers": triggers,
+        "findings": findings,
+        "series": {"steps": step_series, "nodes": {"algo-1": node}},
+    });
+    serde_json::from_value(model).expect("the synthetic model has the documented shape")
+}
+
+fn page_data(page: &str) -> Value {
+    let data = page.split("<script type=\"application/json\" id=\"report-data\">").nth(1).unwrap();
+    serde_json::from_str(data.split("</script>").next().unwrap()).unwrap()
+}
+
+#[test]
+fn hostile_names_stay_text() {
+    let page = render(&synthetic(4, 50, 40));
+    // Exactly our three script elements (data, uPlot, the page's), no element from the data.
+    assert_eq!(page.matches("<script").count(), 3);
+    for bad in ["<img", "<svg", "<script>document", "<tag>"] {
+        assert!(!page.contains(bad), "page contains {bad}");
+    }
+    // The strings are there, escaped, where people read them.
+    assert!(
+        page.contains("&lt;/script&gt;&lt;script&gt;document.body.dataset.xss=&#39;fn&#39;&lt;/script&gt;")
+    );
+    assert!(page.contains("&quot;&gt;&lt;img src=x onerror=&quot;"));
+    assert!(page.contains("&lt;!--&lt;svg onload="));
+    assert!(page.contains("/data/run &lt;one&gt;"));
+    assert!(page.contains(
+        "<td>&lt;img src=x onerror=&quot;document.body.dataset.xss=&#39;phase&#39;&quot;&gt;</td>"
+    ));
+    // The chart data reads back intact, the hostile phase name included.
+    let data = page_data(&page);
+    assert!(data["modes"].as_array().unwrap().len() == 2);
+    assert_eq!(data["phases"][2]["name"], HOSTILE_PHASE);
+}
+
+#[test]
+fn an_hour_of_8_gpus_at_the_series_bounds_stays_under_3_mb() {
+    // 96 cores: the most a single 8-GPU instance has (p4d / p5).
+    let model = synthetic(96, 2000, 4000);
+    let page = render(&model);
+    let mb = page.len() as f64 / 1e6;
+    println!("page size: {mb:.2} MB");
+    assert!(page.len() < 3_000_000, "page is {mb:.2} MB");
+    // Nothing was dropped to get there: every point of every series is in the chart data.
+    let data = page_data(&page);
+    let node = &data["nodes"][0];
+    assert_eq!(node["t"].as_array().unwrap().len(), 2000);
+    assert_eq!(node["cores"].as_array().unwrap().len(), 96);
+    assert_eq!(node["gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(node["cpu"][700], Value::Null, "a missing sample stays null");
+    let train = &data["modes"][1];
+    assert_eq!(train["mode"], "TRAIN");
+    assert_eq!(train["ranks"].as_array().unwrap().len(), 8);
+    assert_eq!(train["ranks"][7]["ms"].as_array().unwrap().len(), 4000);
+    assert_eq!(train["outliers"].as_array().unwrap().len(), 50);
+    // Outliers, triggers and the triggered findings' ranges are shaded.
+    assert_eq!(data["bands"].as_array().unwrap().len(), 50 + 50 + 5 + 4);
+}
+
+#[test]
+fn every_section_is_there() {
+    let page = render(&synthetic(4, 50, 40));
+    for id in ["job", "steps", "system", "framework", "findings", "triggers"] {
+        assert!(page.contains(&format!("<section id=\"{id}\">")), "no section {id}");
+    }
+    assert_eq!(page.matches("<div class=\"finding").count(), 10);
+    assert_eq!(page.matches("<div class=\"finding triggered\">").count(), 4);
+    assert_eq!(page.matches("not evaluated: no data").count(), 1);
+    assert!(page.contains("<b>Straggler: 5-algo-1</b>"));
+    assert!(page.contains("2023-11-14 22:13:20.000 UTC"));
+    assert!(page.contains("1 h 00 min 00 s"));
+}
+
+/// Writes the browser tier's fixture page: `REPORT_PAGE_OUT=x.html cargo test -p
+/// trainprof-report --test page -- --ignored write_fixture_page`; with `REPORT_PAGE_SIZE=max`
+/// the size test's model (96 cores, every series at its bound) instead.
+#[test]
+#[ignore]
+fn write_fixture_page() {
+    let out = std::env::var("REPORT_PAGE_OUT").expect("REPORT_PAGE_OUT: where to write the page");
+    let model = match std::env::var("REPORT_PAGE_SIZE").as_deref() {
+        Ok("max") => synthetic(96, 2000, 4000),
+        _ => synthetic(16, 2000, 1500),
+    };
+    std::fs::write(&out, render(&model)).unwrap();
+}

@@ -1,0 +1,176 @@
+"""Open a report page in headless Chromium with the network off and check it (scripts/test-browser).
+
+    check_page.py PAGE.html OUT_DIR [--expect-charts N]
+
+1. ``--dump-dom``: the page's own marks on <body>: ``data-charts`` = "<drawn>/<expected>" with
+   drawn == expected > 0 (and == N when given), ``data-errors`` = "0" (script errors, console.error
+   calls and requests refused by the page's Content-Security-Policy are all counted there), the
+   error box still hidden, and no ``data-xss`` (the fixture's hostile names set it if they ever run).
+2. Chromium's own log: no console message at all (the page logs nothing when it works).
+3. ``--screenshot`` of the whole page: inside every chart's plot area (the rectangles the page
+   leaves in ``data-chart-rects``) there must be drawn data: enough pixels in the series colours
+   (grid, axes, text and the pale shaded ranges are none of them; for the heat map, any strong
+   colour) and some contrast.
+
+The network is off: ``unshare -n`` when run as root (an empty network namespace), and always a
+host-resolver rule that resolves nothing plus a proxy on a closed port.
+"""
+
+import argparse
+import html.parser
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from PIL import Image, ImageStat
+
+WIDTH = 1400
+MAX_HEIGHT = 16000
+# A uPlot plot area passes with at least this share of pixels in one of the series colours
+# (COLORS in report/assets/page.js; the shaded ranges, grid and text are none of them), the
+# heat map with this share of coloured pixels (|max - min channel| > 40)...
+MIN_DRAWN = 0.001
+PALETTE = [(0x1f, 0x77, 0xb4), (0xff, 0x7f, 0x0e), (0x2c, 0xa0, 0x2c), (0xd6, 0x27, 0x28), (0x94, 0x67, 0xbd),
+           (0x8c, 0x56, 0x4b), (0xe3, 0x77, 0xc2), (0x7f, 0x7f, 0x7f), (0xbc, 0xbd, 0x22), (0x17, 0xbe, 0xcf)]
+NEAR = 40 ** 2
+# ...and this standard deviation of its grey levels.
+MIN_STDDEV = 4.0
+
+
+def series_colour(p):
+    return any((p[0] - c[0]) ** 2 + (p[1] - c[1]) ** 2 + (p[2] - c[2]) ** 2 < NEAR for c in PALETTE)
+
+
+def coloured(p):
+    return max(p) - min(p) > 40
+
+
+def chromium_argv(page, profile, extra):
+    argv = []
+    if os.geteuid() == 0 and shutil.which("unshare"):
+        argv += ["unshare", "-n"]
+    argv += [
+        shutil.which("chromium") or "chromium",
+        "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+        "--force-device-scale-factor=1", "--disable-extensions", "--disable-background-networking",
+        "--disable-component-update", "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9",
+        "--user-data-dir=" + profile, "--enable-logging=stderr", "--v=0", "--virtual-time-budget=20000",
+    ]
+    return argv + extra + ["file://" + os.path.abspath(page)]
+
+
+def run_chromium(page, profile, extra, timeout=120):
+    proc = subprocess.run(chromium_argv(page, profile, extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=timeout)
+    console = [l for l in proc.stderr.splitlines() if ":CONSOLE" in l]
+    return proc, console
+
+
+class BodyAttrs(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.body = None
+        self.errors_box = None
+        self.in_errors_list = False
+        self.errors_text = ""
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "body" and self.body is None:
+            self.body = attrs
+        if attrs.get("id") == "page-errors":
+            self.errors_box = attrs
+        if attrs.get("id") == "page-errors-list":
+            self.in_errors_list = True
+
+    def handle_endtag(self, tag):
+        if tag == "pre":
+            self.in_errors_list = False
+
+    def handle_data(self, data):
+        if self.in_errors_list:
+            self.errors_text += data
+
+
+def region_stats(img, rect, test):
+    x, y, w, h = (int(v) for v in rect[:4])
+    # 2 px in from the edges: the plot area's border is not data.
+    box = (x + 2, y + 2, x + w - 2, y + h - 2)
+    if box[2] <= box[0] or box[3] <= box[1] or box[3] > img.height or box[2] > img.width:
+        return None
+    crop = img.crop(box)
+    grey = ImageStat.Stat(crop.convert("L")).stddev[0]
+    px = crop.getdata()
+    drawn = sum(1 for p in px if test(p))
+    return grey, drawn / max(1, len(px))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("page")
+    ap.add_argument("out")
+    ap.add_argument("--expect-charts", type=int)
+    args = ap.parse_args()
+    failures = []
+    profile = tempfile.mkdtemp(prefix="trainprof-chromium-")
+    try:
+        proc, console = run_chromium(args.page, profile, ["--window-size=%d,1000" % WIDTH, "--dump-dom"])
+        if proc.returncode != 0:
+            failures.append("chromium --dump-dom exited with %d" % proc.returncode)
+        parser = BodyAttrs()
+        parser.feed(proc.stdout)
+        body = parser.body or {}
+        charts = body.get("data-charts", "")
+        m = re.fullmatch(r"(\d+)/(\d+)", charts)
+        print("charts drawn: %s, errors recorded: %s, all drawn %s ms after navigation started"
+              % (charts or "(no mark)", body.get("data-errors"), body.get("data-drawn-ms", "?")))
+        if not m or m.group(1) != m.group(2) or int(m.group(2)) == 0:
+            failures.append("not every chart drew: data-charts=%r" % charts)
+        elif args.expect_charts is not None and int(m.group(2)) != args.expect_charts:
+            failures.append("the page planned %s charts, expected %d" % (m.group(2), args.expect_charts))
+        if body.get("data-errors") != "0":
+            failures.append("the page recorded errors: %r" % parser.errors_text.strip())
+        if parser.errors_box is None or "hidden" not in parser.errors_box:
+            failures.append("the error box is missing or shown")
+        if "data-xss" in body:
+            failures.append("a hostile name ran as script: data-xss=%r" % body["data-xss"])
+        rects = json.loads(body.get("data-chart-rects") or "[]")
+        height = min(MAX_HEIGHT, int(body.get("data-page-height") or 2000))
+
+        shot = os.path.join(args.out, "report.png")
+        proc2, console2 = run_chromium(args.page, profile,
+                                       ["--window-size=%d,%d" % (WIDTH, height), "--screenshot=" + shot])
+        for line in console + console2:
+            failures.append("console: " + line)
+        if not os.path.exists(shot):
+            failures.append("no screenshot (chromium exited with %d)" % proc2.returncode)
+        else:
+            img = Image.open(shot).convert("RGB")
+            print("screenshot: %s (%d × %d px)" % (shot, img.width, img.height))
+            print("%-34s %10s %10s" % ("plot area", "grey sd", "drawn"))
+            for r in rects:
+                name = str(r[4]) if len(r) > 4 else "?"
+                st = region_stats(img, r, coloured if len(r) > 5 and r[5] == "heat" else series_colour)
+                if st is None:
+                    failures.append("chart %r lies outside the screenshot: %r" % (name, r))
+                    continue
+                sd, col = st
+                ok = sd >= MIN_STDDEV and col >= MIN_DRAWN
+                print("%-34s %10.1f %9.2f%% %s" % (name[:34], sd, 100 * col, "" if ok else "BLANK"))
+                if not ok:
+                    failures.append("chart %r looks blank (grey sd %.1f, drawn %.3f%%)" % (name, sd, 100 * col))
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    if failures:
+        print("\nFAILED:\n  " + "\n  ".join(failures))
+        return 1
+    print("\nbrowser tier: OK (%d charts drawn, no console message, no error, network off)" % len(rects))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,6 +15,7 @@
 //!
 //! No input makes this crate panic; the only I/O is reading the one file.
 
+pub mod auto;
 mod convert;
 mod feature;
 pub mod literal;
@@ -23,6 +24,7 @@ mod reload;
 mod sources;
 pub mod window;
 
+pub use auto::{AutoFeature, AutoFeatures, AutoProfiling};
 pub use feature::{CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler};
 pub use reload::{Loader, ReadError, Reload, read_bytes as read_platform_file};
 pub use sources::{OverrideKey, Sources};
@@ -66,6 +68,8 @@ pub struct Config {
     pub dataloader: DataloaderFeature,
     pub python: PythonFeature,
     pub smdataparallel: Feature,
+    /// `AutoProfilingConfig`: windows opened by a slow train step (a trainprof extension).
+    pub auto: AutoProfiling,
     /// Everything that was ignored, replaced by a default or turned off, one line each.
     pub problems: Vec<Problem>,
 }
@@ -86,6 +90,7 @@ impl Config {
             dataloader: DataloaderFeature::not_configured(),
             python: PythonFeature::not_configured(),
             smdataparallel: Feature::not_configured(),
+            auto: AutoProfiling::not_configured(),
             problems: Vec::new(),
         }
     }

@@ -100,6 +100,12 @@ impl DataloaderFeature {
         self.matcher.as_ref().is_some_and(|m| m.is_match(name))
     }
 
+    /// Does a window opened by a slow step (`AutoProfilingConfig`) apply to `name`? The
+    /// configured `MetricsRegex` decides; without a config, every name (`.*`).
+    pub fn auto_matches(&self, name: &str) -> bool {
+        self.matcher.as_ref().is_none_or(|m| m.is_match(name))
+    }
+
     /// Is the window open for the metrics called `name`? A name that does not match
     /// resolves nothing (as in smdebug, the name is tested first).
     pub fn is_active_for(&mut self, name: &str, step: Step, now_s: f64) -> bool {

@@ -19,9 +19,10 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_queue::ArrayQueue;
-use trainprof_config::{Config, Step};
+use trainprof_config::{AutoFeature, Config, Step};
 
-use crate::event::{Event, NO_STEP};
+use crate::anomaly::{Detector, StepEnd, Trigger};
+use crate::event::{Event, Kind, NO_STEP};
 use crate::lock;
 use crate::names::Names;
 use crate::python::{self, Outcome, Position};
@@ -31,6 +32,11 @@ use crate::types::{
     TrainprofMode, TrainprofStatus,
 };
 use crate::writer;
+
+/// The phase (trace process) and name of a trigger's instant event (docs/formats.md,
+/// "Event vocabulary").
+pub const TRIGGER_PHASE: &str = "trainprof:AutoProfiling";
+pub const TRIGGER_NAME: &str = "trainprof:AutoProfilingTrigger";
 
 /// The frameworks smdebug names folders after.
 pub const FRAMEWORKS: [&str; 4] = ["pytorch", "tensorflow", "mxnet", "xgboost"];
@@ -65,6 +71,43 @@ pub fn records(config: &Config, local_path_override: bool) -> bool {
 pub(crate) struct Gate {
     pub(crate) config: Config,
     pub(crate) python: python::Windows,
+    /// `AutoProfilingConfig`'s detector, while it is on: its triggered window is an extra
+    /// step range for each feature it names, consulted wherever a window is evaluated.
+    pub(crate) auto: Option<Detector>,
+}
+
+impl Gate {
+    fn new(config: Config) -> Gate {
+        let auto = config.auto.is_enabled().then(|| Detector::new(&config.auto));
+        Gate { config, python: python::Windows::default(), auto }
+    }
+
+    /// A new config from a reload: the detector keeps what it learnt unless auto
+    /// profiling was switched off.
+    fn set_config(&mut self, config: Config) {
+        self.auto = match (self.auto.take(), config.auto.is_enabled()) {
+            (_, false) => None,
+            (None, true) => Some(Detector::new(&config.auto)),
+            (Some(mut d), true) => {
+                d.reconfigure(&config.auto);
+                Some(d)
+            }
+        };
+        self.config = config;
+    }
+
+    /// Does a triggered window open `feature` at `step`?
+    fn auto_opens(&self, feature: AutoFeature, step: u64) -> bool {
+        self.auto.as_ref().is_some_and(|d| d.opens(feature, step))
+    }
+
+    /// Was a configured window (any feature) open at `step` / `now_s`, as resolved so far?
+    fn configured_open(&self, step: u64, now_s: f64) -> bool {
+        let c = &self.config;
+        [&c.detailed, &c.dataloader.feature, &c.python.feature, &c.smdataparallel]
+            .into_iter()
+            .any(|f| f.is_open_at(step, now_s))
+    }
 }
 
 struct Steps {
@@ -108,6 +151,9 @@ pub struct Hook {
     local_path_override: bool,
     steps: Steps,
     gate: Mutex<Gate>,
+    /// `AutoProfilingConfig` is on: train step ends go to the detector (one relaxed load
+    /// otherwise).
+    auto_on: AtomicBool,
     /// A config the writer reloaded, for the next step boundary.
     pub(crate) pending: Mutex<Option<Box<Config>>>,
     framework: &'static str,
@@ -174,7 +220,8 @@ impl Hook {
             window_step: WindowStep::for_framework(o.framework),
             writer,
             base_us: o.base_us,
-            gate: Mutex::new(Gate { config: o.config, python: python::Windows::default() }),
+            auto_on: AtomicBool::new(o.config.auto.is_enabled()),
+            gate: Mutex::new(Gate::new(o.config)),
             pending: Mutex::new(None),
             stop: AtomicBool::new(false),
             finished: (Mutex::new(false), Condvar::new()),
@@ -250,6 +297,7 @@ impl Hook {
             return self.refuse([phase, name].into_iter().chain(args.iter().map(|a| a.key)));
         }
         let mut ev = Event {
+            kind: Kind::Complete,
             phase,
             name,
             start_us,
@@ -321,7 +369,56 @@ impl Hook {
         };
         let begin = self.steps.begin_us.load(Relaxed);
         let id = mode.step_name_id();
-        self.record(id, id, begin, now_us.max(begin), self.steps.step.load(Relaxed), &[])
+        let end = now_us.max(begin);
+        let status = self.record(id, id, begin, end, self.steps.step.load(Relaxed), &[]);
+        if self.auto_on.load(Relaxed)
+            && matches!(mode, TrainprofMode::Train | TrainprofMode::Global)
+            && self.enabled.load(Relaxed)
+        {
+            self.auto_step_end(end.saturating_sub(begin), end);
+        }
+        status
+    }
+
+    /// A train step ended: the detector sees it and may open a window from the next step,
+    /// recorded as an instant event and one log line (docs/formats.md, "Anomaly-triggered
+    /// windows").
+    fn auto_step_end(&self, duration_us: i64, end_us: i64) {
+        let step = self.window_step().unwrap_or(0);
+        let trigger = {
+            let mut gate = lock(&self.gate);
+            let in_configured_window = gate.configured_open(step, end_us as f64 / 1e6);
+            let Some(d) = gate.auto.as_mut() else { return };
+            d.step_end(StepEnd { step, duration_us, end_us, in_configured_window })
+        };
+        if let Some(t) = trigger {
+            self.record_trigger(&t);
+        }
+    }
+
+    /// Not on the hot path: a trigger is rare (`MaxPerHour`).
+    fn record_trigger(&self, t: &Trigger) {
+        let features: Vec<&str> = t.features.iter().map(AutoFeature::as_str).collect();
+        let skipped = match t.skipped {
+            0 => String::new(),
+            n => format!("; {n} slower steps before it were not profiled (MaxPerHour)"),
+        };
+        crate::log(&format_args!(
+            "auto profiling: step {} took {:.1} ms, {:.1}x the median {:.1} ms: {} for steps {}..={}{skipped}",
+            t.step,
+            t.duration_us as f64 / 1000.0,
+            t.duration_us as f64 / (t.median_us.max(1) as f64),
+            t.median_us as f64 / 1000.0,
+            features.join(", "),
+            t.window_start,
+            t.window_start.saturating_add(t.num_steps).saturating_sub(1),
+        ));
+        let (phase, name) = (self.names.register(TRIGGER_PHASE), self.names.register(TRIGGER_NAME));
+        if phase == TRAINPROF_NAME_OVER_LIMIT || name == TRAINPROF_NAME_OVER_LIMIT {
+            self.counters.dropped_names.add_one();
+            return;
+        }
+        let _ = self.push(Event::trigger(t, phase, name, self.steps.step.load(Relaxed)));
     }
 
     fn position(&self) -> Position {
@@ -358,8 +455,9 @@ impl Hook {
         };
         if let Some(config) = new {
             self.enabled.store(records(&config, self.local_path_override), Relaxed);
+            self.auto_on.store(config.auto.is_enabled(), Relaxed);
             let mut gate = lock(&self.gate);
-            gate.config = *config;
+            gate.set_config(*config);
         }
     }
 
@@ -372,12 +470,31 @@ impl Hook {
         let step = if step >= 0 { step as u64 } else { self.window_step().unwrap_or(0) };
         let at = Step::At(step);
         let mut gate = lock(&self.gate);
-        let c = &mut gate.config;
-        match feature {
-            TrainprofFeature::Detailed => c.detailed.is_active(at, now_s),
-            TrainprofFeature::Dataloader => c.dataloader.is_active_for(name.unwrap_or(""), at, now_s),
-            TrainprofFeature::Python => c.python.feature.is_active(at, now_s),
-            TrainprofFeature::Smdataparallel => c.smdataparallel.is_active(at, now_s),
+        // The configured window first (its question may resolve it, as without triggers),
+        // then a triggered one (docs/formats.md, "Anomaly-triggered windows").
+        let configured = {
+            let c = &mut gate.config;
+            match feature {
+                TrainprofFeature::Detailed => c.detailed.is_active(at, now_s),
+                TrainprofFeature::Dataloader => c.dataloader.is_active_for(name.unwrap_or(""), at, now_s),
+                TrainprofFeature::Python => c.python.feature.is_active(at, now_s),
+                TrainprofFeature::Smdataparallel => c.smdataparallel.is_active(at, now_s),
+            }
+        };
+        configured || {
+            let c = &gate.config;
+            match feature {
+                TrainprofFeature::Detailed => c.detailed.may_auto_open() && gate.auto_opens(AutoFeature::Detailed, step),
+                TrainprofFeature::Dataloader => {
+                    c.dataloader.feature.may_auto_open()
+                        && c.dataloader.auto_matches(name.unwrap_or(""))
+                        && gate.auto_opens(AutoFeature::Dataloader, step)
+                }
+                TrainprofFeature::Python => {
+                    c.python.feature.may_auto_open() && gate.auto_opens(AutoFeature::Python, step)
+                }
+                TrainprofFeature::Smdataparallel => false,
+            }
         }
     }
 
@@ -386,14 +503,18 @@ impl Hook {
     pub fn python_boundary(&self, b: TrainprofBoundary, now_us: impl FnMut() -> f64) -> Outcome {
         let at = self.position();
         let mut gate = lock(&self.gate);
-        let Gate { config, python } = &mut *gate;
+        let Gate { config, python, auto } = &mut *gate;
         if !records(config, self.local_path_override) {
             // Profiling switched off: close what runs, start nothing.
             let mut off = config.python.clone();
             off.feature = Config::defaults().python.feature;
-            return python.boundary(b, &mut off, at, now_us);
+            return python.boundary(b, &mut off, None, at, now_us);
         }
-        python.boundary(b, &mut config.python, at, now_us)
+        let triggered = auto
+            .as_ref()
+            .filter(|_| config.python.feature.may_auto_open())
+            .and_then(|d| d.range_for(AutoFeature::Python));
+        python.boundary(b, &mut config.python, triggered, at, now_us)
     }
 
     /// `<LocalPath>/framework/<framework>/<profiler>/<node>/<dir_name>`, and the temporary

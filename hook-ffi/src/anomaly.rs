@@ -102,7 +102,8 @@ impl Detector {
         let n = settings.median_of_steps.max(1);
         if n != self.settings.median_of_steps.max(1) {
             // Oldest first, then the latest n.
-            let mut latest: Vec<i64> = self.ring[self.next..].iter().chain(&self.ring[..self.next]).copied().collect();
+            let mut latest: Vec<i64> =
+                self.ring[self.next..].iter().chain(&self.ring[..self.next]).copied().collect();
             let cut = latest.len().saturating_sub(n);
             latest.drain(..cut);
             self.ring = Vec::with_capacity(n);
@@ -225,11 +226,16 @@ mod tests {
 
     #[test]
     fn a_slow_step_opens_the_next_steps() {
-        let mut d = Detector::new(&settings(r#"{"WarmupSteps": 20, "NumSteps": 2, "Features": ["detailed", "python"]}"#));
+        let mut d = Detector::new(&settings(
+            r#"{"WarmupSteps": 20, "NumSteps": 2, "Features": ["detailed", "python"]}"#,
+        ));
         let t = run(&mut d, &steps(40, &[(30, 200)]));
         assert_eq!(t.len(), 1);
         let t = t[0];
-        assert_eq!((t.step, t.duration_us, t.median_us, t.window_start, t.num_steps), (30, 200_000, 20_000, 31, 2));
+        assert_eq!(
+            (t.step, t.duration_us, t.median_us, t.window_start, t.num_steps),
+            (30, 200_000, 20_000, 31, 2)
+        );
         assert_eq!(t.end_us, 31_000_000);
         assert_eq!(t.features.iter().collect::<Vec<_>>(), [AutoFeature::Detailed, AutoFeature::Python]);
         let opened: Vec<u64> = (0..40).filter(|&s| d.opens(AutoFeature::Detailed, s)).collect();
@@ -256,7 +262,10 @@ mod tests {
         assert_eq!(t[0].median_us, 20_000);
         // WarmupSteps 0: the first step has nothing to compare with.
         let mut d = Detector::new(&settings(r#"{"WarmupSteps": 0}"#));
-        assert_eq!(run(&mut d, &steps(3, &[(0, 500), (1, 5000)])).iter().map(|t| t.step).collect::<Vec<_>>(), [1]);
+        assert_eq!(
+            run(&mut d, &steps(3, &[(0, 500), (1, 5000)])).iter().map(|t| t.step).collect::<Vec<_>>(),
+            [1]
+        );
     }
 
     #[test]
@@ -285,7 +294,12 @@ mod tests {
         let t = run(&mut d, &ms);
         assert_eq!(t.iter().map(|t| t.step).collect::<Vec<_>>(), [10, 20, 30]);
         // An hour after the first trigger (step 10 ended at 11 s), one more is allowed.
-        let at = |step: u64, end_us: i64| StepEnd { step, duration_us: 300_000, end_us, in_configured_window: false };
+        let at = |step: u64, end_us: i64| StepEnd {
+            step,
+            duration_us: 300_000,
+            end_us,
+            in_configured_window: false,
+        };
         assert_eq!(d.step_end(at(300, 11_000_000 + HOUR_US - 1)), None);
         let again = d.step_end(at(302, 11_000_000 + HOUR_US)).unwrap();
         assert_eq!(again.skipped, 16 + 1, "the slow steps not profiled since the last trigger");

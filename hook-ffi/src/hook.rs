@@ -484,7 +484,9 @@ impl Hook {
         configured || {
             let c = &gate.config;
             match feature {
-                TrainprofFeature::Detailed => c.detailed.may_auto_open() && gate.auto_opens(AutoFeature::Detailed, step),
+                TrainprofFeature::Detailed => {
+                    c.detailed.may_auto_open() && gate.auto_opens(AutoFeature::Detailed, step)
+                }
                 TrainprofFeature::Dataloader => {
                     c.dataloader.feature.may_auto_open()
                         && c.dataloader.auto_matches(name.unwrap_or(""))
@@ -1005,5 +1007,63 @@ mod tests {
         assert!(hook.stop_writer(Duration::from_secs(10)));
         let s = hook.stats();
         assert_eq!((s.written, s.dropped_writer, s.files_sealed, s.open_failures), (0, 1, 0, 1));
+    }
+
+    /// A slow train step (injected times) opens the detailed and python windows at the
+    /// next two steps through the same questions the adapters ask; the trigger is one
+    /// instant event after the slow step's own; eval steps do not count.
+    #[test]
+    fn a_slow_train_step_opens_the_named_windows_at_the_next_steps() {
+        let doc = r#"{"ProfilingParameters": {"LocalPath": "/nonexistent",
+            "DetailedProfilingConfig": "{\"StartStep\": 5, \"NumSteps\": 1}",
+            "AutoProfilingConfig": "{\"WarmupSteps\": 3, \"NumSteps\": 2, \"Features\": [\"detailed\", \"python\"]}"}}"#;
+        let config = trainprof_config::from_bytes(doc.as_bytes(), &Sources::new());
+        assert!(config.problems.is_empty(), "{:?}", config.problems);
+        let hook = hook_with(config, 256);
+        let (mut detailed, mut python_started) = (Vec::new(), Vec::new());
+        let mut t = BASE;
+        // Steps 0-9 of 20 ms, step 5 (the configured window) and step 7 slow, an eval step
+        // between 7 and 8 slow too; global numbering (pytorch).
+        let plan: Vec<(TrainprofMode, i64)> = (0..8)
+            .map(|i| (TrainprofMode::Train, if i == 5 || i == 7 { 500 } else { 20 }))
+            .chain([(TrainprofMode::Eval, 900)])
+            .chain((0..4).map(|_| (TrainprofMode::Train, 20)))
+            .collect();
+        for (mode, ms) in plan {
+            hook.step_begin(mode, -1, t);
+            let g = hook.global_step().unwrap();
+            if hook.python_boundary(TrainprofBoundary::StepStart, || t as f64).started.is_some() {
+                python_started.push(g);
+            }
+            if hook.is_active(TrainprofFeature::Detailed, -1, None, t as f64 / 1e6) {
+                detailed.push(g);
+            }
+            t += ms * 1000;
+            assert_eq!(hook.step_end(t), TrainprofStatus::Ok);
+        }
+        assert_eq!(detailed, [5, 8, 9]);
+        assert_eq!(python_started, [8, 9]);
+        assert!(!hook.is_active(TrainprofFeature::Dataloader, 8, Some("x"), 0.0), "not named");
+        let events: Vec<Event> = std::iter::from_fn(|| hook.pop()).collect();
+        let triggers: Vec<_> = events.iter().filter_map(|e| e.trigger_info().map(|t| (e, t))).collect();
+        assert_eq!(triggers.len(), 1);
+        let (ev, info) = triggers[0];
+        assert_eq!((info.step, info.duration_us, info.median_us, info.num_steps), (7, 500_000, 20_000, 2));
+        // Steps 0-4 20 ms, 5 500 ms, 6 20 ms, 7 500 ms: at the end of step 7.
+        assert_eq!((ev.step, ev.start_us, ev.end_us), (7, BASE + 1_120_000, BASE + 1_120_000));
+        assert_eq!(
+            (hook.register_name(TRIGGER_PHASE), hook.register_name(TRIGGER_NAME)),
+            (ev.phase, ev.name)
+        );
+        // The step's own event comes first.
+        let i = events.iter().position(|e| e.trigger_info().is_some()).unwrap();
+        assert_eq!((events[i - 1].step, events[i - 1].end_us), (7, BASE + 1_120_000));
+    }
+
+    /// Without `AutoProfilingConfig` a step end takes no lock and opens nothing.
+    #[test]
+    fn no_auto_config_no_detector() {
+        let hook = hook_with(Config::defaults(), 64);
+        assert!(!hook.auto_on.load(Relaxed) && lock(&hook.gate).auto.is_none());
     }
 }

@@ -82,11 +82,22 @@ pub fn record<'a>(
 
 /// An anomaly trigger (docs/formats.md, "Event vocabulary"): an instant event of global
 /// scope at the slow step's end, keys in this order.
-fn trigger(out: &mut String, ev: &Event, t: &TriggerInfo, phase_index: u32, base_us: i64, os_pid: u32, name: &str) {
+fn trigger(
+    out: &mut String,
+    ev: &Event,
+    t: &TriggerInfo,
+    phase_index: u32,
+    base_us: i64,
+    os_pid: u32,
+    name: &str,
+) {
     out.push_str("{\"name\": ");
     json_string(out, name);
     let ts = ev.start_us.saturating_sub(base_us);
-    let _ = write!(out, ", \"pid\": {phase_index}, \"ph\": \"i\", \"ts\": {ts}, \"s\": \"g\", \"args\": {{\"pid\": {os_pid}");
+    let _ = write!(
+        out,
+        ", \"pid\": {phase_index}, \"ph\": \"i\", \"ts\": {ts}, \"s\": \"g\", \"args\": {{\"pid\": {os_pid}"
+    );
     if ev.step >= 0 {
         let _ = write!(out, ", \"step_num\": \"{}\"", ev.step);
     }

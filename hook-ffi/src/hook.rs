@@ -1060,6 +1060,43 @@ mod tests {
         assert_eq!((events[i - 1].step, events[i - 1].end_us), (7, BASE + 1_120_000));
     }
 
+    /// A triggered window opens a feature whose sub-config is absent (the dataloader for
+    /// every name), follows a configured `MetricsRegex`, and never opens a feature whose
+    /// sub-config is broken.
+    #[test]
+    fn a_triggered_window_respects_each_features_own_config() {
+        let run = |extra: &str| {
+            let doc = format!(
+                r#"{{"ProfilingParameters": {{"LocalPath": "/nonexistent", {extra}
+                "AutoProfilingConfig": "{{\"WarmupSteps\": 0, \"NumSteps\": 1, \"Features\": [\"dataloader\", \"python\"]}}"}}}}"#
+            );
+            let hook = hook_with(trainprof_config::from_bytes(doc.as_bytes(), &Sources::new()), 64);
+            for ms in [20, 20, 200] {
+                let t = BASE + hook.global_step().map_or(0, |g| g as i64 + 1) * 1_000_000;
+                hook.step_begin(TrainprofMode::Train, -1, t);
+                hook.step_end(t + ms * 1000);
+            }
+            hook.step_begin(TrainprofMode::Train, -1, BASE + 10_000_000);
+            let dl = |name| hook.is_active(TrainprofFeature::Dataloader, -1, Some(name), 0.0);
+            let python = hook.python_boundary(TrainprofBoundary::StepStart, || 1.0).started.is_some();
+            (
+                dl("a.DataLoaderIter::GetNext"),
+                dl("TFDataset::Prefetch"),
+                python,
+                hook.is_active(TrainprofFeature::Detailed, -1, None, 0.0),
+            )
+        };
+        assert_eq!(run(""), (true, true, true, false));
+        assert_eq!(
+            run(r#""DataloaderProfilingConfig": "{\"MetricsRegex\": \".*DataLoaderIter\"}","#),
+            (true, false, true, false)
+        );
+        assert_eq!(
+            run(r#""PythonProfilingConfig": "{\"ProfilerName\": \"perf\"}","#),
+            (true, true, false, false)
+        );
+    }
+
     /// Without `AutoProfilingConfig` a step end takes no lock and opens nothing.
     #[test]
     fn no_auto_config_no_detector() {

@@ -10,6 +10,8 @@ default 3 so that a loaded machine stretching a 20 ms sleep does not trigger on 
 import json
 import os
 
+import pytest
+
 from smdebug.profiler.algorithm_metrics_reader import LocalAlgorithmMetricsReader
 
 TRIGGER = "trainprof:AutoProfilingTrigger"
@@ -56,17 +58,22 @@ def opened(manifest, what):
     return [s["step"] for s in manifest["steps"] if s[what]]
 
 
-def test_a_slow_step_opens_detailed_and_python_at_the_next_steps(run_script):
-    run = run_script("auto_steps.py", {"steps": 40, "slow": {"30": 200}}, config=auto()).check()
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_a_slow_step_opens_detailed_and_python_at_the_next_steps(run_script, framework):
+    params = {"steps": 40, "slow": {"30": 200}, "framework": framework}
+    run = run_script("auto_steps.py", params, config=auto()).check()
     m = run.manifest
     assert m["init_status"] == 0
     assert opened(m, "detailed") == [31, 32]
     assert opened(m, "python") == [31, 32]
-    assert python_windows(run.out) == {
-        "train-31-stepstart_train-31-forwardpassend",
-        "train-31-forwardpassend_train-32-stepstart",
-        "train-32-stepstart_train-32-forwardpassend",
-        "train-32-forwardpassend_train-33-stepstart",
+    # Cut where the framework cuts (docs/formats.md, "Window sequence"); no pre-step-zero or
+    # post-close window: PythonProfilingConfig is not configured.
+    cut = "forwardpassend" if framework == "pytorch" else "stepend"
+    assert python_windows(run.out, framework) == {
+        f"train-31-stepstart_train-31-{cut}",
+        f"train-31-{cut}_train-32-stepstart",
+        f"train-32-stepstart_train-32-{cut}",
+        f"train-32-{cut}_train-33-stepstart",
     }
 
     (t,) = triggers(run.out)

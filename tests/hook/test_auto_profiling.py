@@ -9,10 +9,11 @@ default 3 so that a loaded machine stretching a 20 ms sleep does not trigger on 
 
 import json
 import os
+import subprocess
 
 import pytest
-
 from smdebug.profiler.algorithm_metrics_reader import LocalAlgorithmMetricsReader
+from smdebug.profiler.profiler_config_parser import MetricsCategory, ProfilerConfigParser
 
 TRIGGER = "trainprof:AutoProfilingTrigger"
 PHASE = "trainprof:AutoProfiling"
@@ -147,3 +148,36 @@ def test_a_bad_value_turns_off_only_this_feature(run_script):
     assert triggers(run.out) == []
     assert opened(run.manifest, "detailed") == [3]
     assert any("AutoProfilingConfig.StepTimeRatio: 0.5 is not above 1" in line for line in run.proc.stderr.splitlines())
+
+
+def test_smdebug_ignores_the_extension(tmp_path, monkeypatch, trainprof_bin):
+    """smdebug 1.0.34's own parser reads a config with AutoProfilingConfig as if it were not
+    there (the same windows); `trainprof config check` shows the extension in words."""
+    def write(with_auto):
+        params = {"LocalPath": str(tmp_path / "out"), "DetailedProfilingConfig": '{"StartStep": 5, "NumSteps": 2}'}
+        if with_auto:
+            params["AutoProfilingConfig"] = json.dumps(auto()["AutoProfilingConfig"])
+        path = tmp_path / f"config-{with_auto}.json"
+        path.write_text(json.dumps({"ProfilingParameters": params}))
+        return path
+
+    def smdebug_steps(path):
+        monkeypatch.setenv("SMPROFILER_CONFIG_PATH", str(path))
+        parser = ProfilerConfigParser()
+        assert parser.profiling_enabled
+        return [s for s in range(20) if parser.should_save_metrics(MetricsCategory.DETAILED_PROFILING, s)]
+
+    assert smdebug_steps(write(True)) == smdebug_steps(write(False)) == [5, 6]
+
+    proc = subprocess.run(
+        [str(trainprof_bin), "config", "check", str(write(True))],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert (
+        "auto profiling: after 20 warm-up train steps, a train step longer than 5 × the median of the last "
+        "50 train steps outside windows opens detailed, python for the next 2 steps (at most 4 a rolling hour)"
+    ) in proc.stdout.splitlines()
+    assert "problems: none" in proc.stdout.splitlines()

@@ -6,11 +6,14 @@
 //! trainer's thread) with the step's duration, its end time and whether a window was open
 //! during it; nothing here reads a clock, so tests inject times.
 //!
-//! The median is taken over a fixed ring of the latest `MedianOfSteps` durations, copied
-//! and selected (`select_nth_unstable`, O(n)) at every step that can trigger. Two heaps
-//! with lazy deletion would be O(log n) but need a sliding-window delete; for n ≤ 1000
-//! the copy is a few hundred ns at most (BENCHMARKS.md, "Hook per-step cost"), and the
-//! ring never allocates after start-up.
+//! The median is kept over the latest `MedianOfSteps` durations in two fixed buffers: a
+//! ring in arrival order (which value leaves next) and the same values sorted. A step
+//! removes the oldest from the sorted copy and inserts the new one (two binary searches
+//! and two `memmove`s of at most n values), and the median is the middle element.
+//! Measured against copying the ring and selecting (`select_nth_unstable`, O(n) per step):
+//! at n = 1000 that took 2.6 µs a step, this a fraction (BENCHMARKS.md, "a train step with
+//! `AutoProfilingConfig`"); two heaps would need a delete of an arbitrary element. Neither
+//! buffer grows after start-up.
 
 use std::collections::VecDeque;
 
@@ -63,8 +66,8 @@ pub struct Detector {
     /// The latest durations (µs) of train steps outside windows, oldest overwritten.
     ring: Vec<i64>,
     next: usize,
-    /// The copy the median is selected in.
-    scratch: Vec<i64>,
+    /// The same durations, sorted.
+    sorted: Vec<i64>,
     /// Train steps ended so far (the warm-up counts them all).
     train_steps: u64,
     /// Times (µs) of the triggers of the last hour, oldest first.
@@ -80,7 +83,7 @@ impl Detector {
             settings: settings.clone(),
             ring: Vec::with_capacity(n),
             next: 0,
-            scratch: Vec::with_capacity(n),
+            sorted: Vec::with_capacity(n),
             train_steps: 0,
             triggers: VecDeque::with_capacity(settings.max_per_hour as usize),
             window: None,
@@ -109,7 +112,9 @@ impl Detector {
             self.ring = Vec::with_capacity(n);
             self.ring.extend(latest);
             self.next = 0;
-            self.scratch = Vec::with_capacity(n);
+            self.sorted = Vec::with_capacity(n);
+            self.sorted.extend_from_slice(&self.ring);
+            self.sorted.sort_unstable();
         }
         self.settings = settings.clone();
     }
@@ -130,14 +135,8 @@ impl Detector {
     }
 
     /// The median of the durations kept (the upper middle one for an even count).
-    fn median(&mut self) -> Option<i64> {
-        if self.ring.is_empty() {
-            return None;
-        }
-        self.scratch.clear();
-        self.scratch.extend_from_slice(&self.ring);
-        let mid = self.scratch.len() / 2;
-        Some(*self.scratch.select_nth_unstable(mid).1)
+    fn median(&self) -> Option<i64> {
+        self.sorted.get(self.sorted.len() / 2).copied()
     }
 
     fn remember(&mut self, duration_us: i64) {
@@ -145,9 +144,15 @@ impl Detector {
         if self.ring.len() < n {
             self.ring.push(duration_us);
         } else {
-            self.ring[self.next] = duration_us;
+            let oldest = std::mem::replace(&mut self.ring[self.next], duration_us);
             self.next = (self.next + 1) % n;
+            // Always there: `sorted` holds exactly the ring's values.
+            if let Ok(i) = self.sorted.binary_search(&oldest) {
+                self.sorted.remove(i);
+            }
         }
+        let at = self.sorted.partition_point(|&d| d < duration_us);
+        self.sorted.insert(at, duration_us);
     }
 
     /// One train step ended: a [`Trigger`] when it opens a window.
@@ -317,6 +322,9 @@ mod tests {
         assert_eq!(t.iter().map(|t| t.step).collect::<Vec<_>>(), [10, 13, 16]);
         assert_eq!(d.median(), Some(100_000));
         assert_eq!(d.ring.len(), 5);
+        let mut sorted = d.ring.clone();
+        sorted.sort_unstable();
+        assert_eq!(d.sorted, sorted);
     }
 
     #[test]
@@ -330,5 +338,24 @@ mod tests {
         d.step_end(StepEnd { step: 7, duration_us: 8000, end_us: 9_000_000, in_configured_window: false });
         assert_eq!(d.ring, [5000, 6000, 7000, 8000]);
         assert_eq!(d.median(), Some(7000));
+        assert_eq!(d.sorted, [5000, 6000, 7000, 8000]);
+    }
+
+    /// The sorted copy stays the ring's values, sorted, through many replacements with
+    /// repeated values, and its middle is the median a full sort gives.
+    #[test]
+    fn the_sorted_copy_follows_the_ring() {
+        let mut d = Detector::new(&settings(r#"{"WarmupSteps": 0, "MedianOfSteps": 7}"#));
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            d.remember((x % 13) as i64);
+            let mut want = d.ring.clone();
+            want.sort_unstable();
+            assert_eq!(d.sorted, want);
+            assert_eq!(d.median(), Some(want[want.len() / 2]));
+        }
     }
 }

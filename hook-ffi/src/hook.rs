@@ -1097,6 +1097,37 @@ mod tests {
         );
     }
 
+    /// A reload keeps what the detector learnt while auto profiling stays on, drops it when
+    /// it goes off, and starts afresh when it comes back.
+    #[test]
+    fn a_reload_keeps_or_drops_the_detector() {
+        let config = |auto: &str| {
+            let doc = format!(r#"{{"ProfilingParameters": {{"LocalPath": "/x"{auto}}}}}"#);
+            trainprof_config::from_bytes(doc.as_bytes(), &Sources::new())
+        };
+        let mut gate = Gate::new(config(r#", "AutoProfilingConfig": {"WarmupSteps": 0, "NumSteps": 3}"#));
+        let d = gate.auto.as_mut().unwrap();
+        for (i, ms) in [20, 20, 20, 500].into_iter().enumerate() {
+            let end_us = (i as i64 + 1) * 1_000_000;
+            d.step_end(StepEnd {
+                step: i as u64,
+                duration_us: ms * 1000,
+                end_us,
+                in_configured_window: false,
+            });
+        }
+        assert!(gate.auto_opens(AutoFeature::Detailed, 4));
+        gate.set_config(config(
+            r#", "AutoProfilingConfig": {"WarmupSteps": 0, "NumSteps": 3, "MaxPerHour": 9}"#,
+        ));
+        assert!(gate.auto_opens(AutoFeature::Detailed, 5), "the open window is kept");
+        assert_eq!(gate.auto.as_ref().unwrap().settings().max_per_hour, 9);
+        gate.set_config(config(""));
+        assert!(gate.auto.is_none() && !gate.auto_opens(AutoFeature::Detailed, 5));
+        gate.set_config(config(r#", "AutoProfilingConfig": {"WarmupSteps": 0}"#));
+        assert!(!gate.auto_opens(AutoFeature::Detailed, 5), "a fresh detector");
+    }
+
     /// Without `AutoProfilingConfig` a step end takes no lock and opens nothing.
     #[test]
     fn no_auto_config_no_detector() {

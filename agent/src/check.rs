@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 use trainprof_config::{
-    CProfileTimer, Config, Feature, FileStatus, Loaded, Off, PythonProfiler, Range, Step,
+    AutoProfiling, CProfileTimer, Config, Feature, FileStatus, Loaded, Off, PythonProfiler, Range, Step,
 };
 use trainprof_output::UtcTime;
 
@@ -190,8 +190,49 @@ pub fn to_json(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
             ),
             "native": native,
         },
+        "auto_profiling": auto_json(&c.auto),
         "problems": c.problems.iter().map(|p| json!({"key": p.key, "message": p.message})).collect::<Vec<_>>(),
     })
+}
+
+/// `AutoProfilingConfig` (docs/formats.md, "Anomaly-triggered windows"): the settings as
+/// they take effect (defaults filled in), and in words.
+fn auto_json(a: &AutoProfiling) -> Value {
+    json!({
+        "enabled": a.is_enabled(),
+        "off_reason": a.off_reason().map(off_reason),
+        "step_time_ratio": a.step_time_ratio,
+        "warmup_steps": a.warmup_steps,
+        "num_steps": a.num_steps,
+        "median_of_steps": a.median_of_steps,
+        "max_per_hour": a.max_per_hour,
+        "features": a.features.iter().map(|f| f.as_str()).collect::<Vec<_>>(),
+        "description": auto_words(a),
+    })
+}
+
+/// "after 20 warm-up train steps, a train step longer than 3 × the median of the last 50
+/// train steps outside windows opens detailed, python for the next 2 steps (at most 4 a
+/// rolling hour)".
+fn auto_words(a: &AutoProfiling) -> String {
+    match a.off_reason() {
+        Some(Off::NotConfigured) => return "off (not configured)".into(),
+        Some(Off::Invalid) => return "off (invalid, see problems)".into(),
+        Some(Off::ModelParallel) => return "off (model-parallel training, SM_HPS)".into(),
+        Some(Off::ProfilerDisabled) => return "off (profiler disabled)".into(),
+        None => {}
+    }
+    let s = |n: u64, one: &str, many: &str| if n == 1 { format!("1 {one}") } else { format!("{n} {many}") };
+    let features: Vec<&str> = a.features.iter().map(|f| f.as_str()).collect();
+    format!(
+        "after {}, a train step longer than {} × the median of the last {} outside windows opens {} for the next {} (at most {} a rolling hour)",
+        s(a.warmup_steps, "warm-up train step", "warm-up train steps"),
+        a.step_time_ratio,
+        s(a.median_of_steps as u64, "train step", "train steps"),
+        features.join(", "),
+        s(a.num_steps, "step", "steps"),
+        a.max_per_hour,
+    )
 }
 
 fn feature_json(f: &Feature) -> Value {
@@ -331,6 +372,7 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
         let _ = write!(native, ", sampling the whole process at {} Hz of CPU time", c.native.sampling_hz);
     }
     let _ = writeln!(out, "native: {native}");
+    let _ = writeln!(out, "auto profiling: {}", auto_words(&c.auto));
     if let Some(n) = steps {
         let r = StepReport::new(c, n, now_s);
         if r.n == 0 {
@@ -452,5 +494,33 @@ mod tests {
         );
         let text = to_text(&loaded(r#"{"ProfilingParameters": {"LocalPath": "/x"}}"#), None, None, 0.0);
         assert!(text.lines().any(|line| line == "native: off (not configured)"), "{text}");
+    }
+
+    #[test]
+    fn auto_profiling_in_words() {
+        let config = |auto: &str| {
+            let doc = format!(r#"{{"ProfilingParameters": {{"AutoProfilingConfig": {auto}}}}}"#);
+            trainprof_config::from_bytes(doc.as_bytes(), &trainprof_config::Sources::new()).auto
+        };
+        assert_eq!(
+            auto_words(&config(
+                r#""{\"StepTimeRatio\": 3, \"WarmupSteps\": 20, \"NumSteps\": 2, \"Features\": [\"detailed\", \"python\"], \"MaxPerHour\": 4}""#
+            )),
+            "after 20 warm-up train steps, a train step longer than 3 × the median of the last 50 train steps \
+             outside windows opens detailed, python for the next 2 steps (at most 4 a rolling hour)"
+        );
+        assert_eq!(
+            auto_words(&config(
+                r#"{"StepTimeRatio": 2.5, "WarmupSteps": 1, "NumSteps": 1, "Features": ["native"]}"#
+            )),
+            "after 1 warm-up train step, a train step longer than 2.5 × the median of the last 50 train steps \
+             outside windows opens native for the next 1 step (at most 4 a rolling hour)"
+        );
+        assert_eq!(auto_words(&config(r#"{"NumSteps": 0}"#)), "off (invalid, see problems)");
+        assert_eq!(auto_words(&config("null")), "off (not configured)");
+        let v = auto_json(&config(r#"{"MedianOfSteps": 9}"#));
+        assert_eq!(v["median_of_steps"], 9);
+        assert_eq!(v["features"], json!(["detailed", "python"]));
+        assert_eq!(v["off_reason"], Value::Null);
     }
 }

@@ -57,6 +57,18 @@ impl Feature {
         &self.window
     }
 
+    /// Enabled and inside its window as resolved so far ([`Window::is_open_at`]).
+    pub fn is_open_at(&self, step: u64, now_s: f64) -> bool {
+        self.is_enabled() && self.window.is_open_at(step, now_s)
+    }
+
+    /// Can a window opened by a slow step (`AutoProfilingConfig`) apply? Yes when enabled
+    /// or simply not configured; no when its config is broken, the profiler is off, or the
+    /// feature is off for another reason (model parallelism).
+    pub fn may_auto_open(&self) -> bool {
+        matches!(self.off, None | Some(Off::NotConfigured))
+    }
+
     /// Enabled and inside its window at `step` / `now_s` (seconds since the epoch).
     pub fn is_active(&mut self, step: Step, now_s: f64) -> bool {
         self.is_enabled() && self.window.is_active(step, now_s)
@@ -86,6 +98,12 @@ impl DataloaderFeature {
     /// Does `MetricsRegex` match the start of `name` (ignoring case)?
     pub fn matches_name(&self, name: &str) -> bool {
         self.matcher.as_ref().is_some_and(|m| m.is_match(name))
+    }
+
+    /// Does a window opened by a slow step (`AutoProfilingConfig`) apply to `name`? The
+    /// configured `MetricsRegex` decides; without a config, every name (`.*`).
+    pub fn auto_matches(&self, name: &str) -> bool {
+        self.matcher.as_ref().is_none_or(|m| m.is_match(name))
     }
 
     /// Is the window open for the metrics called `name`? A name that does not match

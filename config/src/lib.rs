@@ -15,6 +15,7 @@
 //!
 //! No input makes this crate panic; the only I/O is reading the one file.
 
+pub mod auto;
 mod convert;
 mod feature;
 pub mod literal;
@@ -24,6 +25,7 @@ mod reload;
 mod sources;
 pub mod window;
 
+pub use auto::{AutoFeature, AutoFeatures, AutoProfiling};
 pub use feature::{CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler};
 pub use native::{DEFAULT_SAMPLING_HZ, NativeFeature, SAMPLING_HZ_RANGE};
 pub use reload::{Loader, ReadError, Reload, read_bytes as read_platform_file};
@@ -70,6 +72,8 @@ pub struct Config {
     pub smdataparallel: Feature,
     /// Native CPU sampling (`NativeProfilingConfig`, a trainprof extension).
     pub native: NativeFeature,
+    /// `AutoProfilingConfig`: windows opened by a slow train step (a trainprof extension).
+    pub auto: AutoProfiling,
     /// Everything that was ignored, replaced by a default or turned off, one line each.
     pub problems: Vec<Problem>,
 }
@@ -91,6 +95,7 @@ impl Config {
             python: PythonFeature::not_configured(),
             smdataparallel: Feature::not_configured(),
             native: NativeFeature::not_configured(),
+            auto: AutoProfiling::not_configured(),
             problems: Vec::new(),
         }
     }

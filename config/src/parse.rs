@@ -7,6 +7,7 @@
 use regex::RegexBuilder;
 use serde_json::{Map, Value};
 
+use crate::auto::AutoProfiling;
 use crate::convert::{NumberError, kind, py_float, py_int};
 use crate::feature::{CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler};
 use crate::literal;
@@ -74,6 +75,7 @@ pub(crate) fn build(file: &FileStatus, doc: Option<&Value>, sources: &Sources) -
         ] {
             f.turn_off(Off::ProfilerDisabled);
         }
+        cfg.auto.turn_off(Off::ProfilerDisabled);
     }
     cfg.problems = p.0;
     cfg
@@ -262,6 +264,8 @@ fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) 
             "SMDataParallelProfilingConfig",
             // trainprof's own (docs/formats.md, "Native profiling").
             "NativeProfilingConfig",
+            // A trainprof extension (docs/formats.md, "Anomaly-triggered windows").
+            "AutoProfilingConfig",
             // Written by the SDK, read by nobody (smdebug neither): ignored quietly.
             "HorovodProfilingConfig",
             "ProfilerEnabled",
@@ -309,6 +313,25 @@ fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) 
     }
     if let Some(s) = sub("NativeProfilingConfig", p) {
         cfg.native = native_feature(s, &keys.path("NativeProfilingConfig"), p);
+    }
+    if let Some(s) = sub("AutoProfilingConfig", p) {
+        cfg.auto = auto(s, &keys.path("AutoProfilingConfig"), p);
+    }
+}
+
+/// `AutoProfilingConfig`: every refused value is reported, then the feature is off.
+fn auto(sub: Sub, path: &str, p: &mut Problems) -> AutoProfiling {
+    let off = AutoProfiling::off(Off::Invalid);
+    let Ok(m) = sub else { return off };
+    let keys = Keys::fold(&m, path, crate::auto::AUTO_KEYS, p);
+    match crate::auto::read(|k| keys.get(k).cloned()) {
+        Ok(a) => a,
+        Err(errs) => {
+            for (key, e) in errs {
+                p.push(keys.path(key), format!("{e}; auto profiling is off"));
+            }
+            off
+        }
     }
 }
 
@@ -694,5 +717,54 @@ mod tests {
         assert_eq!(model_parallel("{}"), None);
         assert_eq!(model_parallel("not json"), None);
         assert_eq!(model_parallel(r#"{"mp_parameters": 3}"#), None);
+    }
+
+    fn with_auto(auto: &str, top: &str) -> Config {
+        let doc = format!(r#"{{{top}"ProfilingParameters": {{"AutoProfilingConfig": {auto}}}}}"#);
+        crate::from_bytes(doc.as_bytes(), &Sources::new())
+    }
+
+    /// The SDK's string style, keys in any case, and the documented defaults.
+    #[test]
+    fn auto_profiling_config() {
+        let c = with_auto(
+            r#""{\"StepTimeRatio\": 3, \"warmupsteps\": 20, \"NumSteps\": 2, \"Features\": [\"detailed\", \"python\", \"native\"], \"MaxPerHour\": 4}""#,
+            "",
+        );
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        assert!(c.auto.is_enabled());
+        assert_eq!(c.auto.median_of_steps, 50);
+        let names: Vec<_> = c.auto.features.iter().map(|f| f.as_str()).collect();
+        assert_eq!(names, ["detailed", "python", "native"]);
+        let c = with_auto(r#"{"MedianOfSteps": 9}"#, "");
+        assert!(c.auto.is_enabled() && c.problems.is_empty());
+        assert_eq!((c.auto.median_of_steps, c.auto.step_time_ratio, c.auto.max_per_hour), (9, 3.0, 4));
+        assert_eq!(with_auto(r#""{}""#, "").auto.off_reason(), Some(Off::NotConfigured));
+        assert_eq!(Config::defaults().auto.off_reason(), Some(Off::NotConfigured));
+        let c = with_auto(r#"{"MedianOfSteps": 9}"#, r#""DisableProfiler": true, "#);
+        assert_eq!(c.auto.off_reason(), Some(Off::ProfilerDisabled));
+    }
+
+    /// A bad value turns off this feature alone, one line per bad key; an unknown key gets a
+    /// "did you mean" and is ignored.
+    #[test]
+    fn auto_profiling_bad_values() {
+        let c = with_auto(r#"{"StepTimeRatio": 0.5, "Features": ["detailed", "pythn"], "NumStep": 3}"#, "");
+        assert_eq!(c.auto.off_reason(), Some(Off::Invalid));
+        let lines: Vec<_> = c.problems.iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            lines,
+            [
+                "ProfilingParameters.AutoProfilingConfig.NumStep: unknown key 'NumStep' in AutoProfilingConfig; did you mean 'NumSteps'? (ignored)",
+                "ProfilingParameters.AutoProfilingConfig.StepTimeRatio: 0.5 is not above 1; auto profiling is off",
+                "ProfilingParameters.AutoProfilingConfig.Features: unknown feature \"pythn\"; did you mean \"python\"?; auto profiling is off",
+            ]
+        );
+        let c = with_auto(r#"{"NumStep": 3}"#, "");
+        assert!(c.auto.is_enabled(), "an unknown key alone is ignored");
+        let c = with_auto(r#""not a dict""#, "");
+        assert_eq!(c.auto.off_reason(), Some(Off::Invalid));
+        assert_eq!(c.problems.len(), 1);
+        assert!(c.python.feature.off_reason() == Some(Off::NotConfigured));
     }
 }

@@ -139,6 +139,22 @@ impl Window {
         })
     }
 
+    /// Is the window open at `step` and time `now_s`, as far as it is resolved? Unlike
+    /// [`Window::is_active`] this resolves nothing: a window whose start waits for its first
+    /// question is not open yet (nothing asked, so nothing was profiled).
+    pub fn is_open_at(&self, step: u64, now_s: f64) -> bool {
+        match self.range {
+            Range::Never => false,
+            Range::Steps { .. } => {
+                matches!((self.start_step, self.end_step()), (Some(s), Some(e)) if s <= step && step < e)
+            }
+            Range::Time { duration: Some(_), .. } => {
+                matches!((self.start_time, self.end_time()), (Some(s), Some(e)) if s <= now_s && now_s < e)
+            }
+            Range::Time { duration: None, .. } => self.end_step.is_some_and(|e| step.saturating_add(1) == e),
+        }
+    }
+
     /// Is the window open at `step` and time `now_s`? The first question may resolve a
     /// missing start (and end), which later questions then use.
     pub fn is_active(&mut self, step: Step, now_s: f64) -> bool {
@@ -220,6 +236,23 @@ mod tests {
         assert!(w.is_active(Step::At(3), 1003.0));
         assert_eq!(w.end_step(), Some(4));
         assert!(!w.is_active(Step::At(4), 1004.0));
+    }
+
+    #[test]
+    fn is_open_at_resolves_nothing() {
+        let w = Window::new(range(None, Some(2), None, None));
+        assert!(!w.is_open_at(0, 0.0));
+        assert_eq!(w.start_step(), None);
+        let mut w = Window::new(range(Some(3), Some(2), None, None));
+        assert_eq!((3..7).map(|s| w.is_open_at(s, 0.0)).collect::<Vec<_>>(), [true, true, false, false]);
+        assert!(w.is_active(Step::At(3), 0.0));
+        let mut w = Window::new(range(None, None, Some(10.0), Some(5.0)));
+        assert!(!w.is_open_at(0, 9.0) && w.is_open_at(0, 10.0) && !w.is_open_at(0, 15.0));
+        assert!(w.is_active(Step::At(0), 11.0));
+        let mut w = Window::new(range(None, None, Some(10.0), None));
+        assert!(!w.is_open_at(4, 12.0));
+        assert!(w.is_active(Step::At(4), 12.0));
+        assert!(w.is_open_at(4, 13.0) && !w.is_open_at(5, 13.0));
     }
 
     #[test]

@@ -3,11 +3,25 @@
 //! It is plain data (no heap, no names): names travel as ids registered beforehand, so
 //! building and queueing one never allocates.
 
+use trainprof_config::AutoFeatures;
+
+use crate::anomaly::Trigger;
 use crate::types::{TRAINPROF_MAX_ARGS, TrainprofArg};
 
-/// A complete event (`ph: "X"`), as queued. Times are µs since the epoch.
+/// What an event is written as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A complete event (`ph: "X"`): everything the trainer records.
+    Complete,
+    /// The instant event of an anomaly trigger (`ph: "i"`, docs/formats.md, "Event
+    /// vocabulary"); its numbers travel in the argument slots ([`Event::trigger`]).
+    Trigger { features: u8 },
+}
+
+/// A queued event. Times are µs since the epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
+    pub kind: Kind,
     pub phase: u32,
     pub name: u32,
     pub start_us: i64,
@@ -21,8 +35,61 @@ pub struct Event {
 /// [`Event::step`] when the event belongs to no step (nothing began yet).
 pub const NO_STEP: i64 = -1;
 
+/// A trigger's numbers as the writer reads them back from an [`Event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TriggerInfo {
+    pub step: u64,
+    pub duration_us: i64,
+    pub median_us: i64,
+    pub num_steps: u64,
+    pub features: AutoFeatures,
+}
+
 impl Event {
     pub fn args(&self) -> &[TrainprofArg] {
-        &self.args[..usize::from(self.n_args).min(TRAINPROF_MAX_ARGS)]
+        match self.kind {
+            Kind::Complete => &self.args[..usize::from(self.n_args).min(TRAINPROF_MAX_ARGS)],
+            Kind::Trigger { .. } => &[],
+        }
+    }
+
+    /// The instant event of trigger `t`, at the slow step's end, under phase `phase` and
+    /// name `name`; `step_num` is the slow step's number in its mode.
+    pub fn trigger(t: &Trigger, phase: u32, name: u32, step_num: i64) -> Event {
+        let slot = |value: i64| TrainprofArg { key: 0, kind: 0, value };
+        let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        Event {
+            kind: Kind::Trigger { features: t.features.bits() },
+            phase,
+            name,
+            start_us: t.end_us,
+            end_us: t.end_us,
+            step: step_num,
+            n_args: 0,
+            args: [slot(as_i64(t.step)), slot(t.duration_us), slot(t.median_us), slot(as_i64(t.num_steps))],
+        }
+    }
+
+    /// What [`Event::trigger`] put in, for a trigger event.
+    pub fn trigger_info(&self) -> Option<TriggerInfo> {
+        let Kind::Trigger { features } = self.kind else { return None };
+        let [step, duration, median, num] = self.args.map(|a| a.value);
+        Some(TriggerInfo {
+            step: step.unsigned_abs(),
+            duration_us: duration,
+            median_us: median,
+            num_steps: num.unsigned_abs(),
+            features: AutoFeatures::from_bits(features),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_stays_104_bytes() {
+        assert_eq!(std::mem::size_of::<Event>(), 104);
     }
 }

@@ -19,9 +19,10 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_queue::ArrayQueue;
-use trainprof_config::{Config, Step};
+use trainprof_config::{AutoFeature, Config, Step};
 
-use crate::event::{Event, NO_STEP};
+use crate::anomaly::{Detector, StepEnd, Trigger};
+use crate::event::{Event, Kind, NO_STEP};
 use crate::lock;
 use crate::names::Names;
 use crate::python::{self, Outcome, Position};
@@ -31,6 +32,11 @@ use crate::types::{
     TrainprofMode, TrainprofStatus,
 };
 use crate::writer;
+
+/// The phase (trace process) and name of a trigger's instant event (docs/formats.md,
+/// "Event vocabulary").
+pub const TRIGGER_PHASE: &str = "trainprof:AutoProfiling";
+pub const TRIGGER_NAME: &str = "trainprof:AutoProfilingTrigger";
 
 /// The frameworks smdebug names folders after.
 pub const FRAMEWORKS: [&str; 4] = ["pytorch", "tensorflow", "mxnet", "xgboost"];
@@ -65,6 +71,43 @@ pub fn records(config: &Config, local_path_override: bool) -> bool {
 pub(crate) struct Gate {
     pub(crate) config: Config,
     pub(crate) python: python::Windows,
+    /// `AutoProfilingConfig`'s detector, while it is on: its triggered window is an extra
+    /// step range for each feature it names, consulted wherever a window is evaluated.
+    pub(crate) auto: Option<Detector>,
+}
+
+impl Gate {
+    fn new(config: Config) -> Gate {
+        let auto = config.auto.is_enabled().then(|| Detector::new(&config.auto));
+        Gate { config, python: python::Windows::default(), auto }
+    }
+
+    /// A new config from a reload: the detector keeps what it learnt unless auto
+    /// profiling was switched off.
+    fn set_config(&mut self, config: Config) {
+        self.auto = match (self.auto.take(), config.auto.is_enabled()) {
+            (_, false) => None,
+            (None, true) => Some(Detector::new(&config.auto)),
+            (Some(mut d), true) => {
+                d.reconfigure(&config.auto);
+                Some(d)
+            }
+        };
+        self.config = config;
+    }
+
+    /// Does a triggered window open `feature` at `step`?
+    fn auto_opens(&self, feature: AutoFeature, step: u64) -> bool {
+        self.auto.as_ref().is_some_and(|d| d.opens(feature, step))
+    }
+
+    /// Was a configured window (any feature) open at `step` / `now_s`, as resolved so far?
+    fn configured_open(&self, step: u64, now_s: f64) -> bool {
+        let c = &self.config;
+        [&c.detailed, &c.dataloader.feature, &c.python.feature, &c.smdataparallel, &c.native.feature]
+            .into_iter()
+            .any(|f| f.is_open_at(step, now_s))
+    }
 }
 
 struct Steps {
@@ -110,6 +153,9 @@ pub struct Hook {
     pub(crate) gate: Mutex<Gate>,
     /// Native sampling: the decisions the sampler thread acts on ([`crate::native`]).
     pub(crate) native: crate::native::Control,
+    /// `AutoProfilingConfig` is on: train step ends go to the detector (one relaxed load
+    /// otherwise).
+    auto_on: AtomicBool,
     /// A config the writer reloaded, for the next step boundary.
     pub(crate) pending: Mutex<Option<Box<Config>>>,
     framework: &'static str,
@@ -180,7 +226,8 @@ impl Hook {
             writer,
             base_us: o.base_us,
             native: crate::native::Control::new(&o.config),
-            gate: Mutex::new(Gate { config: o.config, python: python::Windows::default() }),
+            auto_on: AtomicBool::new(o.config.auto.is_enabled()),
+            gate: Mutex::new(Gate::new(o.config)),
             pending: Mutex::new(None),
             stop: AtomicBool::new(false),
             finished: (Mutex::new(false), Condvar::new()),
@@ -258,6 +305,7 @@ impl Hook {
             return self.refuse([phase, name].into_iter().chain(args.iter().map(|a| a.key)));
         }
         let mut ev = Event {
+            kind: Kind::Complete,
             phase,
             name,
             start_us,
@@ -334,7 +382,56 @@ impl Hook {
         };
         let begin = self.steps.begin_us.load(Relaxed);
         let id = mode.step_name_id();
-        self.record(id, id, begin, now_us.max(begin), self.steps.step.load(Relaxed), &[])
+        let end = now_us.max(begin);
+        let status = self.record(id, id, begin, end, self.steps.step.load(Relaxed), &[]);
+        if self.auto_on.load(Relaxed)
+            && matches!(mode, TrainprofMode::Train | TrainprofMode::Global)
+            && self.enabled.load(Relaxed)
+        {
+            self.auto_step_end(end.saturating_sub(begin), end);
+        }
+        status
+    }
+
+    /// A train step ended: the detector sees it and may open a window from the next step,
+    /// recorded as an instant event and one log line (docs/formats.md, "Anomaly-triggered
+    /// windows").
+    fn auto_step_end(&self, duration_us: i64, end_us: i64) {
+        let step = self.window_step().unwrap_or(0);
+        let trigger = {
+            let mut gate = lock(&self.gate);
+            let in_configured_window = gate.configured_open(step, end_us as f64 / 1e6);
+            let Some(d) = gate.auto.as_mut() else { return };
+            d.step_end(StepEnd { step, duration_us, end_us, in_configured_window })
+        };
+        if let Some(t) = trigger {
+            self.record_trigger(&t);
+        }
+    }
+
+    /// Not on the hot path: a trigger is rare (`MaxPerHour`).
+    fn record_trigger(&self, t: &Trigger) {
+        let features: Vec<&str> = t.features.iter().map(AutoFeature::as_str).collect();
+        let skipped = match t.skipped {
+            0 => String::new(),
+            n => format!("; {n} slower steps before it were not profiled (MaxPerHour)"),
+        };
+        crate::log(&format_args!(
+            "auto profiling: step {} took {:.1} ms, {:.1}x the median {:.1} ms: {} for steps {}..={}{skipped}",
+            t.step,
+            t.duration_us as f64 / 1000.0,
+            t.duration_us as f64 / (t.median_us.max(1) as f64),
+            t.median_us as f64 / 1000.0,
+            features.join(", "),
+            t.window_start,
+            t.window_start.saturating_add(t.num_steps).saturating_sub(1),
+        ));
+        let (phase, name) = (self.names.register(TRIGGER_PHASE), self.names.register(TRIGGER_NAME));
+        if phase == TRAINPROF_NAME_OVER_LIMIT || name == TRAINPROF_NAME_OVER_LIMIT {
+            self.counters.dropped_names.add_one();
+            return;
+        }
+        let _ = self.push(Event::trigger(t, phase, name, self.steps.step.load(Relaxed)));
     }
 
     fn position(&self) -> Position {
@@ -372,8 +469,9 @@ impl Hook {
         if let Some(config) = new {
             self.enabled.store(records(&config, self.local_path_override), Relaxed);
             self.native.configure(&config);
+            self.auto_on.store(config.auto.is_enabled(), Relaxed);
             let mut gate = lock(&self.gate);
-            gate.config = *config;
+            gate.set_config(*config);
         }
     }
 
@@ -386,13 +484,37 @@ impl Hook {
         let step = if step >= 0 { step as u64 } else { self.window_step().unwrap_or(0) };
         let at = Step::At(step);
         let mut gate = lock(&self.gate);
-        let c = &mut gate.config;
-        match feature {
-            TrainprofFeature::Detailed => c.detailed.is_active(at, now_s),
-            TrainprofFeature::Dataloader => c.dataloader.is_active_for(name.unwrap_or(""), at, now_s),
-            TrainprofFeature::Python => c.python.feature.is_active(at, now_s),
-            TrainprofFeature::Smdataparallel => c.smdataparallel.is_active(at, now_s),
-            TrainprofFeature::Native => c.native.feature.is_active(at, now_s),
+        // The configured window first (its question may resolve it, as without triggers),
+        // then a triggered one (docs/formats.md, "Anomaly-triggered windows").
+        let configured = {
+            let c = &mut gate.config;
+            match feature {
+                TrainprofFeature::Detailed => c.detailed.is_active(at, now_s),
+                TrainprofFeature::Dataloader => c.dataloader.is_active_for(name.unwrap_or(""), at, now_s),
+                TrainprofFeature::Python => c.python.feature.is_active(at, now_s),
+                TrainprofFeature::Smdataparallel => c.smdataparallel.is_active(at, now_s),
+                TrainprofFeature::Native => c.native.feature.is_active(at, now_s),
+            }
+        };
+        configured || {
+            let c = &gate.config;
+            match feature {
+                TrainprofFeature::Detailed => {
+                    c.detailed.may_auto_open() && gate.auto_opens(AutoFeature::Detailed, step)
+                }
+                TrainprofFeature::Dataloader => {
+                    c.dataloader.feature.may_auto_open()
+                        && c.dataloader.auto_matches(name.unwrap_or(""))
+                        && gate.auto_opens(AutoFeature::Dataloader, step)
+                }
+                TrainprofFeature::Python => {
+                    c.python.feature.may_auto_open() && gate.auto_opens(AutoFeature::Python, step)
+                }
+                TrainprofFeature::Smdataparallel => false,
+                TrainprofFeature::Native => {
+                    c.native.feature.may_auto_open() && gate.auto_opens(AutoFeature::Native, step)
+                }
+            }
         }
     }
 
@@ -401,14 +523,18 @@ impl Hook {
     pub fn python_boundary(&self, b: TrainprofBoundary, now_us: impl FnMut() -> f64) -> Outcome {
         let at = self.position();
         let mut gate = lock(&self.gate);
-        let Gate { config, python } = &mut *gate;
+        let Gate { config, python, auto } = &mut *gate;
         if !records(config, self.local_path_override) {
             // Profiling switched off: close what runs, start nothing.
             let mut off = config.python.clone();
             off.feature = Config::defaults().python.feature;
-            return python.boundary(b, &mut off, at, now_us);
+            return python.boundary(b, &mut off, None, at, now_us);
         }
-        python.boundary(b, &mut config.python, at, now_us)
+        let triggered = auto
+            .as_ref()
+            .filter(|_| config.python.feature.may_auto_open())
+            .and_then(|d| d.range_for(AutoFeature::Python));
+        python.boundary(b, &mut config.python, triggered, at, now_us)
     }
 
     /// `<LocalPath>/framework/<framework>/<profiler>/<node>/<dir_name>`, and the temporary
@@ -899,5 +1025,131 @@ mod tests {
         assert!(hook.stop_writer(Duration::from_secs(10)));
         let s = hook.stats();
         assert_eq!((s.written, s.dropped_writer, s.files_sealed, s.open_failures), (0, 1, 0, 1));
+    }
+
+    /// A slow train step (injected times) opens the detailed and python windows at the
+    /// next two steps through the same questions the adapters ask; the trigger is one
+    /// instant event after the slow step's own; eval steps do not count.
+    #[test]
+    fn a_slow_train_step_opens_the_named_windows_at_the_next_steps() {
+        let doc = r#"{"ProfilingParameters": {"LocalPath": "/nonexistent",
+            "DetailedProfilingConfig": "{\"StartStep\": 5, \"NumSteps\": 1}",
+            "AutoProfilingConfig": "{\"WarmupSteps\": 3, \"NumSteps\": 2, \"Features\": [\"detailed\", \"python\"]}"}}"#;
+        let config = trainprof_config::from_bytes(doc.as_bytes(), &Sources::new());
+        assert!(config.problems.is_empty(), "{:?}", config.problems);
+        let hook = hook_with(config, 256);
+        let (mut detailed, mut python_started) = (Vec::new(), Vec::new());
+        let mut t = BASE;
+        // Steps 0-9 of 20 ms, step 5 (the configured window) and step 7 slow, an eval step
+        // between 7 and 8 slow too; global numbering (pytorch).
+        let plan: Vec<(TrainprofMode, i64)> = (0..8)
+            .map(|i| (TrainprofMode::Train, if i == 5 || i == 7 { 500 } else { 20 }))
+            .chain([(TrainprofMode::Eval, 900)])
+            .chain((0..4).map(|_| (TrainprofMode::Train, 20)))
+            .collect();
+        for (mode, ms) in plan {
+            hook.step_begin(mode, -1, t);
+            let g = hook.global_step().unwrap();
+            if hook.python_boundary(TrainprofBoundary::StepStart, || t as f64).started.is_some() {
+                python_started.push(g);
+            }
+            if hook.is_active(TrainprofFeature::Detailed, -1, None, t as f64 / 1e6) {
+                detailed.push(g);
+            }
+            t += ms * 1000;
+            assert_eq!(hook.step_end(t), TrainprofStatus::Ok);
+        }
+        assert_eq!(detailed, [5, 8, 9]);
+        assert_eq!(python_started, [8, 9]);
+        assert!(!hook.is_active(TrainprofFeature::Dataloader, 8, Some("x"), 0.0), "not named");
+        let events: Vec<Event> = std::iter::from_fn(|| hook.pop()).collect();
+        let triggers: Vec<_> = events.iter().filter_map(|e| e.trigger_info().map(|t| (e, t))).collect();
+        assert_eq!(triggers.len(), 1);
+        let (ev, info) = triggers[0];
+        assert_eq!((info.step, info.duration_us, info.median_us, info.num_steps), (7, 500_000, 20_000, 2));
+        // Steps 0-4 20 ms, 5 500 ms, 6 20 ms, 7 500 ms: at the end of step 7.
+        assert_eq!((ev.step, ev.start_us, ev.end_us), (7, BASE + 1_120_000, BASE + 1_120_000));
+        assert_eq!(
+            (hook.register_name(TRIGGER_PHASE), hook.register_name(TRIGGER_NAME)),
+            (ev.phase, ev.name)
+        );
+        // The step's own event comes first.
+        let i = events.iter().position(|e| e.trigger_info().is_some()).unwrap();
+        assert_eq!((events[i - 1].step, events[i - 1].end_us), (7, BASE + 1_120_000));
+    }
+
+    /// A triggered window opens a feature whose sub-config is absent (the dataloader for
+    /// every name), follows a configured `MetricsRegex`, and never opens a feature whose
+    /// sub-config is broken.
+    #[test]
+    fn a_triggered_window_respects_each_features_own_config() {
+        let run = |extra: &str| {
+            let doc = format!(
+                r#"{{"ProfilingParameters": {{"LocalPath": "/nonexistent", {extra}
+                "AutoProfilingConfig": "{{\"WarmupSteps\": 0, \"NumSteps\": 1, \"Features\": [\"dataloader\", \"python\"]}}"}}}}"#
+            );
+            let hook = hook_with(trainprof_config::from_bytes(doc.as_bytes(), &Sources::new()), 64);
+            for ms in [20, 20, 200] {
+                let t = BASE + hook.global_step().map_or(0, |g| g as i64 + 1) * 1_000_000;
+                hook.step_begin(TrainprofMode::Train, -1, t);
+                hook.step_end(t + ms * 1000);
+            }
+            hook.step_begin(TrainprofMode::Train, -1, BASE + 10_000_000);
+            let dl = |name| hook.is_active(TrainprofFeature::Dataloader, -1, Some(name), 0.0);
+            let python = hook.python_boundary(TrainprofBoundary::StepStart, || 1.0).started.is_some();
+            (
+                dl("a.DataLoaderIter::GetNext"),
+                dl("TFDataset::Prefetch"),
+                python,
+                hook.is_active(TrainprofFeature::Detailed, -1, None, 0.0),
+            )
+        };
+        assert_eq!(run(""), (true, true, true, false));
+        assert_eq!(
+            run(r#""DataloaderProfilingConfig": "{\"MetricsRegex\": \".*DataLoaderIter\"}","#),
+            (true, false, true, false)
+        );
+        assert_eq!(
+            run(r#""PythonProfilingConfig": "{\"ProfilerName\": \"perf\"}","#),
+            (true, true, false, false)
+        );
+    }
+
+    /// A reload keeps what the detector learnt while auto profiling stays on, drops it when
+    /// it goes off, and starts afresh when it comes back.
+    #[test]
+    fn a_reload_keeps_or_drops_the_detector() {
+        let config = |auto: &str| {
+            let doc = format!(r#"{{"ProfilingParameters": {{"LocalPath": "/x"{auto}}}}}"#);
+            trainprof_config::from_bytes(doc.as_bytes(), &Sources::new())
+        };
+        let mut gate = Gate::new(config(r#", "AutoProfilingConfig": {"WarmupSteps": 0, "NumSteps": 3}"#));
+        let d = gate.auto.as_mut().unwrap();
+        for (i, ms) in [20, 20, 20, 500].into_iter().enumerate() {
+            let end_us = (i as i64 + 1) * 1_000_000;
+            d.step_end(StepEnd {
+                step: i as u64,
+                duration_us: ms * 1000,
+                end_us,
+                in_configured_window: false,
+            });
+        }
+        assert!(gate.auto_opens(AutoFeature::Detailed, 4));
+        gate.set_config(config(
+            r#", "AutoProfilingConfig": {"WarmupSteps": 0, "NumSteps": 3, "MaxPerHour": 9}"#,
+        ));
+        assert!(gate.auto_opens(AutoFeature::Detailed, 5), "the open window is kept");
+        assert_eq!(gate.auto.as_ref().unwrap().settings().max_per_hour, 9);
+        gate.set_config(config(""));
+        assert!(gate.auto.is_none() && !gate.auto_opens(AutoFeature::Detailed, 5));
+        gate.set_config(config(r#", "AutoProfilingConfig": {"WarmupSteps": 0}"#));
+        assert!(!gate.auto_opens(AutoFeature::Detailed, 5), "a fresh detector");
+    }
+
+    /// Without `AutoProfilingConfig` a step end takes no lock and opens nothing.
+    #[test]
+    fn no_auto_config_no_detector() {
+        let hook = hook_with(Config::defaults(), 64);
+        assert!(!hook.auto_on.load(Relaxed) && lock(&hook.gate).auto.is_none());
     }
 }

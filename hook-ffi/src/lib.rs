@@ -31,6 +31,7 @@
 //!   thread at fork time. Its events are not recorded; the parent's are unaffected.
 
 pub mod abi;
+pub mod anomaly;
 pub mod event;
 pub mod hook;
 pub mod names;

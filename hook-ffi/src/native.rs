@@ -54,7 +54,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use trainprof_config::{Config, Range};
+use trainprof_config::{AutoFeature, Config, Range};
 use trainprof_output::fs::{self, Dir};
 
 use crate::hook::Hook;
@@ -87,9 +87,14 @@ impl Control {
         c
     }
 
-    /// Takes a (re)loaded config.
+    /// Takes a (re)loaded config. Native sampling is wanted when `NativeProfilingConfig`
+    /// is on, or when `AutoProfilingConfig` may open it (docs/formats.md,
+    /// "Anomaly-triggered windows").
     pub fn configure(&self, config: &Config) {
-        self.configured.store(config.native.feature.is_enabled(), Relaxed);
+        let by_trigger = config.auto.is_enabled()
+            && config.auto.features.contains(AutoFeature::Native)
+            && config.native.feature.may_auto_open();
+        self.configured.store(config.native.feature.is_enabled() || by_trigger, Relaxed);
         self.hz.store(config.native.sampling_hz, Relaxed);
     }
 

@@ -78,10 +78,14 @@ pub struct Position {
 impl Windows {
     /// Applies boundary `b`. `now_us` gives the time of each end and start (called once
     /// per mark, like smdebug, so a new window starts a little after the old one ended).
+    /// `triggered` is a step range (`start..end`) opened by a slow step
+    /// (`AutoProfilingConfig`): a step inside it starts a window as the configured range
+    /// does, with the feature's profiler and timer.
     pub fn boundary(
         &mut self,
         b: TrainprofBoundary,
         feature: &mut PythonFeature,
+        triggered: Option<(u64, u64)>,
         at: Position,
         mut now_us: impl FnMut() -> f64,
     ) -> Outcome {
@@ -96,10 +100,9 @@ impl Windows {
             }
             TrainprofBoundary::StepEnd if at.pytorch => return out,
             TrainprofBoundary::StepStart | TrainprofBoundary::ForwardPassEnd | TrainprofBoundary::StepEnd => {
-                (
-                    (at.mode, Some(at.step)),
-                    enabled && feature.feature.is_active(Step::At(at.step), now_us() / 1e6),
-                )
+                let configured = enabled && feature.feature.is_active(Step::At(at.step), now_us() / 1e6);
+                let auto = triggered.is_some_and(|(start, end)| start <= at.step && at.step < end);
+                ((at.mode, Some(at.step)), configured || auto)
             }
             TrainprofBoundary::Close => (("posthookclose", None), enabled),
             TrainprofBoundary::Exit => (("posthookclose", None), false),
@@ -184,17 +187,17 @@ mod tests {
         let mut now = ticking(100.0, 1.5);
         let mut names = Vec::new();
         let pos = |step| Position { mode: "train", step, pytorch: true };
-        let o = w.boundary(TrainprofBoundary::Start, &mut f, pos(0), &mut now);
+        let o = w.boundary(TrainprofBoundary::Start, &mut f, None, pos(0), &mut now);
         assert_eq!(o.started, Some((PythonProfiler::CProfile, Some(CProfileTimer::TotalTime))));
         for step in 0..5 {
             for b in
                 [TrainprofBoundary::StepStart, TrainprofBoundary::ForwardPassEnd, TrainprofBoundary::StepEnd]
             {
-                names.extend(w.boundary(b, &mut f, pos(step), &mut now).ended.map(|e| e.0));
+                names.extend(w.boundary(b, &mut f, None, pos(step), &mut now).ended.map(|e| e.0));
             }
         }
-        names.extend(w.boundary(TrainprofBoundary::Close, &mut f, pos(4), &mut now).ended.map(|e| e.0));
-        names.extend(w.boundary(TrainprofBoundary::Exit, &mut f, pos(4), &mut now).ended.map(|e| e.0));
+        names.extend(w.boundary(TrainprofBoundary::Close, &mut f, None, pos(4), &mut now).ended.map(|e| e.0));
+        names.extend(w.boundary(TrainprofBoundary::Exit, &mut f, None, pos(4), &mut now).ended.map(|e| e.0));
         assert_eq!(
             names,
             [
@@ -218,10 +221,10 @@ mod tests {
         let pos = |step| Position { mode: "eval", step, pytorch: false };
         let mut timers = Vec::new();
         let mut names = Vec::new();
-        w.boundary(TrainprofBoundary::Start, &mut f, pos(0), &mut now);
+        w.boundary(TrainprofBoundary::Start, &mut f, None, pos(0), &mut now);
         for step in 8..13 {
             for b in [TrainprofBoundary::StepStart, TrainprofBoundary::StepEnd] {
-                let o = w.boundary(b, &mut f, pos(step), &mut now);
+                let o = w.boundary(b, &mut f, None, pos(step), &mut now);
                 names.extend(o.ended.map(|e| {
                     e.0.split('_')
                         .map(|h| h.rsplit_once('-').unwrap().0.to_owned())
@@ -267,7 +270,7 @@ mod tests {
             TrainprofBoundary::Close,
             TrainprofBoundary::Exit,
         ] {
-            assert_eq!(w.boundary(b, &mut f, pos, || 1.0), Outcome::default());
+            assert_eq!(w.boundary(b, &mut f, None, pos, || 1.0), Outcome::default());
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use crate::event::Event;
+use crate::event::{Event, TriggerInfo};
 use crate::types::TrainprofArgKind;
 
 /// The first line of every file: pid 0 carries the base time that `ts` is relative to.
@@ -30,7 +30,8 @@ pub fn phase_meta(out: &mut String, index: u32, phase: &str) {
     );
 }
 
-/// One complete event. `name_of` resolves the ids of the event's name and argument keys.
+/// One event: a complete one, or a trigger's instant event ([`trigger`]). `name_of`
+/// resolves the ids of the event's name and argument keys.
 pub fn record<'a>(
     out: &mut String,
     ev: &Event,
@@ -39,6 +40,9 @@ pub fn record<'a>(
     os_pid: u32,
     name_of: impl Fn(u32) -> &'a str,
 ) {
+    if let Some(t) = ev.trigger_info() {
+        return trigger(out, ev, &t, phase_index, base_us, os_pid, name_of(ev.name));
+    }
     out.push_str("{\"name\": ");
     json_string(out, name_of(ev.name));
     let ts = ev.start_us.saturating_sub(base_us);
@@ -76,6 +80,49 @@ pub fn record<'a>(
     out.push_str("}}");
 }
 
+/// An anomaly trigger (docs/formats.md, "Event vocabulary"): an instant event of global
+/// scope at the slow step's end, keys in this order.
+fn trigger(
+    out: &mut String,
+    ev: &Event,
+    t: &TriggerInfo,
+    phase_index: u32,
+    base_us: i64,
+    os_pid: u32,
+    name: &str,
+) {
+    out.push_str("{\"name\": ");
+    json_string(out, name);
+    let ts = ev.start_us.saturating_sub(base_us);
+    let _ = write!(
+        out,
+        ", \"pid\": {phase_index}, \"ph\": \"i\", \"ts\": {ts}, \"s\": \"g\", \"args\": {{\"pid\": {os_pid}"
+    );
+    if ev.step >= 0 {
+        let _ = write!(out, ", \"step_num\": \"{}\"", ev.step);
+    }
+    let ms = |us: i64| us as f64 / 1000.0;
+    let _ = write!(
+        out,
+        ", \"step\": {}, \"duration_ms\": {:?}, \"median_ms\": {:?}, \"features\": [",
+        t.step,
+        ms(t.duration_us),
+        ms(t.median_us)
+    );
+    for (i, f) in t.features.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        json_string(out, f.as_str());
+    }
+    let _ = write!(
+        out,
+        "], \"window_start_step\": {}, \"window_num_steps\": {}}}}}",
+        t.step.saturating_add(1),
+        t.num_steps
+    );
+}
+
 /// `s` as a JSON string literal.
 pub fn json_string(out: &mut String, s: &str) {
     out.push('"');
@@ -103,6 +150,7 @@ mod tests {
 
     fn event(step: i64, args: &[TrainprofArg]) -> Event {
         let mut ev = Event {
+            kind: crate::event::Kind::Complete,
             phase: 1,
             name: 2,
             start_us: 1_795_316_901_771_000,
@@ -163,5 +211,31 @@ mod tests {
         s.clear();
         json_string(&mut s, "a\u{1}\n\\é");
         assert_eq!(s, "\"a\\u0001\\n\\\\é\"");
+    }
+
+    #[test]
+    fn a_trigger_is_an_instant_event() {
+        use trainprof_config::{AutoFeature, AutoFeatures};
+        let t = crate::anomaly::Trigger {
+            step: 30,
+            duration_us: 200_512,
+            median_us: 20_000,
+            window_start: 31,
+            num_steps: 2,
+            features: [AutoFeature::Python, AutoFeature::Detailed].into_iter().collect::<AutoFeatures>(),
+            end_us: 1_795_316_901_781_000,
+            skipped: 0,
+        };
+        let ev = Event::trigger(&t, 1, 2, 29);
+        let mut s = String::new();
+        record(&mut s, &ev, 4, 1_795_316_901_771_000, 7, names);
+        assert_eq!(
+            s,
+            "{\"name\": \"Net\", \"pid\": 4, \"ph\": \"i\", \"ts\": 10000, \"s\": \"g\", \"args\": {\"pid\": 7, \
+             \"step_num\": \"29\", \"step\": 30, \"duration_ms\": 200.512, \"median_ms\": 20.0, \
+             \"features\": [\"detailed\", \"python\"], \"window_start_step\": 31, \"window_num_steps\": 2}}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v["args"]["features"][1], "python");
     }
 }

@@ -612,6 +612,7 @@ mod tests {
 
     fn ev(phase: u32, name: u32, start_us: i64, end_us: i64, step: i64) -> Event {
         Event {
+            kind: crate::event::Kind::Complete,
             phase,
             name,
             start_us,

@@ -57,6 +57,7 @@ FEATURES = {
     "dataloader": _lib.FEATURE_DATALOADER,
     "python": _lib.FEATURE_PYTHON,
     "smdataparallel": _lib.FEATURE_SMDATAPARALLEL,
+    "native": _lib.FEATURE_NATIVE,
 }
 
 _I64_MIN = -(2**63)

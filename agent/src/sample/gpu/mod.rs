@@ -478,6 +478,8 @@ struct EventCounts {
     xid: u64,
     single_bit_ecc: u64,
     double_bit_ecc: u64,
+    /// Of those, logged one line each (at most [`MAX_EVENT_LOGS`]).
+    logged: u64,
 }
 
 #[derive(Debug)]
@@ -575,10 +577,12 @@ impl<S: GpuSource> GpuSampler<S> {
         Field::ALL.into_iter().filter(move |f| gpu.is_some_and(|g| g.fields[f.slot()] == QueryState::Off))
     }
 
-    /// The events counted so far on GPU `index`: (Xid, single-bit ECC, double-bit ECC).
-    pub fn event_counts(&self, index: u32) -> Option<(u64, u64, u64)> {
+    /// The events counted so far on GPU `index`: (Xid, single-bit ECC, double-bit ECC, how
+    /// many of those were logged).
+    pub fn event_counts(&self, index: u32) -> Option<(u64, u64, u64, u64)> {
         let g = self.gpus.iter().find(|g| g.index == index)?;
-        Some((g.events.xid, g.events.single_bit_ecc, g.events.double_bit_ecc))
+        let c = g.events;
+        Some((c.xid, c.single_bit_ecc, c.double_bit_ecc, c.logged))
     }
 
     fn poll_events(&mut self) {
@@ -607,6 +611,7 @@ impl<S: GpuSource> GpuSampler<S> {
             }
             let n = c.xid + c.single_bit_ecc + c.double_bit_ecc;
             if n <= MAX_EVENT_LOGS {
+                c.logged += 1;
                 match event {
                     GpuEvent::Xid(Some(code)) => log!("gpu{index}: Xid {code} (critical error event)"),
                     GpuEvent::Xid(None) => log!("gpu{index}: Xid (code unknown) (critical error event)"),

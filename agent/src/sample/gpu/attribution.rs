@@ -198,7 +198,10 @@ mod tests {
         assert_eq!(a.unattributed, None);
         let pids: Vec<u32> = a.top.iter().map(|p| p.pid).collect();
         assert_eq!(pids, [12, 10, 11]);
-        assert_eq!(a.top[1], TreeProcess { pid: 10, used_bytes: 100 << 20, sm_percent: 30.0, memory_busy_percent: 5.0 });
+        assert_eq!(
+            a.top[1],
+            TreeProcess { pid: 10, used_bytes: 100 << 20, sm_percent: 30.0, memory_busy_percent: 5.0 }
+        );
     }
 
     #[test]
@@ -207,7 +210,10 @@ mod tests {
         let b = [busy(10, 30.0, 5.0), busy(6000, 50.0, 10.0), busy(5000, 60.0, 1.0)];
         let a = attribute(Some(&m), Some(&b), &[10], PidNamespace::Child);
         assert_eq!((a.processes, a.used_bytes, a.sm_percent), (1, 100 << 20, 30.0));
-        assert_eq!(a.unattributed, Some(Unattributed { processes: 2, used_bytes: 1000 << 20, sm_percent: 100.0 }));
+        assert_eq!(
+            a.unattributed,
+            Some(Unattributed { processes: 2, used_bytes: 1000 << 20, sm_percent: 100.0 })
+        );
     }
 
     #[test]

@@ -160,7 +160,9 @@ impl Query {
             Query::Power => GPU_POWER_WATTS,
             Query::Temperature => GPU_TEMPERATURE_CELSIUS,
             Query::SmClock => GPU_SM_CLOCK_MHZ,
-            Query::UtilizationSamples => "the utilisation sample buffer (BusyMaxPercent, MemoryBusyMaxPercent)",
+            Query::UtilizationSamples => {
+                "the utilisation sample buffer (BusyMaxPercent, MemoryBusyMaxPercent)"
+            }
             Query::Throttle => "the throttle reasons",
             Query::Fields => "PCIe, NVLink, instant power, energy and ECC counters",
             Query::Gpm => "the GPM metrics",
@@ -302,13 +304,22 @@ pub type GpmValues = [Result<f64, GpuReadError>; GpmMetric::ALL.len()];
 /// What one [`Query`] returned, in NVML's units.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reading {
-    Utilization { gpu_percent: u32, memory_busy_percent: u32 },
-    Memory { used_bytes: u64, total_bytes: u64 },
+    Utilization {
+        gpu_percent: u32,
+        memory_busy_percent: u32,
+    },
+    Memory {
+        used_bytes: u64,
+        total_bytes: u64,
+    },
     PowerMilliwatts(u32),
     TemperatureCelsius(u32),
     SmClockMhz(u32),
     /// The samples since the previous read.
-    UtilizationSamples { gpu: SampleStats, memory_busy: SampleStats },
+    UtilizationSamples {
+        gpu: SampleStats,
+        memory_busy: SampleStats,
+    },
     /// The raw reasons mask.
     Throttle(u64),
     Fields(FieldValues),
@@ -467,10 +478,7 @@ enum QueryState {
     Off,
     /// Failing for `ticks` ticks in a row, the last time with `error` (the log shows changes
     /// only).
-    Failing {
-        error: GpuReadError,
-        ticks: u64,
-    },
+    Failing { error: GpuReadError, ticks: u64 },
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -628,7 +636,12 @@ impl<S: GpuSource> GpuSampler<S> {
 
 /// Asks `query` unless it is switched off; handles its failure (switch off, or count and log
 /// on change).
-fn ask<S: GpuSource>(source: &mut S, failures: &mut u64, gpu: &mut GpuState, query: Query) -> Option<Reading> {
+fn ask<S: GpuSource>(
+    source: &mut S,
+    failures: &mut u64,
+    gpu: &mut GpuState,
+    query: Query,
+) -> Option<Reading> {
     let name = Name::Indexed("gpu", gpu.index);
     let state = &mut gpu.queries[query.slot()];
     if *state == QueryState::Off {
@@ -651,7 +664,12 @@ fn ask<S: GpuSource>(source: &mut S, failures: &mut u64, gpu: &mut GpuState, que
 }
 
 /// The state after `error`, logging through `say` what changed.
-fn failed(state: QueryState, error: GpuReadError, failures: &mut u64, say: impl Fn(fmt::Arguments<'_>)) -> QueryState {
+fn failed(
+    state: QueryState,
+    error: GpuReadError,
+    failures: &mut u64,
+    say: impl Fn(fmt::Arguments<'_>),
+) -> QueryState {
     match error {
         GpuReadError::NotSupported(_) => {
             say(format_args!("switched off: {error}"));
@@ -770,7 +788,9 @@ impl<S: GpuSource> GpuSampler<S> {
                         }
                         gpu.counters[field.slot()] = Some((v, now));
                     }
-                    None if field == Field::PowerInstantMilliwatts => put(field.dimension(), v as f64 / 1000.0),
+                    None if field == Field::PowerInstantMilliwatts => {
+                        put(field.dimension(), v as f64 / 1000.0)
+                    }
                     None => put(field.dimension(), v as f64),
                 }
             }

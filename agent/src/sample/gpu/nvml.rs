@@ -154,7 +154,8 @@ impl NvmlGpu {
     }
 
     fn utilization_samples(&mut self) -> Result<Reading, NvmlError> {
-        let (gpu, gpu_since) = stats(buffer(&self.device, Sampling::GpuUtilization, self.gpu_since)?, self.gpu_since);
+        let (gpu, gpu_since) =
+            stats(buffer(&self.device, Sampling::GpuUtilization, self.gpu_since)?, self.gpu_since);
         let (memory_busy, memory_since) =
             stats(buffer(&self.device, Sampling::MemoryUtilization, self.memory_since)?, self.memory_since);
         self.gpu_since = gpu_since;
@@ -243,7 +244,12 @@ impl NvmlGpu {
             return Ok(Reading::Gpm(None));
         };
         let Some(now) = self.gpm_prev.as_ref() else { return Ok(Reading::Gpm(None)) };
-        let ids = [GpmMetricId::SmUtil, GpmMetricId::SmOccupancy, GpmMetricId::AnyTensorUtil, GpmMetricId::DramBwUtil];
+        let ids = [
+            GpmMetricId::SmUtil,
+            GpmMetricId::SmOccupancy,
+            GpmMetricId::AnyTensorUtil,
+            GpmMetricId::DramBwUtil,
+        ];
         let results = nvml_wrapper::gpm::gpm_metrics_get(nvml, &prev, now, &ids)?;
         let values: GpmValues = std::array::from_fn(|i| match results.get(i) {
             Some(Ok(r)) => Ok(r.value),

@@ -447,7 +447,8 @@ fn in_a_child_pid_namespace_the_rest_is_unattributed() {
 fn an_xid_event_is_logged_once_and_counted() {
     let mut script = Script::two_gpus();
     script.events_for = vec![0];
-    script.events = VecDeque::from([vec![(0, GpuEvent::Xid(Some(79)))], vec![], vec![(0, GpuEvent::SingleBitEcc)]]);
+    script.events =
+        VecDeque::from([vec![(0, GpuEvent::Xid(Some(79)))], vec![], vec![(0, GpuEvent::SingleBitEcc)]]);
     let mut s = GpuSampler::new(script);
     let m = tick(&mut s);
     assert_eq!(get(&m, 0, GPU_XID_EVENTS), Some(1.0));
@@ -466,7 +467,8 @@ fn an_xid_event_is_logged_once_and_counted() {
 fn an_event_storm_is_counted_but_its_log_is_bounded() {
     let mut script = Script::two_gpus();
     script.events_for = vec![1];
-    script.events = VecDeque::from([vec![(1, GpuEvent::DoubleBitEcc); 50], vec![(1, GpuEvent::Xid(None)); 50]]);
+    script.events =
+        VecDeque::from([vec![(1, GpuEvent::DoubleBitEcc); 50], vec![(1, GpuEvent::Xid(None)); 50]]);
     let mut s = GpuSampler::new(script);
     tick(&mut s);
     let m = tick(&mut s);
@@ -477,7 +479,8 @@ fn an_event_storm_is_counted_but_its_log_is_bounded() {
 
 #[test]
 fn nvml_errors_are_sorted_into_switched_off_and_transient() {
-    let off = [NvmlError::NotSupported, NvmlError::FunctionNotFound, NvmlError::FailedToLoadSymbol("x".into())];
+    let off =
+        [NvmlError::NotSupported, NvmlError::FunctionNotFound, NvmlError::FailedToLoadSymbol("x".into())];
     for e in off {
         assert!(matches!(GpuReadError::from_nvml(&e), GpuReadError::NotSupported(_)), "{e:?}");
     }
@@ -543,7 +546,11 @@ fn a_fake_nvml_library_is_loaded_enumerated_and_read() {
     // Tick 1: gpu0's temperature fails once (NVML_ERROR_UNKNOWN), gpu1 has no power. The
     // probe took samples 1-3 of each buffer; this tick sees 4-6.
     let m = tick_at(&mut s, Duration::from_secs(1));
-    assert!(close(get(&m, 0, GPU_UTILIZATION), (50.0 + 100.0 + 80.0) / 3.0), "{:?}", get(&m, 0, GPU_UTILIZATION));
+    assert!(
+        close(get(&m, 0, GPU_UTILIZATION), (50.0 + 100.0 + 80.0) / 3.0),
+        "{:?}",
+        get(&m, 0, GPU_UTILIZATION)
+    );
     assert_eq!(get(&m, 0, GPU_BUSY_MAX_PERCENT), Some(100.0));
     assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_PERCENT), Some(40.0));
     assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_MAX_PERCENT), Some(50.0));
@@ -571,10 +578,7 @@ fn a_fake_nvml_library_is_loaded_enumerated_and_read() {
     assert_eq!(get(&m, 1, "PowerInstantWatts"), None);
     assert_eq!(get(&m, 1, GPU_XID_EVENTS), None);
     assert_eq!(s.failures(), 1);
-    assert_eq!(
-        s.switched_off(1).collect::<Vec<_>>(),
-        [Query::Power, Query::UtilizationSamples, Query::Gpm]
-    );
+    assert_eq!(s.switched_off(1).collect::<Vec<_>>(), [Query::Power, Query::UtilizationSamples, Query::Gpm]);
     assert_eq!(s.switched_off(0).count(), 0);
     let off1: Vec<Field> = s.fields_off(1).collect();
     assert!(!off1.contains(&Field::PcieTxBytes) && !off1.contains(&Field::PcieRxBytes));
@@ -660,7 +664,8 @@ fn bench_nvml_cost_8_gpus() {
     let (_tmp, lib) = build_fake("bench", &["-DFAKE_NVML_DEVICES=8"]);
     let tree = TreePids::default();
     tree.publish(&[101, 202, 1]);
-    let mut s = probe(Some(lib.as_os_str())).unwrap().expect("8 fake GPUs").with_tree(tree, PidNamespace::Host);
+    let mut s =
+        probe(Some(lib.as_os_str())).unwrap().expect("8 fake GPUs").with_tree(tree, PidNamespace::Host);
     let gpus = s.facts().len() as f64;
     let calls = fake_call_counter(&lib);
     let start = std::time::Instant::now();
@@ -716,6 +721,7 @@ fn thread_cpu() -> (Duration, Duration) {
     // SAFETY: a valid pointer to an rusage.
     let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
     assert_eq!(r, 0);
-    let t = |tv: libc::timeval| Duration::from_secs(tv.tv_sec as u64) + Duration::from_micros(tv.tv_usec as u64);
+    let t =
+        |tv: libc::timeval| Duration::from_secs(tv.tv_sec as u64) + Duration::from_micros(tv.tv_usec as u64);
     (t(u.ru_utime), t(u.ru_stime))
 }

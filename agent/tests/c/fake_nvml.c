@@ -11,13 +11,13 @@
  *   gpu0 "Fake GPU A", every field:
  *     - its first temperature read fails with NVML_ERROR_UNKNOWN (transient), later ones
  *       succeed;
- *     - sample buffers: every count call (nvmlDeviceGetSamples with no buffer) adds three
- *       samples, 100 ms apart; sample k (from 1) of the GPU buffer is {50,100,80,90}[k % 4],
+ *     - sample buffers: every read adds three samples, 100 ms apart (a count call, i.e.
+ *       nvmlDeviceGetSamples with no buffer, adds them, and its fill does not); sample k (from 1) of the GPU buffer is {50,100,80,90}[k % 4],
  *       of the memory buffer {30,40,50,60}[k % 4];
  *     - running compute processes: pids 101 (1 GiB) and 202 (2 GiB), and 303 (512 MiB), or,
  *       when FAKE_NVML_PIDS_FILE names a file, the pids listed in it ((i+1) GiB each) and
  *       4194000 (512 MiB);
- *     - process utilisation: every count call adds two sample periods; in period p the
+ *     - process utilisation: every read adds two sample periods (as above); in period p the
  *       listed pid i has SM (60 - 10 i) +/- 10 (+ when p is odd) and memory busy 20 - 5 i;
  *       the extra pid SM 5, memory 1;
  *     - throttle reasons SW power cap | HW thermal slowdown (0x44);
@@ -41,6 +41,8 @@
  *   -DFAKE_NVML_NO_CLOCK       no nvmlDeviceGetClockInfo symbol at all
  *   -DFAKE_NVML_DEVICES=N      N GPUs instead of 2 (0 for a machine without GPUs; at most 8)
  *   -DFAKE_NVML_INIT_RESULT=R  nvmlInit_v2 returns R (9: NVML_ERROR_DRIVER_NOT_LOADED)
+ *   -DFAKE_NVML_MANY_PROCESSES 100 more compute processes on the full GPUs (pids 5000-5099,
+ *                              1 MiB each): more than a caller's first guess of the size
  */
 
 #include <stddef.h>
@@ -145,6 +147,7 @@ struct nvmlDevice_st {
     unsigned int temperature_c, sm_clock_mhz;
     unsigned int temperature_reads;
     unsigned long long util_head, mem_head, proc_head, field_calls;
+    int util_counted, mem_counted, proc_counted; /* a count call came first: its fill adds nothing */
 };
 typedef struct nvmlDevice_st *nvmlDevice_t;
 
@@ -351,6 +354,19 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int 
 
 /* ---- sample buffers ---- */
 
+/* A buffer grows by `step` per read: a count call (no buffer) grows it and the fill that
+ * follows does not; a read with a buffer and no count call first grows it itself. */
+static void advance(unsigned long long *head, int *counted, int is_count, unsigned int step) {
+    if (is_count) {
+        *head += step;
+        *counted = 1;
+    } else if (*counted) {
+        *counted = 0;
+    } else {
+        *head += step;
+    }
+}
+
 nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, int type, unsigned long long last_seen, int *value_type,
                                   unsigned int *count, nvmlSample_t *samples) {
     CALL();
@@ -360,12 +376,13 @@ nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, int type, unsigned long l
     if (!device->full) return NVML_ERROR_NOT_SUPPORTED;
     if (count == NULL || value_type == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned long long *head;
+    int *counted;
     const unsigned int *values;
-    if (type == NVML_GPU_UTILIZATION_SAMPLES) head = &device->util_head, values = gpu_values;
-    else if (type == NVML_MEMORY_UTILIZATION_SAMPLES) head = &device->mem_head, values = mem_values;
+    if (type == NVML_GPU_UTILIZATION_SAMPLES) head = &device->util_head, counted = &device->util_counted, values = gpu_values;
+    else if (type == NVML_MEMORY_UTILIZATION_SAMPLES) head = &device->mem_head, counted = &device->mem_counted, values = mem_values;
     else return NVML_ERROR_NOT_SUPPORTED;
     *value_type = NVML_VALUE_TYPE_UNSIGNED_INT;
-    if (samples == NULL) *head += 3;
+    advance(head, counted, samples == NULL, 3);
     unsigned int n = 0;
     for (unsigned long long k = 1; k <= *head; k++) {
         unsigned long long ts = k * 100000;
@@ -409,7 +426,11 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
     if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned int list[MAX_PIDS], extra;
     int n = device->full ? pids(list, &extra) : 0;
-    unsigned int total = device->full ? (unsigned int)n + 1 : 0;
+    unsigned int many = 0;
+#ifdef FAKE_NVML_MANY_PROCESSES
+    many = device->full ? 100 : 0;
+#endif
+    unsigned int total = device->full ? (unsigned int)n + 1 + many : 0;
     if (infos == NULL || *count < total) {
         *count = total;
         return total == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
@@ -424,6 +445,11 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
         infos[n].pid = extra;
         infos[n].usedGpuMemory = 512ull << 20;
     }
+    for (unsigned int i = 0; i < many; i++) {
+        memset(&infos[n + 1 + i], 0, sizeof infos[0]);
+        infos[n + 1 + i].pid = 5000 + i;
+        infos[n + 1 + i].usedGpuMemory = 1ull << 20;
+    }
     *count = total;
     return NVML_SUCCESS;
 }
@@ -437,7 +463,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
     if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned int list[MAX_PIDS], extra;
     int n = pids(list, &extra);
-    if (out == NULL) device->proc_head += 2;
+    advance(&device->proc_head, &device->proc_counted, out == NULL, 2);
     unsigned int k = 0;
     for (unsigned long long p = 1; p <= device->proc_head; p++) {
         unsigned long long ts = p * 100000;

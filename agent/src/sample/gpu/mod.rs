@@ -43,6 +43,7 @@ use crate::log;
 
 pub mod attribution;
 mod nvml;
+mod raw;
 pub mod samples;
 #[cfg(test)]
 mod tests;

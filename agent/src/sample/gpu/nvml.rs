@@ -1,11 +1,11 @@
 //! [`NvmlSource`]: the [`GpuSource`] over the real NVML (or a fake library at its path).
 //!
 //! NVML calls per GPU and tick (`docs/formats.md`, "GPU"; measured in `BENCHMARKS.md`,
-//! "NVML cost"): the two sample buffers (two calls each: count, then fill; one when empty),
-//! memory, power, temperature, SM clock, throttle reasons, one batched
-//! `nvmlDeviceGetFieldValues`, GPM (a sample and a metrics call, and freeing the older
-//! sample), with a trainer the two process lists, and one `nvmlEventSetWait_v2(0)` per GPU
-//! with events; the instant utilisation only when the buffers had nothing new.
+//! "NVML cost"): the two sample buffers (one call each, [`raw`]), memory, power,
+//! temperature, SM clock, throttle reasons, one batched `nvmlDeviceGetFieldValues`, GPM (the
+//! older of two samples filled again, and the metrics call), with a trainer the two process
+//! lists (one call each), and one `nvmlEventSetWait_v2(0)` per GPU with events; the instant
+//! utilisation only when the buffers had nothing new.
 
 use std::ffi::OsStr;
 use std::mem;
@@ -20,6 +20,7 @@ use nvml_wrapper::struct_wrappers::device::Sample;
 use nvml_wrapper::{Device, EventSet, GpmSample, Nvml};
 use nvml_wrapper_sys::bindings::{nvmlFieldValue_t, nvmlValue_t};
 
+use super::raw;
 use super::samples::{ProcessSample, SampleStats, per_process};
 use super::{
     DEFAULT_LIB, Field, FieldValues, GpmMetric, GpmValues, GpuEvent, GpuFacts, GpuReadError, GpuSource,
@@ -27,6 +28,10 @@ use super::{
 };
 use crate::log;
 use crate::sample::SampleError;
+
+/// `nvmlSamplingType_t` of the two buffers read.
+const GPU_SAMPLES: u32 = 1;
+const MEMORY_SAMPLES: u32 = 2;
 
 #[derive(Debug)]
 struct NvmlGpu {
@@ -36,9 +41,11 @@ struct NvmlGpu {
     gpu_since: u64,
     memory_since: u64,
     process_since: u64,
-    /// GPM: whether the GPU has it (asked once), and the previous tick's sample.
+    /// GPM: whether the GPU has it (asked once), two samples taken in turn, and which of
+    /// them is the newer.
     gpm_supported: Option<bool>,
-    gpm_prev: Option<GpmSample<'static>>,
+    gpm_samples: [Option<GpmSample<'static>>; 2],
+    gpm_newest: usize,
     /// One event set per GPU, so that a GPU refusing registration costs no other.
     events: Option<EventSet<'static>>,
 }
@@ -114,13 +121,14 @@ impl NvmlGpu {
             memory_since: 0,
             process_since: 0,
             gpm_supported: None,
-            gpm_prev: None,
+            gpm_samples: [None, None],
+            gpm_newest: 1,
             events: None,
         };
         g.events = g.register_events(nvml);
         // A failure here shows on the first tick, where the same call is made.
-        let _ = g.utilization_samples();
-        let _ = g.process_utilization();
+        let _ = g.utilization_samples(nvml);
+        let _ = g.process_utilization(nvml);
         g
     }
 
@@ -153,38 +161,51 @@ impl NvmlGpu {
         }
     }
 
-    fn utilization_samples(&mut self) -> Result<Reading, NvmlError> {
-        let (gpu, gpu_since) =
-            stats(buffer(&self.device, Sampling::GpuUtilization, self.gpu_since)?, self.gpu_since);
+    fn utilization_samples(&mut self, nvml: &Nvml) -> Result<Reading, NvmlError> {
+        let (gpu, gpu_since) = match raw::samples(nvml, &self.device, GPU_SAMPLES, self.gpu_since)? {
+            Some(got) => got,
+            None => stats(buffer(&self.device, Sampling::GpuUtilization, self.gpu_since)?, self.gpu_since),
+        };
         let (memory_busy, memory_since) =
-            stats(buffer(&self.device, Sampling::MemoryUtilization, self.memory_since)?, self.memory_since);
+            match raw::samples(nvml, &self.device, MEMORY_SAMPLES, self.memory_since)? {
+                Some(got) => got,
+                None => stats(
+                    buffer(&self.device, Sampling::MemoryUtilization, self.memory_since)?,
+                    self.memory_since,
+                ),
+            };
         self.gpu_since = gpu_since;
         self.memory_since = memory_since;
         Ok(Reading::UtilizationSamples { gpu, memory_busy })
     }
 
-    fn process_utilization(&mut self) -> Result<Reading, NvmlError> {
-        let raw = match self.device.process_utilization_stats(self.process_since) {
-            Ok(raw) => raw,
-            // No process was sampled since then.
-            Err(NvmlError::NotFound) => return Ok(Reading::ProcessUtilization(Vec::new())),
-            Err(e) => return Err(e),
+    fn process_utilization(&mut self, nvml: &Nvml) -> Result<Reading, NvmlError> {
+        let samples = match raw::process_samples(nvml, &self.device, self.process_since)? {
+            Some(samples) => samples,
+            None => match self.device.process_utilization_stats(self.process_since) {
+                Ok(raw) => raw
+                    .iter()
+                    .map(|s| ProcessSample {
+                        pid: s.pid,
+                        timestamp: s.timestamp,
+                        sm_percent: s.sm_util,
+                        memory_busy_percent: s.mem_util,
+                    })
+                    .collect(),
+                // No process was sampled since then.
+                Err(NvmlError::NotFound) => Vec::new(),
+                Err(e) => return Err(e),
+            },
         };
-        let samples: Vec<ProcessSample> = raw
-            .iter()
-            .map(|s| ProcessSample {
-                pid: s.pid,
-                timestamp: s.timestamp,
-                sm_percent: s.sm_util,
-                memory_busy_percent: s.mem_util,
-            })
-            .collect();
         let (busy, since) = per_process(&samples, self.process_since);
         self.process_since = since;
         Ok(Reading::ProcessUtilization(busy))
     }
 
-    fn processes(&self) -> Result<Reading, NvmlError> {
+    fn processes(&self, nvml: &Nvml) -> Result<Reading, NvmlError> {
+        if let Some(list) = raw::compute_processes(nvml, &self.device)? {
+            return Ok(Reading::Processes(list));
+        }
         let list = self.device.running_compute_processes()?;
         Ok(Reading::Processes(
             list.iter()
@@ -231,7 +252,9 @@ impl NvmlGpu {
         Ok(Reading::Fields(out))
     }
 
-    /// GPM: a new sample each tick, compared with the previous one.
+    /// GPM: a new sample each tick, compared with the previous one. Two samples serve the
+    /// whole run: the older is filled again ([`raw::gpm_sample_again`]) instead of a new one
+    /// being allocated and the old freed each tick.
     fn gpm(&mut self, nvml: &'static Nvml) -> Result<Reading, NvmlError> {
         if self.gpm_supported.is_none() {
             self.gpm_supported = Some(self.device.gpm_support()?);
@@ -239,18 +262,23 @@ impl NvmlGpu {
         if self.gpm_supported == Some(false) {
             return Err(NvmlError::NotSupported);
         }
-        let now = self.device.gpm_sample()?;
-        let Some(prev) = self.gpm_prev.replace(now) else {
+        let newest = self.gpm_newest;
+        let older = 1 - newest;
+        match &self.gpm_samples[older] {
+            Some(sample) => raw::gpm_sample_again(nvml, &self.device, sample)?,
+            None => self.gpm_samples[older] = Some(self.device.gpm_sample()?),
+        }
+        self.gpm_newest = older;
+        let (Some(prev), Some(now)) = (&self.gpm_samples[newest], &self.gpm_samples[older]) else {
             return Ok(Reading::Gpm(None));
         };
-        let Some(now) = self.gpm_prev.as_ref() else { return Ok(Reading::Gpm(None)) };
         let ids = [
             GpmMetricId::SmUtil,
             GpmMetricId::SmOccupancy,
             GpmMetricId::AnyTensorUtil,
             GpmMetricId::DramBwUtil,
         ];
-        let results = nvml_wrapper::gpm::gpm_metrics_get(nvml, &prev, now, &ids)?;
+        let results = nvml_wrapper::gpm::gpm_metrics_get(nvml, prev, now, &ids)?;
         let values: GpmValues = std::array::from_fn(|i| match results.get(i) {
             Some(Ok(r)) => Ok(r.value),
             Some(Err(e)) => Err(GpuReadError::from_nvml(e)),
@@ -338,11 +366,11 @@ impl GpuSource for NvmlSource {
             Query::Temperature => d.temperature(TemperatureSensor::Gpu).map(Reading::TemperatureCelsius),
             Query::SmClock => d.clock_info(Clock::SM).map(Reading::SmClockMhz),
             Query::Throttle => d.current_throttle_reasons().map(|r| Reading::Throttle(r.bits())),
-            Query::UtilizationSamples => g.utilization_samples(),
+            Query::UtilizationSamples => g.utilization_samples(nvml),
             Query::Fields => return g.fields(nvml),
             Query::Gpm => g.gpm(nvml),
-            Query::Processes => g.processes(),
-            Query::ProcessUtilization => g.process_utilization(),
+            Query::Processes => g.processes(nvml),
+            Query::ProcessUtilization => g.process_utilization(nvml),
         };
         reading.map_err(|e| GpuReadError::from_nvml(&e))
     }

@@ -604,6 +604,24 @@ fn a_fake_nvml_library_is_loaded_enumerated_and_read() {
     assert_eq!(get(&m, 1, "SmActivePercent"), None);
     assert_eq!(s.failures(), 1);
     assert_eq!(s.event_counts(0), Some((1, 1, 0, 2)));
+
+    // Tick 3: the older GPM sample is filled again (the fake refuses a pair out of order).
+    let m = tick_at(&mut s, Duration::from_secs(2));
+    assert_eq!(get(&m, 0, "SmActivePercent"), Some(61.5));
+    assert_eq!(get(&m, 0, "PcieTxBytesPerSecond"), Some(2_000_000.0));
+    assert_eq!(s.failures(), 1);
+}
+
+#[test]
+fn a_process_list_larger_than_the_first_guess_is_read_whole() {
+    let (_tmp, lib) = build_fake("many-processes", &["-DFAKE_NVML_MANY_PROCESSES"]);
+    let tree = TreePids::default();
+    tree.publish(&[101, 5099]);
+    let mut s = probe(Some(lib.as_os_str())).unwrap().expect("fake GPUs").with_tree(tree, PidNamespace::Host);
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, TRAINER_PROCESSES), Some(2.0));
+    assert_eq!(get(&m, 0, TRAINER_MEM_USED_BYTES), Some(((1u64 << 30) + (1 << 20)) as f64));
+    assert_eq!(s.failures(), 1, "only the fake's first temperature read");
 }
 
 #[test]

@@ -218,7 +218,7 @@ static void setup(void) {
         memset(d, 0, sizeof *d);
         d->full = i != 1;
         snprintf(d->name, sizeof d->name, "Fake GPU %c", 'A' + i);
-        snprintf(d->uuid, sizeof d->uuid, "GPU-00000000-0000-0000-0000-00000000000%c", 'a' + i);
+        snprintf(d->uuid, sizeof d->uuid, "GPU-00000000-0000-0000-0000-%012x", 0xa + i);
         if (d->full) {
             d->gpu_util = 87, d->mem_busy = 41, d->mem_total = 16ull << 30, d->mem_used = 4ull << 30;
             d->power_mw = 212500, d->power_limit_mw = 300000, d->temperature_c = 64, d->sm_clock_mhz = 1410;

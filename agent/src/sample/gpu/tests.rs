@@ -671,49 +671,52 @@ fn no_library_no_driver_or_no_gpu_is_no_sampler() {
     assert!(probe_fake("no-gpus", &["-DFAKE_NVML_DEVICES=0"]).is_none());
 }
 
-/// The cost of one tick over the fake library with 8 GPUs, every query answering (a
-/// trainer tree with two processes per GPU), at a 100 ms cadence: the sampling thread's
-/// user and system CPU time per tick and GPU, and the NVML calls per tick (counted by the
-/// fake). Not a test: run by hand, see `BENCHMARKS.md`, "NVML cost".
+/// The cost of one tick over the fake library with 1, 2, 4 and 8 GPUs (gpu1 is the fake's
+/// limited one), every query answering (a trainer tree with two processes per GPU), at a
+/// 100 ms cadence, side by side in one run: the sampling thread's CPU time
+/// per tick and per GPU, and the NVML calls per tick (counted by the fake). Not a test: run
+/// by hand, see `BENCHMARKS.md`, "NVML cost".
 #[test]
 #[ignore = "a benchmark: run with --ignored --nocapture"]
-fn bench_nvml_cost_8_gpus() {
+fn bench_nvml_cost() {
     let ticks: u32 = std::env::var("TRAINPROF_BENCH_TICKS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
-    let (_tmp, lib) = build_fake("bench", &["-DFAKE_NVML_DEVICES=8"]);
-    let tree = TreePids::default();
-    tree.publish(&[101, 202, 1]);
-    let mut s =
-        probe(Some(lib.as_os_str())).unwrap().expect("8 fake GPUs").with_tree(tree, PidNamespace::Host);
-    let gpus = s.facts().len() as f64;
-    let calls = fake_call_counter(&lib);
-    let start = std::time::Instant::now();
-    let mut m = Metrics::new();
-    let (mut user, mut sys) = (Duration::ZERO, Duration::ZERO);
-    let calls_before = calls();
-    for k in 0..ticks {
-        let (u0, s0) = thread_cpu();
-        m.clear();
-        s.sample(start.elapsed(), &mut m).unwrap();
-        let (u1, s1) = thread_cpu();
-        user += u1 - u0;
-        sys += s1 - s0;
-        let next = Duration::from_millis(100) * (k + 1);
-        std::thread::sleep(next.saturating_sub(start.elapsed()));
-    }
-    let per_tick_calls = (calls() - calls_before) as f64 / f64::from(ticks);
-    let us = |d: Duration| d.as_secs_f64() * 1e6 / f64::from(ticks);
     println!(
-        "nvml cost: {gpus} GPUs, {ticks} ticks at 100 ms: {:.1} µs user + {:.1} µs system per tick \
-         ({:.1} + {:.1} µs per GPU), {per_tick_calls:.1} NVML calls per tick ({:.1} per GPU), {} rows per tick, \
-         {:.4} % of one core",
-        us(user),
-        us(sys),
-        us(user) / gpus,
-        us(sys) / gpus,
-        per_tick_calls / gpus,
-        m.len(),
-        (us(user) + us(sys)) / 100_000.0 * 100.0,
+        "| GPUs | CPU µs / tick | CPU µs / GPU / tick | NVML calls / tick | calls / GPU / tick | rows / tick | % of one core |"
     );
+    println!("|---|---|---|---|---|---|---|");
+    for gpus in [1u32, 2, 4, 8] {
+        let define = format!("-DFAKE_NVML_DEVICES={gpus}");
+        let (_tmp, lib) = build_fake(&format!("bench-{gpus}"), &[&define]);
+        let tree = TreePids::default();
+        tree.publish(&[101, 202, 1]);
+        let mut s =
+            probe(Some(lib.as_os_str())).unwrap().expect("fake GPUs").with_tree(tree, PidNamespace::Host);
+        assert_eq!(s.facts().len(), gpus as usize);
+        let calls = fake_call_counter(&lib);
+        let start = std::time::Instant::now();
+        let mut m = Metrics::new();
+        let mut cpu = Duration::ZERO;
+        let calls_before = calls();
+        for k in 0..ticks {
+            let before = thread_cpu();
+            m.clear();
+            s.sample(start.elapsed(), &mut m).unwrap();
+            cpu += thread_cpu() - before;
+            let next = Duration::from_millis(100) * (k + 1);
+            std::thread::sleep(next.saturating_sub(start.elapsed()));
+        }
+        let per_tick_calls = (calls() - calls_before) as f64 / f64::from(ticks);
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / f64::from(ticks);
+        let n = f64::from(gpus);
+        println!(
+            "| {gpus} | {:.1} | {:.1} | {per_tick_calls:.1} | {:.1} | {} | {:.3} |",
+            us(cpu),
+            us(cpu) / n,
+            per_tick_calls / n,
+            m.len(),
+            us(cpu) / 100_000.0 * 100.0,
+        );
+    }
 }
 
 /// The fake's `fake_nvml_call_count`, found in the already loaded library.
@@ -732,14 +735,14 @@ fn fake_call_counter(lib: &std::path::Path) -> impl Fn() -> u64 {
     move || f()
 }
 
-/// This thread's user and system CPU time.
-fn thread_cpu() -> (Duration, Duration) {
-    // SAFETY: getrusage fills the struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to an rusage.
-    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+/// This thread's CPU time, to the nanosecond (`getrusage`'s per-thread split into user and
+/// system time is sampled at the scheduler tick, too coarse for a few µs; the fake library
+/// makes no system calls, so this is user-space time).
+fn thread_cpu() -> Duration {
+    // SAFETY: clock_gettime fills the timespec it is given.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a timespec.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
     assert_eq!(r, 0);
-    let t =
-        |tv: libc::timeval| Duration::from_secs(tv.tv_sec as u64) + Duration::from_micros(tv.tv_usec as u64);
-    (t(u.ru_utime), t(u.ru_stime))
+    Duration::from_secs(t.tv_sec as u64) + Duration::from_nanos(t.tv_nsec as u64)
 }

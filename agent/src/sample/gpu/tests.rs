@@ -680,6 +680,10 @@ fn no_library_no_driver_or_no_gpu_is_no_sampler() {
 #[ignore = "a benchmark: run with --ignored --nocapture"]
 fn bench_nvml_cost() {
     let ticks: u32 = std::env::var("TRAINPROF_BENCH_TICKS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    // 0: back to back, with warm caches (a floor for the per-tick work itself).
+    let interval_ms: u32 =
+        std::env::var("TRAINPROF_BENCH_INTERVAL_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    println!("{ticks} ticks every {interval_ms} ms");
     println!(
         "| GPUs | CPU µs / tick | CPU µs / GPU / tick | NVML calls / tick | calls / GPU / tick | rows / tick | % of one core |"
     );
@@ -702,7 +706,7 @@ fn bench_nvml_cost() {
             m.clear();
             s.sample(start.elapsed(), &mut m).unwrap();
             cpu += thread_cpu() - before;
-            let next = Duration::from_millis(100) * (k + 1);
+            let next = Duration::from_millis(u64::from(interval_ms)) * (k + 1);
             std::thread::sleep(next.saturating_sub(start.elapsed()));
         }
         let per_tick_calls = (calls() - calls_before) as f64 / f64::from(ticks);
@@ -714,7 +718,7 @@ fn bench_nvml_cost() {
             us(cpu) / n,
             per_tick_calls / n,
             m.len(),
-            us(cpu) / 100_000.0 * 100.0,
+            us(cpu) / 100_000.0 * 100.0, // of a 100 ms tick
         );
     }
 }

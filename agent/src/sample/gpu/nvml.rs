@@ -375,8 +375,11 @@ impl GpuSource for NvmlSource {
         reading.map_err(|e| GpuReadError::from_nvml(&e))
     }
 
+    /// Drains every GPU's event set. A GPU whose set NVML stops supporting loses its events
+    /// alone (one log line); another error is returned after the other GPUs were drained.
     fn poll_events(&mut self, out: &mut Vec<(u32, GpuEvent)>) -> Result<(), GpuReadError> {
-        for g in &self.gpus {
+        let mut failed = None;
+        for g in &mut self.gpus {
             let Some(set) = &g.events else { continue };
             for _ in 0..MAX_EVENTS_PER_TICK {
                 match set.wait(0) {
@@ -397,10 +400,19 @@ impl GpuSource for NvmlSource {
                         }
                     }
                     Err(NvmlError::Timeout) => break,
-                    Err(e) => return Err(GpuReadError::from_nvml(&e)),
+                    Err(e) => {
+                        match GpuReadError::from_nvml(&e) {
+                            off @ GpuReadError::NotSupported(_) => {
+                                log!("gpu{}: Xid and ECC events switched off: {off}", g.index);
+                                g.events = None;
+                            }
+                            again @ GpuReadError::Failed(_) => failed = failed.or(Some(again)),
+                        }
+                        break;
+                    }
                 }
             }
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 }

@@ -110,7 +110,7 @@ impl Probe for CgroupSampler {
 impl Probe for GpuSampler<NvmlSource> {
     const SOURCE: &'static str = "gpu";
     fn probe(cx: &ProbeContext<'_>) -> Result<Option<Self>, SampleError> {
-        gpu::probe(cx.nvml_lib)
+        gpu::probe_with(cx.nvml_lib, cx.trainer.map(|_| cx.tree.clone()), &cx.roots.proc)
     }
 }
 

@@ -1,0 +1,752 @@
+//! The GPU sampler on a scripted [`GpuSource`], and the real [`NvmlSource`] over the fake
+//! `libnvidia-ml.so.1` (`tests/c/fake_nvml.c`).
+
+use std::collections::{HashMap, VecDeque};
+use std::process::Command;
+
+use super::*;
+use crate::sample::vocabulary_ok;
+
+const NS: GpuReadError = GpuReadError::NotSupported("NVML_ERROR_NOT_SUPPORTED");
+
+/// A scripted source: per (GPU, query) a list of answers, one per call, the last one
+/// repeated (a query with no script is not supported); calls are counted; events per tick.
+#[derive(Debug, Default)]
+struct Script {
+    gpus: Vec<u32>,
+    answers: HashMap<(u32, Query), Vec<Result<Reading, GpuReadError>>>,
+    calls: HashMap<(u32, Query), usize>,
+    events_for: Vec<u32>,
+    events: VecDeque<Vec<(u32, GpuEvent)>>,
+}
+
+impl Script {
+    /// Two GPUs answering the five basic queries.
+    fn two_gpus() -> Script {
+        let mut s = Script { gpus: vec![0, 1], ..Script::default() };
+        for i in [0u32, 1] {
+            s.answer(
+                i,
+                Query::Utilization,
+                &[Ok(Reading::Utilization { gpu_percent: 90 + i, memory_busy_percent: 40 + i })],
+            );
+            s.answer(i, Query::Memory, &[Ok(Reading::Memory { used_bytes: 1 << 30, total_bytes: 4 << 30 })]);
+            s.answer(i, Query::Power, &[Ok(Reading::PowerMilliwatts(250_500 + i))]);
+            s.answer(i, Query::Temperature, &[Ok(Reading::TemperatureCelsius(60 + i))]);
+            s.answer(i, Query::SmClock, &[Ok(Reading::SmClockMhz(1410 + i))]);
+        }
+        s
+    }
+
+    fn answer(&mut self, gpu: u32, q: Query, a: &[Result<Reading, GpuReadError>]) {
+        self.answers.insert((gpu, q), a.to_vec());
+    }
+
+    fn calls(&self, gpu: u32, q: Query) -> usize {
+        self.calls.get(&(gpu, q)).copied().unwrap_or(0)
+    }
+}
+
+impl GpuSource for Script {
+    fn devices(&self) -> Vec<u32> {
+        self.gpus.clone()
+    }
+
+    fn facts(&mut self, index: u32) -> GpuFacts {
+        GpuFacts {
+            index,
+            name: Some(format!("Scripted {index}")),
+            events: self.events_for.contains(&index),
+            ..GpuFacts::default()
+        }
+    }
+
+    fn read(&mut self, index: u32, query: Query) -> Result<Reading, GpuReadError> {
+        let n = self.calls.entry((index, query)).or_default();
+        *n += 1;
+        match self.answers.get(&(index, query)) {
+            Some(answers) => answers[(*n - 1).min(answers.len() - 1)].clone(),
+            None => Err(NS),
+        }
+    }
+
+    fn poll_events(&mut self, out: &mut Vec<(u32, GpuEvent)>) -> Result<(), GpuReadError> {
+        out.extend(self.events.pop_front().unwrap_or_default());
+        Ok(())
+    }
+}
+
+/// GPU `index`'s `dimension`, under the Type and Name it belongs to.
+fn get(m: &Metrics, index: u32, dimension: &str) -> Option<f64> {
+    let (kind, name) = placed(dimension, index);
+    m.get(kind.as_str(), &name.to_string(), dimension)
+}
+
+fn tick<S: GpuSource>(s: &mut GpuSampler<S>) -> Metrics {
+    tick_at(s, Duration::ZERO)
+}
+
+fn tick_at<S: GpuSource>(s: &mut GpuSampler<S>, now: Duration) -> Metrics {
+    let mut m = Metrics::new();
+    s.sample(now, &mut m).unwrap();
+    m
+}
+
+fn close(a: Option<f64>, b: f64) -> bool {
+    a.is_some_and(|a| (a - b).abs() < 1e-9)
+}
+
+const BASIC_DIMENSIONS: [&str; 7] = [
+    GPU_UTILIZATION,
+    GPU_MEMORY_UTILIZATION,
+    GPU_MEMORY_BUSY_PERCENT,
+    GPU_MEM_USED_BYTES,
+    GPU_POWER_WATTS,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_SM_CLOCK_MHZ,
+];
+
+/// Every dimension this sampler can write.
+fn all_dimensions() -> Vec<&'static str> {
+    let mut d = BASIC_DIMENSIONS.to_vec();
+    d.extend([
+        GPU_BUSY_MAX_PERCENT,
+        GPU_MEMORY_BUSY_MAX_PERCENT,
+        GPU_THROTTLE_MASK,
+        GPU_XID_EVENTS,
+        GPU_ECC_SINGLE_BIT_EVENTS,
+        GPU_ECC_DOUBLE_BIT_EVENTS,
+        TRAINER_PROCESSES,
+        TRAINER_MEM_USED_BYTES,
+        TRAINER_SM_BUSY_PERCENT,
+        TRAINER_MEMORY_BUSY_PERCENT,
+        UNATTRIBUTED_PROCESSES,
+        UNATTRIBUTED_MEM_USED_BYTES,
+        UNATTRIBUTED_SM_BUSY_PERCENT,
+    ]);
+    d.extend(THROTTLE_FLAGS.map(|(_, n)| n));
+    d.extend(TOP_PROCESS.iter().flatten());
+    d.extend(Field::ALL.map(Field::dimension));
+    d.extend(GpmMetric::ALL.map(GpmMetric::dimension));
+    d
+}
+
+#[test]
+fn every_row_is_in_the_vocabulary() {
+    let all = all_dimensions();
+    for d in &all {
+        let (kind, name) = placed(d, 3);
+        assert!(vocabulary_ok(kind.as_str(), &name.to_string(), d), "{kind}/{name}/{d}");
+        // Non-percentages never say Percent, and nothing new claims to be a GPU figure.
+        if kind == MetricType::Accelerator && !d.ends_with("Percent") {
+            assert!(!d.contains("GPU") && !d.contains("Memory") && !d.contains("Utilization"), "{d}");
+        }
+    }
+    let mut unique = all.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), all.len(), "a dimension is used twice");
+}
+
+#[test]
+fn every_gpu_gets_every_basic_dimension_with_its_name_and_unit() {
+    let mut s = GpuSampler::new(Script::two_gpus());
+    assert_eq!(s.name(), "gpu");
+    assert_eq!(s.facts().len(), 2);
+    assert_eq!(s.facts()[1].name.as_deref(), Some("Scripted 1"));
+    let m = tick(&mut s);
+    assert_eq!(m.len(), 14);
+    for (gpu, dimension) in [0, 1].into_iter().flat_map(|g| BASIC_DIMENSIONS.map(|d| (g, d))) {
+        assert!(get(&m, gpu, dimension).is_some(), "{gpu} {dimension}");
+    }
+    // Under Type `gpu` only the two percentages, one Name per GPU.
+    let under_gpu: Vec<_> = m.as_slice().iter().filter(|x| x.kind == "gpu").collect();
+    assert_eq!(under_gpu.len(), 4);
+    assert!(under_gpu.iter().all(|x| [GPU_UTILIZATION, GPU_MEMORY_UTILIZATION].contains(&x.dimension)));
+    assert!(m.as_slice().iter().all(|x| x.kind == "gpu" || x.kind == "accelerator"));
+    assert_eq!(m.as_slice()[0].name, Name::Indexed("gpu", 0));
+    assert_eq!(m.as_slice()[1].name, Name::Indexed("device", 0));
+    assert_eq!(get(&m, 0, GPU_UTILIZATION), Some(90.0));
+    assert_eq!(get(&m, 1, GPU_UTILIZATION), Some(91.0));
+    assert_eq!(get(&m, 0, GPU_MEMORY_UTILIZATION), Some(25.0));
+    assert_eq!(get(&m, 1, GPU_MEMORY_BUSY_PERCENT), Some(41.0));
+    assert_eq!(get(&m, 0, GPU_MEM_USED_BYTES), Some(1073741824.0));
+    assert_eq!(get(&m, 0, GPU_POWER_WATTS), Some(250.5));
+    assert_eq!(get(&m, 1, GPU_POWER_WATTS), Some(250.501));
+    assert_eq!(get(&m, 1, GPU_TEMPERATURE_CELSIUS), Some(61.0));
+    assert_eq!(get(&m, 0, GPU_SM_CLOCK_MHZ), Some(1410.0));
+    assert_eq!(s.failures(), 0);
+    // Without a trainer the process lists are never asked for.
+    assert_eq!(s.source.calls(0, Query::Processes) + s.source.calls(0, Query::ProcessUtilization), 0);
+    // smdebug draws dimensions containing "Memory" as percentages.
+    assert!(!GPU_MEM_USED_BYTES.contains("Memory"));
+}
+
+#[test]
+fn not_supported_switches_off_that_query_of_that_gpu_only() {
+    let mut script = Script::two_gpus();
+    script.answer(1, Query::Power, &[Err(NS)]);
+    let mut s = GpuSampler::new(script);
+    for _ in 0..3 {
+        let m = tick(&mut s);
+        assert_eq!(m.len(), 13);
+        assert_eq!(get(&m, 1, GPU_POWER_WATTS), None);
+        assert_eq!(get(&m, 0, GPU_POWER_WATTS), Some(250.5));
+        assert_eq!(get(&m, 1, GPU_TEMPERATURE_CELSIUS), Some(61.0));
+    }
+    assert_eq!(s.source.calls(1, Query::Power), 1, "never asked again");
+    assert_eq!(s.source.calls(0, Query::Power), 3);
+    assert_eq!(s.source.calls(1, Query::SmClock), 3);
+    // Every unscripted query was asked once and switched off.
+    for q in [Query::UtilizationSamples, Query::Throttle, Query::Fields, Query::Gpm] {
+        assert_eq!(s.source.calls(0, q), 1, "{q:?}");
+    }
+    let off: Vec<Query> = s.switched_off(1).collect();
+    assert!(off.contains(&Query::Power) && !off.contains(&Query::Temperature), "{off:?}");
+    assert!(!s.switched_off(0).any(|q| q == Query::Power));
+    assert_eq!(s.failures(), 0);
+}
+
+#[test]
+fn transient_errors_leave_the_tick_out_and_are_asked_again() {
+    let lost = Err(GpuReadError::Failed("GPU lost"));
+    let unknown = Err(GpuReadError::Failed("unknown"));
+    let mut script = Script::two_gpus();
+    script.answer(
+        0,
+        Query::Temperature,
+        &[unknown.clone(), unknown, lost.clone(), Ok(Reading::TemperatureCelsius(70))],
+    );
+    script.answer(1, Query::Memory, &[lost]);
+    let mut s = GpuSampler::new(script);
+    for t in 0..3 {
+        let m = tick(&mut s);
+        assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), None, "tick {t}");
+        assert_eq!(get(&m, 1, GPU_MEMORY_UTILIZATION), None);
+        assert_eq!(get(&m, 1, GPU_MEM_USED_BYTES), None);
+        assert_eq!(get(&m, 0, GPU_MEMORY_UTILIZATION), Some(25.0));
+        assert_eq!(get(&m, 1, GPU_TEMPERATURE_CELSIUS), Some(61.0));
+        assert_eq!(m.len(), 11);
+    }
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), Some(70.0));
+    assert_eq!(s.source.calls(0, Query::Temperature), 4);
+    assert_eq!(s.source.calls(1, Query::Memory), 4);
+    assert_eq!(s.failures(), 3 + 4);
+    assert_eq!(s.gpus[0].queries[Query::Temperature.slot()], QueryState::Ok);
+    assert_eq!(
+        s.gpus[1].queries[Query::Memory.slot()],
+        QueryState::Failing { error: GpuReadError::Failed("GPU lost"), ticks: 4 }
+    );
+}
+
+#[test]
+fn a_zero_memory_total_leaves_the_percentage_out() {
+    let mut script = Script::two_gpus();
+    script.answer(0, Query::Memory, &[Ok(Reading::Memory { used_bytes: 5, total_bytes: 0 })]);
+    let m = tick(&mut GpuSampler::new(script));
+    assert_eq!(get(&m, 0, GPU_MEMORY_UTILIZATION), None);
+    assert_eq!(get(&m, 0, GPU_MEM_USED_BYTES), Some(5.0));
+}
+
+fn stats(count: u32, mean: f64, max: f64) -> SampleStats {
+    SampleStats { count, mean, max }
+}
+
+#[test]
+fn the_sample_buffer_gives_the_interval_mean_and_max_else_the_instant_reading() {
+    let mut script = Script::two_gpus();
+    script.answer(
+        0,
+        Query::UtilizationSamples,
+        &[
+            Ok(Reading::UtilizationSamples { gpu: stats(6, 55.5, 99.0), memory_busy: stats(6, 20.0, 35.0) }),
+            // No GPU sample this interval: the instant reading stands in, without a max.
+            Ok(Reading::UtilizationSamples { gpu: stats(0, 0.0, 0.0), memory_busy: stats(2, 10.0, 12.0) }),
+            Ok(Reading::UtilizationSamples { gpu: stats(1, 7.0, 7.0), memory_busy: stats(1, 3.0, 3.0) }),
+        ],
+    );
+    let mut s = GpuSampler::new(script);
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, GPU_UTILIZATION), Some(55.5));
+    assert_eq!(get(&m, 0, GPU_BUSY_MAX_PERCENT), Some(99.0));
+    assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_PERCENT), Some(20.0));
+    assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_MAX_PERCENT), Some(35.0));
+    // gpu1 has no buffer: the instant reading, no max.
+    assert_eq!(get(&m, 1, GPU_UTILIZATION), Some(91.0));
+    assert_eq!(get(&m, 1, GPU_BUSY_MAX_PERCENT), None);
+    assert_eq!(s.source.calls(0, Query::Utilization), 0, "not asked when the buffer answered");
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, GPU_UTILIZATION), Some(90.0));
+    assert_eq!(get(&m, 0, GPU_BUSY_MAX_PERCENT), None);
+    assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_PERCENT), Some(10.0));
+    assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_MAX_PERCENT), Some(12.0));
+    assert_eq!(s.source.calls(0, Query::Utilization), 1);
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, GPU_UTILIZATION), Some(7.0));
+    assert_eq!(s.source.calls(0, Query::Utilization), 1);
+    assert_eq!(s.source.calls(1, Query::UtilizationSamples), 1, "switched off on gpu1");
+    assert_eq!(s.source.calls(1, Query::Utilization), 3);
+}
+
+#[test]
+fn throttle_reasons_give_the_mask_and_one_row_per_active_reason() {
+    let mut script = Script::two_gpus();
+    script.answer(0, Query::Throttle, &[Ok(Reading::Throttle(0x44)), Ok(Reading::Throttle(0))]);
+    let mut s = GpuSampler::new(script);
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, GPU_THROTTLE_MASK), Some(68.0));
+    assert_eq!(get(&m, 0, "ThrottleSwPowerCap"), Some(1.0));
+    assert_eq!(get(&m, 0, "ThrottleHwThermal"), Some(1.0));
+    let active: Vec<_> = m.as_slice().iter().filter(|x| x.dimension.starts_with("Throttle")).collect();
+    assert_eq!(active.len(), 3);
+    assert_eq!(get(&m, 1, GPU_THROTTLE_MASK), None, "not supported on gpu1");
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, GPU_THROTTLE_MASK), Some(0.0));
+    assert_eq!(get(&m, 0, "ThrottleSwPowerCap"), None);
+}
+
+fn fields(pcie_tx: u64, nvlink_rx_kib: u64, energy_mj: u64) -> Reading {
+    let mut v: FieldValues = [Err(NS); Field::ALL.len()];
+    v[Field::PcieTxBytes.slot()] = Ok(pcie_tx);
+    v[Field::PcieRxBytes.slot()] = Err(GpuReadError::Failed("unknown"));
+    v[Field::NvlinkRxKib.slot()] = Ok(nvlink_rx_kib);
+    v[Field::PowerInstantMilliwatts.slot()] = Ok(215_000);
+    v[Field::EnergyMillijoules.slot()] = Ok(energy_mj);
+    v[Field::EccCorrectedVolatile.slot()] = Ok(2);
+    v[Field::EccUncorrectedAggregate.slot()] = Ok(1);
+    Reading::Fields(v)
+}
+
+#[test]
+fn fields_give_rates_over_the_interval_and_each_is_switched_off_alone() {
+    let mut script = Script::two_gpus();
+    script.answer(
+        0,
+        Query::Fields,
+        &[Ok(fields(1_000, 10, 100_000)), Ok(fields(501_000, 20, 150_000)), Ok(fields(400, 20, 150_000))],
+    );
+    let all_off: FieldValues = [Err(NS); Field::ALL.len()];
+    script.answer(1, Query::Fields, &[Ok(Reading::Fields(all_off))]);
+    let mut s = GpuSampler::new(script);
+    let m = tick_at(&mut s, Duration::from_secs(10));
+    // A rate needs two readings; the rest is there at once.
+    assert_eq!(get(&m, 0, "PcieTxBytesPerSecond"), None);
+    assert_eq!(get(&m, 0, "PowerInstantWatts"), Some(215.0));
+    assert_eq!(get(&m, 0, "EccCorrectedVolatile"), Some(2.0));
+    assert_eq!(get(&m, 0, "EccUncorrectedAggregate"), Some(1.0));
+    assert_eq!(s.failures(), 1, "PCIe RX failed");
+    let m = tick_at(&mut s, Duration::from_millis(10_500));
+    assert_eq!(get(&m, 0, "PcieTxBytesPerSecond"), Some(1_000_000.0));
+    assert_eq!(get(&m, 0, "NvlinkRxBytesPerSecond"), Some(20_480.0));
+    assert_eq!(get(&m, 0, "EnergyMeanWatts"), Some(100.0));
+    assert_eq!(get(&m, 0, "PcieRxBytesPerSecond"), None);
+    assert_eq!(get(&m, 0, "NvlinkTxBytesPerSecond"), None);
+    // A counter that went back (a driver reload) gives 0, not a huge number.
+    let m = tick_at(&mut s, Duration::from_secs(11));
+    assert_eq!(get(&m, 0, "PcieTxBytesPerSecond"), Some(0.0));
+    assert_eq!(s.failures(), 3);
+    let off: Vec<Field> = s.fields_off(0).collect();
+    assert!(off.contains(&Field::NvlinkTxKib) && off.contains(&Field::EccCorrectedAggregate), "{off:?}");
+    assert!(!off.contains(&Field::PcieRxBytes), "transient, asked again");
+    assert!(!s.switched_off(0).any(|q| q == Query::Fields));
+    // gpu1 supports none: the whole query is switched off after one call.
+    assert_eq!(s.fields_off(1).count(), Field::ALL.len());
+    assert!(s.switched_off(1).any(|q| q == Query::Fields));
+    assert_eq!(s.source.calls(1, Query::Fields), 1);
+    assert_eq!(s.source.calls(0, Query::Fields), 3);
+}
+
+#[test]
+fn gpm_needs_two_samples_and_switches_off_per_metric() {
+    let mut script = Script::two_gpus();
+    let v: GpmValues = [Ok(61.5), Ok(33.25), Err(NS), Ok(12.5)];
+    script.answer(0, Query::Gpm, &[Ok(Reading::Gpm(None)), Ok(Reading::Gpm(Some(v)))]);
+    let mut s = GpuSampler::new(script);
+    let m = tick(&mut s);
+    assert!(GpmMetric::ALL.iter().all(|g| get(&m, 0, g.dimension()).is_none()));
+    for _ in 0..2 {
+        let m = tick(&mut s);
+        assert_eq!(get(&m, 0, "SmActivePercent"), Some(61.5));
+        assert_eq!(get(&m, 0, "SmOccupancyPercent"), Some(33.25));
+        assert_eq!(get(&m, 0, "TensorActivePercent"), None);
+        assert_eq!(get(&m, 0, "DramActivePercent"), Some(12.5));
+    }
+    assert_eq!(s.gpus[0].gpm[GpmMetric::TensorActive.slot()], QueryState::Off);
+    assert_eq!(s.source.calls(0, Query::Gpm), 3);
+    assert_eq!(s.source.calls(1, Query::Gpm), 1, "not supported on gpu1");
+    assert_eq!(s.failures(), 0);
+}
+
+fn processes_script() -> Script {
+    let mut script = Script::two_gpus();
+    let mem = |pid, mib: u64| ProcessMemory { pid, used_bytes: Some(mib << 20) };
+    let busy = |pid, sm, m| ProcessBusy { pid, sm_percent: sm, memory_busy_percent: m };
+    script.answer(
+        0,
+        Query::Processes,
+        &[Ok(Reading::Processes(vec![mem(10, 100), mem(11, 300), mem(12, 50), mem(13, 10), mem(999, 1000)]))],
+    );
+    script.answer(
+        0,
+        Query::ProcessUtilization,
+        &[Ok(Reading::ProcessUtilization(vec![
+            busy(10, 40.0, 10.0),
+            busy(11, 20.0, 5.0),
+            busy(13, 1.0, 0.0),
+            busy(999, 30.0, 3.0),
+        ]))],
+    );
+    script.answer(1, Query::Processes, &[Err(GpuReadError::Failed("unknown"))]);
+    script
+}
+
+#[test]
+fn the_trainer_trees_processes_are_attributed_per_gpu() {
+    let tree = TreePids::default();
+    tree.publish(&[13, 12, 11, 10, 1]);
+    let mut s = GpuSampler::new(processes_script()).with_tree(tree.clone(), PidNamespace::Host);
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, TRAINER_PROCESSES), Some(4.0));
+    assert_eq!(get(&m, 0, TRAINER_MEM_USED_BYTES), Some((460u64 << 20) as f64));
+    assert_eq!(get(&m, 0, TRAINER_SM_BUSY_PERCENT), Some(61.0));
+    assert_eq!(get(&m, 0, TRAINER_MEMORY_BUSY_PERCENT), Some(15.0));
+    // The busiest three, by SM busy.
+    assert_eq!(get(&m, 0, "TopProcess1Pid"), Some(10.0));
+    assert_eq!(get(&m, 0, "TopProcess1MemUsedBytes"), Some((100u64 << 20) as f64));
+    assert_eq!(get(&m, 0, "TopProcess1SmBusyPercent"), Some(40.0));
+    assert_eq!(get(&m, 0, "TopProcess2Pid"), Some(11.0));
+    assert_eq!(get(&m, 0, "TopProcess3Pid"), Some(13.0));
+    // The host namespace: pid 999 is someone else's, not unattributed.
+    assert_eq!(get(&m, 0, UNATTRIBUTED_PROCESSES), None);
+    // gpu1: memory failed (counted), utilisation not supported: no process rows.
+    assert_eq!(get(&m, 1, TRAINER_PROCESSES), None);
+    assert_eq!(s.failures(), 1);
+    // The tree is read again each tick.
+    tree.publish(&[999]);
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, TRAINER_PROCESSES), Some(1.0));
+    assert_eq!(get(&m, 0, TRAINER_SM_BUSY_PERCENT), Some(30.0));
+    assert_eq!(get(&m, 0, "TopProcess1Pid"), Some(999.0));
+    assert_eq!(get(&m, 0, "TopProcess2Pid"), None);
+}
+
+#[test]
+fn in_a_child_pid_namespace_the_rest_is_unattributed() {
+    let tree = TreePids::default();
+    tree.publish(&[10, 11]);
+    let mut s = GpuSampler::new(processes_script()).with_tree(tree, PidNamespace::Child);
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, TRAINER_PROCESSES), Some(2.0));
+    assert_eq!(get(&m, 0, UNATTRIBUTED_PROCESSES), Some(3.0));
+    assert_eq!(get(&m, 0, UNATTRIBUTED_MEM_USED_BYTES), Some((1060u64 << 20) as f64));
+    assert_eq!(get(&m, 0, UNATTRIBUTED_SM_BUSY_PERCENT), Some(31.0));
+}
+
+#[test]
+fn an_xid_event_is_logged_once_and_counted() {
+    let mut script = Script::two_gpus();
+    script.events_for = vec![0];
+    script.events =
+        VecDeque::from([vec![(0, GpuEvent::Xid(Some(79)))], vec![], vec![(0, GpuEvent::SingleBitEcc)]]);
+    let mut s = GpuSampler::new(script);
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, GPU_XID_EVENTS), Some(1.0));
+    assert_eq!(get(&m, 0, GPU_ECC_SINGLE_BIT_EVENTS), Some(0.0));
+    assert_eq!(get(&m, 0, GPU_ECC_DOUBLE_BIT_EVENTS), Some(0.0));
+    // gpu1 has no events registered: no rows rather than zeroes that mean nothing.
+    assert_eq!(get(&m, 1, GPU_XID_EVENTS), None);
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, GPU_XID_EVENTS), Some(1.0), "counted once, kept");
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, GPU_ECC_SINGLE_BIT_EVENTS), Some(1.0));
+    assert_eq!(s.event_counts(0), Some((1, 1, 0, 2)), "each event logged once");
+}
+
+#[test]
+fn an_event_storm_is_counted_but_its_log_is_bounded() {
+    let mut script = Script::two_gpus();
+    script.events_for = vec![1];
+    script.events =
+        VecDeque::from([vec![(1, GpuEvent::DoubleBitEcc); 50], vec![(1, GpuEvent::Xid(None)); 50]]);
+    let mut s = GpuSampler::new(script);
+    tick(&mut s);
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 1, GPU_ECC_DOUBLE_BIT_EVENTS), Some(50.0));
+    assert_eq!(get(&m, 1, GPU_XID_EVENTS), Some(50.0));
+    assert_eq!(s.event_counts(1), Some((50, 0, 50, MAX_EVENT_LOGS)));
+}
+
+#[test]
+fn nvml_errors_are_sorted_into_switched_off_and_transient() {
+    let off =
+        [NvmlError::NotSupported, NvmlError::FunctionNotFound, NvmlError::FailedToLoadSymbol("x".into())];
+    for e in off {
+        assert!(matches!(GpuReadError::from_nvml(&e), GpuReadError::NotSupported(_)), "{e:?}");
+    }
+    let again = [NvmlError::Unknown, NvmlError::GpuLost, NvmlError::NoPermission, NvmlError::Timeout];
+    for e in again {
+        assert!(matches!(GpuReadError::from_nvml(&e), GpuReadError::Failed(_)), "{e:?}");
+    }
+}
+
+#[test]
+fn facts_read_as_one_line() {
+    let f = GpuFacts {
+        index: 1,
+        name: Some("Tesla T4".into()),
+        uuid: Some("GPU-1".into()),
+        memory_total_bytes: Some(15 << 30),
+        power_limit_watts: Some(70.0),
+        events: true,
+    };
+    assert_eq!(f.to_string(), "gpu1 Tesla T4 (GPU-1, 15360 MiB, power limit 70 W)");
+    let f = GpuFacts { index: 0, ..GpuFacts::default() };
+    assert_eq!(f.to_string(), "gpu0 (name unknown) (uuid unknown, memory unknown, no power limit)");
+}
+
+/// Builds `tests/c/fake_nvml.c` with `defines` as `libnvidia-ml.so.1` in a folder of its
+/// own (a loaded library is never unloaded, so each variant needs its own path), probes
+/// it, and removes the folder (the mapped library stays usable). No `cc` is a failure,
+/// not a skip.
+fn build_fake(variant: &str, defines: &[&str]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/fake_nvml.c");
+    let tmp = tempfile::Builder::new().prefix(&format!("trainprof-fake-nvml-{variant}-")).tempdir().unwrap();
+    let lib = tmp.path().join("libnvidia-ml.so.1");
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-O2", "-o"])
+        .arg(&lib)
+        .args(defines)
+        .arg(src)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run cc (a C compiler is needed for this test): {e}"));
+    assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
+    (tmp, lib)
+}
+
+fn probe_fake(variant: &str, defines: &[&str]) -> Option<GpuSampler<NvmlSource>> {
+    let (_tmp, lib) = build_fake(variant, defines);
+    probe(Some(lib.as_os_str())).unwrap()
+}
+
+#[test]
+fn a_fake_nvml_library_is_loaded_enumerated_and_read() {
+    let mut s = probe_fake("full", &[]).expect("two fake GPUs");
+    let facts = s.facts();
+    assert_eq!(facts.len(), 2);
+    assert_eq!(facts[0].name.as_deref(), Some("Fake GPU A"));
+    assert_eq!(facts[0].uuid.as_deref(), Some("GPU-00000000-0000-0000-0000-00000000000a"));
+    assert_eq!(facts[0].memory_total_bytes, Some(16 << 30));
+    assert_eq!(facts[0].power_limit_watts, Some(300.0));
+    assert!(facts[0].events);
+    assert_eq!(facts[1].name.as_deref(), Some("Fake GPU B"));
+    assert_eq!(facts[1].power_limit_watts, None);
+    assert!(!facts[1].events);
+
+    // Tick 1: gpu0's temperature fails once (NVML_ERROR_UNKNOWN), gpu1 has no power. The
+    // probe took samples 1-3 of each buffer; this tick sees 4-6.
+    let m = tick_at(&mut s, Duration::from_secs(1));
+    assert!(
+        close(get(&m, 0, GPU_UTILIZATION), (50.0 + 100.0 + 80.0) / 3.0),
+        "{:?}",
+        get(&m, 0, GPU_UTILIZATION)
+    );
+    assert_eq!(get(&m, 0, GPU_BUSY_MAX_PERCENT), Some(100.0));
+    assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_PERCENT), Some(40.0));
+    assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_MAX_PERCENT), Some(50.0));
+    assert_eq!(get(&m, 0, GPU_MEMORY_UTILIZATION), Some(25.0));
+    assert_eq!(get(&m, 0, GPU_MEM_USED_BYTES), Some((4u64 << 30) as f64));
+    assert_eq!(get(&m, 0, GPU_POWER_WATTS), Some(212.5));
+    assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), None);
+    assert_eq!(get(&m, 0, GPU_SM_CLOCK_MHZ), Some(1410.0));
+    assert_eq!(get(&m, 0, GPU_THROTTLE_MASK), Some(68.0));
+    assert_eq!(get(&m, 0, "ThrottleSwPowerCap"), Some(1.0));
+    assert_eq!(get(&m, 0, "ThrottleHwThermal"), Some(1.0));
+    assert_eq!(get(&m, 0, "PowerInstantWatts"), Some(215.0));
+    assert_eq!(get(&m, 0, "EccCorrectedVolatile"), Some(2.0));
+    assert_eq!(get(&m, 0, "EccUncorrectedVolatile"), Some(0.0));
+    assert_eq!(get(&m, 0, "EccCorrectedAggregate"), Some(7.0));
+    assert_eq!(get(&m, 0, "EccUncorrectedAggregate"), Some(1.0));
+    assert_eq!(get(&m, 0, GPU_XID_EVENTS), Some(1.0), "the fake's Xid 79");
+    assert_eq!(get(&m, 0, GPU_ECC_SINGLE_BIT_EVENTS), Some(0.0));
+    // gpu1: the instant utilisation (no buffer), PCIe only.
+    assert_eq!(get(&m, 1, GPU_UTILIZATION), Some(3.0));
+    assert_eq!(get(&m, 1, GPU_BUSY_MAX_PERCENT), None);
+    assert_eq!(get(&m, 1, GPU_POWER_WATTS), None);
+    assert_eq!(get(&m, 1, GPU_TEMPERATURE_CELSIUS), Some(35.0));
+    assert_eq!(get(&m, 1, GPU_THROTTLE_MASK), Some(0.0));
+    assert_eq!(get(&m, 1, "PowerInstantWatts"), None);
+    assert_eq!(get(&m, 1, GPU_XID_EVENTS), None);
+    assert_eq!(s.failures(), 1);
+    assert_eq!(s.switched_off(1).collect::<Vec<_>>(), [Query::Power, Query::UtilizationSamples, Query::Gpm]);
+    assert_eq!(s.switched_off(0).count(), 0);
+    let off1: Vec<Field> = s.fields_off(1).collect();
+    assert!(!off1.contains(&Field::PcieTxBytes) && !off1.contains(&Field::PcieRxBytes));
+    assert_eq!(off1.len(), Field::ALL.len() - 2);
+    assert_eq!(s.fields_off(0).count(), 0, "NVLink asked with the all-links scope");
+
+    // Tick 2, half a second later: rates, GPM, the next samples (7-9), an ECC event.
+    let m = tick_at(&mut s, Duration::from_millis(1500));
+    assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), Some(64.0));
+    assert!(close(get(&m, 0, GPU_UTILIZATION), 80.0));
+    assert_eq!(get(&m, 0, "PcieTxBytesPerSecond"), Some(2_000_000.0));
+    assert_eq!(get(&m, 0, "PcieRxBytesPerSecond"), Some(4_000_000.0));
+    assert_eq!(get(&m, 1, "PcieRxBytesPerSecond"), Some(4_000_000.0));
+    assert_eq!(get(&m, 0, "NvlinkTxBytesPerSecond"), Some(2_048_000.0));
+    assert_eq!(get(&m, 0, "NvlinkRxBytesPerSecond"), Some(6_144_000.0));
+    assert_eq!(get(&m, 0, "EnergyMeanWatts"), Some(42.5));
+    assert_eq!(get(&m, 0, "SmActivePercent"), Some(61.5));
+    assert_eq!(get(&m, 0, "SmOccupancyPercent"), Some(33.25));
+    assert_eq!(get(&m, 0, "TensorActivePercent"), Some(44.0));
+    assert_eq!(get(&m, 0, "DramActivePercent"), Some(12.5));
+    assert_eq!(get(&m, 0, GPU_XID_EVENTS), Some(1.0));
+    assert_eq!(get(&m, 0, GPU_ECC_SINGLE_BIT_EVENTS), Some(1.0));
+    assert_eq!(get(&m, 1, "SmActivePercent"), None);
+    assert_eq!(s.failures(), 1);
+    assert_eq!(s.event_counts(0), Some((1, 1, 0, 2)));
+
+    // Tick 3: the older GPM sample is filled again (the fake refuses a pair out of order).
+    let m = tick_at(&mut s, Duration::from_secs(2));
+    assert_eq!(get(&m, 0, "SmActivePercent"), Some(61.5));
+    assert_eq!(get(&m, 0, "PcieTxBytesPerSecond"), Some(2_000_000.0));
+    assert_eq!(s.failures(), 1);
+}
+
+#[test]
+fn a_process_list_larger_than_the_first_guess_is_read_whole() {
+    let (_tmp, lib) = build_fake("many-processes", &["-DFAKE_NVML_MANY_PROCESSES"]);
+    let tree = TreePids::default();
+    tree.publish(&[101, 5099]);
+    let mut s = probe(Some(lib.as_os_str())).unwrap().expect("fake GPUs").with_tree(tree, PidNamespace::Host);
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, TRAINER_PROCESSES), Some(2.0));
+    assert_eq!(get(&m, 0, TRAINER_MEM_USED_BYTES), Some(((1u64 << 30) + (1 << 20)) as f64));
+    assert_eq!(s.failures(), 1, "only the fake's first temperature read");
+}
+
+#[test]
+fn the_fake_librarys_processes_are_attributed() {
+    let (_tmp, lib) = build_fake("processes", &[]);
+    let tree = TreePids::default();
+    tree.publish(&[202, 101, 7]);
+    let mut s = probe(Some(lib.as_os_str())).unwrap().expect("fake GPUs").with_tree(tree, PidNamespace::Host);
+    let m = tick(&mut s);
+    assert_eq!(get(&m, 0, TRAINER_PROCESSES), Some(2.0));
+    assert_eq!(get(&m, 0, TRAINER_MEM_USED_BYTES), Some((3u64 << 30) as f64));
+    // Two periods per tick: pid 101's SM is 70 and 50, 202's 60 and 40; memory 20, 15. The
+    // sum (110) is capped at the whole GPU.
+    assert_eq!(get(&m, 0, TRAINER_SM_BUSY_PERCENT), Some(100.0));
+    assert_eq!(get(&m, 0, TRAINER_MEMORY_BUSY_PERCENT), Some(35.0));
+    assert_eq!(get(&m, 0, "TopProcess1Pid"), Some(101.0));
+    assert_eq!(get(&m, 0, "TopProcess1SmBusyPercent"), Some(60.0));
+    assert_eq!(get(&m, 0, "TopProcess2Pid"), Some(202.0));
+    assert_eq!(get(&m, 0, "TopProcess2MemUsedBytes"), Some((2u64 << 30) as f64));
+    assert_eq!(get(&m, 0, UNATTRIBUTED_PROCESSES), None);
+    // gpu1: no compute process, utilisation per process not supported.
+    assert_eq!(get(&m, 1, TRAINER_PROCESSES), Some(0.0));
+    assert_eq!(get(&m, 1, TRAINER_MEM_USED_BYTES), Some(0.0));
+    assert_eq!(get(&m, 1, TRAINER_SM_BUSY_PERCENT), None);
+    assert!(s.switched_off(1).any(|q| q == Query::ProcessUtilization));
+}
+
+#[test]
+fn a_function_missing_from_the_library_switches_its_field_off() {
+    let mut s = probe_fake("no-clock", &["-DFAKE_NVML_NO_CLOCK"]).expect("two fake GPUs");
+    for _ in 0..2 {
+        let m = tick(&mut s);
+        assert_eq!(get(&m, 0, GPU_SM_CLOCK_MHZ), None);
+        assert_eq!(get(&m, 1, GPU_SM_CLOCK_MHZ), None);
+        assert_eq!(get(&m, 1, GPU_UTILIZATION), Some(3.0));
+    }
+    assert_eq!(s.switched_off(0).collect::<Vec<_>>(), [Query::SmClock]);
+    assert!(s.switched_off(1).any(|q| q == Query::SmClock));
+}
+
+#[test]
+fn no_library_no_driver_or_no_gpu_is_no_sampler() {
+    let tmp = tempfile::tempdir().unwrap();
+    let absent = tmp.path().join("no-such-dir/libnvidia-ml.so.1");
+    assert!(probe(Some(absent.as_os_str())).unwrap().is_none());
+    assert!(probe_fake("no-driver", &["-DFAKE_NVML_INIT_RESULT=9"]).is_none());
+    assert!(probe_fake("no-gpus", &["-DFAKE_NVML_DEVICES=0"]).is_none());
+}
+
+/// The cost of one tick over the fake library with 1, 2, 4 and 8 GPUs (gpu1 is the fake's
+/// limited one), every query answering (a trainer tree with two processes per GPU), at a
+/// 100 ms cadence, side by side in one run: the sampling thread's CPU time
+/// per tick and per GPU, and the NVML calls per tick (counted by the fake). Not a test: run
+/// by hand, see `BENCHMARKS.md`, "NVML cost".
+#[test]
+#[ignore = "a benchmark: run with --ignored --nocapture"]
+fn bench_nvml_cost() {
+    let ticks: u32 = std::env::var("TRAINPROF_BENCH_TICKS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    // 0: back to back, with warm caches (a floor for the per-tick work itself).
+    let interval_ms: u32 =
+        std::env::var("TRAINPROF_BENCH_INTERVAL_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    println!("{ticks} ticks every {interval_ms} ms");
+    println!(
+        "| GPUs | CPU µs / tick | CPU µs / GPU / tick | NVML calls / tick | calls / GPU / tick | rows / tick | % of one core |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for gpus in [1u32, 2, 4, 8] {
+        let define = format!("-DFAKE_NVML_DEVICES={gpus}");
+        let (_tmp, lib) = build_fake(&format!("bench-{gpus}"), &[&define]);
+        let tree = TreePids::default();
+        tree.publish(&[101, 202, 1]);
+        let mut s =
+            probe(Some(lib.as_os_str())).unwrap().expect("fake GPUs").with_tree(tree, PidNamespace::Host);
+        assert_eq!(s.facts().len(), gpus as usize);
+        let calls = fake_call_counter(&lib);
+        let start = std::time::Instant::now();
+        let mut m = Metrics::new();
+        let mut cpu = Duration::ZERO;
+        let calls_before = calls();
+        for k in 0..ticks {
+            let before = thread_cpu();
+            m.clear();
+            s.sample(start.elapsed(), &mut m).unwrap();
+            cpu += thread_cpu() - before;
+            let next = Duration::from_millis(u64::from(interval_ms)) * (k + 1);
+            std::thread::sleep(next.saturating_sub(start.elapsed()));
+        }
+        let per_tick_calls = (calls() - calls_before) as f64 / f64::from(ticks);
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / f64::from(ticks);
+        let n = f64::from(gpus);
+        println!(
+            "| {gpus} | {:.1} | {:.1} | {per_tick_calls:.1} | {:.1} | {} | {:.3} |",
+            us(cpu),
+            us(cpu) / n,
+            per_tick_calls / n,
+            m.len(),
+            us(cpu) / 100_000.0 * 100.0, // of a 100 ms tick
+        );
+    }
+}
+
+/// The fake's `fake_nvml_call_count`, found in the already loaded library.
+fn fake_call_counter(lib: &std::path::Path) -> impl Fn() -> u64 {
+    use std::os::unix::ffi::OsStrExt as _;
+    let path = std::ffi::CString::new(lib.as_os_str().as_bytes()).unwrap();
+    // SAFETY: the path is a NUL-terminated string; RTLD_NOLOAD only finds the copy that
+    // nvml-wrapper loaded (never unloaded, see NvmlSource::open).
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    assert!(!handle.is_null(), "the fake library is not loaded");
+    // SAFETY: a valid handle and a NUL-terminated name.
+    let sym = unsafe { libc::dlsym(handle, c"fake_nvml_call_count".as_ptr()) };
+    assert!(!sym.is_null());
+    // SAFETY: the fake defines it as `unsigned long long fake_nvml_call_count(void)`.
+    let f: extern "C" fn() -> u64 = unsafe { std::mem::transmute(sym) };
+    move || f()
+}
+
+/// This thread's CPU time, to the nanosecond (`getrusage`'s per-thread split into user and
+/// system time is sampled at the scheduler tick, too coarse for a few µs; the fake library
+/// makes no system calls, so this is user-space time).
+fn thread_cpu() -> Duration {
+    // SAFETY: clock_gettime fills the timespec it is given.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a timespec.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(r, 0);
+    Duration::from_secs(t.tv_sec as u64) + Duration::from_nanos(t.tv_nsec as u64)
+}

@@ -20,9 +20,10 @@
 //!   followed is credited back from its parent's next growth, so nothing counts twice.
 //! * **Memory** is PSS (`/proc/<pid>/smaps_rollup`), which shares each page among the
 //!   processes that map it, beside the summed RSS. `smaps_rollup` walks the process's page
-//!   tables (about 10 µs per MiB resident), so PSS is refreshed in passes paced to at most
-//!   [`PSS_BUDGET_PERCENT`] % of one core and at least [`PSS_EVERY`] apart, a few processes
-//!   per tick; a process not read yet stands in with its RSS.
+//!   tables (about 10 µs per MiB resident), so PSS is refreshed in passes over the tree at
+//!   least [`PSS_EVERY`] apart, a new process is read when first seen, and every read is
+//!   paced so that PSS takes at most [`PSS_BUDGET_PERCENT`] % of one core over time; a
+//!   process not read yet stands in with its RSS.
 //!
 //! Type `trainer`, Dimension `ProcessTree`, Names `CPUPercent` (100 = one core busy),
 //! `PSSBytes`, `RSSBytes`, `Processes`; the busiest [`TOP`] processes by CPU as Names
@@ -209,6 +210,8 @@ struct Known {
     comm: Label,
     rss_pages: u64,
     pss: Option<u64>,
+    /// Whether its `smaps_rollup` was read (or tried) once.
+    pss_tried: bool,
     /// Ticks of children that went, already counted, to take off this one's reaped growth.
     credit: u64,
     credit_age: u8,
@@ -232,6 +235,7 @@ impl Known {
             comm: Label::default(),
             rss_pages: 0,
             pss: None,
+            pss_tried: false,
             credit: 0,
             credit_age: 0,
             delta: 0,
@@ -265,15 +269,15 @@ struct Totals {
     pss_bytes: u64,
 }
 
-/// Pacing of the PSS passes.
+/// Pacing of the PSS reads.
 #[derive(Debug, Default)]
 struct PssPace {
-    /// No pass starts before this.
-    next_at: Duration,
-    /// The pass under way: when it started and its CPU cost so far (µs).
-    started: Option<Duration>,
-    cost_us: u64,
-    /// Pids read in this pass.
+    /// No read before this: the budget for the last reads' cost.
+    ready_at: Duration,
+    /// The next pass starts no earlier than this.
+    pass_at: Duration,
+    in_pass: bool,
+    /// Pids read in the pass under way.
     done: Vec<u32>,
 }
 
@@ -556,36 +560,34 @@ impl TreeSampler {
         t
     }
 
-    /// Reads `smaps_rollup` of the processes due, within this tick's and the pass's budget.
+    /// Reads `smaps_rollup` of the processes due: those never read first, then the rest
+    /// of a pass under way; each read costs its CPU time × 100 / [`PSS_BUDGET_PERCENT`] of
+    /// waiting before the next, so that over time PSS takes at most that share of a core.
     fn refresh_pss(&mut self, now: Duration) {
-        if self.known.is_empty() || (self.pss.started.is_none() && now < self.pss.next_at) {
+        if self.known.is_empty() || now < self.pss.ready_at {
             return;
         }
-        let started = *self.pss.started.get_or_insert(now);
+        if !self.pss.in_pass && now >= self.pss.pass_at {
+            self.pss.in_pass = true;
+            self.pss.pass_at = now + PSS_EVERY;
+            self.pss.done.clear();
+        }
         let tick_start = thread_cpu_us();
         loop {
-            // Processes never read first, then the others of this pass.
             let done = &self.pss.done;
-            let next = self
-                .known
-                .iter()
-                .position(|k| k.pss.is_none() && !done.contains(&k.pid))
-                .or_else(|| self.known.iter().position(|k| !done.contains(&k.pid)));
+            let next = self.known.iter().position(|k| !k.pss_tried).or_else(|| {
+                self.pss.in_pass.then(|| self.known.iter().position(|k| !done.contains(&k.pid))).flatten()
+            });
             let Some(i) = next else {
-                // The pass is over: the next starts when the budget allows.
-                let budget = Duration::from_micros(self.pss.cost_us.saturating_mul(100 / PSS_BUDGET_PERCENT));
-                self.pss.next_at = started + budget.max(PSS_EVERY);
-                self.pss.started = None;
-                self.pss.cost_us = 0;
-                self.pss.done.clear();
-                return;
+                self.pss.in_pass = false;
+                break;
             };
             let pid = self.known[i].pid;
-            self.pss.done.push(pid);
-            let before = thread_cpu_us();
-            let read = read_file(&self.proc, pid, "smaps_rollup", &mut self.buf);
-            self.pss.cost_us = self.pss.cost_us.saturating_add(thread_cpu_us().saturating_sub(before));
-            match read {
+            self.known[i].pss_tried = true;
+            if self.pss.in_pass {
+                self.pss.done.push(pid);
+            }
+            match read_file(&self.proc, pid, "smaps_rollup", &mut self.buf) {
                 Ok(()) => {
                     if let Some(pss) = parse_pss(&self.buf) {
                         self.known[i].pss = Some(pss);
@@ -596,9 +598,11 @@ impl TreeSampler {
                 Err(_) => {}
             }
             if thread_cpu_us().saturating_sub(tick_start) >= PSS_PER_TICK_US {
-                return;
+                break;
             }
         }
+        let spent = thread_cpu_us().saturating_sub(tick_start);
+        self.pss.ready_at = now + Duration::from_micros(spent.saturating_mul(100 / PSS_BUDGET_PERCENT));
     }
 
     /// How many `/proc/<pid>/stat` files it keeps open now.
@@ -623,8 +627,10 @@ impl Sampler for TreeSampler {
 
     fn sample(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
         let every = if self.loadavg.is_some() { RESCAN } else { REDISCOVER };
-        let due = self.last_scan.is_none_or(|t| now.saturating_sub(t) >= every);
-        if due || !self.follow_new_pids() {
+        if self.last_scan.is_none_or(|t| now.saturating_sub(t) >= every) {
+            self.last_pid = self.read_last_pid();
+            self.rediscover(now);
+        } else if !self.follow_new_pids() {
             self.rediscover(now);
         }
         self.refresh_pss(now);

@@ -83,11 +83,11 @@ impl PressureSampler {
         if let Some(dir) = cgroup {
             let s = PressureSampler::open(&dir, |r| format!("{r}.pressure"), now)?;
             if !s.sources.is_empty() {
-                return Ok(Some(s));
+                return Ok(Some(s.announce()));
             }
         }
         let s = PressureSampler::open(&roots.proc.join("pressure"), str::to_owned, now)?;
-        Ok((!s.sources.is_empty()).then_some(s))
+        Ok((!s.sources.is_empty()).then(|| s.announce()))
     }
 
     /// Opens and reads once each resource's file under `dir` (`file` names it); a file
@@ -113,6 +113,13 @@ impl PressureSampler {
     /// Where the files are read from.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Says where the rows come from, for the start-up lines.
+    fn announce(self) -> PressureSampler {
+        let names: Vec<_> = self.sources.iter().map(|s| s.name).collect();
+        crate::log!("pressure stalls from {}: {}", self.dir.display(), names.join(", "));
+        self
     }
 }
 

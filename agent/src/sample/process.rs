@@ -495,9 +495,8 @@ impl TreeSampler {
             k.reading = match text {
                 Ok(t) => match parse_pid_stat(t) {
                     Some(st) if *k.start.get_or_insert(st.start_ticks) == st.start_ticks => {
-                        if k.comm.is_empty() {
-                            k.comm = Label::sanitized(stat_comm(t));
-                        }
+                        // Every reading: a process that exec'd has a new name.
+                        k.comm = Label::sanitized(stat_comm(t));
                         Reading::Fresh(st)
                     }
                     // Unreadable, or the pid now belongs to another process.

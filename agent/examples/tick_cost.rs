@@ -34,7 +34,14 @@ fn thread_cpu_ns() -> u64 {
 fn proc_stat(cores: usize, k: u64) -> String {
     let mut s = String::new();
     let line = |label: &str, i: u64| {
-        format!("{label} {} 0 {} {} {} 0 {} 0 0 0\n", 1000 + k * 7 + i, 500 + k * 3, 90_000 + k * 13, 10 + k, 3)
+        format!(
+            "{label} {} 0 {} {} {} 0 {} 0 0 0\n",
+            1000 + k * 7 + i,
+            500 + k * 3,
+            90_000 + k * 13,
+            10 + k,
+            3
+        )
     };
     s += &line("cpu", 0);
     for c in 0..cores {
@@ -44,22 +51,22 @@ fn proc_stat(cores: usize, k: u64) -> String {
     s
 }
 
-fn cores_table(ticks: u64) {
+fn cores_table(ticks: u64) -> Result<(), Box<dyn std::error::Error>> {
     println!("CPU sampler on a fake /proc/stat, {ticks} ticks each:");
     println!("{:>6} {:>12} {:>10}", "cores", "µs per tick", "% of core at 100 ms");
     for cores in [2usize, 8, 32, 96, 192] {
-        let dir = tempfile::tempdir().expect("temp dir");
+        let dir = tempfile::tempdir()?;
         let proc = dir.path().join("proc");
-        std::fs::create_dir_all(&proc).expect("fake proc");
-        std::fs::write(proc.join("stat"), proc_stat(cores, 0)).expect("write");
-        let mut s = CpuSampler::probe(&proc).expect("probe");
+        std::fs::create_dir_all(&proc)?;
+        std::fs::write(proc.join("stat"), proc_stat(cores, 0))?;
+        let mut s = CpuSampler::probe(&proc)?;
         let mut m = Metrics::new();
         let mut ns = 0;
         for k in 1..=ticks {
-            std::fs::write(proc.join("stat"), proc_stat(cores, k)).expect("write");
+            std::fs::write(proc.join("stat"), proc_stat(cores, k))?;
             m.clear();
             let t0 = thread_cpu_ns();
-            s.sample(TICK * k as u32, &mut m).expect("sample");
+            s.sample(TICK * k as u32, &mut m)?;
             ns += thread_cpu_ns() - t0;
         }
         assert_eq!(m.len(), 2 * cores + 2);
@@ -67,6 +74,7 @@ fn cores_table(ticks: u64) {
         // µs per 100 ms tick as a share of one core: µs / 100,000 µs × 100.
         println!("{cores:>6} {us:>12.1} {:>10.3}", us / 1000.0);
     }
+    Ok(())
 }
 
 fn per_sampler(label: &str, trainer: &Child, ticks: u64) {
@@ -74,7 +82,13 @@ fn per_sampler(label: &str, trainer: &Child, ticks: u64) {
     let start = Instant::now();
     let base = Duration::from_secs(1);
     let now = move || base + start.elapsed();
-    let cx = ProbeContext { roots: &roots, now: &now, trainer: Some(trainer.id()), nvml_lib: None, tree: TreePids::default() };
+    let cx = ProbeContext {
+        roots: &roots,
+        now: &now,
+        trainer: Some(trainer.id()),
+        nvml_lib: None,
+        tree: TreePids::default(),
+    };
     let mut p = probe_samplers(&cx);
     let mut m = Metrics::new();
     let mut cost = vec![0u64; p.samplers.len()];
@@ -91,12 +105,19 @@ fn per_sampler(label: &str, trainer: &Child, ticks: u64) {
         rows += m.len();
     }
     let total: u64 = cost.iter().sum();
-    println!("{label}: {ticks} ticks, {:.0} rows per tick; µs per tick by sampler:", rows as f64 / ticks as f64);
+    println!(
+        "{label}: {ticks} ticks, {:.0} rows per tick; µs per tick by sampler:",
+        rows as f64 / ticks as f64
+    );
     for (s, c) in p.samplers.iter().zip(&cost) {
         println!("  {:<10} {:>8.1}", s.name(), *c as f64 / 1e3 / ticks as f64);
     }
-    println!("  {:<10} {:>8.1}  ({:.3} % of one core at 100 ms)", "all", total as f64 / 1e3 / ticks as f64,
-        total as f64 / 1e9 / (ticks as f64 * 0.1) * 100.0);
+    println!(
+        "  {:<10} {:>8.1}  ({:.3} % of one core at 100 ms)",
+        "all",
+        total as f64 / 1e3 / ticks as f64,
+        total as f64 / 1e9 / (ticks as f64 * 0.1) * 100.0
+    );
 }
 
 const SHARED: &str = r#"
@@ -122,22 +143,23 @@ fn kill_tree(mut child: Child) {
     let _ = child.wait();
 }
 
-fn spawn(cmd: &mut Command) -> Child {
+fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
     use std::os::unix::process::CommandExt as _;
-    cmd.process_group(0).spawn().expect("spawn the tree")
+    cmd.process_group(0).spawn()
 }
 
-fn main() {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ticks: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(600);
-    cores_table(ticks.max(1000));
+    cores_table(ticks.max(1000))?;
     println!();
-    let small = spawn(Command::new("sh").args(["-c", "sleep 600 & sleep 600 & sleep 600 & wait"]));
+    let small = spawn(Command::new("sh").args(["-c", "sleep 600 & sleep 600 & sleep 600 & wait"]))?;
     std::thread::sleep(Duration::from_millis(300));
     per_sampler("tree: sh + 3 sleeps", &small, ticks);
     kill_tree(small);
     println!();
-    let big = spawn(Command::new("python3").args(["-c", SHARED]));
+    let big = spawn(Command::new("python3").args(["-c", SHARED]))?;
     std::thread::sleep(Duration::from_secs(4));
     per_sampler("tree: python, 512 MiB shared, 4 forked children", &big, ticks);
     kill_tree(big);
+    Ok(())
 }

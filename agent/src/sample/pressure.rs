@@ -42,7 +42,8 @@ pub fn parse_pressure(text: &[u8]) -> Result<Stalls, ParseError> {
             Some(b"full") => &mut full,
             _ => continue,
         };
-        let total = f.find_map(|kv| kv.strip_prefix(b"total=")).ok_or(ParseError::Missing("total=".into()))?;
+        let total =
+            f.find_map(|kv| kv.strip_prefix(b"total=")).ok_or(ParseError::Missing("total=".into()))?;
         *slot = Some(parse_u64(total).ok_or_else(|| ParseError::NotANumber {
             what: "total".into(),
             line: String::from_utf8_lossy(line).into_owned(),
@@ -92,7 +93,11 @@ impl PressureSampler {
 
     /// Opens and reads once each resource's file under `dir` (`file` names it); a file
     /// that is not there, or that the kernel refuses to read (PSI switched off), is left out.
-    fn open(dir: &Path, file: impl Fn(&str) -> String, now: Duration) -> Result<PressureSampler, SampleError> {
+    fn open(
+        dir: &Path,
+        file: impl Fn(&str) -> String,
+        now: Duration,
+    ) -> Result<PressureSampler, SampleError> {
         let mut sources = Vec::new();
         for (stem, name) in RESOURCES {
             let mut f = match ProcFile::open(dir.join(file(stem))) {

@@ -779,12 +779,17 @@ mod tests {
         }
 
         fn status(&self, pid: u32, tgid: u32) {
-            let text = format!("Name:\tx\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t{tgid}\nNgid:\t0\nPid:\t{pid}\n");
+            let text = format!(
+                "Name:\tx\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t{tgid}\nNgid:\t0\nPid:\t{pid}\n"
+            );
             std::fs::write(self.proc.join(format!("{pid}/status")), text).unwrap();
         }
 
         fn pss(&self, pid: u32, kb: u64) {
-            let text = format!("55d0-7ffd ---p 00000000 00:00 0   [rollup]\nRss:  {}\tkB\nPss:   {kb} kB\nPss_Anon: 1 kB\n", kb * 4);
+            let text = format!(
+                "55d0-7ffd ---p 00000000 00:00 0   [rollup]\nRss:  {}\tkB\nPss:   {kb} kB\nPss_Anon: 1 kB\n",
+                kb * 4
+            );
             std::fs::write(self.proc.join(format!("{pid}/smaps_rollup")), text).unwrap();
         }
 
@@ -802,12 +807,24 @@ mod tests {
         let s = stat(7, "py (worker) 1", 3, 250, 50, 1000);
         assert_eq!(
             parse_pid_stat(s.as_bytes()),
-            Some(PidStat { ppid: 3, cpu_ticks: 300, children_ticks: 0, rss_pages: 1000, start_ticks: 541020 })
+            Some(PidStat {
+                ppid: 3,
+                cpu_ticks: 300,
+                children_ticks: 0,
+                rss_pages: 1000,
+                start_ticks: 541020
+            })
         );
         let real = b"9303 (cat) R 9295 9295 5465 0 -1 4194304 100 0 0 0 3 4 10 2 20 0 1 0 541020 3133440 383 18446744073709551615 94560746942464 0";
         assert_eq!(
             parse_pid_stat(real),
-            Some(PidStat { ppid: 9295, cpu_ticks: 7, children_ticks: 12, rss_pages: 383, start_ticks: 541020 })
+            Some(PidStat {
+                ppid: 9295,
+                cpu_ticks: 7,
+                children_ticks: 12,
+                rss_pages: 383,
+                start_ticks: 541020
+            })
         );
         assert_eq!(stat_comm(s.as_bytes()), b"py (worker) 1");
         assert_eq!(stat_comm(b"no parens"), b"");
@@ -817,7 +834,10 @@ mod tests {
 
     #[test]
     fn parses_pss_last_pid_and_tgid() {
-        assert_eq!(parse_pss(b"x [rollup]\nRss: 1728 kB\nPss:                 339 kB\nPss_Dirty: 112 kB\n"), Some(339 * 1024));
+        assert_eq!(
+            parse_pss(b"x [rollup]\nRss: 1728 kB\nPss:                 339 kB\nPss_Dirty: 112 kB\n"),
+            Some(339 * 1024)
+        );
         assert_eq!(parse_pss(b"Rss: 1 kB\nPss_Anon: 3 kB\n"), None);
         assert_eq!(parse_pss(b"Pss: 339 MB\n"), None);
         assert_eq!(parse_last_pid(b"0.50 0.40 0.30 2/345 12345\n"), Some(12345));
@@ -960,8 +980,10 @@ mod tests {
             .filter(|x| x.dimension == "ProcessCPUPercent")
             .map(|x| (x.name.to_string(), x.value))
             .collect();
-        let expect: Vec<_> =
-            (103..=107).rev().map(|pid| (format!("pid{pid}-pt_data_worker"), f64::from(pid - 100) * 10.0)).collect();
+        let expect: Vec<_> = (103..=107)
+            .rev()
+            .map(|pid| (format!("pid{pid}-pt_data_worker"), f64::from(pid - 100) * 10.0))
+            .collect();
         assert_eq!(top, expect);
         assert_eq!(m.get("trainer", "pid107-pt_data_worker", "ProcessPSSBytes"), Some(102_400.0));
         // The next pass waits at least PSS_EVERY: a changed PSS shows after it.

@@ -27,10 +27,12 @@ for _ in range(N):
         s = 0
         for i in range(0, SIZE, 4096):
             s += m[i]
-        time.sleep(5)
+        time.sleep(9)
         os._exit(0)
     kids.append(pid)
-time.sleep(3)
+# PSS is re-read in passes at least 5 s apart (docs/formats.md, "The trainer tree"): after
+# 7 s every process has been read since the children touched the region.
+time.sleep(7)
 def field(pid, key):
     with open(f"/proc/{pid}/smaps_rollup") as f:
         for line in f:

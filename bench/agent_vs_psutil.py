@@ -19,6 +19,12 @@ Both collectors sample every BENCH_INTERVAL_MS (100) and write the same JSON lin
           same command and reading psutil.Process(pid).children(recursive=True) and each
           process's cpu_times() and memory_info() every tick (Process objects cached by pid).
 
+  floor   (system only) bench/c/floor.c, built with cc by scripts/bench-agent: the files the
+          agent kept open (its /proc/<pid>/fd under /proc and /sys, taken in the first
+          `trainprof agent` run), each re-read from offset 0 with pread at every deadline,
+          and one write(2) per tick of the agent's bytes per tick. No parsing: the least any
+          collector of the same figures pays. Printed as agent / floor.
+
 The collectors run one after the other, never together (BENCH_ROUNDS rounds, the order
 alternating between rounds), so on a small machine neither takes CPU from the other.
 
@@ -43,6 +49,7 @@ import time
 
 GOAL_US_PER_TICK = 50.0
 GOAL_RATIO = 6.0
+GOAL_FLOOR_RATIO = 1.15
 GOAL_CORE_PERCENT = 0.5
 GOAL_RSS_MIB = 10.0
 
@@ -320,6 +327,19 @@ def timestamps(root):
     return seen
 
 
+def bytes_per_tick(root):
+    """The bytes the collector under root wrote per tick (every file, markers aside)."""
+    size = 0
+    for d, _, files in os.walk(root):
+        for f in files:
+            if not f.endswith(".ts"):
+                try:
+                    size += os.path.getsize(os.path.join(d, f))
+                except OSError:
+                    pass
+    return max(64, size // max(1, len(timestamps(root))))
+
+
 def descendants(pid):
     pairs = []
     for path in glob.glob("/proc/[0-9]*/stat"):
@@ -445,12 +465,20 @@ def main():
         results[(key, n)] = r
         return r
 
+    floor_bin = os.environ.get("BENCH_FLOOR_BIN")
+    if not floor_bin:
+        notes.append("no BENCH_FLOOR_BIN: the floor was not run (scripts/bench-agent builds it)")
+    floor_files, floor_bytes = [], 0
+
     for rnd in range(rounds):
         agent_first = rnd % 2 == 0
         for variant in (["system", "tree"] if with_tree else ["system"]):
             steps = ["agent", "psutil"] if agent_first else ["psutil", "agent"]
             if not cgroup_files:
                 steps = ["agent", "psutil"]  # the psutil collector reads the files the agent found
+            if variant == "system" and floor_bin:
+                # The floor reads the files the first agent run kept open: after it.
+                steps.insert(1, "floor")
             for who in steps:
                 out = os.path.join(tmp, "%s-%s-%d" % (who, variant, rnd))
                 if who == "agent":
@@ -461,6 +489,13 @@ def main():
                     r = run("agent-" + variant, "trainprof " + ("agent" if variant == "system" else "run"), argv, out)
                     if variant == "system" and not cgroup_files:
                         cgroup_files = sorted({p for p in r["fds"] if p.startswith("/sys/fs/cgroup/")})
+                    if variant == "system" and not floor_files:
+                        floor_files = sorted({p for p in r["fds"] if p.startswith(("/proc/", "/sys/"))})
+                        floor_bytes = bytes_per_tick(out)
+                elif who == "floor":
+                    os.makedirs(out)
+                    argv = [floor_bin, os.path.join(out, "floor.json"), str(interval_ms), str(floor_bytes)]
+                    run("floor-system", "floor (C)", argv + floor_files, out)
                 else:
                     os.makedirs(out)
                     argv = [sys.executable, me, "--collect", os.path.join(out, "psutil.json"),
@@ -472,6 +507,7 @@ def main():
     def get(key):
         return combine([r for k, r in sorted(results.items()) if k[0] == key])
 
+    floor = get("floor-system") if floor_bin else None
     rows = [("system", get("agent-system"), get("psutil-system"))]
     if with_tree:
         rows.append(("tree", get("agent-tree"), get("psutil-tree")))
@@ -486,6 +522,13 @@ def main():
                 variant, r["label"], r["ticks"], us_per_tick(r), stat_us, core_percent(r),
                 r["rss_kib"] / 1024, r["hwm_kib"] / 1024))
         print("%-7s %-16s %6s %11.1f×" % (variant, "psutil / agent", "", us_per_tick(p) / us_per_tick(a)))
+        if variant == "system" and floor:
+            r = floor
+            stat_us = r["stat_ticks"] * 1e6 / hz / max(1, r["ticks"])
+            print("%-7s %-16s %6d %12.1f %10.0f %12.3f %9.1f %9.1f" % (
+                variant, r["label"], r["ticks"], us_per_tick(r), stat_us, core_percent(r),
+                r["rss_kib"] / 1024, r["hwm_kib"] / 1024))
+            print("%-7s %-16s %6s %11.2f×" % (variant, "agent / floor", "", us_per_tick(a) / us_per_tick(r)))
     print("(ticks: distinct Timestamps written between the readings; expected from the elapsed time: %s. "
           "(stat): the same from /proc/<pid>/stat utime+stime, %d Hz ticks, too coarse at this size.)"
           % (", ".join("%.0f" % r["expected_ticks"] for _, a, p in rows for r in (a, p)), hz))
@@ -511,9 +554,15 @@ def main():
                 if line.startswith(("trainprof: ticks:", "trainprof: agent:", "trainprof: sampling every")):
                     print("  " + line)
     print("cgroup files read by both: %s" % (", ".join(cgroup_files) or "none"))
+    if floor:
+        print("floor: %d files the agent keeps open, %d bytes per tick: %s"
+              % (len(floor_files), floor_bytes, ", ".join(floor_files)))
     print()
     ratio = us_per_tick(p) / us_per_tick(a)
     goals = [
+        ("agent / floor CPU per tick", "<= %.2f×" % GOAL_FLOOR_RATIO,
+         "%.2f×" % (us_per_tick(a) / us_per_tick(floor)) if floor else "not run",
+         bool(floor) and us_per_tick(a) / us_per_tick(floor) <= GOAL_FLOOR_RATIO),
         ("agent CPU per tick (%s)" % gpu, "<= %.0f µs" % GOAL_US_PER_TICK, "%.1f µs" % us_per_tick(a),
          us_per_tick(a) <= GOAL_US_PER_TICK),
         ("psutil / agent CPU per tick", ">= %.0f×" % GOAL_RATIO, "%.1f×" % ratio, ratio >= GOAL_RATIO),

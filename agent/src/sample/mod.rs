@@ -26,11 +26,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub mod cgroup;
+pub mod clock;
 pub mod cpu;
 pub mod disk;
 pub mod gpu;
 pub mod memory;
 pub mod net;
+pub mod pressure;
 pub mod probe;
 pub mod process;
 pub mod tree_pids;
@@ -55,12 +57,14 @@ impl Roots {
     }
 }
 
-/// A metric's `Name`: a fixed string, or a prefix and an index (`cpu3`, `gpu0`), so that
-/// a tick allocates nothing.
+/// A metric's `Name`: a fixed string, a prefix and an index (`cpu3`, `gpu0`), or a process
+/// (`pid1234-python`), so that a tick allocates nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Name {
     Static(&'static str),
     Indexed(&'static str, u32),
+    /// `pid<pid>-<label>`: one process of the trainer's tree.
+    Process(u32, Label),
 }
 
 impl std::fmt::Display for Name {
@@ -68,7 +72,44 @@ impl std::fmt::Display for Name {
         match self {
             Name::Static(s) => f.write_str(s),
             Name::Indexed(p, i) => write!(f, "{p}{i}"),
+            Name::Process(pid, label) => write!(f, "pid{pid}-{label}"),
         }
+    }
+}
+
+/// A short name from outside (a process's `comm`, at most 15 bytes), kept to the bytes a
+/// JSON string and a chart label take as they are: ASCII letters, digits, `_`, `.` and `-`;
+/// any other byte becomes `_`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Label {
+    bytes: [u8; 15],
+    len: u8,
+}
+
+impl Label {
+    pub fn sanitized(raw: &[u8]) -> Label {
+        let mut l = Label::default();
+        for (slot, &b) in l.bytes.iter_mut().zip(raw) {
+            let keep = b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-');
+            *slot = if keep { b } else { b'_' };
+            l.len += 1;
+        }
+        l
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Only ASCII bytes are ever stored.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("")
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::fmt::Display for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -94,10 +135,14 @@ pub enum MetricType {
     Trainer,
     /// Ours: the agent's own cost.
     Agent,
+    /// Ours: pressure stall information (share of time tasks waited for CPU, memory, I/O).
+    Pressure,
+    /// Ours: the kernel's clock synchronisation state and error bounds.
+    Clock,
 }
 
 impl MetricType {
-    pub const ALL: [MetricType; 11] = [
+    pub const ALL: [MetricType; 13] = [
         MetricType::Cpu,
         MetricType::Gpu,
         MetricType::Memory,
@@ -109,6 +154,8 @@ impl MetricType {
         MetricType::Container,
         MetricType::Trainer,
         MetricType::Agent,
+        MetricType::Pressure,
+        MetricType::Clock,
     ];
 
     /// The `Type` as written in the system metrics files.
@@ -125,6 +172,8 @@ impl MetricType {
             MetricType::Container => "container",
             MetricType::Trainer => "trainer",
             MetricType::Agent => "agent",
+            MetricType::Pressure => "pressure",
+            MetricType::Clock => "clock",
         }
     }
 
@@ -157,6 +206,8 @@ pub const ACCELERATOR: MetricType = MetricType::Accelerator;
 pub const CONTAINER: MetricType = MetricType::Container;
 pub const TRAINER: MetricType = MetricType::Trainer;
 pub const AGENT: MetricType = MetricType::Agent;
+pub const PRESSURE: MetricType = MetricType::Pressure;
+pub const CLOCK: MetricType = MetricType::Clock;
 
 /// Whether a metric follows the vocabulary of `docs/formats.md`, "System metrics:
 /// vocabulary". smdebug's `PandasFrameAnalysis.get_utilization_stats` takes every row whose
@@ -458,6 +509,14 @@ mod tests {
             ("container", "CPUUtilizationOfQuota", "cgroup"),
             ("trainer", "RSSBytes", "ProcessTree"),
             ("agent", "CPUMicrosPerTick", "Self"),
+            ("trainer", "PSSBytes", "ProcessTree"),
+            ("trainer", "pid12-pt_data_worker", "ProcessCPUPercent"),
+            ("trainer", "pid12-cpu_burner", "ProcessPSSBytes"),
+            ("pressure", "CPU", "SomeStalledPercent"),
+            ("pressure", "Memory", "FullStalledPercent"),
+            ("pressure", "IO", "SomeStalledPercent"),
+            ("clock", "Synchronised", "Kernel"),
+            ("clock", "MaxErrorMicros", "Kernel"),
         ] {
             assert!(vocabulary_ok(k, n, d), "{k}/{n}/{d}");
         }
@@ -476,6 +535,11 @@ mod tests {
             ("host", "x", "I/OWaitPercentage"),
             ("host", "MemoryUsedPercent", "host"),
             ("host", "x", "Algorithm"),
+            // A process's comm must not make its Name a core's, nor bytes a percentage.
+            ("trainer", "cpu_burner", "ProcessCPUPercent"),
+            ("trainer", "pid12-python", "ProcessMemoryBytes"),
+            ("pressure", "cpu", "SomeStalledPercent"),
+            ("clock", "MaxErrorMicros", ""),
         ] {
             assert!(!vocabulary_ok(k, n, d), "{k}/{n}/{d}");
         }
@@ -484,6 +548,17 @@ mod tests {
         }
         assert_eq!(MetricType::Io.to_string(), "i/o");
         assert_eq!(MetricType::from_written("memory_bytes"), None);
+    }
+
+    #[test]
+    fn labels_keep_json_and_charts_safe() {
+        assert_eq!(Label::sanitized(b"pt_data_worker").as_str(), "pt_data_worker");
+        assert_eq!(Label::sanitized(b"a \"b\\c)").as_str(), "a__b_c_");
+        assert_eq!(Label::sanitized("caf\u{e9}".as_bytes()).as_str(), "caf__");
+        assert_eq!(Label::sanitized(b"0123456789abcdefXYZ").as_str(), "0123456789abcde");
+        assert!(Label::sanitized(b"").is_empty());
+        let name = Name::Process(42, Label::sanitized(b"python3"));
+        assert_eq!(name.to_string(), "pid42-python3");
     }
 
     #[test]

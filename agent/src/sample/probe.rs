@@ -4,11 +4,13 @@ use std::ffi::OsStr;
 use std::time::Duration;
 
 use super::cgroup::{CgroupMemory, CgroupSampler};
+use super::clock::ClockSampler;
 use super::cpu::CpuSampler;
 use super::disk::DiskSampler;
 use super::gpu::{self, GpuSampler, NvmlSource};
 use super::memory::MemorySampler;
 use super::net::NetSampler;
+use super::pressure::PressureSampler;
 use super::process::{SelfSampler, TreeSampler};
 use super::tree_pids::TreePids;
 use super::{Roots, SampleError, Sampler};
@@ -107,6 +109,20 @@ impl Probe for CgroupSampler {
     }
 }
 
+impl Probe for PressureSampler {
+    const SOURCE: &'static str = "pressure";
+    fn probe(cx: &ProbeContext<'_>) -> Result<Option<Self>, SampleError> {
+        PressureSampler::probe(cx.roots, (cx.now)())
+    }
+}
+
+impl Probe for ClockSampler {
+    const SOURCE: &'static str = "clock";
+    fn probe(_: &ProbeContext<'_>) -> Result<Option<Self>, SampleError> {
+        ClockSampler::probe().map(Some)
+    }
+}
+
 impl Probe for GpuSampler<NvmlSource> {
     const SOURCE: &'static str = "gpu";
     fn probe(cx: &ProbeContext<'_>) -> Result<Option<Self>, SampleError> {
@@ -119,7 +135,7 @@ impl Probe for TreeSampler {
     /// `trainprof agent` has no trainer: nothing to say.
     const SAY_ABSENT: bool = false;
     fn probe(cx: &ProbeContext<'_>) -> Result<Option<Self>, SampleError> {
-        Ok(cx.trainer.map(|pid| TreeSampler::new(&cx.roots.proc, pid, (cx.now)())))
+        Ok(cx.trainer.map(|pid| TreeSampler::new(&cx.roots.proc, pid, (cx.now)(), cx.tree.clone())))
     }
 }
 
@@ -154,8 +170,10 @@ pub fn probe_samplers(cx: &ProbeContext<'_>) -> Probed {
     p.add::<DiskSampler>(cx, |_, _| {});
     p.add::<NetSampler>(cx, |_, _| {});
     p.add::<CgroupSampler>(cx, |_, _| {});
+    p.add::<PressureSampler>(cx, |_, _| {});
     p.add(cx, |p, s: &GpuSampler<NvmlSource>| p.gpus = s.facts().len());
     p.add::<TreeSampler>(cx, |_, _| {});
+    p.add::<ClockSampler>(cx, |_, _| {});
     p.add::<SelfSampler>(cx, |_, _| {});
     p
 }
@@ -179,7 +197,8 @@ mod tests {
         };
         let p = probe_samplers(&cx);
         let names: Vec<_> = p.samplers.iter().map(|s| s.name()).collect();
-        assert_eq!(names, ["agent"], "{p:?}");
+        // The clock is the kernel's, whatever the roots.
+        assert_eq!(names, ["clock", "agent"], "{p:?}");
         assert!(p.absent.iter().any(|a| a.starts_with("cpu: ")), "{p:?}");
         assert!(!p.absent.iter().any(|a| a.starts_with("trainer")), "{p:?}");
         assert_eq!((p.cores, p.gpus), (0, 0));
@@ -187,6 +206,6 @@ mod tests {
         cx.trainer = Some(std::process::id());
         let p = probe_samplers(&cx);
         let names: Vec<_> = p.samplers.iter().map(|s| s.name()).collect();
-        assert_eq!(names.len(), 2, "{names:?}");
+        assert_eq!(names, ["trainer", "clock", "agent"], "{names:?}");
     }
 }

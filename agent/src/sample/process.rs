@@ -1,30 +1,72 @@
 //! The trainer's process tree (for `trainprof run`) and the agent itself.
 //!
-//! The tree is rediscovered rarely (every [`REDISCOVER`]) by one scan of `/proc/*/stat`
-//! for parent pids; between scans each known process is read through its own open
-//! `/proc/<pid>/stat`, which fails once the process is gone (so a reused pid is never
-//! confused with the old process), for at most [`MAX_OPEN`] processes; the others are
-//! read by open, read, close each tick and recognised by their start time. A process is
-//! counted from its second reading: CPU time spent by a child that lives less than one
-//! rediscovery period is not seen. Running out of file descriptors (EMFILE, ENFILE) is
-//! counted as failed reads and logged once with the limit.
+//! `docs/formats.md`, "The trainer tree", says what each row means and why; in short:
+//!
+//! * **Finding the tree.** One scan of `/proc/*/stat` for parent pids at the start. After
+//!   it, new processes are found from the kernel's last allocated pid (the fifth field of
+//!   `/proc/loadavg`): the pids allocated since the last tick are read one by one and those
+//!   whose parent is in the tree (and that lead a thread group) join it, born during the
+//!   interval, so all their CPU time counts. The whole of `/proc` is scanned again only
+//!   when that range is too wide or has wrapped, and every [`RESCAN`] as a safety net
+//!   ([`REDISCOVER`] where `/proc/loadavg` cannot be read, as on a fake tree).
+//! * **Reading it.** Each known process is read through its own open `/proc/<pid>/stat`,
+//!   which fails once the process is gone (so a reused pid is never confused with the old
+//!   process), for at most [`MAX_OPEN`] processes; the others are read by open, read, close
+//!   each tick and recognised by their start time. Running out of file descriptors
+//!   (EMFILE, ENFILE) is counted as failed reads and logged once with the limit.
+//! * **CPU** is each process's own time plus the growth of the time of the children it
+//!   waited for (`cutime` + `cstime`): a child that lived and died between two ticks is
+//!   counted when its parent reaps it. What the tree already counted for a child that it
+//!   followed is credited back from its parent's next growth, so nothing counts twice.
+//! * **Memory** is PSS (`/proc/<pid>/smaps_rollup`), which shares each page among the
+//!   processes that map it, beside the summed RSS. `smaps_rollup` walks the process's page
+//!   tables (about 10 µs per MiB resident), so PSS is refreshed in passes over the tree at
+//!   least [`PSS_EVERY`] apart, a new process is read when first seen, and every read is
+//!   paced so that PSS takes at most [`PSS_BUDGET_PERCENT`] % of one core over time; a
+//!   process not read yet stands in with its RSS.
 //!
 //! Type `trainer`, Dimension `ProcessTree`, Names `CPUPercent` (100 = one core busy),
-//! `RSSBytes`, `Processes`. The agent's own use is Type `agent`, Dimension `Self`, Names
-//! `CPUPercent`, `CPUMicrosPerTick`, `RSSBytes`, written at most every 10 s.
+//! `PSSBytes`, `RSSBytes`, `Processes`; the busiest [`TOP`] processes by CPU as Names
+//! `pid<pid>-<comm>` with Dimensions `ProcessCPUPercent` and `ProcessPSSBytes`. The agent's
+//! own use is Type `agent`, Dimension `Self`, Names `CPUPercent`, `CPUMicrosPerTick`,
+//! `RSSBytes`, written at most every 10 s.
 
 use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{Metrics, Name, ProcFile, SampleError, Sampler, fields, parse_u64};
+use super::tree_pids::TreePids;
+use super::{Label, Metrics, Name, ProcFile, SampleError, Sampler, fields, parse_u64};
 
-/// How often the tree is rescanned.
+/// How often the whole of `/proc` is scanned when new pids cannot be followed.
 pub const REDISCOVER: Duration = Duration::from_secs(2);
+
+/// How often the whole of `/proc` is scanned anyway (a process that joined the tree in a
+/// way the pid range misses, e.g. one re-parented to a subreaper in the tree).
+pub const RESCAN: Duration = Duration::from_secs(30);
+
+/// The widest range of new pids read one by one; a wider one means a full scan.
+pub const MAX_NEW_PIDS: u32 = 2048;
 
 /// The most `/proc/<pid>/stat` files kept open: a tree of thousands of processes (data
 /// loader workers, ranks) must not use up the descriptors that sealing and uploading need.
 pub const MAX_OPEN: usize = 256;
+
+/// How many of the busiest processes get rows of their own.
+pub const TOP: usize = 5;
+
+/// PSS passes start at most this often.
+pub const PSS_EVERY: Duration = Duration::from_secs(5);
+
+/// PSS reading uses at most this share of one core over time.
+pub const PSS_BUDGET_PERCENT: u64 = 1;
+
+/// CPU time one tick may spend on `smaps_rollup` before the rest waits for the next tick.
+const PSS_PER_TICK_US: u64 = 2_000;
+
+/// How many ticks a parent keeps the credit of a child that went (its `cutime` may grow a
+/// tick after the child's `stat` is gone).
+const CREDIT_TICKS: u8 = 2;
 
 /// Whether `e` says the process (EMFILE) or the system (ENFILE) is out of file descriptors.
 pub fn out_of_fds(e: &io::Error) -> bool {
@@ -46,10 +88,22 @@ pub struct PidStat {
     pub ppid: u32,
     /// utime + stime, in clock ticks.
     pub cpu_ticks: u64,
+    /// cutime + cstime: the time of the children it waited for, in clock ticks.
+    pub children_ticks: u64,
     /// Resident pages.
     pub rss_pages: u64,
     /// When the process started, in clock ticks since boot: with the pid, its identity.
     pub start_ticks: u64,
+}
+
+/// The command name of a `/proc/<pid>/stat` line (between the first `(` and the last `)`).
+pub fn stat_comm(text: &[u8]) -> &[u8] {
+    let open = text.iter().position(|&b| b == b'(');
+    let close = text.iter().rposition(|&b| b == b')');
+    match (open, close) {
+        (Some(o), Some(c)) if o < c => &text[o + 1..c],
+        _ => b"",
+    }
 }
 
 /// Parses `/proc/<pid>/stat`. The command name is in parentheses and may itself contain
@@ -57,17 +111,46 @@ pub struct PidStat {
 pub fn parse_pid_stat(text: &[u8]) -> Option<PidStat> {
     let close = text.iter().rposition(|&b| b == b')')?;
     // After ")": state(3) ppid(4) pgrp session tty tpgid flags minflt cminflt majflt
-    // cmajflt utime(14) stime(15) cutime cstime priority nice threads itrealvalue
+    // cmajflt utime(14) stime(15) cutime(16) cstime(17) priority nice threads itrealvalue
     // starttime(22) vsize(23) rss(24)
     let mut f = fields(&text[close + 1..]);
     let ppid = u32::try_from(parse_u64(f.nth(1)?)?).ok()?;
     let utime = parse_u64(f.nth(9)?)?;
     let stime = parse_u64(f.next()?)?;
-    let start_ticks = parse_u64(f.nth(6)?)?;
+    // cutime and cstime are signed in the kernel's format; a negative value reads as 0.
+    let cutime = parse_u64(f.next()?).unwrap_or(0);
+    let cstime = parse_u64(f.next()?).unwrap_or(0);
+    let start_ticks = parse_u64(f.nth(4)?)?;
     let rss = f.nth(1)?;
-    // rss is signed in the kernel's format; a negative value reads as 0.
+    // rss is signed too.
     let rss_pages = parse_u64(rss).unwrap_or(0);
-    Some(PidStat { ppid, cpu_ticks: utime.saturating_add(stime), rss_pages, start_ticks })
+    Some(PidStat {
+        ppid,
+        cpu_ticks: utime.saturating_add(stime),
+        children_ticks: cutime.saturating_add(cstime),
+        rss_pages,
+        start_ticks,
+    })
+}
+
+/// The `Pss:` of `/proc/<pid>/smaps_rollup`, in bytes.
+pub fn parse_pss(text: &[u8]) -> Option<u64> {
+    let line = text.split(|&b| b == b'\n').find(|l| l.starts_with(b"Pss:"))?;
+    let mut f = fields(&line[4..]);
+    let kb = parse_u64(f.next()?)?;
+    (f.next()? == b"kB").then(|| kb.saturating_mul(1024))
+}
+
+/// The last pid the kernel allocated in this pid namespace: the fifth field of
+/// `/proc/loadavg` (`0.50 0.40 0.30 2/345 12345`).
+pub fn parse_last_pid(text: &[u8]) -> Option<u32> {
+    fields(text).nth(4).and_then(parse_u64).and_then(|p| u32::try_from(p).ok())
+}
+
+/// The `Tgid:` of `/proc/<pid>/status`: a pid whose Tgid is another is a thread.
+pub fn parse_tgid(text: &[u8]) -> Option<u32> {
+    let line = text.split(|&b| b == b'\n').find(|l| l.starts_with(b"Tgid:"))?;
+    fields(&line[5..]).next().and_then(parse_u64).and_then(|p| u32::try_from(p).ok())
 }
 
 /// The pids under `root` (itself included) given (pid, ppid) pairs.
@@ -100,15 +183,102 @@ pub fn page_size() -> u64 {
     sysconf(libc::_SC_PAGESIZE, 4096)
 }
 
+/// What this tick's read of one process found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    Fresh(PidStat),
+    /// Gone, or its pid now belongs to another process.
+    Gone,
+    /// Not read for want of file descriptors: kept as it was.
+    Unread,
+}
+
 #[derive(Debug)]
 struct Known {
     pid: u32,
     /// Kept open for at most [`MAX_OPEN`] processes; the others are opened each tick.
     file: Option<ProcFile>,
-    /// `None` until the first reading.
-    ticks: Option<u64>,
     /// From the first reading; a later one with another start is another process.
     start: Option<u64>,
+    /// Own and reaped children's ticks at the last reading; `None` before the first.
+    own: Option<u64>,
+    reaped: Option<u64>,
+    /// Own + reaped ticks at the baseline (the first reading, or 0 for a process born
+    /// during an interval): what was counted for it is its last total less this.
+    base: Option<u64>,
+    ppid: u32,
+    comm: Label,
+    rss_pages: u64,
+    pss: Option<u64>,
+    /// Whether its `smaps_rollup` was read (or tried) once.
+    pss_tried: bool,
+    /// Ticks of children that went, already counted, to take off this one's reaped growth.
+    credit: u64,
+    credit_age: u8,
+    /// Ticks counted on this tick.
+    delta: u64,
+    reading: Reading,
+    /// Not in `/proc` at the last scan.
+    vanished: bool,
+}
+
+impl Known {
+    fn new(pid: u32, file: Option<ProcFile>) -> Known {
+        Known {
+            pid,
+            file,
+            start: None,
+            own: None,
+            reaped: None,
+            base: None,
+            ppid: 0,
+            comm: Label::default(),
+            rss_pages: 0,
+            pss: None,
+            pss_tried: false,
+            credit: 0,
+            credit_age: 0,
+            delta: 0,
+            reading: Reading::Unread,
+            vanished: false,
+        }
+    }
+
+    /// A process found among the new pids: everything it used fell in this interval.
+    fn born(pid: u32, st: &PidStat, comm: Label) -> Known {
+        let mut k = Known::new(pid, None);
+        k.start = Some(st.start_ticks);
+        k.own = Some(0);
+        k.reaped = Some(0);
+        k.base = Some(0);
+        k.ppid = st.ppid;
+        k.comm = comm;
+        k
+    }
+
+    fn total(&self) -> Option<u64> {
+        Some(self.own?.saturating_add(self.reaped?))
+    }
+}
+
+/// Totals of one tick.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Totals {
+    ticks: u64,
+    rss_pages: u64,
+    pss_bytes: u64,
+}
+
+/// Pacing of the PSS reads.
+#[derive(Debug, Default)]
+struct PssPace {
+    /// No read before this: the budget for the last reads' cost.
+    ready_at: Duration,
+    /// The next pass starts no earlier than this.
+    pass_at: Duration,
+    in_pass: bool,
+    /// Pids read in the pass under way.
+    done: Vec<u32>,
 }
 
 /// The process-tree sampler.
@@ -124,6 +294,14 @@ pub struct TreeSampler {
     page: u64,
     /// For the processes read without a kept file.
     buf: Vec<u8>,
+    /// `/proc/loadavg`, for the last pid; `None` where it cannot be read.
+    loadavg: Option<ProcFile>,
+    last_pid: Option<u32>,
+    pss: PssPace,
+    /// Where the tree's pids are published after each tick.
+    published: TreePids,
+    scratch: Vec<u32>,
+    top: Vec<(u64, usize)>,
     /// Reads that failed for want of file descriptors.
     fd_failures: u64,
     /// That has been logged.
@@ -131,7 +309,8 @@ pub struct TreeSampler {
 }
 
 impl TreeSampler {
-    pub fn new(proc: &Path, root: u32, now: Duration) -> TreeSampler {
+    pub fn new(proc: &Path, root: u32, now: Duration, published: TreePids) -> TreeSampler {
+        let loadavg = ProcFile::open(proc.join("loadavg")).ok();
         let mut s = TreeSampler {
             proc: proc.to_owned(),
             root,
@@ -142,11 +321,18 @@ impl TreeSampler {
             hz: clock_ticks() as f64,
             page: page_size(),
             buf: Vec::with_capacity(1024),
+            loadavg,
+            last_pid: None,
+            pss: PssPace::default(),
+            published,
+            scratch: Vec::new(),
+            top: Vec::new(),
             fd_failures: 0,
             fd_logged: false,
         };
+        s.last_pid = s.read_last_pid();
         s.rediscover(now);
-        let _ = s.read_all();
+        s.read_all();
         s
     }
 
@@ -160,6 +346,14 @@ impl TreeSampler {
                  such reads are counted as failed reads",
                 path.display()
             );
+        }
+    }
+
+    fn read_last_pid(&mut self) -> Option<u32> {
+        let f = self.loadavg.as_mut()?;
+        match f.read() {
+            Ok(text) => parse_last_pid(text),
+            Err(_) => None,
         }
     }
 
@@ -191,7 +385,19 @@ impl TreeSampler {
             }
         }
         let tree = descendants(self.root, &self.pairs);
-        self.known.retain(|k| tree.binary_search(&k.pid).is_ok());
+        // A process that left the tree (re-parented outside it) is no longer followed; one
+        // that is gone is left for `read_all` to see, so that its parent gets its credit.
+        self.pairs.sort_unstable();
+        let pairs = &self.pairs;
+        let seen = |pid: u32| pairs.binary_search_by_key(&pid, |&(p, _)| p).is_ok();
+        self.known.retain_mut(|k| {
+            k.vanished = !seen(k.pid);
+            if k.vanished {
+                // Its descriptor goes to a process that has none.
+                k.file = None;
+            }
+            k.vanished || tree.binary_search(&k.pid).is_ok()
+        });
         let mut open = self.known.iter().filter(|k| k.file.is_some()).count();
         // The root first, so that it has a kept file whatever the tree's size.
         let root = self.root;
@@ -223,55 +429,179 @@ impl TreeSampler {
                 // A kept file for a process read by path so far: its start is checked at
                 // the next reading, as a new pid's would be.
                 Some(i) => self.known[i].file = file,
-                None => self.known.push(Known { pid, file, ticks: None, start: None }),
+                None => self.known.push(Known::new(pid, file)),
             }
         }
     }
 
-    /// Reads every known process; returns (CPU ticks since the last reading, RSS pages),
-    /// and forgets the processes that are gone.
-    fn read_all(&mut self) -> (u64, u64) {
-        let (mut ticks, mut rss) = (0u64, 0u64);
+    /// Follows the pids allocated since the last tick; `false` when a full scan is needed
+    /// instead (no last pid, a range too wide, or one that wrapped).
+    fn follow_new_pids(&mut self) -> bool {
+        let (Some(prev), Some(cur)) = (self.last_pid, self.read_last_pid()) else { return false };
+        self.last_pid = Some(cur);
+        if cur == prev {
+            return true;
+        }
+        if cur < prev || cur - prev > MAX_NEW_PIDS {
+            return false;
+        }
+        self.scratch.clear();
+        self.scratch.extend(self.known.iter().map(|k| k.pid));
+        self.scratch.sort_unstable();
+        for pid in prev + 1..=cur {
+            if read_file(&self.proc, pid, "stat", &mut self.buf).is_err() {
+                continue;
+            }
+            let Some(st) = parse_pid_stat(&self.buf) else { continue };
+            if self.scratch.binary_search(&st.ppid).is_err() || self.scratch.binary_search(&pid).is_ok() {
+                continue;
+            }
+            let comm = Label::sanitized(stat_comm(&self.buf));
+            // A new thread of a process in the tree shows that process's parent: only a
+            // thread group's leader is a process.
+            if read_file(&self.proc, pid, "status", &mut self.buf).is_err()
+                || parse_tgid(&self.buf) != Some(pid)
+            {
+                continue;
+            }
+            self.known.push(Known::born(pid, &st, comm));
+            let at = self.scratch.partition_point(|&p| p < pid);
+            self.scratch.insert(at, pid);
+        }
+        true
+    }
+
+    /// Reads every known process, counts its CPU since the last reading (crediting what
+    /// children that went had already counted), and forgets the processes that are gone.
+    fn read_all(&mut self) -> Totals {
         let mut failed: Option<(PathBuf, io::Error)> = None;
         let mut failures = 0u64;
         let proc = &self.proc;
         let buf = &mut self.buf;
-        self.known.retain_mut(|k| {
+        // Pass 1: read every process.
+        for k in &mut self.known {
+            if k.vanished {
+                k.reading = Reading::Gone;
+                continue;
+            }
             let text = match &mut k.file {
                 Some(f) => f.read().map_err(|e| match e {
                     SampleError::Io { path, source } => (path, source),
                     // ProcFile::read fails with Io only.
                     other => (PathBuf::new(), io::Error::other(other.to_string())),
                 }),
-                None => read_stat(proc, k.pid, buf).map(|()| &buf[..]),
+                None => read_file(proc, k.pid, "stat", buf).map(|()| &buf[..]),
             };
-            let st = match text {
-                Ok(t) => parse_pid_stat(t),
+            k.reading = match text {
+                Ok(t) => match parse_pid_stat(t) {
+                    Some(st) if *k.start.get_or_insert(st.start_ticks) == st.start_ticks => {
+                        // Every reading: a process that exec'd has a new name.
+                        k.comm = Label::sanitized(stat_comm(t));
+                        Reading::Fresh(st)
+                    }
+                    // Unreadable, or the pid now belongs to another process.
+                    _ => Reading::Gone,
+                },
                 Err((path, e)) if out_of_fds(&e) => {
-                    // Not gone: unread this tick.
                     failures += 1;
                     failed.get_or_insert((path, e));
-                    return true;
+                    Reading::Unread
                 }
-                Err(_) => None,
+                Err(_) => Reading::Gone,
             };
-            let Some(st) = st else { return false };
-            if *k.start.get_or_insert(st.start_ticks) != st.start_ticks {
-                // The pid now belongs to another process.
-                return false;
-            }
-            if let Some(prev) = k.ticks {
-                ticks = ticks.saturating_add(st.cpu_ticks.saturating_sub(prev));
-            }
-            k.ticks = Some(st.cpu_ticks);
-            rss = rss.saturating_add(st.rss_pages);
-            true
-        });
+        }
         if let Some((path, e)) = failed {
             self.out_of_fds(&path, &e);
             self.fd_failures += failures - 1;
         }
-        (ticks, rss)
+        // Pass 2: what a child that went had counted is its parent's credit: the parent's
+        // reaped time grows by the child's whole time when it waits for it.
+        for i in 0..self.known.len() {
+            if self.known[i].reading != Reading::Gone {
+                continue;
+            }
+            let (ppid, counted) = {
+                let k = &self.known[i];
+                (k.ppid, k.total().zip(k.base).map_or(0, |(t, b)| t.saturating_sub(b)))
+            };
+            if let Some(p) = self.known.iter_mut().find(|p| p.pid == ppid && p.reading != Reading::Gone) {
+                p.credit = p.credit.saturating_add(counted);
+                p.credit_age = 0;
+            }
+        }
+        self.known.retain(|k| k.reading != Reading::Gone);
+        // Pass 3: count.
+        let mut t = Totals::default();
+        for k in &mut self.known {
+            k.delta = 0;
+            if let Reading::Fresh(st) = k.reading {
+                if let (Some(own), Some(reaped)) = (k.own, k.reaped) {
+                    let grown = st.children_ticks.saturating_sub(reaped);
+                    let credited = grown.min(k.credit);
+                    k.credit -= credited;
+                    k.delta = st.cpu_ticks.saturating_sub(own).saturating_add(grown - credited);
+                }
+                k.own = Some(st.cpu_ticks);
+                k.reaped = Some(st.children_ticks);
+                k.base.get_or_insert(st.cpu_ticks.saturating_add(st.children_ticks));
+                k.ppid = st.ppid;
+                k.rss_pages = st.rss_pages;
+            }
+            k.credit_age = k.credit_age.saturating_add(1);
+            if k.credit_age > CREDIT_TICKS {
+                k.credit = 0;
+            }
+            t.ticks = t.ticks.saturating_add(k.delta);
+            t.rss_pages = t.rss_pages.saturating_add(k.rss_pages);
+            let pss = k.pss.unwrap_or_else(|| k.rss_pages.saturating_mul(self.page));
+            t.pss_bytes = t.pss_bytes.saturating_add(pss);
+        }
+        t
+    }
+
+    /// Reads `smaps_rollup` of the processes due: those never read first, then the rest
+    /// of a pass under way; each read costs its CPU time × 100 / [`PSS_BUDGET_PERCENT`] of
+    /// waiting before the next, so that over time PSS takes at most that share of a core.
+    fn refresh_pss(&mut self, now: Duration) {
+        if self.known.is_empty() || now < self.pss.ready_at {
+            return;
+        }
+        if !self.pss.in_pass && now >= self.pss.pass_at {
+            self.pss.in_pass = true;
+            self.pss.pass_at = now + PSS_EVERY;
+            self.pss.done.clear();
+        }
+        let tick_start = thread_cpu_us();
+        loop {
+            let done = &self.pss.done;
+            let next = self.known.iter().position(|k| !k.pss_tried).or_else(|| {
+                self.pss.in_pass.then(|| self.known.iter().position(|k| !done.contains(&k.pid))).flatten()
+            });
+            let Some(i) = next else {
+                self.pss.in_pass = false;
+                break;
+            };
+            let pid = self.known[i].pid;
+            self.known[i].pss_tried = true;
+            if self.pss.in_pass {
+                self.pss.done.push(pid);
+            }
+            match read_file(&self.proc, pid, "smaps_rollup", &mut self.buf) {
+                Ok(()) => {
+                    if let Some(pss) = parse_pss(&self.buf) {
+                        self.known[i].pss = Some(pss);
+                    }
+                }
+                Err((path, e)) if out_of_fds(&e) => self.out_of_fds(&path, &e),
+                // Gone (noticed at the next stat read) or not allowed: RSS stands in.
+                Err(_) => {}
+            }
+            if thread_cpu_us().saturating_sub(tick_start) >= PSS_PER_TICK_US {
+                break;
+            }
+        }
+        let spent = thread_cpu_us().saturating_sub(tick_start);
+        self.pss.ready_at = now + Duration::from_micros(spent.saturating_mul(100 / PSS_BUDGET_PERCENT));
     }
 
     /// How many `/proc/<pid>/stat` files it keeps open now.
@@ -295,31 +625,49 @@ impl Sampler for TreeSampler {
     }
 
     fn sample(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
-        if self.last_scan.is_none_or(|t| now.saturating_sub(t) >= REDISCOVER) {
+        let every = if self.loadavg.is_some() { RESCAN } else { REDISCOVER };
+        if self.last_scan.is_none_or(|t| now.saturating_sub(t) >= every) {
+            self.last_pid = self.read_last_pid();
+            self.rediscover(now);
+        } else if !self.follow_new_pids() {
             self.rediscover(now);
         }
-        let (ticks, rss_pages) = self.read_all();
+        self.refresh_pss(now);
+        let t = self.read_all();
         let secs = now.saturating_sub(self.prev_at).as_secs_f64();
         self.prev_at = now;
+        self.scratch.clear();
+        self.scratch.extend(self.known.iter().map(|k| k.pid));
+        self.published.publish(&self.scratch);
         if self.known.is_empty() {
             return Ok(());
         }
-        let cpu = if secs > 0.0 { ticks as f64 / self.hz / secs * 100.0 } else { f64::NAN };
-        out.push(crate::sample::TRAINER, Name::Static("CPUPercent"), "ProcessTree", cpu);
-        out.push(
-            crate::sample::TRAINER,
-            Name::Static("RSSBytes"),
-            "ProcessTree",
-            rss_pages.saturating_mul(self.page) as f64,
-        );
-        out.push(crate::sample::TRAINER, Name::Static("Processes"), "ProcessTree", self.known.len() as f64);
+        let percent = |ticks: u64| if secs > 0.0 { ticks as f64 / self.hz / secs * 100.0 } else { f64::NAN };
+        let kind = crate::sample::TRAINER;
+        out.push(kind, Name::Static("CPUPercent"), "ProcessTree", percent(t.ticks));
+        out.push(kind, Name::Static("PSSBytes"), "ProcessTree", t.pss_bytes as f64);
+        out.push(kind, Name::Static("RSSBytes"), "ProcessTree", t.rss_pages.saturating_mul(self.page) as f64);
+        out.push(kind, Name::Static("Processes"), "ProcessTree", self.known.len() as f64);
+        self.top.clear();
+        self.top.extend(self.known.iter().enumerate().map(|(i, k)| (k.delta, i)));
+        // The busiest first; among equals the lowest pid (the tree's root, the ranks).
+        let known = &self.known;
+        self.top.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(known[a.1].pid.cmp(&known[b.1].pid)));
+        for &(ticks, i) in self.top.iter().take(TOP) {
+            let k = &self.known[i];
+            let name = Name::Process(k.pid, k.comm);
+            out.push(kind, name, "ProcessCPUPercent", percent(ticks));
+            let pss = k.pss.unwrap_or_else(|| k.rss_pages.saturating_mul(self.page));
+            out.push(kind, name, "ProcessPSSBytes", pss as f64);
+        }
         Ok(())
     }
 }
 
-/// Reads `/proc/<pid>/stat` into `buf` by open, read, close.
-fn read_stat(proc: &Path, pid: u32, buf: &mut Vec<u8>) -> Result<(), (PathBuf, io::Error)> {
-    let path = proc.join(pid.to_string()).join("stat");
+/// Reads `<proc>/<pid>/<file>` into `buf` by open, read, close.
+fn read_file(proc: &Path, pid: u32, file: &str, buf: &mut Vec<u8>) -> Result<(), (PathBuf, io::Error)> {
+    let mut path = proc.join(pid.to_string());
+    path.push(file);
     buf.clear();
     match std::fs::File::open(&path).and_then(|mut f| f.read_to_end(buf)) {
         Ok(_) => Ok(()),
@@ -399,10 +747,59 @@ mod tests {
     use super::*;
 
     fn stat(pid: u32, comm: &str, ppid: u32, utime: u64, stime: u64, rss: i64) -> String {
+        stat_c(pid, comm, ppid, utime, stime, 0, rss)
+    }
+
+    /// With `cutime` (reaped children's time) too.
+    fn stat_c(pid: u32, comm: &str, ppid: u32, utime: u64, stime: u64, cutime: u64, rss: i64) -> String {
         format!(
-            "{pid} ({comm}) S {ppid} 1 1 0 -1 4194304 100 0 0 0 {utime} {stime} 0 0 20 0 1 0 541020 3133440 {rss} \
+            "{pid} ({comm}) S {ppid} 1 1 0 -1 4194304 100 0 0 0 {utime} {stime} {cutime} 0 20 0 1 0 541020 3133440 {rss} \
 18446744073709551615 1 2 3 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n"
         )
+    }
+
+    /// A fake `/proc` in a temp dir.
+    struct FakeProc {
+        _dir: tempfile::TempDir,
+        proc: PathBuf,
+    }
+
+    impl FakeProc {
+        fn new() -> FakeProc {
+            let dir = tempfile::tempdir().unwrap();
+            let proc = dir.path().to_path_buf();
+            FakeProc { _dir: dir, proc }
+        }
+
+        fn put(&self, pid: u32, comm: &str, ppid: u32, ticks: u64, cutime: u64, rss: i64) {
+            std::fs::create_dir_all(self.proc.join(pid.to_string())).unwrap();
+            let text = stat_c(pid, comm, ppid, ticks, 0, cutime, rss);
+            std::fs::write(self.proc.join(format!("{pid}/stat")), text).unwrap();
+            self.status(pid, pid);
+        }
+
+        fn status(&self, pid: u32, tgid: u32) {
+            let text = format!(
+                "Name:\tx\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t{tgid}\nNgid:\t0\nPid:\t{pid}\n"
+            );
+            std::fs::write(self.proc.join(format!("{pid}/status")), text).unwrap();
+        }
+
+        fn pss(&self, pid: u32, kb: u64) {
+            let text = format!(
+                "55d0-7ffd ---p 00000000 00:00 0   [rollup]\nRss:  {}\tkB\nPss:   {kb} kB\nPss_Anon: 1 kB\n",
+                kb * 4
+            );
+            std::fs::write(self.proc.join(format!("{pid}/smaps_rollup")), text).unwrap();
+        }
+
+        fn last_pid(&self, pid: u32) {
+            std::fs::write(self.proc.join("loadavg"), format!("0.50 0.40 0.30 2/345 {pid}\n")).unwrap();
+        }
+
+        fn gone(&self, pid: u32) {
+            std::fs::remove_dir_all(self.proc.join(pid.to_string())).unwrap();
+        }
     }
 
     #[test]
@@ -410,15 +807,193 @@ mod tests {
         let s = stat(7, "py (worker) 1", 3, 250, 50, 1000);
         assert_eq!(
             parse_pid_stat(s.as_bytes()),
-            Some(PidStat { ppid: 3, cpu_ticks: 300, rss_pages: 1000, start_ticks: 541020 })
+            Some(PidStat {
+                ppid: 3,
+                cpu_ticks: 300,
+                children_ticks: 0,
+                rss_pages: 1000,
+                start_ticks: 541020
+            })
         );
-        let real = b"9303 (cat) R 9295 9295 5465 0 -1 4194304 100 0 0 0 3 4 0 0 20 0 1 0 541020 3133440 383 18446744073709551615 94560746942464 0";
+        let real = b"9303 (cat) R 9295 9295 5465 0 -1 4194304 100 0 0 0 3 4 10 2 20 0 1 0 541020 3133440 383 18446744073709551615 94560746942464 0";
         assert_eq!(
             parse_pid_stat(real),
-            Some(PidStat { ppid: 9295, cpu_ticks: 7, rss_pages: 383, start_ticks: 541020 })
+            Some(PidStat {
+                ppid: 9295,
+                cpu_ticks: 7,
+                children_ticks: 12,
+                rss_pages: 383,
+                start_ticks: 541020
+            })
         );
+        assert_eq!(stat_comm(s.as_bytes()), b"py (worker) 1");
+        assert_eq!(stat_comm(b"no parens"), b"");
         assert_eq!(parse_pid_stat(b"12 (x) S"), None);
         assert_eq!(parse_pid_stat(b"no parens"), None);
+    }
+
+    #[test]
+    fn parses_pss_last_pid_and_tgid() {
+        assert_eq!(
+            parse_pss(b"x [rollup]\nRss: 1728 kB\nPss:                 339 kB\nPss_Dirty: 112 kB\n"),
+            Some(339 * 1024)
+        );
+        assert_eq!(parse_pss(b"Rss: 1 kB\nPss_Anon: 3 kB\n"), None);
+        assert_eq!(parse_pss(b"Pss: 339 MB\n"), None);
+        assert_eq!(parse_last_pid(b"0.50 0.40 0.30 2/345 12345\n"), Some(12345));
+        assert_eq!(parse_last_pid(b"0.50 0.40 0.30 2/345\n"), None);
+        assert_eq!(parse_tgid(b"Name:\tpython\nTgid:\t77\nPid:\t80\n"), Some(77));
+        assert_eq!(parse_tgid(b"Name:\tpython\n"), None);
+    }
+
+    #[test]
+    fn children_that_went_count_once_through_their_parent() {
+        let p = FakeProc::new();
+        let hz = clock_ticks();
+        p.put(100, "python", 1, 0, 0, 1);
+        p.put(101, "worker", 100, 100, 0, 1);
+        let mut s = TreeSampler::new(&p.proc, 100, Duration::ZERO, TreePids::default());
+        let mut m = Metrics::new();
+        // 101 burns one core for a second.
+        p.put(101, "worker", 100, 100 + hz, 0, 1);
+        s.sample(Duration::from_secs(1), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "CPUPercent", "ProcessTree"), Some(100.0));
+        // It burns another second, exits, and 100 reaps it: 100's cutime grows by all of
+        // 101's time. Counted: its last second, and the 100 ticks it had used before the
+        // first reading; not the second already counted.
+        p.gone(101);
+        p.put(100, "python", 1, 0, 100 + 2 * hz, 1);
+        m.clear();
+        s.sample(Duration::from_secs(2), &mut m).unwrap();
+        let expect = (hz + 100) as f64 / hz as f64 * 100.0;
+        assert_eq!(m.get("trainer", "CPUPercent", "ProcessTree"), Some(expect));
+        assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(1.0));
+        // Children never seen (born and reaped between two ticks): 3 cores' worth.
+        p.put(100, "python", 1, 0, 100 + 5 * hz, 1);
+        m.clear();
+        s.sample(Duration::from_secs(3), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "CPUPercent", "ProcessTree"), Some(300.0));
+    }
+
+    #[test]
+    fn the_credit_waits_a_tick_for_the_parent_and_then_lapses() {
+        let p = FakeProc::new();
+        let hz = clock_ticks();
+        p.put(100, "python", 1, 0, 0, 1);
+        p.put(101, "worker", 100, 0, 0, 1);
+        let mut s = TreeSampler::new(&p.proc, 100, Duration::ZERO, TreePids::default());
+        let mut m = Metrics::new();
+        p.put(101, "worker", 100, hz, 0, 1);
+        s.sample(Duration::from_secs(1), &mut m).unwrap();
+        // 101 is gone, but 100's cutime grows only on the next tick.
+        p.gone(101);
+        m.clear();
+        s.sample(Duration::from_secs(2), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "CPUPercent", "ProcessTree"), Some(0.0));
+        p.put(100, "python", 1, 0, hz, 1);
+        m.clear();
+        s.sample(Duration::from_secs(3), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "CPUPercent", "ProcessTree"), Some(0.0));
+        // A parent that never reaps: the credit lapses and later children count in full.
+        p.put(102, "worker", 100, 0, 0, 1);
+        s.sample(Duration::from_secs(6), &mut m).unwrap();
+        p.put(102, "worker", 100, hz, 0, 1);
+        s.sample(Duration::from_secs(7), &mut m).unwrap();
+        p.gone(102);
+        for t in 8..12 {
+            s.sample(Duration::from_secs(t), &mut m).unwrap();
+        }
+        p.put(100, "python", 1, 0, 3 * hz, 1);
+        m.clear();
+        s.sample(Duration::from_secs(12), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "CPUPercent", "ProcessTree"), Some(200.0));
+    }
+
+    #[test]
+    fn new_pids_join_between_scans_and_threads_do_not() {
+        let p = FakeProc::new();
+        let hz = clock_ticks();
+        p.put(1, "init", 0, 0, 0, 1);
+        p.put(100, "python", 1, 0, 0, 1);
+        p.last_pid(100);
+        let pids = TreePids::default();
+        let mut s = TreeSampler::new(&p.proc, 100, Duration::ZERO, pids.clone());
+        assert_eq!(&*pids.get(), &[] as &[u32]);
+        let mut m = Metrics::new();
+        s.sample(Duration::from_millis(100), &mut m).unwrap();
+        assert_eq!(&*pids.get(), &[100]);
+        // 101: a DataLoader worker born this interval that already burned half a second;
+        // 102: its child; 103: a thread of 100 (its stat shows 100's parent); 104: elsewhere.
+        p.put(101, "pt_data_worker", 100, hz / 2, 0, 1);
+        p.put(102, "sh", 101, 0, 0, 1);
+        p.put(103, "python", 1, 0, 0, 1);
+        p.status(103, 100);
+        p.put(104, "bash", 1, 0, 0, 1);
+        p.last_pid(104);
+        m.clear();
+        s.sample(Duration::from_millis(600), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(3.0));
+        assert_eq!(m.get("trainer", "CPUPercent", "ProcessTree"), Some(100.0));
+        assert_eq!(&*pids.get(), &[100, 101, 102]);
+        // The busiest process has a row of its own, named.
+        assert_eq!(m.get("trainer", "pid101-pt_data_worker", "ProcessCPUPercent"), Some(100.0));
+        assert_eq!(m.get("trainer", "pid100-python", "ProcessCPUPercent"), Some(0.0));
+        // Nothing new, and no full scan before RESCAN: a process the pid range missed is
+        // not seen (it is at the next scan).
+        p.put(90, "late", 100, 0, 0, 1);
+        m.clear();
+        s.sample(Duration::from_secs(1), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(3.0));
+        m.clear();
+        s.sample(RESCAN + Duration::from_secs(1), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(4.0));
+        // A range that wrapped means a full scan.
+        p.put(50, "wrapped", 102, 0, 0, 1);
+        p.last_pid(50);
+        m.clear();
+        s.sample(RESCAN + Duration::from_secs(2), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(5.0));
+    }
+
+    #[test]
+    fn pss_beside_rss_and_the_top_processes() {
+        let p = FakeProc::new();
+        let hz = clock_ticks();
+        let page = page_size();
+        p.put(100, "python", 1, 0, 0, 1000);
+        for pid in 101..=107 {
+            p.put(pid, "pt_data_worker", 100, 0, 0, 1000);
+            p.pss(pid, 100);
+        }
+        // 100's smaps_rollup cannot be read: its RSS stands in.
+        let mut s = TreeSampler::new(&p.proc, 100, Duration::ZERO, TreePids::default());
+        for pid in 101..=107 {
+            p.put(pid, "pt_data_worker", 100, u64::from(pid - 100) * hz / 10, 0, 1000);
+        }
+        let mut m = Metrics::new();
+        s.sample(Duration::from_secs(1), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "RSSBytes", "ProcessTree"), Some((8 * 1000 * page) as f64));
+        assert_eq!(m.get("trainer", "PSSBytes", "ProcessTree"), Some((1000 * page + 7 * 100 * 1024) as f64));
+        let top: Vec<_> = m
+            .as_slice()
+            .iter()
+            .filter(|x| x.dimension == "ProcessCPUPercent")
+            .map(|x| (x.name.to_string(), x.value))
+            .collect();
+        let expect: Vec<_> = (103..=107)
+            .rev()
+            .map(|pid| (format!("pid{pid}-pt_data_worker"), f64::from(pid - 100) * 10.0))
+            .collect();
+        assert_eq!(top, expect);
+        assert_eq!(m.get("trainer", "pid107-pt_data_worker", "ProcessPSSBytes"), Some(102_400.0));
+        // The next pass waits at least PSS_EVERY: a changed PSS shows after it.
+        p.pss(101, 200);
+        m.clear();
+        s.sample(Duration::from_secs(2), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "PSSBytes", "ProcessTree"), Some((1000 * page + 7 * 100 * 1024) as f64));
+        m.clear();
+        s.sample(Duration::from_secs(1) + PSS_EVERY, &mut m).unwrap();
+        assert_eq!(m.get("trainer", "PSSBytes", "ProcessTree"), Some((1000 * page + 8 * 100 * 1024) as f64));
     }
 
     #[test]
@@ -441,7 +1016,7 @@ mod tests {
         put(100, 1, 1000, 10);
         put(101, 100, 500, 20);
         put(200, 1, 9999, 99);
-        let mut s = TreeSampler::new(&proc, 100, Duration::ZERO);
+        let mut s = TreeSampler::new(&proc, 100, Duration::ZERO, TreePids::default());
         assert_eq!(s.processes(), 2);
         let hz = clock_ticks();
         put(100, 1, 1000 + hz, 10);
@@ -479,7 +1054,7 @@ mod tests {
         for pid in 1000..1000 + n {
             put(pid, root, 0, 5);
         }
-        let mut s = TreeSampler::new(&proc, root, Duration::ZERO);
+        let mut s = TreeSampler::new(&proc, root, Duration::ZERO, TreePids::default());
         assert_eq!(s.processes(), n as usize + 1);
         assert_eq!(s.open_files(), MAX_OPEN);
         assert!(s.known.iter().any(|k| k.pid == root && k.file.is_some()));

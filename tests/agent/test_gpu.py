@@ -139,10 +139,8 @@ def test_the_gpus_processes_follow_the_pid_namespace(run):
         assert set(values(rows, "device0", "UnattributedMemUsedBytes")) == {512 << 20}
 
 
-# The tree sampler publishes the tree's pids (agent/src/sample/tree_pids.rs) in the same
-# change set as this test; until both are in one tree this must fail, and strict=True makes
-# it fail loudly once it passes, so that the marker is removed then.
-@pytest.mark.xfail(strict=True, reason="needs the tree sampler's TreePids publishing (process.rs)")
+# The tree sampler publishes the tree's pids (agent/src/sample/tree_pids.rs); the GPU sampler
+# attributes the fake's processes to them.
 def test_the_trainer_is_attributed(run):
     stderr, rows, trainer = run
     # The first ticks may come before the trainer wrote its pid or the tree saw it, the last

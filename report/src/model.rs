@@ -1,0 +1,225 @@
+//! The report model: what `trainprof report --json` prints and what the HTML page draws.
+//! Every key is documented in `docs/report.md`. Times are epoch seconds; numbers that cannot be
+//! computed are `None` (JSON `null`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The version of this shape; raised when a key changes meaning.
+pub const VERSION: u32 = 1;
+
+/// The ten rules, in the order `findings` lists them.
+pub const RULES: [&str; 10] = [
+    "CPUBottleneck",
+    "IOBottleneck",
+    "LowGPUUtilization",
+    "GPUMemoryIncrease",
+    "BatchSize",
+    "StepOutlier",
+    "Dataloader",
+    "MaxInitializationTime",
+    "LoadBalancing",
+    "OverallSystemUsage",
+];
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct ReportModel {
+    pub version: u32,
+    pub source: String,
+    pub job: Job,
+    /// Per mode (`TRAIN`, `EVAL`, …).
+    pub steps: BTreeMap<String, ModeSteps>,
+    pub phases: Vec<Phase>,
+    pub python: Vec<PythonWindow>,
+    pub triggers: Vec<Trigger>,
+    pub findings: Vec<Finding>,
+    /// Only for the HTML page; `--json` leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<Series>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct Job {
+    pub start_s: Option<f64>,
+    pub end_s: Option<f64>,
+    pub duration_s: Option<f64>,
+    pub nodes: Vec<String>,
+    pub ranks: Vec<String>,
+    pub init_s: Option<f64>,
+    pub steps_per_mode: BTreeMap<String, u64>,
+    pub profiled: Profiled,
+    pub dropped_events: u64,
+    pub clock: Vec<Clock>,
+    /// Files and folders left alone while reading (links, special files, unreadable or
+    /// unparsable files), with why. Not in the contract's minimum; optional.
+    #[serde(default)]
+    pub skipped: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct Profiled {
+    pub detailed_steps: u64,
+    pub dataloader_events: u64,
+    pub python_windows: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct Clock {
+    pub node: String,
+    pub synchronised: bool,
+    pub max_error_us: Option<f64>,
+    pub est_error_us: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct StepStats {
+    pub count: u64,
+    pub p50_ms: Option<f64>,
+    pub p90_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+    pub mean_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct ModeSteps {
+    pub count: u64,
+    pub p50_ms: Option<f64>,
+    pub p90_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+    pub mean_ms: Option<f64>,
+    pub histogram: Histogram,
+    pub per_rank: BTreeMap<String, StepStats>,
+    pub stragglers: Vec<Straggler>,
+    pub outliers: Vec<Outlier>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct Histogram {
+    pub edges_ms: Vec<f64>,
+    pub counts: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Straggler {
+    pub rank: String,
+    pub p50_ms: f64,
+    pub median_rank_p50_ms: f64,
+    pub ratio: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Outlier {
+    pub rank: String,
+    pub step: i64,
+    pub start_s: f64,
+    pub ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Phase {
+    pub name: String,
+    pub count: u64,
+    pub total_ms: f64,
+    pub mean_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PythonWindow {
+    pub node: String,
+    pub window: String,
+    pub profiler: String,
+    pub start_step: Option<i64>,
+    pub end_step: Option<i64>,
+    pub functions: Vec<PyFunction>,
+    /// The window's start and end (epoch s) from its folder name; optional extras.
+    #[serde(default)]
+    pub start_s: Option<f64>,
+    #[serde(default)]
+    pub end_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PyFunction {
+    pub name: String,
+    pub file: String,
+    pub line: Option<i64>,
+    /// `null` for pyinstrument, which samples instead of counting calls.
+    pub calls: Option<u64>,
+    pub self_s: f64,
+    pub total_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Trigger {
+    pub rank: String,
+    pub step: i64,
+    pub ms: f64,
+    pub median_ms: f64,
+    pub start_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Finding {
+    pub rule: String,
+    pub triggered: bool,
+    pub evaluated: bool,
+    pub summary: String,
+    pub advice: String,
+    pub evidence: serde_json::Value,
+    pub ranges: Vec<[f64; 2]>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct Series {
+    /// mode → rank → points.
+    pub steps: BTreeMap<String, BTreeMap<String, StepSeries>>,
+    pub nodes: BTreeMap<String, NodeSeries>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct StepSeries {
+    pub t_s: Vec<f64>,
+    pub ms: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct NodeSeries {
+    pub t_s: Vec<f64>,
+    pub cpu_total: Vec<Option<f64>>,
+    pub cpu_cores: Vec<Vec<Option<f64>>>,
+    pub memory: Vec<Option<f64>>,
+    pub gpus: BTreeMap<String, GpuSeries>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoSeries>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<NetSeries>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trainer: Option<TrainerSeries>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct GpuSeries {
+    pub util: Vec<Option<f64>>,
+    pub mem: Vec<Option<f64>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct IoSeries {
+    pub read_mbps: Vec<Option<f64>>,
+    pub write_mbps: Vec<Option<f64>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct NetSeries {
+    pub rx_mbps: Vec<Option<f64>>,
+    pub tx_mbps: Vec<Option<f64>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct TrainerSeries {
+    pub cpu: Vec<Option<f64>>,
+    pub mem_mb: Vec<Option<f64>>,
+}

@@ -173,10 +173,13 @@ fn assemble(
     opts: &Options,
     skipped: read::Skipped,
 ) -> ReportModel {
-    let starts = [agg.sys_first_s, agg.first_us.map(|u| u as f64 / 1e6)];
-    let ends = [agg.sys_last_s, agg.last_us.map(|u| u as f64 / 1e6)];
-    let start_s = starts.iter().flatten().copied().reduce(f64::min);
-    let end_s = ends.iter().flatten().copied().reduce(f64::max);
+    // The Python windows count too: the pre-step-zero window starts before the first step.
+    let py_start = python.iter().filter_map(|w| w.start_s).reduce(f64::min);
+    let py_end = python.iter().filter_map(|w| w.end_s).reduce(f64::max);
+    let starts = [agg.sys_first_s, agg.first_us.map(|u| u as f64 / 1e6), py_start];
+    let ends = [agg.sys_last_s, agg.last_us.map(|u| u as f64 / 1e6), py_end];
+    let start_s = starts.iter().flatten().copied().filter(|v| v.is_finite()).reduce(f64::min);
+    let end_s = ends.iter().flatten().copied().filter(|v| v.is_finite()).reduce(f64::max);
     let steps: BTreeMap<String, ModeSteps> = agg.steps.iter().map(|(m, r)| (m.clone(), mode_steps(r))).collect();
     let findings = rules::all(&agg, opts, start_s);
     let mut phases: Vec<Phase> = agg

@@ -66,10 +66,9 @@ fn create_in(dir: &Path, name: &str) -> Result<(File, PathBuf), String> {
     let d = Dir::open_root(dir, false).map_err(|e| format!("{}: {e}", dir.display()))?;
     match d.create_new(name) {
         Ok(f) => Ok((f, shown)),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(format!(
-            "{} exists: not replaced (remove it, or name another file with -o)",
-            shown.display()
-        )),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(format!("{} exists: not replaced (remove it, or name another file with -o)", shown.display()))
+        }
         Err(e) => Err(format!("{}: {e}", shown.display())),
     }
 }
@@ -78,7 +77,10 @@ fn create_in(dir: &Path, name: &str) -> Result<(File, PathBuf), String> {
 fn output(flag: Option<&Path>, input: &Input, default: &str) -> Result<(File, PathBuf), String> {
     match flag {
         Some(p) => {
-            let name = p.file_name().and_then(|n| n.to_str()).ok_or_else(|| format!("{}: not a file name", p.display()))?;
+            let name = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or_else(|| format!("{}: not a file name", p.display()))?;
             let parent = match p.parent() {
                 Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
                 _ => PathBuf::from("."),
@@ -148,13 +150,20 @@ pub fn report(args: &ReportArgs) -> ExitCode {
 fn write_html(model: &ReportModel, flag: Option<&Path>, input: &Input) -> Result<PathBuf, String> {
     let (mut f, path) = output(flag, input, REPORT_FILE)?;
     let page = trainprof_report::html::render(model);
-    f.write_all(page.as_bytes()).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", path.display()))?;
+    f.write_all(page.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
 }
 
 /// One line per triggered finding: `finding: <rule>: <summary>`.
 pub fn triggered_lines(model: &ReportModel) -> Vec<String> {
-    model.findings.iter().filter(|f| f.triggered).map(|f| format!("finding: {}: {}", f.rule, f.summary)).collect()
+    model
+        .findings
+        .iter()
+        .filter(|f| f.triggered)
+        .map(|f| format!("finding: {}: {}", f.rule, f.summary))
+        .collect()
 }
 
 /// `trainprof trace`.
@@ -206,7 +215,9 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
         Err(e) => {
             log!("{e}");
             // The half-written file is ours: remove it, but only while the name still holds it.
-            if let (Ok(d), Some(name)) = (Dir::open_root(&dir, false), path.file_name().and_then(|n| n.to_str())) {
+            if let (Ok(d), Some(name)) =
+                (Dir::open_root(&dir, false), path.file_name().and_then(|n| n.to_str()))
+            {
                 let _ = d.unlink_if_same(name, &f);
             }
             ExitCode::from(1)
@@ -218,8 +229,11 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
 /// the summary's lines (its path and one line per triggered finding); a failure is one
 /// line, never a failed run.
 pub fn at_end_of_run(root: &Path) -> Vec<String> {
-    let model = match trainprof_report::build(root, &root.display().to_string(), &trainprof_report::Options::default())
-    {
+    let model = match trainprof_report::build(
+        root,
+        &root.display().to_string(),
+        &trainprof_report::Options::default(),
+    ) {
         Ok(m) => m,
         Err(e) => return vec![format!("no report: {e}")],
     };
@@ -294,13 +308,10 @@ fn download(url: &S3Url, endpoint: Option<&str>, into: &Path) -> Result<u64, Str
                     .sub(folder, true)
                     .and_then(|d| d.create_new(name))
                     .map_err(|e| format!("{rel}: {e}"))?;
-                let got = client
-                    .get_object()
-                    .bucket(&url.bucket)
-                    .key(key)
-                    .send()
-                    .await
-                    .map_err(|e| format!("reading s3://{}/{key}: {}", url.bucket, DisplayErrorContext(&e)))?;
+                let got =
+                    client.get_object().bucket(&url.bucket).key(key).send().await.map_err(|e| {
+                        format!("reading s3://{}/{key}: {}", url.bucket, DisplayErrorContext(&e))
+                    })?;
                 let mut body = got.body;
                 while let Some(chunk) =
                     body.try_next().await.map_err(|e| format!("reading s3://{}/{key}: {e}", url.bucket))?

@@ -67,7 +67,13 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
     // The tree sampler bounds its own descriptors (sample::process::MAX_OPEN); this is
     // room for the rest. The command gets its limit back.
     let nofile = child::raise_nofile_limit();
-    let Options { config: config_flag, local_path_flag, disable_flag, report: opts_report, upload: upload_flags } = opts;
+    let Options {
+        config: config_flag,
+        local_path_flag,
+        disable_flag,
+        report: opts_report,
+        upload: upload_flags,
+    } = opts;
     let command_given = command.is_some();
     // What a person typed (flags, TRAINPROF_* variables, a --config file) is checked before
     // anything starts: a mistake there stops here with exit status 2 (README, `trainprof
@@ -275,11 +281,8 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
         }
         // The report reads the sealed files, before the uploader's Finish sends (and
         // deletes) them; a failure is one line, never a failed run.
-        let report_lines = if opts_report && command_given {
-            crate::report_cmd::at_end_of_run(root)
-        } else {
-            Vec::new()
-        };
+        let report_lines =
+            if opts_report && command_given { crate::report_cmd::at_end_of_run(root) } else { Vec::new() };
         // The markers go last, once everything else is in S3.
         let uploaded = uploader.map(|u| u.finish(upload_flags.deadline));
         if let Some(counts) = &counts {

@@ -55,7 +55,13 @@ pub fn render(model: &ReportModel) -> String {
     }
     h.push_str("</table><h2>Findings</h2><table><tr><th>rule</th><th>triggered</th><th>summary</th><th>advice</th></tr>");
     for f in &model.findings {
-        let state = if f.triggered { "yes" } else if f.evaluated { "no" } else { "not evaluated" };
+        let state = if f.triggered {
+            "yes"
+        } else if f.evaluated {
+            "no"
+        } else {
+            "not evaluated"
+        };
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{state}</td><td>{}</td><td>{}</td></tr>",

@@ -146,11 +146,13 @@ pub fn mode_steps(ranks: &BTreeMap<String, Vec<collect::StepRec>>) -> ModeSteps 
 
 /// Ranks whose median step is ≥ `STRAGGLER_RATIO` × the median of the ranks' medians.
 pub fn stragglers(per_rank: &BTreeMap<String, StepStats>) -> Vec<Straggler> {
-    let medians: Vec<(&String, f64)> = per_rank.iter().filter_map(|(r, s)| s.p50_ms.map(|m| (r, m))).collect();
+    let medians: Vec<(&String, f64)> =
+        per_rank.iter().filter_map(|(r, s)| s.p50_ms.map(|m| (r, m))).collect();
     if medians.len() < 2 {
         return Vec::new();
     }
-    let Some(mid) = stats::quantile_sorted(&stats::sorted(&medians.iter().map(|m| m.1).collect::<Vec<_>>()), 0.5)
+    let Some(mid) =
+        stats::quantile_sorted(&stats::sorted(&medians.iter().map(|m| m.1).collect::<Vec<_>>()), 0.5)
     else {
         return Vec::new();
     };
@@ -180,7 +182,8 @@ fn assemble(
     let ends = [agg.sys_last_s, agg.last_us.map(|u| u as f64 / 1e6), py_end];
     let start_s = starts.iter().flatten().copied().filter(|v| v.is_finite()).reduce(f64::min);
     let end_s = ends.iter().flatten().copied().filter(|v| v.is_finite()).reduce(f64::max);
-    let steps: BTreeMap<String, ModeSteps> = agg.steps.iter().map(|(m, r)| (m.clone(), mode_steps(r))).collect();
+    let steps: BTreeMap<String, ModeSteps> =
+        agg.steps.iter().map(|(m, r)| (m.clone(), mode_steps(r))).collect();
     let findings = rules::all(&agg, opts, start_s);
     let mut phases: Vec<Phase> = agg
         .phases
@@ -240,12 +243,10 @@ fn series(agg: &Agg) -> Series {
     }
     for (node, n) in &agg.nodes {
         let (t_s, cols) = n.dec.finish(n.columns.len());
-        let get = |name: &str| n.column(name).map(|i| cols[i].clone()).unwrap_or_else(|| vec![None; t_s.len()]);
-        let mut s = NodeSeries {
-            cpu_total: get("cpu_total"),
-            memory: get("memory"),
-            ..NodeSeries::default()
-        };
+        let get =
+            |name: &str| n.column(name).map(|i| cols[i].clone()).unwrap_or_else(|| vec![None; t_s.len()]);
+        let mut s =
+            NodeSeries { cpu_total: get("cpu_total"), memory: get("memory"), ..NodeSeries::default() };
         // Columns are named `core:<6 digits>`, so sorting them sorts the cores.
         let mut cores: Vec<&String> = n.columns.iter().filter(|c| c.starts_with("core:")).collect();
         cores.sort();
@@ -301,7 +302,11 @@ mod tests {
     fn mode_steps_lists_outliers_longest_first() {
         let mut ranks = BTreeMap::new();
         let steps: Vec<collect::StepRec> = (0..50)
-            .map(|i| collect::StepRec { start_us: i * 1000, dur_us: if i == 30 { 1_000_000 } else { 10_000 }, step: i })
+            .map(|i| collect::StepRec {
+                start_us: i * 1000,
+                dur_us: if i == 30 { 1_000_000 } else { 10_000 },
+                step: i,
+            })
             .collect();
         ranks.insert("0-a".to_owned(), steps);
         let m = mode_steps(&ranks);

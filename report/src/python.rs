@@ -64,7 +64,14 @@ pub fn pyinstrument(bytes: &[u8]) -> Result<Vec<PyFunction>, String> {
     walk(&root, &mut acc, &mut on_stack, 0);
     let mut out: Vec<PyFunction> = acc
         .into_iter()
-        .map(|((name, file, line), (total, selft))| PyFunction { name, file, line, calls: None, self_s: selft, total_s: total })
+        .map(|((name, file, line), (total, selft))| PyFunction {
+            name,
+            file,
+            line,
+            calls: None,
+            self_s: selft,
+            total_s: total,
+        })
         .collect();
     top(&mut out);
     Ok(out)

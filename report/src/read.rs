@@ -65,7 +65,8 @@ impl Tick {
     /// CPU total: the agent's `AllCores` line, else the mean of the cores.
     pub fn cpu_total(&self) -> Option<f64> {
         self.cpu_total.or_else(|| {
-            (!self.cores.is_empty()).then(|| self.cores.iter().map(|c| c.1).sum::<f64>() / self.cores.len() as f64)
+            (!self.cores.is_empty())
+                .then(|| self.cores.iter().map(|c| c.1).sum::<f64>() / self.cores.len() as f64)
         })
     }
 
@@ -258,7 +259,8 @@ pub fn timeline_node(file_name: &str) -> Option<&str> {
     let t = parts.next()?;
     let node = parts.next()?;
     let kind = parts.next()?;
-    (t.bytes().all(|b| b.is_ascii_digit()) && !node.is_empty() && kind.ends_with("timeline.json")).then_some(node)
+    (t.bytes().all(|b| b.is_ascii_digit()) && !node.is_empty() && kind.ends_with("timeline.json"))
+        .then_some(node)
 }
 
 /// State carried from one file of a node to the next: smdebug reads a file without a base
@@ -297,7 +299,12 @@ pub fn timeline_events(
     }
 }
 
-fn one_timeline(file: File, node: &str, bases: &mut Bases, f: &mut dyn FnMut(&Event<'_>)) -> Result<(), String> {
+fn one_timeline(
+    file: File,
+    node: &str,
+    bases: &mut Bases,
+    f: &mut dyn FnMut(&Event<'_>),
+) -> Result<(), String> {
     let mut de = serde_json::Deserializer::from_reader(BufReader::new(file));
     let mut st = FileState { node, base: bases.0.get(node).copied(), phases: HashMap::new(), f };
     let r = de.deserialize_seq(Elements(&mut st)).map_err(|e| e.to_string());
@@ -322,13 +329,13 @@ impl FileState<'_, '_> {
         let empty = serde_json::Map::new();
         let args = e.args.as_ref().unwrap_or(&empty);
         match ph {
-            "M" => {
-                if e.name.as_deref() == Some("process_name") {
-                    if let Some(b) = args.get("start_time_since_epoch_in_micros").and_then(serde_json::Value::as_i64) {
-                        self.base = Some(b);
-                    } else if let Some(n) = args.get("name").and_then(|v| v.as_str()) {
-                        self.phases.insert(pid, n.to_owned());
-                    }
+            "M" if e.name.as_deref() == Some("process_name") => {
+                if let Some(b) =
+                    args.get("start_time_since_epoch_in_micros").and_then(serde_json::Value::as_i64)
+                {
+                    self.base = Some(b);
+                } else if let Some(n) = args.get("name").and_then(|v| v.as_str()) {
+                    self.phases.insert(pid, n.to_owned());
                 }
             }
             "X" | "i" | "I" => {
@@ -416,7 +423,8 @@ pub fn stats_files(root: &Dir, skipped: &mut Skipped) -> Vec<StatsFile> {
     for rel in files(root, "framework", &want, skipped) {
         let parts: Vec<&str> = rel.split('/').collect();
         let [_, fw, prof, node, window, file] = parts.as_slice() else { continue };
-        let ok = matches!((*prof, *file), ("cprofile", "python_stats") | ("pyinstrument", "python_stats.json"));
+        let ok =
+            matches!((*prof, *file), ("cprofile", "python_stats") | ("pyinstrument", "python_stats.json"));
         if ok {
             out.push(StatsFile {
                 framework: (*fw).to_owned(),
@@ -468,13 +476,16 @@ mod tests {
 
     #[test]
     fn window_names_parse() {
-        let (a, b) = parse_window("train-2-stepstart-1795316597980690.5_train-2-forwardpassend-1795316597980765.2")
-            .unwrap();
+        let (a, b) =
+            parse_window("train-2-stepstart-1795316597980690.5_train-2-forwardpassend-1795316597980765.2")
+                .unwrap();
         assert_eq!(a.step, Some(2));
         assert_eq!(a.phase, "stepstart");
         assert_eq!(b.phase, "forwardpassend");
         assert!((b.time_us - 1795316597980765.2).abs() < 1.0);
-        let (a, b) = parse_window("prestepzero-*-start-1795316597979670.5_train-0-stepstart-1795316597979794.8").unwrap();
+        let (a, b) =
+            parse_window("prestepzero-*-start-1795316597979670.5_train-0-stepstart-1795316597979794.8")
+                .unwrap();
         assert_eq!(a.step, None);
         assert_eq!(b.step, Some(0));
         assert!(parse_window("nonsense").is_none());
@@ -518,7 +529,10 @@ mod tests {
             got.push((e.node.to_owned(), e.phase.to_owned(), e.start_us, e.dur_us, e.step))
         });
         assert!(skipped.0.is_empty(), "{:?}", skipped.0);
-        assert_eq!(got, vec![("0-algo-1".into(), "Step:ModeKeys.TRAIN".into(), 1000000000000010, 90, Some(3))]);
+        assert_eq!(
+            got,
+            vec![("0-algo-1".into(), "Step:ModeKeys.TRAIN".into(), 1000000000000010, 90, Some(3))]
+        );
     }
 
     #[test]
@@ -528,7 +542,8 @@ mod tests {
         std::fs::create_dir_all(&hour).unwrap();
         let outside = dir.path().join("secret");
         std::fs::write(&outside, "[]").unwrap();
-        std::os::unix::fs::symlink(&outside, hour.join("1000000000000100_0-algo-1_pythontimeline.json")).unwrap();
+        std::os::unix::fs::symlink(&outside, hour.join("1000000000000100_0-algo-1_pythontimeline.json"))
+            .unwrap();
         let root = Dir::open_root(dir.path(), false).unwrap();
         let mut skipped = Skipped::default();
         let mut n = 0;

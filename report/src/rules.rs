@@ -38,7 +38,14 @@ pub const MAX_INIT_S: f64 = 20.0 * 60.0;
 /// LoadBalancing's distance threshold.
 const LOAD_THRESHOLD: f64 = 0.2;
 
-fn finding(rule: &str, triggered: bool, evaluated: bool, summary: String, advice: &str, evidence: Value) -> Finding {
+fn finding(
+    rule: &str,
+    triggered: bool,
+    evaluated: bool,
+    summary: String,
+    advice: &str,
+    evidence: Value,
+) -> Finding {
     Finding {
         rule: rule.to_owned(),
         triggered: triggered && evaluated,
@@ -104,13 +111,16 @@ fn bottleneck(agg: &Agg, opts: &Options, io: bool) -> Finding {
                    "low_gpu_datapoints": n.low_gpu_ticks, "triggered": hit}),
         );
     }
-    let what = if io { format!("I/O wait above {IO_HIGH} %") } else { format!("a CPU core above {CPU_HIGH} %") };
+    let what =
+        if io { format!("I/O wait above {IO_HIGH} %") } else { format!("a CPU core above {CPU_HIGH} %") };
     let evidence = json!({"threshold_percent": 50, "gpu_threshold": GPU_LOW,
         if io { "io_threshold" } else { "cpu_threshold" }: if io { IO_HIGH } else { CPU_HIGH },
         "patience": patience, "nodes": per_node});
     let summary = match (&worst, evaluated) {
         (None, _) => "No GPU metrics: the rule needs GPU utilisation.".to_owned(),
-        (Some(_), false) => format!("Too few system datapoints to judge (the rule waits for more than {patience})."),
+        (Some(_), false) => {
+            format!("Too few system datapoints to judge (the rule waits for more than {patience}).")
+        }
         (Some((node, pct)), true) => format!(
             "On {node}, {pct:.1} % of the datapoints had a GPU below {GPU_LOW} % while {what} (threshold: 50 %)."
         ),
@@ -149,7 +159,11 @@ fn low_gpu(agg: &Agg, opts: &Options) -> Finding {
                 _ => None,
             };
             if let Some(k) = kind {
-                hits.push(format!("{gpu} on {node} is {k} (p95 {:.1} %, p5 {:.1} %)", p95.unwrap_or(0.0), p5.unwrap_or(0.0)));
+                hits.push(format!(
+                    "{gpu} on {node} is {k} (p95 {:.1} %, p5 {:.1} %)",
+                    p95.unwrap_or(0.0),
+                    p5.unwrap_or(0.0)
+                ));
                 ranges.push([n.first_s, n.last_s]);
             }
             gpus.push(json!({"node": node, "gpu": gpu, "datapoints": g.util.len(),
@@ -213,7 +227,9 @@ fn gpu_memory(agg: &Agg, opts: &Options) -> Finding {
     }
     let summary = match (&worst, evaluated) {
         _ if gpus.is_empty() => "No GPU memory metrics.".to_owned(),
-        (_, false) => format!("Too few GPU memory datapoints to judge (the rule waits for more than {patience})."),
+        (_, false) => {
+            format!("Too few GPU memory datapoints to judge (the rule waits for more than {patience}).")
+        }
         (Some((node, gpu, inc)), true) if triggered => format!(
             "GPU memory of {gpu} on {node} grew: its moving average rose by up to {inc:.1} points (threshold {MEM_INCREASE})."
         ),
@@ -386,7 +402,9 @@ fn max_init(agg: &Agg, job_start_s: Option<f64>) -> Finding {
     let hit = init.is_some_and(|i| i > MAX_INIT_S);
     let summary = match init {
         None => "No step recorded: the start of training is unknown.".to_owned(),
-        Some(i) => format!("The first step started {i:.1} s after the job's first record (threshold {MAX_INIT_S} s)."),
+        Some(i) => format!(
+            "The first step started {i:.1} s after the job's first record (threshold {MAX_INIT_S} s)."
+        ),
     };
     let mut f = finding(
         "MaxInitializationTime",
@@ -412,8 +430,12 @@ fn load_balancing(agg: &Agg, opts: &Options) -> Finding {
     let mut worst: Option<(String, String, String, f64)> = None;
     let mut ranges = Vec::new();
     for (node, n) in &agg.nodes {
-        let judged: Vec<(&String, Vec<f64>)> =
-            n.gpus.iter().filter(|(_, g)| g.util.len() > patience).map(|(k, g)| (k, g.util.load_bins())).collect();
+        let judged: Vec<(&String, Vec<f64>)> = n
+            .gpus
+            .iter()
+            .filter(|(_, g)| g.util.len() > patience)
+            .map(|(k, g)| (k, g.util.load_bins()))
+            .collect();
         for i in 0..judged.len() {
             for j in i + 1..judged.len() {
                 let Some(d) = js_distance(&judged[i].1, &judged[j].1) else { continue };
@@ -433,7 +455,9 @@ fn load_balancing(agg: &Agg, opts: &Options) -> Finding {
         (_, false) => format!("Needs two GPUs on a node with more than {patience} datapoints each."),
         (None, true) => "The GPUs of each node were equally busy.".to_owned(),
         (Some((node, a, b, d)), true) => {
-            format!("On {node}, {a} and {b} were unequally busy (histogram distance {d:.2}, threshold {LOAD_THRESHOLD}).")
+            format!(
+                "On {node}, {a} and {b} were unequally busy (histogram distance {d:.2}, threshold {LOAD_THRESHOLD})."
+            )
         }
     };
     let mut f = finding(
@@ -452,9 +476,7 @@ fn load_balancing(agg: &Agg, opts: &Options) -> Finding {
 fn overall(agg: &Agg) -> Finding {
     let mut nodes = serde_json::Map::new();
     for (node, n) in &agg.nodes {
-        let q = |h: &crate::stats::PctHist| {
-            json!({"p50": h.quantile(0.5), "p95": h.quantile(0.95), "p99": h.quantile(0.99), "max": h.max()})
-        };
+        let q = |h: &crate::stats::PctHist| json!({"p50": h.quantile(0.5), "p95": h.quantile(0.95), "p99": h.quantile(0.99), "max": h.max()});
         let mut m = serde_json::Map::new();
         m.insert("cpu".into(), q(&n.cpu_total));
         m.insert("memory".into(), q(&n.memory));
@@ -499,7 +521,11 @@ mod tests {
                 cores: vec![(0, core), (1, 10.0)],
                 core_iowait: vec![(0, iowait)],
                 memory: Some(20.0),
-                gpus: gpus.iter().enumerate().map(|(k, (u, m))| (format!("gpu{k}"), Some(*u), Some(*m))).collect(),
+                gpus: gpus
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (u, m))| (format!("gpu{k}"), Some(*u), Some(*m)))
+                    .collect(),
                 ..Tick::default()
             };
             a.tick("algo-1", &t);
@@ -562,7 +588,11 @@ mod tests {
     fn step_outlier_needs_more_than_ten() {
         let mut a = Agg::default();
         let steps: Vec<StepRec> = (0..200)
-            .map(|i| StepRec { start_us: i * 1_000_000, dur_us: if i % 17 == 5 { 500_000 } else { 10_000 }, step: i })
+            .map(|i| StepRec {
+                start_us: i * 1_000_000,
+                dur_us: if i % 17 == 5 { 500_000 } else { 10_000 },
+                step: i,
+            })
             .collect();
         a.steps.entry("TRAIN".into()).or_default().insert("0-algo-1".into(), steps.clone());
         let f = step_outlier(&a);
@@ -580,8 +610,7 @@ mod tests {
 
     #[test]
     fn max_init_and_dataloader() {
-        let mut a = Agg::default();
-        a.first_step_us = Some(2_000_000_000);
+        let a = Agg { first_step_us: Some(2_000_000_000), ..Agg::default() };
         let f = max_init(&a, Some(2000.0 - 1300.0));
         assert!(f.triggered);
         let f = max_init(&a, Some(1990.0));

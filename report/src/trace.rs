@@ -82,7 +82,9 @@ impl<W: Write> Out<W> {
         }
         let t = self.tids.len() as u64 + 1;
         self.tids.insert(key, t);
-        self.event(&json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": thread}}))?;
+        self.event(
+            &json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": thread}}),
+        )?;
         Ok(t)
     }
 }
@@ -173,8 +175,10 @@ fn counters<W: Write>(o: &mut Out<W>, node: &str, ts: i64, t: &Tick) -> io::Resu
     let pid = o.pid(&format!("node {node}"), 1)?;
     let mut n = 0;
     let mut c = |o: &mut Out<W>, name: &str, args: Vec<(&str, Option<f64>)>| -> io::Result<()> {
-        let args: serde_json::Map<String, Value> =
-            args.into_iter().filter_map(|(k, v)| v.filter(|x| x.is_finite()).map(|v| (k.to_owned(), json!(v)))).collect();
+        let args: serde_json::Map<String, Value> = args
+            .into_iter()
+            .filter_map(|(k, v)| v.filter(|x| x.is_finite()).map(|v| (k.to_owned(), json!(v))))
+            .collect();
         if args.is_empty() {
             return Ok(());
         }
@@ -262,7 +266,10 @@ mod tests {
         std::fs::create_dir_all(&sys).unwrap();
         let mut s = String::new();
         for i in 0..5 {
-            s += &format!("{{\"Type\":\"cpu\",\"Name\":\"cpu0\",\"Dimension\":\"CPUUtilization\",\"Value\":5,\"NodeId\":\"algo-1\",\"Timestamp\":{}}}\n", 1_000_000_000 + i);
+            s += &format!(
+                "{{\"Type\":\"cpu\",\"Name\":\"cpu0\",\"Dimension\":\"CPUUtilization\",\"Value\":5,\"NodeId\":\"algo-1\",\"Timestamp\":{}}}\n",
+                1_000_000_000 + i
+            );
         }
         std::fs::write(sys.join("1000000000.algo-1.json"), s).unwrap();
 

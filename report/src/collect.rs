@@ -18,6 +18,42 @@ pub const MEM_WINDOW: usize = 10;
 const MAX_DATALOADER_DURATIONS: usize = 100_000;
 /// Ranges kept per finding.
 pub const MAX_RANGES: usize = 50;
+/// SageMaker's rules run every 60 s of data (`scan_interval_us`); so are the windowed checks
+/// here, and once more at the end of each node's data.
+pub const EVAL_EVERY_S: f64 = 60.0;
+/// BatchSize's window: the last 500 values (and it needs more than 500).
+pub const BATCH_WINDOW: usize = 500;
+/// SageMaker's `patience` for the system rules.
+pub const SYSTEM_PATIENCE: u64 = 1000;
+
+/// The outcome of a windowed check over the job: how often it was judged, how often it
+/// held, and the 60 s windows where it held (joined when adjacent).
+#[derive(Debug, Clone, Default)]
+pub struct Verdicts {
+    pub evaluations: u64,
+    pub hits: u64,
+    pub windows: Ranges,
+}
+
+impl Verdicts {
+    fn judge(&mut self, hit: bool, from: f64, to: f64) {
+        self.evaluations += 1;
+        if hit {
+            self.hits += 1;
+            if let Some(last) = self.windows.ranges.last_mut()
+                && from <= last[1]
+            {
+                last[1] = to;
+                return;
+            }
+            if self.windows.ranges.len() < MAX_RANGES {
+                self.windows.ranges.push([from, to]);
+            } else {
+                self.windows.dropped += 1;
+            }
+        }
+    }
+}
 
 /// Time ranges built from ticks: a tick within `gap` seconds of the open range extends it.
 #[derive(Debug, Clone, Default)]
@@ -55,6 +91,14 @@ pub struct GpuAgg {
     pub mem_n: u64,
     pub mem_increases: Ranges,
     pub max_increase: Option<(f64, f64, f64)>,
+    /// The last `BATCH_WINDOW` memory values (BatchSize).
+    pub mem_window: VecDeque<f64>,
+    /// LowGPUUtilization per window, and the last window's (kind, p95, p5) when it held.
+    pub low: Verdicts,
+    pub low_hit: Option<(&'static str, f64, f64)>,
+    /// BatchSize per window, and (cpu p95, gpu p95, memory p95) when it held.
+    pub batch: Verdicts,
+    pub batch_hit: Option<(f64, f64, f64)>,
 }
 
 /// One system node.
@@ -71,6 +115,14 @@ pub struct NodeAgg {
     pub low_gpu_ticks: u64,
     pub cpu_bottleneck: Ranges,
     pub io_bottleneck: Ranges,
+    /// CPUBottleneck / IOBottleneck per window (the share of bottleneck ticks so far).
+    pub cpu_verdict: Verdicts,
+    pub io_verdict: Verdicts,
+    /// The CPU (all cores) of the last `BATCH_WINDOW` ticks, and how many ticks had one.
+    pub cpu_window: VecDeque<f64>,
+    pub cpu_n: u64,
+    next_eval_s: f64,
+    last_eval_s: f64,
     pub dec: Decimator,
     pub columns: Vec<String>,
     col_index: HashMap<String, usize>,
@@ -92,6 +144,12 @@ impl NodeAgg {
             low_gpu_ticks: 0,
             cpu_bottleneck: Ranges::default(),
             io_bottleneck: Ranges::default(),
+            cpu_verdict: Verdicts::default(),
+            io_verdict: Verdicts::default(),
+            cpu_window: VecDeque::new(),
+            cpu_n: 0,
+            next_eval_s: t + EVAL_EVERY_S,
+            last_eval_s: t,
             dec: Decimator::new(NODE_POINTS),
             columns: Vec::new(),
             col_index: HashMap::new(),
@@ -110,12 +168,63 @@ impl NodeAgg {
         self.columns.len() - 1
     }
 
+    /// The windowed checks on the data so far, for the window ending at `end`.
+    fn evaluate(&mut self, end: f64, patience: u64) {
+        let from = self.last_eval_s;
+        self.last_eval_s = end;
+        if self.gpus.is_empty() {
+            return;
+        }
+        if self.ticks > patience {
+            let pct = |n: u64| n as f64 * 100.0 / self.ticks as f64;
+            let (c, i) = (pct(self.cpu_bottleneck.count), pct(self.io_bottleneck.count));
+            self.cpu_verdict.judge(c > 50.0, from, end);
+            self.io_verdict.judge(i > 50.0, from, end);
+        }
+        let p95 = |q: &VecDeque<f64>| {
+            let v = crate::stats::sorted(&q.iter().copied().collect::<Vec<_>>());
+            (crate::stats::quantile_sorted(&v, 0.95), crate::stats::quantile_sorted(&v, 0.05))
+        };
+        let cpu95 =
+            (self.cpu_n > (BATCH_WINDOW as u64).max(patience)).then(|| p95(&self.cpu_window).0).flatten();
+        for g in self.gpus.values_mut() {
+            if g.util.len() > patience {
+                let (Some(hi), Some(lo)) = p95(&g.util_last) else { continue };
+                let kind = if hi < LOW_P95 {
+                    Some("underutilized")
+                } else if hi > LOW_P95 && lo < LOW_P5 {
+                    Some("fluctuating")
+                } else {
+                    None
+                };
+                g.low.judge(kind.is_some(), from, end);
+                if let Some(k) = kind {
+                    g.low_hit = Some((k, hi, lo));
+                }
+            }
+            if let Some(c) = cpu95
+                && g.util.len() > BATCH_WINDOW as u64
+                && g.mem_window.len() == BATCH_WINDOW
+            {
+                let (u, m) = (p95(&g.util_last).0.unwrap_or(100.0), p95(&g.mem_window).0.unwrap_or(100.0));
+                let hit = c < LOW_P95 && u < LOW_P95 && m < LOW_P95;
+                g.batch.judge(hit, from, end);
+                if hit {
+                    g.batch_hit = Some((c, u, m));
+                }
+            }
+        }
+    }
+
     /// The column of `name`, if it was ever seen.
     pub fn column(&self, name: &str) -> Option<usize> {
         self.col_index.get(name).copied()
     }
 }
 
+/// LowGPUUtilization's and BatchSize's p95 threshold, LowGPUUtilization's p5 threshold.
+pub const LOW_P95: f64 = 70.0;
+pub const LOW_P5: f64 = 10.0;
 /// Thresholds of SageMaker's CPUBottleneck and IOBottleneck (defaults).
 pub const GPU_LOW: f64 = 10.0;
 pub const CPU_HIGH: f64 = 90.0;
@@ -136,6 +245,8 @@ pub struct StepRec {
 /// Everything the report keeps from a LocalPath.
 #[derive(Debug, Default)]
 pub struct Agg {
+    /// `--patience` (`None`: SageMaker's defaults).
+    pub patience: Option<u64>,
     pub nodes: BTreeMap<String, NodeAgg>,
     /// mode → rank → steps in the order read.
     pub steps: BTreeMap<String, BTreeMap<String, Vec<StepRec>>>,
@@ -164,10 +275,39 @@ fn push_last(q: &mut VecDeque<f64>, v: f64, cap: usize) {
 }
 
 impl Agg {
+    pub fn new(patience: Option<u64>) -> Agg {
+        Agg { patience, ..Agg::default() }
+    }
+
+    /// Datapoints a system rule waits for.
+    pub fn system_patience(&self) -> u64 {
+        self.patience.map_or(SYSTEM_PATIENCE, |p| p.min(SYSTEM_PATIENCE))
+    }
+
+    /// The last window of every node, once all ticks are in.
+    pub fn finish(&mut self) {
+        let patience = self.system_patience();
+        for n in self.nodes.values_mut() {
+            if n.last_s > n.last_eval_s {
+                let end = n.last_s;
+                n.evaluate(end, patience);
+            }
+        }
+    }
+
     pub fn tick(&mut self, node: &str, t: &Tick) {
+        let patience = self.system_patience();
         self.sys_first_s = Some(self.sys_first_s.map_or(t.t_s, |f| f.min(t.t_s)));
         self.sys_last_s = Some(self.sys_last_s.map_or(t.t_s, |f| f.max(t.t_s)));
         let n = self.nodes.entry(node.to_owned()).or_insert_with(|| NodeAgg::new(t.t_s));
+        // The windows that ended before this tick are judged on the data before it.
+        if t.t_s >= n.next_eval_s {
+            let end = n.next_eval_s;
+            n.evaluate(end, patience);
+            while n.next_eval_s <= t.t_s {
+                n.next_eval_s += EVAL_EVERY_S;
+            }
+        }
         n.ticks += 1;
         n.first_s = n.first_s.min(t.t_s);
         n.last_s = n.last_s.max(t.t_s);
@@ -177,6 +317,8 @@ impl Agg {
         let total = t.cpu_total();
         if let Some(v) = total {
             n.cpu_total.add(v);
+            n.cpu_n += 1;
+            push_last(&mut n.cpu_window, v, BATCH_WINDOW);
         }
         if let Some(v) = t.memory {
             n.memory.add(v);
@@ -201,6 +343,7 @@ impl Agg {
                 g.mem.add(*m);
                 g.mem_n += 1;
                 push_last(&mut g.mem_last, *m, MEM_WINDOW + 1);
+                push_last(&mut g.mem_window, *m, BATCH_WINDOW);
                 // SageMaker's moving averages: the last `window` values against the
                 // `window - 1` values from `-window - 1` to `-3` (its slice `[-w-1:-2]`).
                 if g.mem_n > MEM_WINDOW as u64 + 1 {
@@ -210,7 +353,8 @@ impl Agg {
                     let older = &v[k - MEM_WINDOW - 1..k - 2];
                     let older = older.iter().sum::<f64>() / older.len() as f64;
                     let diff = recent - older;
-                    if diff > MEM_INCREASE {
+                    // SageMaker counts an increase only once it has more than `patience` values.
+                    if diff > MEM_INCREASE && g.mem_n > patience {
                         g.mem_increases.hit(t.t_s, RANGE_GAP_S);
                     }
                     if g.max_increase.is_none_or(|(d, _, _)| diff > d) {
@@ -354,7 +498,7 @@ mod tests {
 
     #[test]
     fn memory_increase_uses_sagemakers_moving_averages() {
-        let mut a = Agg::default();
+        let mut a = Agg::new(Some(20));
         for i in 0..30 {
             a.tick("algo-1", &tick(f64::from(i), 10.0, 50.0, 10.0));
         }
@@ -366,6 +510,35 @@ mod tests {
         let (d, t, _) = g.max_increase.unwrap();
         assert!((d - 6.0).abs() < 1e-9, "{d}");
         assert_eq!(t, 30.0);
+        // The same jump before `patience` values is not counted.
+        let mut a = Agg::new(Some(100));
+        for i in 0..31 {
+            a.tick("algo-1", &tick(f64::from(i), 10.0, 50.0, if i < 30 { 10.0 } else { 70.0 }));
+        }
+        assert_eq!(a.nodes["algo-1"].gpus["gpu0"].mem_increases.count, 0);
+    }
+
+    #[test]
+    fn windows_are_judged_every_minute_and_at_the_end() {
+        let mut a = Agg::new(Some(10));
+        // Two minutes of an idle GPU with a burning CPU, then two minutes of a busy GPU.
+        for i in 0..240 {
+            let gpu = if i < 120 { 3.0 } else { 90.0 };
+            a.tick("algo-1", &tick(f64::from(i), 95.0, gpu, 10.0));
+        }
+        a.finish();
+        let n = &a.nodes["algo-1"];
+        // Judged at 60, 120, 180 and at the end (239).
+        assert_eq!(n.cpu_verdict.evaluations, 4);
+        // Bottleneck share so far: 100 %, 100 %, 67 %, 50 % (not above 50).
+        assert_eq!(n.cpu_verdict.hits, 3);
+        assert_eq!(n.cpu_verdict.windows.ranges, vec![[0.0, 180.0]]);
+        let g = &n.gpus["gpu0"];
+        // The last 500 values: idle (underutilized) at 60 and 120, then idle and busy
+        // (fluctuating: p95 above 70, p5 below 10) at 180 and at the end.
+        assert_eq!((g.low.evaluations, g.low.hits), (4, 4));
+        assert_eq!(g.low_hit, Some(("fluctuating", 90.0, 3.0)));
+        assert_eq!(g.low.windows.ranges, vec![[0.0, 239.0]]);
     }
 
     #[test]

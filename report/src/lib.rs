@@ -49,15 +49,16 @@ pub enum Error {
 pub fn build(root: &Path, source: &str, opts: &Options) -> Result<ReportModel, Error> {
     let dir = Dir::open_root(root, false).map_err(|e| Error::Root(root.display().to_string(), e))?;
     let mut skipped = read::Skipped::default();
-    let mut agg = Agg::default();
+    let mut agg = Agg::new(opts.patience);
     read::system_ticks(&dir, &mut skipped, |node, t| agg.tick(node, &t));
     read::timeline_events(&dir, &mut skipped, &|_, _| true, |e| agg.event(e));
     let stats = read::stats_files(&dir, &mut skipped);
     if agg.nodes.is_empty() && agg.ranks.is_empty() && stats.is_empty() {
         return Err(Error::Empty(root.display().to_string()));
     }
+    agg.finish();
     let python = python_windows(&dir, &stats, &mut skipped);
-    Ok(assemble(agg, python, source, opts, skipped))
+    Ok(assemble(agg, python, source, skipped))
 }
 
 fn python_windows(dir: &Dir, files: &[read::StatsFile], skipped: &mut read::Skipped) -> Vec<PythonWindow> {
@@ -168,13 +169,7 @@ pub fn stragglers(per_rank: &BTreeMap<String, StepStats>) -> Vec<Straggler> {
     out
 }
 
-fn assemble(
-    agg: Agg,
-    python: Vec<PythonWindow>,
-    source: &str,
-    opts: &Options,
-    skipped: read::Skipped,
-) -> ReportModel {
+fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Skipped) -> ReportModel {
     // The Python windows count too: the pre-step-zero window starts before the first step.
     let py_start = python.iter().filter_map(|w| w.start_s).reduce(f64::min);
     let py_end = python.iter().filter_map(|w| w.end_s).reduce(f64::max);
@@ -184,7 +179,7 @@ fn assemble(
     let end_s = ends.iter().flatten().copied().filter(|v| v.is_finite()).reduce(f64::max);
     let steps: BTreeMap<String, ModeSteps> =
         agg.steps.iter().map(|(m, r)| (m.clone(), mode_steps(r))).collect();
-    let findings = rules::all(&agg, opts, start_s);
+    let findings = rules::all(&agg, start_s);
     let mut phases: Vec<Phase> = agg
         .phases
         .iter()

@@ -110,7 +110,7 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let opts = trainprof_report::Options { patience: args.patience };
+    let opts = trainprof_report::Options { patience: args.patience, ..Default::default() };
     let model = match trainprof_report::build(&input.root, &input.source, &opts) {
         Ok(m) => m,
         Err(e) => {
@@ -225,28 +225,43 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
     }
 }
 
-/// The report at the end of `trainprof run`: `report.html` in the output folder. Returns
-/// the summary's lines (its path and one line per triggered finding); a failure is one
-/// line, never a failed run.
-pub fn at_end_of_run(root: &Path) -> Vec<String> {
-    let model = match trainprof_report::build(
-        root,
-        &root.display().to_string(),
-        &trainprof_report::Options::default(),
-    ) {
+/// The report at the end of `trainprof run`: `report.html` in the output folder, on this
+/// run's files only (`before`: the files that were there when it started). When an earlier
+/// job's `report.html` is there, the first free of `report-2.html`, `report-3.html`, …
+/// Returns the summary's lines (its path and one line per triggered finding); a failure is
+/// one line, never a failed run.
+pub fn at_end_of_run(root: &Path, before: &std::collections::HashSet<String>) -> Vec<String> {
+    let opts = trainprof_report::Options { leave_out: before.clone(), ..Default::default() };
+    let model = match trainprof_report::build(root, &root.display().to_string(), &opts) {
         Ok(m) => m,
         Err(e) => return vec![format!("no report: {e}")],
     };
-    let input = Input { root: root.to_owned(), source: String::new(), remote: false, _temp: None };
-    match write_html(&model, None, &input) {
-        Ok(p) => {
-            let mut lines = vec![format!("report: {}", p.display())];
-            lines.extend(triggered_lines(&model));
-            lines
+    let page = trainprof_report::html::render(&model);
+    let dir = match Dir::open_root(root, false) {
+        Ok(d) => d,
+        Err(e) => return vec![format!("no report: {}: {e}", root.display())],
+    };
+    let names = std::iter::once(REPORT_FILE.to_owned())
+        .chain((2..=END_OF_RUN_TRIES).map(|n| format!("report-{n}.html")));
+    for name in names {
+        let mut f = match dir.create_new(&name) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return vec![format!("no report: {}: {e}", root.join(&name).display())],
+        };
+        let path = root.join(&name);
+        if let Err(e) = f.write_all(page.as_bytes()).and_then(|()| f.sync_all()) {
+            return vec![format!("no report: {}: {e}", path.display())];
         }
-        Err(e) => vec![format!("no report: {e}")],
+        let mut lines = vec![format!("report: {}", path.display())];
+        lines.extend(triggered_lines(&model));
+        return lines;
     }
+    vec![format!("no report: report.html to report-{END_OF_RUN_TRIES}.html all exist in {}", root.display())]
 }
+
+/// Names tried at the end of `run`.
+const END_OF_RUN_TRIES: u32 = 100;
 
 /// Whether an S3 key (relative to the prefix) is a profiler file the report reads: under
 /// `system/incremental/` or `framework/`, every component a plain name.

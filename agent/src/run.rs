@@ -281,8 +281,11 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
         }
         // The report reads the sealed files, before the uploader's Finish sends (and
         // deletes) them; a failure is one line, never a failed run.
-        let report_lines =
-            if opts_report && command_given { crate::report_cmd::at_end_of_run(root) } else { Vec::new() };
+        let report_lines = if opts_report && command_given {
+            crate::report_cmd::at_end_of_run(root, &before)
+        } else {
+            Vec::new()
+        };
         // The markers go last, once everything else is in S3.
         let uploaded = uploader.map(|u| u.finish(upload_flags.deadline));
         if let Some(counts) = &counts {

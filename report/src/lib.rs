@@ -48,7 +48,7 @@ pub enum Error {
 /// (a path or `s3://…`), kept in the model.
 pub fn build(root: &Path, source: &str, opts: &Options) -> Result<ReportModel, Error> {
     let dir = Dir::open_root(root, false).map_err(|e| Error::Root(root.display().to_string(), e))?;
-    let mut skipped = read::Skipped::default();
+    let mut skipped = read::Skipped::leaving_out(opts.leave_out.clone());
     let mut agg = Agg::new(opts.patience);
     read::system_ticks(&dir, &mut skipped, |node, t| agg.tick(node, &t));
     read::timeline_events(&dir, &mut skipped, &|_, _| true, |e| agg.event(e));
@@ -67,7 +67,7 @@ fn python_windows(dir: &Dir, files: &[read::StatsFile], skipped: &mut read::Skip
         let bytes = match read::read_file(dir, &f.rel, MAX_STATS_BYTES) {
             Ok(b) => b,
             Err(e) => {
-                skipped.0.push(format!("{}: {e}", f.rel));
+                skipped.push(format!("{}: {e}", f.rel));
                 continue;
             }
         };
@@ -78,7 +78,7 @@ fn python_windows(dir: &Dir, files: &[read::StatsFile], skipped: &mut read::Skip
         let functions = match functions {
             Ok(v) => v,
             Err(e) => {
-                skipped.0.push(format!("{}: {e}", f.rel));
+                skipped.push(format!("{}: {e}", f.rel));
                 Vec::new()
             }
         };

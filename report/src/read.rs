@@ -18,12 +18,19 @@ const MAX_LINE: u64 = 64 * 1024;
 /// apart as one sample, and so do we.
 pub const SNAPSHOT_S: f64 = 0.02;
 
-/// Problems met while reading: a file that could not be opened or parsed, a link left alone.
+/// What a read leaves out: `0` collects the problems met (a file that could not be opened
+/// or parsed, a link left alone); `leave_out` names files (relative paths) not to read, e.g.
+/// an earlier job's files in the same LocalPath.
 #[derive(Debug, Default)]
-pub struct Skipped(pub Vec<String>);
+pub struct Skipped(pub Vec<String>, pub std::collections::HashSet<String>);
 
 impl Skipped {
-    fn push(&mut self, s: String) {
+    /// Leaves the files `rels` out of every read.
+    pub fn leaving_out(rels: std::collections::HashSet<String>) -> Skipped {
+        Skipped(Vec::new(), rels)
+    }
+
+    pub fn push(&mut self, s: String) {
         // Bounded: a tree full of planted links must not grow the report without end.
         if self.0.len() < 200 {
             self.0.push(s);
@@ -156,7 +163,7 @@ fn files(root: &Dir, top: &str, want: &dyn Fn(&str, bool) -> bool, skipped: &mut
     for r in w.refused {
         skipped.push(r);
     }
-    w.files.into_iter().map(|(p, _)| p).collect()
+    w.files.into_iter().map(|(p, _)| p).filter(|p| !skipped.1.contains(p)).collect()
 }
 
 fn open(root: &Dir, rel: &str) -> io::Result<File> {

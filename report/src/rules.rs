@@ -11,13 +11,16 @@ use crate::collect::{
 use crate::model::{Finding, RULES};
 use crate::stats::{js_distance, mean, quantile_sorted, sorted, std};
 
-/// Knobs of the rules.
-#[derive(Debug, Clone, Copy, Default)]
+/// What to read and how to judge.
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Datapoints a system-metric rule needs before it judges (SageMaker's `patience`:
     /// 1000 for the system rules, 10 seconds of dataloader events for Dataloader). `Some(n)`
     /// lowers both to at most `n` (for short jobs and tests).
     pub patience: Option<u64>,
+    /// Files (paths relative to the LocalPath) left out: `trainprof run` reports on its own
+    /// job only, not on an earlier one's files beside it.
+    pub leave_out: std::collections::HashSet<String>,
 }
 
 /// SageMaker's Dataloader `patience`: seconds with dataloader events.

@@ -157,6 +157,12 @@ def test_slow_steps_are_step_outliers(tmp_path, trainprof_bin, hook_lib, package
     got = {int(e["args"]["step_num"]) for e in clipped if e["ph"] == "X" and e["cat"] == "Step:ModeKeys.TRAIN"}
     assert set(range(40, 61)) <= got <= set(range(39, 62)), got
     assert len(clipped) < len(doc)
+    # A second job into the same LocalPath: its own page, beside the first, on its own files
+    # (20 plain steps: no StepOutlier, though the first job's slow steps are still there).
+    _, stderr2, _ = run_job(tmp_path, trainprof_bin, hook_lib, package_dir, {"steps": 20})
+    assert f"report: {out / 'report-2.html'}" in stderr2
+    assert "finding: StepOutlier" not in stderr2
+    assert (out / "report.html").read_bytes() == before
 
 
 def test_cpu_burner_with_idle_gpu(tmp_path, trainprof_bin, hook_lib, package_dir, fake_nvml):

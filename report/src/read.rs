@@ -14,6 +14,9 @@ use trainprof_output::fs::{self as ofs, Dir};
 
 /// A system line longer than this is skipped (ours are < 200 bytes).
 const MAX_LINE: u64 = 64 * 1024;
+/// A timeline file larger than this is skipped: events are streamed, but one event is held
+/// whole, and no writer makes files this large (the hook rotates at 10 MB by default).
+pub const MAX_TIMELINE_BYTES: u64 = 1 << 30;
 /// Lines of one tick share one Timestamp; SageMaker's rules take lines less than 20 ms
 /// apart as one sample, and so do we.
 pub const SNAPSHOT_S: f64 = 0.02;
@@ -300,6 +303,17 @@ pub fn timeline_events(
                 continue;
             }
         };
+        match file.metadata() {
+            Ok(m) if m.len() > MAX_TIMELINE_BYTES => {
+                skipped.push(format!("{rel}: {} bytes, more than a timeline holds: not read", m.len()));
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                skipped.push(format!("{rel}: {e}"));
+                continue;
+            }
+        }
         if let Err(e) = one_timeline(file, node, &mut bases, &mut f) {
             skipped.push(format!("{rel}: {e} (events before the error were read)"));
         }

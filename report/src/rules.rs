@@ -615,6 +615,32 @@ mod tests {
     }
 
     #[test]
+    fn gpu_memory_increase_and_overall_usage() {
+        let mut a = Agg::new(Some(10));
+        for i in 0..40 {
+            let mem = if i < 30 { 10.0 } else { 80.0 };
+            let t = Tick {
+                t_s: 100.0 + f64::from(i),
+                cores: vec![(0, 50.0)],
+                memory: Some(25.0),
+                gpus: vec![("gpu0".into(), Some(90.0), Some(mem))],
+                ..Tick::default()
+            };
+            a.tick("algo-1", &t);
+        }
+        a.finish();
+        let f = all(&a, None);
+        let m = get(&f, "GPUMemoryIncrease");
+        assert!(m.triggered, "{}", m.summary);
+        assert!(m.summary.contains("gpu0 on algo-1"), "{}", m.summary);
+        assert_eq!(m.ranges.first().map(|r| r[0]), Some(130.0));
+        let o = get(&f, "OverallSystemUsage");
+        assert!(o.evaluated && !o.triggered);
+        assert_eq!(o.evidence["nodes"]["algo-1"]["memory"]["p50"], 25.0);
+        assert_eq!(o.evidence["nodes"]["algo-1"]["gpu0_util"]["p95"], 90.0);
+    }
+
+    #[test]
     fn max_init_and_dataloader() {
         let a = Agg { first_step_us: Some(2_000_000_000), ..Agg::default() };
         let f = max_init(&a, Some(2000.0 - 1300.0));
@@ -630,5 +656,18 @@ mod tests {
         let f = dataloader(&a);
         // One process on two cores: below 70 %.
         assert!(f.triggered, "{}", f.summary);
+        // Five processes on two cores: above 200 %.
+        for s in 0..20 {
+            a.dataloader_pids.entry(s).or_default().extend([8, 9, 10, 11]);
+        }
+        let f = dataloader(&a);
+        assert!(f.triggered && f.summary.contains("more than twice"), "{}", f.summary);
+        assert!(f.advice.contains("lower num_workers"), "{}", f.advice);
+        // Two on two: in range.
+        for s in 0..20 {
+            a.dataloader_pids.insert(s, [1, 2].into_iter().collect());
+        }
+        let f = dataloader(&a);
+        assert!(f.evaluated && !f.triggered, "{}", f.summary);
     }
 }

@@ -342,5 +342,14 @@ mod tests {
             write(dir.path(), &mut Vec::new(), &Clip { steps: Some((50, 60)), ..Clip::default() }),
             Err(Error::NoSteps(50, 60))
         ));
+        // A time range: from 3.5 s on, steps 3 and 4 and the last tick (4 s).
+        let clip = Clip { start_s: Some(1_000_000_003.5), end_s: None, ..Clip::default() };
+        let mut buf = Vec::new();
+        let w = write(dir.path(), &mut buf, &clip).unwrap();
+        assert_eq!((w.slices, w.counters), (2, 1));
+        let ev = decode(&buf);
+        let steps: Vec<&str> =
+            ev.iter().filter(|e| e["ph"] == "X").map(|e| e["args"]["step_num"].as_str().unwrap()).collect();
+        assert_eq!(steps, ["3", "4"]);
     }
 }

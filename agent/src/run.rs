@@ -280,11 +280,16 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
             log!("cannot write the training_job_end.ts markers: {e}");
         }
         // The report reads the sealed files, before the uploader's Finish sends (and
-        // deletes) them; a failure is one line, never a failed run.
-        let report_lines = if opts_report && command_given {
-            crate::report_cmd::at_end_of_run(root, &before)
-        } else {
-            Vec::new()
+        // deletes) them; a failure is one line, never a failed run. The uploader sends
+        // `system/` and `framework/` only, so with an upload the page would stay behind
+        // alone on disk: not written then (docs/report.md, "At the end of trainprof run").
+        let report_lines = match (opts_report && command_given, uploader.is_some()) {
+            (true, false) => crate::report_cmd::at_end_of_run(root, &before),
+            (true, true) => vec![format!(
+                "report: not written while uploading (the upload does not send it yet); `trainprof report {}` makes it",
+                root.display()
+            )],
+            (false, _) => Vec::new(),
         };
         // The markers go last, once everything else is in S3.
         let uploaded = uploader.map(|u| u.finish(upload_flags.deadline));

@@ -150,8 +150,8 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
     let mut skipped = Skipped::default();
     let (lo_us, hi_us) = range(&dir, clip, &mut skipped)?;
     // serde_json writes a value in many small pieces, and the encoder compresses at every
-    // write: the buffer in front of it makes that one call per 256 KiB (measured: 3.4×
-    // faster on an hour of 8 ranks, docs/report.md "Measured").
+    // write: the buffer in front of it makes that one call per 256 KiB (measured on an hour
+    // of 8 ranks: about 3× faster, docs/report.md "Measured").
     let gz =
         io::BufWriter::with_capacity(256 << 10, GzEncoder::new(io::BufWriter::new(out), Compression::fast()));
     let mut o = Out { w: gz, first: true, pids: HashMap::new(), tids: HashMap::new(), next_pid: 0 };

@@ -305,3 +305,28 @@ def test_bad_input_is_refused_clearly(tmp_path, trainprof_bin):
     assert proc.returncode == 1 and "holds no profiler data" in proc.stderr
     proc = subprocess.run([str(trainprof_bin), "trace", str(tmp_path), "--steps", "9-3"], capture_output=True, text=True)
     assert proc.returncode == 2 and "A <= B" in proc.stderr
+
+
+def test_planted_links_are_not_followed(tmp_path, trainprof_bin):
+    """A timeline and a system folder planted as links to files outside the LocalPath are
+    not read (the report runs as root at the end of `run`): they are named in job.skipped,
+    and nothing of theirs shows in the statistics."""
+    out = tmp_path / "out"
+    write_system_files(out, [(10, 50, 20)] * 5)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "t.json").write_text(json.dumps([
+        {"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros": 1795400000000000}},
+        {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "Step:ModeKeys.TRAIN"}},
+        {"name": "Step:ModeKeys.TRAIN", "pid": 1, "ph": "X", "ts": 0, "dur": 10, "args": {"step_num": "0"}}]))
+    hour = out / "framework" / "pevents" / "2026112203"
+    hour.mkdir(parents=True)
+    (hour / "1795400000000010_0-algo-1_pythontimeline.json").symlink_to(outside / "t.json")
+    write_system_files(outside, [(99, 1, 99)] * 5, node="algo-9")
+    planted_hour = next((outside / "system" / "incremental").iterdir())
+    (out / "system" / "incremental" / "2026112203").symlink_to(planted_hour)
+    model = report_json(trainprof_bin, out)
+    assert model["steps"] == {} and model["job"]["ranks"] == []
+    assert model["job"]["nodes"] == ["algo-1"]
+    skipped = "\n".join(model["job"]["skipped"])
+    assert skipped.count("symbolic link") == 2, skipped

@@ -278,6 +278,117 @@ pub fn to_json(model: &ReportModel) -> String {
 mod tests {
     use super::*;
 
+    /// A LocalPath with two minutes of one node (two cores, one GPU) and one rank's steps.
+    fn small_job() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path().join("system/incremental/2026112203");
+        std::fs::create_dir_all(&sys).unwrap();
+        let mut text = String::new();
+        for i in 0..1200 {
+            let t = 1_795_400_000.0 + f64::from(i) * 0.1;
+            for (ty, name, dim, v) in [
+                ("cpu", "cpu0", "CPUUtilization", 10.0),
+                ("cpu", "cpu1", "CPUUtilization", 30.0),
+                ("gpu", "gpu0", "GPUUtilization", 50.0),
+                ("gpu", "gpu0", "GPUMemoryUtilization", 20.0),
+                ("memory", "MemoryUsedPercent", "", 40.0),
+                ("trainer", "CPUPercent", "ProcessTree", 100.0),
+            ] {
+                // The trainer's line is missing in every other tick.
+                if ty == "trainer" && i % 2 == 1 {
+                    continue;
+                }
+                text += &format!(
+                    "{{\"Type\":\"{ty}\",\"Name\":\"{name}\",\"Dimension\":\"{dim}\",\"Value\":{v},\"NodeId\":\"algo-1\",\"Timestamp\":{t}}}\n"
+                );
+            }
+        }
+        std::fs::write(sys.join("1795400000.algo-1.json"), text).unwrap();
+        let tl = dir.path().join("framework/pevents/2026112203");
+        std::fs::create_dir_all(&tl).unwrap();
+        let mut ev = String::from(
+            "[\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"start_time_since_epoch_in_micros\": 1795400000000000}},\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": \"Step:ModeKeys.TRAIN\"}}",
+        );
+        for i in 0..5000 {
+            ev += &format!(
+                ",\n{{\"name\": \"Step:ModeKeys.TRAIN\", \"pid\": 1, \"ph\": \"X\", \"ts\": {}, \"dur\": {}, \"args\": {{\"step_num\": \"{i}\"}}}}",
+                1_000_000 + i * 20_000,
+                if i == 4321 { 900_000 } else { 10_000 }
+            );
+        }
+        ev += "\n]";
+        std::fs::write(tl.join("1795400200000000_0-algo-1_pythontimeline.json"), ev).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_model_keeps_the_contract() {
+        let dir = small_job();
+        let m = build(dir.path(), "src", &Options::default()).unwrap();
+        assert_eq!(m.version, VERSION);
+        assert_eq!(m.job.nodes, ["algo-1"]);
+        assert_eq!(m.job.ranks, ["0-algo-1"]);
+        assert_eq!(m.job.steps_per_mode["TRAIN"], 5000);
+        assert_eq!(m.findings.len(), 10);
+        // Steps: above 4000, min/max decimated, the slow step kept.
+        let s = &m.series.as_ref().unwrap().steps["TRAIN"]["0-algo-1"];
+        assert!(s.t_s.len() <= STEP_POINTS && s.t_s.len() == s.ms.len());
+        assert!(s.ms.contains(&900.0));
+        // Nodes: every array as long as t_s; a missing sample is null.
+        let n = &m.series.as_ref().unwrap().nodes["algo-1"];
+        let len = n.t_s.len();
+        assert!(len > 0 && len <= collect::NODE_POINTS);
+        assert_eq!(n.cpu_total.len(), len);
+        assert_eq!(n.memory.len(), len);
+        assert_eq!(n.cpu_cores.len(), 2);
+        assert!(n.cpu_cores.iter().all(|c| c.len() == len));
+        assert_eq!(n.cpu_cores[1][0], Some(30.0));
+        assert_eq!(n.gpus["gpu0"].util.len(), len);
+        assert_eq!(n.gpus["gpu0"].mem[0], Some(20.0));
+        let tr = n.trainer.as_ref().unwrap();
+        assert_eq!((tr.cpu.len(), tr.mem_mb.len()), (len, len));
+        assert!(tr.mem_mb.iter().all(Option::is_none));
+        assert!(n.io.is_none() && n.net.is_none());
+        // --json: the contract's keys, no series, nulls rather than NaN.
+        let v: serde_json::Value = serde_json::from_str(&to_json(&m)).unwrap();
+        assert!(v.get("series").is_none());
+        for k in ["version", "source", "job", "steps", "phases", "python", "triggers", "findings"] {
+            assert!(v.get(k).is_some(), "{k}");
+        }
+        for k in [
+            "start_s",
+            "end_s",
+            "duration_s",
+            "nodes",
+            "ranks",
+            "init_s",
+            "steps_per_mode",
+            "profiled",
+            "dropped_events",
+            "clock",
+        ] {
+            assert!(v["job"].get(k).is_some(), "job.{k}");
+        }
+        for k in [
+            "count",
+            "p50_ms",
+            "p90_ms",
+            "p99_ms",
+            "max_ms",
+            "mean_ms",
+            "histogram",
+            "per_rank",
+            "stragglers",
+            "outliers",
+        ] {
+            assert!(v["steps"]["TRAIN"].get(k).is_some(), "steps.TRAIN.{k}");
+        }
+        for k in ["rule", "triggered", "evaluated", "summary", "advice", "evidence", "ranges"] {
+            assert!(v["findings"][0].get(k).is_some(), "findings.{k}");
+        }
+        assert_eq!(v["steps"]["TRAIN"]["outliers"][0]["step"], 4321);
+    }
+
     #[test]
     fn stragglers_by_ratio_of_medians() {
         let mut per = BTreeMap::new();

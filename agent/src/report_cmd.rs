@@ -263,11 +263,17 @@ pub fn at_end_of_run(root: &Path, before: &std::collections::HashSet<String>) ->
 /// Names tried at the end of `run`.
 const END_OF_RUN_TRIES: u32 = 100;
 
-/// Whether an S3 key (relative to the prefix) is a profiler file the report reads: under
-/// `system/incremental/` or `framework/`, every component a plain name.
+/// Whether an S3 key (relative to the prefix) is a file the report reads: system files,
+/// timelines, Python-stats files (not the TF detailed profiles, which can be large), every
+/// component a plain name.
 fn wanted(rel: &str) -> bool {
-    (rel.starts_with("system/incremental/") || rel.starts_with("framework/"))
-        && !rel.ends_with(".tmp")
+    let name = rel.rsplit('/').next().unwrap_or(rel);
+    let kind = rel.starts_with("system/incremental/")
+        || rel.starts_with("framework/pevents/")
+        || (rel.starts_with("framework/")
+            && (rel.contains("/cprofile/") || rel.contains("/pyinstrument/"))
+            && (name == "python_stats" || name == "python_stats.json"));
+    kind && !rel.ends_with(".tmp")
         && rel.split('/').all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
 }
 
@@ -357,6 +363,11 @@ mod tests {
         assert!(!wanted("report.html"));
         assert!(!wanted("system/training_job_end.ts"));
         assert!(!wanted("framework/x.json.1-1.tmp"));
+        assert!(wanted(
+            "framework/pytorch/cprofile/0-algo-1/train-1-stepstart-1.0_train-2-stepstart-2.0/python_stats"
+        ));
+        assert!(!wanted("framework/pytorch/cprofile/0-algo-1/w/python_stats.html"));
+        assert!(!wanted("framework/tensorflow/detailed_profiling/2026112203/000000005/x.xplane.pb"));
     }
 
     #[test]

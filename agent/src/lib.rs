@@ -10,6 +10,8 @@
 //!   probe; [`tick`]: the sampling loop; [`system_file`]: the system metrics files it writes;
 //! * [`upload`]: the S3 uploader and the repair of dead writers' files;
 //! * [`end_markers`], [`summary`]: what the end of a job leaves on disk and on stderr;
+//! * [`report_cmd`]: `trainprof report` / `trainprof trace` (the `trainprof_report` crate),
+//!   their input (a LocalPath or S3) and output files, and the report at the end of `run`;
 //! * [`log`]: the `trainprof: ` log lines.
 
 pub mod check;
@@ -17,6 +19,7 @@ pub mod child;
 pub mod end_markers;
 pub mod log;
 pub mod output_root;
+pub mod report_cmd;
 pub mod run;
 pub mod sample;
 pub mod signals;

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::{Args, Parser, Subcommand};
 
 use trainprof_agent::check::typed_problems;
-use trainprof_agent::run;
+use trainprof_agent::{report_cmd, run};
 use trainprof_config::{FileStatus, OverrideKey, Sources};
 
 #[derive(Parser, Debug)]
@@ -36,9 +36,60 @@ enum Command {
     Run {
         #[command(flatten)]
         flags: AgentFlags,
+        /// Do not write report.html into the output folder when CMD ends.
+        #[arg(long)]
+        no_report: bool,
         /// The command and its arguments (after `--`).
         #[arg(required = true, last = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,
+    },
+    /// Statistics and findings of a profiled job: one offline HTML page, or JSON with --json.
+    ///
+    /// PATH is a LocalPath or s3://bucket/prefix (the upload's credential chain). The page
+    /// goes to PATH/report.html (./report.html for S3) unless -o names a file; an existing
+    /// file is never replaced. Keys and rules: docs/report.md.
+    Report {
+        /// The LocalPath or s3://bucket/prefix.
+        path: String,
+        /// The HTML file to create.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Print the statistics and findings as JSON on stdout (without the chart series);
+        /// with -o the page is written too.
+        #[arg(long)]
+        json: bool,
+        /// S3-compatible endpoint for an s3:// PATH, e.g. http://127.0.0.1:9000
+        #[arg(long, value_name = "URL")]
+        s3_endpoint: Option<String>,
+        /// Datapoints a rule needs before it judges, at most SageMaker's defaults (1000
+        /// system samples; 10 seconds of dataloader events); for short jobs.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1000))]
+        patience: Option<u64>,
+    },
+    /// One Chrome trace (gzipped JSON) of every node and rank, for ui.perfetto.dev.
+    ///
+    /// Steps, phases, ops and kernels as slices per rank, Python windows, and the system
+    /// metrics as counter tracks per node, on one epoch-microsecond axis. Written to
+    /// PATH/trace.json.gz (./trace.json.gz for S3) unless -o names a file; an existing file
+    /// is never replaced.
+    Trace {
+        /// The LocalPath or s3://bucket/prefix.
+        path: String,
+        /// The file to create.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Only the time of steps A to B (step numbers of any mode).
+        #[arg(long, value_name = "A-B", value_parser = trainprof_report::trace::parse_steps, conflicts_with_all = ["start", "end"])]
+        steps: Option<(i64, i64)>,
+        /// Only from this time on (epoch seconds).
+        #[arg(long, value_name = "S", value_parser = finite_seconds)]
+        start: Option<f64>,
+        /// Only up to this time (epoch seconds).
+        #[arg(long, value_name = "S", value_parser = finite_seconds)]
+        end: Option<f64>,
+        /// S3-compatible endpoint for an s3:// PATH.
+        #[arg(long, value_name = "URL")]
+        s3_endpoint: Option<String>,
     },
     /// Work with the profiler configuration (SMPROFILER_CONFIG_PATH).
     Config {
@@ -83,6 +134,7 @@ impl AgentFlags {
             config: self.config,
             local_path_flag: self.overrides.local_path.is_some(),
             disable_flag: self.overrides.disable,
+            report: false,
             upload: run::UploadOptions {
                 endpoint: self.s3_endpoint,
                 keep_local: self.keep_local,
@@ -173,6 +225,14 @@ impl OverrideFlags {
     }
 }
 
+/// `--start` / `--end`: epoch seconds, finite and not negative.
+fn finite_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a time in epoch seconds")),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -180,9 +240,17 @@ fn main() -> ExitCode {
             let (opts, sources) = flags.into_options();
             run::main(opts, sources, None)
         }
-        Command::Run { flags, command } => {
-            let (opts, sources) = flags.into_options();
+        Command::Run { flags, no_report, command } => {
+            let (mut opts, sources) = flags.into_options();
+            opts.report = !no_report;
             run::main(opts, sources, Some(command))
+        }
+        Command::Report { path, output, json, s3_endpoint, patience } => {
+            report_cmd::report(&report_cmd::ReportArgs { path, output, json, s3_endpoint, patience })
+        }
+        Command::Trace { path, output, steps, start, end, s3_endpoint } => {
+            let clip = trainprof_report::trace::Clip { steps, start_s: start, end_s: end };
+            report_cmd::trace(&report_cmd::TraceArgs { path, output, s3_endpoint, clip })
         }
         Command::Config {
             command: ConfigCommand::Check { path, json, steps, strict, framework, overrides },

@@ -29,6 +29,8 @@ pub struct Options {
     pub local_path_flag: bool,
     /// `--disable` was given (for the start-up line).
     pub disable_flag: bool,
+    /// `run` without `--no-report`: write `report.html` into the output folder at the end.
+    pub report: bool,
     pub upload: UploadOptions,
 }
 
@@ -65,7 +67,14 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
     // The tree sampler bounds its own descriptors (sample::process::MAX_OPEN); this is
     // room for the rest. The command gets its limit back.
     let nofile = child::raise_nofile_limit();
-    let Options { config: config_flag, local_path_flag, disable_flag, upload: upload_flags } = opts;
+    let Options {
+        config: config_flag,
+        local_path_flag,
+        disable_flag,
+        report: opts_report,
+        upload: upload_flags,
+    } = opts;
+    let command_given = command.is_some();
     // What a person typed (flags, TRAINPROF_* variables, a --config file) is checked before
     // anything starts: a mistake there stops here with exit status 2 (README, `trainprof
     // agent` and `trainprof run`). What the platform wrote degrades per feature below.
@@ -270,6 +279,18 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
         if let Err(e) = end_markers::write_end_markers(root, SystemClock::new(Stop::new()).wall_s()) {
             log!("cannot write the training_job_end.ts markers: {e}");
         }
+        // The report reads the sealed files, before the uploader's Finish sends (and
+        // deletes) them; a failure is one line, never a failed run. The uploader sends
+        // `system/` and `framework/` only, so with an upload the page would stay behind
+        // alone on disk: not written then (docs/report.md, "At the end of trainprof run").
+        let report_lines = match (opts_report && command_given, uploader.is_some()) {
+            (true, false) => crate::report_cmd::at_end_of_run(root, &before),
+            (true, true) => vec![format!(
+                "report: not written while uploading (the upload does not send it yet); `trainprof report {}` makes it",
+                root.display()
+            )],
+            (false, _) => Vec::new(),
+        };
         // The markers go last, once everything else is in S3.
         let uploaded = uploader.map(|u| u.finish(upload_flags.deadline));
         if let Some(counts) = &counts {
@@ -288,6 +309,9 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
             let mut out = summary::count_outputs(mine);
             out.refused = now.refused.len() as u64;
             for line in summary::summary(root, out, counts, cost).lines() {
+                log!("{line}");
+            }
+            for line in &report_lines {
                 log!("{line}");
             }
         }

@@ -1,4 +1,425 @@
-//! `trainprof report`: the report model and its offline HTML page (docs/report.md).
+//! `trainprof report` and `trainprof trace`: one pass over a LocalPath (system files,
+//! timelines, Python-stats windows; `docs/formats.md`) into a [`model::ReportModel`]
+//! (statistics and the ten findings, `docs/report.md`), an HTML page ([`html::render`]),
+//! or a Perfetto trace ([`trace::write`]). Every file is read through
+//! `trainprof_output::fs`: the report runs as root at the end of `trainprof run`, on a
+//! folder the trainer's user could write.
 
+pub mod collect;
 pub mod html;
+pub mod marshal;
 pub mod model;
+pub mod python;
+pub mod read;
+pub mod rules;
+pub mod stats;
+pub mod trace;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+
+use trainprof_output::fs::Dir;
+
+use collect::Agg;
+use model::*;
+
+pub use rules::Options;
+
+/// Points per rank in the step series.
+pub const STEP_POINTS: usize = 4000;
+/// Steps longer than mean + 3σ listed per mode.
+pub const MAX_OUTLIERS: usize = 50;
+/// A rank is a straggler when its median step is at least this many times the median of
+/// the ranks' medians (`docs/report.md`, "Stragglers").
+pub const STRAGGLER_RATIO: f64 = 1.2;
+/// Largest stats file read (cProfile / pyinstrument).
+const MAX_STATS_BYTES: u64 = 64 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}: {1}")]
+    Root(String, io::Error),
+    #[error("{0} holds no profiler data (no system/incremental, no framework/pevents)")]
+    Empty(String),
+}
+
+/// Reads the LocalPath at `root` and computes the model. `source` is what the user gave
+/// (a path or `s3://…`), kept in the model.
+pub fn build(root: &Path, source: &str, opts: &Options) -> Result<ReportModel, Error> {
+    let dir = Dir::open_root(root, false).map_err(|e| Error::Root(root.display().to_string(), e))?;
+    let mut skipped = read::Skipped::leaving_out(opts.leave_out.clone());
+    let mut agg = Agg::new(opts.patience);
+    read::system_ticks(&dir, &mut skipped, |node, t| agg.tick(node, &t));
+    read::timeline_events(&dir, &mut skipped, &|_, _| true, |e| agg.event(e));
+    let stats = read::stats_files(&dir, &mut skipped);
+    if agg.nodes.is_empty() && agg.ranks.is_empty() && stats.is_empty() {
+        return Err(Error::Empty(root.display().to_string()));
+    }
+    agg.finish();
+    let python = python_windows(&dir, &stats, &mut skipped);
+    Ok(assemble(agg, python, source, skipped))
+}
+
+fn python_windows(dir: &Dir, files: &[read::StatsFile], skipped: &mut read::Skipped) -> Vec<PythonWindow> {
+    let mut out = Vec::new();
+    for f in files {
+        let bytes = match read::read_file(dir, &f.rel, MAX_STATS_BYTES) {
+            Ok(b) => b,
+            Err(e) => {
+                skipped.push(format!("{}: {e}", f.rel));
+                continue;
+            }
+        };
+        let functions = match f.profiler.as_str() {
+            "cprofile" => python::cprofile(&bytes),
+            _ => python::pyinstrument(&bytes),
+        };
+        let functions = match functions {
+            Ok(v) => v,
+            Err(e) => {
+                skipped.push(format!("{}: {e}", f.rel));
+                Vec::new()
+            }
+        };
+        let edges = read::parse_window(&f.window);
+        out.push(PythonWindow {
+            node: f.node.clone(),
+            window: f.window.clone(),
+            profiler: f.profiler.clone(),
+            start_step: edges.as_ref().and_then(|e| e.0.step),
+            end_step: edges.as_ref().and_then(|e| e.1.step),
+            functions,
+            start_s: edges.as_ref().map(|e| e.0.time_us / 1e6),
+            end_s: edges.as_ref().map(|e| e.1.time_us / 1e6),
+        });
+    }
+    out
+}
+
+fn step_stats(ms_sorted: &[f64]) -> StepStats {
+    StepStats {
+        count: ms_sorted.len() as u64,
+        p50_ms: stats::quantile_sorted(ms_sorted, 0.5),
+        p90_ms: stats::quantile_sorted(ms_sorted, 0.9),
+        p99_ms: stats::quantile_sorted(ms_sorted, 0.99),
+        max_ms: ms_sorted.last().copied(),
+        mean_ms: stats::mean(ms_sorted),
+    }
+}
+
+/// Per mode: overall and per-rank statistics, the histogram, stragglers, outliers.
+pub fn mode_steps(ranks: &BTreeMap<String, Vec<collect::StepRec>>) -> ModeSteps {
+    let mut all = Vec::new();
+    let mut per_rank = BTreeMap::new();
+    let mut outliers = Vec::new();
+    for (rank, steps) in ranks {
+        let ms: Vec<f64> = steps.iter().map(|s| s.dur_us as f64 / 1000.0).collect();
+        all.extend_from_slice(&ms);
+        per_rank.insert(rank.clone(), step_stats(&stats::sorted(&ms)));
+        for s in rules::step_outliers(steps).1 {
+            outliers.push(Outlier {
+                rank: rank.clone(),
+                step: s.step,
+                start_s: s.start_us as f64 / 1e6,
+                ms: s.dur_us as f64 / 1000.0,
+            });
+        }
+    }
+    outliers.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    outliers.truncate(MAX_OUTLIERS);
+    let all = stats::sorted(&all);
+    let s = step_stats(&all);
+    let (edges_ms, counts) = stats::histogram(&all, 30);
+    ModeSteps {
+        count: s.count,
+        p50_ms: s.p50_ms,
+        p90_ms: s.p90_ms,
+        p99_ms: s.p99_ms,
+        max_ms: s.max_ms,
+        mean_ms: s.mean_ms,
+        histogram: Histogram { edges_ms, counts },
+        stragglers: stragglers(&per_rank),
+        per_rank,
+        outliers,
+    }
+}
+
+/// Ranks whose median step is ≥ `STRAGGLER_RATIO` × the median of the ranks' medians.
+pub fn stragglers(per_rank: &BTreeMap<String, StepStats>) -> Vec<Straggler> {
+    let medians: Vec<(&String, f64)> =
+        per_rank.iter().filter_map(|(r, s)| s.p50_ms.map(|m| (r, m))).collect();
+    if medians.len() < 2 {
+        return Vec::new();
+    }
+    let Some(mid) =
+        stats::quantile_sorted(&stats::sorted(&medians.iter().map(|m| m.1).collect::<Vec<_>>()), 0.5)
+    else {
+        return Vec::new();
+    };
+    if mid <= 0.0 {
+        return Vec::new();
+    }
+    let mut out: Vec<Straggler> = medians
+        .iter()
+        .filter(|(_, m)| *m >= STRAGGLER_RATIO * mid)
+        .map(|(r, m)| Straggler { rank: (*r).clone(), p50_ms: *m, median_rank_p50_ms: mid, ratio: m / mid })
+        .collect();
+    out.sort_by(|a, b| b.ratio.total_cmp(&a.ratio));
+    out
+}
+
+fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Skipped) -> ReportModel {
+    // The Python windows count too: the pre-step-zero window starts before the first step.
+    let py_start = python.iter().filter_map(|w| w.start_s).reduce(f64::min);
+    let py_end = python.iter().filter_map(|w| w.end_s).reduce(f64::max);
+    let starts = [agg.sys_first_s, agg.first_us.map(|u| u as f64 / 1e6), py_start];
+    let ends = [agg.sys_last_s, agg.last_us.map(|u| u as f64 / 1e6), py_end];
+    let start_s = starts.iter().flatten().copied().filter(|v| v.is_finite()).reduce(f64::min);
+    let end_s = ends.iter().flatten().copied().filter(|v| v.is_finite()).reduce(f64::max);
+    let steps: BTreeMap<String, ModeSteps> =
+        agg.steps.iter().map(|(m, r)| (m.clone(), mode_steps(r))).collect();
+    let findings = rules::all(&agg, start_s);
+    let mut phases: Vec<Phase> = agg
+        .phases
+        .iter()
+        .map(|(name, (count, total_us))| Phase {
+            name: name.clone(),
+            count: *count,
+            total_ms: *total_us as f64 / 1000.0,
+            mean_ms: if *count > 0 { *total_us as f64 / 1000.0 / *count as f64 } else { 0.0 },
+        })
+        .collect();
+    phases.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms));
+    let job = Job {
+        start_s,
+        end_s,
+        duration_s: start_s.zip(end_s).map(|(a, b)| b - a),
+        nodes: agg.nodes.keys().cloned().collect(),
+        ranks: agg.ranks.iter().cloned().collect(),
+        init_s: agg.first_step_us.zip(start_s).map(|(f, s)| f as f64 / 1e6 - s),
+        steps_per_mode: steps.iter().map(|(m, s)| (m.clone(), s.count)).collect(),
+        profiled: Profiled {
+            detailed_steps: agg.detailed.len() as u64,
+            dataloader_events: agg.dataloader_events,
+            python_windows: python.len() as u64,
+        },
+        // The hook's drop counters are not in the files yet (docs/report.md).
+        dropped_events: 0,
+        clock: Vec::new(),
+        skipped: skipped.0,
+    };
+    let series = Some(series(&agg));
+    ReportModel {
+        version: VERSION,
+        source: source.to_owned(),
+        job,
+        steps,
+        phases,
+        python,
+        triggers: Vec::new(),
+        findings,
+        series,
+    }
+}
+
+fn series(agg: &Agg) -> Series {
+    let mut out = Series::default();
+    for (mode, ranks) in &agg.steps {
+        let m = out.steps.entry(mode.clone()).or_default();
+        for (rank, steps) in ranks {
+            let mut v: Vec<&collect::StepRec> = steps.iter().collect();
+            v.sort_by_key(|s| s.start_us);
+            let t: Vec<f64> = v.iter().map(|s| s.start_us as f64 / 1e6).collect();
+            let ms: Vec<f64> = v.iter().map(|s| s.dur_us as f64 / 1000.0).collect();
+            let (t_s, ms) = stats::minmax_decimate(&t, &ms, STEP_POINTS);
+            m.insert(rank.clone(), StepSeries { t_s, ms });
+        }
+    }
+    for (node, n) in &agg.nodes {
+        let (t_s, cols) = n.dec.finish(n.columns.len());
+        let get =
+            |name: &str| n.column(name).map(|i| cols[i].clone()).unwrap_or_else(|| vec![None; t_s.len()]);
+        let mut s =
+            NodeSeries { cpu_total: get("cpu_total"), memory: get("memory"), ..NodeSeries::default() };
+        // Columns are named `core:<6 digits>`, so sorting them sorts the cores.
+        let mut cores: Vec<&String> = n.columns.iter().filter(|c| c.starts_with("core:")).collect();
+        cores.sort();
+        s.cpu_cores = cores.iter().map(|c| get(c)).collect();
+        for gpu in n.gpus.keys() {
+            s.gpus.insert(
+                gpu.clone(),
+                GpuSeries { util: get(&format!("gpu:{gpu}:util")), mem: get(&format!("gpu:{gpu}:mem")) },
+            );
+        }
+        if n.has_io {
+            s.io = Some(IoSeries { read_mbps: get("io_read"), write_mbps: get("io_write") });
+        }
+        if n.has_net {
+            s.net = Some(NetSeries { rx_mbps: get("net_rx"), tx_mbps: get("net_tx") });
+        }
+        if n.has_trainer {
+            s.trainer = Some(TrainerSeries { cpu: get("trainer_cpu"), mem_mb: get("trainer_mem") });
+        }
+        s.t_s = t_s;
+        out.nodes.insert(node.clone(), s);
+    }
+    out
+}
+
+/// The model as `--json` prints it: without `series`.
+pub fn to_json(model: &ReportModel) -> String {
+    let mut m = model.clone();
+    m.series = None;
+    serde_json::to_string_pretty(&m).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A LocalPath with two minutes of one node (two cores, one GPU) and one rank's steps.
+    fn small_job() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path().join("system/incremental/2026112203");
+        std::fs::create_dir_all(&sys).unwrap();
+        let mut text = String::new();
+        for i in 0..1200 {
+            let t = 1_795_400_000.0 + f64::from(i) * 0.1;
+            for (ty, name, dim, v) in [
+                ("cpu", "cpu0", "CPUUtilization", 10.0),
+                ("cpu", "cpu1", "CPUUtilization", 30.0),
+                ("gpu", "gpu0", "GPUUtilization", 50.0),
+                ("gpu", "gpu0", "GPUMemoryUtilization", 20.0),
+                ("memory", "MemoryUsedPercent", "", 40.0),
+                ("trainer", "CPUPercent", "ProcessTree", 100.0),
+            ] {
+                // The trainer's line is missing in every other tick.
+                if ty == "trainer" && i % 2 == 1 {
+                    continue;
+                }
+                text += &format!(
+                    "{{\"Type\":\"{ty}\",\"Name\":\"{name}\",\"Dimension\":\"{dim}\",\"Value\":{v},\"NodeId\":\"algo-1\",\"Timestamp\":{t}}}\n"
+                );
+            }
+        }
+        std::fs::write(sys.join("1795400000.algo-1.json"), text).unwrap();
+        let tl = dir.path().join("framework/pevents/2026112203");
+        std::fs::create_dir_all(&tl).unwrap();
+        let mut ev = String::from(
+            "[\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"start_time_since_epoch_in_micros\": 1795400000000000}},\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": \"Step:ModeKeys.TRAIN\"}}",
+        );
+        for i in 0..5000 {
+            ev += &format!(
+                ",\n{{\"name\": \"Step:ModeKeys.TRAIN\", \"pid\": 1, \"ph\": \"X\", \"ts\": {}, \"dur\": {}, \"args\": {{\"step_num\": \"{i}\"}}}}",
+                1_000_000 + i * 20_000,
+                if i == 4321 { 900_000 } else { 10_000 }
+            );
+        }
+        ev += "\n]";
+        std::fs::write(tl.join("1795400200000000_0-algo-1_pythontimeline.json"), ev).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_model_keeps_the_contract() {
+        let dir = small_job();
+        let m = build(dir.path(), "src", &Options::default()).unwrap();
+        assert_eq!(m.version, VERSION);
+        assert_eq!(m.job.nodes, ["algo-1"]);
+        assert_eq!(m.job.ranks, ["0-algo-1"]);
+        assert_eq!(m.job.steps_per_mode["TRAIN"], 5000);
+        assert_eq!(m.findings.len(), 10);
+        // Steps: above 4000, min/max decimated, the slow step kept.
+        let s = &m.series.as_ref().unwrap().steps["TRAIN"]["0-algo-1"];
+        assert!(s.t_s.len() <= STEP_POINTS && s.t_s.len() == s.ms.len());
+        assert!(s.ms.contains(&900.0));
+        // Nodes: every array as long as t_s; a missing sample is null.
+        let n = &m.series.as_ref().unwrap().nodes["algo-1"];
+        let len = n.t_s.len();
+        assert!(len > 0 && len <= collect::NODE_POINTS);
+        assert_eq!(n.cpu_total.len(), len);
+        assert_eq!(n.memory.len(), len);
+        assert_eq!(n.cpu_cores.len(), 2);
+        assert!(n.cpu_cores.iter().all(|c| c.len() == len));
+        assert_eq!(n.cpu_cores[1][0], Some(30.0));
+        assert_eq!(n.gpus["gpu0"].util.len(), len);
+        assert_eq!(n.gpus["gpu0"].mem[0], Some(20.0));
+        let tr = n.trainer.as_ref().unwrap();
+        assert_eq!((tr.cpu.len(), tr.mem_mb.len()), (len, len));
+        assert!(tr.mem_mb.iter().all(Option::is_none));
+        assert!(n.io.is_none() && n.net.is_none());
+        // --json: the contract's keys, no series, nulls rather than NaN.
+        let v: serde_json::Value = serde_json::from_str(&to_json(&m)).unwrap();
+        assert!(v.get("series").is_none());
+        for k in ["version", "source", "job", "steps", "phases", "python", "triggers", "findings"] {
+            assert!(v.get(k).is_some(), "{k}");
+        }
+        for k in [
+            "start_s",
+            "end_s",
+            "duration_s",
+            "nodes",
+            "ranks",
+            "init_s",
+            "steps_per_mode",
+            "profiled",
+            "dropped_events",
+            "clock",
+        ] {
+            assert!(v["job"].get(k).is_some(), "job.{k}");
+        }
+        for k in [
+            "count",
+            "p50_ms",
+            "p90_ms",
+            "p99_ms",
+            "max_ms",
+            "mean_ms",
+            "histogram",
+            "per_rank",
+            "stragglers",
+            "outliers",
+        ] {
+            assert!(v["steps"]["TRAIN"].get(k).is_some(), "steps.TRAIN.{k}");
+        }
+        for k in ["rule", "triggered", "evaluated", "summary", "advice", "evidence", "ranges"] {
+            assert!(v["findings"][0].get(k).is_some(), "findings.{k}");
+        }
+        assert_eq!(v["steps"]["TRAIN"]["outliers"][0]["step"], 4321);
+    }
+
+    #[test]
+    fn stragglers_by_ratio_of_medians() {
+        let mut per = BTreeMap::new();
+        for (r, m) in [("0-a", 100.0), ("1-a", 110.0), ("2-a", 100.0), ("3-a", 125.0)] {
+            per.insert(r.to_owned(), StepStats { count: 1, p50_ms: Some(m), ..StepStats::default() });
+        }
+        // Median of medians: 105; 125 / 105 = 1.19 < 1.2, so none.
+        assert!(stragglers(&per).is_empty());
+        per.insert("3-a".into(), StepStats { count: 1, p50_ms: Some(130.0), ..StepStats::default() });
+        let s = stragglers(&per);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].rank, "3-a");
+        assert!((s[0].ratio - 130.0 / 105.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn mode_steps_lists_outliers_longest_first() {
+        let mut ranks = BTreeMap::new();
+        let steps: Vec<collect::StepRec> = (0..50)
+            .map(|i| collect::StepRec {
+                start_us: i * 1000,
+                dur_us: if i == 30 { 1_000_000 } else { 10_000 },
+                step: i,
+            })
+            .collect();
+        ranks.insert("0-a".to_owned(), steps);
+        let m = mode_steps(&ranks);
+        assert_eq!(m.count, 50);
+        assert_eq!(m.max_ms, Some(1000.0));
+        assert_eq!(m.outliers.len(), 1);
+        assert_eq!(m.outliers[0].step, 30);
+        assert_eq!(m.histogram.edges_ms.len(), m.histogram.counts.len() + 1);
+    }
+}

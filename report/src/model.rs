@@ -1,68 +1,70 @@
-//! The report model: what `trainprof report` computes from a LocalPath and what the page
-//! (`html.rs`) and `--json` show. The JSON shape is documented in docs/report.md; numbers that
-//! cannot be computed are `null`, times are epoch seconds.
+//! The report model: what `trainprof report --json` prints and what the HTML page draws.
+//! Every key is documented in `docs/report.md`. Times are epoch seconds; numbers that cannot be
+//! computed are `None` (JSON `null`).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// The whole report.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// The version of this shape; raised when a key changes meaning.
+pub const VERSION: u32 = 1;
+
+/// The ten rules, in the order `findings` lists them.
+pub const RULES: [&str; 10] = [
+    "CPUBottleneck",
+    "IOBottleneck",
+    "LowGPUUtilization",
+    "GPUMemoryIncrease",
+    "BatchSize",
+    "StepOutlier",
+    "Dataloader",
+    "MaxInitializationTime",
+    "LoadBalancing",
+    "OverallSystemUsage",
+];
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct ReportModel {
     pub version: u32,
-    /// The LocalPath or `s3://…` as given.
     pub source: String,
     pub job: Job,
     /// Per mode (`TRAIN`, `EVAL`, …).
-    #[serde(default)]
     pub steps: BTreeMap<String, ModeSteps>,
-    /// Longest total first.
-    #[serde(default)]
     pub phases: Vec<Phase>,
-    #[serde(default)]
     pub python: Vec<PythonWindow>,
-    /// Anomaly-opened windows; may be empty.
-    #[serde(default)]
     pub triggers: Vec<Trigger>,
-    /// One per rule, all ten, in the documented order.
-    #[serde(default)]
     pub findings: Vec<Finding>,
-    /// Only for the page; `--json` leaves it out.
+    /// Only for the HTML page; `--json` leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<Series>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Job {
     pub start_s: Option<f64>,
     pub end_s: Option<f64>,
     pub duration_s: Option<f64>,
-    /// System nodes (`algo-<n>`).
-    #[serde(default)]
     pub nodes: Vec<String>,
-    /// Timeline nodes (`<rank>-<host>`).
-    #[serde(default)]
     pub ranks: Vec<String>,
-    /// Job start to the first step's start; `None` when there is no step.
     pub init_s: Option<f64>,
-    #[serde(default)]
     pub steps_per_mode: BTreeMap<String, u64>,
-    #[serde(default)]
     pub profiled: Profiled,
-    #[serde(default)]
     pub dropped_events: u64,
-    #[serde(default)]
     pub clock: Vec<Clock>,
+    /// Files and folders left alone while reading (links, special files, unreadable or
+    /// unparsable files), with why. Not in the contract's minimum; optional.
+    #[serde(default)]
+    pub skipped: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Profiled {
     pub detailed_steps: u64,
     pub dataloader_events: u64,
     pub python_windows: u64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Clock {
     pub node: String,
     pub synchronised: bool,
@@ -70,8 +72,7 @@ pub struct Clock {
     pub est_error_us: Option<f64>,
 }
 
-/// Step-time statistics of one rank (or of all ranks together).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct StepStats {
     pub count: u64,
     pub p50_ms: Option<f64>,
@@ -81,7 +82,7 @@ pub struct StepStats {
     pub mean_ms: Option<f64>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct ModeSteps {
     pub count: u64,
     pub p50_ms: Option<f64>,
@@ -89,123 +90,107 @@ pub struct ModeSteps {
     pub p99_ms: Option<f64>,
     pub max_ms: Option<f64>,
     pub mean_ms: Option<f64>,
-    #[serde(default)]
     pub histogram: Histogram,
-    #[serde(default)]
     pub per_rank: BTreeMap<String, StepStats>,
-    #[serde(default)]
     pub stragglers: Vec<Straggler>,
-    /// At most 50, longest first.
-    #[serde(default)]
     pub outliers: Vec<Outlier>,
 }
 
-/// `edges_ms.len() == counts.len() + 1`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct Histogram {
     pub edges_ms: Vec<f64>,
     pub counts: Vec<u64>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Straggler {
     pub rank: String,
-    pub p50_ms: Option<f64>,
-    pub median_rank_p50_ms: Option<f64>,
-    pub ratio: Option<f64>,
+    pub p50_ms: f64,
+    pub median_rank_p50_ms: f64,
+    pub ratio: f64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Outlier {
     pub rank: String,
-    pub step: u64,
+    pub step: i64,
     pub start_s: f64,
     pub ms: f64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Phase {
     pub name: String,
     pub count: u64,
     pub total_ms: f64,
-    pub mean_ms: Option<f64>,
+    pub mean_ms: f64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PythonWindow {
     pub node: String,
     pub window: String,
-    /// `cprofile` or `pyinstrument`.
     pub profiler: String,
-    pub start_step: Option<u64>,
-    pub end_step: Option<u64>,
-    /// Top 20 by `total_s`.
+    pub start_step: Option<i64>,
+    pub end_step: Option<i64>,
+    pub functions: Vec<PyFunction>,
+    /// The window's start and end (epoch s) from its folder name; optional extras.
     #[serde(default)]
-    pub functions: Vec<PythonFunction>,
+    pub start_s: Option<f64>,
+    #[serde(default)]
+    pub end_s: Option<f64>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PythonFunction {
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PyFunction {
     pub name: String,
     pub file: String,
-    pub line: Option<u64>,
+    pub line: Option<i64>,
+    /// `null` for pyinstrument, which samples instead of counting calls.
     pub calls: Option<u64>,
-    pub self_s: Option<f64>,
-    pub total_s: Option<f64>,
+    pub self_s: f64,
+    pub total_s: f64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Trigger {
     pub rank: String,
-    pub step: u64,
+    pub step: i64,
     pub ms: f64,
-    pub median_ms: Option<f64>,
+    pub median_ms: f64,
     pub start_s: f64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Finding {
     pub rule: String,
     pub triggered: bool,
-    /// False when the data the rule needs is absent; then `triggered` is false.
     pub evaluated: bool,
     pub summary: String,
-    /// Empty when not triggered.
     pub advice: String,
-    /// Rule-specific numbers (docs/report.md).
-    #[serde(default)]
-    pub evidence: serde_json::Map<String, serde_json::Value>,
-    /// `[start_s, end_s]` ranges the evidence points at.
-    #[serde(default)]
+    pub evidence: serde_json::Value,
     pub ranges: Vec<[f64; 2]>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Series {
-    /// mode → rank → steps (every step, or min/max decimated to ≤ 4000 points per rank).
-    #[serde(default)]
+    /// mode → rank → points.
     pub steps: BTreeMap<String, BTreeMap<String, StepSeries>>,
-    #[serde(default)]
     pub nodes: BTreeMap<String, NodeSeries>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct StepSeries {
     pub t_s: Vec<f64>,
     pub ms: Vec<f64>,
 }
 
-/// One node's metrics on one shared time axis (≤ 2000 points); every array has `t_s`'s length
-/// and a missing sample is `None`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct NodeSeries {
     pub t_s: Vec<f64>,
     pub cpu_total: Vec<Option<f64>>,
-    /// Rows are cores; may be empty.
-    #[serde(default)]
     pub cpu_cores: Vec<Vec<Option<f64>>>,
     pub memory: Vec<Option<f64>>,
-    #[serde(default)]
     pub gpus: BTreeMap<String, GpuSeries>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io: Option<IoSeries>,
@@ -215,27 +200,26 @@ pub struct NodeSeries {
     pub trainer: Option<TrainerSeries>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct GpuSeries {
     pub util: Vec<Option<f64>>,
     pub mem: Vec<Option<f64>>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct IoSeries {
     pub read_mbps: Vec<Option<f64>>,
     pub write_mbps: Vec<Option<f64>>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct NetSeries {
     pub rx_mbps: Vec<Option<f64>>,
     pub tx_mbps: Vec<Option<f64>>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct TrainerSeries {
-    /// Percent of one core.
     pub cpu: Vec<Option<f64>>,
     pub mem_mb: Vec<Option<f64>>,
 }

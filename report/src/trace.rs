@@ -1,0 +1,355 @@
+//! `trainprof trace`: one Chrome trace-event file (JSON array format, gzipped) for
+//! ui.perfetto.dev, streamed: one timeline file and one system file at a time go straight
+//! into the gzip encoder, so memory does not grow with the job (`docs/report.md`, "The
+//! trace").
+//!
+//! Layout: a process per system node (`node algo-1`: counter tracks) and per rank
+//! (`rank 0-algo-1`: a thread per phase, slices for steps, phases, ops, kernels, and a
+//! `python` thread with the Python-profiling windows). One time axis: µs since the epoch.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::path::Path;
+
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use serde_json::{Value, json};
+use trainprof_output::fs::Dir;
+
+use crate::read::{self, Skipped, Tick};
+
+/// What to keep.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Clip {
+    /// Steps `A..=B` (any mode): the time from the first such step's start to the last one's end.
+    pub steps: Option<(i64, i64)>,
+    /// Epoch seconds.
+    pub start_s: Option<f64>,
+    pub end_s: Option<f64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}: {1}")]
+    Root(String, io::Error),
+    #[error("no step numbered {0} to {1} in the timelines")]
+    NoSteps(i64, i64),
+    #[error("writing the trace: {0}")]
+    Write(#[from] io::Error),
+}
+
+/// What was written.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Written {
+    pub slices: u64,
+    pub counters: u64,
+    pub python_windows: u64,
+    pub skipped: Vec<String>,
+}
+
+struct Out<W: Write> {
+    w: W,
+    first: bool,
+    pids: HashMap<String, u64>,
+    tids: HashMap<(u64, String), u64>,
+    next_pid: u64,
+}
+
+impl<W: Write> Out<W> {
+    fn sep(&mut self) -> io::Result<()> {
+        self.w.write_all(if self.first { b"[\n" } else { b",\n" })?;
+        self.first = false;
+        Ok(())
+    }
+
+    fn event(&mut self, v: &Value) -> io::Result<()> {
+        self.sep()?;
+        serde_json::to_writer(&mut self.w, v).map_err(io::Error::other)
+    }
+
+    fn string(&mut self, s: &str) -> io::Result<()> {
+        serde_json::to_writer(&mut self.w, s).map_err(io::Error::other)
+    }
+
+    /// A timeline event as a slice (or an instant), written field by field: building a
+    /// `serde_json::Value` per event was half the trace's time (docs/report.md, "Measured").
+    fn slice(&mut self, e: &read::Event<'_>, pid: u64, tid: u64) -> io::Result<()> {
+        self.sep()?;
+        self.w.write_all(b"{\"name\":")?;
+        self.string(e.name)?;
+        self.w.write_all(b",\"cat\":")?;
+        self.string(e.phase)?;
+        if e.ph == 'X' {
+            write!(
+                self.w,
+                ",\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"dur\":{},\"args\":",
+                e.start_us, e.dur_us
+            )?;
+        } else {
+            write!(
+                self.w,
+                ",\"ph\":\"i\",\"s\":\"t\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"args\":",
+                e.start_us
+            )?;
+        }
+        serde_json::to_writer(&mut self.w, e.args).map_err(io::Error::other)?;
+        self.w.write_all(b"}")
+    }
+
+    /// A counter sample: `args` are the finite values (none: nothing written).
+    fn counter(&mut self, name: &str, pid: u64, ts: i64, args: &[(&str, Option<f64>)]) -> io::Result<bool> {
+        if !args.iter().any(|(_, v)| v.is_some_and(f64::is_finite)) {
+            return Ok(false);
+        }
+        self.sep()?;
+        self.w.write_all(b"{\"name\":")?;
+        self.string(name)?;
+        write!(self.w, ",\"ph\":\"C\",\"pid\":{pid},\"ts\":{ts},\"args\":{{")?;
+        let mut first = true;
+        for (k, v) in args {
+            if let Some(v) = v.filter(|x| x.is_finite()) {
+                // Rust prints a finite f64 without an exponent: valid JSON.
+                write!(self.w, "{}\"{k}\":{v}", if first { "" } else { "," })?;
+                first = false;
+            }
+        }
+        self.w.write_all(b"}}")?;
+        Ok(true)
+    }
+
+    /// The trace pid of `process` (`node algo-1`, `rank 0-algo-1`), named on first use.
+    fn pid(&mut self, process: &str, sort: u64) -> io::Result<u64> {
+        if let Some(p) = self.pids.get(process) {
+            return Ok(*p);
+        }
+        self.next_pid += 1;
+        let p = self.next_pid;
+        self.pids.insert(process.to_owned(), p);
+        self.event(&json!({"name": "process_name", "ph": "M", "pid": p, "args": {"name": process}}))?;
+        self.event(&json!({"name": "process_sort_index", "ph": "M", "pid": p, "args": {"sort_index": sort * 1000 + p}}))?;
+        Ok(p)
+    }
+
+    fn tid(&mut self, pid: u64, thread: &str) -> io::Result<u64> {
+        let key = (pid, thread.to_owned());
+        if let Some(t) = self.tids.get(&key) {
+            return Ok(*t);
+        }
+        let t = self.tids.len() as u64 + 1;
+        self.tids.insert(key, t);
+        self.event(
+            &json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": thread}}),
+        )?;
+        Ok(t)
+    }
+}
+
+/// Writes the trace of the LocalPath at `root` into `out` (gzipped).
+pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error> {
+    let dir = Dir::open_root(root, false).map_err(|e| Error::Root(root.display().to_string(), e))?;
+    let mut skipped = Skipped::default();
+    let (lo_us, hi_us) = range(&dir, clip, &mut skipped)?;
+    // serde_json writes a value in many small pieces, and the encoder compresses at every
+    // write: the buffer in front of it makes that one call per 256 KiB (measured on an hour
+    // of 8 ranks: about 3× faster, docs/report.md "Measured").
+    let gz =
+        io::BufWriter::with_capacity(256 << 10, GzEncoder::new(io::BufWriter::new(out), Compression::fast()));
+    let mut o = Out { w: gz, first: true, pids: HashMap::new(), tids: HashMap::new(), next_pid: 0 };
+    let mut written = Written::default();
+    let mut err: Option<io::Error> = None;
+
+    // Timelines: one file at a time.
+    let keep_file = |_: &str, last_us: i64| last_us >= lo_us;
+    read::timeline_events(&dir, &mut skipped, &keep_file, |e| {
+        if err.is_some() {
+            return;
+        }
+        let end = e.start_us.saturating_add(e.dur_us);
+        if end < lo_us || e.start_us > hi_us {
+            return;
+        }
+        let r = (|| -> io::Result<()> {
+            let pid = o.pid(&format!("rank {}", e.node), 2)?;
+            let tid = o.tid(pid, e.phase)?;
+            o.slice(e, pid, tid)
+        })();
+        match r {
+            Ok(()) => written.slices += 1,
+            Err(x) => err = Some(x),
+        }
+    });
+    if let Some(e) = err.take() {
+        return Err(e.into());
+    }
+
+    // Python-profiling windows.
+    for f in read::stats_files(&dir, &mut skipped) {
+        let Some((a, b)) = read::parse_window(&f.window) else { continue };
+        let (s, e) = (a.time_us as i64, b.time_us as i64);
+        if e < lo_us || s > hi_us || e < s {
+            continue;
+        }
+        let pid = o.pid(&format!("rank {}", f.node), 2)?;
+        let tid = o.tid(pid, "python")?;
+        o.event(&json!({"name": format!("{} window", f.profiler), "cat": "python", "ph": "X", "pid": pid, "tid": tid,
+            "ts": s, "dur": e - s, "args": {"window": f.window, "profiler": f.profiler}}))?;
+        written.python_windows += 1;
+    }
+
+    // System metrics as counters: one tick at a time.
+    read::system_ticks(&dir, &mut skipped, |node, t| {
+        if err.is_some() {
+            return;
+        }
+        let ts = (t.t_s * 1e6) as i64;
+        if ts < lo_us || ts > hi_us {
+            return;
+        }
+        match counters(&mut o, node, ts, &t) {
+            Ok(n) => written.counters += n,
+            Err(x) => err = Some(x),
+        }
+    });
+    if let Some(e) = err.take() {
+        return Err(e.into());
+    }
+    if o.first {
+        o.w.write_all(b"[")?;
+    }
+    o.w.write_all(b"\n]\n")?;
+    let gz = o.w.into_inner().map_err(io::IntoInnerError::into_error)?;
+    let mut inner = gz.finish()?;
+    inner.flush()?;
+    written.skipped = skipped.0;
+    Ok(written)
+}
+
+fn counters<W: Write>(o: &mut Out<W>, node: &str, ts: i64, t: &Tick) -> io::Result<u64> {
+    let pid = o.pid(&format!("node {node}"), 1)?;
+    let mut n = 0;
+    let mb = |v: Option<f64>| v.map(|b| b / 1e6);
+    n += u64::from(o.counter(
+        "CPU total %",
+        pid,
+        ts,
+        &[("busy", t.cpu_total()), ("iowait", t.iowait_total)],
+    )?);
+    n += u64::from(o.counter("Memory used %", pid, ts, &[("used", t.memory)])?);
+    for (gpu, util, mem) in &t.gpus {
+        n += u64::from(o.counter(&format!("{gpu} util %"), pid, ts, &[("util", *util)])?);
+        n += u64::from(o.counter(&format!("{gpu} memory %"), pid, ts, &[("mem", *mem)])?);
+    }
+    n += u64::from(o.counter("I/O MB/s", pid, ts, &[("read", mb(t.io_read)), ("write", mb(t.io_write))])?);
+    n += u64::from(o.counter("Network MB/s", pid, ts, &[("rx", mb(t.net_rx)), ("tx", mb(t.net_tx))])?);
+    n += u64::from(o.counter("Trainer CPU % (of one core)", pid, ts, &[("cpu", t.trainer_cpu)])?);
+    n += u64::from(o.counter("Trainer RSS MB", pid, ts, &[("rss", mb(t.trainer_rss))])?);
+    Ok(n)
+}
+
+/// The µs range to keep.
+fn range(dir: &Dir, clip: &Clip, skipped: &mut Skipped) -> Result<(i64, i64), Error> {
+    let mut lo = clip.start_s.map_or(i64::MIN, |s| (s * 1e6) as i64);
+    let mut hi = clip.end_s.map_or(i64::MAX, |s| (s * 1e6) as i64);
+    if let Some((a, b)) = clip.steps {
+        let mut found: Option<(i64, i64)> = None;
+        read::timeline_events(dir, skipped, &|_, _| true, |e| {
+            if e.ph == 'X'
+                && crate::collect::step_mode(e.phase).is_some()
+                && e.step.is_some_and(|s| s >= a && s <= b)
+            {
+                let end = e.start_us.saturating_add(e.dur_us);
+                found = Some(found.map_or((e.start_us, end), |(x, y)| (x.min(e.start_us), y.max(end))));
+            }
+        });
+        let (x, y) = found.ok_or(Error::NoSteps(a, b))?;
+        lo = lo.max(x);
+        hi = hi.min(y);
+    }
+    Ok((lo, hi))
+}
+
+/// Parses `A-B` (`--steps`).
+pub fn parse_steps(s: &str) -> Result<(i64, i64), String> {
+    let (a, b) = s.split_once('-').ok_or_else(|| format!("{s:?} is not A-B (e.g. 10-20)"))?;
+    let a: i64 = a.trim().parse().map_err(|_| format!("{a:?} is not a step number"))?;
+    let b: i64 = b.trim().parse().map_err(|_| format!("{b:?} is not a step number"))?;
+    if a < 0 || b < a {
+        return Err(format!("{s:?}: need 0 <= A <= B"));
+    }
+    Ok((a, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read as _;
+
+    #[test]
+    fn steps_range_parses_strictly() {
+        assert_eq!(parse_steps("3-7"), Ok((3, 7)));
+        assert!(parse_steps("7-3").is_err());
+        assert!(parse_steps("x-3").is_err());
+        assert!(parse_steps("3").is_err());
+        assert!(parse_steps("-1-3").is_err());
+    }
+
+    #[test]
+    fn trace_holds_slices_and_counters_and_clips() {
+        let dir = tempfile::tempdir().unwrap();
+        let hour = dir.path().join("framework/pevents/2026112203");
+        std::fs::create_dir_all(&hour).unwrap();
+        let mut tl = String::from(
+            "[\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"start_time_since_epoch_in_micros\": 1000000000000000}},\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": \"Step:ModeKeys.TRAIN\"}}",
+        );
+        for i in 0..5 {
+            tl += &format!(
+                ",\n{{\"name\": \"Step:ModeKeys.TRAIN\", \"pid\": 1, \"ph\": \"X\", \"ts\": {}, \"dur\": 1000000, \"args\": {{\"step_num\": \"{i}\"}}}}",
+                i * 1_000_000
+            );
+        }
+        tl += "\n]";
+        std::fs::write(hour.join("1000000005000000_0-algo-1_pythontimeline.json"), tl).unwrap();
+        let sys = dir.path().join("system/incremental/2026112203");
+        std::fs::create_dir_all(&sys).unwrap();
+        let mut s = String::new();
+        for i in 0..5 {
+            s += &format!(
+                "{{\"Type\":\"cpu\",\"Name\":\"cpu0\",\"Dimension\":\"CPUUtilization\",\"Value\":5,\"NodeId\":\"algo-1\",\"Timestamp\":{}}}\n",
+                1_000_000_000 + i
+            );
+        }
+        std::fs::write(sys.join("1000000000.algo-1.json"), s).unwrap();
+
+        let decode = |buf: &[u8]| -> Vec<Value> {
+            let mut text = String::new();
+            flate2::read::GzDecoder::new(buf).read_to_string(&mut text).unwrap();
+            serde_json::from_str(&text).unwrap()
+        };
+        let mut buf = Vec::new();
+        let w = write(dir.path(), &mut buf, &Clip::default()).unwrap();
+        assert_eq!((w.slices, w.counters), (5, 5));
+        let ev = decode(&buf);
+        assert_eq!(ev.iter().filter(|e| e["ph"] == "X").count(), 5);
+        assert_eq!(ev.iter().filter(|e| e["ph"] == "C").count(), 5);
+        assert_eq!(ev.iter().filter(|e| e["ph"] == "M" && e["name"] == "process_name").count(), 2);
+
+        let mut buf = Vec::new();
+        let w = write(dir.path(), &mut buf, &Clip { steps: Some((1, 2)), ..Clip::default() }).unwrap();
+        // Steps 1 and 2 cover [1 s, 3 s]: steps 0 and 3 touch its edges.
+        assert_eq!(w.slices, 4);
+        assert_eq!(w.counters, 3);
+        assert!(matches!(
+            write(dir.path(), &mut Vec::new(), &Clip { steps: Some((50, 60)), ..Clip::default() }),
+            Err(Error::NoSteps(50, 60))
+        ));
+        // A time range: from 3.5 s on, steps 3 and 4 and the last tick (4 s).
+        let clip = Clip { start_s: Some(1_000_000_003.5), end_s: None, ..Clip::default() };
+        let mut buf = Vec::new();
+        let w = write(dir.path(), &mut buf, &clip).unwrap();
+        assert_eq!((w.slices, w.counters), (2, 1));
+        let ev = decode(&buf);
+        let steps: Vec<&str> =
+            ev.iter().filter(|e| e["ph"] == "X").map(|e| e["args"]["step_num"].as_str().unwrap()).collect();
+        assert_eq!(steps, ["3", "4"]);
+    }
+}

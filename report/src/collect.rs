@@ -611,4 +611,49 @@ mod tests {
         assert_eq!(step_mode("Step:ModeKeys.TRAIN"), Some("TRAIN"));
         assert_eq!(step_mode("Forward"), None);
     }
+
+    #[test]
+    fn a_trigger_event_becomes_a_trigger_and_a_bad_one_nothing() {
+        let args: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+            r#"{"pid": 7, "step_num": "30", "step": 31, "duration_ms": 200.5, "median_ms": 20.0,
+                "features": ["detailed", "python"], "window_start_step": 32, "window_num_steps": 2}"#,
+        )
+        .unwrap();
+        let e = crate::read::Event {
+            node: "0-algo-1",
+            phase: "trainprof:AutoProfiling",
+            name: TRIGGER_EVENT,
+            ph: 'i',
+            start_us: 10_000_000,
+            dur_us: 0,
+            step: Some(30),
+            args: &args,
+        };
+        let mut agg = Agg::new(None);
+        agg.event(&e);
+        let [t] = agg.triggers.as_slice() else { panic!("{:?}", agg.triggers) };
+        assert_eq!((t.rank.as_str(), t.step, t.ms, t.median_ms), ("0-algo-1", 31, 200.5, 20.0));
+        assert!((t.start_s - (10.0 - 0.2005)).abs() < 1e-9);
+        assert_eq!(t.features.as_deref(), Some(&["detailed".to_owned(), "python".to_owned()][..]));
+        // No duration: not a trigger; another instant event: not a trigger.
+        let mut bad = args.clone();
+        bad.remove("duration_ms");
+        assert!(trigger(&crate::read::Event { args: &bad, ..e.clone() }).is_none());
+        agg.event(&crate::read::Event { name: "other", ..e });
+        assert_eq!(agg.triggers.len(), 1);
+    }
+
+    #[test]
+    fn the_clock_keeps_the_worst_reading() {
+        let mut c = ClockAgg { synchronised: true, ..ClockAgg::default() };
+        c.add(Some(1.0), Some(500.0), Some(20.0));
+        c.add(Some(0.0), Some(16_000.0), None);
+        c.add(Some(1.0), Some(800.0), Some(30.0));
+        assert_eq!(c, ClockAgg { synchronised: false, max_error_us: Some(16_000.0), est_error_us: Some(30.0) });
+        let mut agg = Agg::new(None);
+        let t = Tick { t_s: 1.0, clock_synchronised: Some(1.0), clock_max_error_us: Some(9.0), ..Tick::default() };
+        agg.tick("algo-1", &t);
+        let got = agg.nodes["algo-1"].clock.clone();
+        assert_eq!(got, Some(ClockAgg { synchronised: true, max_error_us: Some(9.0), est_error_us: None }));
+    }
 }

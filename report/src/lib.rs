@@ -130,7 +130,7 @@ pub fn mode_steps(ranks: &BTreeMap<String, Vec<collect::StepRec>>) -> ModeSteps 
     outliers.truncate(MAX_OUTLIERS);
     let all = stats::sorted(&all);
     let s = step_stats(&all);
-    let (edges_ms, counts) = stats::histogram(&all, 30);
+    let (edges_ms, counts) = stats::step_histogram(&all, 30);
     ModeSteps {
         count: s.count,
         p50_ms: s.p50_ms,

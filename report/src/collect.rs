@@ -425,7 +425,8 @@ impl Agg {
             put(n, "trainer_cpu".into(), t.trainer_cpu);
             put(n, "trainer_mem".into(), mb(t.trainer_rss));
         }
-        if t.clock_synchronised.is_some() || t.clock_max_error_us.is_some() || t.clock_est_error_us.is_some() {
+        if t.clock_synchronised.is_some() || t.clock_max_error_us.is_some() || t.clock_est_error_us.is_some()
+        {
             // A node's first reading decides `synchronised` unless a later one is not.
             let c = n.clock.get_or_insert(ClockAgg { synchronised: true, ..ClockAgg::default() });
             c.add(t.clock_synchronised, t.clock_max_error_us, t.clock_est_error_us);
@@ -511,9 +512,11 @@ pub fn trigger(e: &crate::read::Event<'_>) -> Option<crate::model::Trigger> {
     let ms = f("duration_ms")?;
     let median_ms = f("median_ms")?;
     let step = e.args.get("step").and_then(serde_json::Value::as_i64).or(e.step)?;
-    let features = e.args.get("features").and_then(|v| v.as_array()).map(|a| {
-        a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect::<Vec<_>>()
-    });
+    let features = e
+        .args
+        .get("features")
+        .and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect::<Vec<_>>());
     Some(crate::model::Trigger {
         rank: e.node.to_owned(),
         step,
@@ -649,9 +652,17 @@ mod tests {
         c.add(Some(1.0), Some(500.0), Some(20.0));
         c.add(Some(0.0), Some(16_000.0), None);
         c.add(Some(1.0), Some(800.0), Some(30.0));
-        assert_eq!(c, ClockAgg { synchronised: false, max_error_us: Some(16_000.0), est_error_us: Some(30.0) });
+        assert_eq!(
+            c,
+            ClockAgg { synchronised: false, max_error_us: Some(16_000.0), est_error_us: Some(30.0) }
+        );
         let mut agg = Agg::new(None);
-        let t = Tick { t_s: 1.0, clock_synchronised: Some(1.0), clock_max_error_us: Some(9.0), ..Tick::default() };
+        let t = Tick {
+            t_s: 1.0,
+            clock_synchronised: Some(1.0),
+            clock_max_error_us: Some(9.0),
+            ..Tick::default()
+        };
         agg.tick("algo-1", &t);
         let got = agg.nodes["algo-1"].clock.clone();
         assert_eq!(got, Some(ClockAgg { synchronised: true, max_error_us: Some(9.0), est_error_us: None }));

@@ -55,7 +55,8 @@ pub fn histogram(v: &[f64], bins: usize) -> (Vec<f64>, Vec<u64>) {
 /// `bins - 1` equal bins up to 1.5 × p99 and one overflow bin from there to the longest, so a
 /// few 10× outliers do not squeeze every other step into the first bin. `sorted`: ascending.
 pub fn step_histogram(sorted: &[f64], bins: usize) -> (Vec<f64>, Vec<u64>) {
-    let (Some(&lo), Some(&hi), Some(p99)) = (sorted.first(), sorted.last(), quantile_sorted(sorted, 0.99)) else {
+    let (Some(&lo), Some(&hi), Some(p99)) = (sorted.first(), sorted.last(), quantile_sorted(sorted, 0.99))
+    else {
         return (Vec::new(), Vec::new());
     };
     let cap = 1.5 * p99;

@@ -2,7 +2,8 @@
 //!
 //! The uploader is one thread with its own single-threaded tokio runtime; nothing else in
 //! the agent is async. It learns about files by walking `system/` and `framework/` under
-//! the output root once a second (the hook's files are sealed by another process), and
+//! the output root (plus the top-level files it is named with [`Msg::Also`]: `run`'s page)
+//! once a second (the hook's files are sealed by another process), and
 //! sooner when the sampler wakes it after a seal. A file is uploaded when it is sealed:
 //! hidden files, names ending in `.tmp` and the folders `.tmp/` and `.trainprof/` are
 //! never looked at. Each upload asks the store first what it has under the key:
@@ -863,8 +864,8 @@ impl Handle {
     }
 
     /// Adds files at the top of the output root that this process created (`O_EXCL`) to
-    /// what is uploaded (and, without `keep_local`, deleted once sent); before [`finish`]
-    /// (Self::finish) so that they go before the markers. Waits at most `within` for room.
+    /// what is uploaded (and, without `keep_local`, deleted once sent); called
+    /// before [`finish`](Self::finish) so that they go before the markers. Waits at most `within` for room.
     pub fn also(&self, names: Vec<String>, within: Duration) {
         let deadline = std::time::Instant::now() + within;
         let mut msg = Msg::Also(names);

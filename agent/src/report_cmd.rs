@@ -14,7 +14,7 @@ use trainprof_report::model::ReportModel;
 use trainprof_report::trace::Clip;
 
 use crate::log;
-use crate::upload::store::S3Url;
+use crate::upload::store::{ObjectStore as _, Put, S3Options, S3Store, S3Url};
 
 /// The default output names.
 pub const REPORT_FILE: &str = "report.html";
@@ -231,33 +231,129 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
 /// Returns the summary's lines (its path and one line per triggered finding); a failure is
 /// one line, never a failed run.
 pub fn at_end_of_run(root: &Path, before: &std::collections::HashSet<String>) -> Vec<String> {
+    at_end_of_run_named(root, before).0
+}
+
+/// [`at_end_of_run`], with the name of the page written (`None`: none was).
+pub fn at_end_of_run_named(
+    root: &Path,
+    before: &std::collections::HashSet<String>,
+) -> (Vec<String>, Option<String>) {
     let opts = trainprof_report::Options { leave_out: before.clone(), ..Default::default() };
     let model = match trainprof_report::build(root, &root.display().to_string(), &opts) {
         Ok(m) => m,
-        Err(e) => return vec![format!("no report: {e}")],
+        Err(e) => return (vec![format!("no report: {e}")], None),
     };
-    let page = trainprof_report::html::render(&model);
-    let dir = match Dir::open_root(root, false) {
-        Ok(d) => d,
-        Err(e) => return vec![format!("no report: {}: {e}", root.display())],
-    };
+    match write_page(root, &model) {
+        Ok(name) => {
+            let mut lines = vec![format!("report: {}", root.join(&name).display())];
+            lines.extend(triggered_lines(&model));
+            (lines, Some(name))
+        }
+        Err(e) => (vec![format!("no report: {e}")], None),
+    }
+}
+
+/// Writes the page of `model` into `root` under the first free name of `report.html`,
+/// `report-2.html`, …; `Ok(name)`.
+fn write_page(root: &Path, model: &ReportModel) -> Result<String, String> {
+    let page = trainprof_report::html::render(model);
+    let dir = Dir::open_root(root, false).map_err(|e| format!("{}: {e}", root.display()))?;
     let names = std::iter::once(REPORT_FILE.to_owned())
         .chain((2..=END_OF_RUN_TRIES).map(|n| format!("report-{n}.html")));
     for name in names {
         let mut f = match dir.create_new(&name) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return vec![format!("no report: {}: {e}", root.join(&name).display())],
+            Err(e) => return Err(format!("{}: {e}", root.join(&name).display())),
         };
-        let path = root.join(&name);
         if let Err(e) = f.write_all(page.as_bytes()).and_then(|()| f.sync_all()) {
-            return vec![format!("no report: {}: {e}", path.display())];
+            return Err(format!("{}: {e}", root.join(&name).display()));
         }
-        let mut lines = vec![format!("report: {}", path.display())];
-        lines.extend(triggered_lines(&model));
-        return lines;
+        return Ok(name);
     }
-    vec![format!("no report: report.html to report-{END_OF_RUN_TRIES}.html all exist in {}", root.display())]
+    Err(format!("report.html to report-{END_OF_RUN_TRIES}.html all exist in {}", root.display()))
+}
+
+/// The page at the end of `run --s3` without `--keep-local` (`docs/report.md`, "At the end
+/// of trainprof run"), once the uploader has finished and deleted what it sent: built from
+/// the objects this run sent (`sent`), downloaded into a private temporary folder; written
+/// into the LocalPath as for a run without upload, sent as one object under the prefix
+/// (never over an existing one) and deleted once S3 has it. All of it within `within`;
+/// past it, one line says the page was skipped and how to make it. Returns the summary's
+/// lines.
+pub fn at_end_of_s3_run(
+    root: &Path,
+    sent: std::collections::HashSet<String>,
+    url: &S3Url,
+    options: &S3Options,
+    within: std::time::Duration,
+) -> Vec<String> {
+    let how = format!("`trainprof report s3://{}/{}` makes it", url.bucket, url.prefix);
+    if within.is_zero() {
+        return vec![format!("report: skipped, no time left of --upload-deadline-s; {how}")];
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let (root2, url2, options2) = (root.to_owned(), url.clone(), options.clone());
+    let spawned = std::thread::Builder::new().name("trainprof-report".into()).spawn(move || {
+        let lines = page_to_s3(&root2, &sent, url2, options2);
+        let _ = tx.send(lines);
+    });
+    if let Err(e) = spawned {
+        return vec![format!("no report: cannot start its thread: {e}; {how}")];
+    }
+    match rx.recv_timeout(within) {
+        Ok(Ok(lines)) => lines,
+        Ok(Err(e)) => vec![format!("no report: {e}; {how}")],
+        Err(_) => vec![format!(
+            "report: skipped, not done within what was left of --upload-deadline-s ({} s); {how}",
+            within.as_secs()
+        )],
+    }
+}
+
+fn page_to_s3(
+    root: &Path,
+    sent: &std::collections::HashSet<String>,
+    url: S3Url,
+    options: S3Options,
+) -> Result<Vec<String>, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the S3 client: {e}"))?;
+    rt.block_on(async {
+        let s3 = format!("s3://{}/{}", url.bucket, url.prefix);
+        let store = S3Store::connect(url, options).await;
+        let temp = tempfile::Builder::new()
+            .prefix("trainprof-report-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .tempdir()
+            .map_err(|e| format!("cannot make a temporary folder: {e}"))?;
+        download_from(&store, temp.path(), Some(sent)).await?;
+        let model = trainprof_report::build(temp.path(), &s3, &trainprof_report::Options::default())
+            .map_err(|e| e.to_string())?;
+        drop(temp);
+        let name = write_page(root, &model)?;
+        let local = root.join(&name);
+        let dir = Dir::open_root(root, false).map_err(|e| format!("{}: {e}", root.display()))?;
+        let file = dir.open_regular(&name, false).map_err(|e| format!("{}: {e}", local.display()))?;
+        let held = trainprof_output::fs::meta_of(&file).map_err(|e| format!("{}: {e}", local.display()))?;
+        let key = format!("s3://{}/{}", store.url().bucket, store.url().key(&name));
+        let mut lines = match store.put_file(&name, &file, held.len, true).await {
+            Ok(Put::Stored) => match dir.unlink_if_holds(&name, &held) {
+                Ok(_) => vec![format!("report: {key}")],
+                Err(e) => vec![format!("report: {key} (the local copy {} stays: {e})", local.display())],
+            },
+            Ok(Put::Exists) => vec![format!(
+                "report: {} (not uploaded: {key} already holds another object, not overwritten)",
+                local.display()
+            )],
+            Err(e) => vec![format!("report: {} (not uploaded: {e})", local.display())],
+        };
+        lines.extend(triggered_lines(&model));
+        Ok(lines)
+    })
 }
 
 /// Names tried at the end of `run`.
@@ -278,76 +374,74 @@ fn wanted(rel: &str) -> bool {
 }
 
 /// Downloads the profiler files under `url` into the folder `into` (made private by the
-/// caller), never over a file or through a link; `Ok(files)`. The client is made as the
-/// uploader makes its own (`upload/store.rs`): the standard credential chain, rustls, the
-/// endpoint from `--s3-endpoint` or `AWS_ENDPOINT_URL(_S3)`, path-style with an endpoint.
+/// caller), never over a file or through a link; `Ok(files)`. The client is the uploader's
+/// (`S3Store::connect`: the standard credential chain, rustls, the endpoint from
+/// `--s3-endpoint` or `AWS_ENDPOINT_URL(_S3)`, path-style with an endpoint).
 fn download(url: &S3Url, endpoint: Option<&str>, into: &Path) -> Result<u64, String> {
-    use aws_sdk_s3::error::DisplayErrorContext;
-    use aws_smithy_http_client::tls;
-
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the S3 client: {e}"))?;
     rt.block_on(async {
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
-            .build_https();
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http);
-        if let Some(e) = endpoint {
-            loader = loader.endpoint_url(e);
+        let options = S3Options { endpoint: endpoint.map(str::to_owned), ..S3Options::default() };
+        let store = S3Store::connect(url.clone(), options).await;
+        download_from(&store, into, None).await
+    })
+}
+
+/// [`download`] with a store already made; `only`: the keys (relative to the prefix) to
+/// fetch, when not every profiler file under the prefix.
+async fn download_from(
+    store: &S3Store,
+    into: &Path,
+    only: Option<&std::collections::HashSet<String>>,
+) -> Result<u64, String> {
+    use aws_sdk_s3::error::DisplayErrorContext;
+
+    let (client, url) = (store.client(), store.url());
+    let prefix = if url.prefix.is_empty() { String::new() } else { format!("{}/", url.prefix) };
+    let root = Dir::open_root(into, false).map_err(|e| format!("{}: {e}", into.display()))?;
+    let mut token: Option<String> = None;
+    let mut n = 0u64;
+    loop {
+        let mut req = client.list_objects_v2().bucket(&url.bucket).prefix(&prefix);
+        if let Some(t) = token.take() {
+            req = req.continuation_token(t);
         }
-        let shared = loader.load().await;
-        let path_style = endpoint.is_some()
-            || ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"].iter().any(|v| std::env::var_os(v).is_some());
-        let mut config = aws_sdk_s3::config::Builder::from(&shared).force_path_style(path_style);
-        if shared.region().is_none() {
-            config = config.region(aws_config::Region::from_static("us-east-1"));
-        }
-        let client = aws_sdk_s3::Client::from_conf(config.build());
-        let prefix = if url.prefix.is_empty() { String::new() } else { format!("{}/", url.prefix) };
-        let root = Dir::open_root(into, false).map_err(|e| format!("{}: {e}", into.display()))?;
-        let mut token: Option<String> = None;
-        let mut n = 0u64;
-        loop {
-            let mut req = client.list_objects_v2().bucket(&url.bucket).prefix(&prefix);
-            if let Some(t) = token.take() {
-                req = req.continuation_token(t);
+        let out = req
+            .send()
+            .await
+            .map_err(|e| format!("listing s3://{}/{prefix}: {}", url.bucket, DisplayErrorContext(&e)))?;
+        for obj in out.contents() {
+            let Some(key) = obj.key() else { continue };
+            let Some(rel) = key.strip_prefix(&prefix) else { continue };
+            if !wanted(rel) || only.is_some_and(|o| !o.contains(rel)) {
+                continue;
             }
-            let out = req
+            let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+            let mut f =
+                root.sub(folder, true).and_then(|d| d.create_new(name)).map_err(|e| format!("{rel}: {e}"))?;
+            let got = client
+                .get_object()
+                .bucket(&url.bucket)
+                .key(key)
                 .send()
                 .await
-                .map_err(|e| format!("listing s3://{}/{prefix}: {}", url.bucket, DisplayErrorContext(&e)))?;
-            for obj in out.contents() {
-                let Some(key) = obj.key() else { continue };
-                let Some(rel) = key.strip_prefix(&prefix) else { continue };
-                if !wanted(rel) {
-                    continue;
-                }
-                let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
-                let mut f = root
-                    .sub(folder, true)
-                    .and_then(|d| d.create_new(name))
-                    .map_err(|e| format!("{rel}: {e}"))?;
-                let got =
-                    client.get_object().bucket(&url.bucket).key(key).send().await.map_err(|e| {
-                        format!("reading s3://{}/{key}: {}", url.bucket, DisplayErrorContext(&e))
-                    })?;
-                let mut body = got.body;
-                while let Some(chunk) =
-                    body.try_next().await.map_err(|e| format!("reading s3://{}/{key}: {e}", url.bucket))?
-                {
-                    f.write_all(&chunk).map_err(|e| format!("{rel}: {e}"))?;
-                }
-                n += 1;
+                .map_err(|e| format!("reading s3://{}/{key}: {}", url.bucket, DisplayErrorContext(&e)))?;
+            let mut body = got.body;
+            while let Some(chunk) =
+                body.try_next().await.map_err(|e| format!("reading s3://{}/{key}: {e}", url.bucket))?
+            {
+                f.write_all(&chunk).map_err(|e| format!("{rel}: {e}"))?;
             }
-            match out.next_continuation_token() {
-                Some(t) if out.is_truncated() == Some(true) => token = Some(t.to_owned()),
-                _ => break,
-            }
+            n += 1;
         }
-        Ok(n)
-    })
+        match out.next_continuation_token() {
+            Some(t) if out.is_truncated() == Some(true) => token = Some(t.to_owned()),
+            _ => break,
+        }
+    }
+    Ok(n)
 }
 
 #[cfg(test)]

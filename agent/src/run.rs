@@ -162,7 +162,7 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
         (Some(root), Some(s3)) => start_upload(root, s3, &upload_flags),
         _ => None,
     };
-    let waker = uploader.as_ref().map(upload::Handle::waker);
+    let waker = uploader.as_ref().map(|u| u.0.waker());
 
     let stop = Stop::new();
     let started = Instant::now();
@@ -279,20 +279,58 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
         if let Err(e) = end_markers::write_end_markers(root, SystemClock::new(Stop::new()).wall_s()) {
             log!("cannot write the training_job_end.ts markers: {e}");
         }
-        // The report reads the sealed files, before the uploader's Finish sends (and
-        // deletes) them; a failure is one line, never a failed run. The uploader sends
-        // `system/` and `framework/` only, so with an upload the page would stay behind
-        // alone on disk: not written then (docs/report.md, "At the end of trainprof run").
-        let report_lines = match (opts_report && command_given, uploader.is_some()) {
-            (true, false) => crate::report_cmd::at_end_of_run(root, &before),
-            (true, true) => vec![format!(
-                "report: not written while uploading (the upload does not send it yet); `trainprof report {}` makes it",
-                root.display()
-            )],
-            (false, _) => Vec::new(),
-        };
+        // The report reads the sealed files; a failure is one line, never a failed run.
+        // With an upload and --keep-local the page is written before the uploader's
+        // Finish and sent with the rest (before the markers); without --keep-local the
+        // files are gone by then, so it is made after the Finish from what this run sent,
+        // within what is left of the deadline (docs/report.md, "At the end of trainprof run").
+        let want_page = opts_report && command_given;
+        let mut report_lines = Vec::new();
+        let mut page = None;
+        match &uploader {
+            None if want_page => report_lines = crate::report_cmd::at_end_of_run(root, &before),
+            Some((u, _, _)) if want_page && upload_flags.keep_local => {
+                (report_lines, page) = crate::report_cmd::at_end_of_run_named(root, &before);
+                if let Some(name) = &page {
+                    u.also(vec![name.clone()], upload_flags.deadline);
+                }
+            }
+            _ => {}
+        }
         // The markers go last, once everything else is in S3.
-        let uploaded = uploader.map(|u| u.finish(upload_flags.deadline));
+        let finish_started = Instant::now();
+        let uploaded = uploader.map(|(u, url, options)| (u.finish(upload_flags.deadline), url, options));
+        let uploaded = match uploaded {
+            Some((report, url, options)) => {
+                let s3 = format!("s3://{}/{}", url.bucket, url.prefix);
+                match (&report, &page) {
+                    _ if !want_page => {}
+                    (Some(r), Some(name)) if r.sent.contains(name) => {
+                        if let Some(l) = report_lines.first_mut() {
+                            l.push_str(&format!(" (uploaded to {s3})"));
+                        }
+                    }
+                    (_, Some(_)) => {
+                        if let Some(l) = report_lines.first_mut() {
+                            l.push_str(" (not uploaded: see the upload lines)");
+                        }
+                    }
+                    (Some(r), None) if !upload_flags.keep_local => {
+                        let left = upload_flags.deadline.saturating_sub(finish_started.elapsed());
+                        let sent = r.sent.iter().cloned().collect();
+                        report_lines = crate::report_cmd::at_end_of_s3_run(root, sent, &url, &options, left);
+                    }
+                    (None, None) if !upload_flags.keep_local => {
+                        report_lines = vec![format!(
+                            "report: skipped, the upload did not finish; `trainprof report {s3}` makes it"
+                        )];
+                    }
+                    _ => {}
+                }
+                Some(report)
+            }
+            None => None,
+        };
         if let Some(counts) = &counts {
             let (cpu_us, rss_bytes) = self_usage();
             let cost = SelfCost { cpu_us, rss_bytes, wall_s: started.elapsed().as_secs_f64() };
@@ -393,7 +431,12 @@ fn repair(root: &Path) {
         .log(&mut Default::default());
 }
 
-fn start_upload(root: &Path, s3: &str, flags: &UploadOptions) -> Option<upload::Handle> {
+/// The uploader, with the bucket and client options it was started with.
+fn start_upload(
+    root: &Path,
+    s3: &str,
+    flags: &UploadOptions,
+) -> Option<(upload::Handle, upload::store::S3Url, upload::store::S3Options)> {
     let url = match upload::store::S3Url::parse(s3) {
         Ok(u) => u,
         Err(e) => {
@@ -410,14 +453,14 @@ fn start_upload(root: &Path, s3: &str, flags: &UploadOptions) -> Option<upload::
     settings.keep_local = flags.keep_local;
     settings.spool_max_bytes = flags.spool_max_bytes;
     let via = flags.endpoint.as_deref().map(|e| format!(" via {e}")).unwrap_or_default();
-    match upload::spawn_s3(url, options, settings) {
+    match upload::spawn_s3(url.clone(), options.clone(), settings) {
         Ok(h) => {
             let kept = if flags.keep_local { "kept" } else { "deleted" };
             log!(
                 "uploading sealed files under {} to {s3}{via} (local copies {kept} once uploaded)",
                 root.display()
             );
-            Some(h)
+            Some((h, url, options))
         }
         Err(e) => {
             log!("cannot start the uploader ({e}); files stay under {}", root.display());

@@ -129,6 +129,31 @@ pub struct NodeAgg {
     pub has_io: bool,
     pub has_net: bool,
     pub has_trainer: bool,
+    /// The clock readings of the job, each field its worst (`docs/report.md`, `job.clock`).
+    pub clock: Option<ClockAgg>,
+}
+
+/// The worst clock readings of one node: unsynchronised if any reading was, the largest
+/// error bound and estimate.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClockAgg {
+    pub synchronised: bool,
+    pub max_error_us: Option<f64>,
+    pub est_error_us: Option<f64>,
+}
+
+impl ClockAgg {
+    pub fn add(&mut self, synchronised: Option<f64>, max_error_us: Option<f64>, est_error_us: Option<f64>) {
+        if let Some(s) = synchronised {
+            self.synchronised &= s != 0.0;
+        }
+        let worst = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.max_error_us = worst(self.max_error_us, max_error_us);
+        self.est_error_us = worst(self.est_error_us, est_error_us);
+    }
 }
 
 impl NodeAgg {
@@ -156,6 +181,7 @@ impl NodeAgg {
             has_io: false,
             has_net: false,
             has_trainer: false,
+            clock: None,
         }
     }
 
@@ -265,6 +291,9 @@ pub struct Agg {
     pub first_step_us: Option<i64>,
     pub sys_first_s: Option<f64>,
     pub sys_last_s: Option<f64>,
+    /// Anomaly triggers (`trainprof:AutoProfilingTrigger` instant events), at most
+    /// `MAX_TRIGGERS`.
+    pub triggers: Vec<crate::model::Trigger>,
 }
 
 fn push_last(q: &mut VecDeque<f64>, v: f64, cap: usize) {
@@ -396,6 +425,12 @@ impl Agg {
             put(n, "trainer_cpu".into(), t.trainer_cpu);
             put(n, "trainer_mem".into(), mb(t.trainer_rss));
         }
+        if t.clock_synchronised.is_some() || t.clock_max_error_us.is_some() || t.clock_est_error_us.is_some()
+        {
+            // A node's first reading decides `synchronised` unless a later one is not.
+            let c = n.clock.get_or_insert(ClockAgg { synchronised: true, ..ClockAgg::default() });
+            c.add(t.clock_synchronised, t.clock_max_error_us, t.clock_est_error_us);
+        }
         let mut cols = vec![None; n.columns.len()];
         for (i, v) in row {
             cols[i] = Some(v);
@@ -409,6 +444,12 @@ impl Agg {
         self.last_us = Some(self.last_us.map_or(end, |f| f.max(end)));
         self.ranks.insert(e.node.to_owned());
         if e.ph != 'X' {
+            if e.name == TRIGGER_EVENT
+                && self.triggers.len() < MAX_TRIGGERS
+                && let Some(t) = trigger(e)
+            {
+                self.triggers.push(t);
+            }
             return;
         }
         if let Some(mode) = step_mode(e.phase) {
@@ -457,6 +498,33 @@ impl Agg {
             _ => {}
         }
     }
+}
+
+/// The instant event of an anomaly trigger (`docs/formats.md`, "Anomaly-triggered windows").
+pub const TRIGGER_EVENT: &str = "trainprof:AutoProfilingTrigger";
+/// Triggers kept (the hook allows at most 3600 an hour per rank).
+pub const MAX_TRIGGERS: usize = 10_000;
+
+/// A trigger from its event: `ts` is the slow step's end, so the step started `duration_ms`
+/// before. `None` when the duration or the median is missing.
+pub fn trigger(e: &crate::read::Event<'_>) -> Option<crate::model::Trigger> {
+    let f = |k: &str| e.args.get(k).and_then(serde_json::Value::as_f64).filter(|v| v.is_finite());
+    let ms = f("duration_ms")?;
+    let median_ms = f("median_ms")?;
+    let step = e.args.get("step").and_then(serde_json::Value::as_i64).or(e.step)?;
+    let features = e
+        .args
+        .get("features")
+        .and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect::<Vec<_>>());
+    Some(crate::model::Trigger {
+        rank: e.node.to_owned(),
+        step,
+        ms,
+        median_ms,
+        start_s: e.start_us as f64 / 1e6 - ms / 1000.0,
+        features,
+    })
 }
 
 /// `TRAIN` for `Step:ModeKeys.TRAIN`; `None` for a phase that is not a step.
@@ -545,5 +613,58 @@ mod tests {
     fn step_modes() {
         assert_eq!(step_mode("Step:ModeKeys.TRAIN"), Some("TRAIN"));
         assert_eq!(step_mode("Forward"), None);
+    }
+
+    #[test]
+    fn a_trigger_event_becomes_a_trigger_and_a_bad_one_nothing() {
+        let args: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+            r#"{"pid": 7, "step_num": "30", "step": 31, "duration_ms": 200.5, "median_ms": 20.0,
+                "features": ["detailed", "python"], "window_start_step": 32, "window_num_steps": 2}"#,
+        )
+        .unwrap();
+        let e = crate::read::Event {
+            node: "0-algo-1",
+            phase: "trainprof:AutoProfiling",
+            name: TRIGGER_EVENT,
+            ph: 'i',
+            start_us: 10_000_000,
+            dur_us: 0,
+            step: Some(30),
+            args: &args,
+        };
+        let mut agg = Agg::new(None);
+        agg.event(&e);
+        let [t] = agg.triggers.as_slice() else { panic!("{:?}", agg.triggers) };
+        assert_eq!((t.rank.as_str(), t.step, t.ms, t.median_ms), ("0-algo-1", 31, 200.5, 20.0));
+        assert!((t.start_s - (10.0 - 0.2005)).abs() < 1e-9);
+        assert_eq!(t.features.as_deref(), Some(&["detailed".to_owned(), "python".to_owned()][..]));
+        // No duration: not a trigger; another instant event: not a trigger.
+        let mut bad = args.clone();
+        bad.remove("duration_ms");
+        assert!(trigger(&crate::read::Event { args: &bad, ..e.clone() }).is_none());
+        agg.event(&crate::read::Event { name: "other", ..e });
+        assert_eq!(agg.triggers.len(), 1);
+    }
+
+    #[test]
+    fn the_clock_keeps_the_worst_reading() {
+        let mut c = ClockAgg { synchronised: true, ..ClockAgg::default() };
+        c.add(Some(1.0), Some(500.0), Some(20.0));
+        c.add(Some(0.0), Some(16_000.0), None);
+        c.add(Some(1.0), Some(800.0), Some(30.0));
+        assert_eq!(
+            c,
+            ClockAgg { synchronised: false, max_error_us: Some(16_000.0), est_error_us: Some(30.0) }
+        );
+        let mut agg = Agg::new(None);
+        let t = Tick {
+            t_s: 1.0,
+            clock_synchronised: Some(1.0),
+            clock_max_error_us: Some(9.0),
+            ..Tick::default()
+        };
+        agg.tick("algo-1", &t);
+        let got = agg.nodes["algo-1"].clock.clone();
+        assert_eq!(got, Some(ClockAgg { synchronised: true, max_error_us: Some(9.0), est_error_us: None }));
     }
 }

@@ -130,7 +130,7 @@ pub fn mode_steps(ranks: &BTreeMap<String, Vec<collect::StepRec>>) -> ModeSteps 
     outliers.truncate(MAX_OUTLIERS);
     let all = stats::sorted(&all);
     let s = step_stats(&all);
-    let (edges_ms, counts) = stats::histogram(&all, 30);
+    let (edges_ms, counts) = stats::step_histogram(&all, 30);
     ModeSteps {
         count: s.count,
         p50_ms: s.p50_ms,
@@ -206,10 +206,23 @@ fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Sk
         },
         // The hook's drop counters are not in the files yet (docs/report.md).
         dropped_events: 0,
-        clock: Vec::new(),
+        clock: agg
+            .nodes
+            .iter()
+            .filter_map(|(node, n)| {
+                n.clock.as_ref().map(|c| Clock {
+                    node: node.clone(),
+                    synchronised: c.synchronised,
+                    max_error_us: c.max_error_us,
+                    est_error_us: c.est_error_us,
+                })
+            })
+            .collect(),
         skipped: skipped.0,
     };
     let series = Some(series(&agg));
+    let mut triggers = agg.triggers;
+    triggers.sort_by(|a, b| a.start_s.total_cmp(&b.start_s).then_with(|| a.rank.cmp(&b.rank)));
     ReportModel {
         version: VERSION,
         source: source.to_owned(),
@@ -217,7 +230,7 @@ fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Sk
         steps,
         phases,
         python,
-        triggers: Vec::new(),
+        triggers,
         findings,
         series,
     }

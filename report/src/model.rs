@@ -159,6 +159,10 @@ pub struct Trigger {
     pub ms: f64,
     pub median_ms: f64,
     pub start_s: f64,
+    /// The features the trigger opened (`detailed`, `dataloader`, `python`, `native`); an
+    /// optional extra (`null` when the event did not name them).
+    #[serde(default)]
+    pub features: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

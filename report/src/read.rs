@@ -69,6 +69,10 @@ pub struct Tick {
     /// `trainer` / `ProcessTree`: CPU (% of one core) and RSS bytes.
     pub trainer_cpu: Option<f64>,
     pub trainer_rss: Option<f64>,
+    /// `clock` / `Kernel`: `Synchronised` (1 or 0), `MaxErrorMicros`, `EstimatedErrorMicros`.
+    pub clock_synchronised: Option<f64>,
+    pub clock_max_error_us: Option<f64>,
+    pub clock_est_error_us: Option<f64>,
 }
 
 impl Tick {
@@ -117,6 +121,9 @@ impl Tick {
             (_, "TransmitBytesPerSecond", "Algorithm") => self.net_tx = Some(self.net_tx.unwrap_or(0.0) + v),
             ("trainer", "CPUPercent", "ProcessTree") => self.trainer_cpu = Some(v),
             ("trainer", "RSSBytes", "ProcessTree") => self.trainer_rss = Some(v),
+            ("clock", "Synchronised", "Kernel") => self.clock_synchronised = Some(v),
+            ("clock", "MaxErrorMicros", "Kernel") => self.clock_max_error_us = Some(v),
+            ("clock", "EstimatedErrorMicros", "Kernel") => self.clock_est_error_us = Some(v),
             _ => {}
         }
     }

@@ -50,6 +50,31 @@ pub fn histogram(v: &[f64], bins: usize) -> (Vec<f64>, Vec<u64>) {
     (edges, counts)
 }
 
+/// The step-time histogram (`docs/report.md`, `steps.<MODE>.histogram`): `bins` equal bins
+/// from the shortest step to the longest, unless the longest is beyond 1.5 × p99; then
+/// `bins - 1` equal bins up to 1.5 × p99 and one overflow bin from there to the longest, so a
+/// few 10× outliers do not squeeze every other step into the first bin. `sorted`: ascending.
+pub fn step_histogram(sorted: &[f64], bins: usize) -> (Vec<f64>, Vec<u64>) {
+    let (Some(&lo), Some(&hi), Some(p99)) = (sorted.first(), sorted.last(), quantile_sorted(sorted, 0.99))
+    else {
+        return (Vec::new(), Vec::new());
+    };
+    let cap = 1.5 * p99;
+    if bins < 2 || hi <= cap || cap <= lo {
+        return histogram(sorted, bins);
+    }
+    let inner = bins - 1;
+    let width = (cap - lo) / inner as f64;
+    let mut edges: Vec<f64> = (0..=inner).map(|i| lo + width * i as f64).collect();
+    edges.push(hi);
+    let mut counts = vec![0u64; bins];
+    for &x in sorted {
+        let i = if x >= cap { inner } else { (((x - lo) / width) as usize).min(inner - 1) };
+        counts[i] += 1;
+    }
+    (edges, counts)
+}
+
 /// Exact quantiles of percentages written with 2 decimals (as the agent writes them), in
 /// constant memory: one counter per 0.01 from 0 to 100 (values outside are clamped, which
 /// only a value that is not a percentage can be).
@@ -299,6 +324,27 @@ mod tests {
             assert!((h.quantile(q).unwrap() - quantile_sorted(&s, q).unwrap()).abs() < 1e-9, "{q}");
         }
         assert_eq!(h.len(), 7);
+    }
+
+    #[test]
+    fn step_histogram_puts_far_outliers_in_one_overflow_bin() {
+        // 200 steps spread over 10-20 ms and two of 150 ms.
+        let mut v: Vec<f64> = (0..200).map(|i| 10.0 + f64::from(i) * 0.05).collect();
+        v.extend([150.0, 150.0]);
+        let v = sorted(&v);
+        let (e, c) = step_histogram(&v, 30);
+        assert_eq!((e.len(), c.len()), (31, 30));
+        assert_eq!(c.iter().sum::<u64>(), 202);
+        assert_eq!(*e.last().unwrap(), 150.0);
+        assert_eq!(c[29], 2);
+        let p99 = quantile_sorted(&v, 0.99).unwrap();
+        assert!((e[29] - 1.5 * p99).abs() < 1e-9);
+        // The ordinary steps fill the 29 regular bins, none holds most of them.
+        assert!(c[..29].iter().all(|&n| n < 20), "{c:?}");
+        assert!(e.windows(2).all(|w| w[0] < w[1]));
+        // Without far outliers: the plain equal bins.
+        let plain = sorted(&[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(step_histogram(&plain, 30), histogram(&plain, 30));
     }
 
     #[test]

@@ -243,6 +243,13 @@ fn counters<W: Write>(o: &mut Out<W>, node: &str, ts: i64, t: &Tick) -> io::Resu
     n += u64::from(o.counter("Network MB/s", pid, ts, &[("rx", mb(t.net_rx)), ("tx", mb(t.net_tx))])?);
     n += u64::from(o.counter("Trainer CPU % (of one core)", pid, ts, &[("cpu", t.trainer_cpu)])?);
     n += u64::from(o.counter("Trainer RSS MB", pid, ts, &[("rss", mb(t.trainer_rss))])?);
+    n += u64::from(o.counter(
+        "Clock error bound µs",
+        pid,
+        ts,
+        &[("max", t.clock_max_error_us), ("estimated", t.clock_est_error_us)],
+    )?);
+    n += u64::from(o.counter("Clock synchronised", pid, ts, &[("synchronised", t.clock_synchronised)])?);
     Ok(n)
 }
 

@@ -330,3 +330,67 @@ def test_planted_links_are_not_followed(tmp_path, trainprof_bin):
     assert model["job"]["nodes"] == ["algo-1"]
     skipped = "\n".join(model["job"]["skipped"])
     assert skipped.count("symbolic link") == 2, skipped
+
+
+def clock_rows(out):
+    """(node, Name, Value) of every `clock` row of the system files."""
+    rows = []
+    for path in sorted((out / "system" / "incremental").rglob("*.json")):
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            if r["Type"] == "clock":
+                rows.append((r["NodeId"], r["Name"], r["Value"]))
+    return rows
+
+
+def test_an_anomaly_trigger_and_the_clock_bound(tmp_path, trainprof_bin, hook_lib, package_dir):
+    """A real run with AutoProfilingConfig (as tests/hook/test_auto_profiling.py: steps of 20 ms,
+    StepTimeRatio 5) where step 30 takes 400 ms: the report lists exactly that trigger, with
+    the numbers of the hook's event, and the trace holds the event on its rank's process. The
+    agent's clock rows (real adjtimex) give `job.clock` (the worst reading of the node) and a
+    counter track."""
+    auto = {"StepTimeRatio": 5, "WarmupSteps": 20, "NumSteps": 2, "Features": ["detailed"]}
+    out, stderr, [m] = run_job(tmp_path, trainprof_bin, hook_lib, package_dir,
+                               {"steps": 40, "step_ms": 20, "slow": {"30": 400}},
+                               config={"AutoProfilingConfig": auto})
+    events = []
+    for path in sorted((out / "framework" / "pevents").rglob("*_pythontimeline.json")):
+        doc = json.loads(path.read_text())
+        base = next(e["args"]["start_time_since_epoch_in_micros"] for e in doc
+                    if e.get("ph") == "M" and e.get("pid") == 0 and e["name"] == "process_name")
+        events += [(path.name.split("_")[1], base, e) for e in doc if e.get("name") == "trainprof:AutoProfilingTrigger"]
+    assert len(events) == 1, events
+    node, base, ev = events[0]
+    model = report_json(trainprof_bin, out)
+    (t,) = model["triggers"]
+    assert t["rank"] == node == m["node_id"]
+    assert t["step"] == 30 and ev["args"]["step"] == 30
+    assert t["ms"] == ev["args"]["duration_ms"] and t["ms"] >= 400
+    assert t["median_ms"] == ev["args"]["median_ms"] and t["median_ms"] < 100
+    assert t["features"] == ["detailed"]
+    planted = next(x for x in m["steps"] if x["step"] == 30)
+    assert abs(t["start_s"] - planted["start"]) < 0.05
+    assert abs(t["start_s"] + t["ms"] / 1000 - (base + ev["ts"]) / 1e6) < 1e-3
+    # The page lists it.
+    page = (out / "report.html").read_text()
+    assert 'id="triggers"' in page
+    # The trace: one instant event on the rank's process, with the event's arguments.
+    doc = trace(trainprof_bin, out)
+    procs = {e["pid"]: e["args"]["name"] for e in doc if e["ph"] == "M" and e["name"] == "process_name"}
+    got = [e for e in doc if e["name"] == "trainprof:AutoProfilingTrigger"]
+    assert len(got) == 1 and got[0]["ph"] == "i", got
+    assert procs[got[0]["pid"]] == f"rank {node}"
+    assert got[0]["ts"] == base + ev["ts"] and got[0]["args"] == ev["args"]
+
+    # The clock: the agent's rows, the worst of them in the model.
+    rows = clock_rows(out)
+    assert rows, "no clock rows: the agent wrote none"
+    (c,) = model["job"]["clock"]
+    assert c["node"] == "algo-1"
+    assert c["synchronised"] == all(v == 1 for n, k, v in rows if k == "Synchronised")
+    assert c["max_error_us"] == max(v for n, k, v in rows if k == "MaxErrorMicros")
+    assert c["est_error_us"] == max(v for n, k, v in rows if k == "EstimatedErrorMicros")
+    assert "<h3>Clock</h3>" in page
+    bound = [e for e in doc if e["ph"] == "C" and e["name"] == "Clock error bound µs"]
+    assert len(bound) == sum(1 for _, k, _ in rows if k == "MaxErrorMicros")
+    assert procs[bound[0]["pid"]] == "node algo-1"

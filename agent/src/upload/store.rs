@@ -170,6 +170,16 @@ impl S3Store {
         S3Store { client: aws_sdk_s3::Client::from_conf(config), url, options }
     }
 
+    /// The client, made as above: for `trainprof report s3://…` and the page at the end of
+    /// `run --s3`, which read with the uploader's credentials and endpoint.
+    pub fn client(&self) -> &aws_sdk_s3::Client {
+        &self.client
+    }
+
+    pub fn url(&self) -> &S3Url {
+        &self.url
+    }
+
     async fn put_multipart(
         &self,
         rel: &str,

@@ -1,0 +1,81 @@
+"""The page at the end of `trainprof run --s3` (docs/report.md, "At the end of trainprof run"):
+a real `run` uploading to the real moto server of tests/conftest.py ends with `report.html`
+under the prefix and the summary line naming it, with and without --keep-local."""
+
+import re
+import subprocess
+import sys
+
+from s3_support import agent_env  # noqa: F401  (the environment helpers below use it)
+from test_upload import (LOOP, MARKERS, RUN_TIMEOUT_S, env_for, hook_lib, put_log, sealed_files,  # noqa: F401
+                         temporary_files, trainer_env, upload_args, uploaded, write_profiler_config)
+
+PAGE = "report.html"
+
+
+def run(trainprof_bin, argv, env):
+    proc = subprocess.run([str(trainprof_bin), "run", *argv], env=env, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
+def is_page(body):
+    text = body.decode()
+    return text.startswith("<!DOCTYPE html>") and "algo-1" in text
+
+
+def test_keep_local_sends_the_page_with_the_rest_before_the_markers(trainprof_bin, hook_lib, s3,
+                                                                     tmp_path):
+    out = tmp_path / "out"
+    prefix = "jobs/page-keep"
+    config = write_profiler_config(tmp_path / "profilerconfig.json", out)
+    env = trainer_env(env_for(tmp_path, s3.endpoint, SMPROFILER_CONFIG_PATH=config), tmp_path, hook_lib,
+                      {"phases": [["train", 20]], "work_ms": 20})
+    stderr = run(trainprof_bin, [*upload_args(out, s3.url(prefix), s3.endpoint, "--keep-local"), "--",
+                                 sys.executable, LOOP], env)
+    local = sealed_files(out)
+    remote = uploaded(s3, prefix)
+    assert PAGE in local and is_page(local[PAGE])
+    # The page is the same in S3, and S3 holds exactly the local files.
+    assert sorted(remote) == sorted(local)
+    assert remote[PAGE] == local[PAGE]
+    assert f"trainprof: report: {out / PAGE} (uploaded to {s3.url(prefix)})" in stderr, stderr
+    # It went up with the rest: before the markers, counted by the uploader.
+    puts = [k[len(prefix) + 1:] for k, status in put_log(s3) if status == 200 and k.startswith(prefix + "/")]
+    assert puts.index(PAGE) < min(puts.index(m) for m in MARKERS), puts
+    up = re.search(r"^trainprof: upload: (\d+) files? uploaded", stderr, re.M)
+    assert up and int(up.group(1)) == len(local), stderr
+
+
+def test_without_keep_local_the_page_is_made_from_s3_and_not_left_behind(trainprof_bin, hook_lib, s3, tmp_path):
+    out = tmp_path / "out"
+    prefix = "jobs/page-s3"
+    config = write_profiler_config(tmp_path / "profilerconfig.json", out)
+    env = trainer_env(env_for(tmp_path, s3.endpoint, SMPROFILER_CONFIG_PATH=config), tmp_path, hook_lib,
+                      {"phases": [["train", 20]], "work_ms": 20})
+    stderr = run(trainprof_bin, [*upload_args(out, s3.url(prefix), s3.endpoint), "--", sys.executable, LOOP], env)
+    remote = uploaded(s3, prefix)
+    assert PAGE in remote and is_page(remote[PAGE]), sorted(remote)
+    # Made from this run's objects: the trainer's steps are in it.
+    assert "TRAIN" in remote[PAGE].decode()
+    assert f"trainprof: report: s3://{s3.bucket}/{prefix}/{PAGE}" in stderr.splitlines(), stderr
+    # Uploaded and deleted, like every other file: the LocalPath is empty.
+    assert sealed_files(out) == {}, sorted(sealed_files(out))
+    assert temporary_files(out) == []
+    # A second job into the same prefix: the page is never overwritten; this one's stays local.
+    stderr2 = run(trainprof_bin, [*upload_args(out, s3.url(prefix), s3.endpoint), "--", sys.executable, LOOP], env)
+    assert uploaded(s3, prefix)[PAGE] == remote[PAGE]
+    assert re.search(r"^trainprof: report: .*report\.html \(not uploaded: .* not overwritten\)$", stderr2, re.M), stderr2
+    assert list(sealed_files(out)) == [PAGE]
+
+
+def test_no_time_left_skips_the_page_with_one_line(trainprof_bin, s3, tmp_path):
+    """--upload-deadline-s 0: nothing left for the page; one line says how to make it."""
+    out = tmp_path / "out"
+    prefix = "jobs/page-late"
+    stderr = run(trainprof_bin, [*upload_args(out, s3.url(prefix), s3.endpoint, "--upload-deadline-s", "0"),
+                                 "--", sys.executable, "-c", "pass"], env_for(tmp_path, s3.endpoint))
+    lines = [line for line in stderr.splitlines() if line.startswith("trainprof: report:")]
+    assert len(lines) == 1 and f"`trainprof report s3://{s3.bucket}/{prefix}` makes it" in lines[0], stderr
+    assert PAGE not in uploaded(s3, prefix)

@@ -365,22 +365,29 @@ fn section_triggers(out: &mut String, m: &Value, t0: f64) {
         return;
     }
     out.push_str(
-        "<section id=\"triggers\"><h2>Triggers</h2>\n<p class=\"note\">Detailed profiling windows opened \
-         by an anomalous step (shaded purple on the charts).</p>\n<table><tr><th>rank</th><th class=\"n\">step</th>\
-         <th>start</th><th class=\"n\">ms</th><th class=\"n\">median ms</th></tr>\n",
+        "<section id=\"triggers\"><h2>Triggers</h2>\n<p class=\"note\">Profiling windows opened \
+         by an anomalous step (<code>AutoProfilingConfig</code>; shaded purple on the charts).</p>\n<table><tr><th>rank</th><th class=\"n\">step</th>\
+         <th>start</th><th class=\"n\">ms</th><th class=\"n\">median ms</th><th>opened</th></tr>\n",
     );
     for t in triggers {
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
             esc(str_of(&t["rank"])),
             esc(&int(&t["step"])),
             esc(&offset(&t["start_s"], t0)),
             esc(&num(&t["ms"])),
-            esc(&num(&t["median_ms"]))
+            esc(&num(&t["median_ms"])),
+            esc(&features(&t["features"]))
         );
     }
     out.push_str("</table></section>\n");
+}
+
+/// A trigger's features (`["detailed", "python"]`) as "detailed, python"; "–" when absent.
+fn features(v: &Value) -> String {
+    let names: Vec<&str> = arr(v).iter().filter_map(Value::as_str).collect();
+    if names.is_empty() { "–".to_owned() } else { names.join(", ") }
 }
 
 // ---------------------------------------------------------------------------------------------

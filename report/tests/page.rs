@@ -163,7 +163,7 @@ fn synthetic(cores: usize, points: usize, steps_per_rank: usize) -> ReportModel 
     let triggers: Vec<Value> = (0..5)
         .map(|k| {
             json!({"rank": ranks[k], "step": 100 + k, "ms": 1010.0, "median_ms": 100.0,
-                   "start_s": START + 1000.0 + k as f64 * 300.0})
+                   "start_s": START + 1000.0 + k as f64 * 300.0, "features": ["detailed", "native"]})
         })
         .collect();
     let model = json!({
@@ -252,6 +252,8 @@ fn every_section_is_there() {
     assert!(page.contains("<b>Straggler: 5-algo-1</b>"));
     assert!(page.contains("2023-11-14 22:13:20.000 UTC"));
     assert!(page.contains("1 h 00 min 00 s"));
+    // Each trigger names what it opened.
+    assert_eq!(page.matches("<td>detailed, native</td>").count(), 5);
 }
 
 /// Writes the browser tier's fixture page: `REPORT_PAGE_OUT=x.html cargo test -p

@@ -1,6 +1,6 @@
 //! Times `trainprof_report::build` and `trainprof_report::trace::write` on a LocalPath, for
 //! docs/report.md "Measured" (`cargo run --release -p trainprof-report --example measure -- PATH`;
-//! `tests/report/scripts/synthetic_job.py` writes a synthetic hour). Peak memory: run it
+//! `bench/synth_job.py` writes a synthetic hour). Peak memory: run it
 //! under `/usr/bin/time -v`, one part at a time (`report` or `trace` as the second argument).
 
 use std::time::Instant;

@@ -417,7 +417,7 @@ def measure(label, argv, files_root, seconds, interval_ms, log_path):
     return {
         "label": label, "cpu_ns": c1 - c0, "stat_ticks": s1 - s0, "wall_s": t1 - t0, "ticks": n1 - n0,
         "expected_ticks": (t1 - t0) * 1000.0 / interval_ms, "rss_kib": rss, "hwm_kib": hwm,
-        "fds": fds, "exit": proc.returncode, "log": log_text,
+        "fds": fds, "exit": proc.returncode, "log": log_text, "pid": proc.pid,
     }
 
 
@@ -499,7 +499,11 @@ def main():
                     if variant == "system" and not cgroup_files:
                         cgroup_files = sorted({p for p in r["fds"] if p.startswith("/sys/fs/cgroup/")})
                     if variant == "system" and not floor_files:
-                        floor_files = sorted({p for p in r["fds"] if p.startswith(("/proc/", "/sys/"))})
+                        # The agent's own /proc/<pid>/… (net/dev) is gone with it: the floor
+                        # reads its own /proc/self/… (the same network namespace).
+                        own = "/proc/%d/" % r["pid"]
+                        floor_files = sorted({"/proc/self/" + p[len(own):] if p.startswith(own) else p
+                                              for p in r["fds"] if p.startswith(("/proc/", "/sys/"))})
                         floor_bytes = bytes_per_tick(out)
                 elif who == "before":
                     argv = [before_bin, "agent", "--interval-ms", str(interval_ms), "--local-path", out]
@@ -521,6 +525,9 @@ def main():
 
     floor = get("floor-system") if floor_bin else None
     before = get("before-system") if before_bin else None
+    if floor:
+        for log in floor["logs"]:
+            notes.extend("floor: " + l for l in log.splitlines() if "cannot open" in l)
     rows = [("system", get("agent-system"), get("psutil-system"))]
     if with_tree:
         rows.append(("tree", get("agent-tree"), get("psutil-tree")))

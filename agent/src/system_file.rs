@@ -337,7 +337,7 @@ const EXACT_HUNDREDTHS: f64 = 1e15;
 /// not finite take the formatter. The tests compare both on millions of values.
 fn push_value(buf: &mut String, value: f64) {
     let hundredths = (value * 100.0).round();
-    if !(hundredths.abs() < EXACT_HUNDREDTHS) {
+    if hundredths.is_nan() || hundredths.abs() >= EXACT_HUNDREDTHS {
         let _ = write!(buf, "{}", hundredths / 100.0);
         return;
     }
@@ -351,7 +351,7 @@ fn push_value(buf: &mut String, value: f64) {
     if frac != 0 {
         buf.push('.');
         buf.push(char::from(b'0' + (frac / 10) as u8));
-        if frac % 10 != 0 {
+        if !frac.is_multiple_of(10) {
             buf.push(char::from(b'0' + (frac % 10) as u8));
         }
     }

@@ -25,6 +25,11 @@ Both collectors sample every BENCH_INTERVAL_MS (100) and write the same JSON lin
           and one write(2) per tick of the agent's bytes per tick. No parsing: the least any
           collector of the same figures pays. Printed as agent / floor.
 
+  before  (system only, when BENCH_AGENT_BEFORE names another `trainprof` binary, e.g. one
+          built from the main branch) `trainprof agent` of that binary, measured the same way
+          in the same rounds: a change's effect side by side with the floor. Printed as
+          before / floor and before / agent.
+
 The collectors run one after the other, never together (BENCH_ROUNDS rounds, the order
 alternating between rounds), so on a small machine neither takes CPU from the other.
 
@@ -412,7 +417,7 @@ def measure(label, argv, files_root, seconds, interval_ms, log_path):
     return {
         "label": label, "cpu_ns": c1 - c0, "stat_ticks": s1 - s0, "wall_s": t1 - t0, "ticks": n1 - n0,
         "expected_ticks": (t1 - t0) * 1000.0 / interval_ms, "rss_kib": rss, "hwm_kib": hwm,
-        "fds": fds, "exit": proc.returncode, "log": log_text,
+        "fds": fds, "exit": proc.returncode, "log": log_text, "pid": proc.pid,
     }
 
 
@@ -469,6 +474,7 @@ def main():
     if not floor_bin:
         notes.append("no BENCH_FLOOR_BIN: the floor was not run (scripts/bench-agent builds it)")
     floor_files, floor_bytes = [], 0
+    before_bin = os.environ.get("BENCH_AGENT_BEFORE")
 
     for rnd in range(rounds):
         agent_first = rnd % 2 == 0
@@ -479,6 +485,9 @@ def main():
             if variant == "system" and floor_bin:
                 # The floor reads the files the first agent run kept open: after it.
                 steps.insert(1, "floor")
+            if variant == "system" and before_bin:
+                # Next to the agent, on the side away from the floor in alternate rounds.
+                steps.insert(steps.index("agent") + (1 if agent_first else 0), "before")
             for who in steps:
                 out = os.path.join(tmp, "%s-%s-%d" % (who, variant, rnd))
                 if who == "agent":
@@ -490,8 +499,15 @@ def main():
                     if variant == "system" and not cgroup_files:
                         cgroup_files = sorted({p for p in r["fds"] if p.startswith("/sys/fs/cgroup/")})
                     if variant == "system" and not floor_files:
-                        floor_files = sorted({p for p in r["fds"] if p.startswith(("/proc/", "/sys/"))})
+                        # The agent's own /proc/<pid>/… (net/dev) is gone with it: the floor
+                        # reads its own /proc/self/… (the same network namespace).
+                        own = "/proc/%d/" % r["pid"]
+                        floor_files = sorted({"/proc/self/" + p[len(own):] if p.startswith(own) else p
+                                              for p in r["fds"] if p.startswith(("/proc/", "/sys/"))})
                         floor_bytes = bytes_per_tick(out)
+                elif who == "before":
+                    argv = [before_bin, "agent", "--interval-ms", str(interval_ms), "--local-path", out]
+                    run("before-system", "agent (before)", argv, out)
                 elif who == "floor":
                     os.makedirs(out)
                     argv = [floor_bin, os.path.join(out, "floor.json"), str(interval_ms), str(floor_bytes)]
@@ -508,6 +524,10 @@ def main():
         return combine([r for k, r in sorted(results.items()) if k[0] == key])
 
     floor = get("floor-system") if floor_bin else None
+    before = get("before-system") if before_bin else None
+    if floor:
+        for log in floor["logs"]:
+            notes.extend("floor: " + l for l in log.splitlines() if "cannot open" in l)
     rows = [("system", get("agent-system"), get("psutil-system"))]
     if with_tree:
         rows.append(("tree", get("agent-tree"), get("psutil-tree")))
@@ -529,9 +549,20 @@ def main():
                 variant, r["label"], r["ticks"], us_per_tick(r), stat_us, core_percent(r),
                 r["rss_kib"] / 1024, r["hwm_kib"] / 1024))
             print("%-7s %-16s %6s %11.2f×" % (variant, "agent / floor", "", us_per_tick(a) / us_per_tick(r)))
+        if variant == "system" and before:
+            r = before
+            stat_us = r["stat_ticks"] * 1e6 / hz / max(1, r["ticks"])
+            print("%-7s %-16s %6d %12.1f %10.0f %12.3f %9.1f %9.1f" % (
+                variant, r["label"], r["ticks"], us_per_tick(r), stat_us, core_percent(r),
+                r["rss_kib"] / 1024, r["hwm_kib"] / 1024))
+            if floor:
+                print("%-7s %-16s %6s %11.2f×" % (variant, "before / floor", "", us_per_tick(r) / us_per_tick(floor)))
+            print("%-7s %-16s %6s %11.2f×" % (variant, "before / agent", "", us_per_tick(r) / us_per_tick(a)))
     print("(ticks: distinct Timestamps written between the readings; expected from the elapsed time: %s. "
           "(stat): the same from /proc/<pid>/stat utime+stime, %d Hz ticks, too coarse at this size.)"
           % (", ".join("%.0f" % r["expected_ticks"] for _, a, p in rows for r in (a, p)), hz))
+    if before:
+        print("before: %s" % before_bin)
 
     for variant, a, p in rows:  # for bench/run.py (scripts/bench)
         what = "system metrics" if variant == "system" else "system metrics + process tree"

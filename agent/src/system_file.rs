@@ -29,7 +29,7 @@ use trainprof_output::fs::{self as ofs, Dir, Move};
 use trainprof_output::ledger;
 use trainprof_output::node::SystemNode;
 
-use crate::sample::Metric;
+use crate::sample::{Metric, Name};
 
 /// Why a tick could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +76,8 @@ pub struct SystemWriter {
     node_id: String,
     open: Option<Open>,
     buf: String,
+    /// `,"NodeId":…,"Timestamp":…}` and the newline: the end of every line of a tick.
+    tail: String,
     counts: SystemCounts,
     /// A problem with `.trainprof/` said once.
     ledger_warned: bool,
@@ -92,6 +94,7 @@ impl SystemWriter {
             node_id: node.to_string(),
             open: None,
             buf: String::with_capacity(16 * 1024),
+            tail: String::with_capacity(64),
             counts: SystemCounts::default(),
             ledger_warned: false,
             first_name_s: None,
@@ -182,17 +185,20 @@ impl SystemWriter {
         on_boundary.then(|| std::time::Duration::from_secs_f64(((last_s + 1) as f64 - ts).max(0.0)))
     }
 
-    /// The tick's lines into `buf`, all with the timestamp `ts`.
+    /// The tick's lines into `buf`, all with the timestamp `ts`. The same bytes as
+    /// `writeln!(buf, r#"{{"Type":"{}","Name":"{}","Dimension":"{}","Value":{},"NodeId":"{}","Timestamp":{}}}"#, …)`
+    /// with the value rounded to two decimals (the platform's files; large counts stay
+    /// integers), built with `push_str`: the tail shared by every line (node id and
+    /// timestamp) is formatted once per tick, and values go through [`push_value`] instead of
+    /// the float formatter. Float formatting was the largest part of the agent's own CPU
+    /// per tick after parsing (BENCHMARKS.md, "the agent against its floor").
     fn format(&mut self, ts: f64, metrics: &[Metric]) {
         self.buf.clear();
+        self.tail.clear();
+        let _ = write!(self.tail, r#","NodeId":"{}","Timestamp":{}}}"#, self.node_id, ts);
+        self.tail.push('\n');
         for m in metrics {
-            // Two decimals like the platform's files; large counts stay integers.
-            let v = (m.value * 100.0).round() / 100.0;
-            let _ = writeln!(
-                self.buf,
-                r#"{{"Type":"{}","Name":"{}","Dimension":"{}","Value":{},"NodeId":"{}","Timestamp":{}}}"#,
-                m.kind, m.name, m.dimension, v, self.node_id, ts
-            );
+            push_line(&mut self.buf, m, &self.tail);
         }
     }
 
@@ -291,6 +297,80 @@ impl SystemWriter {
         }
         Ok(self.root.join(rel))
     }
+}
+
+/// One metric's line, up to `"Value":` and the value; `tail` ends it.
+fn push_line(buf: &mut String, m: &Metric, tail: &str) {
+    buf.push_str(r#"{"Type":""#);
+    buf.push_str(m.kind.as_str());
+    buf.push_str(r#"","Name":""#);
+    match m.name {
+        Name::Static(s) => buf.push_str(s),
+        Name::Indexed(prefix, i) => {
+            buf.push_str(prefix);
+            push_u64(buf, u64::from(i));
+        }
+        Name::Process(pid, label) => {
+            buf.push_str("pid");
+            push_u64(buf, u64::from(pid));
+            buf.push('-');
+            buf.push_str(label.as_str());
+        }
+    }
+    buf.push_str(r#"","Dimension":""#);
+    buf.push_str(m.dimension);
+    buf.push_str(r#"","Value":"#);
+    push_value(buf, m.value);
+    buf.push_str(tail);
+}
+
+/// Below this many hundredths a value rounded to two decimals is written digit by digit:
+/// there the gap between two doubles (at most 2⁻⁹ below 10¹³) is far below 0.01, so the
+/// double nearest `n / 100` has exactly one shortest round-trip decimal, `n / 100` itself
+/// with its trailing zeros dropped, which is what `{}` prints for it.
+const EXACT_HUNDREDTHS: f64 = 1e15;
+
+/// Appends `(value × 100).round() / 100` as `{}` prints it (the shortest decimal that reads
+/// back as the same double, never an exponent, `-0` for negative zero). Hand-written
+/// rather than through the float formatter, which costs several times more per value
+/// (measured in BENCHMARKS.md); values outside [`EXACT_HUNDREDTHS`] and those that are
+/// not finite take the formatter. The tests compare both on millions of values.
+fn push_value(buf: &mut String, value: f64) {
+    let hundredths = (value * 100.0).round();
+    if hundredths.is_nan() || hundredths.abs() >= EXACT_HUNDREDTHS {
+        let _ = write!(buf, "{}", hundredths / 100.0);
+        return;
+    }
+    if hundredths.is_sign_negative() {
+        buf.push('-');
+    }
+    // Exact: an integral double below 10¹⁵.
+    let n = hundredths.abs() as u64;
+    push_u64(buf, n / 100);
+    let frac = n % 100;
+    if frac != 0 {
+        buf.push('.');
+        buf.push(char::from(b'0' + (frac / 10) as u8));
+        if !frac.is_multiple_of(10) {
+            buf.push(char::from(b'0' + (frac % 10) as u8));
+        }
+    }
+}
+
+/// Appends `n` in decimal (as `{}` does), without the formatting machinery.
+fn push_u64(buf: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    buf.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 /// `wall_s` to the microsecond: all the readers keep (they compare in ns from a float).
@@ -609,5 +689,119 @@ mod tests {
         assert!(w.write_tick(1_595_455_630.0, tick(1.0).as_slice()).is_err());
         assert!(w.write_tick(1_595_455_631.0, tick(1.0).as_slice()).is_err());
         assert_eq!(w.counts().ticks_lost, 2);
+    }
+
+    /// The line as the writer formatted it before [`push_line`]: the reference the
+    /// hand-written one must equal byte for byte.
+    fn reference_line(m: &Metric, node: &str, ts: f64) -> String {
+        let v = (m.value * 100.0).round() / 100.0;
+        format!(
+            "{{\"Type\":\"{}\",\"Name\":\"{}\",\"Dimension\":\"{}\",\"Value\":{},\"NodeId\":\"{}\",\"Timestamp\":{}}}\n",
+            m.kind, m.name, m.dimension, v, node, ts
+        )
+    }
+
+    /// Values a tick can hold: percentages, rates, byte counts, negatives (a clock offset),
+    /// halves at the rounding edge, huge and tiny magnitudes, and pseudo-random ones
+    /// across every magnitude from 10⁻⁶ to 10²⁰.
+    fn sample_values() -> Vec<f64> {
+        let mut out = vec![
+            0.0,
+            -0.0,
+            0.001,
+            -0.001,
+            0.004_999,
+            0.005,
+            -0.005,
+            0.015,
+            0.045,
+            0.125,
+            1.005,
+            1.015,
+            2.675,
+            12.345,
+            99.999,
+            100.0,
+            123_456_789.0,
+            25_275_990_016.0,
+            1e13,
+            1e13 - 0.01,
+            9_999_999_999_999.99,
+            1e14,
+            9.007_199_254_740_993e15,
+            1e16,
+            1e20,
+            1e300,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            5e-324,
+            -123.456,
+            -1e14,
+        ];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..2_000_000 {
+            // xorshift64*: deterministic, no crate needed.
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+            let unit = (r >> 11) as f64 / (1u64 << 53) as f64;
+            let exp = (r % 27) as i32 - 6;
+            let sign = if r & (1 << 10) == 0 { 1.0 } else { -1.0 };
+            let v = sign * unit * 10f64.powi(exp);
+            out.push(v);
+            // Exactly on a hundredth, and half a hundredth off it.
+            let h = (v * 100.0).round() / 100.0;
+            out.push(h);
+            out.push(h + 0.005);
+        }
+        out
+    }
+
+    #[test]
+    fn lines_are_byte_for_byte_what_the_formatter_wrote() {
+        let label = crate::sample::Label::sanitized(b"pt_data_worker");
+        let names = [
+            Name::Static("MemoryUsedPercent"),
+            Name::Indexed("cpu", 0),
+            Name::Indexed("gpu", 4_294_967_295),
+            Name::Process(1_234_567, label),
+            Name::Process(7, crate::sample::Label::sanitized(b"")),
+        ];
+        let ts = 1_595_455_620.123_456;
+        let tail = format!(",\"NodeId\":\"algo-3\",\"Timestamp\":{ts}}}\n");
+        let mut buf = String::new();
+        for (i, v) in sample_values().into_iter().enumerate() {
+            let m = Metric {
+                kind: crate::sample::MetricType::ALL[i % crate::sample::MetricType::ALL.len()],
+                name: names[i % names.len()],
+                dimension: ["", "CPUUtilization", "Algorithm", "ProcessCPUPercent"][i % 4],
+                value: v,
+            };
+            buf.clear();
+            push_line(&mut buf, &m, &tail);
+            assert_eq!(buf, reference_line(&m, "algo-3", ts), "value {v:e}");
+        }
+        for n in [0, 1, 9, 10, 99, 100, 12_345, u64::from(u32::MAX), u64::MAX] {
+            buf.clear();
+            push_u64(&mut buf, n);
+            assert_eq!(buf, n.to_string());
+        }
+    }
+
+    #[test]
+    fn a_tick_is_written_as_the_formatter_wrote_it() {
+        let (_scratch, root) = tmpdir("format");
+        let mut w = SystemWriter::new(&root, SystemNode::new(3));
+        let mut m = Metrics::new();
+        for (i, v) in [12.345, -0.001, 1e14, 0.5, 7.0].into_iter().enumerate() {
+            m.push(crate::sample::HOST, Name::Static("AllCores"), "BusyPercent", v + i as f64);
+        }
+        let wall = 1_595_455_620.123_456_7;
+        w.write_tick(wall, m.as_slice()).unwrap();
+        let expected: String =
+            m.as_slice().iter().map(|x| reference_line(x, "algo-3", round_us(wall))).collect();
+        let tmp = root.join(format!("system/.1595455620.algo-3.{}.tmp", std::process::id()));
+        assert_eq!(std::fs::read_to_string(tmp).unwrap(), expected);
     }
 }

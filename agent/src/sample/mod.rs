@@ -382,6 +382,10 @@ pub trait Sampler: Send {
 
 /// A pseudo-file kept open and re-read from offset 0 each time (one `pread` per 4 KiB,
 /// no `open`/`close`, no allocation once the buffer has grown).
+///
+/// The buffer is zero-filled only when it grows (`buf.len()` is the initialised part that
+/// `pread` may write into; the content is the front of it), so that a tick does not
+/// zero-fill every file's buffer again before reading it.
 #[derive(Debug)]
 pub struct ProcFile {
     path: PathBuf,
@@ -393,7 +397,7 @@ impl ProcFile {
     pub fn open(path: impl Into<PathBuf>) -> Result<ProcFile, SampleError> {
         let path = path.into();
         match File::open(&path) {
-            Ok(file) => Ok(ProcFile { path, file, buf: Vec::with_capacity(4096) }),
+            Ok(file) => Ok(ProcFile { path, file, buf: vec![0; 4096] }),
             Err(e) => Err(SampleError::io(&path, e)),
         }
     }
@@ -404,26 +408,20 @@ impl ProcFile {
 
     /// The file's current content.
     pub fn read(&mut self) -> Result<&[u8], SampleError> {
-        self.buf.clear();
         let mut at = 0usize;
         loop {
-            if self.buf.capacity() - at < 4096 {
-                self.buf.reserve(4096);
+            if self.buf.len() - at < 4096 {
+                // Doubles, like a Vec's capacity (4 KiB → 8 KiB for most files, once).
+                self.buf.resize(self.buf.len() + self.buf.len().max(4096), 0);
             }
-            let cap = self.buf.capacity();
-            self.buf.resize(cap, 0);
             match self.file.read_at(&mut self.buf[at..], at as u64) {
                 Ok(0) => break,
                 Ok(n) => at += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.buf.clear();
-                    return Err(SampleError::io(&self.path, e));
-                }
+                Err(e) => return Err(SampleError::io(&self.path, e)),
             }
         }
-        self.buf.truncate(at);
-        Ok(&self.buf)
+        Ok(&self.buf[..at])
     }
 }
 

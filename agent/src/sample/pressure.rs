@@ -42,14 +42,15 @@ pub fn parse_pressure(text: &[u8]) -> Result<Stalls, ParseError> {
             Some(b"full") => &mut full,
             _ => continue,
         };
-        let total =
-            f.find_map(|kv| kv.strip_prefix(b"total=")).ok_or(ParseError::Missing("total=".into()))?;
+        let total = f
+            .find_map(|kv| kv.strip_prefix(b"total="))
+            .ok_or_else(|| ParseError::Missing("total=".into()))?;
         *slot = Some(parse_u64(total).ok_or_else(|| ParseError::NotANumber {
             what: "total".into(),
             line: String::from_utf8_lossy(line).into_owned(),
         })?);
     }
-    let some_us = some.ok_or(ParseError::Missing("`some` line".into()))?;
+    let some_us = some.ok_or_else(|| ParseError::Missing("`some` line".into()))?;
     Ok(Stalls { some_us, full_us: full })
 }
 

@@ -20,16 +20,9 @@ use trainprof_agent::sample::probe::{ProbeContext, probe_samplers};
 use trainprof_agent::sample::tree_pids::TreePids;
 use trainprof_agent::sample::{Metrics, Roots, Sampler};
 
-const TICK: Duration = Duration::from_millis(100);
+use trainprof_agent::sample::process::thread_cpu_ns;
 
-fn thread_cpu_ns() -> u64 {
-    // SAFETY: clock_gettime writes into the struct we own.
-    unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
-        (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
-    }
-}
+const TICK: Duration = Duration::from_millis(100);
 
 fn proc_stat(cores: usize, k: u64) -> String {
     let mut s = String::new();

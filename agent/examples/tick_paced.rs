@@ -22,16 +22,9 @@ use trainprof_agent::sample::{Metrics, ProcFile, Roots};
 use trainprof_agent::system_file::SystemWriter;
 use trainprof_output::node::SystemNode;
 
-const TICK: Duration = Duration::from_millis(100);
+use trainprof_agent::sample::process::thread_cpu_ns;
 
-fn thread_cpu_ns() -> u64 {
-    // SAFETY: clock_gettime writes into the struct we own.
-    unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
-        (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
-    }
-}
+const TICK: Duration = Duration::from_millis(100);
 
 /// The files under /proc and /sys this process holds open (the samplers').
 fn kept_open() -> Vec<String> {

@@ -12,7 +12,18 @@ use std::io::Write as _;
 /// Writes one line, redacted; a closed stderr is ignored.
 pub fn line(args: fmt::Arguments<'_>) {
     let text = args.to_string();
-    let _ = writeln!(std::io::stderr().lock(), "trainprof: {}", redact(&text));
+    let _ = writeln!(std::io::stderr().lock(), "trainprof: {}", redact(&one_line(&text)));
+}
+
+/// `text` on one line: a message with line breaks in it (an error chain that lists its
+/// sources on lines of their own) keeps its non-empty lines, trimmed, `; `-separated.
+pub fn one_line(text: &str) -> Cow<'_, str> {
+    if !text.contains(['\n', '\r']) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.split(['\n', '\r']).map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; "),
+    )
 }
 
 /// `log!("cannot read {}: {e}", path.display())`
@@ -53,7 +64,16 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{one_line, redact};
+
+    #[test]
+    fn a_message_with_line_breaks_is_one_line() {
+        assert_eq!(one_line("plain"), "plain");
+        assert_eq!(
+            one_line("no credentials. Attempted:\n  Environment: not set\r\n\n  Profile: off"),
+            "no credentials. Attempted:; Environment: not set; Profile: off"
+        );
+    }
 
     #[test]
     fn user_info_is_hidden_wherever_a_url_appears() {

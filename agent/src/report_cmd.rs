@@ -396,7 +396,7 @@ async fn download_from(
     into: &Path,
     only: Option<&std::collections::HashSet<String>>,
 ) -> Result<u64, String> {
-    use aws_sdk_s3::error::DisplayErrorContext;
+    use crate::upload::store::chain;
 
     let (client, url) = (store.client(), store.url());
     let prefix = if url.prefix.is_empty() { String::new() } else { format!("{}/", url.prefix) };
@@ -408,10 +408,8 @@ async fn download_from(
         if let Some(t) = token.take() {
             req = req.continuation_token(t);
         }
-        let out = req
-            .send()
-            .await
-            .map_err(|e| format!("listing s3://{}/{prefix}: {}", url.bucket, DisplayErrorContext(&e)))?;
+        let out =
+            req.send().await.map_err(|e| format!("listing s3://{}/{prefix}: {}", url.bucket, chain(&e)))?;
         for obj in out.contents() {
             let Some(key) = obj.key() else { continue };
             let Some(rel) = key.strip_prefix(&prefix) else { continue };
@@ -427,7 +425,7 @@ async fn download_from(
                 .key(key)
                 .send()
                 .await
-                .map_err(|e| format!("reading s3://{}/{key}: {}", url.bucket, DisplayErrorContext(&e)))?;
+                .map_err(|e| format!("reading s3://{}/{key}: {}", url.bucket, chain(&e)))?;
             let mut body = got.body;
             while let Some(chunk) =
                 body.try_next().await.map_err(|e| format!("reading s3://{}/{key}: {e}", url.bucket))?

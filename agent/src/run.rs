@@ -315,6 +315,22 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
                             l.push_str(" (not uploaded: see the upload lines)");
                         }
                     }
+                    // Nothing reached S3 (no credentials, a refused bucket): every file
+                    // is still here, so the page is made from them and stays here.
+                    (Some(r), None) if !upload_flags.keep_local && r.sent.is_empty() => {
+                        report_lines = crate::report_cmd::at_end_of_run(root, &before);
+                        if let Some(l) = report_lines.first_mut().filter(|l| l.starts_with("report: ")) {
+                            l.push_str(" (not uploaded: see the upload lines)");
+                        }
+                    }
+                    // Part of the job is in S3 and part still here: neither copy is whole.
+                    (Some(r), None) if !upload_flags.keep_local && !r.left.is_empty() => {
+                        report_lines = vec![format!(
+                            "report: skipped, {} files are still on local disk and not in S3; \
+                             `trainprof report {s3}` makes it once they are uploaded",
+                            r.left.len()
+                        )];
+                    }
                     (Some(r), None) if !upload_flags.keep_local => {
                         let left = upload_flags.deadline.saturating_sub(finish_started.elapsed());
                         let sent = r.sent.iter().cloned().collect();

@@ -1043,6 +1043,11 @@ fn with_no_aws_credentials_the_upload_says_so_plainly() {
         "{stderr}"
     );
     assert!(!stderr.contains("UPLOAD REFUSED"), "{stderr}");
+    // Nothing reached S3, so the page is made from the files kept here, and stays here.
+    let page = out_dir.join("report.html");
+    let want = format!("trainprof: report: {} (not uploaded: see the upload lines)", page.display());
+    assert!(stderr.lines().any(|l| l == want), "{stderr}");
+    assert!(page.is_file(), "{stderr}");
     // Every line of the log is one line, the error chain included.
     assert!(stderr.lines().all(|l| l.starts_with("trainprof: ")), "{stderr}");
 }

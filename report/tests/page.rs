@@ -102,18 +102,7 @@ fn synthetic(cores: usize, points: usize, steps_per_rank: usize) -> ReportModel 
         "net": {"rx_mbps": pct(0.0, 1200.0), "tx_mbps": pct(0.0, 1200.0)},
         "trainer": {"cpu": pct(100.0, 800.0), "mem_mb": pct(20_000.0, 21_000.0)},
     });
-    let rules = [
-        "CPUBottleneck",
-        "IOBottleneck",
-        "LowGPUUtilization",
-        "GPUMemoryIncrease",
-        "BatchSize",
-        "StepOutlier",
-        "Dataloader",
-        "MaxInitializationTime",
-        "LoadBalancing",
-        "OverallSystemUsage",
-    ];
+    let rules = trainprof_report::model::RULES;
     let findings: Vec<Value> = rules
         .iter()
         .enumerate()

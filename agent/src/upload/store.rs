@@ -420,7 +420,7 @@ where
 /// An error and its sources, `: `-separated, each said once (the SDK's wrappers repeat
 /// their source's text), on one line (the credential chain lists its providers on lines
 /// of their own).
-fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut next = Some(err);
     while let Some(e) = next {

@@ -743,10 +743,5 @@ fn fake_call_counter(lib: &std::path::Path) -> impl Fn() -> u64 {
 /// system time is sampled at the scheduler tick, too coarse for a few µs; the fake library
 /// makes no system calls, so this is user-space time).
 fn thread_cpu() -> Duration {
-    // SAFETY: clock_gettime fills the timespec it is given.
-    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to a timespec.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    assert_eq!(r, 0);
-    Duration::from_secs(t.tv_sec as u64) + Duration::from_nanos(t.tv_nsec as u64)
+    Duration::from_nanos(crate::sample::process::thread_cpu_ns())
 }

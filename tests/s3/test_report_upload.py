@@ -70,12 +70,14 @@ def test_without_keep_local_the_page_is_made_from_s3_and_not_left_behind(trainpr
     assert list(sealed_files(out)) == [PAGE]
 
 
-def test_no_time_left_skips_the_page_with_one_line(trainprof_bin, s3, tmp_path):
-    """--upload-deadline-s 0: nothing left for the page; one line says how to make it."""
+def test_no_time_left_keeps_the_page_local_with_one_line(trainprof_bin, s3, tmp_path):
+    """--upload-deadline-s 0: nothing reached S3, so every file is still on disk; the page is
+    made from them, stays local, and one line says it was not uploaded."""
     out = tmp_path / "out"
     prefix = "jobs/page-late"
     stderr = run(trainprof_bin, [*upload_args(out, s3.url(prefix), s3.endpoint, "--upload-deadline-s", "0"),
                                  "--", sys.executable, "-c", "pass"], env_for(tmp_path, s3.endpoint))
     lines = [line for line in stderr.splitlines() if line.startswith("trainprof: report:")]
-    assert len(lines) == 1 and f"`trainprof report s3://{s3.bucket}/{prefix}` makes it" in lines[0], stderr
+    assert lines == [f"trainprof: report: {out / PAGE} (not uploaded: see the upload lines)"], stderr
+    assert (out / PAGE).is_file()
     assert PAGE not in uploaded(s3, prefix)

@@ -535,29 +535,25 @@ def main():
     print()
     print("%-7s %-16s %6s %12s %10s %12s %9s %9s" % ("metrics", "collector", "ticks", "CPU µs/tick", "(stat)",
                                                      "% one core", "VmRSS MiB", "VmHWM MiB"))
+
+    def row(variant, r):
+        stat_us = r["stat_ticks"] * 1e6 / hz / max(1, r["ticks"])
+        print("%-7s %-16s %6d %12.1f %10.0f %12.3f %9.1f %9.1f" % (
+            variant, r["label"], r["ticks"], us_per_tick(r), stat_us, core_percent(r),
+            r["rss_kib"] / 1024, r["hwm_kib"] / 1024))
+
     for variant, a, p in rows:
         for r in (a, p):
-            stat_us = r["stat_ticks"] * 1e6 / hz / max(1, r["ticks"])
-            print("%-7s %-16s %6d %12.1f %10.0f %12.3f %9.1f %9.1f" % (
-                variant, r["label"], r["ticks"], us_per_tick(r), stat_us, core_percent(r),
-                r["rss_kib"] / 1024, r["hwm_kib"] / 1024))
+            row(variant, r)
         print("%-7s %-16s %6s %11.1f×" % (variant, "psutil / agent", "", us_per_tick(p) / us_per_tick(a)))
         if variant == "system" and floor:
-            r = floor
-            stat_us = r["stat_ticks"] * 1e6 / hz / max(1, r["ticks"])
-            print("%-7s %-16s %6d %12.1f %10.0f %12.3f %9.1f %9.1f" % (
-                variant, r["label"], r["ticks"], us_per_tick(r), stat_us, core_percent(r),
-                r["rss_kib"] / 1024, r["hwm_kib"] / 1024))
-            print("%-7s %-16s %6s %11.2f×" % (variant, "agent / floor", "", us_per_tick(a) / us_per_tick(r)))
+            row(variant, floor)
+            print("%-7s %-16s %6s %11.2f×" % (variant, "agent / floor", "", us_per_tick(a) / us_per_tick(floor)))
         if variant == "system" and before:
-            r = before
-            stat_us = r["stat_ticks"] * 1e6 / hz / max(1, r["ticks"])
-            print("%-7s %-16s %6d %12.1f %10.0f %12.3f %9.1f %9.1f" % (
-                variant, r["label"], r["ticks"], us_per_tick(r), stat_us, core_percent(r),
-                r["rss_kib"] / 1024, r["hwm_kib"] / 1024))
+            row(variant, before)
             if floor:
-                print("%-7s %-16s %6s %11.2f×" % (variant, "before / floor", "", us_per_tick(r) / us_per_tick(floor)))
-            print("%-7s %-16s %6s %11.2f×" % (variant, "before / agent", "", us_per_tick(r) / us_per_tick(a)))
+                print("%-7s %-16s %6s %11.2f×" % (variant, "before / floor", "", us_per_tick(before) / us_per_tick(floor)))
+            print("%-7s %-16s %6s %11.2f×" % (variant, "before / agent", "", us_per_tick(before) / us_per_tick(a)))
     print("(ticks: distinct Timestamps written between the readings; expected from the elapsed time: %s. "
           "(stat): the same from /proc/<pid>/stat utime+stime, %d Hz ticks, too coarse at this size.)"
           % (", ".join("%.0f" % r["expected_ticks"] for _, a, p in rows for r in (a, p)), hz))

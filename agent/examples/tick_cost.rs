@@ -2,8 +2,9 @@
 //! with `CLOCK_THREAD_CPUTIME_ID` around each sampler's `sample` (user + system, the loop's
 //! own thread). Results and the command go to BENCHMARKS.md.
 //!
-//! 1. As cores grow: the CPU sampler on a fake `/proc/stat` of 2 … 192 cores (the
-//!    counters advance between ticks, outside the measurement).
+//! 1. As cores grow: the CPU sampler on a fake `/proc/stat` of 2 … 192 cores, with an
+//!    `intr` line that grows with them (the counters advance between ticks, outside the
+//!    measurement).
 //! 2. Every sampler of this machine (`probe_samplers` on the real roots), per sampler,
 //!    around two trainer trees: `sh` with three `sleep`s, and a Python parent with a
 //!    512 MiB shared region and four forked children that touch it (PSS reads walk it).
@@ -40,7 +41,13 @@ fn proc_stat(cores: usize, k: u64) -> String {
     for c in 0..cores {
         s += &line(&format!("cpu{c}"), c as u64);
     }
-    s += "intr 123 0 0\nctxt 456\nbtime 1700000000\nprocesses 789\nprocs_running 2\nprocs_blocked 0\n";
+    // One counter per interrupt number, most of them 0: 256 + 8 per core here (this VM's
+    // has 424 on 2 cores; large hosts have thousands).
+    s += "intr 123456";
+    for i in 0..256 + 8 * cores {
+        s += if i % 50 == 0 { " 98765" } else { " 0" };
+    }
+    s += "\nctxt 456\nbtime 1700000000\nprocesses 789\nprocs_running 2\nprocs_blocked 0\n";
     s
 }
 

@@ -78,6 +78,11 @@ pub struct SystemWriter {
     buf: String,
     /// `,"NodeId":…,"Timestamp":…}` and the newline: the end of every line of a tick.
     tail: String,
+    /// The last tick's line heads (`{"Type":…,"Value":`), one after the other, and where
+    /// each ends; reused by position (see [`Self::format`]).
+    heads: String,
+    head_ends: Vec<usize>,
+    head_keys: Vec<HeadKey>,
     counts: SystemCounts,
     /// A problem with `.trainprof/` said once.
     ledger_warned: bool,
@@ -95,6 +100,9 @@ impl SystemWriter {
             open: None,
             buf: String::with_capacity(16 * 1024),
             tail: String::with_capacity(64),
+            heads: String::new(),
+            head_ends: Vec::new(),
+            head_keys: Vec::new(),
             counts: SystemCounts::default(),
             ledger_warned: false,
             first_name_s: None,
@@ -131,7 +139,7 @@ impl SystemWriter {
         if metrics.is_empty() {
             return Ok(sealed);
         }
-        self.format(ts, metrics);
+        self.format(wall_s, metrics);
         let result = self.append(window_s, ts.floor() as i64, false, metrics.len() as u64);
         if result.is_err() {
             self.counts.ticks_lost += 1;
@@ -160,7 +168,7 @@ impl SystemWriter {
         if metrics.is_empty() {
             return Ok(sealed);
         }
-        self.format(ts, metrics);
+        self.format(wall_s, metrics);
         if let Err(e) = self.append(last_s, last_s, true, metrics.len() as u64) {
             self.counts.ticks_lost += 1;
             return Err(e);
@@ -185,20 +193,40 @@ impl SystemWriter {
         on_boundary.then(|| std::time::Duration::from_secs_f64(((last_s + 1) as f64 - ts).max(0.0)))
     }
 
-    /// The tick's lines into `buf`, all with the timestamp `ts`. The same bytes as
+    /// The tick's lines into `buf`, all with the timestamp `wall_s` to the microsecond. The
+    /// same bytes as
     /// `writeln!(buf, r#"{{"Type":"{}","Name":"{}","Dimension":"{}","Value":{},"NodeId":"{}","Timestamp":{}}}"#, …)`
     /// with the value rounded to two decimals (the platform's files; large counts stay
-    /// integers), built with `push_str`: the tail shared by every line (node id and
-    /// timestamp) is formatted once per tick, and values go through [`push_value`] instead of
-    /// the float formatter. Float formatting was the largest part of the agent's own CPU
-    /// per tick after parsing (BENCHMARKS.md, "the agent against its floor").
-    fn format(&mut self, ts: f64, metrics: &[Metric]) {
+    /// integers), without the formatting machinery: the tail shared by every line (node id
+    /// and timestamp) is built once per tick, each line's head (Type, Name, Dimension) is
+    /// kept from the last tick, and values go through [`push_value`]. A tick's metrics come
+    /// in the same order every tick (the samplers' order, each in its file's order), so
+    /// line `i`'s head is reused when its key is the last tick's line `i`'s; from the first
+    /// line that differs (a core gone, a process new) the heads are built again. Formatting
+    /// was the largest part of the agent's own CPU per tick after parsing (BENCHMARKS.md,
+    /// "the agent against its floor").
+    fn format(&mut self, wall_s: f64, metrics: &[Metric]) {
         self.buf.clear();
         self.tail.clear();
-        let _ = write!(self.tail, r#","NodeId":"{}","Timestamp":{}}}"#, self.node_id, ts);
-        self.tail.push('\n');
-        for m in metrics {
-            push_line(&mut self.buf, m, &self.tail);
+        self.tail.push_str(r#","NodeId":""#);
+        self.tail.push_str(&self.node_id);
+        self.tail.push_str(r#"","Timestamp":"#);
+        push_timestamp(&mut self.tail, (wall_s * 1e6).round());
+        self.tail.push_str("}\n");
+        for (i, m) in metrics.iter().enumerate() {
+            let key = HeadKey::of(m);
+            if self.head_keys.get(i) != Some(&key) {
+                self.head_keys.truncate(i);
+                self.head_ends.truncate(i);
+                self.heads.truncate(self.head_ends.last().copied().unwrap_or(0));
+                push_head(&mut self.heads, m);
+                self.head_keys.push(key);
+                self.head_ends.push(self.heads.len());
+            }
+            let start = if i == 0 { 0 } else { self.head_ends[i - 1] };
+            self.buf.push_str(&self.heads[start..self.head_ends[i]]);
+            push_value(&mut self.buf, m.value);
+            self.buf.push_str(&self.tail);
         }
     }
 
@@ -299,8 +327,30 @@ impl SystemWriter {
     }
 }
 
-/// One metric's line, up to `"Value":` and the value; `tail` ends it.
+/// What a line's head is made of.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct HeadKey {
+    kind: crate::sample::MetricType,
+    name: Name,
+    dimension: &'static str,
+}
+
+impl HeadKey {
+    fn of(m: &Metric) -> HeadKey {
+        HeadKey { kind: m.kind, name: m.name, dimension: m.dimension }
+    }
+}
+
+/// One line: head, value, `tail`.
+#[cfg(test)]
 fn push_line(buf: &mut String, m: &Metric, tail: &str) {
+    push_head(buf, m);
+    push_value(buf, m.value);
+    buf.push_str(tail);
+}
+
+/// `{"Type":…,"Name":…,"Dimension":…,"Value":`, the part of a line before its value.
+fn push_head(buf: &mut String, m: &Metric) {
     buf.push_str(r#"{"Type":""#);
     buf.push_str(m.kind.as_str());
     buf.push_str(r#"","Name":""#);
@@ -320,8 +370,6 @@ fn push_line(buf: &mut String, m: &Metric, tail: &str) {
     buf.push_str(r#"","Dimension":""#);
     buf.push_str(m.dimension);
     buf.push_str(r#"","Value":"#);
-    push_value(buf, m.value);
-    buf.push_str(tail);
 }
 
 /// Below this many hundredths a value rounded to two decimals is written digit by digit:
@@ -371,6 +419,41 @@ fn push_u64(buf: &mut String, mut n: u64) {
     }
     // Only ASCII digits were written.
     buf.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+}
+
+/// Below this many microseconds (2³² s, the year 2106) two doubles are less than 1 µs
+/// apart (at most 2⁻²¹ s), so the double nearest `us / 10⁶` has exactly one shortest
+/// round-trip decimal with at most six decimals, `us / 10⁶` itself with its trailing zeros
+/// dropped, which is what `{}` prints for it.
+const EXACT_MICROS: f64 = 4_294_967_296e6;
+
+/// Appends `us / 10⁶` (`us` a whole number of microseconds, as [`round_us`] rounds) as `{}`
+/// prints that double, by hand for the reason of [`push_value`]; out of
+/// [`EXACT_MICROS`] (or negative) through the formatter. The tests compare both.
+fn push_timestamp(buf: &mut String, us: f64) {
+    if us.is_sign_negative() || !(0.0..EXACT_MICROS).contains(&us) {
+        let _ = write!(buf, "{}", us / 1e6);
+        return;
+    }
+    // Exact: an integral double below 2⁵³.
+    let us = us as u64;
+    push_u64(buf, us / 1_000_000);
+    let mut frac = us % 1_000_000;
+    if frac != 0 {
+        let mut width = 6;
+        while frac.is_multiple_of(10) {
+            frac /= 10;
+            width -= 1;
+        }
+        buf.push('.');
+        let mut digits = [b'0'; 6];
+        for slot in digits[..width].iter_mut().rev() {
+            *slot = b'0' + (frac % 10) as u8;
+            frac /= 10;
+        }
+        // Only ASCII digits were written.
+        buf.push_str(std::str::from_utf8(&digits[..width]).unwrap_or_default());
+    }
 }
 
 /// `wall_s` to the microsecond: all the readers keep (they compare in ns from a float).
@@ -787,6 +870,96 @@ mod tests {
             push_u64(&mut buf, n);
             assert_eq!(buf, n.to_string());
         }
+    }
+
+    #[test]
+    fn timestamps_are_what_the_formatter_writes() {
+        let mut buf = String::new();
+        let mut check = |wall: f64| {
+            buf.clear();
+            push_timestamp(&mut buf, (wall * 1e6).round());
+            assert_eq!(buf, round_us(wall).to_string(), "wall {wall:?}");
+        };
+        for wall in [
+            0.0,
+            1e-6,
+            0.5,
+            1.0,
+            1_595_455_620.0,
+            1_595_455_620.1,
+            1_595_455_620.000_001,
+            1_595_455_620.999_999_7,
+            4_294_967_295.999_999,
+            4_294_967_296.0,
+            4_294_967_296.000_002,
+            9e9,
+            -1.5,
+            -0.000_000_1,
+        ] {
+            check(wall);
+        }
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        for _ in 0..3_000_000 {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+            // Whole microseconds up to 2³³ s (past the exact range, through the
+            // formatter there), and arbitrary doubles rounded on the way.
+            let us = (r >> 31) as f64;
+            check(us / 1e6);
+            check((r >> 30) as f64 / 1e6 + (r & 0xff) as f64 * 1e-9);
+        }
+    }
+
+    #[test]
+    fn line_heads_follow_the_metrics_as_they_change() {
+        let (_scratch, root) = tmpdir("heads");
+        let mut w = SystemWriter::new(&root, SystemNode::new(1));
+        let label = |s: &[u8]| crate::sample::Label::sanitized(s);
+        let ticks: Vec<Vec<(Name, &'static str, f64)>> = vec![
+            vec![
+                (Name::Indexed("cpu", 0), "CPUUtilization", 1.0),
+                (Name::Indexed("cpu", 1), "CPUUtilization", 2.0),
+            ],
+            // The same keys, new values.
+            vec![
+                (Name::Indexed("cpu", 0), "CPUUtilization", 3.5),
+                (Name::Indexed("cpu", 1), "CPUUtilization", 4.25),
+            ],
+            // The first line changes: every head after it is built again.
+            vec![
+                (Name::Indexed("cpu", 1), "CPUUtilization", 5.0),
+                (Name::Process(42, label(b"python")), "ProcessCPUPercent", 6.0),
+                (Name::Static("AllCores"), "BusyPercent", 7.0),
+            ],
+            // Shorter, then a change in the middle and longer again.
+            vec![(Name::Indexed("cpu", 1), "CPUUtilization", 8.0)],
+            vec![
+                (Name::Indexed("cpu", 1), "CPUUtilization", 9.0),
+                (Name::Process(43, label(b"python")), "ProcessCPUPercent", 10.0),
+                (Name::Process(43, label(b"python")), "ProcessPSSBytes", 11.0),
+            ],
+            vec![],
+            vec![(Name::Indexed("cpu", 1), "I/OWaitPercentage", 12.0)],
+        ];
+        let mut expected = String::new();
+        for (k, tick) in ticks.iter().enumerate() {
+            let mut m = Metrics::new();
+            for &(name, dim, v) in tick {
+                let kind = match name {
+                    Name::Process(..) => crate::sample::TRAINER,
+                    Name::Static(_) => crate::sample::HOST,
+                    Name::Indexed(..) => crate::sample::CPU,
+                };
+                m.push(kind, name, dim, v);
+            }
+            let wall = 1_595_455_620.25 + k as f64;
+            w.write_tick(wall, m.as_slice()).unwrap();
+            expected.extend(m.as_slice().iter().map(|x| reference_line(x, "algo-1", round_us(wall))));
+        }
+        let tmp = root.join(format!("system/.1595455620.algo-1.{}.tmp", std::process::id()));
+        assert_eq!(std::fs::read_to_string(tmp).unwrap(), expected);
     }
 
     #[test]

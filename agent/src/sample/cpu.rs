@@ -31,11 +31,19 @@ pub struct CpuLine {
 }
 
 /// Parses the `cpu` lines of `/proc/stat` into `out` (cleared first). The total line
-/// comes first, then the cores in file order (an offline core has no line).
+/// comes first, then the cores in file order (an offline core has no line). The kernel
+/// writes the `cpu` lines as one block at the top of the file, so parsing stops at the
+/// first other line after them: the rest (`intr` alone holds one number per interrupt
+/// line) is never scanned.
 pub fn parse_stat(text: &[u8], out: &mut Vec<CpuLine>) -> Result<(), ParseError> {
     out.clear();
     for line in text.split(|&b| b == b'\n') {
-        let Some(rest) = line.strip_prefix(b"cpu") else { continue };
+        let Some(rest) = line.strip_prefix(b"cpu") else {
+            if out.is_empty() {
+                continue;
+            }
+            break;
+        };
         let mut f = fields(rest);
         let label = if rest.first().is_some_and(|b| b.is_ascii_whitespace()) {
             &b""[..]
@@ -118,9 +126,17 @@ impl Sampler for CpuSampler {
     fn sample(&mut self, _now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
         let text = self.file.read()?;
         parse_stat(text, &mut self.cur).map_err(|e| SampleError::parse(self.file.path(), e))?;
-        for line in &self.cur {
-            // Match by core, not by position: a core going offline shifts the lines.
-            let Some(prev) = self.prev.iter().find(|p| p.core == line.core) else { continue };
+        for (i, line) in self.cur.iter().enumerate() {
+            // Match by core, not by position: a core going offline shifts the lines. The
+            // same position first: with no change it is the one (no quadratic search on a
+            // host of hundreds of cores).
+            let prev = match self.prev.get(i) {
+                Some(p) if p.core == line.core => p,
+                _ => match self.prev.iter().find(|p| p.core == line.core) {
+                    Some(p) => p,
+                    None => continue,
+                },
+            };
             let (busy, iowait) = utilisation(prev.times, line.times);
             match line.core {
                 Some(i) => {
@@ -168,6 +184,39 @@ intr 12345 1 2 3\n";
         assert_eq!(v[0].times.total, 110);
         parse_stat(b"cpu 1 2 3 4\ncpu0 1 2 3 4\n", &mut v).unwrap();
         assert_eq!(v[1].times, CpuTimes { total: 10, idle: 4, iowait: 0 });
+    }
+
+    #[test]
+    fn only_the_block_of_cpu_lines_is_read() {
+        let mut v = Vec::new();
+        parse_stat(b"cpu 1 2 3 4\ncpu0 1 2 3 4\nintr 1 2\ncpu_x not numbers\n", &mut v).unwrap();
+        assert_eq!(v.len(), 2);
+    }
+
+    #[test]
+    fn a_core_gone_in_the_middle_keeps_the_others_matched() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let line = |l: &str, busy: u64| format!("{l} {busy} 0 0 {} 0 0 0 0 0 0\n", 1000 - busy);
+        std::fs::write(
+            dir.join("stat"),
+            [line("cpu ", 0), line("cpu0", 0), line("cpu1", 0), line("cpu2", 0)].concat(),
+        )
+        .unwrap();
+        let mut s = CpuSampler::probe(dir).unwrap();
+        // cpu1 offline; cpu2 now sits where cpu1 was. Each core's counters advance by
+        // 100 jiffies: cpu0 all busy, cpu2 a quarter.
+        let advanced = |l: &str, busy: u64| format!("{l} {busy} 0 0 {} 0 0 0 0 0 0\n", 1100 - busy);
+        std::fs::write(
+            dir.join("stat"),
+            [advanced("cpu ", 50), advanced("cpu0", 100), advanced("cpu2", 25)].concat(),
+        )
+        .unwrap();
+        let mut m = Metrics::new();
+        s.sample(Duration::from_secs(1), &mut m).unwrap();
+        assert_eq!(m.get("cpu", "cpu0", "CPUUtilization"), Some(100.0));
+        assert_eq!(m.get("cpu", "cpu2", "CPUUtilization"), Some(25.0));
+        assert_eq!(m.get("cpu", "cpu1", "CPUUtilization"), None);
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub fn parse_meminfo(text: &[u8]) -> Result<(u64, u64), ParseError> {
         };
         let kib = fields(line).nth(1).and_then(parse_u64).ok_or("bad number in /proc/meminfo")?;
         *slot = Some(kib.saturating_mul(1024));
+        if total.is_some() && available.is_some() {
+            // Both are among the first lines; the other fifty are never scanned.
+            break;
+        }
     }
     match (total, available) {
         (Some(t), Some(a)) => Ok((t, a)),
@@ -93,6 +97,8 @@ mod tests {
         assert_eq!(parse_meminfo(MEMINFO.as_bytes()), Ok((1_024_000, 256_000)));
         assert!(parse_meminfo(b"MemTotal: 1 kB\n").is_err());
         assert!(parse_meminfo(b"MemTotal: x kB\nMemAvailable: 1 kB\n").is_err());
+        // Nothing after the two lines is read.
+        assert_eq!(parse_meminfo(b"MemTotal: 2 kB\nMemAvailable: 1 kB\nMemTotal: x\n"), Ok((2048, 1024)));
     }
 
     #[test]

@@ -59,7 +59,9 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
     let installed = match signals::install(taken) {
         Ok(i) => Some(i),
         Err(e) => {
-            log!("cannot catch SIGTERM/SIGINT/SIGHUP ({e}); they will end trainprof at once");
+            log!(
+                "cannot catch SIGTERM/SIGINT/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 ({e}); they will end trainprof at once"
+            );
             signals::restore_defaults(&taken);
             None
         }
@@ -210,15 +212,18 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
             ),
             child::Passed::Failed(e) => log!("cannot pass {} on to {}: {e}", sig.name(), t.pid()),
         },
-        None => {
+        None if sig.stops() => {
             log!("{}: sealing files and stopping", sig.name());
             signal_stop.request();
         }
+        None => log!("{}: no command to pass it on to; sampling goes on", sig.name()),
     };
     if let Some(installed) = installed
         && let Err(e) = signals::spawn(installed, on_signal)
     {
-        log!("cannot start the signal thread ({e}): SIGTERM/SIGINT/SIGHUP act as usual");
+        log!(
+            "cannot start the signal thread ({e}): SIGTERM/SIGINT/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 act as usual"
+        );
         signals::restore_defaults(&taken);
     }
 

@@ -1,8 +1,12 @@
-//! SIGTERM, SIGINT and SIGHUP, taken by one thread through a self-pipe: the handler only
-//! writes the signal's number to a pipe (`write` is async-signal-safe), and the signal
-//! thread reads it and acts, so nothing async-signal-unsafe ever runs in a handler. What
-//! `run` does with them (pass them on to the command's process group) is in
-//! [`crate::child`]; `agent` stops on any of them.
+//! SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2, taken by one thread through a self-pipe:
+//! the handler only writes the signal's number to a pipe (`write` is async-signal-safe),
+//! and the signal thread reads it and acts, so nothing async-signal-unsafe ever runs in a
+//! handler. What `run` does with them (pass them on to the command's process group) is in
+//! [`crate::child`]; `agent` stops on the first four ([`Received::stops`]) and logs the
+//! user signals. SIGQUIT and the user signals are taken so that one meant for the trainer
+//! (a stack dump, a checkpoint request, a scheduler's warning before the time limit)
+//! neither ends `run`, their default action, nor is dropped when `run` is a container's
+//! PID 1 (the kernel drops a signal a namespace's init has no handler for).
 //!
 //! These signals are never blocked: every child, however started (the trainer, or the
 //! AWS SDK's `credential_process` helper from the uploader's thread), starts with them
@@ -23,7 +27,8 @@ use std::os::fd::{AsRawFd as _, FromRawFd as _, IntoRawFd as _, OwnedFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The signals the agent takes, in the order tried.
-pub const SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+pub const SIGNALS: [libc::c_int; 6] =
+    [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2];
 
 /// A signal that reached the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +40,12 @@ impl Received {
     pub fn name(&self) -> &'static str {
         name(self.signo)
     }
+
+    /// Whether `trainprof agent` stops on it (SIGTERM, SIGINT, SIGHUP, SIGQUIT; not the
+    /// user signals).
+    pub fn stops(&self) -> bool {
+        matches!(self.signo, libc::SIGTERM | libc::SIGINT | libc::SIGHUP | libc::SIGQUIT)
+    }
 }
 
 /// `SIGTERM`, `SIGINT`, … for the signals this crate deals with.
@@ -43,6 +54,9 @@ pub fn name(signo: libc::c_int) -> &'static str {
         libc::SIGTERM => "SIGTERM",
         libc::SIGINT => "SIGINT",
         libc::SIGHUP => "SIGHUP",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
         libc::SIGTSTP => "SIGTSTP",
         libc::SIGTTIN => "SIGTTIN",
         libc::SIGTTOU => "SIGTTOU",
@@ -245,6 +259,10 @@ mod tests {
     fn names_and_sets() {
         assert_eq!(name(libc::SIGHUP), "SIGHUP");
         assert_eq!(Received { signo: libc::SIGINT }.name(), "SIGINT");
+        assert_eq!(name(libc::SIGUSR2), "SIGUSR2");
+        assert!(Received { signo: libc::SIGHUP }.stops());
+        assert!(Received { signo: libc::SIGQUIT }.stops());
+        assert!(!Received { signo: libc::SIGUSR1 }.stops());
         let t = Taken::from_dispositions();
         for s in SIGNALS {
             assert_eq!(t.contains(s), !ignored(s), "{}", name(s));

@@ -784,6 +784,14 @@ mod tests {
         )
     }
 
+    /// The next number of a xorshift64* sequence: deterministic, no crate needed.
+    fn xorshift(x: &mut u64) -> u64 {
+        *x ^= *x >> 12;
+        *x ^= *x << 25;
+        *x ^= *x >> 27;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
     /// Values a tick can hold: percentages, rates, byte counts, negatives (a clock offset),
     /// halves at the rounding edge, huge and tiny magnitudes, and pseudo-random ones
     /// across every magnitude from 10⁻⁶ to 10²⁰.
@@ -823,11 +831,7 @@ mod tests {
         ];
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         for _ in 0..2_000_000 {
-            // xorshift64*: deterministic, no crate needed.
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+            let r = xorshift(&mut x);
             let unit = (r >> 11) as f64 / (1u64 << 53) as f64;
             let exp = (r % 27) as i32 - 6;
             let sign = if r & (1 << 10) == 0 { 1.0 } else { -1.0 };
@@ -900,10 +904,7 @@ mod tests {
         }
         let mut x: u64 = 0x2545_F491_4F6C_DD1D;
         for _ in 0..3_000_000 {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+            let r = xorshift(&mut x);
             // Whole microseconds up to 2³³ s (past the exact range, through the
             // formatter there), and arbitrary doubles rounded on the way.
             let us = (r >> 31) as f64;

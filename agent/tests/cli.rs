@@ -423,6 +423,23 @@ fn run_gives_the_command_the_config_and_the_chosen_folder() {
 }
 
 #[test]
+fn agent_samples_on_through_a_user_signal() {
+    let (_scratch, d) = scratch("agent-usr1");
+    let mut child = start_agent(&d);
+    kill(child.id() as i32, libc::SIGUSR1);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Still running: its default action would have ended it.
+    assert!(child.try_wait().unwrap().is_none(), "the agent ended on SIGUSR1");
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("SIGUSR1: no command to pass it on to; sampling goes on"), "{stderr}");
+    assert!(stderr.contains("SIGTERM: sealing files and stopping"), "{stderr}");
+    assert_sealed(&d);
+}
+
+#[test]
 fn agent_runs_until_sigterm_then_seals() {
     let (_scratch, d) = scratch("agent");
     let child = start_agent(&d);
@@ -512,14 +529,14 @@ fn an_unwritable_chosen_folder_stops_the_agent_but_never_the_training() {
 
 // ---- signals: each reaches the command once -----------------------------------------
 
-/// A command that counts the signals it gets (SIGINT, SIGHUP, SIGTERM, taken with
+/// A command that counts the signals it gets (SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM, taken with
 /// `sigtimedwait`, so none is merged into a handler call) in a JSON file `{name: count}`,
 /// rewritten after each; SIGTERM ends it with status 3. It gives up with status 9 when
 /// nothing comes, so a test fails instead of hanging.
 const COUNTER: &str = r#"
 import json, os, signal, sys
 out = sys.argv[1]
-sigs = {signal.SIGINT, signal.SIGHUP, signal.SIGTERM}
+sigs = {signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM}
 signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
 counts = {}
 def dump():
@@ -565,19 +582,49 @@ fn kill(pid: i32, sig: libc::c_int) {
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
 }
 
+/// Sends `sig` to `pid` and waits until the counter at `path` has seen it `n` times.
+fn send_and_see(pid: i32, sig: libc::c_int, name: &str, n: u64, path: &std::path::Path) {
+    kill(pid, sig);
+    wait_for(&format!("{name} × {n} at the command"), || counts(path)[name] == n);
+}
+
+/// SIGTERM to `pid` (run, or its group) ends the counter with status 3; run exits with it
+/// once the counts are `expected`. Returns run's stderr.
+fn end_counter(child: std::process::Child, pid: i32, path: &std::path::Path, expected: Value) -> String {
+    kill(pid, libc::SIGTERM);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(counts(path), expected, "{stderr}");
+    stderr
+}
+
 #[test]
 fn run_passes_sighup_on_once_and_ends_as_usual() {
     let (_scratch, d) = scratch("run-sighup");
     let (child, path) = run_counter(&d);
-    kill(child.id() as i32, libc::SIGHUP);
-    wait_for("SIGHUP at the command", || counts(&path)["SIGHUP"] == 1);
+    let pid = child.id() as i32;
+    send_and_see(pid, libc::SIGHUP, "SIGHUP", 1, &path);
     // SIGTERM ends the counter; a second SIGHUP, had one been sent, was sent before it.
-    kill(child.id() as i32, libc::SIGTERM);
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{stderr}");
-    assert_eq!(counts(&path), json!({"SIGHUP": 1, "SIGTERM": 1}), "{stderr}");
+    let stderr = end_counter(child, pid, &path, json!({"SIGHUP": 1, "SIGTERM": 1}));
     assert!(stderr.contains("SIGHUP passed on to"), "{stderr}");
+    assert_sealed(&d.join("out"));
+}
+
+#[test]
+fn run_passes_the_user_signals_and_sigquit_on_and_lives() {
+    let (_scratch, d) = scratch("run-usr");
+    let (child, path) = run_counter(&d);
+    let pid = child.id() as i32;
+    // Their default action would end run (and, as a container's PID 1, the kernel would
+    // drop them): run passes each on and goes on.
+    send_and_see(pid, libc::SIGUSR1, "SIGUSR1", 1, &path);
+    send_and_see(pid, libc::SIGUSR2, "SIGUSR2", 1, &path);
+    send_and_see(pid, libc::SIGUSR1, "SIGUSR1", 2, &path);
+    send_and_see(pid, libc::SIGQUIT, "SIGQUIT", 1, &path);
+    let expected = json!({"SIGUSR1": 2, "SIGUSR2": 1, "SIGQUIT": 1, "SIGTERM": 1});
+    let stderr = end_counter(child, pid, &path, expected);
+    assert!(stderr.contains("SIGUSR2 passed on to"), "{stderr}");
     assert_sealed(&d.join("out"));
 }
 
@@ -587,13 +634,8 @@ fn a_signal_to_run_s_process_group_reaches_the_command_once() {
     let (child, path) = run_counter(&d);
     // As `kill -INT -PGID`, a scheduler or `timeout` would: run leads its group.
     let group = -(child.id() as i32);
-    kill(group, libc::SIGINT);
-    wait_for("SIGINT at the command", || counts(&path)["SIGINT"] == 1);
-    kill(group, libc::SIGTERM);
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{stderr}");
-    assert_eq!(counts(&path), json!({"SIGINT": 1, "SIGTERM": 1}), "{stderr}");
+    send_and_see(group, libc::SIGINT, "SIGINT", 1, &path);
+    end_counter(child, group, &path, json!({"SIGINT": 1, "SIGTERM": 1}));
     assert_sealed(&d.join("out"));
 }
 

@@ -1,5 +1,6 @@
-//! The agent's signal set-up leaves every child with SIGTERM / SIGINT / SIGHUP unblocked
-//! and at their default action, however the child is started: here by a plain
+//! The agent's signal set-up leaves every child with the signals it takes (SIGTERM,
+//! SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2) unblocked and at their default action,
+//! however the child is started: here by a plain
 //! `std::process::Command` from a thread started after the set-up, as the uploader's
 //! thread starts the AWS SDK's `credential_process` helper. Its own test binary: the
 //! set-up is process-wide.

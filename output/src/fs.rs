@@ -119,6 +119,13 @@ impl Meta {
         kind_of(FileType::from_raw_mode(self.mode))
     }
 
+    /// Whether the file may be read or uploaded (`docs/on-disk.md`): a regular file with
+    /// no other hard link. A second link may be a file from outside `LocalPath` that the
+    /// trainer's user linked in (where `fs.protected_hardlinks` is 0), not theirs to read.
+    pub fn is_plain_file(&self) -> bool {
+        self.kind() == Kind::File && self.nlink == 1
+    }
+
     pub fn is_same(&self, other: &Meta) -> bool {
         self.dev == other.dev && self.ino == other.ino
     }

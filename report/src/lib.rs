@@ -67,13 +67,14 @@ fn python_windows(dir: &Dir, files: &[read::StatsFile], skipped: &mut read::Skip
         let bytes = match read::read_file(dir, &f.rel, MAX_STATS_BYTES) {
             Ok(b) => b,
             Err(e) => {
-                skipped.push(format!("{}: {e}", f.rel));
+                skipped.push(e);
                 continue;
             }
         };
+        // The errors name the kind of problem and where, never the file's content.
         let functions = match f.profiler.as_str() {
-            "cprofile" => python::cprofile(&bytes),
-            _ => python::pyinstrument(&bytes),
+            "cprofile" => python::cprofile(&bytes).map_err(|e| e.to_string()),
+            _ => python::pyinstrument(&bytes).map_err(|e| e.to_string()),
         };
         let functions = match functions {
             Ok(v) => v,

@@ -14,9 +14,48 @@ use trainprof_output::fs::{self as ofs, Dir};
 
 /// A system line longer than this is skipped (ours are < 200 bytes).
 const MAX_LINE: u64 = 64 * 1024;
-/// A timeline file larger than this is skipped: events are streamed, but one event is held
-/// whole, and no writer makes files this large (the hook rotates at 10 MB by default).
+/// A timeline file larger than this is skipped: events are streamed, one at a time, and no
+/// writer makes files this large (the hook rotates at 10 MB by default).
 pub const MAX_TIMELINE_BYTES: u64 = 1 << 30;
+/// A system file larger than this is skipped (the agent writes one a minute: ~40 MB at 10
+/// ticks a second on 256 cores).
+pub const MAX_SYSTEM_BYTES: u64 = 1 << 30;
+/// One timeline event larger than this ends the file's read (ours are < 1 KiB): an event is
+/// held whole while it is parsed.
+pub const MAX_EVENT_BYTES: u64 = 1 << 20;
+/// Per event, `args` keeps its first `MAX_ARGS` keys, `MAX_ARG_VALUES` JSON values in all
+/// (nested ones included) and strings up to `MAX_ARG_STRING` bytes; the rest is dropped
+/// (ours hold at most 6 numbers and a short string).
+pub const MAX_ARGS: usize = 64;
+pub const MAX_ARG_VALUES: usize = 256;
+pub const MAX_ARG_STRING: usize = 4096;
+/// Phases (trace processes) per timeline file (the hook names a few dozen).
+pub const MAX_PHASES: usize = 4096;
+/// Nodes of system lines being grouped into ticks, and per tick at most so many cores and
+/// GPUs (a `p4d` has 96 cores and 8 GPUs): more are skipped and counted.
+pub const MAX_NODES: usize = 1024;
+pub const MAX_TICK_CORES: usize = 4096;
+pub const MAX_TICK_GPUS: usize = 256;
+/// A file larger than this whose allocated bytes (`st_blocks` × 512) are less than a
+/// `SPARSE_RATIO`-th of its length is mostly holes: no writer of ours makes one, and it is
+/// not read (a file system that compresses text keeps well above that share).
+pub const SPARSE_MIN_BYTES: u64 = 1 << 20;
+pub const SPARSE_RATIO: u64 = 64;
+/// Times (seconds since the epoch) outside [2000-01-01, 2100-01-01) are not read: no job
+/// runs then, and arithmetic on them (a tick every 60 s from 1e18) would not advance.
+pub const PLAUSIBLE_S: std::ops::Range<f64> = 946_684_800.0..4_102_444_800.0;
+/// A skip reason is cut to this many bytes.
+const MAX_REASON: usize = 512;
+
+/// Whether `t` (seconds since the epoch) is a plausible time ([`PLAUSIBLE_S`]).
+pub fn plausible_s(t: f64) -> bool {
+    PLAUSIBLE_S.contains(&t)
+}
+
+/// Whether `t` (µs since the epoch) is a plausible time ([`PLAUSIBLE_S`]).
+pub fn plausible_us(t: i64) -> bool {
+    plausible_s(t as f64 / 1e6)
+}
 /// Lines of one tick share one Timestamp; SageMaker's rules take lines less than 20 ms
 /// apart as one sample, and so do we.
 pub const SNAPSHOT_S: f64 = 0.02;
@@ -33,10 +72,24 @@ impl Skipped {
         Skipped(Vec::new(), rels)
     }
 
+    /// Adds a reason, at most `MAX_REASON` bytes, control characters escaped (a file name
+    /// is the trainer's).
     pub fn push(&mut self, s: String) {
         // Bounded: a tree full of planted links must not grow the report without end.
         if self.0.len() < 200 {
-            self.0.push(s);
+            let mut out = String::with_capacity(s.len().min(MAX_REASON));
+            for c in s.chars() {
+                if out.len() + c.len_utf8() > MAX_REASON {
+                    out.push('…');
+                    break;
+                }
+                if c.is_control() {
+                    out.extend(c.escape_default());
+                } else {
+                    out.push(c);
+                }
+            }
+            self.0.push(out);
         } else if self.0.len() == 200 {
             self.0.push("… more skipped entries not listed".to_owned());
         }
@@ -84,37 +137,52 @@ impl Tick {
         })
     }
 
-    fn gpu(&mut self, name: &str) -> &mut (String, Option<f64>, Option<f64>) {
+    /// The GPU `name` of this tick; `None` past [`MAX_TICK_GPUS`].
+    fn gpu(&mut self, name: &str) -> Option<&mut (String, Option<f64>, Option<f64>)> {
         let i = match self.gpus.iter().position(|g| g.0 == name) {
             Some(i) => i,
-            None => {
+            None if self.gpus.len() < MAX_TICK_GPUS => {
                 self.gpus.push((name.to_owned(), None, None));
                 self.gpus.len() - 1
             }
+            None => return None,
         };
-        &mut self.gpus[i]
+        Some(&mut self.gpus[i])
     }
 
-    /// Takes one line into the tick.
-    pub fn add(&mut self, l: &SysLine) {
+    /// Takes one line into the tick; false when it was dropped (a core or GPU past the
+    /// caps, [`MAX_TICK_CORES`], [`MAX_TICK_GPUS`]).
+    pub fn add(&mut self, l: &SysLine) -> bool {
         let v = l.value;
         let core = || l.name.strip_prefix("cpu").and_then(|n| n.parse::<u32>().ok());
         match (l.ty.as_str(), l.name.as_str(), l.dimension.as_str()) {
             (_, _, "CPUUtilization") => {
                 if let Some(c) = core() {
+                    if self.cores.len() >= MAX_TICK_CORES {
+                        return false;
+                    }
                     self.cores.push((c, v));
                 }
             }
             (_, _, "I/OWaitPercentage") => {
                 if let Some(c) = core() {
+                    if self.core_iowait.len() >= MAX_TICK_CORES {
+                        return false;
+                    }
                     self.core_iowait.push((c, v));
                 }
             }
             ("host", "AllCores", "BusyPercent") => self.cpu_total = Some(v),
             ("host", "AllCores", "IOWaitPercent") => self.iowait_total = Some(v),
             (_, "MemoryUsedPercent", _) => self.memory = Some(v),
-            (_, name, "GPUUtilization") => self.gpu(name).1 = Some(v),
-            (_, name, "GPUMemoryUtilization") => self.gpu(name).2 = Some(v),
+            (_, name, "GPUUtilization") => match self.gpu(name) {
+                Some(g) => g.1 = Some(v),
+                None => return false,
+            },
+            (_, name, "GPUMemoryUtilization") => match self.gpu(name) {
+                Some(g) => g.2 = Some(v),
+                None => return false,
+            },
             ("i/o", "ReadThroughputInBytesPerSecond", "") => self.io_read = Some(v),
             ("i/o", "WriteThroughputInBytesPerSecond", "") => self.io_write = Some(v),
             (_, "ReceiveBytesPerSecond", "Algorithm") => self.net_rx = Some(self.net_rx.unwrap_or(0.0) + v),
@@ -126,6 +194,7 @@ impl Tick {
             ("clock", "EstimatedErrorMicros", "Kernel") => self.clock_est_error_us = Some(v),
             _ => {}
         }
+        true
     }
 }
 
@@ -176,8 +245,24 @@ fn files(root: &Dir, top: &str, want: &dyn Fn(&str, bool) -> bool, skipped: &mut
     w.files.into_iter().map(|(p, _)| p).filter(|p| !skipped.1.contains(p)).collect()
 }
 
-fn open(root: &Dir, rel: &str) -> io::Result<File> {
-    ofs::open_at(root, rel, false).map(|(_, _, f)| f)
+/// Opens the file at `rel` for reading as the uploader would send it (a regular file with
+/// one link: [`ofs::Meta::is_plain_file`]), at most `max` bytes long and not mostly holes;
+/// returns a reader of the bytes it held at open, never more (a writer may go on
+/// appending). The error is the reason to skip it: the file and the kind of problem, never
+/// its content.
+pub fn open_limited(root: &Dir, rel: &str, max: u64) -> Result<(io::Take<File>, u64), String> {
+    let (_, _, f) = ofs::open_at(root, rel, false).map_err(|e| format!("{rel}: {e}"))?;
+    let m = ofs::meta_of(&f).map_err(|e| format!("{rel}: {e}"))?;
+    if !m.is_plain_file() {
+        return Err(format!("{rel}: has {} hard links: not read (nor uploaded)", m.nlink));
+    }
+    if m.len > max {
+        return Err(format!("{rel}: {} bytes, more than the {max} read: not read", m.len));
+    }
+    if m.len > SPARSE_MIN_BYTES && m.allocated < m.len / SPARSE_RATIO {
+        return Err(format!("{rel}: {} bytes with {} on disk (mostly holes): not read", m.len, m.allocated));
+    }
+    Ok((f.take(m.len), m.len))
 }
 
 /// Every tick of every node under `system/incremental/`, in file-name order (so in time
@@ -186,51 +271,38 @@ pub fn system_ticks(root: &Dir, skipped: &mut Skipped, mut f: impl FnMut(&str, T
     let want = |name: &str, is_dir: bool| is_dir || (name.ends_with(".json") && !name.starts_with('.'));
     let mut pending: HashMap<String, Tick> = HashMap::new();
     for rel in files(root, "system/incremental", &want, skipped) {
-        let file = match open(root, &rel) {
-            Ok(f) => f,
+        let file = match open_limited(root, &rel, MAX_SYSTEM_BYTES) {
+            Ok((f, _)) => f,
             Err(e) => {
-                skipped.push(format!("{rel}: {e}"));
+                skipped.push(e);
                 continue;
             }
         };
-        let mut bad = 0u64;
-        let res = for_each_line(BufReader::new(file), |line| {
-            let l: SysLine = match serde_json::from_slice(line) {
-                Ok(l) => l,
-                Err(_) => {
-                    if !line.iter().all(u8::is_ascii_whitespace) {
-                        bad += 1;
-                    }
-                    return;
-                }
-            };
-            if !l.value.is_finite() || !l.timestamp.is_finite() {
-                bad += 1;
-                return;
-            }
-            match pending.get_mut(&l.node) {
-                Some(t) if (t.t_s - l.timestamp).abs() <= SNAPSHOT_S => t.add(&l),
-                Some(t) => {
-                    let mut next = Tick { t_s: l.timestamp, ..Tick::default() };
-                    next.add(&l);
-                    let done = std::mem::replace(t, next);
-                    f(&l.node, done);
-                }
-                None => {
-                    let mut t = Tick { t_s: l.timestamp, ..Tick::default() };
-                    t.add(&l);
-                    pending.insert(l.node.clone(), t);
-                }
-            }
-        });
-        match res {
-            Ok(long) => bad += long,
-            Err(e) => skipped.push(format!("{rel}: {e}")),
+        let (res, c) = system_lines(file, &mut pending, &mut f);
+        if let Err(e) = res {
+            skipped.push(format!("{rel}: {e}"));
         }
-        if bad > 0 {
-            skipped.push(format!("{rel}: {bad} lines that are not system metrics skipped"));
+        if c.bad > 0 {
+            skipped.push(format!("{rel}: {} lines that are not system metrics skipped", c.bad));
+        }
+        if c.implausible > 0 {
+            skipped.push(format!(
+                "{rel}: {} lines with a Timestamp outside 2000-01-01..2100-01-01 skipped",
+                c.implausible
+            ));
+        }
+        if c.dropped > 0 {
+            skipped.push(format!(
+                "{rel}: {} lines past {MAX_NODES} nodes, {MAX_TICK_CORES} cores or {MAX_TICK_GPUS} GPUs a tick skipped",
+                c.dropped
+            ));
         }
     }
+    flush(pending, &mut f);
+}
+
+/// Hands on the ticks still being grouped, by node name.
+fn flush(pending: HashMap<String, Tick>, f: &mut dyn FnMut(&str, Tick)) {
     let mut rest: Vec<_> = pending.into_iter().collect();
     rest.sort_by(|a, b| a.0.cmp(&b.0));
     for (node, t) in rest {
@@ -238,6 +310,85 @@ pub fn system_ticks(root: &Dir, skipped: &mut Skipped, mut f: impl FnMut(&str, T
     }
 }
 
+/// What reading system lines dropped, and what it cost.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SystemCost {
+    /// Lines read (each one a tick's line or skipped).
+    pub lines: u64,
+    /// Lines that are not system metrics, or longer than `MAX_LINE`.
+    pub bad: u64,
+    /// Lines with a Timestamp outside [`PLAUSIBLE_S`].
+    pub implausible: u64,
+    /// Lines past [`MAX_NODES`], [`MAX_TICK_CORES`] or [`MAX_TICK_GPUS`].
+    pub dropped: u64,
+}
+
+/// Reads one system file's lines from `r` into ticks as `system_ticks` does, for tests of
+/// the bounds: `(result, cost)`.
+pub fn read_system(r: impl io::Read, f: &mut dyn FnMut(&str, Tick)) -> (io::Result<()>, SystemCost) {
+    let mut pending = HashMap::new();
+    let out = system_lines(r, &mut pending, f);
+    flush(pending, f);
+    out
+}
+
+/// Groups the lines of `r` into ticks per node (`pending`), handing on each tick that a
+/// later time closes.
+fn system_lines(
+    r: impl io::Read,
+    pending: &mut HashMap<String, Tick>,
+    f: &mut dyn FnMut(&str, Tick),
+) -> (io::Result<()>, SystemCost) {
+    let mut c = SystemCost::default();
+    let res = for_each_line(BufReader::new(r), |line| {
+        c.lines += 1;
+        let l: SysLine = match serde_json::from_slice(line) {
+            Ok(l) => l,
+            Err(_) => {
+                if !line.iter().all(u8::is_ascii_whitespace) {
+                    c.bad += 1;
+                }
+                return;
+            }
+        };
+        if !l.value.is_finite() {
+            c.bad += 1;
+            return;
+        }
+        if !plausible_s(l.timestamp) {
+            c.implausible += 1;
+            return;
+        }
+        let full = pending.len() >= MAX_NODES;
+        match pending.get_mut(&l.node) {
+            Some(t) if (t.t_s - l.timestamp).abs() <= SNAPSHOT_S => {
+                if !t.add(&l) {
+                    c.dropped += 1;
+                }
+            }
+            Some(t) => {
+                let mut next = Tick { t_s: l.timestamp, ..Tick::default() };
+                next.add(&l);
+                let done = std::mem::replace(t, next);
+                f(&l.node, done);
+            }
+            None if full => c.dropped += 1,
+            None => {
+                let mut t = Tick { t_s: l.timestamp, ..Tick::default() };
+                t.add(&l);
+                pending.insert(l.node.clone(), t);
+            }
+        }
+    });
+    match res {
+        Ok(long) => {
+            c.bad += long;
+            c.lines += long;
+            (Ok(()), c)
+        }
+        Err(e) => (Err(e), c),
+    }
+}
 /// One complete event of a timeline, with absolute times.
 #[derive(Debug, Clone)]
 pub struct Event<'a> {
@@ -261,13 +412,134 @@ struct RawEvent {
     #[serde(default)]
     ph: Option<String>,
     #[serde(default)]
-    pid: Option<serde_json::Value>,
+    pid: Option<Small>,
     #[serde(default)]
     ts: Option<f64>,
     #[serde(default)]
     dur: Option<f64>,
     #[serde(default)]
-    args: Option<serde_json::Map<String, serde_json::Value>>,
+    args: Option<Args>,
+}
+
+/// An event's `args`, bounded as [`MAX_ARGS`] says; `cut` when something was dropped.
+#[derive(Debug, Default)]
+struct Args {
+    map: serde_json::Map<String, serde_json::Value>,
+    cut: bool,
+}
+
+impl<'de> Deserialize<'de> for Args {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Args, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Args;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Args, A::Error> {
+                let budget = std::cell::Cell::new(MAX_ARG_VALUES);
+                let mut out = Args::default();
+                while let Some(k) = m.next_key::<String>()? {
+                    if out.map.len() >= MAX_ARGS {
+                        m.next_value::<IgnoredAny>()?;
+                        out.cut = true;
+                        continue;
+                    }
+                    match m.next_value_seed(Bounded(&budget))? {
+                        Some(v) => {
+                            out.map.insert(k, v);
+                        }
+                        None => out.cut = true,
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A JSON value of at most a few nodes (an event's `pid`); a larger one reads as none.
+#[derive(Debug)]
+struct Small(Option<serde_json::Value>);
+
+impl<'de> Deserialize<'de> for Small {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Small, D::Error> {
+        let budget = std::cell::Cell::new(16);
+        Bounded(&budget).deserialize(d).map(Small)
+    }
+}
+
+/// Reads one JSON value while `budget` lasts (one a value, nested ones included; strings up
+/// to [`MAX_ARG_STRING`] bytes): `None`, the value consumed but dropped, when it does not fit.
+/// Nesting is serde_json's (at most 128).
+struct Bounded<'b>(&'b std::cell::Cell<usize>);
+
+impl Bounded<'_> {
+    fn take(&self) -> bool {
+        let left = self.0.get();
+        self.0.set(left.saturating_sub(1));
+        left > 0
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Bounded<'_> {
+    type Value = Option<serde_json::Value>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Bounded<'_> {
+    type Value = Option<serde_json::Value>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(self.take().then_some(serde_json::Value::Bool(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(self.take().then(|| v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(self.take().then(|| v.into()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(self.take().then(|| v.into()))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok((self.take() && v.len() <= MAX_ARG_STRING).then(|| v.into()))
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(self.take().then_some(serde_json::Value::Null))
+    }
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(self.take().then_some(serde_json::Value::Null))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut whole = self.take();
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(Bounded(self.0))? {
+            match v {
+                Some(v) if whole => out.push(v),
+                _ => whole = false,
+            }
+        }
+        Ok(whole.then_some(serde_json::Value::Array(out)))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+        let mut whole = self.take();
+        let mut out = serde_json::Map::new();
+        while let Some(k) = m.next_key::<String>()? {
+            match m.next_value_seed(Bounded(self.0))? {
+                Some(v) if whole && k.len() <= MAX_ARG_STRING => {
+                    out.insert(k, v);
+                }
+                _ => whole = false,
+            }
+        }
+        Ok(whole.then_some(serde_json::Value::Object(out)))
+    }
 }
 
 /// The timeline node of a timeline file name (`<T>_<node>_<kind>timeline.json`).
@@ -303,43 +575,132 @@ pub fn timeline_events(
         if !keep_file(node, last) {
             continue;
         }
-        let file = match open(root, &rel) {
-            Ok(f) => f,
+        let file = match open_limited(root, &rel, MAX_TIMELINE_BYTES) {
+            Ok((f, _)) => f,
             Err(e) => {
-                skipped.push(format!("{rel}: {e}"));
+                skipped.push(e);
                 continue;
             }
         };
-        match file.metadata() {
-            Ok(m) if m.len() > MAX_TIMELINE_BYTES => {
-                skipped.push(format!("{rel}: {} bytes, more than a timeline holds: not read", m.len()));
-                continue;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                skipped.push(format!("{rel}: {e}"));
-                continue;
-            }
-        }
-        if let Err(e) = one_timeline(file, node, &mut bases, &mut f) {
+        let (res, c) = one_timeline(file, node, &mut bases, &mut f);
+        if let Err(e) = res {
             skipped.push(format!("{rel}: {e} (events before the error were read)"));
+        }
+        if c.implausible > 0 {
+            skipped.push(format!(
+                "{rel}: {} events with a time outside 2000-01-01..2100-01-01 skipped",
+                c.implausible
+            ));
+        }
+        if c.args_cut > 0 {
+            skipped.push(format!(
+                "{rel}: args of {} events cut to {MAX_ARGS} keys, {MAX_ARG_VALUES} values and strings of {MAX_ARG_STRING} bytes",
+                c.args_cut
+            ));
+        }
+        if c.phases_dropped > 0 {
+            skipped.push(format!(
+                "{rel}: {} phases past {MAX_PHASES} not named (their events read as Unknown)",
+                c.phases_dropped
+            ));
         }
     }
 }
 
+/// What one timeline file's read dropped, and what it cost.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TimelineCost {
+    /// Events handed on.
+    pub events: u64,
+    /// Events skipped for a time outside [`PLAUSIBLE_S`] (start or end).
+    pub implausible: u64,
+    /// Events whose `args` lost something to the bounds.
+    pub args_cut: u64,
+    /// `process_name` lines past [`MAX_PHASES`].
+    pub phases_dropped: u64,
+    /// Bytes of the largest event (at most [`MAX_EVENT_BYTES`]).
+    pub largest_event: u64,
+}
+
+/// Reads one timeline's events from `r` (at most [`MAX_EVENT_BYTES`] an event) as
+/// `timeline_events` does, for tests of the bounds: `(result, cost)`.
+pub fn read_timeline(
+    r: impl io::Read,
+    node: &str,
+    f: &mut dyn FnMut(&Event<'_>),
+) -> (Result<(), String>, TimelineCost) {
+    let mut bases = Bases::default();
+    one_timeline(r, node, &mut bases, f)
+}
+
 fn one_timeline(
-    file: File,
+    file: impl io::Read,
     node: &str,
     bases: &mut Bases,
     f: &mut dyn FnMut(&Event<'_>),
-) -> Result<(), String> {
-    let mut de = serde_json::Deserializer::from_reader(BufReader::new(file));
-    let mut st = FileState { node, base: bases.0.get(node).copied(), phases: HashMap::new(), f };
-    let r = de.deserialize_seq(Elements(&mut st)).map_err(|e| e.to_string());
+) -> (Result<(), String>, TimelineCost) {
+    let used = std::rc::Rc::new(EventBytes::default());
+    let limited = EventLimit { inner: BufReader::new(file), used: used.clone() };
+    let mut de = serde_json::Deserializer::from_reader(limited);
+    let mut st = FileState {
+        node,
+        base: bases.0.get(node).copied(),
+        phases: HashMap::new(),
+        f,
+        used,
+        cost: TimelineCost::default(),
+    };
+    let r = de.deserialize_seq(Elements(&mut st)).map_err(|e| json_reason(&e));
     if let Some(b) = st.base {
         bases.0.insert(node.to_owned(), b);
     }
-    r
+    (r, st.cost)
+}
+
+/// Why a JSON file did not parse: the kind of problem and where, never a value from it
+/// (serde_json's messages quote what they found).
+fn json_reason(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let at = format!("at line {}, column {}", e.line(), e.column());
+    match e.classify() {
+        // Our own limits and the OS's errors: no content.
+        Category::Io => e.to_string(),
+        Category::Syntax => format!("not JSON (syntax error {at})"),
+        Category::Data => format!("not an array of trace events (a value of the wrong type {at})"),
+        Category::Eof => format!("the JSON ends early ({at})"),
+    }
+}
+
+/// Bytes read of the event being parsed, while `armed`.
+#[derive(Debug, Default)]
+struct EventBytes {
+    n: std::cell::Cell<u64>,
+    armed: std::cell::Cell<bool>,
+    largest: std::cell::Cell<u64>,
+}
+
+/// A reader that fails once one event has taken more than [`MAX_EVENT_BYTES`].
+struct EventLimit<R> {
+    inner: R,
+    used: std::rc::Rc<EventBytes>,
+}
+
+impl<R: io::Read> io::Read for EventLimit<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let u = &self.used;
+        if !u.armed.get() {
+            return self.inner.read(buf);
+        }
+        let left = MAX_EVENT_BYTES + 1 - u.n.get().min(MAX_EVENT_BYTES + 1);
+        if left == 0 {
+            return Err(io::Error::other(format!("an event holds more than {MAX_EVENT_BYTES} bytes")));
+        }
+        let cap = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..cap])?;
+        u.n.set(u.n.get() + n as u64);
+        u.largest.set(u.largest.get().max(u.n.get()));
+        Ok(n)
+    }
 }
 
 struct FileState<'a, 'f> {
@@ -348,14 +709,20 @@ struct FileState<'a, 'f> {
     /// Trace pid (as JSON text) → the phase's name.
     phases: HashMap<String, String>,
     f: &'f mut dyn FnMut(&Event<'_>),
+    used: std::rc::Rc<EventBytes>,
+    cost: TimelineCost,
 }
 
 impl FileState<'_, '_> {
     fn take(&mut self, e: RawEvent) {
-        let pid = e.pid.as_ref().map(|p| p.to_string()).unwrap_or_default();
+        let pid = e.pid.and_then(|p| p.0).map(|p| p.to_string()).unwrap_or_default();
         let ph = e.ph.as_deref().unwrap_or("");
-        let empty = serde_json::Map::new();
+        let empty = Args::default();
         let args = e.args.as_ref().unwrap_or(&empty);
+        if args.cut {
+            self.cost.args_cut += 1;
+        }
+        let args = &args.map;
         match ph {
             "M" if e.name.as_deref() == Some("process_name") => {
                 if let Some(b) =
@@ -363,7 +730,11 @@ impl FileState<'_, '_> {
                 {
                     self.base = Some(b);
                 } else if let Some(n) = args.get("name").and_then(|v| v.as_str()) {
-                    self.phases.insert(pid, n.to_owned());
+                    if self.phases.len() < MAX_PHASES || self.phases.contains_key(&pid) {
+                        self.phases.insert(pid, n.to_owned());
+                    } else {
+                        self.cost.phases_dropped += 1;
+                    }
                 }
             }
             "X" | "i" | "I" => {
@@ -373,6 +744,12 @@ impl FileState<'_, '_> {
                     return;
                 }
                 let base = self.base.unwrap_or(0);
+                let start_us = base.saturating_add(ts as i64);
+                let dur_us = dur as i64;
+                if !plausible_us(start_us) || !plausible_us(start_us.saturating_add(dur_us)) {
+                    self.cost.implausible += 1;
+                    return;
+                }
                 let step = match args.get("step_num") {
                     Some(serde_json::Value::String(s)) => s.trim().parse().ok(),
                     Some(v) => v.as_i64(),
@@ -384,11 +761,12 @@ impl FileState<'_, '_> {
                     phase,
                     name,
                     ph: if ph == "X" { 'X' } else { 'i' },
-                    start_us: base.saturating_add(ts as i64),
-                    dur_us: dur as i64,
+                    start_us,
+                    dur_us,
                     step,
                     args,
                 };
+                self.cost.events += 1;
                 (self.f)(&ev);
             }
             _ => {}
@@ -405,15 +783,23 @@ impl<'de> Visitor<'de> for Elements<'_, '_, '_> {
         f.write_str("a JSON array of trace events")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(e) = seq.next_element::<Option<RawEvent>>()? {
-            if let Some(e) = e {
-                self.0.take(e);
+        loop {
+            // Each element's bytes are counted from here ([`MAX_EVENT_BYTES`]).
+            self.0.used.n.set(0);
+            self.0.used.armed.set(true);
+            let e = seq.next_element::<Option<RawEvent>>();
+            self.0.used.armed.set(false);
+            self.0.cost.largest_event = self.0.used.largest.get();
+            match e? {
+                Some(Some(e)) => self.0.take(e),
+                Some(None) => {}
+                None => return Ok(()),
             }
         }
-        Ok(())
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        // An object wrapper (`{"traceEvents": [...]}`): smdebug reads zero events; so do we.
+        // An object wrapper (`{"traceEvents": [...]}`): smdebug reads zero events; so do we
+        // (skipped without holding a value).
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
         Ok(())
     }
@@ -466,10 +852,13 @@ pub fn stats_files(root: &Dir, skipped: &mut Skipped) -> Vec<StatsFile> {
     out
 }
 
-/// The bytes of a stats file, at most `max`.
-pub fn read_file(root: &Dir, rel: &str, max: u64) -> io::Result<Vec<u8>> {
-    let (_, _, f) = ofs::open_at(root, rel, false)?;
-    ofs::read_bounded(f, max, std::path::Path::new(rel))
+/// The bytes of a stats file, at most `max` ([`open_limited`]); the error is the reason
+/// to skip it.
+pub fn read_file(root: &Dir, rel: &str, max: u64) -> Result<Vec<u8>, String> {
+    let (mut f, len) = open_limited(root, rel, max)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    f.read_to_end(&mut bytes).map_err(|e| format!("{rel}: {e}"))?;
+    Ok(bytes)
 }
 
 /// One half of a window folder name: `<mode>-<step>-<phase>-<time µs>`.
@@ -495,7 +884,7 @@ fn edge(s: &str) -> Option<WindowEdge> {
     let phase = p.next()?.to_owned();
     let time_us: f64 = p.next()?.parse().ok()?;
     let step = if step == "*" { None } else { Some(step.parse().ok()?) };
-    time_us.is_finite().then_some(WindowEdge { mode, step, phase, time_us })
+    plausible_s(time_us / 1e6).then_some(WindowEdge { mode, step, phase, time_us })
 }
 
 #[cfg(test)]
@@ -592,12 +981,13 @@ mod tests {
             )
         };
         let mut text = String::new();
-        text += &line("cpu", "cpu0", "CPUUtilization", 10.0, "algo-1", 100.0);
-        text += &line("cpu", "cpu1", "CPUUtilization", 30.0, "algo-1", 100.0);
-        text += &line("gpu", "gpu0", "GPUUtilization", 5.0, "algo-1", 100.0);
-        text += &line("memory", "MemoryUsedPercent", "", 40.0, "algo-1", 100.0);
+        let t0 = 1_795_400_100.0;
+        text += &line("cpu", "cpu0", "CPUUtilization", 10.0, "algo-1", t0);
+        text += &line("cpu", "cpu1", "CPUUtilization", 30.0, "algo-1", t0);
+        text += &line("gpu", "gpu0", "GPUUtilization", 5.0, "algo-1", t0);
+        text += &line("memory", "MemoryUsedPercent", "", 40.0, "algo-1", t0);
         text += "not json\n";
-        text += &line("cpu", "cpu0", "CPUUtilization", 50.0, "algo-1", 100.5);
+        text += &line("cpu", "cpu0", "CPUUtilization", 50.0, "algo-1", t0 + 0.5);
         std::fs::write(hour.join("0000000100.algo-1.json"), text).unwrap();
         let root = Dir::open_root(dir.path(), false).unwrap();
         let mut skipped = Skipped::default();
@@ -609,5 +999,229 @@ mod tests {
         assert_eq!(ticks[0].1.memory, Some(40.0));
         assert_eq!(ticks[1].1.cores, vec![(0, 50.0)]);
         assert_eq!(skipped.0.len(), 1);
+    }
+
+    fn sys_line(name: &str, t: &str) -> String {
+        format!(
+            "{{\"Type\":\"cpu\",\"Name\":\"{name}\",\"Dimension\":\"CPUUtilization\",\"Value\":1,\"NodeId\":\"algo-1\",\"Timestamp\":{t}}}\n"
+        )
+    }
+
+    /// A LocalPath with `files` (relative path, content) in it.
+    fn local_path(files: &[(&str, &[u8])]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (rel, bytes) in files {
+            let p = dir.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, bytes).unwrap();
+        }
+        dir
+    }
+
+    const SYS: &str = "system/incremental/2026112203/1795400100.algo-1.json";
+    const TL: &str = "framework/pevents/2026112203/1795400100000000_0-algo-1_pythontimeline.json";
+
+    fn ticks_of(dir: &std::path::Path) -> (Vec<f64>, Vec<String>) {
+        let root = Dir::open_root(dir, false).unwrap();
+        let mut skipped = Skipped::default();
+        let mut ticks = Vec::new();
+        system_ticks(&root, &mut skipped, |_, t| ticks.push(t.t_s));
+        (ticks, skipped.0)
+    }
+
+    fn events_of(dir: &std::path::Path) -> (Vec<(i64, i64)>, Vec<String>) {
+        let root = Dir::open_root(dir, false).unwrap();
+        let mut skipped = Skipped::default();
+        let mut got = Vec::new();
+        timeline_events(&root, &mut skipped, &|_, _| true, |e| got.push((e.start_us, e.dur_us)));
+        (got, skipped.0)
+    }
+
+    #[test]
+    fn implausible_system_timestamps_are_skipped_and_counted() {
+        // 1e18 put the report's 60 s walk into an endless loop (t + 60 == t).
+        let mut text = String::new();
+        for t in ["1e18", "-5", "0", "4102444800", "1e308", "NaN", "1795400100", "1795400101"] {
+            text += &sys_line("cpu0", t);
+        }
+        let dir = local_path(&[(SYS, text.as_bytes())]);
+        let (ticks, skipped) = ticks_of(dir.path());
+        assert_eq!(ticks, [1_795_400_100.0, 1_795_400_101.0]);
+        assert_eq!(
+            skipped,
+            [
+                format!("{SYS}: 1 lines that are not system metrics skipped"),
+                format!("{SYS}: 5 lines with a Timestamp outside 2000-01-01..2100-01-01 skipped"),
+            ]
+        );
+    }
+
+    #[test]
+    fn implausible_event_times_are_skipped_and_counted() {
+        let tl = |base: &str, ts: &str, dur: &str| {
+            format!(
+                r#"[{{"name": "process_name", "ph": "M", "pid": 0, "args": {{"start_time_since_epoch_in_micros": {base}}}}},
+{{"name": "Step:ModeKeys.TRAIN", "pid": 1, "ph": "X", "ts": {ts}, "dur": {dur}, "args": {{}}}},
+{{"name": "Step:ModeKeys.TRAIN", "pid": 1, "ph": "X", "ts": 5, "dur": 5, "args": {{}}}}]"#
+            )
+        };
+        let ok = tl("1795400000000000", "1", "2");
+        let cases = [
+            tl("1000000000000000000", "1", "2"),
+            tl("-5", "1", "2"),
+            tl("1795400000000000", "1e300", "2"),
+            tl("1795400000000000", "-1795400000000000", "2"),
+            tl("1795400000000000", "1", "1e17"),
+        ];
+        let dir = local_path(&[(TL, ok.as_bytes())]);
+        assert_eq!(
+            events_of(dir.path()),
+            (vec![(1_795_400_000_000_001, 2), (1_795_400_000_000_005, 5)], vec![])
+        );
+        for (i, text) in cases.iter().enumerate() {
+            let dir = local_path(&[(TL, text.as_bytes())]);
+            let (got, skipped) = events_of(dir.path());
+            let n = if i < 2 { 2 } else { 1 };
+            assert_eq!(got.len(), 2 - n, "{text}");
+            assert_eq!(
+                skipped,
+                [format!("{TL}: {n} events with a time outside 2000-01-01..2100-01-01 skipped")],
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_event_with_millions_of_args_is_refused_at_the_event_bound() {
+        // 5 M keys (54 MB) in one event took 745 MB; now the read stops at MAX_EVENT_BYTES.
+        let mut text = br#"[{"name": "a", "pid": 1, "ph": "X", "ts": 1, "dur": 1, "args": {"start_time_since_epoch_in_micros": 1795400000000000, "step_num": "1""#.to_vec();
+        for i in 0..5_000_000u32 {
+            text.extend_from_slice(format!(",\"{i}\":0").as_bytes());
+        }
+        text.extend_from_slice(b"}}]");
+        assert!(text.len() > 50 << 20);
+        let mut n = 0;
+        let (r, cost) = read_timeline(&text[..], "0-algo-1", &mut |_| n += 1);
+        assert_eq!(
+            r,
+            Err(format!("an event holds more than {MAX_EVENT_BYTES} bytes at line 1 column 1048578"))
+        );
+        assert_eq!((n, cost.largest_event), (0, MAX_EVENT_BYTES + 1));
+        // Under the event bound: the first MAX_ARGS keys are kept, the event read.
+        let mut text =
+            br#"[{"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros": 1795400000000000}}, {"name": "a", "pid": 1, "ph": "X", "ts": 1, "dur": 1, "args": {"step_num": "3""#.to_vec();
+        for i in 0..1000u32 {
+            text.extend_from_slice(format!(",\"{i}\":0").as_bytes());
+        }
+        text.extend_from_slice(br#", "big": [0"#);
+        text.extend(std::iter::repeat_n(&b",0"[..], MAX_ARG_VALUES).flatten());
+        text.extend_from_slice(b"]}}]");
+        let mut got = Vec::new();
+        let (r, cost) = read_timeline(&text[..], "0-algo-1", &mut |e| got.push((e.args.len(), e.step)));
+        assert_eq!(r, Ok(()));
+        assert_eq!(got, [(MAX_ARGS, Some(3))]);
+        assert_eq!((cost.events, cost.args_cut), (1, 1));
+        // Nested values beyond MAX_ARG_VALUES are dropped whole, the rest kept.
+        let mut text = br#"[{"name": "a", "pid": 1, "ph": "X", "ts": 1795400000000000, "dur": 1, "args": {"small": [1, [2, {"x": "y"}]], "big": [0"#.to_vec();
+        text.extend(std::iter::repeat_n(&b",[0]"[..], MAX_ARG_VALUES).flatten());
+        text.extend_from_slice(br#"], "after": 1}}]"#);
+        let mut got = Vec::new();
+        let (r, cost) = read_timeline(&text[..], "0-algo-1", &mut |e| {
+            got.push(serde_json::Value::Object(e.args.clone()))
+        });
+        assert_eq!(r, Ok(()));
+        assert_eq!(got, [serde_json::json!({"small": [1, [2, {"x": "y"}]]})]);
+        assert_eq!(cost.args_cut, 1);
+    }
+
+    #[test]
+    fn a_hard_linked_timeline_is_not_read_nor_echoed() {
+        // A file the trainer's user cannot read, linked into the LocalPath: the report (root)
+        // printed its content in the skip reason. Now it is refused as the uploader refuses it.
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("shadow");
+        std::fs::write(&secret, "\"root:SECRET:19000:0:99999:7:::\"").unwrap();
+        let hour = dir.path().join("framework/pevents/2026112203");
+        std::fs::create_dir_all(&hour).unwrap();
+        std::fs::hard_link(&secret, dir.path().join(TL)).unwrap();
+        let (got, skipped) = events_of(dir.path());
+        assert!(got.is_empty());
+        assert_eq!(skipped, [format!("{TL}: has 2 hard links: not read (nor uploaded)")]);
+        // The same content in a file of its own is read, and the reason does not quote it.
+        std::fs::remove_file(dir.path().join(TL)).unwrap();
+        std::fs::rename(&secret, dir.path().join(TL)).unwrap();
+        let (got, skipped) = events_of(dir.path());
+        assert!(got.is_empty());
+        assert_eq!(
+            skipped,
+            [format!(
+                "{TL}: not an array of trace events (a value of the wrong type at line 1, column 32) (events before the error were read)"
+            )]
+        );
+        // Nor a hard-linked system or stats file.
+        let dir = local_path(&[("x", &sys_line("cpu0", "1795400100").into_bytes())]);
+        std::fs::create_dir_all(dir.path().join(SYS).parent().unwrap()).unwrap();
+        std::fs::hard_link(dir.path().join("x"), dir.path().join(SYS)).unwrap();
+        assert_eq!(
+            ticks_of(dir.path()),
+            (vec![], vec![format!("{SYS}: has 2 hard links: not read (nor uploaded)")])
+        );
+        let root = Dir::open_root(dir.path(), false).unwrap();
+        assert_eq!(
+            read_file(&root, SYS, 1 << 20),
+            Err(format!("{SYS}: has 2 hard links: not read (nor uploaded)"))
+        );
+    }
+
+    #[test]
+    fn skip_reasons_are_bounded_and_escaped() {
+        let mut s = Skipped::default();
+        s.push(format!("a\x1b]0;title\x07b{}", "x".repeat(10_000)));
+        assert!(s.0[0].starts_with("a\\u{1b}]0;title\\u{7}bxx"), "{}", s.0[0]);
+        assert!(s.0[0].len() <= MAX_REASON + '…'.len_utf8() && s.0[0].ends_with('…'));
+    }
+
+    #[test]
+    fn sparse_files_are_refused_by_their_allocated_bytes() {
+        // A 20 GB sparse system file (a few KB on disk) was read for 56 s.
+        for len in [20_000_000_000u64, 512 << 20] {
+            let dir = local_path(&[(SYS, sys_line("cpu0", "1795400100").as_bytes())]);
+            let f = std::fs::OpenOptions::new().write(true).open(dir.path().join(SYS)).unwrap();
+            f.set_len(len).unwrap();
+            let allocated = ofs::meta_of(&f).unwrap().allocated;
+            assert!(allocated < 1 << 20, "{allocated}: this file system does not make sparse files");
+            let (ticks, skipped) = ticks_of(dir.path());
+            assert!(ticks.is_empty());
+            let why = if len > MAX_SYSTEM_BYTES {
+                format!("{SYS}: {len} bytes, more than the {MAX_SYSTEM_BYTES} read: not read")
+            } else {
+                format!("{SYS}: {len} bytes with {allocated} on disk (mostly holes): not read")
+            };
+            assert_eq!(skipped, [why]);
+        }
+    }
+
+    #[test]
+    fn a_growing_file_is_read_to_its_size_at_open() {
+        // Each tick read appends a line of a later tick, as a writer that never stops would:
+        // read to the end, that would be 100,000 more ticks.
+        let mut text = String::new();
+        for i in 0..1000 {
+            text += &sys_line("cpu0", &format!("{}", 1_795_400_000 + i));
+        }
+        let dir = local_path(&[(SYS, text.as_bytes())]);
+        let mut w = std::fs::OpenOptions::new().append(true).open(dir.path().join(SYS)).unwrap();
+        let root = Dir::open_root(dir.path(), false).unwrap();
+        let mut skipped = Skipped::default();
+        let mut ticks = 0u32;
+        system_ticks(&root, &mut skipped, |_, _| {
+            ticks += 1;
+            if ticks < 100_000 {
+                use std::io::Write as _;
+                w.write_all(sys_line("cpu0", &format!("{}", 1_795_500_000 + ticks)).as_bytes()).unwrap();
+            }
+        });
+        assert_eq!(ticks, 1000);
+        assert!(skipped.0.is_empty(), "{:?}", skipped.0);
     }
 }

@@ -35,7 +35,7 @@ fn top(v: &mut Vec<PyFunction>) {
 /// parent's total. Deeper real stacks exist but add nothing to a top-20 list.
 pub const MAX_DEPTH: usize = 512;
 /// Frames read per file at most: a real 64 MiB window holds about 270,000 (some 250 bytes a
-/// frame); 16 bytes each.
+/// frame); 24 bytes each.
 pub const MAX_FRAMES: usize = 1_000_000;
 /// JSON nesting at most (arrays and objects, skipped ones included): two levels a frame.
 const MAX_NESTING: u32 = 1 << 16;

@@ -56,6 +56,7 @@ pub fn plausible_s(t: f64) -> bool {
 pub fn plausible_us(t: i64) -> bool {
     plausible_s(t as f64 / 1e6)
 }
+
 /// Lines of one tick share one Timestamp; SageMaker's rules take lines less than 20 ms
 /// apart as one sample, and so do we.
 pub const SNAPSHOT_S: f64 = 0.02;
@@ -78,16 +79,19 @@ impl Skipped {
         // Bounded: a tree full of planted links must not grow the report without end.
         if self.0.len() < 200 {
             let mut out = String::with_capacity(s.len().min(MAX_REASON));
+            let mut piece = String::new();
             for c in s.chars() {
-                if out.len() + c.len_utf8() > MAX_REASON {
+                piece.clear();
+                if c.is_control() {
+                    piece.extend(c.escape_default());
+                } else {
+                    piece.push(c);
+                }
+                if out.len() + piece.len() > MAX_REASON {
                     out.push('…');
                     break;
                 }
-                if c.is_control() {
-                    out.extend(c.escape_default());
-                } else {
-                    out.push(c);
-                }
+                out.push_str(&piece);
             }
             self.0.push(out);
         } else if self.0.len() == 200 {

@@ -149,6 +149,7 @@ fn marshal_hostile_files_stay_within_the_budget() {
     }
     let ((r, cost), bytes) = peak(|| marshal::decode_counted(&b));
     assert!(r.is_ok() && cost.values < b.len());
+    eprintln!("marshal, doubling references ({} bytes): {cost:?}, peak {bytes} bytes", b.len());
     assert!(bytes < 64 * KIB, "{bytes}");
     // As many one-byte values as the budget allows, then one more: refused, and the memory
     // it took is the budget's (about 24 bytes a value, twice while a list grows).
@@ -157,8 +158,9 @@ fn marshal_hostile_files_stay_within_the_budget() {
     b.extend_from_slice(&i32::try_from(n).unwrap().to_le_bytes());
     b.resize(5 + n, b'N');
     let ((r, _), bytes) = peak(|| marshal::decode_counted(&b));
+    eprintln!("marshal, {n} values: peak {bytes} bytes");
     assert_eq!(r, Err(marshal::MarshalError::TooManyValues));
-    assert!(bytes < 128 * MIB, "{bytes}");
+    assert!(bytes <= 64 * MIB, "{bytes}");
 }
 
 // ---- pyinstrument (`python_stats.json`) ----
@@ -230,11 +232,13 @@ fn pyinstrument_hostile_files_stay_within_the_budget() {
     let ((r, cost), bytes) = peak(|| python::pyinstrument_counted(&j));
     assert_eq!(r, Err(python::PyinstrumentError::TooManyFrames));
     assert_eq!(cost.frames, python::MAX_FRAMES);
-    assert!(bytes < 64 * MIB, "{bytes}");
+    eprintln!("pyinstrument, 64 MiB of empty children: peak {bytes} bytes");
+    assert!(bytes <= 32 * MIB, "{bytes}");
     // Nested as deep as the nesting bound allows: no recursion, memory per level small.
     let mut j = br#"{"root_frame": {"children": "#.to_vec();
     j.extend(std::iter::repeat_n(&br#"[{"children": "#[..], 32_000).flatten());
     let (r, bytes) = peak(|| python::pyinstrument(&j));
+    eprintln!("pyinstrument, nested 64,000 deep: peak {bytes} bytes");
     assert!(r.is_err());
     assert!(bytes < 4 * MIB, "{bytes}");
 }
@@ -304,8 +308,9 @@ fn timeline_hostile_event_stays_within_the_event_bound() {
     }
     b.extend_from_slice(b"}}]");
     let ((r, _), bytes) = peak(|| read::read_timeline(&b[..], "0-algo-1", &mut |_| {}));
+    eprintln!("timeline, 5 M arg keys ({} bytes): peak {bytes} bytes", b.len());
     assert!(r.is_err());
-    assert!(bytes < 8 * MIB, "{bytes}");
+    assert!(bytes < MIB, "{bytes}");
 }
 
 // ---- system lines ----
@@ -365,5 +370,6 @@ fn system_hostile_tick_stays_within_the_caps() {
         peak(|| read::read_system(&b[..], &mut |_, t| assert_eq!(t.gpus.len(), read::MAX_TICK_GPUS)));
     assert!(r.is_ok());
     assert_eq!(cost.dropped, 100_000 - read::MAX_TICK_GPUS as u64);
+    eprintln!("system, 100,000 GPUs in a tick: peak {bytes} bytes");
     assert!(bytes < MIB, "{bytes}");
 }

@@ -404,6 +404,51 @@ mod tests {
     }
 
     #[test]
+    fn hostile_python_windows_cost_one_line_each() {
+        let dir = small_job();
+        let window = "train-2-stepstart-1795400001000000_train-2-forwardpassend-1795400001500000";
+        let put = |prof: &str, name: &str, bytes: &[u8]| {
+            let d = dir.path().join(format!("framework/pytorch/{prof}/0-algo-1/{window}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join(name), bytes).unwrap();
+        };
+        // 40 tuples, each holding two references to the one before (2^40 values if copied).
+        let mut b = vec![b'['];
+        b.extend_from_slice(&40i32.to_le_bytes());
+        b.extend_from_slice(b"\xa9\x02NN");
+        for k in 0..39i32 {
+            b.extend_from_slice(b"\xa9\x02r");
+            b.extend_from_slice(&k.to_le_bytes());
+            b.push(b'r');
+            b.extend_from_slice(&k.to_le_bytes());
+        }
+        put("cprofile", "python_stats", &b);
+        // 100 frames deep: past serde_json's nesting limit.
+        let mut j = String::from(r#"{"root_frame": "#);
+        for i in 0..100 {
+            j += &format!(
+                r#"{{"function": "f{i}", "file_path_short": "t.py", "line_no": {i}, "time": {}, "children": ["#,
+                100 - i
+            );
+        }
+        j += &"]}".repeat(100);
+        j += "}";
+        put("pyinstrument", "python_stats.json", j.as_bytes());
+        let m = build(dir.path(), "src", &Options::default()).unwrap();
+        let by = |p: &str| m.python.iter().find(|w| w.profiler == p).unwrap();
+        assert!(by("cprofile").functions.is_empty());
+        assert_eq!(by("pyinstrument").functions.len(), python::TOP);
+        assert_eq!(by("pyinstrument").start_s, Some(1_795_400_001.0));
+        let rel = format!("framework/pytorch/cprofile/0-algo-1/{window}/python_stats");
+        assert_eq!(
+            m.job.skipped,
+            [format!(
+                "{rel}: pstats data is not a dict of (file, line, function) → (cc, nc, tt, ct, callers)"
+            )]
+        );
+    }
+
+    #[test]
     fn stragglers_by_ratio_of_medians() {
         let mut per = BTreeMap::new();
         for (r, m) in [("0-a", 100.0), ("1-a", 110.0), ("2-a", 100.0), ("3-a", 125.0)] {

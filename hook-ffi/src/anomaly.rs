@@ -236,7 +236,13 @@ mod tests {
             .filter_map(|(i, &ms)| {
                 let step = i as u64;
                 let end_us = 1_000_000 * (i as i64 + 1);
-                d.step_end(StepEnd { step, duration_us: ms * 1000, end_us, in_configured_window: false, own_work: false })
+                d.step_end(StepEnd {
+                    step,
+                    duration_us: ms * 1000,
+                    end_us,
+                    in_configured_window: false,
+                    own_work: false,
+                })
             })
             .collect()
     }
@@ -305,8 +311,13 @@ mod tests {
         // A configured window's steps are skipped the same way.
         let mut d = Detector::new(&settings(r#"{"WarmupSteps": 0}"#));
         run(&mut d, &steps(5, &[]));
-        let slow =
-            StepEnd { step: 5, duration_us: 1_000_000, end_us: 6_000_000, in_configured_window: true, own_work: false };
+        let slow = StepEnd {
+            step: 5,
+            duration_us: 1_000_000,
+            end_us: 6_000_000,
+            in_configured_window: true,
+            own_work: false,
+        };
         assert_eq!(d.step_end(slow), None);
         assert_eq!(d.median(), Some(20_000));
     }
@@ -360,7 +371,13 @@ mod tests {
         assert_eq!(d.ring, [5000, 6000, 7000]);
         assert_eq!(d.median(), Some(6000));
         d.reconfigure(&settings(r#"{"WarmupSteps": 0, "MedianOfSteps": 4}"#));
-        d.step_end(StepEnd { step: 7, duration_us: 8000, end_us: 9_000_000, in_configured_window: false, own_work: false });
+        d.step_end(StepEnd {
+            step: 7,
+            duration_us: 8000,
+            end_us: 9_000_000,
+            in_configured_window: false,
+            own_work: false,
+        });
         assert_eq!(d.ring, [5000, 6000, 7000, 8000]);
         assert_eq!(d.median(), Some(7000));
         assert_eq!(d.sorted, [5000, 6000, 7000, 8000]);

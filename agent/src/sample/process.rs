@@ -676,9 +676,10 @@ impl TreeSampler {
         self.sort_births();
         loop {
             let done = &self.pss.done;
-            let next = self.stale_parent().or_else(|| self.known.iter().position(|k| !k.pss_tried)).or_else(|| {
-                self.pss.in_pass.then(|| self.known.iter().position(|k| !done.contains(&k.pid))).flatten()
-            });
+            let next =
+                self.stale_parent().or_else(|| self.known.iter().position(|k| !k.pss_tried)).or_else(|| {
+                    self.pss.in_pass.then(|| self.known.iter().position(|k| !done.contains(&k.pid))).flatten()
+                });
             let Some(i) = next else {
                 self.pss.in_pass = false;
                 break;
@@ -1138,7 +1139,10 @@ mod tests {
         m.clear();
         s.sample(Duration::from_secs(1), &mut m).unwrap();
         assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(21.0));
-        assert_eq!(m.get("trainer", "RSSBytes", "ProcessTree"), Some((21 * 300 * mib_pages * page as i64) as f64));
+        assert_eq!(
+            m.get("trainer", "RSSBytes", "ProcessTree"),
+            Some((21 * 300 * mib_pages * page as i64) as f64)
+        );
         // The parent's last PSS over the 21 sharers, and each child the same.
         let share = (shared_kb * 1024 / 21) as f64;
         assert_eq!(pss(&m), 21.0 * share);

@@ -698,7 +698,7 @@ impl TreeSampler {
                     }
                 }
                 Err((path, e)) if out_of_fds(&e) => self.out_of_fds(&path, &e),
-                // Gone (noticed at the next stat read) or not allowed: RSS stands in.
+                // Gone (noticed at the next stat read) or not allowed: a stand-in counts (`count_pss`).
                 Err(_) => {}
             }
             if thread_cpu_us().saturating_sub(tick_start) >= PSS_PER_TICK_US {
@@ -1081,7 +1081,7 @@ mod tests {
             p.put(pid, "pt_data_worker", 100, 0, 0, 1000);
             p.pss(pid, 100);
         }
-        // 100's smaps_rollup cannot be read: its RSS stands in.
+        // 100's smaps_rollup cannot be read and it has no read ancestor: its RSS stands in.
         let mut s = TreeSampler::new(&p.proc, 100, Duration::ZERO, TreePids::default());
         for pid in 101..=107 {
             p.put(pid, "pt_data_worker", 100, u64::from(pid - 100) * hz / 10, 0, 1000);

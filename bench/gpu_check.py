@@ -343,6 +343,8 @@ def part_agent(ctx, md):
         else:
             md.append("| %s | %.0f | %.2f | %.1f | %d |" % (label, r["us_per_tick"], r["core_pct"], r["rss_mib"], r["gpu_rows"]))
     md.append("")
+    if results.get("with GPU", {}).get("gpu_rows") == 0:
+        md.append("note: the agent \"with GPU\" wrote no GPU rows: it found no NVML GPU here, so both rows are without one\n")
     for label in ("with GPU", "without GPU"):
         for line in results.get(label, {}).get("log", []):
             md.append("* %s: `%s`" % (label, line.strip()))

@@ -15,7 +15,7 @@
 //! The name table is [`crate::names`], the counters [`crate::stats`].
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_queue::ArrayQueue;
@@ -169,6 +169,28 @@ pub struct Hook {
     /// The native sampler thread, once started (only the writer thread touches it).
     pub(crate) native_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     pub(crate) native_spawn_failed: AtomicBool,
+    /// The profiler's own work off the trainer's threads, which no train step is judged by.
+    own_work: OwnWork,
+}
+
+/// The profiler's own work off the trainer's threads (a native window's report: 0.1–1 s of
+/// symbolising): how much runs now and when the last ended, so that a train step that
+/// overlapped it is left out of `AutoProfilingConfig`'s median and judgement.
+#[derive(Debug, Default)]
+struct OwnWork {
+    running: AtomicU32,
+    last_end_us: AtomicI64,
+}
+
+/// Marks the profiler's own work from [`Hook::own_work`] until dropped.
+#[must_use]
+pub(crate) struct OwnWorkGuard<'a>(&'a OwnWork);
+
+impl Drop for OwnWorkGuard<'_> {
+    fn drop(&mut self) {
+        self.0.last_end_us.fetch_max(now_us(), SeqCst);
+        self.0.running.fetch_sub(1, SeqCst);
+    }
 }
 
 impl std::fmt::Debug for Hook {
@@ -233,7 +255,20 @@ impl Hook {
             finished: (Mutex::new(false), Condvar::new()),
             native_thread: Mutex::new(None),
             native_spawn_failed: AtomicBool::new(false),
+            own_work: OwnWork::default(),
         })
+    }
+
+    /// Marks the profiler's own work off the trainer's threads until the guard drops: train
+    /// steps it overlaps are not judged (docs/formats.md, "Anomaly-triggered windows").
+    pub(crate) fn own_work(&self) -> OwnWorkGuard<'_> {
+        self.own_work.running.fetch_add(1, SeqCst);
+        OwnWorkGuard(&self.own_work)
+    }
+
+    /// Did the profiler's own work run at any time since `since_us`?
+    fn own_work_since(&self, since_us: i64) -> bool {
+        self.own_work.running.load(SeqCst) > 0 || self.own_work.last_end_us.load(SeqCst) > since_us
     }
 
     pub fn node_id(&self) -> &str {
@@ -388,7 +423,7 @@ impl Hook {
             && matches!(mode, TrainprofMode::Train | TrainprofMode::Global)
             && self.enabled.load(Relaxed)
         {
-            self.auto_step_end(end.saturating_sub(begin), end);
+            self.auto_step_end(begin, end);
         }
         status
     }
@@ -396,13 +431,17 @@ impl Hook {
     /// A train step ended: the detector sees it and may open a window from the next step,
     /// recorded as an instant event and one log line (docs/formats.md, "Anomaly-triggered
     /// windows").
-    fn auto_step_end(&self, duration_us: i64, end_us: i64) {
+    fn auto_step_end(&self, begin_us: i64, end_us: i64) {
         let step = self.window_step().unwrap_or(0);
+        let own_work = self.own_work_since(begin_us);
         let trigger = {
             let mut gate = lock(&self.gate);
-            let in_configured_window = gate.configured_open(step, end_us as f64 / 1e6);
+            // Open at the step's start or its end: a window by time may end mid-step.
+            let in_configured_window = gate.configured_open(step, begin_us as f64 / 1e6)
+                || gate.configured_open(step, end_us as f64 / 1e6);
             let Some(d) = gate.auto.as_mut() else { return };
-            d.step_end(StepEnd { step, duration_us, end_us, in_configured_window })
+            let duration_us = end_us.saturating_sub(begin_us);
+            d.step_end(StepEnd { step, duration_us, end_us, in_configured_window, own_work })
         };
         if let Some(t) = trigger {
             self.record_trigger(&t);
@@ -1132,6 +1171,7 @@ mod tests {
                 duration_us: ms * 1000,
                 end_us,
                 in_configured_window: false,
+                own_work: false,
             });
         }
         assert!(gate.auto_opens(AutoFeature::Detailed, 4));

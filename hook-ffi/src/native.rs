@@ -264,6 +264,8 @@ fn start(hz: u32) -> Result<Window, StartError> {
 /// Ends the window: stops sampling, builds the report, puts back a handler the trainer
 /// installed meanwhile, writes the files.
 fn finish(hook: &Hook, w: Window, end_us: i64) {
+    // No train step this overlaps is judged slow (docs/formats.md, "Anomaly-triggered windows").
+    let _own = hook.own_work();
     disarm_prof_timer();
     let report = w.guard.report().frames_post_processor(strip_sampler_frames).build();
     let now = sigprof_handler().ok();

@@ -120,3 +120,53 @@ def test_short_lived_children_are_counted(trainprof_bin, tmp_path):
     print(f"tree CPU {cpu_s:.2f} s; the burners {used['children']:.2f} s, the parent {used['own']:.2f} s")
     assert cpu_s >= 0.9 * used["children"], (cpu_s, used)
     assert cpu_s <= 1.1 * total + 0.1, (cpu_s, used)
+
+
+# A fork storm: the parent fills 300 MiB of its own (private) memory, forks 20 children
+# that share it copy-on-write and sleep, and sums the tree's Pss from smaps_rollup itself
+# three times while they live. Each child's RSS is 300 MiB; the tree's PSS stays ~310 MiB.
+FORK_STORM = r"""
+import json, os, sys, time
+N, SIZE = 20, 300 << 20
+buf = bytearray(b"\x01") * SIZE
+time.sleep(1)
+kids = []
+for _ in range(N):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(8)
+        os._exit(0)
+    kids.append(pid)
+def pss(pid):
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+truth = []
+for _ in range(3):
+    time.sleep(2)
+    truth.append(sum(pss(p) for p in [os.getpid()] + kids))
+print(json.dumps({"pss": truth}))
+sys.stdout.flush()
+for p in kids:
+    os.waitpid(p, 0)
+"""
+
+
+def test_pss_after_a_fork_storm_never_overcounts(trainprof_bin, tmp_path):
+    """A child whose PSS is not read yet (reads are paced: 300 MiB takes a few ms each) must
+    not stand in with its RSS, nor the parent's PSS read before the forks count whole."""
+    proc, events = run_agent(trainprof_bin, tmp_path, python(FORK_STORM))
+    assert proc.returncode == 0, proc.stderr
+    truth = json.loads(proc.stdout.strip().splitlines()[-1])["pss"]
+    assert all(250 * MIB <= t <= 400 * MIB for t in truth), truth
+    ticks = by_tick(events, "trainer")
+    full = [t for t in ticks.values() if t.get(("Processes", "ProcessTree")) == 21]
+    assert len(full) >= 30, (len(full), proc.stderr)
+    seen = [t[("PSSBytes", "ProcessTree")] for t in full]
+    print(f"PSS over {len(seen)} ticks: {min(seen) / MIB:.0f}..{max(seen) / MIB:.0f} MiB; the processes: "
+          f"{[round(t / MIB) for t in truth]} MiB")
+    # Every tick: within 1.5x of what the processes' own smaps_rollup said.
+    assert max(seen) <= 1.5 * max(truth), (max(seen), truth)
+    # And once every process has been read, close to it.
+    assert seen[-3] == pytest.approx(truth[-1], rel=0.3), (seen[-3], truth)

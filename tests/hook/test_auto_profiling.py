@@ -114,6 +114,26 @@ def test_a_slow_step_inside_the_window_does_not_trigger_again(run_script):
     assert all(t["args"]["median_ms"] < 40 for t in triggers(run.out))
 
 
+@pytest.mark.parametrize("configured", [False, True])
+def test_a_windows_close_is_not_a_slow_step(run_script, configured):
+    """Closing a detailed window costs 20x the median step, in the step after the window
+    (where torch.profiler's stop lands): it must not trigger, nor its window's close the
+    next, until MaxPerHour is spent; the real slow step at 50 triggers."""
+    config = auto(Features=["detailed"], MaxPerHour=4)
+    slow = {"50": 200}
+    if configured:
+        config["DetailedProfilingConfig"] = {"StartStep": 25, "NumSteps": 2}
+    else:
+        slow["30"] = 200
+    run = run_script("auto_steps.py", {"steps": 60, "slow": slow, "close_ms": 400}, config=config).check()
+    want = [50] if configured else [30, 50]
+    assert [t["args"]["step"] for t in triggers(run.out)] == want
+    windows = [25, 26] if configured else [31, 32]
+    assert opened(run.manifest, "detailed") == windows + [51, 52]
+    # The closes stayed out of the median.
+    assert all(t["args"]["median_ms"] < 40 for t in triggers(run.out))
+
+
 def test_max_per_hour_holds(run_script):
     slow = {str(s): 200 for s in range(5, 60, 5)}  # 11 slow steps, each outside a window
     run = run_script(

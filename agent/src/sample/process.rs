@@ -22,8 +22,14 @@
 //!   processes that map it, beside the summed RSS. `smaps_rollup` walks the process's page
 //!   tables (about 10 µs per MiB resident), so PSS is refreshed in passes over the tree at
 //!   least [`PSS_EVERY`] apart, a new process is read when first seen, and every read is
-//!   paced so that PSS takes at most [`PSS_BUDGET_PERCENT`] % of one core over time; a
-//!   process not read yet stands in with its RSS.
+//!   paced so that PSS takes at most [`PSS_BUDGET_PERCENT`] % of one core over time.
+//!   Between reads, nothing may overcount (a fork storm of 20 children sharing 300 MiB
+//!   copy-on-write summed their RSS to 3 GiB): a process read before others were born into
+//!   the tree counts its last PSS divided by one plus those born since that are still
+//!   there (each newcomer can share a page once more at most), and is read again first
+//!   when a child of its own waits for its first read; a process not read yet counts what
+//!   its nearest read ancestor counts (a fork child shares its parent's pages), its RSS
+//!   only when it has none (the root before its first read).
 //!
 //! Type `trainer`, Dimension `ProcessTree`, Names `CPUPercent` (100 = one core busy),
 //! `PSSBytes`, `RSSBytes`, `Processes`; the busiest [`TOP`] processes by CPU as Names
@@ -212,6 +218,13 @@ struct Known {
     pss: Option<u64>,
     /// Whether its `smaps_rollup` was read (or tried) once.
     pss_tried: bool,
+    /// [`TreeSampler::births`] when it joined the tree (0: in the first scan).
+    born: u64,
+    /// [`TreeSampler::births`] when its PSS was last read, and last tried.
+    pss_at: u64,
+    pss_tried_at: u64,
+    /// What it counts in `PSSBytes` this tick (see the module's doc).
+    pss_counted: u64,
     /// Ticks of children that went, already counted, to take off this one's reaped growth.
     credit: u64,
     credit_age: u8,
@@ -236,6 +249,10 @@ impl Known {
             rss_pages: 0,
             pss: None,
             pss_tried: false,
+            born: 0,
+            pss_at: 0,
+            pss_tried_at: 0,
+            pss_counted: 0,
             credit: 0,
             credit_age: 0,
             delta: 0,
@@ -245,8 +262,9 @@ impl Known {
     }
 
     /// A process found among the new pids: everything it used fell in this interval.
-    fn born(pid: u32, st: &PidStat, comm: Label) -> Known {
+    fn born(pid: u32, st: &PidStat, comm: Label, births: u64) -> Known {
         let mut k = Known::new(pid, None);
+        k.born = births;
         k.start = Some(st.start_ticks);
         k.own = Some(0);
         k.reaped = Some(0);
@@ -298,6 +316,14 @@ pub struct TreeSampler {
     loadavg: Option<ProcFile>,
     last_pid: Option<u32>,
     pss: PssPace,
+    /// The first scan is done: processes found later joined the tree since.
+    scanned: bool,
+    /// Processes that joined the tree after the first scan, counted from 1.
+    births: u64,
+    /// The `born` of the processes followed now, sorted (scratch).
+    born_sorted: Vec<u64>,
+    /// (pid, index in `known`), sorted (scratch).
+    by_pid: Vec<(u32, usize)>,
     /// Where the tree's pids are published after each tick.
     published: TreePids,
     scratch: Vec<u32>,
@@ -324,6 +350,10 @@ impl TreeSampler {
             loadavg,
             last_pid: None,
             pss: PssPace::default(),
+            scanned: false,
+            births: 0,
+            born_sorted: Vec::new(),
+            by_pid: Vec::new(),
             published,
             scratch: Vec::new(),
             top: Vec::new(),
@@ -385,6 +415,7 @@ impl TreeSampler {
             }
         }
         let tree = descendants(self.root, &self.pairs);
+        let first = !std::mem::replace(&mut self.scanned, true);
         // A process that left the tree (re-parented outside it) is no longer followed; one
         // that is gone is left for `read_all` to see, so that its parent gets its credit.
         self.pairs.sort_unstable();
@@ -429,7 +460,15 @@ impl TreeSampler {
                 // A kept file for a process read by path so far: its start is checked at
                 // the next reading, as a new pid's would be.
                 Some(i) => self.known[i].file = file,
-                None => self.known.push(Known::new(pid, file)),
+                None => {
+                    let mut k = Known::new(pid, file);
+                    // Not in the first scan: it joined the tree since.
+                    if !first {
+                        self.births += 1;
+                        k.born = self.births;
+                    }
+                    self.known.push(k);
+                }
             }
         }
     }
@@ -464,7 +503,8 @@ impl TreeSampler {
             {
                 continue;
             }
-            self.known.push(Known::born(pid, &st, comm));
+            self.births += 1;
+            self.known.push(Known::born(pid, &st, comm, self.births));
             let at = self.scratch.partition_point(|&p| p < pid);
             self.scratch.insert(at, pid);
         }
@@ -553,10 +593,71 @@ impl TreeSampler {
             }
             t.ticks = t.ticks.saturating_add(k.delta);
             t.rss_pages = t.rss_pages.saturating_add(k.rss_pages);
-            let pss = k.pss.unwrap_or_else(|| k.rss_pages.saturating_mul(self.page));
-            t.pss_bytes = t.pss_bytes.saturating_add(pss);
         }
+        self.count_pss();
+        t.pss_bytes = self.known.iter().fold(0u64, |sum, k| sum.saturating_add(k.pss_counted));
         t
+    }
+
+    /// Sorts the `born` of the processes followed now into `born_sorted`.
+    fn sort_births(&mut self) {
+        self.born_sorted.clear();
+        self.born_sorted.extend(self.known.iter().map(|k| k.born).filter(|&b| b > 0));
+        self.born_sorted.sort_unstable();
+        self.by_pid.clear();
+        self.by_pid.extend(self.known.iter().enumerate().map(|(i, k)| (k.pid, i)));
+        self.by_pid.sort_unstable();
+    }
+
+    /// The index of `pid` in `known` (after [`Self::sort_births`]).
+    fn index_of(&self, pid: u32) -> Option<usize> {
+        self.by_pid.binary_search_by_key(&pid, |&(p, _)| p).ok().map(|j| self.by_pid[j].1)
+    }
+
+    /// What each process counts in `PSSBytes` (the module's doc says why): a read
+    /// process its last PSS divided by one plus the processes still here born after that
+    /// read; one not read yet what its nearest read ancestor counts, else its RSS.
+    fn count_pss(&mut self) {
+        self.sort_births();
+        let born = &self.born_sorted;
+        for k in &mut self.known {
+            k.pss_counted = match k.pss {
+                Some(pss) => {
+                    let newer = born.len() - born.partition_point(|&b| b <= k.pss_at);
+                    pss / (1 + newer as u64)
+                }
+                None => u64::MAX,
+            };
+        }
+        for i in 0..self.known.len() {
+            if self.known[i].pss_counted != u64::MAX {
+                continue;
+            }
+            // The nearest read ancestor (a bounded walk: a tree deeper than this counts RSS).
+            let mut at = i;
+            let mut counted = None;
+            for _ in 0..64 {
+                let Some(p) = self.index_of(self.known[at].ppid).filter(|&p| p != at) else { break };
+                if self.known[p].pss.is_some() {
+                    counted = Some(self.known[p].pss_counted);
+                    break;
+                }
+                at = p;
+            }
+            let page = self.page;
+            let k = &mut self.known[i];
+            k.pss_counted = counted.unwrap_or_else(|| k.rss_pages.saturating_mul(page));
+        }
+    }
+
+    /// A read process whose child, born after that read, waits for its first read: the
+    /// child counts what the parent counts, so the parent is read again first.
+    fn stale_parent(&self) -> Option<usize> {
+        self.known.iter().filter(|c| c.pss.is_none() && !c.pss_tried).find_map(|c| {
+            let p = self.index_of(c.ppid)?;
+            let parent = &self.known[p];
+            (parent.pss.is_some() && parent.pss_tried_at < c.born).then_some(p)
+        })
     }
 
     /// Reads `smaps_rollup` of the processes due: those never read first, then the rest
@@ -572,17 +673,20 @@ impl TreeSampler {
             self.pss.done.clear();
         }
         let tick_start = thread_cpu_us();
+        self.sort_births();
         loop {
             let done = &self.pss.done;
-            let next = self.known.iter().position(|k| !k.pss_tried).or_else(|| {
-                self.pss.in_pass.then(|| self.known.iter().position(|k| !done.contains(&k.pid))).flatten()
-            });
+            let next =
+                self.stale_parent().or_else(|| self.known.iter().position(|k| !k.pss_tried)).or_else(|| {
+                    self.pss.in_pass.then(|| self.known.iter().position(|k| !done.contains(&k.pid))).flatten()
+                });
             let Some(i) = next else {
                 self.pss.in_pass = false;
                 break;
             };
             let pid = self.known[i].pid;
             self.known[i].pss_tried = true;
+            self.known[i].pss_tried_at = self.births;
             if self.pss.in_pass {
                 self.pss.done.push(pid);
             }
@@ -590,10 +694,11 @@ impl TreeSampler {
                 Ok(()) => {
                     if let Some(pss) = parse_pss(&self.buf) {
                         self.known[i].pss = Some(pss);
+                        self.known[i].pss_at = self.births;
                     }
                 }
                 Err((path, e)) if out_of_fds(&e) => self.out_of_fds(&path, &e),
-                // Gone (noticed at the next stat read) or not allowed: RSS stands in.
+                // Gone (noticed at the next stat read) or not allowed: a stand-in counts (`count_pss`).
                 Err(_) => {}
             }
             if thread_cpu_us().saturating_sub(tick_start) >= PSS_PER_TICK_US {
@@ -657,8 +762,7 @@ impl Sampler for TreeSampler {
             let k = &self.known[i];
             let name = Name::Process(k.pid, k.comm);
             out.push(kind, name, "ProcessCPUPercent", percent(ticks));
-            let pss = k.pss.unwrap_or_else(|| k.rss_pages.saturating_mul(self.page));
-            out.push(kind, name, "ProcessPSSBytes", pss as f64);
+            out.push(kind, name, "ProcessPSSBytes", k.pss_counted as f64);
         }
         Ok(())
     }
@@ -977,7 +1081,7 @@ mod tests {
             p.put(pid, "pt_data_worker", 100, 0, 0, 1000);
             p.pss(pid, 100);
         }
-        // 100's smaps_rollup cannot be read: its RSS stands in.
+        // 100's smaps_rollup cannot be read and it has no read ancestor: its RSS stands in.
         let mut s = TreeSampler::new(&p.proc, 100, Duration::ZERO, TreePids::default());
         for pid in 101..=107 {
             p.put(pid, "pt_data_worker", 100, u64::from(pid - 100) * hz / 10, 0, 1000);
@@ -1006,6 +1110,59 @@ mod tests {
         m.clear();
         s.sample(Duration::from_secs(1) + PSS_EVERY, &mut m).unwrap();
         assert_eq!(m.get("trainer", "PSSBytes", "ProcessTree"), Some((1000 * page + 8 * 100 * 1024) as f64));
+    }
+
+    /// A fork storm: 20 children share the parent's 300 MiB copy-on-write. Each one's RSS
+    /// is 300 MiB, the tree's PSS stays 300 MiB: a child whose PSS is not read (yet) must
+    /// not stand in with its RSS, and the parent's PSS read before the forks must not count
+    /// whole beside its children.
+    #[test]
+    fn a_fork_storm_never_counts_shared_pages_twice() {
+        let p = FakeProc::new();
+        let page = page_size();
+        let mib_pages = (1 << 20) / page as i64;
+        let shared_kb = 300 * 1024;
+        p.put(100, "python", 1, 0, 0, 300 * mib_pages);
+        p.pss(100, shared_kb);
+        p.last_pid(100);
+        let mut s = TreeSampler::new(&p.proc, 100, Duration::ZERO, TreePids::default());
+        let mut m = Metrics::new();
+        s.sample(Duration::from_millis(100), &mut m).unwrap();
+        let pss = |m: &Metrics| m.get("trainer", "PSSBytes", "ProcessTree").unwrap();
+        assert_eq!(pss(&m), (shared_kb * 1024) as f64);
+        // The forks; the children's smaps_rollup cannot be read, nor the parent's again.
+        std::fs::remove_file(p.proc.join("100/smaps_rollup")).unwrap();
+        for pid in 101..=120 {
+            p.put(pid, "python", 100, 0, 0, 300 * mib_pages);
+        }
+        p.last_pid(120);
+        m.clear();
+        s.sample(Duration::from_secs(1), &mut m).unwrap();
+        assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(21.0));
+        assert_eq!(
+            m.get("trainer", "RSSBytes", "ProcessTree"),
+            Some((21 * 300 * mib_pages * page as i64) as f64)
+        );
+        // The parent's last PSS over the 21 sharers, and each child the same.
+        let share = (shared_kb * 1024 / 21) as f64;
+        assert_eq!(pss(&m), 21.0 * share);
+        assert_eq!(m.get("trainer", "pid100-python", "ProcessPSSBytes"), Some(share));
+        // The parent read again first (before its children) once it can be: the children
+        // it shares with count its new PSS until their own is read.
+        let now_kb = shared_kb / 21;
+        p.pss(100, now_kb);
+        p.put(121, "python", 100, 0, 0, 300 * mib_pages);
+        p.last_pid(121);
+        m.clear();
+        s.sample(Duration::from_secs(2), &mut m).unwrap();
+        assert_eq!(pss(&m), 22.0 * (now_kb * 1024) as f64);
+        // The children read at last: their own PSS.
+        for pid in 101..=121 {
+            p.pss(pid, now_kb);
+        }
+        m.clear();
+        s.sample(Duration::from_secs(1) + PSS_EVERY, &mut m).unwrap();
+        assert_eq!(pss(&m), 22.0 * (now_kb * 1024) as f64);
     }
 
     #[test]

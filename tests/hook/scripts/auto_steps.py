@@ -2,7 +2,9 @@
 anomaly-triggered window tests: run in a subprocess by tests/hook/test_auto_profiling.py.
 
 TRAINPROF_TEST_PARAMS (JSON): ``steps`` (train steps), ``step_ms`` (every step's length),
-``slow`` ({step: ms}: the steps that take longer), ``framework``. The manifest
+``slow`` ({step: ms}: the steps that take longer), ``framework``, ``close_ms`` (the cost of
+closing a detailed window, spent where the torch adapter spends it: right after the
+``step_begin`` of the first step the window no longer covers). The manifest
 (TRAINPROF_TEST_MANIFEST) lists, per step, whether the detailed window was open and
 whether a Python profiler ran during the step.
 """
@@ -20,6 +22,7 @@ FRAMEWORK = PARAMS.get("framework", "pytorch")
 STEPS = PARAMS.get("steps", 40)
 STEP_MS = PARAMS.get("step_ms", 20)
 SLOW = {int(k): v for k, v in PARAMS.get("slow", {}).items()}
+CLOSE_MS = PARAMS.get("close_ms", 0)
 
 
 def profiler_running():
@@ -36,9 +39,13 @@ def tp_step_work(ms):
 
 prof = trainprof.Profiler(framework=FRAMEWORK)
 manifest = {"init_status": prof.init_status, "pid": os.getpid(), "steps": []}
+was_detailed = False
 for _ in range(STEPS):
     step = prof.step_begin("train")
     detailed = prof.active("detailed")
+    if was_detailed and not detailed:
+        time.sleep(CLOSE_MS / 1000.0)  # torch.profiler's stop and event processing
+    was_detailed = detailed
     python = profiler_running()
     tp_step_work(SLOW.get(step, STEP_MS))
     if FRAMEWORK == "pytorch":

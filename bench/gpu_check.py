@@ -1,0 +1,544 @@
+"""One prepared run on a GPU machine (scripts/gpu-check): what trainprof costs and what it gets
+right on real hardware, as one markdown summary on stdout (and in $OUT/gpu-check.md when OUT is
+set). Nothing is fetched: it needs python3 with torch, torchvision and nvidia-ml-py (pynvml)
+for every part, and a built `trainprof` (TRAINPROF_BIN, else target/release/trainprof, else
+target/debug/trainprof) with libtrainprof_hook.so beside it (or TRAINPROF_HOOK_LIB).
+
+Parts, in order; each has its own timeout, a part that fails prints its error and the rest go on,
+and a part whose prerequisites are missing (no pynvml, no torch, no CUDA device) says so:
+
+  nvml     CPU µs per NVML call (nvidia-ml-py, mean of 30 calls, thread CPU time and wall): the
+           cheap instant reads, memory, processes, the two sample buffers (and how many samples
+           and seconds one read returns), the agent's field batch and each field alone, the
+           energy counter, GPM sample and metrics.
+  agent    `trainprof agent --interval-ms 100` for GPU_CHECK_AGENT_SECONDS (20) with the GPU and,
+           at the same time, another with NVML pointed at a library that does not exist (the
+           agent then samples no GPU): CPU per tick from /proc/<pid>/task/*/schedstat, from the
+           first written tick on; RSS at the end.
+  train    bench/gpu_train.py (ResNet-50, bf16, synthetic data) for GPU_CHECK_TRAIN_SECONDS
+           (25) each: plain; under `trainprof run --interval-ms 100` with the adapter and no
+           window, beside an nvidia-ml-py sampler of GPU 0 every 100 ms (GPU utilisation: the
+           agent's rows against it over the same span); and with every window (detailed
+           200-201, dataloader 220-229, python 240-242, native 260-279) plus
+           AutoProfilingConfig and a planted 0.6 s step at 330: the trigger must fire on 330
+           and on nothing else (the windows' closes must not), and the step time before the
+           windows is set beside the step time after them.
+
+The whole run stays under 5 minutes on a 16-core GPU machine (GPU_CHECK_DEADLINE_S, 285: a
+part that would not fit in what is left is skipped and says so).
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+START = time.monotonic()
+DEADLINE = float(os.environ.get("GPU_CHECK_DEADLINE_S", "285"))
+AGENT_S = float(os.environ.get("GPU_CHECK_AGENT_SECONDS", "20"))
+TRAIN_S = float(os.environ.get("GPU_CHECK_TRAIN_SECONDS", "25"))
+SLOW_STEP = 330
+# The agent's field batch (agent/src/sample/gpu/mod.rs, `Field`): id, scope.
+FIELDS = [(197, 0), (198, 0), (138, 0xFFFFFFFF), (139, 0xFFFFFFFF), (186, 0), (83, 0), (3, 0), (4, 0), (5, 0), (6, 0)]
+FIELD_NAMES = {197: "PCIe TX bytes", 198: "PCIe RX bytes", 138: "NVLink TX", 139: "NVLink RX", 186: "instant power",
+               83: "total energy", 3: "ECC SBE vol", 4: "ECC DBE vol", 5: "ECC SBE agg", 6: "ECC DBE agg"}
+
+
+def left():
+    return DEADLINE - (time.monotonic() - START)
+
+
+# --- the NVML part (run in a child process: `gpu_check.py --part nvml`) -------------------------
+
+def nvml_part():
+    """JSON on stdout: per-call costs on GPU 0."""
+    import pynvml
+
+    lib = os.environ.get("TRAINPROF_NVML_LIB")
+    if lib:
+        # The library the agent is told to load, for nvidia-ml-py too.
+        import ctypes
+
+        pynvml.nvmlLib = ctypes.CDLL(lib)
+    init(pynvml)
+    out = {"gpus": pynvml.nvmlDeviceGetCount(), "calls": []}
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    for key, fn in (("driver", pynvml.nvmlSystemGetDriverVersion), ("name", lambda: pynvml.nvmlDeviceGetName(h))):
+        try:
+            out[key] = _s(fn())
+        except pynvml.NVMLError as e:
+            out[key] = "unknown (%s)" % e
+
+    def timed(label, fn, n=30):
+        cpu, wall, err = [], [], None
+        for _ in range(n):
+            c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
+            try:
+                fn()
+            except pynvml.NVMLError as e:
+                err = str(e)
+            cpu.append(time.thread_time_ns() - c0)
+            wall.append(time.perf_counter_ns() - w0)
+        out["calls"].append({"call": label, "cpu_us": statistics.mean(cpu) / 1e3,
+                             "wall_us": statistics.mean(wall) / 1e3, "error": err})
+
+    def reasons(h):
+        # "Clocks event reasons" in newer NVML, "throttle reasons" in older (same bits).
+        try:
+            return pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+        except (pynvml.NVMLError_FunctionNotFound, AttributeError):
+            return pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+
+    timed("nvmlDeviceGetUtilizationRates", lambda: pynvml.nvmlDeviceGetUtilizationRates(h))
+    timed("nvmlDeviceGetPowerUsage", lambda: pynvml.nvmlDeviceGetPowerUsage(h))
+    timed("nvmlDeviceGetTemperature", lambda: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU))
+    timed("nvmlDeviceGetClockInfo (SM)", lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
+    timed("clock event reasons", lambda: reasons(h))
+    try:
+        es = pynvml.nvmlEventSetCreate()
+        try:
+            pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, es)
+        except pynvml.NVMLError:
+            pass
+
+        def wait0():
+            try:
+                pynvml.nvmlEventSetWait_v2(es, 0)
+            except pynvml.NVMLError_Timeout:
+                pass
+
+        timed("event wait(0)", wait0)
+    except (pynvml.NVMLError, AttributeError) as e:
+        out["calls"].append({"call": "event wait(0)", "error": str(e)})
+    mem_v2 = getattr(pynvml, "nvmlMemory_v2", None)
+    timed("nvmlDeviceGetMemoryInfo" + ("_v2" if mem_v2 else ""),
+          lambda: pynvml.nvmlDeviceGetMemoryInfo(h, version=mem_v2) if mem_v2 else pynvml.nvmlDeviceGetMemoryInfo(h))
+    timed("nvmlDeviceGetComputeRunningProcesses", lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(h))
+    for label, kind in (("GPU", pynvml.NVML_GPU_UTILIZATION_SAMPLES), ("memory", pynvml.NVML_MEMORY_UTILIZATION_SAMPLES)):
+        try:
+            _, samples = pynvml.nvmlDeviceGetSamples(h, kind, 0)
+            ts = [s.timeStamp for s in samples]
+            span = (max(ts) - min(ts)) / 1e6 if ts else 0.0
+            out.setdefault("buffers", []).append({"buffer": label, "samples": len(ts), "span_s": span})
+        except pynvml.NVMLError as e:
+            out.setdefault("buffers", []).append({"buffer": label, "error": str(e)})
+        timed("nvmlDeviceGetSamples (%s buffer, from 0)" % label, lambda k=kind: pynvml.nvmlDeviceGetSamples(h, k, 0))
+    timed("nvmlDeviceGetFieldValues, the agent's 10 fields", lambda: pynvml.nvmlDeviceGetFieldValues(h, FIELDS))
+    for fid, scope in FIELDS:
+        timed("... field %d (%s) alone" % (fid, FIELD_NAMES[fid]),
+              lambda f=(fid, scope): pynvml.nvmlDeviceGetFieldValues(h, [f]))
+    timed("nvmlDeviceGetTotalEnergyConsumption", lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(h))
+    try:
+        s1, s2 = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
+        pynvml.nvmlGpmSampleGet(h, s1)
+        timed("nvmlGpmSampleGet", lambda: pynvml.nvmlGpmSampleGet(h, s2))
+
+        def metrics():
+            mg = pynvml.c_nvmlGpmMetricsGet_t()
+            mg.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+            mg.numMetrics = 4
+            mg.sample1, mg.sample2 = s1, s2
+            for i, m in enumerate(("SM_UTIL", "SM_OCCUPANCY", "ANY_TENSOR_UTIL", "DRAM_BW_UTIL")):
+                mg.metrics[i].metricId = getattr(pynvml, "NVML_GPM_METRIC_" + m)
+            pynvml.nvmlGpmMetricsGet(mg)
+
+        timed("nvmlGpmMetricsGet (4 metrics)", metrics)
+    except (pynvml.NVMLError, AttributeError) as e:
+        out["calls"].append({"call": "GPM", "error": str(e)})
+    pynvml.nvmlShutdown()
+    print(json.dumps(out))
+
+
+def init(pynvml):
+    """nvmlInit, or nvmlInit_v2 where the library has no nvmlInitWithFlags (older drivers, the
+    tests' fake)."""
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError_FunctionNotFound:
+        ret = pynvml._nvmlGetFunctionPointer("nvmlInit_v2")()
+        pynvml._nvmlCheckReturn(ret)
+
+
+def _s(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+# --- the oracle sampler (a child process: `gpu_check.py --part oracle FILE`) ----------------------
+
+def oracle_part(path):
+    """GPU 0's utilisation every 100 ms (`time util` lines) until terminated."""
+    import pynvml
+
+    lib = os.environ.get("TRAINPROF_NVML_LIB")
+    if lib:
+        import ctypes
+
+        pynvml.nvmlLib = ctypes.CDLL(lib)
+    init(pynvml)
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    with open(path, "w") as f:
+        nxt = time.monotonic()
+        while not stop:
+            f.write("%.6f %d\n" % (time.time(), pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+            f.flush()
+            nxt += 0.1
+            time.sleep(max(0.0, nxt - time.monotonic()))
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+def cpu_ns(pid):
+    """The process's CPU time: the sum over its threads of schedstat's run time, ns."""
+    total = 0
+    for path in glob.glob("/proc/%d/task/*/schedstat" % pid):
+        try:
+            with open(path) as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def rss_kib(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def system_rows(root):
+    """Every system metrics line under `root` (docs/formats.md, "System files: line format")."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(root, "system", "incremental", "*", "*.json"))):
+        with open(path, errors="replace") as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    pass
+    return rows
+
+
+def find_bin():
+    for cand in (os.environ.get("TRAINPROF_BIN"), os.path.join(ROOT, "target", "release", "trainprof"),
+                 os.path.join(ROOT, "target", "debug", "trainprof")):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def base_env(tmp):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMPROFILER_")}
+    env["SMPROFILER_CONFIG_PATH"] = os.path.join(tmp, "no-profilerconfig.json")
+    env["TRAINPROF_RESOURCE_CONFIG"] = os.path.join(tmp, "no-resourceconfig.json")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(ROOT, "hook-ffi", "python"), env.get("PYTHONPATH")]))
+    return env
+
+
+def median_ms(xs):
+    return 1e3 * statistics.median(xs) if xs else float("nan")
+
+
+# --- the parts ------------------------------------------------------------------------------------
+
+def part_nvml(ctx, md):
+    md.append("## NVML per-call cost (nvidia-ml-py, GPU 0, mean of 30 calls)\n")
+    if not ctx["pynvml"]:
+        md.append("skipped: nvidia-ml-py (pynvml) is not installed for %s\n" % PY)
+        return
+    r = subprocess.run([PY, os.path.abspath(__file__), "--part", "nvml"], capture_output=True, text=True,
+                       timeout=min(90, max(5, left())), env=ctx["env"])
+    if r.returncode != 0:
+        raise RuntimeError("exit %d: %s" % (r.returncode, r.stderr.strip()[-800:]))
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    md.append("%d GPU(s), GPU 0: %s, driver %s\n" % (d["gpus"], d.get("name"), d.get("driver")))
+    md.append("| call | CPU µs | wall µs | note |\n|---|---:|---:|---|")
+    for c in d["calls"]:
+        cpu = "%.1f" % c["cpu_us"] if "cpu_us" in c else "-"
+        wall = "%.1f" % c["wall_us"] if "wall_us" in c else "-"
+        md.append("| %s | %s | %s | %s |" % (c["call"], cpu, wall, c.get("error") or ""))
+    md.append("")
+    for b in d.get("buffers", []):
+        if "error" in b:
+            md.append("* %s sample buffer: %s" % (b["buffer"], b["error"]))
+        else:
+            md.append("* %s sample buffer read from 0: %d samples over %.1f s" % (b["buffer"], b["samples"], b["span_s"]))
+    md.append("")
+
+
+def measure_agent(ctx, label, nvml_lib, seconds, results):
+    tmp = ctx["tmp"]
+    out = os.path.join(tmp, "agent-" + label)
+    env = dict(ctx["env"])
+    if nvml_lib is not None:
+        env["TRAINPROF_NVML_LIB"] = nvml_lib
+    log = open(os.path.join(tmp, "agent-%s.log" % label), "w+")
+    proc = subprocess.Popen([ctx["bin"], "agent", "--interval-ms", "100", "--local-path", out],
+                            stdout=subprocess.DEVNULL, stderr=log, env=env)
+    try:
+        t_end = time.monotonic() + 30
+        while not any(os.path.getsize(p) > 0 for p in glob.glob(os.path.join(out, "system", ".*.tmp"))
+                      + glob.glob(os.path.join(out, "system", "incremental", "*", "*.json"))):
+            if proc.poll() is not None or time.monotonic() > t_end:
+                raise RuntimeError("no system file within 30 s (exit %s)" % proc.poll())
+            time.sleep(0.05)
+        time.sleep(1.0)  # past the start-up (the GPU probe, the first sample buffer read)
+        c0, w0 = cpu_ns(proc.pid), time.monotonic()
+        time.sleep(seconds)
+        c1, w1 = cpu_ns(proc.pid), time.monotonic()
+        rss = rss_kib(proc.pid)
+        ticks = (w1 - w0) / 0.1
+        results[label] = {"us_per_tick": (c1 - c0) / 1e3 / ticks, "core_pct": (c1 - c0) / 1e9 / (w1 - w0) * 100,
+                          "rss_mib": rss / 1024 if rss else float("nan")}
+    except Exception as e:  # reported in the table
+        results[label] = {"error": "%s: %s" % (type(e).__name__, e)}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.seek(0)
+        tail = [line for line in log.read().splitlines() if "ticks:" in line or "agent:" in line]
+        results.setdefault(label, {})["log"] = tail[-2:]
+        log.close()
+        results[label]["gpu_rows"] = sum(1 for r in system_rows(out) if r.get("Type") in ("gpu", "accelerator"))
+
+
+def part_agent(ctx, md):
+    md.append("## Agent CPU per tick, idle machine, 100 ms, %.0f s (with and without the GPU, side by side)\n" % AGENT_S)
+    if left() < AGENT_S + 20:
+        md.append("skipped: %.0f s left" % left())
+        return
+    results = {}
+    missing = os.path.join(ctx["tmp"], "no-libnvidia-ml.so.1")
+    threads = [threading.Thread(target=measure_agent, args=(ctx, "with GPU", None, AGENT_S, results)),
+               threading.Thread(target=measure_agent, args=(ctx, "without GPU", missing, AGENT_S, results))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=AGENT_S + 90)
+    md.append("| agent | CPU µs per tick | % of one core | RSS MiB | GPU rows written |\n|---|---:|---:|---:|---:|")
+    for label in ("with GPU", "without GPU"):
+        r = results.get(label, {"error": "did not finish"})
+        if "error" in r:
+            md.append("| %s | error: %s | | | |" % (label, r["error"]))
+        else:
+            md.append("| %s | %.0f | %.2f | %.1f | %d |" % (label, r["us_per_tick"], r["core_pct"], r["rss_mib"], r["gpu_rows"]))
+    md.append("")
+    if results.get("with GPU", {}).get("gpu_rows") == 0:
+        md.append("note: the agent \"with GPU\" wrote no GPU rows: it found no NVML GPU here, so both rows are without one\n")
+    for label in ("with GPU", "without GPU"):
+        for line in results.get(label, {}).get("log", []):
+            md.append("* %s: `%s`" % (label, line.strip()))
+    md.append("")
+
+
+def train(ctx, label, tp, config=None, slow_step=-1, seconds=TRAIN_S, oracle=False):
+    """Runs bench/gpu_train.py; returns a dict: times, stderr, out (LocalPath), oracle file, span."""
+    tmp = ctx["tmp"]
+    steps = os.path.join(tmp, "steps-%s.txt" % label)
+    argv = [PY, os.path.join(ROOT, "bench", "gpu_train.py"), "--seconds", str(seconds), "--steps-out", steps]
+    if slow_step >= 0:
+        argv += ["--slow-step", str(slow_step)]
+    env = dict(ctx["env"])
+    out = os.path.join(tmp, "run-" + label)
+    if tp:
+        cfg = os.path.join(tmp, "config-%s.json" % label)
+        params = {"LocalPath": out}
+        params.update(config or {})
+        with open(cfg, "w") as f:
+            json.dump({"ProfilingParameters": params}, f)
+        argv = [ctx["bin"], "run", "--interval-ms", "100", "--config", cfg, "--local-path", out, "--"] + argv + ["--tp"]
+    orc = None
+    ofile = os.path.join(tmp, "oracle-%s.txt" % label)
+    if oracle and ctx["pynvml"]:
+        orc = subprocess.Popen([PY, os.path.abspath(__file__), "--part", "oracle", ofile], env=ctx["env"],
+                               stderr=subprocess.DEVNULL)
+    t0 = time.time()
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=min(seconds + 100, max(5, left())))
+    finally:
+        if orc is not None:
+            orc.terminate()
+            try:
+                orc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                orc.kill()
+    t1 = time.time()
+    if r.returncode != 0:
+        raise RuntimeError("exit %d: %s" % (r.returncode, (r.stdout + r.stderr).strip()[-1200:]))
+    with open(steps) as f:
+        times = [float(x) for x in f.read().split()]
+    return {"times": times, "stderr": r.stderr, "stdout": r.stdout, "out": out, "oracle": ofile if orc else None,
+            "span": (t0, t1)}
+
+
+def part_train(ctx, md):
+    md.append("## Training step time: ResNet-50 bf16, batch %s, 6 workers, %.0f s per run\n"
+              % (os.environ.get("GPU_CHECK_BATCH", "128"), TRAIN_S))
+    if not ctx["torch"]:
+        md.append("skipped: %s\n" % ctx["torch_why"])
+        return
+    rows = []
+    runs = {}
+    windows = {
+        "DetailedProfilingConfig": {"StartStep": 200, "NumSteps": 2},
+        "DataloaderProfilingConfig": {"StartStep": 220, "NumSteps": 10},
+        "PythonProfilingConfig": {"StartStep": 240, "NumSteps": 3},
+        "NativeProfilingConfig": {"StartStep": 260, "NumSteps": 20, "SamplingHz": 99},
+        "AutoProfilingConfig": {"StepTimeRatio": 3, "WarmupSteps": 50, "NumSteps": 2,
+                                "Features": ["detailed", "python"], "MaxPerHour": 4},
+    }
+    plan = [("plain", False, None, -1, False), ("trainprof, no window", True, None, -1, True),
+            ("trainprof, every window + trigger", True, windows, SLOW_STEP, False)]
+    for label, tp, cfg, slow, oracle in plan:
+        if left() < TRAIN_S + 30:
+            rows.append("| %s | skipped: %.0f s left | | |" % (label, left()))
+            continue
+        try:
+            runs[label] = r = train(ctx, label.split(",")[0].replace(" ", "-") + str(len(runs)), tp, cfg, slow,
+                                    oracle=oracle)
+            t = r["times"]
+            rows.append("| %s | %d | %.2f | %.2f |" % (label, len(t), median_ms(t[50:]),
+                                                       1e3 * sorted(t[50:])[int(len(t[50:]) * 0.9)] if len(t) > 60 else float("nan")))
+        except Exception as e:
+            rows.append("| %s | error: %s | | |" % (label, str(e).replace("\n", " ")[:600]))
+    md.append("| run | steps | median ms (after step 50) | p90 ms |\n|---|---:|---:|---:|")
+    md.extend(rows)
+    md.append("")
+
+    md.append("## GPU utilisation: the agent against nvidia-ml-py over the same run\n")
+    r = runs.get("trainprof, no window")
+    if r is None or not r.get("oracle"):
+        md.append("skipped: %s\n" % ("no pynvml" if not ctx["pynvml"] else "the run did not complete"))
+    else:
+        try:
+            agent = [(x["Timestamp"], x["Value"]) for x in system_rows(r["out"])
+                     if x.get("Type") == "gpu" and x.get("Name") == "gpu0" and x.get("Dimension") == "GPUUtilization"]
+            with open(r["oracle"]) as f:
+                orc = [tuple(map(float, line.split())) for line in f if len(line.split()) == 2]
+            if not agent or not orc:
+                raise RuntimeError("%d agent rows, %d oracle samples" % (len(agent), len(orc)))
+            lo = max(agent[0][0], orc[0][0])
+            hi = min(agent[-1][0], orc[-1][0])
+            a = [v for t, v in agent if lo <= t <= hi]
+            o = [v for t, v in orc if lo <= t <= hi]
+            md.append("| source | samples | mean % |\n|---|---:|---:|")
+            md.append("| trainprof (gpu0 GPUUtilization) | %d | %.1f |" % (len(a), statistics.mean(a)))
+            md.append("| nvidia-ml-py nvmlDeviceGetUtilizationRates every 100 ms | %d | %.1f |" % (len(o), statistics.mean(o)))
+            md.append("\nover %.1f s where both ran; difference %.1f points\n" % (hi - lo, statistics.mean(a) - statistics.mean(o)))
+        except Exception as e:
+            md.append("error: %s: %s\n" % (type(e).__name__, e))
+
+    md.append("## The trigger and the steps after the windows\n")
+    r = runs.get("trainprof, every window + trigger")
+    if r is None:
+        md.append("skipped: the run did not complete\n")
+        return
+    fired = [int(m.group(1)) for m in re.finditer(r"auto profiling: step (\d+) took", r["stderr"])]
+    ok = fired == [SLOW_STEP]
+    md.append("* planted slow step %d; triggers fired at %s: **%s**" % (SLOW_STEP, fired or "none",
+                                                                           "PASS" if ok else "FAIL"))
+    for line in r["stderr"].splitlines():
+        if "auto profiling:" in line:
+            md.append("  * `%s`" % line.strip())
+    t = r["times"]
+    ranges = [("before the windows (50-199)", 50, 200), ("after the windows (300-329)", 300, 330),
+              ("after the trigger's window (340-end)", 340, len(t))]
+    md.append("")
+    md.append("| steps | count | median ms |\n|---|---:|---:|")
+    for label, a, b in ranges:
+        md.append("| %s | %d | %.2f |" % (label, len(t[a:b]), median_ms(t[a:b])))
+    plain = runs.get("plain")
+    if plain:
+        md.append("| plain run, same ranges (50-199 / 300-end) | | %.2f / %.2f |"
+                  % (median_ms(plain["times"][50:200]), median_ms(plain["times"][300:])))
+    md.append("")
+    if len(t) <= SLOW_STEP:
+        md.append("(the run ended at step %d, before the planted slow step: raise GPU_CHECK_TRAIN_SECONDS)\n" % len(t))
+
+
+def probe_torch(env):
+    code = "import torch, torchvision; print(torch.__version__, torchvision.__version__, torch.cuda.is_available(), " \
+           "torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
+    try:
+        r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired:
+        return False, "importing torch took over 120 s"
+    if r.returncode != 0:
+        return False, "no torch/torchvision for %s (%s)" % (PY, (r.stderr.strip().splitlines() or ["?"])[-1])
+    parts = r.stdout.split()
+    if len(parts) < 3 or parts[2] != "True":
+        return False, "torch %s sees no CUDA device" % (parts[0] if parts else "?")
+    return True, "torch %s, torchvision %s, %s" % (parts[0], parts[1], " ".join(parts[3:]))
+
+
+def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "--part":
+        if sys.argv[2] == "nvml":
+            return nvml_part()
+        if sys.argv[2] == "oracle":
+            return oracle_part(sys.argv[3])
+    tmp = tempfile.mkdtemp(prefix="gpu-check-")
+    md = ["# trainprof gpu-check\n"]
+    ctx = {"tmp": tmp, "env": base_env(tmp), "bin": find_bin()}
+    try:
+        import pynvml  # noqa: F401
+
+        ctx["pynvml"] = True
+    except ImportError:
+        ctx["pynvml"] = False
+    ctx["torch"], ctx["torch_why"] = probe_torch(ctx["env"])
+    cores = os.cpu_count()
+    md.append("* host: %d cores, python %s; %s; nvidia-ml-py: %s" % (
+        cores, sys.version.split()[0], ctx["torch_why"], "yes" if ctx["pynvml"] else "no"))
+    md.append("* trainprof: %s; NVML library: %s\n" % (ctx["bin"] or "not found (set TRAINPROF_BIN)",
+                                                      os.environ.get("TRAINPROF_NVML_LIB", "libnvidia-ml.so.1")))
+    parts = [("nvml", part_nvml, False), ("agent", part_agent, True), ("train", part_train, True)]
+    for name, fn, needs_bin in parts:
+        t0 = time.monotonic()
+        if needs_bin and not ctx["bin"]:
+            md.append("## %s\n\nskipped: no trainprof binary\n" % name)
+            continue
+        try:
+            fn(ctx, md)
+        except Exception as e:
+            md.append("\n**%s failed**: %s: %s\n" % (name, type(e).__name__, str(e)[:1500]))
+        md.append("_%s: %.0f s_\n" % (name, time.monotonic() - t0))
+    md.append("_total: %.0f s_" % (time.monotonic() - START))
+    text = "\n".join(md) + "\n"
+    sys.stdout.write(text)
+    out = os.environ.get("OUT")
+    if out:
+        try:
+            with open(os.path.join(out, "gpu-check.md"), "w") as f:
+                f.write(text)
+        except OSError as e:
+            print("cannot write %s/gpu-check.md: %s" % (out, e), file=sys.stderr)
+    if os.environ.get("GPU_CHECK_KEEP") != "1":
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        print("kept: %s" % tmp, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

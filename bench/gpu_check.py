@@ -282,14 +282,14 @@ def part_nvml(ctx, md):
     md.append("")
 
 
-def measure_agent(ctx, label, nvml_lib, seconds, results):
+def measure_agent(ctx, label, nvml_lib, seconds, results, binary=None):
     tmp = ctx["tmp"]
     out = os.path.join(tmp, "agent-" + label)
     env = dict(ctx["env"])
     if nvml_lib is not None:
         env["TRAINPROF_NVML_LIB"] = nvml_lib
     log = open(os.path.join(tmp, "agent-%s.log" % label), "w+")
-    proc = subprocess.Popen([ctx["bin"], "agent", "--interval-ms", "100", "--local-path", out],
+    proc = subprocess.Popen([binary or ctx["bin"], "agent", "--interval-ms", "100", "--local-path", out],
                             stdout=subprocess.DEVNULL, stderr=log, env=env)
     try:
         t_end = time.monotonic() + 30
@@ -335,8 +335,15 @@ def part_agent(ctx, md):
         t.start()
     for t in threads:
         t.join(timeout=AGENT_S + 90)
+    labels = ["with GPU", "without GPU"]
+    # GPU_CHECK_BASE_BIN: another build (say, the last release) with the GPU, after the two above
+    # (not beside them: two agents on one GPU would share the driver's locks), for a before/after.
+    base = os.environ.get("GPU_CHECK_BASE_BIN")
+    if base and os.access(base, os.X_OK) and left() > AGENT_S + 20:
+        measure_agent(ctx, "with GPU, GPU_CHECK_BASE_BIN", None, AGENT_S, results, binary=base)
+        labels.append("with GPU, GPU_CHECK_BASE_BIN")
     md.append("| agent | CPU µs per tick | % of one core | RSS MiB | GPU rows written |\n|---|---:|---:|---:|---:|")
-    for label in ("with GPU", "without GPU"):
+    for label in labels:
         r = results.get(label, {"error": "did not finish"})
         if "error" in r:
             md.append("| %s | error: %s | | | |" % (label, r["error"]))
@@ -345,7 +352,7 @@ def part_agent(ctx, md):
     md.append("")
     if results.get("with GPU", {}).get("gpu_rows") == 0:
         md.append("note: the agent \"with GPU\" wrote no GPU rows: it found no NVML GPU here, so both rows are without one\n")
-    for label in ("with GPU", "without GPU"):
+    for label in labels:
         for line in results.get(label, {}).get("log", []):
             md.append("* %s: `%s`" % (label, line.strip()))
     md.append("")

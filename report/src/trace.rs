@@ -291,7 +291,7 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
     for (what, n) in &o.capped {
         written.skipped.push(match *what {
             "processes" => format!(
-                "{n} events of nodes and ranks past the first {MAX_PROCESSES} (or with names over {MAX_NAME_BYTES} bytes) drawn in the process {OTHER_PROCESSES:?}"
+                "{n} events and ticks of nodes and ranks past the first {MAX_PROCESSES} (or with names over {MAX_NAME_BYTES} bytes) drawn in the process {OTHER_PROCESSES:?}"
             ),
             "threads" => format!(
                 "{n} events of phases past the first {MAX_PHASES} of a rank (or with names over {MAX_NAME_BYTES} bytes) drawn on the thread {OTHER_PHASES:?}"

@@ -403,7 +403,9 @@ def test_an_anomaly_trigger_and_the_clock_bound(tmp_path, trainprof_bin, hook_li
     # The trace draws the bound of synchronised readings only.
     bound = [e for e in doc if e["ph"] == "C" and e["name"] == "Clock error bound µs"]
     assert len(bound) == sum(1 for v in syncs if v != 0)
-    assert procs[bound[0]["pid"]] == "node algo-1"
+    state = [e for e in doc if e["ph"] == "C" and e["name"] == "Clock synchronised"]
+    assert [e["args"]["synchronised"] for e in state] == syncs
+    assert {procs[e["pid"]] for e in bound + state} == {"node algo-1"}
 
 
 def write_lines(out, lines, name="1795400000.algo-1.json"):
@@ -429,7 +431,7 @@ def test_an_unsynchronised_clock_is_said_in_words(tmp_path, trainprof_bin):
                   sys_line("clock", "MaxErrorMicros", "Kernel", 16000000, t),
                   sys_line("clock", "EstimatedErrorMicros", "Kernel", 16000000, t)]
     write_lines(out, lines)
-    model = report_json(trainprof_bin, out)
+    model = report_json(trainprof_bin, out, "-o", str(out / "report.html"))
     (c,) = model["job"]["clock"]
     assert c == {"node": "algo-1", "state": "unsynchronised", "synchronised": False, "readings": 3,
                  "unsynchronised_readings": 3, "max_error_us": None, "est_error_us": None}, c
@@ -445,7 +447,7 @@ def test_ten_thousand_gpu_names_are_capped_and_said(tmp_path, trainprof_bin):
     out = tmp_path / "out"
     write_lines(out, [sys_line("gpu", f"gpu{i}", "GPUUtilization", i % 100, 1795400000 + i * 0.1)
                       for i in range(10000)])
-    proc = subprocess.run([str(trainprof_bin), "report", str(out), "--json"],
+    proc = subprocess.run([str(trainprof_bin), "report", str(out), "--json", "-o", str(out / "report.html")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     model = json.loads(proc.stdout)

@@ -461,6 +461,11 @@ impl Agg {
             }
         }
         // The GPUs within the caps; the others' values are left out.
+        if t.gpus_left_out > 0 {
+            let e = caps.0.entry(("gpus", Some(node.to_owned()))).or_default();
+            e.limit = MAX_GPUS_PER_NODE as u64;
+            e.left_out += t.gpus_left_out;
+        }
         let mut gpus: Vec<&(String, Option<f64>, Option<f64>)> = Vec::with_capacity(t.gpus.len());
         for g in &t.gpus {
             if n.gpus.contains_key(&g.0) {

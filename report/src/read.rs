@@ -73,6 +73,9 @@ pub struct Tick {
     pub clock_synchronised: Option<f64>,
     pub clock_max_error_us: Option<f64>,
     pub clock_est_error_us: Option<f64>,
+    /// GPU readings of names past the first `collect::MAX_GPUS_PER_NODE` of this tick, left
+    /// out (so that finding a tick's GPU stays O(1) per line; `docs/report.md`, "Caps").
+    pub gpus_left_out: u64,
 }
 
 impl Tick {
@@ -84,15 +87,19 @@ impl Tick {
         })
     }
 
-    fn gpu(&mut self, name: &str) -> &mut (String, Option<f64>, Option<f64>) {
+    fn gpu(&mut self, name: &str) -> Option<&mut (String, Option<f64>, Option<f64>)> {
         let i = match self.gpus.iter().position(|g| g.0 == name) {
             Some(i) => i,
+            None if self.gpus.len() >= crate::collect::MAX_GPUS_PER_NODE => {
+                self.gpus_left_out += 1;
+                return None;
+            }
             None => {
                 self.gpus.push((name.to_owned(), None, None));
                 self.gpus.len() - 1
             }
         };
-        &mut self.gpus[i]
+        Some(&mut self.gpus[i])
     }
 
     /// Takes one line into the tick.
@@ -113,8 +120,16 @@ impl Tick {
             ("host", "AllCores", "BusyPercent") => self.cpu_total = Some(v),
             ("host", "AllCores", "IOWaitPercent") => self.iowait_total = Some(v),
             (_, "MemoryUsedPercent", _) => self.memory = Some(v),
-            (_, name, "GPUUtilization") => self.gpu(name).1 = Some(v),
-            (_, name, "GPUMemoryUtilization") => self.gpu(name).2 = Some(v),
+            (_, name, "GPUUtilization") => {
+                if let Some(g) = self.gpu(name) {
+                    g.1 = Some(v);
+                }
+            }
+            (_, name, "GPUMemoryUtilization") => {
+                if let Some(g) = self.gpu(name) {
+                    g.2 = Some(v);
+                }
+            }
             ("i/o", "ReadThroughputInBytesPerSecond", "") => self.io_read = Some(v),
             ("i/o", "WriteThroughputInBytesPerSecond", "") => self.io_write = Some(v),
             (_, "ReceiveBytesPerSecond", "Algorithm") => self.net_rx = Some(self.net_rx.unwrap_or(0.0) + v),

@@ -315,6 +315,9 @@ fn counters<W: Write>(o: &mut Out<W>, node: &str, ts: i64, t: &Tick) -> io::Resu
         &[("busy", t.cpu_total()), ("iowait", t.iowait_total)],
     )?);
     n += u64::from(o.counter("Memory used %", pid, ts, &[("used", t.memory)])?);
+    if t.gpus_left_out > 0 {
+        *o.capped.entry("gpus").or_default() += t.gpus_left_out;
+    }
     for (gpu, util, mem) in &t.gpus {
         if !o.gpu(pid, gpu) {
             continue;

@@ -47,6 +47,8 @@ fn capped(m: &trainprof_report::model::ReportModel, what: &str, node: Option<&st
     m.job.capped.iter().find(|c| c.what == what && c.node.as_deref() == node).cloned()
 }
 
+/// Both shapes: 10,000 ticks (the per-tick vector of every column was the cost) and one tick
+/// (finding a GPU in a tick was linear in the tick's GPUs: quadratic in the file).
 #[test]
 fn ten_thousand_gpu_names_keep_64_and_say_so() {
     for one_tick in [false, true] {
@@ -212,4 +214,17 @@ fn the_trace_caps_gpu_tracks_and_phase_threads() {
     assert_eq!(gpu_tracks.len(), MAX_GPUS_PER_NODE);
     assert!(w.skipped.iter().any(|s| s.contains("(other phases)")), "{:?}", w.skipped);
     assert!(w.skipped.iter().any(|s| s.starts_with("9936 GPU samples")), "{:?}", w.skipped);
+}
+
+/// A tick holds at most `MAX_GPUS_PER_NODE` GPUs (each line looks its GPU up among them), and
+/// counts the readings of the others.
+#[test]
+fn a_tick_of_ten_thousand_gpus_holds_64() {
+    let dir = ten_thousand_gpus(true);
+    let root = trainprof_output::fs::Dir::open_root(dir.path(), false).unwrap();
+    let mut skipped = trainprof_report::read::Skipped::default();
+    let mut ticks = Vec::new();
+    trainprof_report::read::system_ticks(&root, &mut skipped, |_, t| ticks.push(t));
+    let [t] = ticks.as_slice() else { panic!("{} ticks", ticks.len()) };
+    assert_eq!((t.gpus.len(), t.gpus_left_out), (MAX_GPUS_PER_NODE, 10_000 - MAX_GPUS_PER_NODE as u64));
 }

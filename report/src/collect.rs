@@ -53,13 +53,15 @@ pub const OTHER_PHASES: &str = "(other phases)";
 /// Longest name kept (node, GPU, rank, mode, phase), in bytes; a longer one counts as past
 /// its cap.
 pub const MAX_NAME_BYTES: usize = 256;
-/// Seconds with dataloader events kept for the Dataloader rule.
+/// Seconds with dataloader events kept for the Dataloader rule, and (second, pid) pairs in
+/// all (at most 4,096 pids a second).
 pub const MAX_DATALOADER_SECONDS: usize = 100_000;
+pub const MAX_DATALOADER_PIDS: usize = 1_000_000;
 /// Distinct (rank, step) pairs with detailed events counted.
 pub const MAX_DETAILED: usize = 1_000_000;
 
 /// A cap that was reached: what (`nodes`, `gpus`, `cores`, `columns`, `ranks`, `modes`,
-/// `phases`, `dataloader_seconds`, `detailed_steps`, `names`), where (a node, for the per-node
+/// `phases`, `dataloader_seconds`, `dataloader_pids`, `detailed_steps`, `names`), where (a node, for the per-node
 /// caps), the cap, and how many values were left out (ticks, GPU or core readings, events).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CapHit {
@@ -382,6 +384,8 @@ pub struct Agg {
     columns: usize,
     /// Points each node's series keeps now.
     points: usize,
+    /// (second, pid) pairs in `dataloader_pids`.
+    dataloader_pid_count: usize,
 }
 
 /// The start of the first 60 s window after `t`, counted from `next` (the window due):
@@ -656,8 +660,13 @@ impl Agg {
                         self.caps.hit("dataloader_seconds", None, MAX_DATALOADER_SECONDS);
                     } else {
                         let pids = self.dataloader_pids.entry(second).or_default();
-                        if pids.len() < 4096 {
-                            pids.insert(pid);
+                        if pids.len() < 4096 && !pids.contains(&pid) {
+                            if self.dataloader_pid_count < MAX_DATALOADER_PIDS {
+                                pids.insert(pid);
+                                self.dataloader_pid_count += 1;
+                            } else {
+                                self.caps.hit("dataloader_pids", None, MAX_DATALOADER_PIDS);
+                            }
                         }
                     }
                 }

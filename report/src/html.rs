@@ -209,6 +209,9 @@ fn capped_text(c: &Value) -> String {
         "dataloader_seconds" => format!(
             "dataloader: {limit} seconds with events are judged; {n} events in further seconds left out"
         ),
+        "dataloader_pids" => format!(
+            "dataloader: {limit} (second, process) pairs are judged; {n} events of further processes left out"
+        ),
         "detailed_steps" => {
             format!("detailed steps: {limit} are counted; {n} events of further steps not counted")
         }

@@ -65,13 +65,13 @@ pub struct Job {
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct Capped {
     /// `nodes`, `gpus`, `cores`, `columns`, `ranks`, `modes`, `phases`, `dataloader_seconds`,
-    /// `detailed_steps` or `names` (names longer than the cap, in bytes).
+    /// `dataloader_pids`, `detailed_steps` or `names` (names longer than the cap, in bytes).
     pub what: String,
     /// The node, for a per-node cap; `null` for a per-job one.
     pub node: Option<String>,
     pub limit: u64,
     /// Values past the cap: ticks (`nodes`), readings (`gpus`, `cores`, `columns`), events
-    /// (`ranks`, `modes`, `phases`, `dataloader_seconds`, `detailed_steps`), or any of these
+    /// (`ranks`, `modes`, `phases`, `dataloader_*`, `detailed_steps`), or any of these
     /// (`names`).
     pub left_out: u64,
 }

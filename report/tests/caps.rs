@@ -228,3 +228,27 @@ fn a_tick_of_ten_thousand_gpus_holds_64() {
     let [t] = ticks.as_slice() else { panic!("{} ticks", ticks.len()) };
     assert_eq!((t.gpus.len(), t.gpus_left_out), (MAX_GPUS_PER_NODE, 10_000 - MAX_GPUS_PER_NODE as u64));
 }
+
+#[test]
+fn dataloader_seconds_and_pids_are_capped() {
+    use trainprof_report::collect::{MAX_DATALOADER_PIDS, MAX_DATALOADER_SECONDS};
+    let mut a = Agg::new(None);
+    let mut args = serde_json::Map::new();
+    args.insert("pid".into(), json!(7));
+    for s in 0..150_000_i64 {
+        let e = Event { start_us: s * 1_000_000, ..event("0-algo-1", "DataLoaderIter", None, &args) };
+        a.event(&e);
+    }
+    assert_eq!(a.dataloader_pids.len(), MAX_DATALOADER_SECONDS);
+    assert_eq!(a.caps.0[&("dataloader_seconds", None)].left_out, 50_000);
+    // 4,096 pids in each of 250 seconds: 1,024,000 pairs, 1,000,000 kept in all.
+    let mut a = Agg::new(None);
+    for s in 0..250_i64 {
+        for pid in 0..4096 {
+            args.insert("pid".into(), json!(pid));
+            a.event(&Event { start_us: s * 1_000_000, ..event("0-algo-1", "DataLoaderIter", None, &args) });
+        }
+    }
+    assert_eq!(a.dataloader_pids.values().map(|p| p.len()).sum::<usize>(), MAX_DATALOADER_PIDS);
+    assert_eq!(a.caps.0[&("dataloader_pids", None)].left_out, 24_000);
+}

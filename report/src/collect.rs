@@ -60,9 +60,8 @@ pub const MAX_DATALOADER_PIDS: usize = 1_000_000;
 /// Distinct (rank, step) pairs with detailed events counted.
 pub const MAX_DETAILED: usize = 1_000_000;
 
-/// A cap that was reached: what (`nodes`, `gpus`, `cores`, `columns`, `ranks`, `modes`,
-/// `phases`, `dataloader_seconds`, `dataloader_pids`, `detailed_steps`, `names`), where (a node, for the per-node
-/// caps), the cap, and how many values were left out (ticks, GPU or core readings, events).
+/// A cap that was reached (`model::Capped` names what and where): the cap, and how many
+/// values were left out (ticks, GPU or core readings, events).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CapHit {
     pub limit: u64,
@@ -79,9 +78,7 @@ impl Caps {
         e.limit = limit as u64;
         e.left_out += 1;
     }
-}
 
-impl Caps {
     /// Whether `name`, not yet in a collection of `len` names capped at `cap`, may join it;
     /// if not, one value is counted as left out under `what` (under `names` when the name is
     /// longer than `MAX_NAME_BYTES`; such a name is never kept, not even here).

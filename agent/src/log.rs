@@ -3,16 +3,46 @@
 //!
 //! Every line goes through [`redact`]: the user info of any URL in it (`--s3-endpoint
 //! http://user:pass@host`, an error chain that quotes the URL) never reaches the log
-//! (README, "Standards": secrets never reach a log).
+//! (README, "Standards": secrets never reach a log), and through [`printable`]: names the
+//! trainer wrote (ranks, phases, files, the findings' summaries that quote them) reach a
+//! terminal, so no control character or escape sequence in them does.
 
 use std::borrow::Cow;
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::io::Write as _;
 
 /// Writes one line, redacted; a closed stderr is ignored.
 pub fn line(args: fmt::Arguments<'_>) {
     let text = args.to_string();
-    let _ = writeln!(std::io::stderr().lock(), "trainprof: {}", redact(&one_line(&text)));
+    let _ = writeln!(std::io::stderr().lock(), "trainprof: {}", printable(&redact(&one_line(&text))));
+}
+
+/// `text` without anything a terminal acts on: C0 controls (tab included), DEL and C1
+/// controls, and the Unicode controls that reorder text (bidirectional overrides and
+/// isolates), each shown as its escape (`\x1b`, `\x7f`, `\u{9b}`, `\u{202e}`). An escape
+/// sequence (`ESC ] 0 ; title BEL`, `ESC [ 8 m`) then stays visible as text and does nothing.
+/// A backslash is left as it is: the output is for people, not a format to parse back.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_terminal_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if !is_terminal_control(c) {
+            out.push(c);
+        } else if (c as u32) < 0x80 {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// C0, DEL, C1, and the bidirectional embeddings, overrides, isolates and marks.
+fn is_terminal_control(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{061c}')
 }
 
 /// `text` on one line: a message with line breaks in it (an error chain that lists its
@@ -64,7 +94,27 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
-    use super::{one_line, redact};
+    use super::{one_line, printable, redact};
+
+    #[test]
+    fn terminal_escapes_are_shown_not_obeyed() {
+        // A rank named to retitle the terminal, and one to hide what follows.
+        assert_eq!(
+            printable("finding: StepOutlier: rank 0-\x1b]0;owned\x07algo-1: 12 slow steps"),
+            "finding: StepOutlier: rank 0-\\x1b]0;owned\\x07algo-1: 12 slow steps"
+        );
+        assert_eq!(printable("\x1b[8mhidden\x1b[0m"), "\\x1b[8mhidden\\x1b[0m");
+        // DEL, a C1 CSI, a tab, a right-to-left override; plain text and non-ASCII letters stay.
+        assert_eq!(printable("a\x7fb\u{9b}2Jc\td\u{202e}e"), "a\\x7fb\\u{9b}2Jc\\x09d\\u{202e}e");
+        assert_eq!(printable("µs, ü, 日本, \\x1b"), "µs, ü, 日本, \\x1b");
+        assert!(matches!(printable("plain"), std::borrow::Cow::Borrowed(_)));
+        for s in ["\x1b]0;t\x07", "\x1b[8m", "\u{85}", "\u{9b}", "\x00", "\u{2066}"] {
+            assert!(
+                !printable(s).chars().any(|c| c.is_control() || ('\u{2066}'..='\u{2069}').contains(&c)),
+                "{s:?}"
+            );
+        }
+    }
 
     #[test]
     fn a_message_with_line_breaks_is_one_line() {

@@ -1,7 +1,9 @@
 //! Aggregation while reading: one pass over the system files and one over the timelines,
 //! keeping per node and per GPU only bounded state (percentage histograms, the last 500
 //! values, a decimated series) and per rank the step durations, which are small
-//! (`docs/report.md`, "Memory").
+//! (`docs/report.md`, "Memory"). What the trainer names (nodes, GPUs, cores, ranks, modes,
+//! phases) is capped per job and per node (`docs/report.md`, "Caps"): what comes past a cap is
+//! left out (or, for phases, summed into one), counted, and the model says so.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
@@ -25,6 +27,73 @@ pub const EVAL_EVERY_S: f64 = 60.0;
 pub const BATCH_WINDOW: usize = 500;
 /// SageMaker's `patience` for the system rules.
 pub const SYSTEM_PATIENCE: u64 = 1000;
+
+// Caps (`docs/report.md`, "Caps"). Each bounds state that grows with the number of distinct
+// names the trainer writes, not with the job's length; the worst case of each is in the docs.
+/// System nodes per job.
+pub const MAX_NODES: usize = 256;
+/// GPUs per node and per job (each costs two 40 KB histograms and 1,011 recent values).
+pub const MAX_GPUS_PER_NODE: usize = 64;
+pub const MAX_GPUS: usize = 1024;
+/// Cores per node (a core costs a series column).
+pub const MAX_CORES_PER_NODE: usize = 1024;
+/// Series columns (one per core, two per GPU, a few per node) per job.
+pub const MAX_COLUMNS: usize = 20_000;
+/// Cells (points × columns) of all nodes' series: a node keeps `MAX_SERIES_CELLS / columns of
+/// the job` points, between `MIN_NODE_POINTS` and `NODE_POINTS`.
+pub const MAX_SERIES_CELLS: usize = 2_000_000;
+pub const MIN_NODE_POINTS: usize = MAX_SERIES_CELLS / MAX_COLUMNS;
+/// Timeline nodes (ranks) per job.
+pub const MAX_RANKS: usize = 4096;
+/// Step modes (`TRAIN`, `EVAL`, …) per job.
+pub const MAX_MODES: usize = 16;
+/// Timeline phases per job; events of further phases are summed into [`OTHER_PHASES`].
+pub const MAX_PHASES: usize = 1000;
+pub const OTHER_PHASES: &str = "(other phases)";
+/// Longest name kept (node, GPU, rank, mode, phase), in bytes; a longer one counts as past
+/// its cap.
+pub const MAX_NAME_BYTES: usize = 256;
+/// Seconds with dataloader events kept for the Dataloader rule, and (second, pid) pairs in
+/// all (at most 4,096 pids a second).
+pub const MAX_DATALOADER_SECONDS: usize = 100_000;
+pub const MAX_DATALOADER_PIDS: usize = 1_000_000;
+/// Distinct (rank, step) pairs with detailed events counted.
+pub const MAX_DETAILED: usize = 1_000_000;
+
+/// A cap that was reached (`model::Capped` names what and where): the cap, and how many
+/// values were left out (ticks, GPU or core readings, events).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CapHit {
+    pub limit: u64,
+    pub left_out: u64,
+}
+
+/// Every cap reached, by (what, node).
+#[derive(Debug, Clone, Default)]
+pub struct Caps(pub BTreeMap<(&'static str, Option<String>), CapHit>);
+
+impl Caps {
+    fn hit(&mut self, what: &'static str, node: Option<&str>, limit: usize) {
+        let e = self.0.entry((what, node.map(str::to_owned))).or_default();
+        e.limit = limit as u64;
+        e.left_out += 1;
+    }
+
+    /// Whether `name`, not yet in a collection of `len` names capped at `cap`, may join it;
+    /// if not, one value is counted as left out under `what` (under `names` when the name is
+    /// longer than `MAX_NAME_BYTES`; such a name is never kept, not even here).
+    fn admit(&mut self, what: &'static str, node: Option<&str>, name: &str, len: usize, cap: usize) -> bool {
+        if name.len() > MAX_NAME_BYTES {
+            self.hit("names", node, MAX_NAME_BYTES);
+            false
+        } else if len >= cap {
+            self.hit(what, node, cap);
+            false
+        } else {
+            true
+        }
+    }
+}
 
 /// The outcome of a windowed check over the job: how often it was judged, how often it
 /// held, and the 60 s windows where it held (joined when adjacent).
@@ -133,11 +202,12 @@ pub struct NodeAgg {
     pub clock: Option<ClockAgg>,
 }
 
-/// The worst clock readings of one node: unsynchronised if any reading was, the largest
-/// error bound and estimate.
+/// The worst clock readings of one node: `Synchronised` readings and how many said 0, the
+/// largest error bound and estimate (`docs/report.md`, `job.clock`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClockAgg {
-    pub synchronised: bool,
+    pub readings: u64,
+    pub unsynchronised: u64,
     pub max_error_us: Option<f64>,
     pub est_error_us: Option<f64>,
 }
@@ -145,7 +215,8 @@ pub struct ClockAgg {
 impl ClockAgg {
     pub fn add(&mut self, synchronised: Option<f64>, max_error_us: Option<f64>, est_error_us: Option<f64>) {
         if let Some(s) = synchronised {
-            self.synchronised &= s != 0.0;
+            self.readings += 1;
+            self.unsynchronised += u64::from(s == 0.0);
         }
         let worst = |a: Option<f64>, b: Option<f64>| match (a, b) {
             (Some(a), Some(b)) => Some(a.max(b)),
@@ -157,7 +228,7 @@ impl ClockAgg {
 }
 
 impl NodeAgg {
-    fn new(t: f64) -> NodeAgg {
+    fn new(t: f64, points: usize) -> NodeAgg {
         NodeAgg {
             ticks: 0,
             first_s: t,
@@ -175,7 +246,7 @@ impl NodeAgg {
             cpu_n: 0,
             next_eval_s: t + EVAL_EVERY_S,
             last_eval_s: t,
-            dec: Decimator::new(NODE_POINTS),
+            dec: Decimator::new(points),
             columns: Vec::new(),
             col_index: HashMap::new(),
             has_io: false,
@@ -185,13 +256,19 @@ impl NodeAgg {
         }
     }
 
-    fn col(&mut self, name: String) -> usize {
+    /// The column of `name`, added if the job has room for it (`MAX_COLUMNS`, counted in
+    /// `total`); `None` when it has not.
+    fn col(&mut self, node: &str, name: String, total: &mut usize, caps: &mut Caps) -> Option<usize> {
         if let Some(&i) = self.col_index.get(&name) {
-            return i;
+            return Some(i);
         }
+        if !caps.admit("columns", Some(node), &name, *total, MAX_COLUMNS) {
+            return None;
+        }
+        *total += 1;
         self.columns.push(name.clone());
         self.col_index.insert(name, self.columns.len() - 1);
-        self.columns.len() - 1
+        Some(self.columns.len() - 1)
     }
 
     /// The windowed checks on the data so far, for the window ending at `end`.
@@ -277,9 +354,12 @@ pub struct Agg {
     /// mode → rank → steps in the order read.
     pub steps: BTreeMap<String, BTreeMap<String, Vec<StepRec>>>,
     pub ranks: BTreeSet<String>,
+    /// Each rank's number, for `detailed`.
+    rank_ids: HashMap<String, u32>,
     /// phase → (events, total µs).
     pub phases: BTreeMap<String, (u64, i64)>,
-    pub detailed: HashSet<(String, i64)>,
+    /// (rank number, step) with detailed events.
+    pub detailed: HashSet<(u32, i64)>,
     pub dataloader_events: u64,
     /// Second → the set of OS pids with a dataloader event that second.
     pub dataloader_pids: BTreeMap<i64, BTreeSet<i64>>,
@@ -294,6 +374,35 @@ pub struct Agg {
     /// Anomaly triggers (`trainprof:AutoProfilingTrigger` instant events), at most
     /// `MAX_TRIGGERS`.
     pub triggers: Vec<crate::model::Trigger>,
+    /// The caps reached (`docs/report.md`, "Caps").
+    pub caps: Caps,
+    /// GPUs and series columns of all nodes.
+    gpu_count: usize,
+    columns: usize,
+    /// Points each node's series keeps now.
+    points: usize,
+    /// (second, pid) pairs in `dataloader_pids`.
+    dataloader_pid_count: usize,
+}
+
+/// The start of the first 60 s window after `t`, counted from `next` (the window due):
+/// `next + k × 60` by arithmetic, O(1) for a gap of any length. Where 60 s no longer moves a
+/// float of `t`'s size (beyond about 10^17 s), there is no next window: infinity.
+pub fn next_window(next: f64, t: f64) -> f64 {
+    let k = ((t - next) / EVAL_EVERY_S).floor() + 1.0;
+    let at = next + k.max(1.0) * EVAL_EVERY_S;
+    if at > t {
+        at
+    } else if t + EVAL_EVERY_S > t {
+        t + EVAL_EVERY_S
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// Points each node's series keeps when the job has `columns` columns.
+pub fn node_points(columns: usize) -> usize {
+    (MAX_SERIES_CELLS / columns.max(1)).clamp(MIN_NODE_POINTS, NODE_POINTS)
 }
 
 fn push_last(q: &mut VecDeque<f64>, v: f64, cap: usize) {
@@ -326,22 +435,49 @@ impl Agg {
 
     pub fn tick(&mut self, node: &str, t: &Tick) {
         let patience = self.system_patience();
+        if !self.nodes.contains_key(node)
+            && !self.caps.admit("nodes", None, node, self.nodes.len(), MAX_NODES)
+        {
+            return;
+        }
         self.sys_first_s = Some(self.sys_first_s.map_or(t.t_s, |f| f.min(t.t_s)));
         self.sys_last_s = Some(self.sys_last_s.map_or(t.t_s, |f| f.max(t.t_s)));
-        let n = self.nodes.entry(node.to_owned()).or_insert_with(|| NodeAgg::new(t.t_s));
-        // The windows that ended before this tick are judged on the data before it.
+        let Agg { nodes, caps, gpu_count, columns, .. } = self;
+        let n = nodes.entry(node.to_owned()).or_insert_with(|| NodeAgg::new(t.t_s, node_points(*columns)));
+        // The windows that ended before this tick are judged on the data before it, once: a
+        // gap of any length costs one judgement, and the next window is found by arithmetic
+        // (stepping 60 s at a time never ends where `t + 60 == t`).
         if t.t_s >= n.next_eval_s {
             let end = n.next_eval_s;
             n.evaluate(end, patience);
-            while n.next_eval_s <= t.t_s {
-                n.next_eval_s += EVAL_EVERY_S;
-            }
+            n.next_eval_s = next_window(n.next_eval_s, t.t_s);
         }
         n.ticks += 1;
         n.first_s = n.first_s.min(t.t_s);
         n.last_s = n.last_s.max(t.t_s);
         for (c, _) in &t.cores {
-            n.cores.insert(*c);
+            if !n.cores.contains(c) && caps.admit("cores", Some(node), "", n.cores.len(), MAX_CORES_PER_NODE)
+            {
+                n.cores.insert(*c);
+            }
+        }
+        // The GPUs within the caps; the others' values are left out.
+        if t.gpus_left_out > 0 {
+            let e = caps.0.entry(("gpus", Some(node.to_owned()))).or_default();
+            e.limit = MAX_GPUS_PER_NODE as u64;
+            e.left_out += t.gpus_left_out;
+        }
+        let mut gpus: Vec<&(String, Option<f64>, Option<f64>)> = Vec::with_capacity(t.gpus.len());
+        for g in &t.gpus {
+            if n.gpus.contains_key(&g.0) {
+                gpus.push(g);
+            } else if caps.admit("gpus", Some(node), &g.0, n.gpus.len(), MAX_GPUS_PER_NODE)
+                && caps.admit("gpus", None, &g.0, *gpu_count, MAX_GPUS)
+            {
+                n.gpus.insert(g.0.clone(), GpuAgg::default());
+                *gpu_count += 1;
+                gpus.push(g);
+            }
         }
         let total = t.cpu_total();
         if let Some(v) = total {
@@ -352,7 +488,7 @@ impl Agg {
         if let Some(v) = t.memory {
             n.memory.add(v);
         }
-        let low_gpu = t.gpus.iter().any(|g| g.1.is_some_and(|u| u < GPU_LOW));
+        let low_gpu = gpus.iter().any(|g| g.1.is_some_and(|u| u < GPU_LOW));
         if low_gpu {
             n.low_gpu_ticks += 1;
             if t.cores.iter().any(|c| c.1 > CPU_HIGH) {
@@ -362,8 +498,8 @@ impl Agg {
                 n.io_bottleneck.hit(t.t_s, RANGE_GAP_S);
             }
         }
-        for (name, util, mem) in &t.gpus {
-            let g = n.gpus.entry(name.clone()).or_default();
+        for (name, util, mem) in gpus.iter().copied() {
+            let Some(g) = n.gpus.get_mut(name) else { continue };
             if let Some(u) = util {
                 g.util.add(*u);
                 push_last(&mut g.util_last, *u, GPU_WINDOW);
@@ -392,20 +528,23 @@ impl Agg {
                 }
             }
         }
-        // The decimated series.
+        // The decimated series: only the columns this tick has a value for.
         let mut row: Vec<(usize, f64)> = Vec::new();
         let mut put = |n: &mut NodeAgg, name: String, v: Option<f64>| {
-            let i = n.col(name);
-            if let Some(v) = v {
+            if let Some(i) = n.col(node, name, columns, caps)
+                && let Some(v) = v
+            {
                 row.push((i, v));
             }
         };
         put(n, "cpu_total".into(), total);
         for (c, v) in &t.cores {
-            put(n, format!("core:{c:06}"), Some(*v));
+            if n.cores.contains(c) {
+                put(n, format!("core:{c:06}"), Some(*v));
+            }
         }
         put(n, "memory".into(), t.memory);
-        for (name, util, mem) in &t.gpus {
+        for (name, util, mem) in gpus.iter().copied() {
             put(n, format!("gpu:{name}:util"), *util);
             put(n, format!("gpu:{name}:mem"), *mem);
         }
@@ -427,22 +566,40 @@ impl Agg {
         }
         if t.clock_synchronised.is_some() || t.clock_max_error_us.is_some() || t.clock_est_error_us.is_some()
         {
-            // A node's first reading decides `synchronised` unless a later one is not.
-            let c = n.clock.get_or_insert(ClockAgg { synchronised: true, ..ClockAgg::default() });
-            c.add(t.clock_synchronised, t.clock_max_error_us, t.clock_est_error_us);
+            n.clock.get_or_insert_with(ClockAgg::default).add(
+                t.clock_synchronised,
+                t.clock_max_error_us,
+                t.clock_est_error_us,
+            );
         }
-        let mut cols = vec![None; n.columns.len()];
-        for (i, v) in row {
-            cols[i] = Some(v);
+        n.dec.push(t.t_s, &row);
+        // Fewer points per node as the job's columns grow, so all series together stay
+        // within `MAX_SERIES_CELLS`.
+        let points = node_points(self.columns);
+        if points != self.points {
+            self.points = points;
+            for n in self.nodes.values_mut() {
+                n.dec.set_cap(points);
+            }
         }
-        n.dec.push(t.t_s, &cols);
     }
 
     pub fn event(&mut self, e: &crate::read::Event<'_>) {
+        let rank = match self.rank_ids.get(e.node) {
+            Some(&r) => r,
+            None => {
+                if !self.caps.admit("ranks", None, e.node, self.ranks.len(), MAX_RANKS) {
+                    return;
+                }
+                let r = self.ranks.len() as u32;
+                self.ranks.insert(e.node.to_owned());
+                self.rank_ids.insert(e.node.to_owned(), r);
+                r
+            }
+        };
         let end = e.start_us.saturating_add(e.dur_us);
         self.first_us = Some(self.first_us.map_or(e.start_us, |f| f.min(e.start_us)));
         self.last_us = Some(self.last_us.map_or(end, |f| f.max(end)));
-        self.ranks.insert(e.node.to_owned());
         if e.ph != 'X' {
             if e.name == TRIGGER_EVENT
                 && self.triggers.len() < MAX_TRIGGERS
@@ -454,6 +611,11 @@ impl Agg {
         }
         if let Some(mode) = step_mode(e.phase) {
             if let Some(step) = e.step {
+                if !self.steps.contains_key(mode)
+                    && !self.caps.admit("modes", None, mode, self.steps.len(), MAX_MODES)
+                {
+                    return;
+                }
                 self.steps
                     .entry(mode.to_owned())
                     .or_default()
@@ -464,22 +626,45 @@ impl Agg {
             }
             return;
         }
-        let p = self.phases.entry(e.phase.to_owned()).or_insert((0, 0));
-        p.0 += 1;
-        p.1 = p.1.saturating_add(e.dur_us);
+        // Phases past the cap are summed into one; `OTHER_PHASES` itself is not capped.
+        let known = self.phases.contains_key(e.phase)
+            || self.caps.admit("phases", None, e.phase, self.phases.len(), MAX_PHASES);
+        let key = if known { e.phase } else { OTHER_PHASES };
+        if let Some(p) = self.phases.get_mut(key) {
+            p.0 += 1;
+            p.1 = p.1.saturating_add(e.dur_us);
+        } else {
+            self.phases.insert(key.to_owned(), (1, e.dur_us));
+        }
         if (e.phase.starts_with("Forward") || e.phase.contains("_functions"))
             && let Some(s) = e.step
-            && self.detailed.len() < 1_000_000
+            && !self.detailed.contains(&(rank, s))
         {
-            self.detailed.insert((e.node.to_owned(), s));
+            if self.detailed.len() < MAX_DETAILED {
+                self.detailed.insert((rank, s));
+            } else {
+                self.caps.hit("detailed_steps", None, MAX_DETAILED);
+            }
         }
         match e.phase {
             "DataLoaderIter" | "DataLoaderWorker" => {
                 self.dataloader_events += 1;
+                let second = e.start_us.div_euclid(1_000_000);
                 if let Some(pid) = e.args.get("pid").and_then(serde_json::Value::as_i64) {
-                    let pids = self.dataloader_pids.entry(e.start_us.div_euclid(1_000_000)).or_default();
-                    if pids.len() < 4096 {
-                        pids.insert(pid);
+                    if !self.dataloader_pids.contains_key(&second)
+                        && self.dataloader_pids.len() >= MAX_DATALOADER_SECONDS
+                    {
+                        self.caps.hit("dataloader_seconds", None, MAX_DATALOADER_SECONDS);
+                    } else {
+                        let pids = self.dataloader_pids.entry(second).or_default();
+                        if pids.len() < 4096 && !pids.contains(&pid) {
+                            if self.dataloader_pid_count < MAX_DATALOADER_PIDS {
+                                pids.insert(pid);
+                                self.dataloader_pid_count += 1;
+                            } else {
+                                self.caps.hit("dataloader_pids", None, MAX_DATALOADER_PIDS);
+                            }
+                        }
                     }
                 }
                 if self.dataloader_durations_s.len() < MAX_DATALOADER_DURATIONS {
@@ -512,11 +697,13 @@ pub fn trigger(e: &crate::read::Event<'_>) -> Option<crate::model::Trigger> {
     let ms = f("duration_ms")?;
     let median_ms = f("median_ms")?;
     let step = e.args.get("step").and_then(serde_json::Value::as_i64).or(e.step)?;
-    let features = e
-        .args
-        .get("features")
-        .and_then(|v| v.as_array())
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect::<Vec<_>>());
+    // At most a few short names: the features are `detailed`, `dataloader`, `python`, `native`.
+    let features = e.args.get("features").and_then(|v| v.as_array()).map(|a| {
+        a.iter()
+            .filter_map(|x| x.as_str().filter(|s| s.len() <= 32).map(str::to_owned))
+            .take(8)
+            .collect::<Vec<_>>()
+    });
     Some(crate::model::Trigger {
         rank: e.node.to_owned(),
         step,
@@ -610,6 +797,49 @@ mod tests {
     }
 
     #[test]
+    fn the_next_window_is_found_by_arithmetic() {
+        assert_eq!(next_window(160.0, 160.0), 220.0);
+        assert_eq!(next_window(160.0, 219.9), 220.0);
+        assert_eq!(next_window(160.0, 220.0), 280.0);
+        assert_eq!(next_window(160.0, 160.0 + 60.0 * 1e6 + 1.0), 160.0 + 60.0 * 1e6 + 60.0);
+        // Where 60 s no longer moves a float of that size: no next window, never a loop.
+        for t in [1e12, 1e17, 1e18, 1.7e308] {
+            let n = next_window(1_795_400_060.0, t);
+            assert!(n > t, "{t}: {n}");
+        }
+    }
+
+    /// A `Timestamp` of 1e18 (`t + 60 == t`) stepped the windows forever, and 1e12 after a
+    /// normal tick took 10.8 s: each now costs one judgement. Run on a thread so that a
+    /// regression fails here instead of hanging the suite (a guard, not a timing).
+    #[test]
+    fn a_jump_in_time_costs_one_judgement() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            for far in [1e12, 1e18] {
+                let mut a = Agg::new(Some(0));
+                a.tick("algo-1", &tick(1_795_400_000.0, 95.0, 3.0, 10.0));
+                a.tick("algo-1", &tick(far, 95.0, 3.0, 10.0));
+                // More ticks at and around the far time, and one back in the present.
+                a.tick("algo-1", &tick(far, 95.0, 3.0, 10.0));
+                a.tick("algo-1", &tick(far * 1.5, 95.0, 3.0, 10.0));
+                a.tick("algo-1", &tick(1_795_400_001.0, 95.0, 3.0, 10.0));
+                a.finish();
+                out.push((far, a.nodes["algo-1"].cpu_verdict.evaluations, a.nodes["algo-1"].ticks));
+            }
+            let _ = tx.send(out);
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(120)).expect("Agg::tick did not return");
+        // Judged at the first window's end, at the jump to 1.5 × far, and at the end: never
+        // once per 60 s of the gap.
+        for (far, judged, ticks) in got {
+            assert_eq!(ticks, 5, "{far}");
+            assert!((1..=3).contains(&judged), "{far}: {judged}");
+        }
+    }
+
+    #[test]
     fn step_modes() {
         assert_eq!(step_mode("Step:ModeKeys.TRAIN"), Some("TRAIN"));
         assert_eq!(step_mode("Forward"), None);
@@ -648,13 +878,18 @@ mod tests {
 
     #[test]
     fn the_clock_keeps_the_worst_reading() {
-        let mut c = ClockAgg { synchronised: true, ..ClockAgg::default() };
+        let mut c = ClockAgg::default();
         c.add(Some(1.0), Some(500.0), Some(20.0));
         c.add(Some(0.0), Some(16_000.0), None);
         c.add(Some(1.0), Some(800.0), Some(30.0));
         assert_eq!(
             c,
-            ClockAgg { synchronised: false, max_error_us: Some(16_000.0), est_error_us: Some(30.0) }
+            ClockAgg {
+                readings: 3,
+                unsynchronised: 1,
+                max_error_us: Some(16_000.0),
+                est_error_us: Some(30.0)
+            }
         );
         let mut agg = Agg::new(None);
         let t = Tick {
@@ -665,6 +900,9 @@ mod tests {
         };
         agg.tick("algo-1", &t);
         let got = agg.nodes["algo-1"].clock.clone();
-        assert_eq!(got, Some(ClockAgg { synchronised: true, max_error_us: Some(9.0), est_error_us: None }));
+        assert_eq!(
+            got,
+            Some(ClockAgg { readings: 1, unsynchronised: 0, max_error_us: Some(9.0), est_error_us: None })
+        );
     }
 }

@@ -71,6 +71,12 @@ pub fn render_value(m: &Value) -> String {
          <pre id=\"page-errors-list\"></pre></div>\n\
          <noscript><p class=\"page-errors\">The charts need JavaScript; the tables below do not.</p></noscript>\n<main>\n",
     );
+    if non_empty(&job["capped"]) {
+        out.push_str(
+            "<p class=\"note\"><b>Part of the data was left out:</b> the files name more nodes, \
+             GPUs, cores, ranks or phases than the report keeps (see <a href=\"#capped\">Left out</a>).</p>\n",
+        );
+    }
     let t0 = time_origin(m);
     section_job(&mut out, job);
     section_steps(&mut out, m);
@@ -127,7 +133,7 @@ fn section_job(out: &mut String, job: &Value) {
     let clocks = arr(&job["clock"]);
     if !clocks.is_empty() {
         out.push_str(
-            "<h3>Clock</h3><table><tr><th>node</th><th>synchronised</th>\
+            "<h3>Clock</h3><table><tr><th>node</th><th>state</th>\
              <th class=\"n\">max error, µs</th><th class=\"n\">estimated error, µs</th></tr>\n",
         );
         for c in clocks {
@@ -135,18 +141,85 @@ fn section_job(out: &mut String, job: &Value) {
                 out,
                 "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
                 esc(str_of(&c["node"])),
-                match c["synchronised"].as_bool() {
-                    Some(true) => "yes",
-                    Some(false) => "no",
-                    None => "–",
-                },
+                esc(&clock_state(c)),
                 esc(&num(&c["max_error_us"])),
                 esc(&num(&c["est_error_us"]))
             );
         }
-        out.push_str("</table>\n");
+        out.push_str(
+            "</table>\n<p class=\"note\">The error bounds are the kernel's, the largest of the job; \
+             they are shown only for a clock that stayed synchronised. An unsynchronised clock \
+             has no measured bound (the kernel's figure then only grows towards its 16 s \
+             ceiling), so its timelines cannot be lined up with another node's to better than \
+             that.</p>\n",
+        );
+    }
+    let capped = arr(&job["capped"]);
+    if !capped.is_empty() {
+        out.push_str(
+            "<h3 id=\"capped\">Left out</h3><p class=\"note\">The files name more distinct \
+             things than the report keeps (docs/report.md, \"Caps\"); the tables and charts \
+             cover the rest:</p><ul class=\"capped\">\n",
+        );
+        for c in capped {
+            let _ = writeln!(out, "<li>{}</li>", esc(&capped_text(c)));
+        }
+        out.push_str("</ul>\n");
     }
     out.push_str("</section>\n");
+}
+
+/// A clock's state in words (`job.clock[].state`).
+fn clock_state(c: &Value) -> String {
+    let (n, bad) = (c["readings"].as_u64().unwrap_or(0), c["unsynchronised_readings"].as_u64().unwrap_or(0));
+    match str_of(&c["state"]) {
+        "synchronised" => "synchronised".to_owned(),
+        "unsynchronised" if bad == n => {
+            "unsynchronised (no time daemon disciplined it): no error bound".to_owned()
+        }
+        "unsynchronised" => format!("unsynchronised in {bad} of {n} readings: no error bound"),
+        "unknown" => "unknown (no synchronisation reading)".to_owned(),
+        // A model without `state`: the older boolean.
+        _ => match c["synchronised"].as_bool() {
+            Some(true) => "synchronised".to_owned(),
+            Some(false) => "unsynchronised".to_owned(),
+            None => "–".to_owned(),
+        },
+    }
+}
+
+/// One reached cap in words (`job.capped[]`).
+fn capped_text(c: &Value) -> String {
+    let (limit, n) = (int(&c["limit"]), int(&c["left_out"]));
+    let of = c["node"].as_str().map_or_else(|| "the job".to_owned(), |node| node.to_owned());
+    match str_of(&c["what"]) {
+        "nodes" => format!("system nodes: the first {limit} are read; {n} ticks of further nodes left out"),
+        "gpus" => format!("GPUs of {of}: the first {limit} are kept; {n} readings of further GPUs left out"),
+        "cores" => format!(
+            "cores of {of}: the first {limit} are charted and counted; {n} readings of further cores left out of the chart (the CPU total and the bottleneck checks still count them)"
+        ),
+        "columns" => format!(
+            "chart series: {limit} per job; {n} values of further series ({of}) left out of the charts"
+        ),
+        "ranks" => format!("ranks: the first {limit} are read; {n} events of further ranks left out"),
+        "modes" => format!("step modes: the first {limit} are kept; {n} steps of further modes left out"),
+        "phases" => format!(
+            "phases: the first {limit} are listed; {n} events of further phases are summed in \"(other phases)\""
+        ),
+        "dataloader_seconds" => format!(
+            "dataloader: {limit} seconds with events are judged; {n} events in further seconds left out"
+        ),
+        "dataloader_pids" => format!(
+            "dataloader: {limit} (second, process) pairs are judged; {n} events of further processes left out"
+        ),
+        "detailed_steps" => {
+            format!("detailed steps: {limit} are counted; {n} events of further steps not counted")
+        }
+        "names" => format!(
+            "names longer than {limit} bytes ({of}): {n} ticks, readings or events under them left out (phases: summed in \"(other phases)\")"
+        ),
+        other => format!("{other} ({of}): more than {limit}; {n} left out"),
+    }
 }
 
 const STAT_KEYS: [&str; 5] = ["p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms"];
@@ -775,6 +848,34 @@ mod tests {
                 "{name} names an address outside its header"
             );
         }
+    }
+
+    #[test]
+    fn the_clock_state_and_the_caps_are_said_in_words() {
+        let mut m = ReportModel::default();
+        m.job.clock = vec![
+            crate::model::Clock::new("algo-1", 60, 60, Some(16_000_000.0), Some(16_000_000.0)),
+            crate::model::Clock::new("algo-2", 60, 0, Some(1234.0), Some(56.0)),
+            crate::model::Clock::new("algo-3", 60, 2, Some(16_000_000.0), None),
+        ];
+        m.job.capped = vec![crate::model::Capped {
+            what: "gpus".into(),
+            node: Some("algo-<1>".into()),
+            limit: 64,
+            left_out: 9936,
+        }];
+        let page = render(&m);
+        let clock = page.split("<h3>Clock</h3>").nth(1).unwrap().split("</table>").next().unwrap();
+        assert!(clock.contains("<td>algo-1</td><td>unsynchronised (no time daemon disciplined it): no error bound</td><td class=\"n\">–</td>"), "{clock}");
+        assert!(clock.contains("<td>algo-2</td><td>synchronised</td><td class=\"n\">1234</td>"), "{clock}");
+        assert!(clock.contains("unsynchronised in 2 of 60 readings"), "{clock}");
+        assert!(!clock.contains("16000000"), "{clock}");
+        assert!(page.contains("Part of the data was left out"));
+        assert!(page.contains(
+            "<li>GPUs of algo-&lt;1&gt;: the first 64 are kept; 9936 readings of further GPUs left out</li>"
+        ));
+        // Without caps reached, no note.
+        assert!(!render(&ReportModel::default()).contains("left out"));
     }
 
     #[test]

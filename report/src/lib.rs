@@ -211,15 +211,23 @@ fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Sk
             .nodes
             .iter()
             .filter_map(|(node, n)| {
-                n.clock.as_ref().map(|c| Clock {
-                    node: node.clone(),
-                    synchronised: c.synchronised,
-                    max_error_us: c.max_error_us,
-                    est_error_us: c.est_error_us,
-                })
+                n.clock
+                    .as_ref()
+                    .map(|c| Clock::new(node, c.readings, c.unsynchronised, c.max_error_us, c.est_error_us))
             })
             .collect(),
         skipped: skipped.0,
+        capped: agg
+            .caps
+            .0
+            .iter()
+            .map(|((what, node), c)| Capped {
+                what: (*what).to_owned(),
+                node: node.clone(),
+                limit: c.limit,
+                left_out: c.left_out,
+            })
+            .collect(),
     };
     let series = Some(series(&agg));
     let mut triggers = agg.triggers;

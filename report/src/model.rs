@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// The version of this shape; raised when a key changes meaning.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// The ten rules, in the order `findings` lists them.
 pub const RULES: [&str; 10] = [
@@ -55,6 +55,25 @@ pub struct Job {
     /// unparsable files), with why. Not in the contract's minimum; optional.
     #[serde(default)]
     pub skipped: Vec<String>,
+    /// The caps on distinct names that were reached, and what was left out because of them
+    /// (`docs/report.md`, "Caps"); empty when none was.
+    #[serde(default)]
+    pub capped: Vec<Capped>,
+}
+
+/// A cap that was reached.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct Capped {
+    /// `nodes`, `gpus`, `cores`, `columns`, `ranks`, `modes`, `phases`, `dataloader_seconds`,
+    /// `dataloader_pids`, `detailed_steps` or `names` (names longer than the cap, in bytes).
+    pub what: String,
+    /// The node, for a per-node cap; `null` for a per-job one.
+    pub node: Option<String>,
+    pub limit: u64,
+    /// Values past the cap: ticks (`nodes`), readings (`gpus`, `cores`, `columns`), events
+    /// (`ranks`, `modes`, `phases`, `dataloader_*`, `detailed_steps`), or any of these
+    /// (`names`).
+    pub left_out: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -64,12 +83,51 @@ pub struct Profiled {
     pub python_windows: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct Clock {
     pub node: String,
+    /// `synchronised` (every reading), `unsynchronised` (at least one reading) or `unknown`
+    /// (no `Synchronised` row).
+    #[serde(default)]
+    pub state: String,
+    /// `state == "synchronised"`.
     pub synchronised: bool,
+    /// `Synchronised` rows read, and how many of them said 0.
+    #[serde(default)]
+    pub readings: u64,
+    #[serde(default)]
+    pub unsynchronised_readings: u64,
+    /// The largest error bound and estimate, µs: only when synchronised. An undisciplined
+    /// kernel's bound grows to its 16 s ceiling, which is no measurement.
     pub max_error_us: Option<f64>,
     pub est_error_us: Option<f64>,
+}
+
+impl Clock {
+    /// A node's clock from its readings.
+    pub fn new(
+        node: &str,
+        readings: u64,
+        unsynchronised: u64,
+        max_error_us: Option<f64>,
+        est_error_us: Option<f64>,
+    ) -> Clock {
+        let state = match (readings, unsynchronised) {
+            (0, _) => "unknown",
+            (_, 0) => "synchronised",
+            _ => "unsynchronised",
+        };
+        let synchronised = state == "synchronised";
+        Clock {
+            node: node.to_owned(),
+            state: state.to_owned(),
+            synchronised,
+            readings,
+            unsynchronised_readings: unsynchronised,
+            max_error_us: max_error_us.filter(|_| synchronised),
+            est_error_us: est_error_us.filter(|_| synchronised),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
@@ -226,4 +284,31 @@ pub struct NetSeries {
 pub struct TrainerSeries {
     pub cpu: Vec<Option<f64>>,
     pub mem_mb: Vec<Option<f64>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_bound_is_given_only_for_a_synchronised_clock() {
+        let c = Clock::new("algo-1", 3, 0, Some(900.0), Some(20.0));
+        assert_eq!((c.state.as_str(), c.synchronised, c.max_error_us), ("synchronised", true, Some(900.0)));
+        // A host without a time daemon: the kernel's 16 s ceiling is no measurement.
+        let c = Clock::new("algo-1", 3, 3, Some(16_000_000.0), Some(16_000_000.0));
+        assert_eq!(
+            c,
+            Clock {
+                node: "algo-1".into(),
+                state: "unsynchronised".into(),
+                synchronised: false,
+                readings: 3,
+                unsynchronised_readings: 3,
+                max_error_us: None,
+                est_error_us: None,
+            }
+        );
+        let c = Clock::new("algo-1", 0, 0, Some(16_000_000.0), None);
+        assert_eq!((c.state.as_str(), c.synchronised, c.max_error_us), ("unknown", false, None));
+    }
 }

@@ -35,7 +35,7 @@ pub const MAX_PHASES: usize = 4096;
 /// GPUs (a `p4d` has 96 cores and 8 GPUs): more are skipped and counted.
 pub const MAX_NODES: usize = 1024;
 pub const MAX_TICK_CORES: usize = 4096;
-pub const MAX_TICK_GPUS: usize = 256;
+pub const MAX_TICK_GPUS: usize = crate::collect::MAX_GPUS_PER_NODE;
 /// A file larger than this whose allocated bytes (`st_blocks` × 512) are less than a
 /// `SPARSE_RATIO`-th of its length is mostly holes: no writer of ours makes one, and it is
 /// not read (a file system that compresses text keeps well above that share).
@@ -130,6 +130,9 @@ pub struct Tick {
     pub clock_synchronised: Option<f64>,
     pub clock_max_error_us: Option<f64>,
     pub clock_est_error_us: Option<f64>,
+    /// GPU readings of names past the first `collect::MAX_GPUS_PER_NODE` of this tick, left
+    /// out (so that finding a tick's GPU stays O(1) per line; `docs/report.md`, "Caps").
+    pub gpus_left_out: u64,
 }
 
 impl Tick {
@@ -141,7 +144,8 @@ impl Tick {
         })
     }
 
-    /// The GPU `name` of this tick; `None` past [`MAX_TICK_GPUS`].
+    /// The GPU `name` of this tick; `None` past [`MAX_TICK_GPUS`] (counted in
+    /// `gpus_left_out`, which the report and the trace name as a cap reached).
     fn gpu(&mut self, name: &str) -> Option<&mut (String, Option<f64>, Option<f64>)> {
         let i = match self.gpus.iter().position(|g| g.0 == name) {
             Some(i) => i,
@@ -149,7 +153,10 @@ impl Tick {
                 self.gpus.push((name.to_owned(), None, None));
                 self.gpus.len() - 1
             }
-            None => return None,
+            None => {
+                self.gpus_left_out += 1;
+                return None;
+            }
         };
         Some(&mut self.gpus[i])
     }

@@ -38,6 +38,9 @@ pub const STEP_MIN_STEPS: usize = 100;
 pub const MAX_INIT_S: f64 = 20.0 * 60.0;
 /// LoadBalancing's distance threshold.
 const LOAD_THRESHOLD: f64 = 0.2;
+/// LoadBalancing's pairs listed in its evidence (the largest distances when there are more;
+/// at most `MAX_GPUS_PER_NODE` GPUs a node are compared, `docs/report.md`, "Caps").
+pub const MAX_PAIRS_LISTED: usize = 100;
 
 fn finding(
     rule: &str,
@@ -427,7 +430,8 @@ fn max_init(agg: &Agg, job_start_s: Option<f64>) -> Finding {
 /// itself, an upstream loop bug; every pair is compared here).
 fn load_balancing(agg: &Agg) -> Finding {
     let patience = agg.system_patience();
-    let mut pairs = Vec::new();
+    let mut pairs: Vec<(f64, Value)> = Vec::new();
+    let mut compared = 0u64;
     let mut evaluated = false;
     let mut worst: Option<(String, String, String, f64)> = None;
     let mut ranges = Vec::new();
@@ -449,10 +453,18 @@ fn load_balancing(agg: &Agg) -> Finding {
                 if hit && !ranges.contains(&[n.first_s, n.last_s]) {
                     ranges.push([n.first_s, n.last_s]);
                 }
-                pairs.push(json!({"node": node, "gpus": [judged[i].0, judged[j].0], "distance": r2(d), "triggered": hit}));
+                compared += 1;
+                pairs.push((d, json!({"node": node, "gpus": [judged[i].0, judged[j].0], "distance": r2(d), "triggered": hit})));
+                // Keep the listed pairs bounded while comparing: the largest distances, in
+                // the order compared.
+                if pairs.len() >= 2 * MAX_PAIRS_LISTED {
+                    keep_largest(&mut pairs, MAX_PAIRS_LISTED);
+                }
             }
         }
     }
+    keep_largest(&mut pairs, MAX_PAIRS_LISTED);
+    let pairs: Vec<Value> = pairs.into_iter().map(|p| p.1).collect();
     let summary = match (&worst, evaluated) {
         (_, false) => format!("Needs two GPUs on a node with more than {patience} datapoints each."),
         (None, true) => "The GPUs of each node were equally busy.".to_owned(),
@@ -468,10 +480,28 @@ fn load_balancing(agg: &Agg) -> Finding {
         evaluated,
         summary,
         "Spread the work evenly over the GPUs: check the data-parallel setup (every GPU should run one rank), uneven batch shards, and work pinned to GPU 0.",
-        json!({"threshold": LOAD_THRESHOLD, "patience": patience, "pairs": pairs}),
+        json!({"threshold": LOAD_THRESHOLD, "patience": patience, "pairs_compared": compared, "pairs": pairs}),
     );
     f.ranges = ranges;
     f
+}
+
+/// The `n` entries of `v` with the largest distance, in their order.
+fn keep_largest(v: &mut Vec<(f64, Value)>, n: usize) {
+    if v.len() <= n {
+        return;
+    }
+    let mut by: Vec<usize> = (0..v.len()).collect();
+    by.sort_by(|&a, &b| v[b].0.total_cmp(&v[a].0).then(a.cmp(&b)));
+    let mut keep = vec![false; v.len()];
+    for &i in &by[..n] {
+        keep[i] = true;
+    }
+    let mut i = 0;
+    v.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
 }
 
 /// OverallSystemUsage: p50 / p95 / p99 per resource and node; informational, never triggers.
@@ -642,7 +672,8 @@ mod tests {
 
     #[test]
     fn max_init_and_dataloader() {
-        let a = Agg { first_step_us: Some(2_000_000_000), ..Agg::default() };
+        let mut a = Agg::default();
+        a.first_step_us = Some(2_000_000_000);
         let f = max_init(&a, Some(2000.0 - 1300.0));
         assert!(f.triggered);
         let f = max_init(&a, Some(1990.0));

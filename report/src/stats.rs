@@ -214,20 +214,13 @@ impl Decimator {
         Decimator { cap: cap.max(2), width: 1, buckets: Vec::new() }
     }
 
-    /// Adds one row at time `t` (rows come in time order); `cols[i]` is column `i`.
-    pub fn push(&mut self, t: f64, cols: &[Option<f64>]) {
+    /// Adds one row at time `t` (rows come in time order): `row` holds `(column, value)` for
+    /// the columns that have a value, so a row costs what it holds, not every column seen.
+    pub fn push(&mut self, t: f64, row: &[(usize, f64)]) {
         let start_new = self.buckets.last().is_none_or(|b| b.rows >= self.width);
         if start_new {
-            if self.buckets.len() == self.cap {
-                let old = std::mem::take(&mut self.buckets);
-                for pair in old.chunks(2) {
-                    let mut b = pair[0].clone();
-                    if let Some(o) = pair.get(1) {
-                        b.absorb(o);
-                    }
-                    self.buckets.push(b);
-                }
-                self.width *= 2;
+            if self.buckets.len() >= self.cap {
+                self.halve();
             }
             if self.buckets.last().is_none_or(|b| b.rows >= self.width) {
                 self.buckets.push(Bucket { t, ..Bucket::default() });
@@ -235,15 +228,50 @@ impl Decimator {
         }
         let Some(b) = self.buckets.last_mut() else { return };
         b.rows += 1;
-        if b.sums.len() < cols.len() {
-            b.sums.resize(cols.len(), (0.0, 0));
-        }
-        for (i, c) in cols.iter().enumerate() {
-            if let Some(v) = c {
-                b.sums[i].0 += v;
-                b.sums[i].1 += 1;
+        for &(i, v) in row {
+            if b.sums.len() <= i {
+                b.sums.resize(i + 1, (0.0, 0));
             }
+            b.sums[i].0 += v;
+            b.sums[i].1 += 1;
         }
+    }
+
+    /// Lowers the number of points kept to at most `cap` (≥ 2), merging neighbours as when
+    /// the buckets are full: a node with many columns keeps fewer points, so the cells of all
+    /// series stay bounded (`docs/report.md`, "Caps").
+    pub fn set_cap(&mut self, cap: usize) {
+        self.cap = cap.max(2);
+        while self.buckets.len() > self.cap {
+            self.halve();
+        }
+    }
+
+    /// Merges neighbouring buckets and doubles the width.
+    fn halve(&mut self) {
+        let old = std::mem::take(&mut self.buckets);
+        for pair in old.chunks(2) {
+            let mut b = pair[0].clone();
+            if let Some(o) = pair.get(1) {
+                b.absorb(o);
+            }
+            self.buckets.push(b);
+        }
+        self.width *= 2;
+    }
+
+    /// Points kept now.
+    pub fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+
+    /// Sums held (points × the columns each has seen): the decimator's memory.
+    pub fn cells(&self) -> usize {
+        self.buckets.iter().map(|b| b.sums.len()).sum()
     }
 
     /// The time axis (each bucket's first row's time) and the columns' means.
@@ -371,7 +399,8 @@ mod tests {
     fn decimator_stays_bounded_and_keeps_means() {
         let mut d = Decimator::new(100);
         for i in 0..100_000 {
-            d.push(i as f64, &[Some(1.0), if i % 2 == 0 { Some(i as f64) } else { None }]);
+            let row = [(0, 1.0), (1, i as f64)];
+            d.push(i as f64, if i % 2 == 0 { &row } else { &row[..1] });
         }
         let (t, cols) = d.finish(2);
         assert!(t.len() <= 100 && t.len() >= 50, "{}", t.len());
@@ -380,9 +409,29 @@ mod tests {
         assert!(t.windows(2).all(|w| w[0] < w[1]));
         // Few rows: kept as they came.
         let mut d = Decimator::new(100);
-        d.push(1.0, &[None]);
-        d.push(2.0, &[Some(3.0)]);
+        d.push(1.0, &[]);
+        d.push(2.0, &[(0, 3.0)]);
         assert_eq!(d.finish(1), (vec![1.0, 2.0], vec![vec![None, Some(3.0)]]));
+    }
+
+    #[test]
+    fn a_lower_cap_merges_points_and_keeps_means() {
+        let mut d = Decimator::new(2000);
+        for i in 0..2000 {
+            d.push(f64::from(i), &[(0, 2.0), (3, f64::from(i % 2))]);
+        }
+        assert_eq!(d.finish(4).0.len(), 2000);
+        d.set_cap(300);
+        let (t, cols) = d.finish(4);
+        assert!(t.len() <= 300 && t.len() >= 150, "{}", t.len());
+        assert!(cols[0].iter().all(|v| *v == Some(2.0)));
+        assert!(cols[1].iter().all(Option::is_none));
+        assert!(cols[3].iter().all(|v| *v == Some(0.5)), "{:?}", &cols[3][..4]);
+        // Rows keep coming at the lower cap.
+        for i in 2000..10_000 {
+            d.push(f64::from(i), &[(0, 2.0)]);
+        }
+        assert!(d.finish(4).0.len() <= 300);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! (`rank 0-algo-1`: a thread per phase, slices for steps, phases, ops, kernels, and a
 //! `python` thread with the Python-profiling windows). One time axis: µs since the epoch.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -16,7 +16,14 @@ use flate2::write::GzEncoder;
 use serde_json::{Value, json};
 use trainprof_output::fs::Dir;
 
+use crate::collect::{MAX_GPUS_PER_NODE, MAX_NAME_BYTES, MAX_NODES, MAX_PHASES, MAX_RANKS, OTHER_PHASES};
 use crate::read::{self, Skipped, Tick};
+
+/// Processes (nodes and ranks) named in the trace; events of further ones, and of names
+/// longer than `MAX_NAME_BYTES`, go to one process [`OTHER_PROCESSES`] (`docs/report.md`,
+/// "Caps").
+const MAX_PROCESSES: usize = MAX_NODES + MAX_RANKS;
+const OTHER_PROCESSES: &str = "(other nodes and ranks)";
 
 /// What to keep.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -52,7 +59,13 @@ struct Out<W: Write> {
     first: bool,
     pids: HashMap<String, u64>,
     tids: HashMap<(u64, String), u64>,
+    /// Threads per process.
+    threads: HashMap<u64, usize>,
+    /// The GPUs drawn per node process.
+    gpus: HashMap<u64, HashSet<String>>,
     next_pid: u64,
+    /// Events and samples that went to a shared track or were left out, by cap.
+    capped: BTreeMap<&'static str, u64>,
 }
 
 impl<W: Write> Out<W> {
@@ -117,11 +130,23 @@ impl<W: Write> Out<W> {
         Ok(true)
     }
 
-    /// The trace pid of `process` (`node algo-1`, `rank 0-algo-1`), named on first use.
+    /// The trace pid of `process` (`node algo-1`, `rank 0-algo-1`), named on first use;
+    /// past the caps, the shared `OTHER_PROCESSES`.
     fn pid(&mut self, process: &str, sort: u64) -> io::Result<u64> {
         if let Some(p) = self.pids.get(process) {
             return Ok(*p);
         }
+        if process.len() > MAX_NAME_BYTES + 5 || self.pids.len() >= MAX_PROCESSES {
+            *self.capped.entry("processes").or_default() += 1;
+            if let Some(p) = self.pids.get(OTHER_PROCESSES) {
+                return Ok(*p);
+            }
+            return self.new_pid(OTHER_PROCESSES, 3);
+        }
+        self.new_pid(process, sort)
+    }
+
+    fn new_pid(&mut self, process: &str, sort: u64) -> io::Result<u64> {
         self.next_pid += 1;
         let p = self.next_pid;
         self.pids.insert(process.to_owned(), p);
@@ -130,17 +155,50 @@ impl<W: Write> Out<W> {
         Ok(p)
     }
 
+    /// The thread of `thread` in `pid`, named on first use; past `MAX_PHASES` threads in a
+    /// process (or for a name longer than `MAX_NAME_BYTES`), the shared `OTHER_PHASES` (the
+    /// events keep their phase as `cat`).
     fn tid(&mut self, pid: u64, thread: &str) -> io::Result<u64> {
         let key = (pid, thread.to_owned());
         if let Some(t) = self.tids.get(&key) {
             return Ok(*t);
         }
+        let n = self.threads.entry(pid).or_default();
+        if thread.len() > MAX_NAME_BYTES || *n >= MAX_PHASES {
+            *self.capped.entry("threads").or_default() += 1;
+            let other = (pid, OTHER_PHASES.to_owned());
+            if let Some(t) = self.tids.get(&other) {
+                return Ok(*t);
+            }
+            return self.new_tid(other);
+        }
+        *n += 1;
+        self.new_tid(key)
+    }
+
+    fn new_tid(&mut self, key: (u64, String)) -> io::Result<u64> {
+        let (pid, thread) = (key.0, key.1.clone());
         let t = self.tids.len() as u64 + 1;
         self.tids.insert(key, t);
         self.event(
             &json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": thread}}),
         )?;
         Ok(t)
+    }
+
+    /// Whether `gpu`'s counters are drawn on node process `pid`: the first
+    /// `MAX_GPUS_PER_NODE` GPUs of a node are (a counter track each); the others are left out.
+    fn gpu(&mut self, pid: u64, gpu: &str) -> bool {
+        let seen = self.gpus.entry(pid).or_default();
+        if seen.contains(gpu) {
+            return true;
+        }
+        if gpu.len() > MAX_NAME_BYTES || seen.len() >= MAX_GPUS_PER_NODE {
+            *self.capped.entry("gpus").or_default() += 1;
+            return false;
+        }
+        seen.insert(gpu.to_owned());
+        true
     }
 }
 
@@ -154,7 +212,16 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
     // of 8 ranks: about 3× faster, docs/report.md "Measured").
     let gz =
         io::BufWriter::with_capacity(256 << 10, GzEncoder::new(io::BufWriter::new(out), Compression::fast()));
-    let mut o = Out { w: gz, first: true, pids: HashMap::new(), tids: HashMap::new(), next_pid: 0 };
+    let mut o = Out {
+        w: gz,
+        first: true,
+        pids: HashMap::new(),
+        tids: HashMap::new(),
+        threads: HashMap::new(),
+        gpus: HashMap::new(),
+        next_pid: 0,
+        capped: BTreeMap::new(),
+    };
     let mut written = Written::default();
     let mut err: Option<io::Error> = None;
 
@@ -221,6 +288,19 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
     let mut inner = gz.finish()?;
     inner.flush()?;
     written.skipped = skipped.0;
+    for (what, n) in &o.capped {
+        written.skipped.push(match *what {
+            "processes" => format!(
+                "{n} events and ticks of nodes and ranks past the first {MAX_PROCESSES} (or with names over {MAX_NAME_BYTES} bytes) drawn in the process {OTHER_PROCESSES:?}"
+            ),
+            "threads" => format!(
+                "{n} events of phases past the first {MAX_PHASES} of a rank (or with names over {MAX_NAME_BYTES} bytes) drawn on the thread {OTHER_PHASES:?}"
+            ),
+            _ => format!(
+                "{n} GPU samples of GPUs past the first {MAX_GPUS_PER_NODE} of a node (or with names over {MAX_NAME_BYTES} bytes) left out"
+            ),
+        });
+    }
     Ok(written)
 }
 
@@ -235,7 +315,13 @@ fn counters<W: Write>(o: &mut Out<W>, node: &str, ts: i64, t: &Tick) -> io::Resu
         &[("busy", t.cpu_total()), ("iowait", t.iowait_total)],
     )?);
     n += u64::from(o.counter("Memory used %", pid, ts, &[("used", t.memory)])?);
+    if t.gpus_left_out > 0 {
+        *o.capped.entry("gpus").or_default() += t.gpus_left_out;
+    }
     for (gpu, util, mem) in &t.gpus {
+        if !o.gpu(pid, gpu) {
+            continue;
+        }
         n += u64::from(o.counter(&format!("{gpu} util %"), pid, ts, &[("util", *util)])?);
         n += u64::from(o.counter(&format!("{gpu} memory %"), pid, ts, &[("mem", *mem)])?);
     }
@@ -243,12 +329,16 @@ fn counters<W: Write>(o: &mut Out<W>, node: &str, ts: i64, t: &Tick) -> io::Resu
     n += u64::from(o.counter("Network MB/s", pid, ts, &[("rx", mb(t.net_rx)), ("tx", mb(t.net_tx))])?);
     n += u64::from(o.counter("Trainer CPU % (of one core)", pid, ts, &[("cpu", t.trainer_cpu)])?);
     n += u64::from(o.counter("Trainer RSS MB", pid, ts, &[("rss", mb(t.trainer_rss))])?);
-    n += u64::from(o.counter(
-        "Clock error bound µs",
-        pid,
-        ts,
-        &[("max", t.clock_max_error_us), ("estimated", t.clock_est_error_us)],
-    )?);
+    // An unsynchronised kernel's bound is no measurement (it only grows to 16 s): the bound is
+    // drawn for synchronised readings only; `Clock synchronised` shows the 0.
+    if t.clock_synchronised != Some(0.0) {
+        n += u64::from(o.counter(
+            "Clock error bound µs",
+            pid,
+            ts,
+            &[("max", t.clock_max_error_us), ("estimated", t.clock_est_error_us)],
+        )?);
+    }
     n += u64::from(o.counter("Clock synchronised", pid, ts, &[("synchronised", t.clock_synchronised)])?);
     Ok(n)
 }

@@ -387,10 +387,97 @@ def test_an_anomaly_trigger_and_the_clock_bound(tmp_path, trainprof_bin, hook_li
     assert rows, "no clock rows: the agent wrote none"
     (c,) = model["job"]["clock"]
     assert c["node"] == "algo-1"
-    assert c["synchronised"] == all(v == 1 for n, k, v in rows if k == "Synchronised")
-    assert c["max_error_us"] == max(v for n, k, v in rows if k == "MaxErrorMicros")
-    assert c["est_error_us"] == max(v for n, k, v in rows if k == "EstimatedErrorMicros")
+    syncs = [v for n, k, v in rows if k == "Synchronised"]
+    assert (c["readings"], c["unsynchronised_readings"]) == (len(syncs), syncs.count(0))
+    assert c["synchronised"] == all(v == 1 for v in syncs)
     assert "<h3>Clock</h3>" in page
+    if c["synchronised"]:
+        assert c["state"] == "synchronised"
+        assert c["max_error_us"] == max(v for n, k, v in rows if k == "MaxErrorMicros")
+        assert c["est_error_us"] == max(v for n, k, v in rows if k == "EstimatedErrorMicros")
+    else:
+        # This machine keeps no time daemon: no bound is shown as if it were measured.
+        assert c["state"] == "unsynchronised"
+        assert c["max_error_us"] is None and c["est_error_us"] is None
+        assert "unsynchronised" in page
+    # The trace draws the bound of synchronised readings only.
     bound = [e for e in doc if e["ph"] == "C" and e["name"] == "Clock error bound µs"]
-    assert len(bound) == sum(1 for _, k, _ in rows if k == "MaxErrorMicros")
-    assert procs[bound[0]["pid"]] == "node algo-1"
+    assert len(bound) == sum(1 for v in syncs if v != 0)
+    state = [e for e in doc if e["ph"] == "C" and e["name"] == "Clock synchronised"]
+    assert [e["args"]["synchronised"] for e in state] == syncs
+    assert {procs[e["pid"]] for e in bound + state} == {"node algo-1"}
+
+
+def write_lines(out, lines, name="1795400000.algo-1.json"):
+    d = out / "system" / "incremental" / "2026112203"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_text("".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines))
+
+
+def sys_line(ty, name, dim, v, t, node="algo-1"):
+    return {"Type": ty, "Name": name, "Dimension": dim, "Value": v, "NodeId": node, "Timestamp": t}
+
+
+def test_an_unsynchronised_clock_is_said_in_words(tmp_path, trainprof_bin):
+    """A host without a time daemon: `Synchronised` 0 and the kernel's 16 s ceiling as the
+    bound. The model says `unsynchronised` and gives no bound; the page says it in words and
+    never prints the 16,000,000 µs as if measured."""
+    out = tmp_path / "out"
+    lines = []
+    for i in range(3):
+        t = 1795400000 + 60 * i
+        lines += [sys_line("cpu", "cpu0", "CPUUtilization", 10, t),
+                  sys_line("clock", "Synchronised", "Kernel", 0, t),
+                  sys_line("clock", "MaxErrorMicros", "Kernel", 16000000, t),
+                  sys_line("clock", "EstimatedErrorMicros", "Kernel", 16000000, t)]
+    write_lines(out, lines)
+    model = report_json(trainprof_bin, out, "-o", str(out / "report.html"))
+    (c,) = model["job"]["clock"]
+    assert c == {"node": "algo-1", "state": "unsynchronised", "synchronised": False, "readings": 3,
+                 "unsynchronised_readings": 3, "max_error_us": None, "est_error_us": None}, c
+    page = (out / "report.html").read_text()
+    clock = page.split("<h3>Clock</h3>")[1].split("</table>")[0]
+    assert "unsynchronised" in clock and "16000000" not in clock and "16 000 000" not in clock, clock
+
+
+def test_ten_thousand_gpu_names_are_capped_and_said(tmp_path, trainprof_bin):
+    """10,000 distinct GPU names in a 1.1 MB system file (each its own tick): the report keeps
+    the first 64 GPUs of the node (docs/report.md, "Caps"), says what it left out in --json and
+    on the page, and its output stays small."""
+    out = tmp_path / "out"
+    write_lines(out, [sys_line("gpu", f"gpu{i}", "GPUUtilization", i % 100, 1795400000 + i * 0.1)
+                      for i in range(10000)])
+    proc = subprocess.run([str(trainprof_bin), "report", str(out), "--json", "-o", str(out / "report.html")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    model = json.loads(proc.stdout)
+    capped = {(c["what"], c["node"]): c for c in model["job"]["capped"]}
+    assert capped[("gpus", "algo-1")] == {"what": "gpus", "node": "algo-1", "limit": 64, "left_out": 10000 - 64}
+    usage = finding(model, "OverallSystemUsage")["evidence"]["nodes"]["algo-1"]
+    assert sum(1 for k in usage if k.endswith("_util")) == 64
+    assert len(proc.stdout) < 200_000, len(proc.stdout)
+    page = (out / "report.html").read_text()
+    assert "Part of the data was left out" in page and "GPUs of algo-1: the first 64 are kept; 9936 readings" in page
+    assert len(page) < 2_000_000, len(page)
+
+
+def test_terminal_escapes_in_a_rank_name_are_shown_not_obeyed(tmp_path, trainprof_bin):
+    """A rank named with terminal escapes (a window title, hidden text) reaches the lines
+    `report` prints (`finding: StepOutlier: …`): every control character is written as its
+    escape, so the terminal shows them and obeys none."""
+    out = tmp_path / "out"
+    rank = "0-\x1b]0;owned\x07algo-1\x1b[8m"
+    hour = out / "framework" / "pevents" / "2026112203"
+    hour.mkdir(parents=True)
+    ev = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros": 1795400000000000}},
+          {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "Step:ModeKeys.TRAIN"}}]
+    for i in range(200):
+        ev.append({"name": "Step:ModeKeys.TRAIN", "pid": 1, "ph": "X", "ts": i * 100000,
+                   "dur": 500000 if i % 17 == 5 else 10000, "args": {"step_num": str(i)}})
+    (hour / f"1795400020000000_{rank}_pythontimeline.json").write_text(json.dumps(ev))
+    proc = subprocess.run([str(trainprof_bin), "report", str(out)], capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr.decode()
+    assert "finding: StepOutlier:" in err, err
+    assert "0-\\x1b]0;owned\\x07algo-1\\x1b[8m" in err, err
+    assert not any(ord(c) < 32 and c != "\n" or 0x7f <= ord(c) < 0xa0 for c in err), repr(err)

@@ -400,19 +400,25 @@ def test_run_uploads_every_file_byte_for_byte_and_smdebug_reads_s3(
     for rel, body in local.items():
         assert remote[rel] == body, f"{rel}: S3 holds {len(remote[rel])} bytes, the disk {len(body)}"
 
+    # The end-of-run page is sent by `run` itself once the uploader is done (docs/report.md,
+    # "At the end of trainprof run"); the uploader sent the rest.
+    data = {rel: body for rel, body in local.items() if rel != "report.html"}
+    assert len(data) == len(local) - 1, sorted(local)
     s = Summary(stderr)
-    assert (s.uploaded, s.bytes, s.already, s.failed) == (len(local), sum(map(len, local.values())), 0, 0), s
+    assert (s.uploaded, s.bytes, s.already, s.failed) == (len(data), sum(map(len, data.values())), 0, 0), s
     assert s.left == 0, s  # kept, but not waiting: "left" counts what S3 does not have
     # --keep-local: the files stay, and the agent records which are in S3.
     record = out / ".trainprof" / "uploaded"
     assert record.is_file(), sorted(str(p.relative_to(out)) for p in out.glob(".trainprof/*"))
     text = record.read_text(errors="replace")
-    assert all(rel in text for rel in local), text[:2000]
+    assert all(rel in text for rel in data), text[:2000]
 
-    # The markers went last: the server confirmed every data file before a marker arrived.
+    # The markers went last: the server confirmed every data file before a marker arrived;
+    # the page came after them all.
     puts = [k[len(prefix) + 1:] for k, status in put_log(s3) if status == 200 and k.startswith(prefix + "/")]
+    assert puts[-1] == "report.html", puts
     first_marker = min(i for i, rel in enumerate(puts) if rel in MARKERS)
-    last_data = max(i for i, rel in enumerate(puts) if rel not in MARKERS)
+    last_data = max(i for i, rel in enumerate(puts[:-1]) if rel not in MARKERS)
     assert last_data < first_marker, puts
 
     # smdebug reads from S3 exactly what it reads from the disk.

@@ -262,7 +262,8 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
         Some((mut c, trainer)) => {
             let st = trainer.wait(&mut c);
             // `--upload-deadline-s 0`: no upload starts once the command has exited (README,
-            // "Upload to S3"), so the uploader hears it before the last seal wakes it.
+            // "Upload to S3 and crash repair"), so the uploader hears it before the last seal
+            // wakes it.
             if upload_flags.deadline.is_zero()
                 && let Some(u) = uploader.as_mut()
                 && let Some(h) = u.handle.take()

@@ -1298,3 +1298,36 @@ fn sparse_and_growing_files_cannot_hold_run_up() {
     let said: Vec<&str> = stderr.lines().filter(|l| l.contains("report")).collect();
     assert_eq!(said.len(), 1, "{stderr}");
 }
+
+/// A 354-byte cProfile file whose nested back-references a decoder that copies them expands
+/// to 2^40 values (Python's `marshal.dumps` of a tuple paired with itself 40 times): written
+/// by the trainer, it made `run` abort (exit 134, no summary). Whatever the reader makes of
+/// it, `run` keeps the command's status, seals, and says one line about the page.
+#[test]
+fn a_hostile_python_stats_file_cannot_cost_run_its_status() {
+    const STATS: &str = "fba903fa04612e7079e901000000da0166290572030000007203000000e79a9999999999b93f72050000007ba903fa04622e7079e902000000da0167a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a90272030000007208000000723200000072310000007230000000722f000000722e000000722d000000722c000000722b000000722a0000007229000000722800000072270000007226000000722500000072240000007223000000722200000072210000007220000000721f000000721e000000721d000000721c000000721b000000721a0000007219000000721800000072170000007216000000721500000072140000007213000000721200000072110000007210000000720f000000720e000000720d000000720c000000720b0000003030";
+    let (_scratch, d) = scratch("page-marshal");
+    let out_dir = d.join("out");
+    let bytes: Vec<u8> =
+        (0..STATS.len()).step_by(2).map(|i| u8::from_str_radix(&STATS[i..i + 2], 16).unwrap()).collect();
+    let planted = d.join("python_stats");
+    std::fs::write(&planted, bytes).unwrap();
+    let window =
+        out_dir.join("framework/pytorch/cprofile/0-algo-1/train-1-stepstart-1.0_train-2-stepstart-2.0");
+    let script = format!(
+        "mkdir -p {w} && cp {p} {w}/python_stats; sleep 0.3; exit 3",
+        w = window.display(),
+        p = planted.display()
+    );
+    let cmd = run_command(out_dir.to_str().unwrap(), &["sh", "-c", &script]);
+    let out = output_within(cmd, std::time::Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_sealed(&out_dir);
+    assert!(stderr.contains("files: "), "the summary is there: {stderr}");
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("trainprof: report: ") || l.starts_with("trainprof: no report: "))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+}

@@ -18,6 +18,7 @@ use trainprof_output::fs::Dir;
 use trainprof_report::model::ReportModel;
 use trainprof_report::trace::Clip;
 
+use self::isolated::Made;
 use crate::log;
 use crate::upload::store::{ObjectStore as _, Put, S3Options, S3Store, S3Url};
 
@@ -329,6 +330,7 @@ impl EndPage {
         let root = &self.root;
         let how = format!("`trainprof report {}` makes it", root.display());
         let made = match self.running.and_then(|r| r.wait(None)) {
+            Ok(Made { error: Some(e), .. }) => return (vec![format!("no report: {e}")], None),
             Ok(m) => m,
             Err(e) => return (vec![format!("no report: {e}; {how}")], None),
         };
@@ -503,6 +505,7 @@ pub fn at_end_of_s3_run(
     // Removed at once, whatever the child did (it is dead by now).
     drop(temp);
     let made = match made {
+        Ok(Made { error: Some(e), .. }) => return vec![format!("no report: {e}")],
         Ok(m) => m,
         Err(e) => return vec![format!("no report: {e}; {how}")],
     };

@@ -85,6 +85,9 @@ pub struct Made {
     /// `finding: …` lines, control characters removed.
     pub lines: Vec<String>,
     pub page: Vec<u8>,
+    /// Why the report says there is no page (nothing to report, an unreadable folder);
+    /// then `lines` and `page` are empty.
+    pub error: Option<String>,
 }
 
 /// A child at work.
@@ -287,7 +290,7 @@ fn parse_output(bytes: &[u8]) -> Result<Made, String> {
     let end = bytes.iter().position(|&b| b == b'\n').ok_or_else(garbage)?;
     let head: serde_json::Value = serde_json::from_slice(&bytes[..end]).map_err(|_| garbage())?;
     if let Some(e) = head.get("error").and_then(|e| e.as_str()) {
-        return Err(clean(e));
+        return Ok(Made { lines: Vec::new(), page: Vec::new(), error: Some(clean(e)) });
     }
     let lines: Vec<String> = head
         .get("lines")
@@ -302,7 +305,7 @@ fn parse_output(bytes: &[u8]) -> Result<Made, String> {
     if !page.starts_with(b"<!DOCTYPE html>") {
         return Err(garbage());
     }
-    Ok(Made { lines, page })
+    Ok(Made { lines, page, error: None })
 }
 
 /// Summary lines taken from the child (one per rule at most).
@@ -350,7 +353,9 @@ fn misbehave() -> Option<ExitCode> {
         },
         "oom" => loop {
             // Address space only: the limit ends it without touching the memory.
-            std::mem::forget(Vec::<u8>::with_capacity(256 << 20));
+            let v = Vec::<u8>::with_capacity(256 << 20);
+            std::hint::black_box(v.as_ptr());
+            std::mem::forget(v);
         },
         "garbage" => {
             let _ = out.write_all(b"\x1b]0;owned\x07{not json\n<html>");

@@ -91,6 +91,10 @@ enum Command {
         #[arg(long, value_name = "URL")]
         s3_endpoint: Option<String>,
     },
+    /// The page at the end of `run`, made in a child process with bounds of its own
+    /// (docs/on-disk.md); not for people.
+    #[command(name = "page-child", hide = true)]
+    PageChild { root: PathBuf, source: String },
     /// Work with the profiler configuration (SMPROFILER_CONFIG_PATH).
     Config {
         #[command(subcommand)]
@@ -252,6 +256,7 @@ fn main() -> ExitCode {
             let clip = trainprof_report::trace::Clip { steps, start_s: start, end_s: end };
             report_cmd::trace(&report_cmd::TraceArgs { path, output, s3_endpoint, clip })
         }
+        Command::PageChild { root, source } => report_cmd::isolated::child_main(&root, &source),
         Command::Config {
             command: ConfigCommand::Check { path, json, steps, strict, framework, overrides },
         } => {

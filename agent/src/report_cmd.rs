@@ -2,23 +2,54 @@
 //! end of `trainprof run`. The work is in the `trainprof_report` crate; this module picks the
 //! input (a LocalPath, or `s3://bucket/prefix` downloaded into a private temporary folder)
 //! and creates the output file without ever replacing one (`O_EXCL | O_NOFOLLOW` through
-//! `trainprof_output::fs`).
+//! `trainprof_output::fs`). At the end of `run` the report is made by a child process
+//! ([`isolated`]).
 
+pub mod isolated;
+
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use trainprof_output::fs::Dir;
 use trainprof_report::model::ReportModel;
 use trainprof_report::trace::Clip;
 
+use self::isolated::Made;
 use crate::log;
 use crate::upload::store::{ObjectStore as _, Put, S3Options, S3Store, S3Url};
 
 /// The default output names.
 pub const REPORT_FILE: &str = "report.html";
 pub const TRACE_FILE: &str = "trace.json.gz";
+
+/// Exit statuses of `report` and `trace` (docs/report.md, "Exit status").
+pub mod status {
+    /// Nothing to report, or the output file was refused or could not be written.
+    pub const NOTHING: u8 = 1;
+    /// A bad argument.
+    pub const BAD_ARGUMENT: u8 = 2;
+    /// The source could not be read: the bucket or prefix could not be listed, an object
+    /// could not be fetched (no such bucket, access denied, no connection), or the local
+    /// folder could not be opened.
+    pub const UNREADABLE: u8 = 3;
+}
+
+/// Why there is no input, with its exit status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputError {
+    pub status: u8,
+    pub message: String,
+}
+
+impl InputError {
+    fn new(status: u8, message: impl Into<String>) -> InputError {
+        InputError { status, message: message.into() }
+    }
+}
 
 /// Where the data is.
 #[derive(Debug)]
@@ -34,29 +65,66 @@ pub struct Input {
 }
 
 /// `PATH` as given: a LocalPath, or `s3://…` fetched with the upload's credential chain.
-pub fn input(path: &str, endpoint: Option<&str>) -> Result<Input, String> {
+/// Keys left out of an S3 download are logged (`skipped: …`).
+pub fn input(path: &str, endpoint: Option<&str>) -> Result<Input, InputError> {
     if path.starts_with("s3://") {
-        let url = S3Url::parse(path).map_err(|e| e.to_string())?;
-        let temp = tempfile::Builder::new()
-            .prefix("trainprof-report-")
-            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .tempdir()
-            .map_err(|e| format!("cannot make a temporary folder: {e}"))?;
-        let n = download(&url, endpoint, temp.path())?;
-        if n == 0 {
-            return Err(format!("{path}: no profiler files (system/, framework/) under this prefix"));
+        let url = S3Url::parse(path).map_err(|e| InputError::new(status::BAD_ARGUMENT, e.to_string()))?;
+        let temp = private_temp(None).map_err(|e| InputError::new(status::NOTHING, e))?;
+        let got =
+            download(&url, endpoint, temp.path()).map_err(|e| InputError::new(status::UNREADABLE, e))?;
+        log_skipped(&got.skipped);
+        if got.files == 0 {
+            return Err(InputError::new(
+                status::NOTHING,
+                format!("{path}: no profiler files (system/, framework/) under this prefix"),
+            ));
         }
-        log!("downloaded {n} files from {path}");
+        log!("downloaded {} files ({} bytes) from {path}", got.files, got.bytes);
         Ok(Input { root: temp.path().to_owned(), source: path.to_owned(), remote: true, _temp: Some(temp) })
     } else {
         if endpoint.is_some() {
-            return Err("--s3-endpoint applies only to an s3:// PATH".to_owned());
+            return Err(InputError::new(status::BAD_ARGUMENT, "--s3-endpoint applies only to an s3:// PATH"));
         }
         let root = PathBuf::from(path);
         if !root.is_dir() {
-            return Err(format!("{path}: not a folder"));
+            return Err(InputError::new(status::BAD_ARGUMENT, format!("{path}: not a folder")));
         }
         Ok(Input { root, source: path.to_owned(), remote: false, _temp: None })
+    }
+}
+
+/// A new private temporary folder (mode 0700) for a download, removed when dropped; owned
+/// by `owner` when given (the user the report's child runs as, [`isolated`]).
+fn private_temp(owner: isolated::RunAs) -> Result<tempfile::TempDir, String> {
+    let temp = tempfile::Builder::new()
+        .prefix("trainprof-report-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .tempdir()
+        .map_err(|e| format!("cannot make a temporary folder: {e}"))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(temp.path(), Some(uid), Some(gid))
+            .map_err(|e| format!("cannot hand {} over: {e}", temp.path().display()))?;
+    }
+    Ok(temp)
+}
+
+/// Reasons listed one by one at most; past this, one line says how many more.
+const MAX_SKIPPED_LISTED: usize = 200;
+
+fn log_skipped(skipped: &[String]) {
+    for s in skipped.iter().take(MAX_SKIPPED_LISTED) {
+        log!("skipped: {s}");
+    }
+    if skipped.len() > MAX_SKIPPED_LISTED {
+        log!("skipped: {} more objects not listed", skipped.len() - MAX_SKIPPED_LISTED);
+    }
+}
+
+/// The exit status for an error of the report crate.
+fn build_status(e: &trainprof_report::Error) -> u8 {
+    match e {
+        trainprof_report::Error::Root(..) => status::UNREADABLE,
+        _ => status::NOTHING,
     }
 }
 
@@ -106,8 +174,8 @@ pub fn report(args: &ReportArgs) -> ExitCode {
     let input = match input(&args.path, args.s3_endpoint.as_deref()) {
         Ok(i) => i,
         Err(e) => {
-            log!("{e}");
-            return ExitCode::from(2);
+            log!("{}", e.message);
+            return ExitCode::from(e.status);
         }
     };
     let opts = trainprof_report::Options { patience: args.patience, ..Default::default() };
@@ -115,7 +183,7 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         Ok(m) => m,
         Err(e) => {
             log!("{e}");
-            return ExitCode::from(1);
+            return ExitCode::from(build_status(&e));
         }
     };
     for s in &model.job.skipped {
@@ -185,8 +253,8 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
     let input = match input(&args.path, args.s3_endpoint.as_deref()) {
         Ok(i) => i,
         Err(e) => {
-            log!("{e}");
-            return ExitCode::from(2);
+            log!("{}", e.message);
+            return ExitCode::from(e.status);
         }
     };
     let (f, path) = match output(args.output.as_deref(), &input, TRACE_FILE) {
@@ -220,44 +288,71 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
             {
                 let _ = d.unlink_if_same(name, &f);
             }
-            ExitCode::from(1)
+            let code = match e {
+                trainprof_report::trace::Error::Root(..) => status::UNREADABLE,
+                _ => status::NOTHING,
+            };
+            ExitCode::from(code)
         }
     }
 }
 
-/// The report at the end of `trainprof run`: `report.html` in the output folder, on this
-/// run's files only (`before`: the files that were there when it started). When an earlier
-/// job's `report.html` is there, the first free of `report-2.html`, `report-3.html`, …
-/// Returns the summary's lines (its path and one line per triggered finding); a failure is
-/// one line, never a failed run.
-pub fn at_end_of_run(root: &Path, before: &std::collections::HashSet<String>) -> Vec<String> {
-    at_end_of_run_named(root, before).0
+/// The page at the end of `trainprof run` (docs/report.md, "At the end of trainprof run"):
+/// made by a child process ([`isolated`]) on the LocalPath, leaving out the files that were
+/// there when the run started. Start it with [`EndPage::start`], do other work (the final
+/// upload), then [`EndPage::finish`].
+#[derive(Debug)]
+pub struct EndPage {
+    root: PathBuf,
+    running: Result<isolated::Running, String>,
 }
 
-/// [`at_end_of_run`], with the name of the page written (`None`: none was).
-pub fn at_end_of_run_named(
-    root: &Path,
-    before: &std::collections::HashSet<String>,
-) -> (Vec<String>, Option<String>) {
-    let opts = trainprof_report::Options { leave_out: before.clone(), ..Default::default() };
-    let model = match trainprof_report::build(root, &root.display().to_string(), &opts) {
-        Ok(m) => m,
-        Err(e) => return (vec![format!("no report: {e}")], None),
-    };
-    match write_page(root, &model) {
-        Ok(name) => {
-            let mut lines = vec![format!("report: {}", root.join(&name).display())];
-            lines.extend(triggered_lines(&model));
-            (lines, Some(name))
+/// The least wall time the page gets, also with `--upload-deadline-s 0`.
+pub const MIN_PAGE_WALL: Duration = Duration::from_secs(5);
+
+/// The page's wall bound for `--upload-deadline-s` `deadline`.
+pub fn page_wall(deadline: Duration) -> Duration {
+    deadline.max(MIN_PAGE_WALL)
+}
+
+impl EndPage {
+    /// Starts the child on `root`, with `wall` to finish.
+    pub fn start(root: &Path, before: &HashSet<String>, wall: Duration) -> EndPage {
+        let run_as = isolated::run_as(isolated::owner_of(root));
+        let running = isolated::spawn(root, &root.display().to_string(), before, run_as, wall);
+        EndPage { root: root.to_owned(), running }
+    }
+
+    /// Waits for the page and writes it into the LocalPath under the first free name of
+    /// `report.html`, `report-2.html`, …; returns the summary's lines (its path and one line
+    /// per triggered finding, or one `no report: …` line) and the name written.
+    pub fn finish(self) -> (Vec<String>, Option<String>) {
+        let root = &self.root;
+        let how = format!("`trainprof report {}` makes it", root.display());
+        let made = match self.running.and_then(|r| r.wait(None)) {
+            Ok(Made { error: Some(e), .. }) => return (vec![format!("no report: {e}")], None),
+            Ok(m) => m,
+            Err(e) => return (vec![format!("no report: {e}; {how}")], None),
+        };
+        match write_page(root, &made.page) {
+            Ok(name) => {
+                let mut lines = vec![format!("report: {}", root.join(&name).display())];
+                lines.extend(made.lines);
+                (lines, Some(name))
+            }
+            Err(e) => (vec![format!("no report: {e}")], None),
         }
-        Err(e) => (vec![format!("no report: {e}")], None),
     }
 }
 
-/// Writes the page of `model` into `root` under the first free name of `report.html`,
-/// `report-2.html`, …; `Ok(name)`.
-fn write_page(root: &Path, model: &ReportModel) -> Result<String, String> {
-    let page = trainprof_report::html::render(model);
+/// [`EndPage`] started and finished.
+pub fn at_end_of_run(root: &Path, before: &HashSet<String>, wall: Duration) -> Vec<String> {
+    EndPage::start(root, before, wall).finish().0
+}
+
+/// Writes `page` into `root` under the first free name of `report.html`, `report-2.html`,
+/// …; `Ok(name)`.
+fn write_page(root: &Path, page: &[u8]) -> Result<String, String> {
     let dir = Dir::open_root(root, false).map_err(|e| format!("{}: {e}", root.display()))?;
     let names = std::iter::once(REPORT_FILE.to_owned())
         .chain((2..=END_OF_RUN_TRIES).map(|n| format!("report-{n}.html")));
@@ -267,7 +362,7 @@ fn write_page(root: &Path, model: &ReportModel) -> Result<String, String> {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(format!("{}: {e}", root.join(&name).display())),
         };
-        if let Err(e) = f.write_all(page.as_bytes()).and_then(|()| f.sync_all()) {
+        if let Err(e) = f.write_all(page).and_then(|()| f.sync_all()) {
             return Err(format!("{}: {e}", root.join(&name).display()));
         }
         return Ok(name);
@@ -275,85 +370,153 @@ fn write_page(root: &Path, model: &ReportModel) -> Result<String, String> {
     Err(format!("report.html to report-{END_OF_RUN_TRIES}.html all exist in {}", root.display()))
 }
 
+/// Runs `f` until `until`, or until `run` is told to stop ([`isolated::stop`]).
+async fn bounded<F: std::future::Future>(until: Instant, f: F) -> Result<F::Output, &'static str> {
+    let stop = async {
+        while !isolated::stopped() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        r = tokio::time::timeout_at(until.into(), f) => r.map_err(|_| "deadline"),
+        () = stop => Err("stopped"),
+    }
+}
+
+fn client_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the S3 client: {e}"))
+}
+
+/// Sends the page `name` (written into `root` by [`write_page`]) to S3 as one object, never
+/// over an existing one, until `until`; without `keep_local` deletes it once S3 has it.
+/// Returns the summary's line for it.
+pub fn page_to_s3(
+    root: &Path,
+    name: &str,
+    url: &S3Url,
+    options: &S3Options,
+    keep_local: bool,
+    until: Instant,
+) -> String {
+    let local = root.join(name);
+    if Instant::now() >= until {
+        return format!("report: {} (not uploaded: no time left of --upload-deadline-s)", local.display());
+    }
+    let rt = match client_runtime() {
+        Ok(rt) => rt,
+        Err(e) => return format!("report: {} (not uploaded: {e})", local.display()),
+    };
+    let line = rt.block_on(async {
+        match bounded(until, S3Store::connect(url.clone(), options.clone())).await {
+            Ok(store) => send_page(&store, root, name, keep_local, until).await,
+            Err(why) => not_sent(&local, why),
+        }
+    });
+    rt.shutdown_background();
+    line
+}
+
+fn not_sent(local: &Path, why: &str) -> String {
+    let why = match why {
+        "stopped" => "stopped by a signal",
+        _ => "not done within --upload-deadline-s",
+    };
+    format!("report: {} (not uploaded: {why})", local.display())
+}
+
+async fn send_page(store: &S3Store, root: &Path, name: &str, keep_local: bool, until: Instant) -> String {
+    let local = root.join(name);
+    let opened = Dir::open_root(root, false).and_then(|dir| {
+        let file = dir.open_regular(name, false)?;
+        let held = trainprof_output::fs::meta_of(&file)?;
+        Ok((dir, file, held))
+    });
+    let (dir, file, held) = match opened {
+        Ok(x) => x,
+        Err(e) => return format!("report: {} (not uploaded: {e})", local.display()),
+    };
+    let key = format!("s3://{}/{}", store.url().bucket, store.url().key(name));
+    match bounded(until, store.put_file(name, &file, held.len, true)).await {
+        Ok(Ok(Put::Stored)) if keep_local => format!("report: {} (uploaded to {key})", local.display()),
+        Ok(Ok(Put::Stored)) => match dir.unlink_if_holds(name, &held) {
+            Ok(_) => format!("report: {key}"),
+            Err(e) => format!("report: {key} (the local copy {} stays: {e})", local.display()),
+        },
+        Ok(Ok(Put::Exists)) => format!(
+            "report: {} (not uploaded: {key} already holds another object, not overwritten)",
+            local.display()
+        ),
+        Ok(Err(e)) => format!("report: {} (not uploaded: {e})", local.display()),
+        Err(why) => not_sent(&local, why),
+    }
+}
+
 /// The page at the end of `run --s3` without `--keep-local` (`docs/report.md`, "At the end
 /// of trainprof run"), once the uploader has finished and deleted what it sent: built from
-/// the objects this run sent (`sent`), downloaded into a private temporary folder; written
+/// the objects this run sent (`sent`), downloaded into a private temporary folder (removed
+/// before this returns, on every path) and read there by the child ([`isolated`]); written
 /// into the LocalPath as for a run without upload, sent as one object under the prefix
 /// (never over an existing one) and deleted once S3 has it. All of it within `within`;
 /// past it, one line says the page was skipped and how to make it. Returns the summary's
 /// lines.
 pub fn at_end_of_s3_run(
     root: &Path,
-    sent: std::collections::HashSet<String>,
+    sent: HashSet<String>,
     url: &S3Url,
     options: &S3Options,
-    within: std::time::Duration,
+    within: Duration,
 ) -> Vec<String> {
-    let how = format!("`trainprof report s3://{}/{}` makes it", url.bucket, url.prefix);
+    let s3 = format!("s3://{}/{}", url.bucket, url.prefix);
+    let how = format!("`trainprof report {s3}` makes it");
     if within.is_zero() {
         return vec![format!("report: skipped, no time left of --upload-deadline-s; {how}")];
     }
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let (root2, url2, options2) = (root.to_owned(), url.clone(), options.clone());
-    let spawned = std::thread::Builder::new().name("trainprof-report".into()).spawn(move || {
-        let lines = page_to_s3(&root2, &sent, url2, options2);
-        let _ = tx.send(lines);
-    });
-    if let Err(e) = spawned {
-        return vec![format!("no report: cannot start its thread: {e}; {how}")];
-    }
-    match rx.recv_timeout(within) {
-        Ok(Ok(lines)) => lines,
-        Ok(Err(e)) => vec![format!("no report: {e}; {how}")],
-        Err(_) => vec![format!(
+    let until = Instant::now() + within;
+    let late = || {
+        vec![format!(
             "report: skipped, not done within what was left of --upload-deadline-s ({} s); {how}",
             within.as_secs()
-        )],
-    }
-}
-
-fn page_to_s3(
-    root: &Path,
-    sent: &std::collections::HashSet<String>,
-    url: S3Url,
-    options: S3Options,
-) -> Result<Vec<String>, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the S3 client: {e}"))?;
-    rt.block_on(async {
-        let s3 = format!("s3://{}/{}", url.bucket, url.prefix);
-        let store = S3Store::connect(url, options).await;
-        let temp = tempfile::Builder::new()
-            .prefix("trainprof-report-")
-            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .tempdir()
-            .map_err(|e| format!("cannot make a temporary folder: {e}"))?;
-        download_from(&store, temp.path(), Some(sent)).await?;
-        let model = trainprof_report::build(temp.path(), &s3, &trainprof_report::Options::default())
-            .map_err(|e| e.to_string())?;
-        drop(temp);
-        let name = write_page(root, &model)?;
-        let local = root.join(&name);
-        let dir = Dir::open_root(root, false).map_err(|e| format!("{}: {e}", root.display()))?;
-        let file = dir.open_regular(&name, false).map_err(|e| format!("{}: {e}", local.display()))?;
-        let held = trainprof_output::fs::meta_of(&file).map_err(|e| format!("{}: {e}", local.display()))?;
-        let key = format!("s3://{}/{}", store.url().bucket, store.url().key(&name));
-        let mut lines = match store.put_file(&name, &file, held.len, true).await {
-            Ok(Put::Stored) => match dir.unlink_if_holds(&name, &held) {
-                Ok(_) => vec![format!("report: {key}")],
-                Err(e) => vec![format!("report: {key} (the local copy {} stays: {e})", local.display())],
-            },
-            Ok(Put::Exists) => vec![format!(
-                "report: {} (not uploaded: {key} already holds another object, not overwritten)",
-                local.display()
-            )],
-            Err(e) => vec![format!("report: {} (not uploaded: {e})", local.display())],
-        };
-        lines.extend(triggered_lines(&model));
-        Ok(lines)
-    })
+        )]
+    };
+    let run_as = isolated::run_as(isolated::owner_of(root));
+    let temp = match private_temp(run_as) {
+        Ok(t) => t,
+        Err(e) => return vec![format!("no report: {e}; {how}")],
+    };
+    let rt = match client_runtime() {
+        Ok(rt) => rt,
+        Err(e) => return vec![format!("no report: {e}; {how}")],
+    };
+    let downloaded = rt.block_on(bounded(until, async {
+        let store = S3Store::connect(url.clone(), options.clone()).await;
+        download_from(&store, temp.path(), Some(&sent)).await.map(|got| (store, got))
+    }));
+    let store = match downloaded {
+        Ok(Ok((store, _))) => store,
+        Ok(Err(e)) => return vec![format!("no report: {e}; {how}")],
+        Err("stopped") => return vec![format!("report: skipped, stopped by a signal; {how}")],
+        Err(_) => return late(),
+    };
+    let made = isolated::spawn(temp.path(), &s3, &HashSet::new(), run_as, until - Instant::now())
+        .and_then(|r| r.wait(Some(until)));
+    // Removed at once, whatever the child did (it is dead by now).
+    drop(temp);
+    let made = match made {
+        Ok(Made { error: Some(e), .. }) => return vec![format!("no report: {e}")],
+        Ok(m) => m,
+        Err(e) => return vec![format!("no report: {e}; {how}")],
+    };
+    let name = match write_page(root, &made.page) {
+        Ok(n) => n,
+        Err(e) => return vec![format!("no report: {e}")],
+    };
+    let mut lines = vec![rt.block_on(send_page(&store, root, &name, false, until))];
+    rt.shutdown_background();
+    lines.extend(made.lines);
+    lines
 }
 
 /// Names tried at the end of `run`.
@@ -366,43 +529,133 @@ fn wanted(rel: &str) -> bool {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     let kind = rel.starts_with("system/incremental/")
         || rel.starts_with("framework/pevents/")
-        || (rel.starts_with("framework/")
-            && (rel.contains("/cprofile/") || rel.contains("/pyinstrument/"))
-            && (name == "python_stats" || name == "python_stats.json"));
+        || is_stats(rel, name);
     kind && !rel.ends_with(".tmp")
         && rel.split('/').all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
 }
 
+fn is_stats(rel: &str, name: &str) -> bool {
+    rel.starts_with("framework/")
+        && (rel.contains("/cprofile/") || rel.contains("/pyinstrument/"))
+        && (name == "python_stats" || name == "python_stats.json")
+}
+
+/// Objects one S3 download fetches at most; the rest are skipped, counted.
+pub const MAX_OBJECTS: u64 = 100_000;
+/// Bytes one S3 download fetches at most, in key order; the rest are skipped, counted.
+pub const MAX_DOWNLOAD_BYTES: u64 = 4 << 30;
+/// Keys listed at most (read or not): a prefix of millions of other keys is not walked to
+/// its end.
+pub const MAX_LISTED_KEYS: u64 = 1_000_000;
+/// The largest Python-stats object fetched: the size the report reads at most
+/// (docs/report.md, "Memory").
+pub const MAX_STATS_OBJECT: u64 = 64 << 20;
+/// The largest system file or timeline fetched: the timeline size the report reads at most.
+pub const MAX_OBJECT: u64 = trainprof_report::read::MAX_TIMELINE_BYTES;
+
+/// The bounds of one S3 download.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    objects: u64,
+    bytes: u64,
+    listed: u64,
+}
+
+impl Bounds {
+    const DOWNLOAD: Bounds =
+        Bounds { objects: MAX_OBJECTS, bytes: MAX_DOWNLOAD_BYTES, listed: MAX_LISTED_KEYS };
+}
+
+/// What a listing picks for download, by the listed sizes, within [`Bounds`].
+#[derive(Debug)]
+struct Plan {
+    bounds: Bounds,
+    /// (key, key relative to the prefix, listed size), in listing (key) order.
+    todo: Vec<(String, String, u64)>,
+    bytes: u64,
+    listed: u64,
+    over: (u64, u64),
+    skipped: Vec<String>,
+}
+
+impl Plan {
+    fn new(bounds: Bounds) -> Plan {
+        Plan { bounds, todo: Vec::new(), bytes: 0, listed: 0, over: (0, 0), skipped: Vec::new() }
+    }
+
+    /// A wanted key (`shown`: as the user reads it) and its listed size.
+    fn offer(&mut self, shown: &str, key: &str, rel: &str, size: u64) {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        let most = if is_stats(rel, name) { MAX_STATS_OBJECT } else { MAX_OBJECT };
+        if size > most {
+            self.skipped.push(format!("{shown}: {size} bytes, more than the {most} read: not downloaded"));
+            return;
+        }
+        let total = self.bytes.saturating_add(size);
+        if self.todo.len() as u64 >= self.bounds.objects || total > self.bounds.bytes {
+            self.over = (self.over.0 + 1, self.over.1.saturating_add(size));
+            return;
+        }
+        self.bytes = total;
+        self.todo.push((key.to_owned(), rel.to_owned(), size));
+    }
+
+    /// What to fetch, and the reasons for what is not (`shown`: the prefix).
+    fn finish(mut self, shown: &str) -> (Vec<(String, String, u64)>, Vec<String>) {
+        let (n, bytes) = self.over;
+        if n > 0 {
+            self.skipped.push(format!(
+                "{shown}: {n} objects ({bytes} bytes) past the download's bounds ({} objects, {} bytes): not downloaded",
+                self.bounds.objects, self.bounds.bytes
+            ));
+        }
+        (self.todo, self.skipped)
+    }
+}
+
+/// What a download fetched.
+#[derive(Debug, Default)]
+pub struct Downloaded {
+    pub files: u64,
+    pub bytes: u64,
+    /// Keys left out, with why.
+    pub skipped: Vec<String>,
+}
+
 /// Downloads the profiler files under `url` into the folder `into` (made private by the
-/// caller), never over a file or through a link; `Ok(files)`. The client is the uploader's
+/// caller), never over a file or through a link. The client is the uploader's
 /// (`S3Store::connect`: the standard credential chain, rustls, the endpoint from
 /// `--s3-endpoint` or `AWS_ENDPOINT_URL(_S3)`, path-style with an endpoint).
-fn download(url: &S3Url, endpoint: Option<&str>, into: &Path) -> Result<u64, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the S3 client: {e}"))?;
-    rt.block_on(async {
+fn download(url: &S3Url, endpoint: Option<&str>, into: &Path) -> Result<Downloaded, String> {
+    let rt = client_runtime()?;
+    let got = rt.block_on(async {
         let options = S3Options { endpoint: endpoint.map(str::to_owned), ..S3Options::default() };
         let store = S3Store::connect(url.clone(), options).await;
         download_from(&store, into, None).await
-    })
+    });
+    rt.shutdown_background();
+    got
 }
 
 /// [`download`] with a store already made; `only`: the keys (relative to the prefix) to
-/// fetch, when not every profiler file under the prefix.
+/// fetch, when not every profiler file under the prefix. The listing is read first: an
+/// object larger than the report reads ([`MAX_STATS_OBJECT`], [`MAX_OBJECT`]) is skipped
+/// by its listed size, and the download stops at [`MAX_OBJECTS`] and [`MAX_DOWNLOAD_BYTES`]
+/// (in key order). A key that cannot be a file here (`x` beside `x/y`) or whose object grew
+/// past its listed size is skipped; each skip is one reason. `Err` when the bucket cannot be
+/// listed or an object cannot be fetched.
 async fn download_from(
     store: &S3Store,
     into: &Path,
-    only: Option<&std::collections::HashSet<String>>,
-) -> Result<u64, String> {
+    only: Option<&HashSet<String>>,
+) -> Result<Downloaded, String> {
     use crate::upload::store::chain;
 
     let (client, url) = (store.client(), store.url());
     let prefix = if url.prefix.is_empty() { String::new() } else { format!("{}/", url.prefix) };
     let root = Dir::open_root(into, false).map_err(|e| format!("{}: {e}", into.display()))?;
+    let mut plan = Plan::new(Bounds::DOWNLOAD);
     let mut token: Option<String> = None;
-    let mut n = 0u64;
     loop {
         let mut req = client.list_objects_v2().bucket(&url.bucket).prefix(&prefix);
         if let Some(t) = token.take() {
@@ -411,35 +664,72 @@ async fn download_from(
         let out =
             req.send().await.map_err(|e| format!("listing s3://{}/{prefix}: {}", url.bucket, chain(&e)))?;
         for obj in out.contents() {
+            plan.listed += 1;
             let Some(key) = obj.key() else { continue };
             let Some(rel) = key.strip_prefix(&prefix) else { continue };
             if !wanted(rel) || only.is_some_and(|o| !o.contains(rel)) {
                 continue;
             }
-            let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
-            let mut f =
-                root.sub(folder, true).and_then(|d| d.create_new(name)).map_err(|e| format!("{rel}: {e}"))?;
-            let got = client
-                .get_object()
-                .bucket(&url.bucket)
-                .key(key)
-                .send()
-                .await
-                .map_err(|e| format!("reading s3://{}/{key}: {}", url.bucket, chain(&e)))?;
-            let mut body = got.body;
-            while let Some(chunk) =
-                body.try_next().await.map_err(|e| format!("reading s3://{}/{key}: {e}", url.bucket))?
-            {
-                f.write_all(&chunk).map_err(|e| format!("{rel}: {e}"))?;
-            }
-            n += 1;
+            let size = obj.size().and_then(|s| u64::try_from(s).ok()).unwrap_or(0);
+            plan.offer(&format!("s3://{}/{key}", url.bucket), key, rel, size);
         }
         match out.next_continuation_token() {
+            Some(_) if plan.listed >= plan.bounds.listed => {
+                plan.skipped.push(format!(
+                    "s3://{}/{prefix}: more than {} keys; the rest were not listed",
+                    url.bucket, plan.bounds.listed
+                ));
+                break;
+            }
             Some(t) if out.is_truncated() == Some(true) => token = Some(t.to_owned()),
             _ => break,
         }
     }
-    Ok(n)
+    let (todo, skipped) = plan.finish(&format!("s3://{}/{prefix}", url.bucket));
+    let mut got = Downloaded { skipped, ..Downloaded::default() };
+    for (key, rel, size) in todo {
+        let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel.as_str()));
+        let created = root.sub(folder, true).and_then(|d| d.create_new(name).map(|f| (d, f)));
+        let (dir, mut f) = match created {
+            Ok(x) => x,
+            Err(e) => {
+                // `x` beside `x/y`, or a name taken: this key only.
+                got.skipped.push(format!("s3://{}/{key}: {e}: not downloaded", url.bucket));
+                continue;
+            }
+        };
+        let fetched = client
+            .get_object()
+            .bucket(&url.bucket)
+            .key(&key)
+            .send()
+            .await
+            .map_err(|e| format!("reading s3://{}/{key}: {}", url.bucket, chain(&e)))?;
+        let mut body = fetched.body;
+        let mut written = 0u64;
+        let mut grew = false;
+        while let Some(chunk) =
+            body.try_next().await.map_err(|e| format!("reading s3://{}/{key}: {e}", url.bucket))?
+        {
+            written = written.saturating_add(chunk.len() as u64);
+            if written > size {
+                grew = true;
+                break;
+            }
+            f.write_all(&chunk).map_err(|e| format!("{rel}: {e}"))?;
+        }
+        if grew {
+            let _ = dir.unlink_if_same(name, &f);
+            got.skipped.push(format!(
+                "s3://{}/{key}: larger than its listed {size} bytes (replaced while read): not downloaded",
+                url.bucket
+            ));
+            continue;
+        }
+        got.files += 1;
+        got.bytes += written;
+    }
+    Ok(got)
 }
 
 #[cfg(test)]
@@ -460,6 +750,35 @@ mod tests {
         ));
         assert!(!wanted("framework/pytorch/cprofile/0-algo-1/w/python_stats.html"));
         assert!(!wanted("framework/tensorflow/detailed_profiling/2026112203/000000005/x.xplane.pb"));
+    }
+
+    #[test]
+    fn a_download_skips_by_listed_size_and_stops_at_its_bounds() {
+        let mut plan = Plan::new(Bounds { objects: 2, bytes: 100, listed: 10 });
+        let stats = "framework/pytorch/cprofile/0-algo-1/w/python_stats";
+        plan.offer("s3://b/big", stats, stats, MAX_STATS_OBJECT + 1);
+        plan.offer("s3://b/a", "a", "system/incremental/1/a.json", 60);
+        // Past the bytes, then past the objects.
+        plan.offer("s3://b/b", "b", "system/incremental/1/b.json", 60);
+        plan.offer("s3://b/c", "c", "system/incremental/1/c.json", 40);
+        plan.offer("s3://b/d", "d", "system/incremental/1/d.json", 0);
+        let (todo, skipped) = plan.finish("s3://b/");
+        let keys: Vec<&str> = todo.iter().map(|(k, _, _)| k.as_str()).collect();
+        assert_eq!(keys, ["a", "c"]);
+        assert_eq!(
+            skipped,
+            [
+                format!("s3://b/big: {} bytes, more than the {MAX_STATS_OBJECT} read: not downloaded", MAX_STATS_OBJECT + 1),
+                "s3://b/: 2 objects (60 bytes) past the download's bounds (2 objects, 100 bytes): not downloaded".to_owned(),
+            ]
+        );
+        // A timeline may be larger than a stats file, up to what the report reads.
+        let mut plan = Plan::new(Bounds::DOWNLOAD);
+        plan.offer("s3://b/t", "t", "framework/pevents/1/t.json", MAX_STATS_OBJECT + 1);
+        plan.offer("s3://b/u", "u", "framework/pevents/1/u.json", MAX_OBJECT + 1);
+        let (todo, skipped) = plan.finish("s3://b/");
+        assert_eq!(todo.len(), 1);
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
     }
 
     #[test]

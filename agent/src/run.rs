@@ -204,6 +204,14 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
         // signals go to that group (the terminal's foreground) and never to run.
         Some(t) => match t.pass_on(sig.signo) {
             child::Passed::Sent => log!("{} passed on to {}'s process group", sig.name(), t.pid()),
+            // The command is gone: what `run` still does is bounded anyway, but a stop
+            // signal ends the page now (docs/report.md, "At the end of trainprof run").
+            child::Passed::Gone if sig.stops() => {
+                if !crate::report_cmd::isolated::stopped() {
+                    log!("{}: the command has exited; the report stops", sig.name());
+                }
+                crate::report_cmd::isolated::stop();
+            }
             child::Passed::Gone => {}
             child::Passed::KernelSendsIt => log!(
                 "{}: the terminal hung up; the kernel sends it to {}'s process group (not passed on twice)",
@@ -248,9 +256,20 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
         None => None,
     };
 
+    let mut uploader =
+        uploader.map(|(handle, url, options)| Uploading { handle: Some(handle), url, options, early: None });
     let status = match child {
         Some((mut c, trainer)) => {
             let st = trainer.wait(&mut c);
+            // `--upload-deadline-s 0`: no upload starts once the command has exited (README,
+            // "Upload to S3 and crash repair"), so the uploader hears it before the last seal
+            // wakes it.
+            if upload_flags.deadline.is_zero()
+                && let Some(u) = uploader.as_mut()
+                && let Some(h) = u.handle.take()
+            {
+                u.early = Some(h.finish(Duration::ZERO));
+            }
             stop.request();
             Some(st)
         }
@@ -284,73 +303,77 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
         if let Err(e) = end_markers::write_end_markers(root, SystemClock::new(Stop::new()).wall_s()) {
             log!("cannot write the training_job_end.ts markers: {e}");
         }
-        // The report reads the sealed files; a failure is one line, never a failed run.
-        // With an upload and --keep-local the page is written before the uploader's
-        // Finish and sent with the rest (before the markers); without --keep-local the
-        // files are gone by then, so it is made after the Finish from what this run sent,
-        // within what is left of the deadline (docs/report.md, "At the end of trainprof run").
+        // The page is made by a child process with bounds of its own (docs/on-disk.md, "Who
+        // reads what, with which rights"); a failure is one line, never a failed run. Without
+        // an upload, and with --keep-local, it is made from the files on disk, beside the
+        // final upload, and sent after it; without --keep-local the files are gone by then,
+        // so it is made after the final upload from what this run sent, within what is left
+        // of the deadline (docs/report.md, "At the end of trainprof run").
         let want_page = opts_report && command_given;
+        let wall = crate::report_cmd::page_wall(upload_flags.deadline);
         let mut report_lines = Vec::new();
-        let mut page = None;
-        match &uploader {
-            None if want_page => report_lines = crate::report_cmd::at_end_of_run(root, &before),
-            Some((u, _, _)) if want_page && upload_flags.keep_local => {
-                (report_lines, page) = crate::report_cmd::at_end_of_run_named(root, &before);
-                if let Some(name) = &page {
-                    u.also(vec![name.clone()], upload_flags.deadline);
+        let uploaded = match uploader {
+            None => {
+                if want_page {
+                    report_lines = crate::report_cmd::at_end_of_run(root, &before, wall);
                 }
+                None
             }
-            _ => {}
-        }
-        // The markers go last, once everything else is in S3.
-        let finish_started = Instant::now();
-        let uploaded = uploader.map(|(u, url, options)| (u.finish(upload_flags.deadline), url, options));
-        let uploaded = match uploaded {
-            Some((report, url, options)) => {
+            Some(Uploading { handle, url, options, early }) => {
+                let keep_local = upload_flags.keep_local;
+                let page =
+                    (want_page && keep_local).then(|| crate::report_cmd::EndPage::start(root, &before, wall));
+                // The markers go last, once everything else is in S3.
+                let finish_started = Instant::now();
+                let report = match (early, handle) {
+                    (Some(r), _) => r,
+                    (None, Some(h)) => h.finish(upload_flags.deadline),
+                    (None, None) => None,
+                };
+                let until = finish_started + upload_flags.deadline;
                 let s3 = format!("s3://{}/{}", url.bucket, url.prefix);
-                match (&report, &page) {
-                    _ if !want_page => {}
-                    (Some(r), Some(name)) if r.sent.contains(name) => {
-                        if let Some(l) = report_lines.first_mut() {
-                            l.push_str(&format!(" (uploaded to {s3})"));
-                        }
+                let all_sent = report.as_ref().is_some_and(|r| r.left.is_empty());
+                if let Some(page) = page {
+                    let (lines, name) = page.finish();
+                    report_lines = lines;
+                    if let (Some(name), Some(first)) = (name, report_lines.first_mut()) {
+                        *first = if all_sent {
+                            crate::report_cmd::page_to_s3(root, &name, &url, &options, true, until)
+                        } else {
+                            format!("{first} (not uploaded: see the upload lines)")
+                        };
                     }
-                    (_, Some(_)) => {
-                        if let Some(l) = report_lines.first_mut() {
-                            l.push_str(" (not uploaded: see the upload lines)");
+                } else if want_page {
+                    report_lines = match &report {
+                        // Nothing reached S3 (no credentials, a refused bucket): every file
+                        // is still here, so the page is made from them and stays here.
+                        Some(r) if r.sent.is_empty() => {
+                            let left = wall.saturating_sub(finish_started.elapsed());
+                            let wall = left.max(crate::report_cmd::MIN_PAGE_WALL);
+                            let mut lines = crate::report_cmd::at_end_of_run(root, &before, wall);
+                            if let Some(l) = lines.first_mut().filter(|l| l.starts_with("report: ")) {
+                                l.push_str(" (not uploaded: see the upload lines)");
+                            }
+                            lines
                         }
-                    }
-                    // Nothing reached S3 (no credentials, a refused bucket): every file
-                    // is still here, so the page is made from them and stays here.
-                    (Some(r), None) if !upload_flags.keep_local && r.sent.is_empty() => {
-                        report_lines = crate::report_cmd::at_end_of_run(root, &before);
-                        if let Some(l) = report_lines.first_mut().filter(|l| l.starts_with("report: ")) {
-                            l.push_str(" (not uploaded: see the upload lines)");
-                        }
-                    }
-                    // Part of the job is in S3 and part still here: neither copy is whole.
-                    (Some(r), None) if !upload_flags.keep_local && !r.left.is_empty() => {
-                        report_lines = vec![format!(
+                        // Part of the job is in S3 and part still here: neither copy is whole.
+                        Some(r) if !r.left.is_empty() => vec![format!(
                             "report: skipped, {} files are still on local disk and not in S3; \
                              `trainprof report {s3}` makes it once they are uploaded",
                             r.left.len()
-                        )];
-                    }
-                    (Some(r), None) if !upload_flags.keep_local => {
-                        let left = upload_flags.deadline.saturating_sub(finish_started.elapsed());
-                        let sent = r.sent.iter().cloned().collect();
-                        report_lines = crate::report_cmd::at_end_of_s3_run(root, sent, &url, &options, left);
-                    }
-                    (None, None) if !upload_flags.keep_local => {
-                        report_lines = vec![format!(
+                        )],
+                        Some(r) => {
+                            let left = until.saturating_duration_since(Instant::now());
+                            let sent = r.sent.iter().cloned().collect();
+                            crate::report_cmd::at_end_of_s3_run(root, sent, &url, &options, left)
+                        }
+                        None => vec![format!(
                             "report: skipped, the upload did not finish; `trainprof report {s3}` makes it"
-                        )];
-                    }
-                    _ => {}
+                        )],
+                    };
                 }
                 Some(report)
             }
-            None => None,
         };
         if let Some(counts) = &counts {
             let (cpu_us, rss_bytes) = self_usage();
@@ -388,6 +411,15 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
             ExitCode::from(1)
         }
     }
+}
+
+/// The uploader while `run` ends: its handle until the final upload is asked for, and the
+/// report of one asked for early (`--upload-deadline-s 0`).
+struct Uploading {
+    handle: Option<upload::Handle>,
+    url: upload::store::S3Url,
+    options: upload::store::S3Options,
+    early: Option<Option<upload::Report>>,
 }
 
 /// How long a config file that does not parse at the start is read again before it is

@@ -1093,3 +1093,241 @@ fn with_no_aws_credentials_the_upload_says_so_plainly() {
     // Every line of the log is one line, the error chain included.
     assert!(stderr.lines().all(|l| l.starts_with("trainprof: ")), "{stderr}");
 }
+
+/// `cmd` run to its end, or killed and failed after `limit` (a hang detector, not a timing).
+fn output_within(mut cmd: Command, limit: std::time::Duration) -> Output {
+    let child =
+        cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let pid = child.id() as libc::pid_t;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            kill(pid, libc::SIGKILL);
+            panic!("still running after {limit:?}");
+        }
+    }
+}
+
+/// Pids of the page's child processes reading `root`.
+fn page_children(root: &std::path::Path) -> Vec<i32> {
+    let want = root.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<String> =
+                cmdline.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+            args.iter().any(|a| a == "page-child") && args.iter().any(|a| a == &want)
+        })
+        .collect()
+}
+
+#[test]
+fn whatever_the_page_s_process_does_run_keeps_the_status_and_says_one_line() {
+    for (how, why) in [
+        ("abort", "its process ended by signal 6"),
+        ("oom", "its process ended by signal 6"),
+        ("garbage", "its output is not a page"),
+        ("flood", "its output is larger than 134217728 bytes"),
+        ("hang", "not done within 5 s (its process was killed)"),
+    ] {
+        let (_scratch, d) = scratch(&format!("page-{how}"));
+        let mut cmd = command(&[
+            "run",
+            "--interval-ms",
+            "100",
+            "--local-path",
+            d.to_str().unwrap(),
+            "--upload-deadline-s",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.3; exit 3",
+        ]);
+        cmd.env("TRAINPROF_TEST_REPORT_CHILD", how);
+        let out = output_within(cmd, std::time::Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{how}: {stderr}");
+        assert_sealed(&d);
+        let said: Vec<&str> = stderr.lines().filter(|l| l.contains("report")).collect();
+        let want = format!("trainprof: no report: {why}; `trainprof report {}` makes it", d.display());
+        assert!(said.len() == 1 && said[0].starts_with(&want[..want.find(';').unwrap()]), "{how}: {stderr}");
+        assert!(said[0].ends_with("makes it"), "{how}: {stderr}");
+        assert!(stderr.contains("files: "), "the summary is there: {stderr}");
+        assert!(!d.join("report.html").exists(), "{how}");
+        assert!(!stderr.contains('\x1b'), "{how}: {stderr}");
+        assert!(page_children(&d).is_empty(), "{how}: the page's process outlived run");
+    }
+}
+
+#[test]
+fn the_page_s_process_runs_under_its_limits_without_the_environment() {
+    let (_scratch, d) = scratch("page-limits");
+    let mut cmd = run_command(d.to_str().unwrap(), &["true"]);
+    cmd.env("TRAINPROF_TEST_REPORT_CHILD", "limits").env("AWS_SECRET_ACCESS_KEY", "not-for-the-child");
+    let out = output_within(cmd, std::time::Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // The default deadline (20 s) is its wall bound; its CPU time is 2 s more.
+    for line in [
+        "trainprof: child limit: Max cpu time 22 22 seconds",
+        "trainprof: child limit: Max file size 0 0 bytes",
+        "trainprof: child limit: Max address space 4294967296 4294967296 bytes",
+        "trainprof: child limit: Max core file size 0 0 bytes",
+        // Its own test variable only.
+        "trainprof: child env: 1",
+    ] {
+        assert!(stderr.lines().any(|l| l == line), "{line}: {stderr}");
+    }
+    assert!(stderr.lines().any(|l| l == format!("trainprof: report: {}", d.join("report.html").display())));
+}
+
+/// As root, the page is made by the LocalPath's owner: a folder of `nobody` gets a child
+/// that runs as `nobody`, with no other group, and the page is still made.
+#[test]
+fn as_root_the_page_is_made_as_the_local_path_s_owner() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: the drop to the owner cannot happen here");
+        return;
+    }
+    let (_scratch, d) = scratch("page-owner");
+    let out_dir = d.join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&out_dir, Some(65534), Some(65534)).unwrap();
+    let mut cmd = run_command(out_dir.to_str().unwrap(), &["true"]);
+    cmd.env("TRAINPROF_TEST_REPORT_CHILD", "limits");
+    let out = output_within(cmd, std::time::Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.lines().any(|l| l == "trainprof: child ids: uid 65534 gid 65534 groups 0"), "{stderr}");
+    // And for real: the page of a folder nobody owns, made as nobody.
+    let out = output_within(
+        run_command(out_dir.to_str().unwrap(), &["sleep", "0.3"]),
+        std::time::Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let page = out_dir.join("report-2.html");
+    assert!(stderr.lines().any(|l| l == format!("trainprof: report: {}", page.display())), "{stderr}");
+    assert!(std::fs::read_to_string(&page).unwrap().contains("algo-1"));
+}
+
+#[test]
+fn sigterm_after_the_command_exited_ends_a_stuck_page_at_once() {
+    let (_scratch, d) = scratch("page-sigterm");
+    let mut cmd = command(&[
+        "run",
+        "--local-path",
+        d.to_str().unwrap(),
+        "--upload-deadline-s",
+        "600",
+        "--",
+        "sh",
+        "-c",
+        "exit 7",
+    ]);
+    cmd.env("TRAINPROF_TEST_REPORT_CHILD", "hang");
+    let child = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap();
+    wait_for("the page's process", || !page_children(&d).is_empty());
+    sigterm(&child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let pid = child.id() as libc::pid_t;
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    // Its wall bound is 600 s: only the signal ends it this soon.
+    let out = match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            kill(pid, libc::SIGKILL);
+            panic!("run did not stop the page on SIGTERM");
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert!(stderr.contains("SIGTERM: the command has exited; the report stops"), "{stderr}");
+    assert!(stderr.contains("no report: stopped by a signal"), "{stderr}");
+    assert!(page_children(&d).is_empty());
+    assert_sealed(&d);
+}
+
+/// A trainer that leaves a 20 GB sparse system file and a writer that keeps appending to a
+/// timeline behind: `run` still ends with the command's status, its page bounded.
+#[test]
+fn sparse_and_growing_files_cannot_hold_run_up() {
+    let (_scratch, d) = scratch("page-sparse");
+    let hour = d.join("system/incremental/2026010100");
+    let pevents = d.join("framework/pevents/2026010100");
+    let pidfile = d.join("writer.pid");
+    let script = format!(
+        "mkdir -p {hour} {pevents}; truncate -s 20G {hour}/1767225600.algo-1.json; \
+         f={pevents}/1767225600000000_0-algo-1_pythontimeline.json; printf '[\\n' > $f; \
+         (while :; do echo '{{\"name\": \"x\", \"ph\": \"X\", \"ts\": 1767225600000000, \"dur\": 1, \"pid\": 1, \"tid\": 1}},' >> $f; done) </dev/null >/dev/null 2>&1 & \
+         echo $! > {pidfile}; exit 4",
+        hour = hour.display(),
+        pevents = pevents.display(),
+        pidfile = pidfile.display()
+    );
+    let cmd = command(&[
+        "run",
+        "--local-path",
+        d.to_str().unwrap(),
+        "--upload-deadline-s",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    // With a deadline of 1 s the page gets 5 s; reading the sparse file alone took about a
+    // minute when the page was read in `run` itself.
+    let out = output_within(cmd, std::time::Duration::from_secs(45));
+    let writer: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    kill(writer, libc::SIGKILL);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(page_children(&d).is_empty());
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("report")).collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+}
+
+/// A 354-byte cProfile file whose nested back-references a decoder that copies them expands
+/// to 2^40 values (Python's `marshal.dumps` of a tuple paired with itself 40 times): written
+/// by the trainer, it made `run` abort (exit 134, no summary). Whatever the reader makes of
+/// it, `run` keeps the command's status, seals, and says one line about the page.
+#[test]
+fn a_hostile_python_stats_file_cannot_cost_run_its_status() {
+    const STATS: &str = "fba903fa04612e7079e901000000da0166290572030000007203000000e79a9999999999b93f72050000007ba903fa04622e7079e902000000da0167a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a902a90272030000007208000000723200000072310000007230000000722f000000722e000000722d000000722c000000722b000000722a0000007229000000722800000072270000007226000000722500000072240000007223000000722200000072210000007220000000721f000000721e000000721d000000721c000000721b000000721a0000007219000000721800000072170000007216000000721500000072140000007213000000721200000072110000007210000000720f000000720e000000720d000000720c000000720b0000003030";
+    let (_scratch, d) = scratch("page-marshal");
+    let out_dir = d.join("out");
+    let bytes: Vec<u8> =
+        (0..STATS.len()).step_by(2).map(|i| u8::from_str_radix(&STATS[i..i + 2], 16).unwrap()).collect();
+    let planted = d.join("python_stats");
+    std::fs::write(&planted, bytes).unwrap();
+    let window =
+        out_dir.join("framework/pytorch/cprofile/0-algo-1/train-1-stepstart-1.0_train-2-stepstart-2.0");
+    let script = format!(
+        "mkdir -p {w} && cp {p} {w}/python_stats; sleep 0.3; exit 3",
+        w = window.display(),
+        p = planted.display()
+    );
+    let cmd = run_command(out_dir.to_str().unwrap(), &["sh", "-c", &script]);
+    let out = output_within(cmd, std::time::Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_sealed(&out_dir);
+    assert!(stderr.contains("files: "), "the summary is there: {stderr}");
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("trainprof: report: ") || l.starts_with("trainprof: no report: "))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+}

@@ -25,8 +25,7 @@ def is_page(body):
     return text.startswith("<!DOCTYPE html>") and "algo-1" in text
 
 
-def test_keep_local_sends_the_page_with_the_rest_before_the_markers(trainprof_bin, hook_lib, s3,
-                                                                     tmp_path):
+def test_keep_local_sends_the_page_after_the_rest(trainprof_bin, hook_lib, s3, tmp_path):
     out = tmp_path / "out"
     prefix = "jobs/page-keep"
     config = write_profiler_config(tmp_path / "profilerconfig.json", out)
@@ -40,12 +39,13 @@ def test_keep_local_sends_the_page_with_the_rest_before_the_markers(trainprof_bi
     # The page is the same in S3, and S3 holds exactly the local files.
     assert sorted(remote) == sorted(local)
     assert remote[PAGE] == local[PAGE]
-    assert f"trainprof: report: {out / PAGE} (uploaded to {s3.url(prefix)})" in stderr, stderr
-    # It went up with the rest: before the markers, counted by the uploader.
+    assert f"trainprof: report: {out / PAGE} (uploaded to {s3.url(prefix)}/{PAGE})" in stderr.splitlines(), stderr
+    # Made while the rest went up (the uploader does not wait for it), and sent by `run` after
+    # the uploader's last object, the markers.
     puts = [k[len(prefix) + 1:] for k, status in put_log(s3) if status == 200 and k.startswith(prefix + "/")]
-    assert puts.index(PAGE) < min(puts.index(m) for m in MARKERS), puts
+    assert puts[-1] == PAGE and max(puts.index(m) for m in MARKERS) < puts.index(PAGE), puts
     up = re.search(r"^trainprof: upload: (\d+) files? uploaded", stderr, re.M)
-    assert up and int(up.group(1)) == len(local), stderr
+    assert up and int(up.group(1)) == len(local) - 1, stderr
 
 
 def test_without_keep_local_the_page_is_made_from_s3_and_not_left_behind(trainprof_bin, hook_lib, s3, tmp_path):
@@ -71,8 +71,9 @@ def test_without_keep_local_the_page_is_made_from_s3_and_not_left_behind(trainpr
 
 
 def test_no_time_left_keeps_the_page_local_with_one_line(trainprof_bin, s3, tmp_path):
-    """--upload-deadline-s 0: nothing reached S3, so every file is still on disk; the page is
-    made from them, stays local, and one line says it was not uploaded."""
+    """--upload-deadline-s 0: no upload starts once the command has exited, so every file is
+    still on disk; the page is made from them (the page has at least 5 s), stays local, and one
+    line says it was not uploaded."""
     out = tmp_path / "out"
     prefix = "jobs/page-late"
     stderr = run(trainprof_bin, [*upload_args(out, s3.url(prefix), s3.endpoint, "--upload-deadline-s", "0"),
@@ -80,4 +81,44 @@ def test_no_time_left_keeps_the_page_local_with_one_line(trainprof_bin, s3, tmp_
     lines = [line for line in stderr.splitlines() if line.startswith("trainprof: report:")]
     assert lines == [f"trainprof: report: {out / PAGE} (not uploaded: see the upload lines)"], stderr
     assert (out / PAGE).is_file()
-    assert PAGE not in uploaded(s3, prefix)
+    # Deterministic: a deadline of 0 starts no upload once the command has exited, so not even
+    # the system file sealed at the end (which wakes the uploader) reaches S3.
+    assert uploaded(s3, prefix) == {}
+    assert [k for k, _ in put_log(s3) if k.startswith(prefix + "/")] == []
+    assert re.search(r"^trainprof: upload: 0 files uploaded", stderr, re.M), stderr
+
+
+def test_a_page_that_aborts_or_hangs_costs_run_nothing(trainprof_bin, s3, tmp_path):
+    """The page's process aborts (as a 448-byte cProfile file made the parser abort) or hangs
+    (as one system line with a timestamp of 1e18 did): `run` still exits with the command's
+    status, every file reaches S3 with the end markers, one line says there is no page, it
+    returns within the deadline plus a few seconds, and the download folder of the page made
+    from S3 is gone."""
+    import os
+    import time
+    for how in ("abort", "hang"):
+        for keep in (["--keep-local"], []):
+            case = f"{how}{'-keep' if keep else ''}"
+            out = tmp_path / case / "out"
+            temp = tmp_path / case / "tmp"
+            temp.mkdir(parents=True)
+            prefix = f"jobs/page-{case}"
+            env = {**env_for(tmp_path, s3.endpoint), "TRAINPROF_TEST_REPORT_CHILD": how, "TMPDIR": str(temp)}
+            started = time.monotonic()
+            proc = subprocess.run([str(trainprof_bin), "run", *upload_args(out, s3.url(prefix), s3.endpoint, *keep),
+                                   "--upload-deadline-s", "3", "--", "sh", "-c", "sleep 0.5; exit 3"],
+                                  env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+            took = time.monotonic() - started
+            assert proc.returncode == 3, (case, proc.stderr)
+            remote = uploaded(s3, prefix)
+            assert all(m in remote for m in MARKERS), (case, sorted(remote))
+            assert any(k.startswith("system/incremental/") for k in remote), (case, sorted(remote))
+            assert PAGE not in remote
+            if keep:
+                assert sorted(remote) == sorted(sealed_files(out)), case
+            lines = [line for line in proc.stderr.splitlines() if "report" in line]
+            assert len(lines) == 1 and lines[0].startswith("trainprof: no report: "), (case, proc.stderr)
+            assert "upload: 0 files left on local disk" in proc.stderr, (case, proc.stderr)
+            # The page has at least 5 s; the rest is start-up, the last seal and the upload.
+            assert took < 30, (case, took)
+            assert os.listdir(temp) == [], case

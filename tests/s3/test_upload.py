@@ -400,19 +400,25 @@ def test_run_uploads_every_file_byte_for_byte_and_smdebug_reads_s3(
     for rel, body in local.items():
         assert remote[rel] == body, f"{rel}: S3 holds {len(remote[rel])} bytes, the disk {len(body)}"
 
+    # The end-of-run page is sent by `run` itself once the uploader is done (docs/report.md,
+    # "At the end of trainprof run"); the uploader sent the rest.
+    data = {rel: body for rel, body in local.items() if rel != "report.html"}
+    assert len(data) == len(local) - 1, sorted(local)
     s = Summary(stderr)
-    assert (s.uploaded, s.bytes, s.already, s.failed) == (len(local), sum(map(len, local.values())), 0, 0), s
+    assert (s.uploaded, s.bytes, s.already, s.failed) == (len(data), sum(map(len, data.values())), 0, 0), s
     assert s.left == 0, s  # kept, but not waiting: "left" counts what S3 does not have
     # --keep-local: the files stay, and the agent records which are in S3.
     record = out / ".trainprof" / "uploaded"
     assert record.is_file(), sorted(str(p.relative_to(out)) for p in out.glob(".trainprof/*"))
     text = record.read_text(errors="replace")
-    assert all(rel in text for rel in local), text[:2000]
+    assert all(rel in text for rel in data), text[:2000]
 
-    # The markers went last: the server confirmed every data file before a marker arrived.
+    # The markers went last: the server confirmed every data file before a marker arrived;
+    # the page came after them all.
     puts = [k[len(prefix) + 1:] for k, status in put_log(s3) if status == 200 and k.startswith(prefix + "/")]
+    assert puts[-1] == "report.html", puts
     first_marker = min(i for i, rel in enumerate(puts) if rel in MARKERS)
-    last_data = max(i for i, rel in enumerate(puts) if rel not in MARKERS)
+    last_data = max(i for i, rel in enumerate(puts[:-1]) if rel not in MARKERS)
     assert last_data < first_marker, puts
 
     # smdebug reads from S3 exactly what it reads from the disk.
@@ -826,3 +832,32 @@ def test_a_flaky_server_is_logged_once_per_30_s_not_per_change(trainprof_bin, s3
     assert 1 <= len(state) <= 2, state
     assert Summary(stderr).failed >= 2, stderr[-2000:]
     assert_no_secret(agent)
+
+
+def test_a_file_that_keeps_growing_cannot_hold_the_end_up(trainprof_bin, s3, tmp_path):
+    """A trainer leaves a writer behind that keeps appending to a sealed-looking timeline (kept
+    on disk: --keep-local): the uploader sends the length it saw at open (the longer file a
+    later walk sees is not sent over it), `run` still ends within the deadline plus a few seconds with the command's status,
+    and the markers go up."""
+    out = tmp_path / "out"
+    prefix = "jobs/growing"
+    hour = out / "framework" / "pevents" / "2026010100"
+    grown = hour / "1767225600000000_0-algo-1_pythontimeline.json"
+    pidfile = tmp_path / "writer.pid"
+    line = '{"name": "x", "ph": "X", "ts": 1767225600000000, "dur": 1, "pid": 1, "tid": 1},'
+    script = (f"mkdir -p {hour}; printf '[\\n' > {grown}; "
+              f"(while :; do echo '{line}' >> {grown}; done) </dev/null >/dev/null 2>&1 & "
+              f"echo $! > {pidfile}; sleep 1.5; exit 5")
+    started = time.monotonic()
+    proc = subprocess.run([str(trainprof_bin), "run", *upload_args(out, s3.url(prefix), s3.endpoint, "--keep-local"),
+                           "--upload-deadline-s", "3", "--", "sh", "-c", script],
+                          env=env_for(tmp_path, s3.endpoint), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    took = time.monotonic() - started
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert proc.returncode == 5, proc.stderr
+    remote = uploaded(s3, prefix)
+    assert all(m in remote for m in MARKERS), sorted(remote)
+    rel = str(grown.relative_to(out))
+    sent = remote[rel]
+    assert grown.read_bytes()[:len(sent)] == sent and len(sent) < grown.stat().st_size
+    assert took < 30, took

@@ -2,8 +2,7 @@
 //!
 //! The uploader is one thread with its own single-threaded tokio runtime; nothing else in
 //! the agent is async. It learns about files by walking `system/` and `framework/` under
-//! the output root (plus the top-level files it is named with [`Msg::Also`]: `run`'s page)
-//! once a second (the hook's files are sealed by another process), and
+//! the output root once a second (the hook's files are sealed by another process), and
 //! sooner when the sampler wakes it after a seal. A file is uploaded when it is sealed:
 //! hidden files, names ending in `.tmp` and the folders `.tmp/` and `.trainprof/` are
 //! never looked at. Each upload asks the store first what it has under the key:
@@ -91,9 +90,6 @@ pub enum Msg {
     Wake,
     /// Upload what is there, the markers last, then stop; give up at the deadline.
     Finish { deadline: Instant },
-    /// Files at the top of the output root that this process created (`O_EXCL`: the page
-    /// of `run`, docs/on-disk.md) and that go up with the rest, before the markers.
-    Also(Vec<String>),
 }
 
 /// What the uploader did.
@@ -186,8 +182,6 @@ struct Uploader<S> {
     /// Hard-linked files seen in the last walk: said when they are still there at the next.
     linked: HashSet<String>,
     sent: Vec<String>,
-    /// Top-level files to send too ([`Msg::Also`]).
-    also: Vec<String>,
 }
 
 /// Runs the uploader until `Finish` arrives (or every sender is gone) and its work is done
@@ -215,7 +209,6 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
         repair_failures: HashSet::new(),
         linked: HashSet::new(),
         sent: Vec::new(),
-        also: Vec::new(),
         settings,
     };
     let mut tasks: JoinSet<Done> = JoinSet::new();
@@ -228,10 +221,8 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
             // uploads in flight go on, and bounded by the deadline.
             let root = up.settings.root.clone();
             let min_age = if up.finishing { Duration::ZERO } else { up.settings.repair_min_age };
-            let also = up.also.clone();
             let walk = tokio::task::spawn_blocking(move || {
-                let mut sealed = sealed_files(&root);
-                top_files(&root, &also, &mut sealed);
+                let sealed = sealed_files(&root);
                 (repair::repair_all(&root, min_age, SystemTime::now()), sealed)
             });
             let walked = match deadline {
@@ -246,7 +237,11 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
             next_scan = Instant::now() + up.settings.scan_interval;
         }
         let now = Instant::now();
-        up.start_uploads(&mut tasks, now);
+        // Past the deadline nothing new starts (with a deadline of 0: nothing at all once
+        // `Finish` came).
+        if deadline.is_none_or(|d| now < d) {
+            up.start_uploads(&mut tasks, now);
+        }
         if up.finishing && up.pending.is_empty() && tasks.is_empty() {
             break;
         }
@@ -259,10 +254,6 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
         tokio::select! {
             msg = rx.recv(), if !up.finishing => match msg {
                 Some(Msg::Wake) => next_scan = Instant::now(),
-                Some(Msg::Also(names)) => {
-                    up.also.extend(names);
-                    next_scan = Instant::now();
-                }
                 Some(Msg::Finish { deadline: d }) => {
                     up.finishing = true;
                     deadline = Some(d);
@@ -780,34 +771,6 @@ pub fn sealed_files(root: &Path) -> Sealed {
     out
 }
 
-/// Adds to `out` the files `names` at the top of `root` (plain names of files this process
-/// created), as [`sealed_files`] would: a link, a special file or a second hard link is
-/// refused, a name that is gone is skipped.
-pub fn top_files(root: &Path, names: &[String], out: &mut Sealed) {
-    if names.is_empty() {
-        return;
-    }
-    let dir = match Dir::open_root(root, false) {
-        Ok(d) => d,
-        Err(e) => {
-            out.refused.push(format!("cannot open {}: {e}", root.display()));
-            return;
-        }
-    };
-    for name in names {
-        if name.contains('/') || name.starts_with('.') || name.ends_with(".tmp") {
-            out.refused.push(format!("{}: not a plain name", dir.display(name).display()));
-            continue;
-        }
-        match dir.stat(name) {
-            Ok(m) if m.kind() == ofs::Kind::File && m.nlink == 1 => out.files.push((name.clone(), m)),
-            Ok(_) => out.refused.push(format!("{} is not a plain file of ours", dir.display(name).display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => out.refused.push(format!("{}: {e}", dir.display(name).display())),
-        }
-    }
-}
-
 fn read_ledger(root: &Path) -> HashMap<String, u64> {
     let lines = Dir::open_root(root, false).and_then(|r| ledger::read(&r, ledger::UPLOADED));
     let lines = lines.unwrap_or_else(|e| {
@@ -861,24 +824,6 @@ impl Waker {
 impl Handle {
     pub fn waker(&self) -> Waker {
         Waker(self.tx.clone())
-    }
-
-    /// Adds files at the top of the output root that this process created (`O_EXCL`) to
-    /// what is uploaded (and, without `keep_local`, deleted once sent); called
-    /// before [`finish`](Self::finish) so that they go before the markers. Waits at most `within` for room.
-    pub fn also(&self, names: Vec<String>, within: Duration) {
-        let deadline = std::time::Instant::now() + within;
-        let mut msg = Msg::Also(names);
-        loop {
-            match self.tx.try_send(msg) {
-                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => return,
-                Err(mpsc::error::TrySendError::Full(m)) if std::time::Instant::now() < deadline => {
-                    msg = m;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(mpsc::error::TrySendError::Full(_)) => return,
-            }
-        }
     }
 
     /// Asks for the final uploads and waits for them, at most `within` (plus a second for

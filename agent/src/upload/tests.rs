@@ -514,23 +514,3 @@ async fn a_planted_sparse_file_does_not_fill_the_spool() {
     assert_eq!(report.counts.spool_dropped, 0, "{:?}", report.counts);
     assert!(root.join(SYS).exists());
 }
-
-#[test]
-fn top_files_lists_only_plain_files_of_their_names() {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("report.html"), b"page").unwrap();
-    std::fs::write(d.path().join("elsewhere"), b"x").unwrap();
-    std::os::unix::fs::symlink(d.path().join("elsewhere"), d.path().join("report-2.html")).unwrap();
-    std::fs::hard_link(d.path().join("elsewhere"), d.path().join("report-3.html")).unwrap();
-    std::fs::write(d.path().join("unnamed.html"), b"not named").unwrap();
-    let names: Vec<String> =
-        ["report.html", "report-2.html", "report-3.html", "gone.html", "../x", ".hidden"]
-            .map(String::from)
-            .into();
-    let mut out = super::Sealed::default();
-    super::top_files(d.path(), &names, &mut out);
-    let files: Vec<&str> = out.files.iter().map(|(r, _)| r.as_str()).collect();
-    assert_eq!(files, ["report.html"]);
-    // The link, the hard-linked file and the two odd names are refused; the gone one is not there.
-    assert_eq!(out.refused.len(), 4, "{:?}", out.refused);
-}

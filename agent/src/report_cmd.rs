@@ -549,7 +549,7 @@ pub const MAX_DOWNLOAD_BYTES: u64 = 4 << 30;
 pub const MAX_LISTED_KEYS: u64 = 1_000_000;
 /// The largest Python-stats object fetched: the size the report reads at most
 /// (docs/report.md, "Memory").
-pub const MAX_STATS_OBJECT: u64 = 64 << 20;
+pub const MAX_STATS_OBJECT: u64 = trainprof_report::MAX_STATS_BYTES;
 /// The largest system file or timeline fetched: the timeline size the report reads at most.
 pub const MAX_OBJECT: u64 = trainprof_report::read::MAX_TIMELINE_BYTES;
 

@@ -84,6 +84,11 @@ pub struct Entry {
     pub kind: Kind,
 }
 
+/// See [`Meta::is_mostly_holes`]. A file system that compresses JSON text stays far above
+/// 1/64 of the length on disk; files up to 1 MiB are never judged.
+pub const SPARSE_MIN_BYTES: u64 = 1 << 20;
+pub const SPARSE_RATIO: u64 = 64;
+
 /// A file's identity and size, from `fstat` / `lstat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
@@ -124,6 +129,14 @@ impl Meta {
     /// trainer's user linked in (where `fs.protected_hardlinks` is 0), not theirs to read.
     pub fn is_plain_file(&self) -> bool {
         self.kind() == Kind::File && self.nlink == 1
+    }
+
+    /// Whether the file is mostly holes (`docs/on-disk.md`, "Sparse files"): longer than
+    /// [`SPARSE_MIN_BYTES`] with less than a [`SPARSE_RATIO`]-th of its length on disk. No
+    /// writer of ours makes one; a 20 GB sparse file takes 20 KB, and neither the report nor
+    /// the uploader spends time on it.
+    pub fn is_mostly_holes(&self) -> bool {
+        self.len > SPARSE_MIN_BYTES && self.allocated < self.len / SPARSE_RATIO
     }
 
     pub fn is_same(&self, other: &Meta) -> bool {

@@ -34,7 +34,7 @@ pub const MAX_OUTLIERS: usize = 50;
 /// the ranks' medians (`docs/report.md`, "Stragglers").
 pub const STRAGGLER_RATIO: f64 = 1.2;
 /// Largest stats file read (cProfile / pyinstrument).
-const MAX_STATS_BYTES: u64 = 64 << 20;
+pub const MAX_STATS_BYTES: u64 = 64 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

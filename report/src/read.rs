@@ -36,11 +36,9 @@ pub const MAX_PHASES: usize = 4096;
 pub const MAX_NODES: usize = 1024;
 pub const MAX_TICK_CORES: usize = 4096;
 pub const MAX_TICK_GPUS: usize = crate::collect::MAX_GPUS_PER_NODE;
-/// A file larger than this whose allocated bytes (`st_blocks` × 512) are less than a
-/// `SPARSE_RATIO`-th of its length is mostly holes: no writer of ours makes one, and it is
-/// not read (a file system that compresses text keeps well above that share).
-pub const SPARSE_MIN_BYTES: u64 = 1 << 20;
-pub const SPARSE_RATIO: u64 = 64;
+/// A file mostly of holes ([`ofs::Meta::is_mostly_holes`], the uploader's rule too) is not
+/// read.
+pub use ofs::{SPARSE_MIN_BYTES, SPARSE_RATIO};
 /// Times (seconds since the epoch) outside [2000-01-01, 2100-01-01) are not read: no job
 /// runs then, and arithmetic on them (a tick every 60 s from 1e18) would not advance.
 pub const PLAUSIBLE_S: std::ops::Range<f64> = 946_684_800.0..4_102_444_800.0;
@@ -270,7 +268,7 @@ pub fn open_limited(root: &Dir, rel: &str, max: u64) -> Result<(io::Take<File>, 
     if m.len > max {
         return Err(format!("{rel}: {} bytes, more than the {max} read: not read", m.len));
     }
-    if m.len > SPARSE_MIN_BYTES && m.allocated < m.len / SPARSE_RATIO {
+    if m.is_mostly_holes() {
         return Err(format!("{rel}: {} bytes with {} on disk (mostly holes): not read", m.len, m.allocated));
     }
     Ok((f.take(m.len), m.len))

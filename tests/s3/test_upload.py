@@ -861,3 +861,26 @@ def test_a_file_that_keeps_growing_cannot_hold_the_end_up(trainprof_bin, s3, tmp
     sent = remote[rel]
     assert grown.read_bytes()[:len(sent)] == sent and len(sent) < grown.stat().st_size
     assert took < 30, took
+
+
+def test_a_sparse_file_is_refused_not_sent(trainprof_bin, s3, tmp_path):
+    """A trainer plants a 20 GB file of holes (20 KB on disk) among the timelines: the
+    uploader refuses it with one line (it is never read, so it cannot eat the deadline), the
+    rest goes up, the markers too, and `run` keeps the command's status."""
+    out = tmp_path / "out"
+    prefix = "jobs/sparse"
+    hour = out / "framework" / "pevents" / "2026010100"
+    sparse = hour / "1767225600000000_0-algo-1_pythontimeline.json"
+    script = f"mkdir -p {hour}; truncate -s 20G {sparse}; exit 6"
+    started = time.monotonic()
+    proc = subprocess.run([str(trainprof_bin), "run", *upload_args(out, s3.url(prefix), s3.endpoint, "--keep-local"),
+                           "--upload-deadline-s", "20", "--", "sh", "-c", script],
+                          env=env_for(tmp_path, s3.endpoint), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    took = time.monotonic() - started
+    assert proc.returncode == 6, proc.stderr
+    remote = uploaded(s3, prefix)
+    assert all(m in remote for m in MARKERS), sorted(remote)
+    assert str(sparse.relative_to(out)) not in remote
+    assert "mostly holes" in proc.stderr, proc.stderr
+    assert sparse.stat().st_size == 20 << 30  # kept, not deleted: not ours
+    assert took < 30, took

@@ -663,7 +663,7 @@ async fn upload_one<S: ObjectStore>(
     let (_, _, file) =
         Dir::open_root(root, false).and_then(|r| ofs::open_at(&r, rel, false)).map_err(io_error)?;
     let meta = ofs::meta_of(&file).map_err(io_error)?;
-    if walked.is_none_or(|w| !w.is_same(&meta)) || meta.nlink != 1 {
+    if walked.is_none_or(|w| !w.is_same(&meta)) || !meta.is_plain_file() || meta.is_mostly_holes() {
         return Ok((Outcome::Changed, meta));
     }
     let len = meta.len;
@@ -763,6 +763,17 @@ pub fn sealed_files(root: &Path) -> Sealed {
                 // sealing writer's second link lasts microseconds: the caller says so
                 // only when it stays).
                 out.refused.push(format!("{} has {} hard links", root.display(&rel).display(), meta.nlink));
+                continue;
+            }
+            if meta.is_mostly_holes() {
+                // Holes no writer of ours makes (docs/on-disk.md, "Sparse files"): sending
+                // 20 GB of zeros would cost the files after it their deadline.
+                out.refused.push(format!(
+                    "{} is {} bytes with {} on disk (mostly holes)",
+                    root.display(&rel).display(),
+                    meta.len,
+                    meta.allocated
+                ));
                 continue;
             }
             out.files.push((rel, meta));

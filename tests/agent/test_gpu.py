@@ -78,7 +78,7 @@ def run(trainprof_bin, tmp_path_factory):
     rows, times = {}, {}
     for e in sorted(events, key=lambda e: e.timestamp):
         rows.setdefault((e.type, e.name, e.dimension), []).append(e.value)
-        times.setdefault((e.type, e.name, e.dimension), []).append(e.timestamp / 1e6)
+        times.setdefault((e.type, e.name, e.dimension), []).append(e.timestamp)
     assert rows, proc.stderr
     return proc.stderr, rows, int(pids.read_text()), times
 

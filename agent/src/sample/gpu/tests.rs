@@ -336,7 +336,7 @@ fn fields_give_rates_over_the_interval_and_each_is_switched_off_alone() {
     );
     script.answer(0, Query::InstantFields, &[Ok(fields(0, 0, 0))]);
     let all_off: FieldValues = [Err(NS); Field::ALL.len()];
-    script.answer(1, Query::Fields, &[Ok(Reading::Fields(all_off.clone()))]);
+    script.answer(1, Query::Fields, &[Ok(Reading::Fields(all_off))]);
     script.answer(1, Query::InstantFields, &[Ok(Reading::Fields(all_off))]);
     let mut s = every_tick(script);
     let m = tick_at(&mut s, Duration::from_secs(10));

@@ -271,7 +271,7 @@ impl NvmlGpu {
         Ok(Reading::Fields(out))
     }
 
-    /// GPM: a new sample each tick, compared with the previous one. Two samples serve the
+    /// GPM: a new sample each read, compared with the previous one. Two samples serve the
     /// whole run: the older is filled again ([`raw::gpm_sample_again`]) instead of a new one
     /// being allocated and the old freed each tick.
     fn gpm(&mut self, nvml: &'static Nvml) -> Result<Reading, NvmlError> {

@@ -19,6 +19,9 @@ Runs, one after the other (never two at once, so that none takes CPU from anothe
                                               of the commit before the fast paths (ae6b779)
   agent        scripts/bench-agent            CPU per tick and RSS, trainprof vs a psutil
                                               collector of the same metrics
+  gpu          bench/gpu_cost.py              the agent's CPU per GPU per tick over the fake
+                                              NVML at an H200's cost per call, 1 and 8 GPUs
+                                              beside no GPU, vs the goal (150 µs)
   s3           bench/s3_latency.py            file sealed → object in S3 (moto_server), p50/p95
                                               (stretched to take in a minute boundary),
                                               vs a bare boto3 put_object of the same files
@@ -55,6 +58,7 @@ BENCHES = [
     ("py-ab", [sys.executable, "bench/py_ab.py"], {"BENCH_ROUNDS": "5"},
      {"BENCH_EVENTS": "20000", "BENCH_STEPS": "5000", "BENCH_ROUNDS": "2"}),
     ("agent", ["scripts/bench-agent"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "5", "BENCH_TREE": "0"}),
+    ("gpu", [sys.executable, "bench/gpu_cost.py"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "6", "BENCH_ROUNDS": "1"}),
     ("s3", [sys.executable, "bench/s3_latency.py"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "8"}),
     ("report", [sys.executable, "bench/report_vs_smdebug.py"], {"BENCH_MINUTES": "60"}, {"BENCH_MINUTES": "5"}),
 ]

@@ -245,7 +245,7 @@ impl Ticker {
 
     /// One tick: every sampler, then one write.
     pub fn tick(&mut self, mono: Duration, wall_s: f64) {
-        self.sample(mono);
+        self.sample(mono, false);
         let written = self.writer.write_tick(wall_s, self.metrics.as_slice()).map(|s| s.is_some());
         self.written(written);
     }
@@ -253,17 +253,22 @@ impl Ticker {
     /// The job's last tick, in a file of its own named by its second (the writer's
     /// [`SystemWriter::write_last_tick`]).
     fn last_tick(&mut self, mono: Duration, wall_s: f64) {
-        self.sample(mono);
+        self.sample(mono, true);
         let written = self.writer.write_last_tick(wall_s, self.metrics.as_slice()).map(|s| !s.is_empty());
         self.written(written);
     }
 
-    /// Every sampler into the buffer.
-    fn sample(&mut self, mono: Duration) {
+    /// Every sampler into the buffer (`last`: [`Sampler::sample_last`]).
+    fn sample(&mut self, mono: Duration, last: bool) {
         self.ticks += 1;
         self.metrics.clear();
         for s in &mut self.sources {
-            match s.sampler.sample(mono, &mut self.metrics) {
+            let result = if last {
+                s.sampler.sample_last(mono, &mut self.metrics)
+            } else {
+                s.sampler.sample(mono, &mut self.metrics)
+            };
+            match result {
                 Ok(()) => {
                     if s.failing.take().is_some() {
                         crate::log!("{} sampler recovered", s.sampler.name());

@@ -373,6 +373,12 @@ pub trait Sampler: Send {
     /// behind that a later tick would misread (keep the previous counters).
     fn sample(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError>;
 
+    /// The job's last tick: [`sample`](Sampler::sample), and whatever the sampler reads at a
+    /// slower cadence than the tick is read too, so that its figures reach the end.
+    fn sample_last(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
+        self.sample(now, out)
+    }
+
     /// Failures the sampler handled itself (a GPU field left out of a tick) rather than
     /// returned; the loop adds them to the ones it counted.
     fn failures(&self) -> u64 {

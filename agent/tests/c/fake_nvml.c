@@ -7,21 +7,33 @@
  * lazily: a function missing here is an error only when it is called, which is how the
  * tests check that a missing function switches one field off.
  *
- * GPUs (values are scripted, deterministic in the order of calls):
+ * Time, as on a real GPU: the sample buffers fill with the wall clock, not with reads. Sample
+ * k of a buffer has the timestamp t0 + k * FAKE_NVML_SAMPLE_US (CLOCK_REALTIME, µs, as NVML's);
+ * a buffer holds the newest FAKE_NVML_RING samples, and is full at nvmlInit (a driver that
+ * has run a while). Reading a buffer changes nothing.
+ *
+ * Cost, as on a real GPU: FAKE_NVML_COST_US (read once, at the first call) is a comma list of
+ * `FUNCTION=µs` (e.g. `nvmlDeviceGetSamples=1380`) and `nvmlDeviceGetFieldValues:ID=µs` (a
+ * field batch costs its function's cost plus the sum of its fields'). A call spends that
+ * much CPU time busy, measured with the calling thread's CPU clock
+ * (CLOCK_THREAD_CPUTIME_ID). Unset: no cost.
+ *
+ * GPUs (values are scripted):
  *   gpu0 "Fake GPU A", every field:
  *     - its first temperature read fails with NVML_ERROR_UNKNOWN (transient), later ones
  *       succeed;
- *     - sample buffers: every read adds three samples, 100 ms apart (a count call, i.e.
- *       nvmlDeviceGetSamples with no buffer, adds them, and its fill does not); sample k (from 1) of the GPU buffer is {50,100,80,90}[k % 4],
- *       of the memory buffer {30,40,50,60}[k % 4];
+ *     - sample buffers (above): sample k of the GPU buffer is {50,100,80,90}[k % 4], of the
+ *       memory buffer {30,40,50,60}[k % 4]; the instant utilisation is the newest sample of
+ *       each, as NVML's nvmlDeviceGetUtilizationRates is;
  *     - running compute processes: pids 101 (1 GiB) and 202 (2 GiB), and 303 (512 MiB), or,
  *       when FAKE_NVML_PIDS_FILE names a file, the pids listed in it ((i+1) GiB each) and
  *       4194000 (512 MiB);
- *     - process utilisation: every read adds two sample periods (as above); in period p the
- *       listed pid i has SM (60 - 10 i) +/- 10 (+ when p is odd) and memory busy 20 - 5 i;
- *       the extra pid SM 5, memory 1;
+ *     - process utilisation: a buffer like the others, one sample per listed pid and per
+ *       period (timestamp + i for the i-th pid): the listed pid i has SM 60 - 10 i and memory
+ *       busy 20 - 5 i; the extra pid SM 5, memory 1;
  *     - throttle reasons SW power cap | HW thermal slowdown (0x44);
- *     - field values: every call n (from 1) of a GPU: PCIe TX n * 1e6 bytes, RX n * 2e6;
+ *     - field values: at the n-th call (from 1) of a GPU that asks for a counter (PCIe,
+ *       NVLink or energy): PCIe TX n * 1e6 bytes, RX n * 2e6;
  *       NVLink TX n * 1000 KiB, RX n * 3000 KiB (only with scopeId UINT_MAX, all links;
  *       another scope is NVML_ERROR_INVALID_ARGUMENT for that field); power 215 W instant;
  *       energy n * 21250 mJ; ECC counters SBE volatile 2, DBE volatile 0, SBE aggregate 7,
@@ -30,12 +42,13 @@
  *     - events: Xid, single- and double-bit ECC supported; its event set's first wait
  *       returns Xid 79, the third a single-bit ECC error, every other one times out.
  *   gpu1 "Fake GPU B": power usage and power limit NVML_ERROR_NOT_SUPPORTED; sample
- *     buffers, process utilisation and GPM not supported; no running processes; no
- *     throttling; of the fields only PCIe (NVLink, instant power, energy, ECC: not
- *     supported); no events supported.
+ *     buffers, process utilisation and GPM not supported; instant utilisation 3 %, memory
+ *     busy 1 %; no running processes; no throttling; of the fields only PCIe (NVLink,
+ *     instant power, energy, ECC: not supported); no events supported.
  *   gpu2.. (with -DFAKE_NVML_DEVICES=N, up to 8) behave like gpu0.
  *
- * Every exported function counts one call: fake_nvml_call_count() returns the total.
+ * Every exported function counts one call: fake_nvml_call_count() returns the total;
+ * fake_nvml_sample_us() the sample period.
  *
  * Built by the tests with `cc -shared -fPIC`, and these switches for other machines:
  *   -DFAKE_NVML_NO_CLOCK       no nvmlDeviceGetClockInfo symbol at all
@@ -43,12 +56,15 @@
  *   -DFAKE_NVML_INIT_RESULT=R  nvmlInit_v2 returns R (9: NVML_ERROR_DRIVER_NOT_LOADED)
  *   -DFAKE_NVML_MANY_PROCESSES 100 more compute processes on the full GPUs (pids 5000-5099,
  *                              1 MiB each): more than a caller's first guess of the size
+ *   -DFAKE_NVML_SAMPLE_US=P    the buffers' sample period, µs (default 200000: 5 a second)
+ *   -DFAKE_NVML_RING=N         samples a buffer holds (default 70: 14 s, as an H200's)
  */
 
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 
@@ -80,6 +96,12 @@ typedef int nvmlReturn_t;
 #define FAKE_NVML_INIT_RESULT NVML_SUCCESS
 #endif
 #define MAX_DEVICES 8
+#ifndef FAKE_NVML_SAMPLE_US
+#define FAKE_NVML_SAMPLE_US 200000ull
+#endif
+#ifndef FAKE_NVML_RING
+#define FAKE_NVML_RING 70ull
+#endif
 
 typedef struct {
     unsigned int gpu;
@@ -146,8 +168,7 @@ struct nvmlDevice_st {
     unsigned int power_mw, power_limit_mw;
     unsigned int temperature_c, sm_clock_mhz;
     unsigned int temperature_reads;
-    unsigned long long util_head, mem_head, proc_head, field_calls;
-    int util_counted, mem_counted, proc_counted; /* a count call came first: its fill adds nothing */
+    unsigned long long field_calls;
 };
 typedef struct nvmlDevice_st *nvmlDevice_t;
 
@@ -205,10 +226,95 @@ static unsigned long long gpm_seq;
 static int initialized;
 static unsigned long long calls;
 
-/* Counted at the start of every exported NVML function. */
-#define CALL() (calls++)
+/* ---- cost ---- */
+
+#define MAX_COSTS 64
+
+/* FAKE_NVML_COST_US, parsed: a function's name, or `nvmlDeviceGetFieldValues:ID`. */
+static struct {
+    char name[64];
+    double us;
+} costs[MAX_COSTS];
+static int cost_count = -1; /* -1: not parsed yet */
+
+static void parse_costs(void) {
+    cost_count = 0;
+    const char *env = getenv("FAKE_NVML_COST_US");
+    if (env == NULL) return;
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", env);
+    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item != NULL && cost_count < MAX_COSTS;
+         item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        if (eq == NULL) continue;
+        *eq = '\0';
+        snprintf(costs[cost_count].name, sizeof costs[cost_count].name, "%s", item);
+        costs[cost_count].us = strtod(eq + 1, NULL);
+        cost_count++;
+    }
+}
+
+static double cost_of(const char *name) {
+    if (cost_count < 0) parse_costs();
+    for (int i = 0; i < cost_count; i++)
+        if (strcmp(costs[i].name, name) == 0) return costs[i].us;
+    return 0;
+}
+
+static double field_cost(unsigned int id) {
+    char name[64];
+    snprintf(name, sizeof name, "nvmlDeviceGetFieldValues:%u", id);
+    return cost_of(name);
+}
+
+static double thread_cpu_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+/* Spends `us` of this thread's CPU time, busy. */
+static void burn(double us) {
+    if (us <= 0) return;
+    double until = thread_cpu_us() + us;
+    volatile unsigned long long spin = 0;
+    while (thread_cpu_us() < until)
+        for (int i = 0; i < 64; i++) spin++;
+}
+
+/* At the start of every exported NVML function: counts the call and spends its cost (looked
+ * up once per function). */
+#define CALL()                                         \
+    do {                                               \
+        static double cost_ = -1;                      \
+        calls++;                                       \
+        if (cost_ < 0) cost_ = cost_of(__func__);      \
+        burn(cost_);                                   \
+    } while (0)
 
 unsigned long long fake_nvml_call_count(void) { return calls; }
+unsigned long long fake_nvml_sample_us(void) { return FAKE_NVML_SAMPLE_US; }
+
+/* ---- time ---- */
+
+/* When sample 0 was taken: the ring is full at nvmlInit. */
+static unsigned long long t0_us;
+
+static unsigned long long now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (unsigned long long)t.tv_sec * 1000000ull + (unsigned long long)t.tv_nsec / 1000ull;
+}
+
+/* The newest sample's number (each buffer's samples share their numbers and timestamps). */
+static unsigned long long head(void) { return (now_us() - t0_us) / FAKE_NVML_SAMPLE_US; }
+
+/* The oldest sample still held. */
+static unsigned long long tail(unsigned long long h) { return h >= FAKE_NVML_RING ? h - FAKE_NVML_RING + 1 : 1; }
+
+static unsigned long long stamp(unsigned long long k) { return t0_us + k * FAKE_NVML_SAMPLE_US; }
+
+static const unsigned int gpu_values[4] = {50, 100, 80, 90}, mem_values[4] = {30, 40, 50, 60};
 
 static int device_count(void) { return FAKE_NVML_DEVICES < MAX_DEVICES ? FAKE_NVML_DEVICES : MAX_DEVICES; }
 
@@ -246,7 +352,10 @@ static nvmlReturn_t copy_string(const char *s, char *out, unsigned int length) {
 nvmlReturn_t nvmlInit_v2(void) {
     CALL();
     if (FAKE_NVML_INIT_RESULT != NVML_SUCCESS) return FAKE_NVML_INIT_RESULT;
-    if (!initialized) setup();
+    if (!initialized) {
+        setup();
+        t0_us = now_us() - (FAKE_NVML_RING + 1) * FAKE_NVML_SAMPLE_US;
+    }
     initialized = 1;
     return NVML_SUCCESS;
 }
@@ -304,8 +413,14 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     CALL();
     nvmlReturn_t r = device_ok(device);
     if (r != NVML_SUCCESS) return r;
-    utilization->gpu = device->gpu_util;
-    utilization->memory = device->mem_busy;
+    if (device->full) {
+        unsigned long long k = head();
+        utilization->gpu = gpu_values[k % 4];
+        utilization->memory = mem_values[k % 4];
+    } else {
+        utilization->gpu = device->gpu_util;
+        utilization->memory = device->mem_busy;
+    }
     return NVML_SUCCESS;
 }
 
@@ -354,38 +469,22 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int 
 
 /* ---- sample buffers ---- */
 
-/* A buffer grows by `step` per read: a count call (no buffer) grows it and the fill that
- * follows does not; a read with a buffer and no count call first grows it itself. */
-static void advance(unsigned long long *head, int *counted, int is_count, unsigned int step) {
-    if (is_count) {
-        *head += step;
-        *counted = 1;
-    } else if (*counted) {
-        *counted = 0;
-    } else {
-        *head += step;
-    }
-}
-
 nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, int type, unsigned long long last_seen, int *value_type,
                                   unsigned int *count, nvmlSample_t *samples) {
     CALL();
-    static const unsigned int gpu_values[4] = {50, 100, 80, 90}, mem_values[4] = {30, 40, 50, 60};
     nvmlReturn_t r = device_ok(device);
     if (r != NVML_SUCCESS) return r;
     if (!device->full) return NVML_ERROR_NOT_SUPPORTED;
     if (count == NULL || value_type == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned long long *head;
-    int *counted;
     const unsigned int *values;
-    if (type == NVML_GPU_UTILIZATION_SAMPLES) head = &device->util_head, counted = &device->util_counted, values = gpu_values;
-    else if (type == NVML_MEMORY_UTILIZATION_SAMPLES) head = &device->mem_head, counted = &device->mem_counted, values = mem_values;
+    if (type == NVML_GPU_UTILIZATION_SAMPLES) values = gpu_values;
+    else if (type == NVML_MEMORY_UTILIZATION_SAMPLES) values = mem_values;
     else return NVML_ERROR_NOT_SUPPORTED;
     *value_type = NVML_VALUE_TYPE_UNSIGNED_INT;
-    advance(head, counted, samples == NULL, 3);
+    unsigned long long h = head();
     unsigned int n = 0;
-    for (unsigned long long k = 1; k <= *head; k++) {
-        unsigned long long ts = k * 100000;
+    for (unsigned long long k = tail(h); k <= h; k++) {
+        unsigned long long ts = stamp(k);
         if (ts <= last_seen) continue;
         if (samples != NULL) {
             if (n >= *count) return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -463,10 +562,10 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
     if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned int list[MAX_PIDS], extra;
     int n = pids(list, &extra);
-    advance(&device->proc_head, &device->proc_counted, out == NULL, 2);
+    unsigned long long h = head();
     unsigned int k = 0;
-    for (unsigned long long p = 1; p <= device->proc_head; p++) {
-        unsigned long long ts = p * 100000;
+    for (unsigned long long p = tail(h); p <= h; p++) {
+        unsigned long long ts = stamp(p);
         if (ts <= last_seen) continue;
         for (int i = 0; i <= n; i++) {
             if (out != NULL) {
@@ -475,7 +574,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
                 out[k].timeStamp = ts + (unsigned long long)i;
                 if (i < n) {
                     out[k].pid = list[i];
-                    int sm = 60 - 10 * i + (p % 2 ? 10 : -10), mem = 20 - 5 * i;
+                    int sm = 60 - 10 * i, mem = 20 - 5 * i;
                     out[k].smUtil = sm > 0 ? (unsigned int)sm : 0;
                     out[k].memUtil = mem > 0 ? (unsigned int)mem : 0;
                 } else {
@@ -510,7 +609,15 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldV
     nvmlReturn_t r = device_ok(device);
     if (r != NVML_SUCCESS) return r;
     if (values == NULL || count <= 0) return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned long long n = ++device->field_calls;
+    double cost = 0;
+    int counters = 0;
+    for (int i = 0; i < count; i++) {
+        unsigned int id = values[i].fieldId;
+        cost += field_cost(id);
+        counters |= id == 197 || id == 198 || id == 138 || id == 139 || id == 83;
+    }
+    burn(cost);
+    unsigned long long n = device->field_calls += (unsigned long long)counters;
     for (int i = 0; i < count; i++) {
         nvmlFieldValue_t *v = &values[i];
         v->timestamp = (long long)n * 100000;

@@ -7,11 +7,19 @@
 //! `accelerator` / Name `device<i>`, with Dimensions that contain neither `GPU` nor
 //! `Memory` unless they end in `Percent`.
 //!
-//! `GPUUtilization` and `MemoryBusyPercent` are the mean of NVML's sample buffer over the
-//! interval ([`samples`]), with `BusyMaxPercent` / `MemoryBusyMaxPercent` beside them; the
-//! instant reading (`nvmlDeviceGetUtilizationRates`) is the fallback when the buffer is
-//! not supported or had no new sample. `GPUMemoryUtilization` is the memory *footprint*
-//! (smdebug computes it the same way).
+//! Each kind of query has its own cadence ([`Cadence`], `docs/formats.md`, "GPU: cadence"),
+//! because some NVML calls cost a thousand times what others do: the instant readings every
+//! tick; the sample buffers often enough that none of their samples is lost (half the span
+//! the ring was seen to hold); the cumulative counters (PCIe, NVLink, energy, ECC, GPM) at
+//! most [`Cadence::counters`] apart. Every query runs on the first and on the last tick.
+//! A slow query's rows are written on the ticks it runs, and cover the time since its
+//! previous run.
+//!
+//! `GPUUtilization` and `MemoryBusyPercent` are the instant reading
+//! (`nvmlDeviceGetUtilizationRates`, NVML's newest sample), or the sample buffer's mean
+//! ([`samples`]) when the buffer is read on every tick; `BusyMeanPercent` / `BusyMaxPercent`
+//! and their `Memory…` pair are the buffer's mean and maximum over its read interval.
+//! `GPUMemoryUtilization` is the memory *footprint* (smdebug computes it the same way).
 //!
 //! The values come through the [`GpuSource`] trait: [`NvmlSource`] on a real machine, a
 //! scripted double in the unit tests, and the real `NvmlSource` over a fake
@@ -68,6 +76,8 @@ pub const GPU_MEMORY_UTILIZATION: &str = "GPUMemoryUtilization";
 pub const GPU_MEMORY_BUSY_PERCENT: &str = "MemoryBusyPercent";
 pub const GPU_BUSY_MAX_PERCENT: &str = "BusyMaxPercent";
 pub const GPU_MEMORY_BUSY_MAX_PERCENT: &str = "MemoryBusyMaxPercent";
+pub const GPU_BUSY_MEAN_PERCENT: &str = "BusyMeanPercent";
+pub const GPU_MEMORY_BUSY_MEAN_PERCENT: &str = "MemoryBusyMeanPercent";
 pub const GPU_MEM_USED_BYTES: &str = "MemUsedBytes";
 pub const GPU_POWER_WATTS: &str = "PowerWatts";
 pub const GPU_TEMPERATURE_CELSIUS: &str = "TemperatureCelsius";
@@ -115,11 +125,10 @@ pub fn placed(dimension: &str, index: u32) -> (MetricType, Name) {
     }
 }
 
-/// One NVML call (or batch) per GPU and tick; the unit that is switched off when a GPU
-/// lacks it.
+/// One NVML call (or batch) per GPU; the unit that is switched off when a GPU lacks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Query {
-    /// The instant reading; asked only when the sample buffers gave nothing.
+    /// The instant reading; not asked when the buffers' means stand for the tick.
     Utilization,
     Memory,
     Power,
@@ -128,7 +137,9 @@ pub enum Query {
     /// `nvmlDeviceGetSamples` for GPU and memory-controller utilisation.
     UtilizationSamples,
     Throttle,
-    /// One `nvmlDeviceGetFieldValues` for every [`Field`].
+    /// One `nvmlDeviceGetFieldValues` for the instant [`Field`]s (every tick).
+    InstantFields,
+    /// One `nvmlDeviceGetFieldValues` for the counter [`Field`]s (at the counters' cadence).
     Fields,
     /// GPM (Hopper and newer): two samples a tick apart.
     Gpm,
@@ -139,7 +150,7 @@ pub enum Query {
 }
 
 impl Query {
-    pub const ALL: [Query; 11] = [
+    pub const ALL: [Query; 12] = [
         Query::Utilization,
         Query::Memory,
         Query::Power,
@@ -147,6 +158,7 @@ impl Query {
         Query::SmClock,
         Query::UtilizationSamples,
         Query::Throttle,
+        Query::InstantFields,
         Query::Fields,
         Query::Gpm,
         Query::Processes,
@@ -165,15 +177,69 @@ impl Query {
                 "the utilisation sample buffer (BusyMaxPercent, MemoryBusyMaxPercent)"
             }
             Query::Throttle => "the throttle reasons",
-            Query::Fields => "PCIe, NVLink, instant power, energy and ECC counters",
+            Query::InstantFields => "the instant power field",
+            Query::Fields => "PCIe, NVLink, energy and ECC counters",
             Query::Gpm => "the GPM metrics",
             Query::Processes => "the processes' GPU memory",
             Query::ProcessUtilization => "the processes' SM and memory busy",
         }
     }
 
+    /// How often it runs.
+    pub fn kind(self) -> Kind {
+        match self {
+            Query::UtilizationSamples | Query::ProcessUtilization => Kind::Buffers,
+            Query::Fields | Query::Gpm => Kind::Counters,
+            _ => Kind::Tick,
+        }
+    }
+
     fn slot(self) -> usize {
         self as usize
+    }
+}
+
+/// The cadence a [`Query`] runs at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Every tick: instant readings, each a few µs.
+    Tick,
+    /// NVML's sample buffers (a millisecond or more per call): often enough to lose none.
+    Buffers,
+    /// Cumulative counters (PCIe and NVLink bytes, energy, ECC counts, GPM samples): the
+    /// totals and means between two reads are exact however far apart they are.
+    Counters,
+}
+
+/// How often the slow [`Kind`]s run (`docs/formats.md`, "GPU: cadence").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cadence {
+    /// Counters: at most this long apart.
+    pub counters: Duration,
+    /// Buffers: half the span the ring was seen to hold, within these bounds (the lower one
+    /// until a span was seen).
+    pub buffers_min: Duration,
+    pub buffers_max: Duration,
+}
+
+impl Cadence {
+    /// 10 s for the counters; the buffers between 1 s and 10 s.
+    pub const DEFAULT: Cadence = Cadence {
+        counters: Duration::from_secs(10),
+        buffers_min: Duration::from_secs(1),
+        buffers_max: Duration::from_secs(10),
+    };
+
+    /// Every query on every tick.
+    pub const EVERY_TICK: Cadence =
+        Cadence { counters: Duration::ZERO, buffers_min: Duration::ZERO, buffers_max: Duration::ZERO };
+
+    /// The buffers' cadence for a ring seen to hold `held` (µs), or none seen yet.
+    pub fn buffers(&self, held: Option<u64>) -> Duration {
+        match held {
+            Some(us) => (Duration::from_micros(us) / 2).clamp(self.buffers_min, self.buffers_max),
+            None => self.buffers_min,
+        }
     }
 }
 
@@ -239,6 +305,14 @@ impl Field {
         }
     }
 
+    /// The batch it is read in: the instant power every tick, the counters at their cadence.
+    pub fn batch(self) -> Query {
+        match self {
+            Field::PowerInstantMilliwatts => Query::InstantFields,
+            _ => Query::Fields,
+        }
+    }
+
     /// The row it gives: counters as a rate over the interval, the rest as read.
     pub fn dimension(self) -> &'static str {
         match self {
@@ -297,7 +371,8 @@ impl GpmMetric {
     }
 }
 
-/// Each [`Field`]'s value (raw, in NVML's unit) or why not.
+/// Each [`Field`]'s value (raw, in NVML's unit) or why not; only the fields of the batch
+/// asked for are looked at.
 pub type FieldValues = [Result<u64, GpuReadError>; Field::ALL.len()];
 /// Each [`GpmMetric`]'s value or why not.
 pub type GpmValues = [Result<f64, GpuReadError>; GpmMetric::ALL.len()];
@@ -500,6 +575,17 @@ struct GpuState {
     /// The previous reading of each counter field and when.
     counters: [Option<(u64, Duration)>; Field::ALL.len()],
     events: EventCounts,
+    /// When the buffers and the counters are next due (`None` before the first tick).
+    buffers_due: Option<Duration>,
+    counters_due: Option<Duration>,
+    /// The buffers' cadence ([`Cadence::buffers`] of the span they were seen to hold).
+    buffers_every: Duration,
+    held_us: Option<u64>,
+    /// The tick the buffers were last read on.
+    buffers_read: Option<Duration>,
+    /// Samples of the GPU-utilisation buffer read, and lost between reads.
+    samples_read: u64,
+    samples_lost: u64,
 }
 
 impl GpuState {
@@ -511,7 +597,36 @@ impl GpuState {
             gpm: [QueryState::Ok; GpmMetric::ALL.len()],
             counters: [None; Field::ALL.len()],
             events: EventCounts::default(),
+            buffers_due: None,
+            counters_due: None,
+            buffers_every: Duration::ZERO,
+            held_us: None,
+            buffers_read: None,
+            samples_read: 0,
+            samples_lost: 0,
         }
+    }
+
+    /// Whether a query of `kind` runs on the tick at `now` (every kind on the first tick
+    /// and on the `last`).
+    fn due(&self, kind: Kind, now: Duration, last: bool) -> bool {
+        let at = match kind {
+            Kind::Tick => return true,
+            Kind::Buffers => self.buffers_due,
+            Kind::Counters => self.counters_due,
+        };
+        last || at.is_none_or(|at| now >= at)
+    }
+}
+
+/// The next due time of a kind read at `now` every `every`: the last tick before `every`
+/// has passed (`tick` is the tick's length, which the next one is taken to have). On the
+/// first tick the GPUs are spread over the period (`share` of it: GPU k of n reads at
+/// (k + 1) / n of it), so that their slow calls fall on different ticks.
+fn next_due(now: Duration, every: Duration, tick: Duration, share: Option<f64>) -> Duration {
+    match share {
+        Some(f) => now + every.mul_f64(f).saturating_sub(tick),
+        None => now + every.saturating_sub(tick),
     }
 }
 
@@ -528,6 +643,10 @@ pub struct GpuSampler<S: GpuSource = NvmlSource> {
     events_on: bool,
     event_buf: Vec<(u32, GpuEvent)>,
     tree_buf: Vec<u32>,
+    cadence: Cadence,
+    /// The previous tick, and whether this one is the job's last.
+    prev_tick: Option<Duration>,
+    last: bool,
 }
 
 impl<S: GpuSource> GpuSampler<S> {
@@ -548,7 +667,23 @@ impl<S: GpuSource> GpuSampler<S> {
             events_on,
             event_buf: Vec::new(),
             tree_buf: Vec::new(),
+            cadence: Cadence::DEFAULT,
+            prev_tick: None,
+            last: false,
         }
+    }
+
+    /// Another [`Cadence`] than [`Cadence::DEFAULT`].
+    pub fn with_cadence(mut self, cadence: Cadence) -> GpuSampler<S> {
+        self.cadence = cadence;
+        self
+    }
+
+    /// GPU `index`'s sample buffers: how often they are read now, and the samples read and
+    /// lost so far (GPU utilisation buffer).
+    pub fn buffer_state(&self, index: u32) -> Option<(Duration, u64, u64)> {
+        let g = self.gpus.iter().find(|g| g.index == index)?;
+        Some((g.buffers_every, g.samples_read, g.samples_lost))
     }
 
     /// Attributes the GPUs' processes to the trainer tree whose pids `tree` publishes
@@ -685,7 +820,7 @@ fn failed(
                     ticks
                 }
                 _ => {
-                    say(format_args!("cannot be read: {error}; retrying each tick"));
+                    say(format_args!("cannot be read: {error}; asked again at its next read"));
                     0
                 }
             };
@@ -721,27 +856,45 @@ impl<S: GpuSource> GpuSampler<S> {
     fn sample_gpu(&mut self, i: usize, now: Duration, out: &mut Metrics) {
         let source = &mut self.source;
         let failures = &mut self.failures;
+        let cadence = self.cadence;
+        let last = self.last;
+        let prev_tick = self.prev_tick;
+        let tick = prev_tick.map_or(Duration::ZERO, |p| now.saturating_sub(p));
+        let share = prev_tick.is_none().then(|| (i + 1) as f64 / self.gpus.len() as f64);
         let gpu = &mut self.gpus[i];
         let index = gpu.index;
         let mut put = |dimension: &'static str, value: f64| {
             let (kind, name) = placed(dimension, index);
             out.push(kind, name, dimension, value);
         };
+        let buffers = gpu.due(Kind::Buffers, now, last);
+        let counters = gpu.due(Kind::Counters, now, last);
 
-        // Utilisation: the buffer's mean and max, else the instant reading.
+        // Utilisation: the instant reading, or the buffers' means when they are read every
+        // tick (their interval is the tick's); the buffers' mean and max over their interval.
         let (mut gpu_done, mut mem_done) = (false, false);
-        if let Some(Reading::UtilizationSamples { gpu: g, memory_busy: m }) =
-            ask(source, failures, gpu, Query::UtilizationSamples)
-        {
-            if g.count > 0 {
-                put(GPU_UTILIZATION, g.mean);
-                put(GPU_BUSY_MAX_PERCENT, g.max);
-                gpu_done = true;
-            }
-            if m.count > 0 {
-                put(GPU_MEMORY_BUSY_PERCENT, m.mean);
-                put(GPU_MEMORY_BUSY_MAX_PERCENT, m.max);
-                mem_done = true;
+        if buffers {
+            let every_tick = gpu.buffers_read == prev_tick;
+            if let Some(Reading::UtilizationSamples { gpu: g, memory_busy: m }) =
+                ask(source, failures, gpu, Query::UtilizationSamples)
+            {
+                if g.count > 0 {
+                    if every_tick {
+                        put(GPU_UTILIZATION, g.mean);
+                        gpu_done = true;
+                    }
+                    put(GPU_BUSY_MEAN_PERCENT, g.mean);
+                    put(GPU_BUSY_MAX_PERCENT, g.max);
+                }
+                if m.count > 0 {
+                    if every_tick {
+                        put(GPU_MEMORY_BUSY_PERCENT, m.mean);
+                        mem_done = true;
+                    }
+                    put(GPU_MEMORY_BUSY_MEAN_PERCENT, m.mean);
+                    put(GPU_MEMORY_BUSY_MAX_PERCENT, m.max);
+                }
+                buffer_seen(gpu, &cadence, g, m);
             }
         }
         if !(gpu_done && mem_done)
@@ -778,8 +931,14 @@ impl<S: GpuSource> GpuSampler<S> {
             }
         }
 
-        if let Some(Reading::Fields(values)) = ask(source, failures, gpu, Query::Fields) {
+        let batches: &[Query] =
+            if counters { &[Query::InstantFields, Query::Fields] } else { &[Query::InstantFields] };
+        for &batch in batches {
+            let Some(Reading::Fields(values)) = ask(source, failures, gpu, batch) else { continue };
             for (field, value) in Field::ALL.into_iter().zip(values) {
+                if field.batch() != batch {
+                    continue;
+                }
                 let state = &mut gpu.fields[field.slot()];
                 let Some(v) = field_value(state, value, failures, index, field.dimension()) else { continue };
                 match field.rate_scale() {
@@ -795,13 +954,14 @@ impl<S: GpuSource> GpuSampler<S> {
                     None => put(field.dimension(), v as f64),
                 }
             }
-            if gpu.fields.iter().all(|s| *s == QueryState::Off) {
-                log!("gpu{index}: no field is supported: {} switched off", Query::Fields.dimensions());
-                gpu.queries[Query::Fields.slot()] = QueryState::Off;
+            let mut of_batch = Field::ALL.into_iter().filter(|f| f.batch() == batch);
+            if of_batch.all(|f| gpu.fields[f.slot()] == QueryState::Off) {
+                log!("gpu{index}: no field is supported: {} switched off", batch.dimensions());
+                gpu.queries[batch.slot()] = QueryState::Off;
             }
         }
 
-        if let Some(Reading::Gpm(Some(values))) = ask(source, failures, gpu, Query::Gpm) {
+        if counters && let Some(Reading::Gpm(Some(values))) = ask(source, failures, gpu, Query::Gpm) {
             for (metric, value) in GpmMetric::ALL.into_iter().zip(values) {
                 let state = &mut gpu.gpm[metric.slot()];
                 if let Some(v) = field_value(state, value, failures, index, metric.dimension()) {
@@ -818,8 +978,8 @@ impl<S: GpuSource> GpuSampler<S> {
                 Some(Reading::Processes(p)) => Some(p),
                 _ => None,
             };
-            let busy = match ask(source, failures, gpu, Query::ProcessUtilization) {
-                Some(Reading::ProcessUtilization(b)) => Some(b),
+            let busy = match buffers.then(|| ask(source, failures, gpu, Query::ProcessUtilization)) {
+                Some(Some(Reading::ProcessUtilization(b))) => Some(b),
                 _ => None,
             };
             if memory.is_some() || busy.is_some() {
@@ -859,6 +1019,51 @@ impl<S: GpuSource> GpuSampler<S> {
             put(GPU_ECC_SINGLE_BIT_EVENTS, c.single_bit_ecc as f64);
             put(GPU_ECC_DOUBLE_BIT_EVENTS, c.double_bit_ecc as f64);
         }
+
+        if buffers {
+            gpu.buffers_every = cadence.buffers(gpu.held_us);
+            gpu.buffers_read = Some(now);
+            gpu.buffers_due = Some(next_due(now, gpu.buffers_every, tick, share));
+        }
+        if counters {
+            gpu.counters_due = Some(next_due(now, cadence.counters, tick, share));
+        }
+    }
+}
+
+/// What a read of the sample buffers tells of their span: the cadence follows it (half of
+/// it, within the bounds), and lost samples are counted and logged.
+fn buffer_seen(gpu: &mut GpuState, cadence: &Cadence, g: SampleStats, m: SampleStats) {
+    let index = gpu.index;
+    gpu.samples_read += u64::from(g.count);
+    gpu.samples_lost += g.lost;
+    let held = match (g.held, m.held) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if held.is_some() {
+        gpu.held_us = held;
+    }
+    let every = cadence.buffers(gpu.held_us);
+    let lost = g.lost.max(m.lost);
+    if lost > 0 {
+        // Said each time: with the lower bound above half the span, it goes on.
+        log!(
+            "gpu{index}: {lost} sample{} fell out of the utilisation buffer between two reads \
+             (it holds {:.1} s): now read every {:.1} s",
+            if lost == 1 { "" } else { "s" },
+            gpu.held_us.unwrap_or(0) as f64 / 1e6,
+            every.as_secs_f64()
+        );
+    } else if every != gpu.buffers_every {
+        log!(
+            "gpu{index}: sample buffers read every {:.1} s (they hold {})",
+            every.as_secs_f64(),
+            match gpu.held_us {
+                Some(us) => format!("{:.1} s", us as f64 / 1e6),
+                None => "an unknown span".to_owned(),
+            }
+        );
     }
 }
 
@@ -871,9 +1076,9 @@ impl<S: GpuSource> Sampler for GpuSampler<S> {
         self.failures
     }
 
-    /// Reads every query that is not switched off, of every GPU. Failures are handled here
-    /// (switched off, or counted and logged on change), so this always returns `Ok` with
-    /// whatever could be read: one GPU or one field failing must not cost the others.
+    /// Reads every query that is due and not switched off, of every GPU. Failures are
+    /// handled here (switched off, or counted and logged on change), so this always returns
+    /// `Ok` with whatever could be read: one GPU or one field failing must not cost the others.
     fn sample(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
         self.poll_events();
         if let Some((tree, _)) = &self.tree {
@@ -884,6 +1089,16 @@ impl<S: GpuSource> Sampler for GpuSampler<S> {
         for i in 0..self.gpus.len() {
             self.sample_gpu(i, now, out);
         }
+        self.prev_tick = Some(now);
         Ok(())
+    }
+
+    /// Every query, due or not, so that the counters' totals and the buffers' samples
+    /// reach the job's end.
+    fn sample_last(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
+        self.last = true;
+        let r = self.sample(now, out);
+        self.last = false;
+        r
     }
 }

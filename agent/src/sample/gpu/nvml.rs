@@ -1,11 +1,12 @@
 //! [`NvmlSource`]: the [`GpuSource`] over the real NVML (or a fake library at its path).
 //!
-//! NVML calls per GPU and tick (`docs/formats.md`, "GPU"; measured in `BENCHMARKS.md`,
-//! "NVML cost"): the two sample buffers (one call each, [`raw`]), memory, power,
-//! temperature, SM clock, throttle reasons, one batched `nvmlDeviceGetFieldValues`, GPM (the
-//! older of two samples filled again, and the metrics call), with a trainer the two process
-//! lists (one call each), and one `nvmlEventSetWait_v2(0)` per GPU with events; the instant
-//! utilisation only when the buffers had nothing new.
+//! NVML calls per GPU (`docs/formats.md`, "GPU: cadence"; measured in `BENCHMARKS.md`,
+//! "NVML cost"): every tick the instant utilisation, memory, power, temperature, SM clock,
+//! throttle reasons, the instant-power field, with a trainer the process list, and one
+//! `nvmlEventSetWait_v2(0)` per GPU with events; at the buffers' cadence the two sample
+//! buffers and the per-process samples (one call each, [`raw`]); at the counters' cadence one
+//! batched `nvmlDeviceGetFieldValues` and GPM (the older of two samples filled again, and the
+//! metrics call).
 
 use std::ffi::OsStr;
 use std::mem;
@@ -41,6 +42,8 @@ struct NvmlGpu {
     gpu_since: u64,
     memory_since: u64,
     process_since: u64,
+    /// The span the probe's read of the whole rings showed, handed on with the first reading.
+    held: (Option<u64>, Option<u64>),
     /// GPM: whether the GPU has it (asked once), two samples taken in turn, and which of
     /// them is the newer.
     gpm_supported: Option<bool>,
@@ -120,6 +123,7 @@ impl NvmlGpu {
             gpu_since: 0,
             memory_since: 0,
             process_since: 0,
+            held: (None, None),
             gpm_supported: None,
             gpm_samples: [None, None],
             gpm_newest: 1,
@@ -127,7 +131,9 @@ impl NvmlGpu {
         };
         g.events = g.register_events(nvml);
         // A failure here shows on the first tick, where the same call is made.
-        let _ = g.utilization_samples(nvml);
+        if let Ok(Reading::UtilizationSamples { gpu, memory_busy }) = g.utilization_samples(nvml) {
+            g.held = (gpu.held, memory_busy.held);
+        }
         let _ = g.process_utilization(nvml);
         g
     }
@@ -176,6 +182,10 @@ impl NvmlGpu {
             };
         self.gpu_since = gpu_since;
         self.memory_since = memory_since;
+        let (mut gpu, mut memory_busy) = (gpu, memory_busy);
+        let (gpu_held, memory_held) = mem::take(&mut self.held);
+        gpu.held = gpu.held.or(gpu_held);
+        memory_busy.held = memory_busy.held.or(memory_held);
         Ok(Reading::UtilizationSamples { gpu, memory_busy })
     }
 
@@ -220,10 +230,11 @@ impl NvmlGpu {
         ))
     }
 
-    /// One `nvmlDeviceGetFieldValues` for every [`Field`], called through the raw binding:
-    /// nvml-wrapper's `field_values_for` leaves `scopeId` 0, which for the NVLink counters
-    /// means link 0 only; `UINT_MAX` sums all links.
-    fn fields(&self, nvml: &Nvml) -> Result<Reading, GpuReadError> {
+    /// One `nvmlDeviceGetFieldValues` for the [`Field`]s of `batch`, called through the raw
+    /// binding: nvml-wrapper's `field_values_for` leaves `scopeId` 0, which for the NVLink
+    /// counters means link 0 only; `UINT_MAX` sums all links. NVML's cost is per field (the
+    /// energy counter alone costs milliseconds), hence the batches.
+    fn fields(&self, nvml: &Nvml, batch: Query) -> Result<Reading, GpuReadError> {
         let get = nvml
             .lib()
             .nvmlDeviceGetFieldValues
@@ -232,18 +243,26 @@ impl NvmlGpu {
         // SAFETY: nvmlFieldValue_t is plain C data (integers and a union of numbers); all
         // zeroes is a valid value of it.
         let mut values: [nvmlFieldValue_t; Field::ALL.len()] = unsafe { mem::zeroed() };
-        for (v, f) in values.iter_mut().zip(Field::ALL) {
-            v.fieldId = f.id();
-            v.scopeId = f.scope();
+        // Where each field of the batch is in `values`.
+        let mut at = [None; Field::ALL.len()];
+        let mut n = 0;
+        for (i, f) in Field::ALL.into_iter().enumerate().filter(|(_, f)| f.batch() == batch) {
+            values[n].fieldId = f.id();
+            values[n].scopeId = f.scope();
+            at[i] = Some(n);
+            n += 1;
         }
         // SAFETY: the handle comes from this NVML, which is never shut down (leaked at
-        // open); `values` holds exactly the count passed, and NVML writes only inside it.
-        let r = unsafe { get(self.device.handle(), values.len() as i32, values.as_mut_ptr()) };
+        // open); `values` holds at least the count passed, and NVML writes only inside it.
+        let r = unsafe { get(self.device.handle(), n as i32, values.as_mut_ptr()) };
         if r != 0 {
             return Err(GpuReadError::from_nvml(&NvmlError::from(r)));
         }
         let out: FieldValues = std::array::from_fn(|i| {
-            let v = &values[i];
+            let Some(k) = at[i] else {
+                return Err(GpuReadError::Failed("not in this batch"));
+            };
+            let v = &values[k];
             if v.nvmlReturn != 0 {
                 return Err(GpuReadError::from_nvml(&NvmlError::from(v.nvmlReturn)));
             }
@@ -252,7 +271,7 @@ impl NvmlGpu {
         Ok(Reading::Fields(out))
     }
 
-    /// GPM: a new sample each tick, compared with the previous one. Two samples serve the
+    /// GPM: a new sample each read, compared with the previous one. Two samples serve the
     /// whole run: the older is filled again ([`raw::gpm_sample_again`]) instead of a new one
     /// being allocated and the old freed each tick.
     fn gpm(&mut self, nvml: &'static Nvml) -> Result<Reading, NvmlError> {
@@ -367,7 +386,7 @@ impl GpuSource for NvmlSource {
             Query::SmClock => d.clock_info(Clock::SM).map(Reading::SmClockMhz),
             Query::Throttle => d.current_throttle_reasons().map(|r| Reading::Throttle(r.bits())),
             Query::UtilizationSamples => g.utilization_samples(nvml),
-            Query::Fields => return g.fields(nvml),
+            Query::InstantFields | Query::Fields => return g.fields(nvml, query),
             Query::Gpm => g.gpm(nvml),
             Query::Processes => g.processes(nvml),
             Query::ProcessUtilization => g.process_utilization(nvml),

@@ -6,18 +6,29 @@
 //! length reports the whole interval: the mean and the maximum of what happened in it.
 
 /// Mean and maximum of one interval's samples; `count` 0 when there were none.
+///
+/// `held` and `lost` tell how long the ring holds, so that it is read often enough
+/// (`docs/formats.md`, "GPU: cadence"): a read that returned the whole ring (asked from 0, or
+/// with a gap after the previous read's newest sample) shows its span.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct SampleStats {
     pub count: u32,
     pub mean: f64,
     pub max: f64,
+    /// µs from the oldest to the newest sample returned, when they were the ring's whole
+    /// content (at least two samples): asked from 0, or samples were lost.
+    pub held: Option<u64>,
+    /// Samples that fell out of the ring since the previous read (estimated from the gap
+    /// between that read's newest sample and this read's oldest, at this read's period).
+    pub lost: u64,
 }
 
 impl SampleStats {
     /// `(timestamp, value)` pairs; only those newer than `since` (and finite) count.
     /// Returns the figures and the newest timestamp seen (`since` when none is newer).
     pub fn of(samples: impl IntoIterator<Item = (u64, f64)>, since: u64) -> (SampleStats, u64) {
-        let (mut count, mut sum, mut max, mut newest) = (0u32, 0.0, f64::NEG_INFINITY, since);
+        let (mut count, mut sum, mut max, mut newest, mut oldest) =
+            (0u32, 0.0, f64::NEG_INFINITY, since, u64::MAX);
         for (ts, value) in samples {
             if ts <= since || !value.is_finite() {
                 continue;
@@ -26,11 +37,25 @@ impl SampleStats {
             sum += value;
             max = max.max(value);
             newest = newest.max(ts);
+            oldest = oldest.min(ts);
         }
         if count == 0 {
             return (SampleStats::default(), since);
         }
-        (SampleStats { count, mean: sum / f64::from(count), max }, newest)
+        let (mut held, mut lost) = (None, 0);
+        if count >= 2 {
+            let period = (newest - oldest) / u64::from(count - 1);
+            // Two periods' gap: at least one sample between the reads is missing.
+            let gap = since > 0 && period > 0 && oldest - since >= 2 * period;
+            if since == 0 || gap {
+                held = Some(newest - oldest);
+            }
+            if gap {
+                // Rounded: the driver's period wobbles a little.
+                lost = ((oldest - since) + period / 2) / period - 1;
+            }
+        }
+        (SampleStats { count, mean: sum / f64::from(count), max, held, lost }, newest)
     }
 }
 
@@ -96,12 +121,29 @@ mod tests {
     fn only_samples_newer_than_the_last_tick_count() {
         let s = [(100, 50.0), (200, 100.0), (300, 80.0), (400, 90.0)];
         let (st, newest) = SampleStats::of(s, 100);
-        assert_eq!(st, SampleStats { count: 3, mean: 90.0, max: 100.0 });
+        assert_eq!(st, SampleStats { count: 3, mean: 90.0, max: 100.0, held: None, lost: 0 });
         assert_eq!(newest, 400);
         let (st, newest) = SampleStats::of(s, 400);
         assert_eq!((st.count, newest), (0, 400));
         let (st, _) = SampleStats::of([(500, f64::NAN), (600, 7.0)], 0);
-        assert_eq!(st, SampleStats { count: 1, mean: 7.0, max: 7.0 });
+        assert_eq!(st, SampleStats { count: 1, mean: 7.0, max: 7.0, held: None, lost: 0 });
+    }
+
+    #[test]
+    fn a_read_of_the_whole_ring_or_after_a_gap_shows_its_span() {
+        let ring = [(1_000, 1.0), (1_200, 2.0), (1_400, 3.0), (1_600, 4.0)];
+        // From 0: the whole ring, 600 µs.
+        let (st, _) = SampleStats::of(ring, 0);
+        assert_eq!((st.held, st.lost), (Some(600), 0));
+        // Right after the previous read's newest: nothing lost, the span unknown.
+        let (st, _) = SampleStats::of(ring, 800);
+        assert_eq!((st.count, st.held, st.lost), (4, None, 0));
+        // Two samples (at 600 and 800) fell out between the reads.
+        let (st, _) = SampleStats::of(ring, 400);
+        assert_eq!((st.held, st.lost), (Some(600), 2));
+        // One sample cannot tell a period.
+        let (st, _) = SampleStats::of([(5_000, 1.0)], 400);
+        assert_eq!((st.held, st.lost), (None, 0));
     }
 
     #[test]

@@ -250,7 +250,13 @@ fn a_zero_memory_total_leaves_the_percentage_out() {
 }
 
 fn stats(count: u32, mean: f64, max: f64) -> SampleStats {
-    SampleStats { count, mean, max }
+    SampleStats { count, mean, max, held: None, lost: 0 }
+}
+
+/// The sampler over `source` with every query on every tick (the tests of what a query
+/// gives; the cadence has its own).
+fn every_tick<S: GpuSource>(source: S) -> GpuSampler<S> {
+    GpuSampler::new(source).with_cadence(Cadence::EVERY_TICK)
 }
 
 #[test]
@@ -266,12 +272,14 @@ fn the_sample_buffer_gives_the_interval_mean_and_max_else_the_instant_reading() 
             Ok(Reading::UtilizationSamples { gpu: stats(1, 7.0, 7.0), memory_busy: stats(1, 3.0, 3.0) }),
         ],
     );
-    let mut s = GpuSampler::new(script);
+    let mut s = every_tick(script);
     let m = tick(&mut s);
     assert_eq!(get(&m, 0, GPU_UTILIZATION), Some(55.5));
     assert_eq!(get(&m, 0, GPU_BUSY_MAX_PERCENT), Some(99.0));
     assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_PERCENT), Some(20.0));
     assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_MAX_PERCENT), Some(35.0));
+    assert_eq!(get(&m, 0, GPU_BUSY_MEAN_PERCENT), Some(55.5));
+    assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_MEAN_PERCENT), Some(20.0));
     // gpu1 has no buffer: the instant reading, no max.
     assert_eq!(get(&m, 1, GPU_UTILIZATION), Some(91.0));
     assert_eq!(get(&m, 1, GPU_BUSY_MAX_PERCENT), None);
@@ -326,9 +334,11 @@ fn fields_give_rates_over_the_interval_and_each_is_switched_off_alone() {
         Query::Fields,
         &[Ok(fields(1_000, 10, 100_000)), Ok(fields(501_000, 20, 150_000)), Ok(fields(400, 20, 150_000))],
     );
+    script.answer(0, Query::InstantFields, &[Ok(fields(0, 0, 0))]);
     let all_off: FieldValues = [Err(NS); Field::ALL.len()];
     script.answer(1, Query::Fields, &[Ok(Reading::Fields(all_off))]);
-    let mut s = GpuSampler::new(script);
+    script.answer(1, Query::InstantFields, &[Ok(Reading::Fields(all_off))]);
+    let mut s = every_tick(script);
     let m = tick_at(&mut s, Duration::from_secs(10));
     // A rate needs two readings; the rest is there at once.
     assert_eq!(get(&m, 0, "PcieTxBytesPerSecond"), None);
@@ -350,10 +360,12 @@ fn fields_give_rates_over_the_interval_and_each_is_switched_off_alone() {
     assert!(off.contains(&Field::NvlinkTxKib) && off.contains(&Field::EccCorrectedAggregate), "{off:?}");
     assert!(!off.contains(&Field::PcieRxBytes), "transient, asked again");
     assert!(!s.switched_off(0).any(|q| q == Query::Fields));
-    // gpu1 supports none: the whole query is switched off after one call.
+    // gpu1 supports none: both batches are switched off after one call each.
     assert_eq!(s.fields_off(1).count(), Field::ALL.len());
     assert!(s.switched_off(1).any(|q| q == Query::Fields));
+    assert!(s.switched_off(1).any(|q| q == Query::InstantFields));
     assert_eq!(s.source.calls(1, Query::Fields), 1);
+    assert_eq!(s.source.calls(1, Query::InstantFields), 1);
     assert_eq!(s.source.calls(0, Query::Fields), 3);
 }
 
@@ -362,7 +374,7 @@ fn gpm_needs_two_samples_and_switches_off_per_metric() {
     let mut script = Script::two_gpus();
     let v: GpmValues = [Ok(61.5), Ok(33.25), Err(NS), Ok(12.5)];
     script.answer(0, Query::Gpm, &[Ok(Reading::Gpm(None)), Ok(Reading::Gpm(Some(v)))]);
-    let mut s = GpuSampler::new(script);
+    let mut s = every_tick(script);
     let m = tick(&mut s);
     assert!(GpmMetric::ALL.iter().all(|g| get(&m, 0, g.dimension()).is_none()));
     for _ in 0..2 {
@@ -376,6 +388,128 @@ fn gpm_needs_two_samples_and_switches_off_per_metric() {
     assert_eq!(s.source.calls(0, Query::Gpm), 3);
     assert_eq!(s.source.calls(1, Query::Gpm), 1, "not supported on gpu1");
     assert_eq!(s.failures(), 0);
+}
+
+fn samples(held_s: Option<u64>, lost: u64) -> Reading {
+    let held = held_s.map(|s| s * 1_000_000);
+    Reading::UtilizationSamples {
+        gpu: SampleStats { count: 5, mean: 50.0, max: 60.0, held, lost },
+        memory_busy: SampleStats { count: 5, mean: 10.0, max: 20.0, held, lost },
+    }
+}
+
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+/// One GPU, ticks of 100 ms for 25 s, the default cadence, then the last tick.
+#[test]
+fn slow_queries_run_at_their_cadence_and_their_rows_cover_the_interval() {
+    let mut script = Script::two_gpus();
+    script.gpus = vec![0];
+    // The counters grow by 1 MB of PCIe and 1 kJ between two reads, whenever they come.
+    let reads: Vec<_> = (0..10).map(|k| Ok(fields(k * 1_000_000, 0, k * 1_000_000))).collect();
+    script.answer(0, Query::Fields, &reads);
+    script.answer(0, Query::InstantFields, &[Ok(fields(0, 0, 0))]);
+    // The probe's read showed a ring of 14 s.
+    script.answer(0, Query::UtilizationSamples, &[Ok(samples(Some(14), 0)), Ok(samples(None, 0))]);
+    let mut s = GpuSampler::new(script);
+    let (mut counter_reads, mut buffer_reads, mut rates, mut energy) = (vec![], vec![], vec![], vec![]);
+    for k in 0..=250 {
+        let now = ms(100 * k);
+        let m = tick_at(&mut s, now);
+        if get(&m, 0, "EccCorrectedVolatile").is_some() {
+            counter_reads.push(now);
+        }
+        if let Some(v) = get(&m, 0, "PcieTxBytesPerSecond") {
+            rates.push(v);
+            energy.push(get(&m, 0, "EnergyMeanWatts").unwrap());
+        }
+        if get(&m, 0, GPU_BUSY_MAX_PERCENT).is_some() {
+            assert_eq!(get(&m, 0, GPU_BUSY_MEAN_PERCENT), Some(50.0));
+            assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_MAX_PERCENT), Some(20.0));
+            buffer_reads.push(now);
+        }
+        // The instant readings every tick; the buffers' mean stands for the first tick only
+        // (its interval is the tick's: from the probe).
+        let util = if k == 0 { 50.0 } else { 90.0 };
+        assert_eq!(get(&m, 0, GPU_UTILIZATION), Some(util), "{now:?}");
+        assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), Some(60.0));
+        assert_eq!(get(&m, 0, "PowerInstantWatts"), Some(215.0));
+    }
+    // Counters on the first tick, then on the last tick before 10 s have passed.
+    assert_eq!(counter_reads, [ms(0), ms(10_000), ms(19_900)]);
+    // Each rate is the growth over the time since the previous read.
+    assert_eq!(rates.len(), 2);
+    assert!(close(Some(rates[0]), 1e6 / 10.0) && close(Some(rates[1]), 1e6 / 9.9), "{rates:?}");
+    assert!(close(Some(energy[1]), 1e3 / 9.9), "{energy:?}");
+    // Buffers every half of the 14 s the ring holds.
+    assert_eq!(buffer_reads, [ms(0), ms(7_000), ms(13_900), ms(20_800)]);
+    assert_eq!(s.buffer_state(0), Some((Duration::from_secs(7), 20, 0)));
+    assert_eq!(s.source.calls(0, Query::Utilization), 250, "not on the first tick");
+    assert_eq!(s.source.calls(0, Query::Memory), 251);
+
+    // The last tick reads what is not due, so that the totals reach the end.
+    let mut m = Metrics::new();
+    s.sample_last(ms(25_050), &mut m).unwrap();
+    assert!(close(get(&m, 0, "PcieTxBytesPerSecond"), 1e6 / 5.15));
+    assert_eq!(get(&m, 0, GPU_BUSY_MAX_PERCENT), Some(60.0));
+    assert_eq!(s.source.calls(0, Query::Fields), 4);
+}
+
+#[test]
+fn lost_samples_make_the_buffers_read_sooner_within_the_bounds() {
+    let mut script = Script::two_gpus();
+    script.gpus = vec![0];
+    script.answer(
+        0,
+        Query::UtilizationSamples,
+        &[Ok(samples(Some(14), 0)), Ok(samples(Some(4), 12)), Ok(samples(Some(1), 3)), Ok(samples(None, 0))],
+    );
+    let mut s = GpuSampler::new(script);
+    tick_at(&mut s, ms(0));
+    assert_eq!(s.buffer_state(0), Some((ms(7_000), 5, 0)));
+    tick_at(&mut s, ms(6_900));
+    assert_eq!(s.source.calls(0, Query::UtilizationSamples), 1, "not due");
+    tick_at(&mut s, ms(7_000));
+    assert_eq!(s.buffer_state(0), Some((ms(2_000), 10, 12)), "half the 4 s it held");
+    tick_at(&mut s, ms(9_000));
+    assert_eq!(s.buffer_state(0), Some((ms(1_000), 15, 15)), "never below the lower bound");
+    tick_at(&mut s, ms(10_000));
+    assert_eq!(s.buffer_state(0), Some((ms(1_000), 20, 15)), "the span seen last holds");
+}
+
+#[test]
+fn the_gpus_slow_calls_fall_on_different_ticks() {
+    let mut script = Script::two_gpus();
+    script.gpus = (0..8).collect();
+    for i in 0..8 {
+        script.answer(i, Query::Fields, &[Ok(fields(0, 0, 0))]);
+        script.answer(i, Query::UtilizationSamples, &[Ok(samples(Some(14), 0)), Ok(samples(None, 0))]);
+    }
+    let mut s = GpuSampler::new(script);
+    let count = |s: &GpuSampler<Script>, q| (0..8).map(|i| s.source.calls(i, q)).sum::<usize>();
+    let mut last_read = [Duration::ZERO; 8];
+    for k in 0..=300 {
+        let now = ms(100 * k);
+        let (fields_before, buffers_before) =
+            (count(&s, Query::Fields), count(&s, Query::UtilizationSamples));
+        let m = tick_at(&mut s, now);
+        let fields = count(&s, Query::Fields) - fields_before;
+        let buffers = count(&s, Query::UtilizationSamples) - buffers_before;
+        if k == 0 {
+            assert_eq!((fields, buffers), (8, 8), "every query on the first tick");
+            continue;
+        }
+        assert!(fields <= 1 && buffers <= 1, "{now:?}: {fields} counter and {buffers} buffer reads");
+        for (i, at) in last_read.iter_mut().enumerate() {
+            if get(&m, i as u32, "EccCorrectedVolatile").is_some() {
+                assert!(now - *at <= ms(10_000), "gpu{i} at {now:?}");
+                *at = now;
+            }
+        }
+    }
+    assert_eq!(count(&s, Query::Fields), 8 + 8 * 3, "three more reads each in 30 s");
 }
 
 fn processes_script() -> Script {
@@ -405,7 +539,7 @@ fn processes_script() -> Script {
 fn the_trainer_trees_processes_are_attributed_per_gpu() {
     let tree = TreePids::default();
     tree.publish(&[13, 12, 11, 10, 1]);
-    let mut s = GpuSampler::new(processes_script()).with_tree(tree.clone(), PidNamespace::Host);
+    let mut s = every_tick(processes_script()).with_tree(tree.clone(), PidNamespace::Host);
     let m = tick(&mut s);
     assert_eq!(get(&m, 0, TRAINER_PROCESSES), Some(4.0));
     assert_eq!(get(&m, 0, TRAINER_MEM_USED_BYTES), Some((460u64 << 20) as f64));
@@ -531,7 +665,7 @@ fn probe_fake(variant: &str, defines: &[&str]) -> Option<GpuSampler<NvmlSource>>
 
 #[test]
 fn a_fake_nvml_library_is_loaded_enumerated_and_read() {
-    let mut s = probe_fake("full", &[]).expect("two fake GPUs");
+    let mut s = probe_fake("full", &["-DFAKE_NVML_SAMPLE_US=1000"]).expect("two fake GPUs");
     let facts = s.facts();
     assert_eq!(facts.len(), 2);
     assert_eq!(facts[0].name.as_deref(), Some("Fake GPU A"));
@@ -543,17 +677,16 @@ fn a_fake_nvml_library_is_loaded_enumerated_and_read() {
     assert_eq!(facts[1].power_limit_watts, None);
     assert!(!facts[1].events);
 
-    // Tick 1: gpu0's temperature fails once (NVML_ERROR_UNKNOWN), gpu1 has no power. The
-    // probe took samples 1-3 of each buffer; this tick sees 4-6.
+    // Tick 1 (every query): gpu0's temperature fails once (NVML_ERROR_UNKNOWN), gpu1 has no
+    // power. The fake's buffers take a sample each millisecond; the probe read them whole.
+    std::thread::sleep(Duration::from_millis(20));
     let m = tick_at(&mut s, Duration::from_secs(1));
-    assert!(
-        close(get(&m, 0, GPU_UTILIZATION), (50.0 + 100.0 + 80.0) / 3.0),
-        "{:?}",
-        get(&m, 0, GPU_UTILIZATION)
-    );
+    // The buffers' samples since the probe: at least 16 of the cycle 50, 100, 80, 90.
+    let mean = get(&m, 0, GPU_BUSY_MEAN_PERCENT).expect("the buffer's mean");
+    assert!((70.0..=90.0).contains(&mean), "{mean}");
+    assert_eq!(get(&m, 0, GPU_UTILIZATION), Some(mean), "the buffer's interval is the tick's");
     assert_eq!(get(&m, 0, GPU_BUSY_MAX_PERCENT), Some(100.0));
-    assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_PERCENT), Some(40.0));
-    assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_MAX_PERCENT), Some(50.0));
+    assert_eq!(get(&m, 0, GPU_MEMORY_BUSY_MAX_PERCENT), Some(60.0));
     assert_eq!(get(&m, 0, GPU_MEMORY_UTILIZATION), Some(25.0));
     assert_eq!(get(&m, 0, GPU_MEM_USED_BYTES), Some((4u64 << 30) as f64));
     assert_eq!(get(&m, 0, GPU_POWER_WATTS), Some(212.5));
@@ -578,38 +711,113 @@ fn a_fake_nvml_library_is_loaded_enumerated_and_read() {
     assert_eq!(get(&m, 1, "PowerInstantWatts"), None);
     assert_eq!(get(&m, 1, GPU_XID_EVENTS), None);
     assert_eq!(s.failures(), 1);
-    assert_eq!(s.switched_off(1).collect::<Vec<_>>(), [Query::Power, Query::UtilizationSamples, Query::Gpm]);
+    assert_eq!(
+        s.switched_off(1).collect::<Vec<_>>(),
+        [Query::Power, Query::UtilizationSamples, Query::InstantFields, Query::Gpm]
+    );
     assert_eq!(s.switched_off(0).count(), 0);
     let off1: Vec<Field> = s.fields_off(1).collect();
     assert!(!off1.contains(&Field::PcieTxBytes) && !off1.contains(&Field::PcieRxBytes));
     assert_eq!(off1.len(), Field::ALL.len() - 2);
     assert_eq!(s.fields_off(0).count(), 0, "NVLink asked with the all-links scope");
+    // The probe's read showed the ring (70 samples, 69 ms): half of it is below the lower
+    // bound.
+    assert_eq!(s.buffer_state(0).map(|b| b.0), Some(Duration::from_secs(1)));
 
-    // Tick 2, half a second later: rates, GPM, the next samples (7-9), an ECC event.
+    // Tick 2, 0.5 s later: gpu0's buffers are due (the GPUs share the first second), no
+    // counter is. The buffers were read on the tick before: their mean is the tick's.
+    std::thread::sleep(Duration::from_millis(5));
     let m = tick_at(&mut s, Duration::from_millis(1500));
     assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), Some(64.0));
-    assert!(close(get(&m, 0, GPU_UTILIZATION), 80.0));
-    assert_eq!(get(&m, 0, "PcieTxBytesPerSecond"), Some(2_000_000.0));
-    assert_eq!(get(&m, 0, "PcieRxBytesPerSecond"), Some(4_000_000.0));
-    assert_eq!(get(&m, 1, "PcieRxBytesPerSecond"), Some(4_000_000.0));
-    assert_eq!(get(&m, 0, "NvlinkTxBytesPerSecond"), Some(2_048_000.0));
-    assert_eq!(get(&m, 0, "NvlinkRxBytesPerSecond"), Some(6_144_000.0));
-    assert_eq!(get(&m, 0, "EnergyMeanWatts"), Some(42.5));
+    assert!(get(&m, 0, GPU_BUSY_MAX_PERCENT).is_some());
+    assert_eq!(get(&m, 0, GPU_UTILIZATION), get(&m, 0, GPU_BUSY_MEAN_PERCENT));
+    assert_eq!(get(&m, 0, "PowerInstantWatts"), Some(215.0));
+    for d in ["PcieTxBytesPerSecond", "EnergyMeanWatts", "EccCorrectedVolatile", "SmActivePercent"] {
+        assert_eq!(get(&m, 0, d), None, "{d}: not due");
+    }
+    assert_eq!(get(&m, 0, GPU_ECC_SINGLE_BIT_EVENTS), Some(1.0), "events every tick");
+
+    // 100 ms later nothing slow is due: the instant utilisation, no buffer rows.
+    let m = tick_at(&mut s, Duration::from_millis(1600));
+    let instant = get(&m, 0, GPU_UTILIZATION).expect("the instant utilisation");
+    assert!([50.0, 100.0, 80.0, 90.0].contains(&instant), "{instant}: NVML's newest sample");
+    assert_eq!(get(&m, 0, GPU_BUSY_MAX_PERCENT), None);
+    assert_eq!(get(&m, 0, GPU_BUSY_MEAN_PERCENT), None);
+
+    // Tick 3 at 6 s: gpu0's counters (half of 10 s after the first tick): rates over the 5 s
+    // since the first tick's read, GPM between the two samples. gpu1's are due at 11 s.
+    let m = tick_at(&mut s, Duration::from_secs(6));
+    assert_eq!(get(&m, 0, "PcieTxBytesPerSecond"), Some(200_000.0));
+    assert_eq!(get(&m, 0, "PcieRxBytesPerSecond"), Some(400_000.0));
+    assert_eq!(get(&m, 0, "NvlinkTxBytesPerSecond"), Some(204_800.0));
+    assert_eq!(get(&m, 0, "NvlinkRxBytesPerSecond"), Some(614_400.0));
+    assert_eq!(get(&m, 0, "EnergyMeanWatts"), Some(4.25));
+    assert_eq!(get(&m, 0, "EccCorrectedVolatile"), Some(2.0));
     assert_eq!(get(&m, 0, "SmActivePercent"), Some(61.5));
     assert_eq!(get(&m, 0, "SmOccupancyPercent"), Some(33.25));
     assert_eq!(get(&m, 0, "TensorActivePercent"), Some(44.0));
     assert_eq!(get(&m, 0, "DramActivePercent"), Some(12.5));
-    assert_eq!(get(&m, 0, GPU_XID_EVENTS), Some(1.0));
-    assert_eq!(get(&m, 0, GPU_ECC_SINGLE_BIT_EVENTS), Some(1.0));
-    assert_eq!(get(&m, 1, "SmActivePercent"), None);
+    assert_eq!(get(&m, 1, "PcieRxBytesPerSecond"), None);
     assert_eq!(s.failures(), 1);
     assert_eq!(s.event_counts(0), Some((1, 1, 0, 2)));
 
-    // Tick 3: the older GPM sample is filled again (the fake refuses a pair out of order).
-    let m = tick_at(&mut s, Duration::from_secs(2));
+    // Tick 4 at 11 s: gpu1's counters (10 s after its first), not gpu0's.
+    let m = tick_at(&mut s, Duration::from_secs(11));
+    assert_eq!(get(&m, 1, "PcieRxBytesPerSecond"), Some(200_000.0));
+    assert_eq!(get(&m, 0, "PcieRxBytesPerSecond"), None);
+
+    // The last tick reads everything: the older GPM sample is filled again (the fake
+    // refuses a pair out of order), the rates cover the 6 s since gpu0's previous read.
+    std::thread::sleep(Duration::from_millis(5));
+    let mut m = Metrics::new();
+    s.sample_last(Duration::from_secs(12), &mut m).unwrap();
     assert_eq!(get(&m, 0, "SmActivePercent"), Some(61.5));
-    assert_eq!(get(&m, 0, "PcieTxBytesPerSecond"), Some(2_000_000.0));
+    assert!(close(get(&m, 0, "PcieTxBytesPerSecond"), 1e6 / 6.0));
+    assert!(close(get(&m, 1, "PcieTxBytesPerSecond"), 1e6));
+    assert!(get(&m, 0, GPU_BUSY_MEAN_PERCENT).is_some());
     assert_eq!(s.failures(), 1);
+}
+
+/// A real read of the fake's buffers (100 samples a second, a ring of 50: 490 ms), ticks of
+/// 20 ms for about 1.2 s: at the measured cadence (245 ms) no sample is lost; with a lower
+/// bound above the ring's span, the loss is seen and counted.
+#[test]
+fn the_buffers_are_read_often_enough_to_lose_no_sample() {
+    let (_tmp, lib) = build_fake("ring", &["-DFAKE_NVML_SAMPLE_US=10000", "-DFAKE_NVML_RING=50"]);
+    let run = |min_ms: u64| {
+        let cadence = Cadence {
+            counters: Duration::from_secs(10),
+            buffers_min: Duration::from_millis(min_ms),
+            buffers_max: Duration::from_secs(10),
+        };
+        let mut s = probe(Some(lib.as_os_str())).unwrap().expect("fake GPUs").with_cadence(cadence);
+        let start = std::time::Instant::now();
+        let mut reads = 0;
+        let mut ticks = 0;
+        while start.elapsed() < Duration::from_millis(1200) {
+            let m = tick_at(&mut s, start.elapsed());
+            reads += usize::from(get(&m, 0, GPU_BUSY_MAX_PERCENT).is_some());
+            ticks += 1;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut m = Metrics::new();
+        s.sample_last(start.elapsed(), &mut m).unwrap();
+        let (every, read, lost) = s.buffer_state(0).unwrap();
+        (every, read, lost, reads, ticks, start.elapsed())
+    };
+    let (every, read, lost, reads, ticks, took) = run(10);
+    assert_eq!(every, Duration::from_micros(245_000), "half the span the probe saw");
+    assert_eq!(lost, 0);
+    // Every sample since the probe (one each 10 ms), give or take the edges.
+    let made = took.as_millis() as u64 / 10;
+    assert!(read + 2 >= made && read <= made + 2, "{read} of {made}");
+    assert!(reads < ticks / 2, "{reads} reads in {ticks} ticks");
+
+    let (every, read, lost, _, _, took) = run(700);
+    assert_eq!(every, Duration::from_millis(700), "the lower bound");
+    assert!(lost > 0, "the gaps are seen");
+    let made = took.as_millis() as u64 / 10;
+    assert!(read + lost + 3 >= made && read + lost <= made + 3, "{read} + {lost} of {made}");
 }
 
 #[test]
@@ -626,15 +834,15 @@ fn a_process_list_larger_than_the_first_guess_is_read_whole() {
 
 #[test]
 fn the_fake_librarys_processes_are_attributed() {
-    let (_tmp, lib) = build_fake("processes", &[]);
+    let (_tmp, lib) = build_fake("processes", &["-DFAKE_NVML_SAMPLE_US=1000"]);
     let tree = TreePids::default();
     tree.publish(&[202, 101, 7]);
     let mut s = probe(Some(lib.as_os_str())).unwrap().expect("fake GPUs").with_tree(tree, PidNamespace::Host);
+    std::thread::sleep(Duration::from_millis(5));
     let m = tick(&mut s);
     assert_eq!(get(&m, 0, TRAINER_PROCESSES), Some(2.0));
     assert_eq!(get(&m, 0, TRAINER_MEM_USED_BYTES), Some((3u64 << 30) as f64));
-    // Two periods per tick: pid 101's SM is 70 and 50, 202's 60 and 40; memory 20, 15. The
-    // sum (110) is capped at the whole GPU.
+    // pid 101's SM is 60, 202's 50; memory 20, 15. The sum (110) is capped at the whole GPU.
     assert_eq!(get(&m, 0, TRAINER_SM_BUSY_PERCENT), Some(100.0));
     assert_eq!(get(&m, 0, TRAINER_MEMORY_BUSY_PERCENT), Some(35.0));
     assert_eq!(get(&m, 0, "TopProcess1Pid"), Some(101.0));

@@ -520,8 +520,14 @@ def main():
     md.append("* trainprof: %s; NVML library: %s\n" % (ctx["bin"] or "not found (set TRAINPROF_BIN)",
                                                       os.environ.get("TRAINPROF_NVML_LIB", "libnvidia-ml.so.1")))
     parts = [("nvml", part_nvml, False), ("agent", part_agent, True), ("train", part_train, True)]
+    # GPU_CHECK_PARTS: a comma list of the parts to run (all by default), for a second run
+    # that only repeats what changed.
+    only = [p for p in os.environ.get("GPU_CHECK_PARTS", "").split(",") if p]
     for name, fn, needs_bin in parts:
         t0 = time.monotonic()
+        if only and name not in only:
+            md.append("## %s\n\nskipped: not in GPU_CHECK_PARTS\n" % name)
+            continue
         if needs_bin and not ctx["bin"]:
             md.append("## %s\n\nskipped: no trainprof binary\n" % name)
             continue

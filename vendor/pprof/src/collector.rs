@@ -4,12 +4,13 @@ use std::collections::hash_map::DefaultHasher;
 use std::convert::TryInto;
 use std::fmt::Debug;
 use std::hash::{Hash, Hasher};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
 
 use crate::frames::UnresolvedFrames;
 
 use aligned_vec::AVec;
-use tempfile::NamedTempFile;
 
 pub const BUCKETS: usize = 1 << 12;
 pub const BUCKETS_ASSOCIATIVITY: usize = 4;
@@ -146,7 +147,11 @@ impl<T: Hash + Eq> HashCounter<T> {
 }
 
 pub struct TempFdArray<T: 'static> {
-    file: NamedTempFile,
+    // trainprof patch: an anonymous file (`tempfile::tempfile()`, O_TMPFILE: it never has a
+    // name, so nothing is left on disk whatever ends the process), opened by `open_file`
+    // when the profiler starts and closed with the collector when it stops; an idle
+    // profiler holds no file descriptor.
+    file: Option<File>,
     buffer: Box<[T; BUFFER_LENGTH]>,
     buffer_index: usize,
     flush_n: usize,
@@ -154,14 +159,12 @@ pub struct TempFdArray<T: 'static> {
 
 impl<T: Default + Debug> TempFdArray<T> {
     fn new() -> std::io::Result<TempFdArray<T>> {
-        let file = NamedTempFile::new()?;
-
         let mut v: Vec<T> = Vec::with_capacity(BUFFER_LENGTH);
         v.resize_with(BUFFER_LENGTH, Default::default);
         let buffer = v.into_boxed_slice().try_into().unwrap();
 
         Ok(Self {
-            file,
+            file: None,
             buffer,
             buffer_index: 0,
             flush_n: 0,
@@ -170,7 +173,17 @@ impl<T: Default + Debug> TempFdArray<T> {
 }
 
 impl<T> TempFdArray<T> {
+    fn open_file(&mut self) -> std::io::Result<()> {
+        if self.file.is_none() {
+            self.file = Some(tempfile::tempfile()?);
+        }
+        Ok(())
+    }
+
     fn flush_buffer(&mut self) -> std::io::Result<()> {
+        let Some(file) = self.file.as_mut() else {
+            return Err(std::io::Error::other("no temporary file"));
+        };
         self.buffer_index = 0;
         let buf = unsafe {
             std::slice::from_raw_parts(
@@ -179,7 +192,7 @@ impl<T> TempFdArray<T> {
             )
         };
         self.flush_n += 1;
-        self.file.write_all(buf)?;
+        file.write_all(buf)?;
 
         Ok(())
     }
@@ -199,14 +212,17 @@ impl<T> TempFdArray<T> {
         let size = BUFFER_LENGTH * self.flush_n * std::mem::size_of::<T>();
 
         let mut file_vec = AVec::with_capacity(std::mem::align_of::<T>(), size);
-        let mut file = self.file.reopen()?;
 
         unsafe {
             // it's safe as the capacity is initialized to `size`, and it'll be filled with `size` bytes
             file_vec.set_len(size);
         }
-        file.read_exact(&mut file_vec[0..size])?;
-        file.seek(SeekFrom::End(0))?;
+        if size > 0 {
+            // trainprof patch: read at an offset through the same descriptor (an anonymous
+            // file cannot be reopened by name; the write position is left alone).
+            let file = self.file.as_ref().ok_or_else(|| std::io::Error::other("no temporary file"))?;
+            file.read_exact_at(&mut file_vec[0..size], 0)?;
+        }
 
         Ok(TempFdArrayIterator {
             buffer: &self.buffer[0..self.buffer_index],
@@ -268,6 +284,12 @@ impl<T: Hash + Eq + 'static> Collector<T> {
 
     pub fn try_iter(&self) -> std::io::Result<impl Iterator<Item = &Entry<T>>> {
         Ok(self.map.iter().chain(self.temp_array.try_iter()?))
+    }
+
+    /// trainprof patch: opens the temporary file evicted entries go to (done when the
+    /// profiler starts, never in the signal handler).
+    pub fn open_file(&mut self) -> std::io::Result<()> {
+        self.temp_array.open_file()
     }
 }
 
@@ -345,6 +367,7 @@ mod tests {
     #[test]
     fn collector_test() {
         let mut collector = Collector::new().unwrap();
+        collector.open_file().unwrap();
         let mut real_map = BTreeMap::new();
 
         for item in 0..(1 << 12) * 4 {
@@ -382,6 +405,7 @@ mod tests {
     #[test]
     fn collector_align_test() {
         let mut collector = Collector::new().unwrap();
+        collector.open_file().unwrap();
         let mut real_map = BTreeMap::new();
 
         for item in 0..(1 << 12) * 4 {

@@ -421,6 +421,8 @@ impl Profiler {
         if self.running {
             Err(Error::Running)
         } else {
+            // trainprof patch: the collector's temporary file exists only while running.
+            self.data.open_file()?;
             self.register_signal_handler()?;
             self.running = true;
 

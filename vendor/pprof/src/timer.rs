@@ -1,28 +1,7 @@
 // Copyright 2019 TiKV Project Authors. Licensed under Apache-2.0.
 
 use std::os::raw::c_int;
-use std::ptr::null_mut;
 use std::time::{Duration, Instant, SystemTime};
-
-#[repr(C)]
-#[derive(Clone)]
-struct Timeval {
-    pub tv_sec: i64,
-    pub tv_usec: i64,
-}
-
-#[repr(C)]
-#[derive(Clone)]
-struct Itimerval {
-    pub it_interval: Timeval,
-    pub it_value: Timeval,
-}
-
-extern "C" {
-    fn setitimer(which: c_int, new_value: *mut Itimerval, old_value: *mut Itimerval) -> c_int;
-}
-
-const ITIMER_PROF: c_int = 2;
 
 pub struct Timer {
     pub frequency: c_int,
@@ -31,25 +10,12 @@ pub struct Timer {
 }
 
 impl Timer {
+    // trainprof patch: no `setitimer(ITIMER_PROF)` here (nor in `drop`). That interval
+    // timer is process-wide and survives `execve` while this crate's signal handler does
+    // not, so a program exec'd inside a window died of SIGPROF. The caller arms per-thread
+    // POSIX CPU-time timers (`timer_create`, deleted by `execve`) that send SIGPROF to the
+    // handler instead (trainprof: hook-ffi/src/native.rs).
     pub fn new(frequency: c_int) -> Timer {
-        let interval = 1e6 as i64 / i64::from(frequency);
-        let it_interval = Timeval {
-            tv_sec: interval / 1e6 as i64,
-            tv_usec: interval % 1e6 as i64,
-        };
-        let it_value = it_interval.clone();
-
-        unsafe {
-            setitimer(
-                ITIMER_PROF,
-                &mut Itimerval {
-                    it_interval,
-                    it_value,
-                },
-                null_mut(),
-            )
-        };
-
         Timer {
             frequency,
             start_time: SystemTime::now(),
@@ -65,26 +31,6 @@ impl Timer {
             start_time: self.start_time,
             duration: self.start_instant.elapsed(),
         }
-    }
-}
-
-impl Drop for Timer {
-    fn drop(&mut self) {
-        let it_interval = Timeval {
-            tv_sec: 0,
-            tv_usec: 0,
-        };
-        let it_value = it_interval.clone();
-        unsafe {
-            setitimer(
-                ITIMER_PROF,
-                &mut Itimerval {
-                    it_interval,
-                    it_value,
-                },
-                null_mut(),
-            )
-        };
     }
 }
 

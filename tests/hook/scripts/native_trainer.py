@@ -13,6 +13,9 @@ TRAINPROF_TEST_PARAMS (JSON):
                 exits through sys.exit (its atexit handlers run), the parent waits for it
   settle_s      seconds to sleep before the first step (default 0): room for the sampler
                 thread's one-time warm-up (docs/formats.md "Native profiling")
+  exec_at       at the start of this step, ``exec_how`` ``execv`` replaces the process with
+                ``exec_args`` (argv, the first its path); ``fork-execv`` does that in a
+                forked child and waits for it (its status goes to ``child_status``)
 
 The manifest (TRAINPROF_TEST_MANIFEST) gets each step's wall time, the window answers, and
 for own_sigprof whether the handler is still this script's and still runs.
@@ -76,6 +79,14 @@ for step in range(PARAMS.get("steps", 12)):
         if pid == 0:
             work(iterations)
             sys.exit(0)
+        manifest["child_status"] = os.waitpid(pid, 0)[1]
+    if step == PARAMS.get("exec_at"):
+        args = PARAMS["exec_args"]
+        if PARAMS.get("exec_how") == "execv":
+            os.execv(args[0], args)
+        pid = os.fork()
+        if pid == 0:
+            os.execv(args[0], args)
         manifest["child_status"] = os.waitpid(pid, 0)[1]
     t0, c0 = time.perf_counter(), time.thread_time()
     prof.step_begin("train")

@@ -638,6 +638,52 @@ mod tests {
     }
 
     #[test]
+    fn a_threads_cpu_clock_is_the_one_glibc_gives() {
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: the calling thread's own pthread_t, a valid out-pointer.
+        assert_eq!(unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) }, 0);
+        // SAFETY: gettid has no arguments and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        assert_eq!(thread_cpu_clock(tid), clock);
+    }
+
+    /// The process's POSIX timers whose signal goes to `tid` (/proc/self/timers).
+    fn timers_for(tid: libc::pid_t) -> usize {
+        let text = std::fs::read_to_string("/proc/self/timers").unwrap_or_default();
+        text.lines().filter(|l| l.starts_with("notify:") && l.ends_with(&format!("/tid.{tid}"))).count()
+    }
+
+    #[test]
+    fn every_thread_gets_one_timer_until_it_ends_or_the_window_does() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let worker = thread::spawn(move || {
+            // SAFETY: gettid has no arguments and cannot fail.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            let _ = rx.recv();
+        });
+        let tid = tid_rx.recv().unwrap();
+        // SAFETY: gettid has no arguments and cannot fail.
+        let me = unsafe { libc::gettid() };
+        // 1 Hz: a signal after a second of a thread's CPU time, which these threads never
+        // use; and ignored, should one come.
+        // SAFETY: SIG_IGN for SIGPROF, which nothing else in the test binary uses.
+        unsafe { libc::signal(libc::SIGPROF, libc::SIG_IGN) };
+        let mut timers = Timers::new(1);
+        timers.sync().unwrap();
+        assert_eq!((timers_for(me), timers_for(tid)), (1, 1));
+        timers.sync().unwrap();
+        assert_eq!((timers_for(me), timers_for(tid)), (1, 1), "one per thread, not one per sync");
+        drop(tx);
+        worker.join().unwrap();
+        timers.sync().unwrap();
+        assert!(!timers.by_tid.contains_key(&tid), "the ended thread's timer is deleted");
+        assert_eq!(timers_for(me), 1);
+        drop(timers);
+        assert_eq!(timers_for(me), 0);
+    }
+
+    #[test]
     fn names() {
         assert_eq!(window_name(10, 20, 7), "10-20_7");
         assert_eq!(window_dir("0-host", "10-20_7"), "framework/native/0-host/10-20_7");

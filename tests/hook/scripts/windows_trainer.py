@@ -308,7 +308,7 @@ def native_windows():
 
 def own_fds_settled():
     """Waits (up to 5 s) until the sampler thread has closed the window folder it wrote."""
-    native = os.path.join(local_path, "framework", "native")
+    native = re.sub(r"\d+", "N", os.path.join(local_path, "framework", "native"))  # as fds() writes it
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         if not any(t.startswith(native) for t in fds(local_path)):

@@ -29,7 +29,10 @@ pub(crate) static PROFILER: Lazy<RwLock<Result<Profiler>>> =
     Lazy::new(|| RwLock::new(Profiler::new()));
 
 pub struct Profiler {
-    pub(crate) data: Collector<UnresolvedFrames>,
+    // trainprof patch: the collector (its hash table is tens of MB) exists only while the
+    // profiler runs: made by `start`, dropped by `stop`, so an idle profiler holds no
+    // memory and no file.
+    pub(crate) data: Option<Collector<UnresolvedFrames>>,
     sample_counter: i32,
 
     running: bool,
@@ -385,7 +388,7 @@ extern "C" fn perf_signal_handler(
 impl Profiler {
     fn new() -> Result<Self> {
         Ok(Profiler {
-            data: Collector::new()?,
+            data: None,
             sample_counter: 0,
             running: false,
 
@@ -421,8 +424,10 @@ impl Profiler {
         if self.running {
             Err(Error::Running)
         } else {
-            // trainprof patch: the collector's temporary file exists only while running.
-            self.data.open_file()?;
+            // trainprof patch: the collector and its temporary file exist only while running.
+            let mut data = Collector::new()?;
+            data.open_file()?;
+            self.data = Some(data);
             self.register_signal_handler()?;
             self.running = true;
 
@@ -432,7 +437,7 @@ impl Profiler {
 
     fn init(&mut self) -> Result<()> {
         self.sample_counter = 0;
-        self.data = Collector::new()?;
+        self.data = None;
         self.running = false;
 
         Ok(())
@@ -482,6 +487,8 @@ impl Profiler {
         let frames = UnresolvedFrames::new(backtrace, thread_name, thread_id, sample_timestamp);
         self.sample_counter += 1;
 
-        if let Ok(()) = self.data.add(frames, 1) {}
+        if let Some(data) = self.data.as_mut() {
+            if let Ok(()) = data.add(frames, 1) {}
+        }
     }
 }

@@ -69,7 +69,12 @@ impl<'a> ReportBuilder<'a> {
                 Err(Error::CreatingError)
             }
             Ok(profiler) => {
-                profiler.data.try_iter()?.for_each(|entry| {
+                // trainprof patch: an idle profiler has no collector, and no entries.
+                let entries = match profiler.data.as_ref() {
+                    Some(data) => Some(data.try_iter()?),
+                    None => None,
+                };
+                entries.into_iter().flatten().for_each(|entry| {
                     let count = entry.count;
                     if count > 0 {
                         let key = &entry.item;
@@ -107,7 +112,12 @@ impl<'a> ReportBuilder<'a> {
                 Err(Error::CreatingError)
             }
             Ok(profiler) => {
-                profiler.data.try_iter()?.for_each(|entry| {
+                // trainprof patch: an idle profiler has no collector, and no entries.
+                let entries = match profiler.data.as_ref() {
+                    Some(data) => Some(data.try_iter()?),
+                    None => None,
+                };
+                entries.into_iter().flatten().for_each(|entry| {
                     let count = entry.count;
                     if count > 0 {
                         let mut key = Frames::from(entry.item.clone());

@@ -237,11 +237,12 @@ else:
 
 
 def calibrate(cpu_ms):
+    """Iterations of ``work`` that take about ``cpu_ms`` of this thread's CPU time."""
     n = 10_000
     while True:
-        t0 = time.process_time()
+        t0 = time.thread_time()
         work(n)
-        dt = time.process_time() - t0
+        dt = time.thread_time() - t0
         if dt > 0.02:
             return max(1, int(n * cpu_ms / 1000.0 / dt))
         n *= 2
@@ -321,8 +322,38 @@ def write_manifest():
         json.dump(manifest, f)
 
 
+def rss_kb():
+    """Resident anonymous memory, kB (the heap; code paged in from files is left out). Not
+    part of the state compared exactly: allocators keep some of what was freed."""
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith("RssAnon:")).split()[1])
+
+
+def wait_sampler_idle():
+    """Waits (up to 60 s) until the native sampler thread has done its one-time warm-up (its
+    CPU time stops growing for 0.3 s): the symboliser's caches it fills are not a window's."""
+    tids = [t for t in os.listdir("/proc/self/task") if "trainprof-nativ" in open("/proc/self/task/%s/comm" % t).read()]
+    if not tids:
+        return
+
+    def cpu():
+        with open("/proc/self/task/%s/stat" % tids[0]) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+
+    deadline = time.monotonic() + 60
+    last, since = cpu(), time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < 0.3:
+        time.sleep(0.05)
+        now = cpu()
+        if now != last:
+            last, since = now, time.monotonic()
+
+
 steps(5)  # warm-up: the adapter's first steps, torch's threads
+wait_sampler_idle()
 manifest["before"] = state(model, local_path)
+manifest["rss_kb_before"] = rss_kb()
 if PARAMS.get("exit_in") == "native":
     # A window that stays open; exit (atexit runs) a few sampled steps after it opened.
     configure("native", hook.step + 3, 10**6)
@@ -360,5 +391,6 @@ if before_times:
         manifest["step_wall_ms_" + name] = statistics.median(t for t, _ in times) * 1000
         manifest["step_cpu_ms_" + name] = statistics.median(c for _, c in times) * 1000
 manifest["native_windows"] = native_windows()
+manifest["rss_kb_after"] = rss_kb()
 hook.close()
 write_manifest()

@@ -13,8 +13,9 @@ a profile function left behind would slow it most) or a C loop (BENCH_WORK=c). I
 BENCH_STEPS steps after 5 warm-up steps, opens the windows (each after a hot reload of the
 config), then times BENCH_STEPS steps again. Each configuration runs BENCH_ROUNDS times, in
 turn with the others; per run the median step, then the median of the runs. Uses the
-release library (target/release/libtrainprof_hook.so, or TRAINPROF_HOOK_LIB). Not a test:
-nothing is asserted. Prints a Markdown table.
+release library (target/release/libtrainprof_hook.so, or TRAINPROF_HOOK_LIB). The table
+also gives the growth of the heap (RssAnon) from before the first window (after the native
+sampler's warm-up) to the end. Not a test: nothing is asserted. Prints a Markdown table.
 """
 
 import json
@@ -122,16 +123,23 @@ def main():
         "\n%d rounds, %d steps timed before and after, %s ms of %s work per step, torch %s\n"
         % (ROUNDS, STEPS, CPU_MS, WORK, "yes" if torch else "no")
     )
-    print("| windows | step wall before | after | after vs before | step CPU before | after | after vs before |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| windows | step wall before | after | after vs before | step CPU before | after | after vs before "
+        "| heap (RssAnon) after − before |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for label, kinds, rounds in confs:
         ms = results[label]
         wb = statistics.median(m["step_wall_ms_before"] for m in ms)
         wa = statistics.median(m["step_wall_ms_after"] for m in ms)
         cb = statistics.median(m["step_cpu_ms_before"] for m in ms)
         ca = statistics.median(m["step_cpu_ms_after"] for m in ms)
+        rss = statistics.median(m["rss_kb_after"] - m["rss_kb_before"] for m in ms) / 1024
         name = label if label == "no window" else "%s × %d" % (label, rounds)
-        print("| %s | %.3f ms | %.3f ms | %s | %.3f ms | %.3f ms | %s |" % (name, wb, wa, pct(wa, wb), cb, ca, pct(ca, cb)))
+        print(
+            "| %s | %.3f ms | %.3f ms | %s | %.3f ms | %.3f ms | %s | %+.1f MiB |"
+            % (name, wb, wa, pct(wa, wb), cb, ca, pct(ca, cb), rss)
+        )
 
 
 if __name__ == "__main__":

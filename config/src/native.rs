@@ -20,7 +20,7 @@ pub const SAMPLING_HZ_RANGE: std::ops::RangeInclusive<u32> = 1..=1000;
 #[derive(Debug, Clone, PartialEq)]
 pub struct NativeFeature {
     pub feature: Feature,
-    /// Samples per second of CPU time consumed by the process (`ITIMER_PROF`).
+    /// Samples per second of CPU time, per thread (docs/formats.md "Native profiling").
     pub sampling_hz: u32,
 }
 

@@ -16,35 +16,47 @@
 //!   the `pprof` profiler, builds the report (symbolisation takes 0.1–1 s) and writes the
 //!   files. None of that runs on a trainer thread or on the writer thread, so the timeline
 //!   queue keeps draining meanwhile.
-//! * **The signal handler** is `pprof`'s: `ITIMER_PROF` sends `SIGPROF` to the process
-//!   every 1/`SamplingHz` s of CPU time it consumed (all threads together, so every busy
-//!   thread is sampled). What the handler does, read from pprof 0.15's source: it takes
-//!   the profiler's spin lock with `try_write` only (if it is held, the sample is
-//!   dropped: no waiting), skips the sample when the interrupted address is in a
+//! * **The signal handler** is `pprof`'s (the copy in `vendor/pprof`, patched: see its
+//!   `TRAINPROF.md`). **The timers** are ours: one POSIX timer per thread of the process
+//!   (`timer_create` on that thread's CPU-time clock, `SIGEV_THREAD_ID`), each sending
+//!   `SIGPROF` to its own thread every 1/`SamplingHz` s of CPU time that thread consumed,
+//!   so every busy thread is sampled in proportion to its CPU use. The sampler thread
+//!   arms a timer for each new thread every 10 ms and deletes those of threads gone. Not
+//!   `ITIMER_PROF` (pprof's own choice): that interval timer survives `execve` while the
+//!   handler does not, so a program exec'd inside a window died of `SIGPROF`; POSIX
+//!   timers are deleted by `execve` and not inherited by `fork`. Not one process-wide
+//!   `CLOCK_PROCESS_CPUTIME_ID` timer either: before Linux 6.4 its signal goes to the main
+//!   thread whenever it can take it, running or not, so a busy worker thread would be
+//!   sampled as an idle main thread.
+//!   What the handler does, read from pprof 0.15's source: it takes the profiler's spin
+//!   lock with `try_write` only (if it is held, the sample is dropped: no waiting), skips the sample when the interrupted address is in a
 //!   blocklisted library, unwinds into a fixed-size on-stack array (`SmallVec` of 128
 //!   frames, no heap), reads the thread name (`pthread_getname_np` of the calling thread
 //!   is a `prctl`) and adds the stack to a fixed-size hash table allocated when the
 //!   profiler started; an entry evicted from a full bucket goes to a pre-allocated buffer
-//!   that is flushed with `write(2)` to a temporary file when full. So: no allocation and
-//!   no blocking lock. What it does not guarantee: the unwinder (`backtrace`'s
-//!   `_Unwind_Backtrace`, from libgcc) is not on POSIX's async-signal-safe list; it can
-//!   deadlock when the interrupted code holds the dynamic loader's lock. That is why the
-//!   blocklist (below) drops samples taken inside libc, libgcc, the dynamic loader and
-//!   the vDSO: the interrupted frame is never one of theirs. (glibc ≥ 2.35 with
-//!   libgcc ≥ 12 looks frames up without that lock, `_dl_find_object`.)
+//!   that is flushed with `write(2)` to an anonymous temporary file when full. So: no
+//!   allocation and no blocking lock. What it does not guarantee: the unwinder
+//!   (`backtrace`'s `_Unwind_Backtrace`, from libgcc) is not on POSIX's
+//!   async-signal-safe list; it can deadlock when the interrupted code holds the dynamic
+//!   loader's lock. That is why the blocklist (below) drops samples taken inside libc,
+//!   libgcc, the dynamic loader and the vDSO: the interrupted frame is never one of
+//!   theirs. (glibc ≥ 2.35 with libgcc ≥ 12 looks frames up without that lock,
+//!   `_dl_find_object`.)
 //!
 //! Safety rules kept here (docs/formats.md "Native profiling", "What it guarantees"):
 //!
 //! * before starting, `sigaction(SIGPROF, NULL, &old)`: a handler the trainer installed
 //!   (not `SIG_DFL` / `SIG_IGN`) is kept, and the feature refuses with one line; the same
 //!   for an `ITIMER_PROF` already armed. A handler the trainer installs *during* a
-//!   window is put back after the window (pprof's stop sets `SIG_IGN`);
-//! * after the window `SIGPROF` stays ignored (`SIG_IGN`): a signal still in flight from
-//!   the stopped timer must not kill the process, which `SIG_DFL` would;
+//!   window is put back after the window;
+//! * the process is left as it was found: after a window the timers are deleted, then
+//!   `SIGPROF` is set to `SIG_IGN` (pprof's stop; that discards a signal of a deleted
+//!   timer still pending, which `SIG_DFL` would turn into death) and then the disposition
+//!   read before the window (handler, mask and flags) is put back; the profiler's
+//!   temporary file exists only while a window runs and never has a name;
 //! * fork: the profiler lives on the sampler thread's stack, and a forked child has no
-//!   such thread, so the child never stops (and never deletes the temporary file of) the
-//!   profiler it inherited; interval timers are not inherited by `fork`, so the child is
-//!   not sampled;
+//!   such thread, so the child never stops the profiler it inherited; POSIX timers are
+//!   not inherited by `fork`, so the child is not sampled;
 //! * every failure is one log line, and the feature is then off for the rest of the
 //!   process.
 
@@ -149,6 +161,9 @@ pub fn spawn(hook: Arc<Hook>) -> std::io::Result<JoinHandle<()>> {
 /// A running window.
 struct Window {
     guard: pprof::ProfilerGuard<'static>,
+    timers: Timers,
+    /// The `SIGPROF` disposition before the window, put back after it.
+    saved: Disposition,
     start_us: i64,
     hz: u32,
 }
@@ -183,6 +198,18 @@ fn run(hook: &Hook) {
             (true, false) => {
                 if let Some(w) = open.take() {
                     finish(hook, w, now_us);
+                    give_back_memory();
+                }
+            }
+            (true, true) => {
+                // New threads get their timer within one poll.
+                if let Some(w) = open.as_mut()
+                    && let Err(e) = w.timers.sync()
+                {
+                    hook.native.turn_off();
+                    crate::log(&format_args!(
+                        "native profiling: cannot arm a thread's timer: {e}; the feature is off"
+                    ));
                 }
             }
             _ => {}
@@ -203,19 +230,85 @@ pub enum StartError {
     TimerArmed,
     #[error("cannot read the SIGPROF disposition: {0}")]
     Sigaction(std::io::Error),
+    #[error("cannot arm a CPU-time timer: {0}")]
+    Timer(std::io::Error),
     #[error("pprof: {0}")]
     Pprof(#[from] pprof::Error),
 }
 
-/// The current `SIGPROF` handler address (`SIG_DFL` = 0, `SIG_IGN` = 1, or a function).
-fn sigprof_handler() -> Result<libc::sigaction, std::io::Error> {
-    // SAFETY: an all-zero sigaction is a valid value for the out-parameter.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: a NULL new action only reads the current one into `old`, a valid pointer.
-    if unsafe { libc::sigaction(libc::SIGPROF, std::ptr::null(), &mut old) } != 0 {
-        return Err(std::io::Error::last_os_error());
+/// `SIGPROF`'s disposition exactly as the kernel holds it: read and written with the
+/// `rt_sigaction` system call itself, because glibc's `sigaction` adds `SA_RESTORER` and its
+/// own restorer to whatever it installs, so a `SIG_DFL` read from a fresh process and put
+/// back through glibc would come back with other flags. `handler` is `SIG_DFL` (0),
+/// `SIG_IGN` (1) or a function.
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+mod disposition {
+    /// The kernel's `struct sigaction` on x86-64 and arm64 (both define `SA_RESTORER`).
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy)]
+    pub struct Disposition {
+        pub handler: libc::sighandler_t,
+        flags: libc::c_ulong,
+        restorer: usize,
+        mask: u64,
     }
-    Ok(old)
+
+    fn rt_sigaction(new: Option<&Disposition>, old: Option<&mut Disposition>) -> std::io::Result<()> {
+        let new = new.map_or(std::ptr::null(), |n| n as *const Disposition);
+        let old = old.map_or(std::ptr::null_mut(), |o| o as *mut Disposition);
+        // SAFETY: the kernel's sigaction layout for these architectures, the size of its
+        // signal set (8 bytes), valid or null pointers.
+        let r = unsafe { libc::syscall(libc::SYS_rt_sigaction, libc::SIGPROF, new, old, 8usize) };
+        if r != 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+    }
+
+    pub fn get() -> std::io::Result<Disposition> {
+        let mut d = Disposition { handler: 0, flags: 0, restorer: 0, mask: 0 };
+        rt_sigaction(None, Some(&mut d))?;
+        Ok(d)
+    }
+
+    pub fn set(d: &Disposition) {
+        let _ = rt_sigaction(Some(d), None);
+    }
+}
+
+/// Elsewhere: through libc's `sigaction` (flags may come back with `SA_RESTORER` added).
+#[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+mod disposition {
+    #[derive(Clone, Copy)]
+    pub struct Disposition {
+        pub handler: libc::sighandler_t,
+        act: libc::sigaction,
+    }
+
+    impl std::fmt::Debug for Disposition {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Disposition").field("handler", &self.handler).finish_non_exhaustive()
+        }
+    }
+
+    pub fn get() -> std::io::Result<Disposition> {
+        // SAFETY: an all-zero sigaction is a valid value for the out-parameter.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a NULL new action only reads the current one into `act`, a valid pointer.
+        if unsafe { libc::sigaction(libc::SIGPROF, std::ptr::null(), &mut act) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Disposition { handler: act.sa_sigaction, act })
+    }
+
+    pub fn set(d: &Disposition) {
+        // SAFETY: `d.act` was read by sigaction and is put back unchanged.
+        unsafe { libc::sigaction(libc::SIGPROF, &d.act, std::ptr::null_mut()) };
+    }
+}
+
+use disposition::Disposition;
+
+/// The current `SIGPROF` disposition.
+fn sigprof_handler() -> Result<Disposition, std::io::Error> {
+    disposition::get()
 }
 
 /// Is `ITIMER_PROF` armed?
@@ -225,14 +318,6 @@ fn prof_timer_armed() -> bool {
     // SAFETY: `t` is a valid out-pointer.
     let ok = unsafe { libc::getitimer(libc::ITIMER_PROF, &mut t) } == 0;
     ok && (t.it_value.tv_sec != 0 || t.it_value.tv_usec != 0)
-}
-
-/// Disarms `ITIMER_PROF` (no more samples while the report is built).
-fn disarm_prof_timer() {
-    // SAFETY: all-zero is a valid itimerval (and disarms the timer).
-    let zero: libc::itimerval = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointers; the old value is not asked for.
-    unsafe { libc::setitimer(libc::ITIMER_PROF, &zero, std::ptr::null_mut()) };
 }
 
 /// The start checks, on the dispositions as read (pure, for tests).
@@ -247,38 +332,57 @@ pub fn check_free(handler: libc::sighandler_t, timer_armed: bool) -> Result<(), 
 }
 
 fn start(hz: u32) -> Result<Window, StartError> {
-    let old = sigprof_handler().map_err(StartError::Sigaction)?;
-    check_free(old.sa_sigaction, prof_timer_armed())?;
+    let saved = sigprof_handler().map_err(StartError::Sigaction)?;
+    check_free(saved.handler, prof_timer_armed())?;
     let hz =
         hz.clamp(*trainprof_config::SAMPLING_HZ_RANGE.start(), *trainprof_config::SAMPLING_HZ_RANGE.end());
+    // Installs pprof's handler; the patched pprof arms no timer of its own.
     let guard = pprof::ProfilerGuardBuilder::default()
         .frequency(i32::try_from(hz).unwrap_or(99))
         .blocklist(&BLOCKLIST)
         .build()?;
     if let Ok(now) = sigprof_handler() {
-        let _ = PPROF_HANDLER.set(now.sa_sigaction);
+        let _ = PPROF_HANDLER.set(now.handler);
     }
-    Ok(Window { guard, start_us: 0, hz })
+    let mut timers = Timers::new(hz);
+    if let Err(e) = timers.sync() {
+        drop(timers);
+        drop(guard);
+        restore_sigprof(&saved);
+        return Err(StartError::Timer(e));
+    }
+    Ok(Window { guard, timers, saved, start_us: 0, hz })
 }
 
-/// Ends the window: stops sampling, builds the report, puts back a handler the trainer
-/// installed meanwhile, writes the files.
+/// Puts a `SIGPROF` disposition back as it was read (handler, mask, flags).
+fn restore_sigprof(d: &Disposition) {
+    disposition::set(d);
+}
+
+/// Ends the window: stops sampling, builds the report, leaves `SIGPROF` as it was before
+/// the window (or the trainer's own handler, installed meanwhile), writes the files.
 fn finish(hook: &Hook, w: Window, end_us: i64) {
     // No train step this overlaps is judged slow (docs/formats.md, "Anomaly-triggered windows").
     let _own = hook.own_work();
-    disarm_prof_timer();
-    let report = w.guard.report().frames_post_processor(strip_sampler_frames).build();
+    let Window { guard, mut timers, saved, start_us, .. } = w;
+    // No new signal after this; one still pending reaches pprof's handler, which finds
+    // the lock held while the report is built and drops it, or is discarded below.
+    timers.delete_all();
+    let report = guard.report().frames_post_processor(strip_sampler_frames).build();
     let now = sigprof_handler().ok();
-    drop(w.guard);
-    // pprof set SIG_IGN; a handler the trainer installed during the window goes back.
-    if let Some(theirs) = now
-        && theirs.sa_sigaction != libc::SIG_DFL
-        && theirs.sa_sigaction != libc::SIG_IGN
-        && !is_pprof_handler(theirs.sa_sigaction)
-    {
-        // SAFETY: `theirs` was read by sigaction and is put back unchanged.
-        unsafe { libc::sigaction(libc::SIGPROF, &theirs, std::ptr::null_mut()) };
-        crate::log(&format_args!("native profiling: the trainer's own SIGPROF handler is kept"));
+    // pprof's stop sets SIG_IGN, which discards pending SIGPROFs of every thread, and
+    // closes the profiler's temporary file.
+    drop(guard);
+    match now {
+        Some(theirs)
+            if theirs.handler != libc::SIG_DFL
+                && theirs.handler != libc::SIG_IGN
+                && !is_pprof_handler(theirs.handler) =>
+        {
+            restore_sigprof(&theirs);
+            crate::log(&format_args!("native profiling: the trainer's own SIGPROF handler is kept"));
+        }
+        _ => restore_sigprof(&saved),
     }
     let report = match report {
         Ok(r) => r,
@@ -289,7 +393,7 @@ fn finish(hook: &Hook, w: Window, end_us: i64) {
         }
     };
     let samples: isize = report.data.values().sum();
-    let window = window_name(w.start_us, end_us, hook.writer.os_pid);
+    let window = window_name(start_us, end_us, hook.writer.os_pid);
     match write_files(hook, &window, &report) {
         Ok(rel) => crate::log(&format_args!("native profiling: {samples} samples in {rel}")),
         Err(e) => {
@@ -297,6 +401,113 @@ fn finish(hook: &Hook, w: Window, end_us: i64) {
             crate::log(&format_args!("native profiling: cannot write {window}: {e}; the feature is off"));
         }
     }
+}
+
+/// Returns the heap pages a window freed (the profiler's sample table, about 70 MB, and
+/// the report) to the system. Freed is not enough: the symboliser's caches, kept for the
+/// next window, are allocated after the table, so glibc cannot shrink the heap past them
+/// and the freed pages stay resident (measured: 40–75 MB after a few windows on a loaded
+/// machine). `malloc_trim` also releases free pages inside heaps. Runs on the sampler
+/// thread once per window; it holds each arena's lock while it walks it.
+fn give_back_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: no arguments beyond the padding to keep; safe to call from any thread.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// The sampling timers of a window: one POSIX timer per thread, on that thread's
+/// CPU-time clock, sending `SIGPROF` to that thread (see the module docs). Deleted when
+/// dropped; `execve` deletes them too, and `fork` does not copy them.
+struct Timers {
+    interval: libc::timespec,
+    by_tid: std::collections::HashMap<libc::pid_t, libc::timer_t>,
+}
+
+impl Timers {
+    fn new(hz: u32) -> Timers {
+        let ns = 1_000_000_000 / i64::from(hz.max(1));
+        let interval = libc::timespec { tv_sec: ns / 1_000_000_000, tv_nsec: ns % 1_000_000_000 };
+        Timers { interval, by_tid: std::collections::HashMap::new() }
+    }
+
+    /// Arms a timer for every thread that has none, deletes those of threads gone. A
+    /// thread that ends while this runs is skipped; any other failure is returned.
+    fn sync(&mut self) -> std::io::Result<()> {
+        let mut live = Vec::with_capacity(self.by_tid.len() + 4);
+        for entry in std::fs::read_dir("/proc/self/task")? {
+            if let Some(tid) = entry?.file_name().to_str().and_then(|n| n.parse::<libc::pid_t>().ok()) {
+                live.push(tid);
+            }
+        }
+        self.by_tid.retain(|tid, id| {
+            let keep = live.contains(tid);
+            if !keep {
+                // SAFETY: `id` was made by timer_create and is deleted once.
+                unsafe { libc::timer_delete(*id) };
+            }
+            keep
+        });
+        for tid in live {
+            if self.by_tid.contains_key(&tid) {
+                continue;
+            }
+            match arm(tid, self.interval) {
+                Ok(id) => {
+                    self.by_tid.insert(tid, id);
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ESRCH | libc::EINVAL)) => {} // ended
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn delete_all(&mut self) {
+        for (_, id) in self.by_tid.drain() {
+            // SAFETY: `id` was made by timer_create and is deleted once.
+            unsafe { libc::timer_delete(id) };
+        }
+    }
+}
+
+impl Drop for Timers {
+    fn drop(&mut self) {
+        self.delete_all();
+    }
+}
+
+/// The CPU-time clock of thread `tid` of this process: the kernel's encoding
+/// (`MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`, the value glibc's `pthread_getcpuclockid`
+/// returns), written out because only the thread's id is known here, not its `pthread_t`.
+pub fn thread_cpu_clock(tid: libc::pid_t) -> libc::clockid_t {
+    const CPUCLOCK_SCHED: libc::clockid_t = 2;
+    const CPUCLOCK_PERTHREAD: libc::clockid_t = 4;
+    (!tid << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED
+}
+
+/// One timer: `SIGPROF` to thread `tid` every `interval` of its CPU time.
+fn arm(tid: libc::pid_t, interval: libc::timespec) -> std::io::Result<libc::timer_t> {
+    // SAFETY: all-zero is a valid sigevent; the fields that matter are set below.
+    let mut sev: libc::sigevent = unsafe { std::mem::zeroed() };
+    sev.sigev_notify = libc::SIGEV_THREAD_ID;
+    sev.sigev_signo = libc::SIGPROF;
+    sev.sigev_notify_thread_id = tid;
+    let mut id: libc::timer_t = std::ptr::null_mut();
+    // SAFETY: valid pointers to a sigevent and a timer_t out-parameter.
+    if unsafe { libc::timer_create(thread_cpu_clock(tid), &mut sev, &mut id) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let spec = libc::itimerspec { it_interval: interval, it_value: interval };
+    // SAFETY: `id` is the timer just made; a valid itimerspec; the old value is not asked.
+    if unsafe { libc::timer_settime(id, 0, &spec, std::ptr::null_mut()) } != 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: `id` was made above and is deleted once.
+        unsafe { libc::timer_delete(id) };
+        return Err(e);
+    }
+    Ok(id)
 }
 
 /// Removes the frames of the sampling itself (pprof's signal handler and its unwinder) from
@@ -441,6 +652,52 @@ mod tests {
         h.native.turn_off();
         assert!(!h.native.asks());
         assert!(!h.native.wants_thread());
+    }
+
+    #[test]
+    fn a_threads_cpu_clock_is_the_one_glibc_gives() {
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: the calling thread's own pthread_t, a valid out-pointer.
+        assert_eq!(unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) }, 0);
+        // SAFETY: gettid has no arguments and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        assert_eq!(thread_cpu_clock(tid), clock);
+    }
+
+    /// The process's POSIX timers whose signal goes to `tid` (/proc/self/timers).
+    fn timers_for(tid: libc::pid_t) -> usize {
+        let text = std::fs::read_to_string("/proc/self/timers").unwrap_or_default();
+        text.lines().filter(|l| l.starts_with("notify:") && l.ends_with(&format!("/tid.{tid}"))).count()
+    }
+
+    #[test]
+    fn every_thread_gets_one_timer_until_it_ends_or_the_window_does() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let worker = thread::spawn(move || {
+            // SAFETY: gettid has no arguments and cannot fail.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            let _ = rx.recv();
+        });
+        let tid = tid_rx.recv().unwrap();
+        // SAFETY: gettid has no arguments and cannot fail.
+        let me = unsafe { libc::gettid() };
+        // 1 Hz: a signal after a second of a thread's CPU time, which these threads never
+        // use; and ignored, should one come.
+        // SAFETY: SIG_IGN for SIGPROF, which nothing else in the test binary uses.
+        unsafe { libc::signal(libc::SIGPROF, libc::SIG_IGN) };
+        let mut timers = Timers::new(1);
+        timers.sync().unwrap();
+        assert_eq!((timers_for(me), timers_for(tid)), (1, 1));
+        timers.sync().unwrap();
+        assert_eq!((timers_for(me), timers_for(tid)), (1, 1), "one per thread, not one per sync");
+        drop(tx);
+        worker.join().unwrap();
+        timers.sync().unwrap();
+        assert!(!timers.by_tid.contains_key(&tid), "the ended thread's timer is deleted");
+        assert_eq!(timers_for(me), 1);
+        drop(timers);
+        assert_eq!(timers_for(me), 0);
     }
 
     #[test]

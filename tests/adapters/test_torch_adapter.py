@@ -139,6 +139,21 @@ def test_without_torch_profiler_op_events_turn_off_with_one_warning(run_trainer,
     assert steps_of(events, "cpu_functions") == collections.Counter()
 
 
+def test_the_adapters_own_profiler_use_does_not_warn_the_user(run_trainer):
+    # torch.profiler warns at every profile() that it "clears events at the end of each
+    # cycle" (the fake says it as torch 2.4-2.10 does); the adapter's own profiler is not
+    # the user's business, the user's own profiler still warns (the control).
+    env = {"PYTHONWARNINGS": "always"}
+    run = run_trainer(SCRIPT, {"user_profiler": True}, config=CONFIG, env=env).check()
+    cycle = [line for line in run.proc.stderr.splitlines() if "Profiler clears events" in line]
+    assert len(cycle) == 1 and "torch_fake.py" in run.proc.stderr, run.proc.stderr
+    assert run.warnings() == []
+    events = read(run)
+    check_common(run, events)
+    assert set(steps_of(events, "cpu_functions")) == WINDOW
+    assert run.manifest["profiler_starts"] == 1
+
+
 def test_features_can_be_turned_off(run_trainer):
     run = run_trainer(SCRIPT, {"attach_kwargs": {"module_events": False, "op_events": False}}, config=CONFIG).check()
     assert run.warnings() == []

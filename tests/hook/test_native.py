@@ -112,7 +112,7 @@ def cc(tmp_path, src, out, shared):
     compiler = shutil.which("cc")
     if compiler is None:
         pytest.fail("no C compiler (cc) on PATH")
-    args = [compiler, "-O1", "-o", str(tmp_path / out), str(C_DIR / src)]
+    args = [compiler, "-O1", "-pthread", "-o", str(tmp_path / out), str(C_DIR / src)]
     if shared:
         args[1:1] = ["-shared", "-fPIC"]
     subprocess.run(args, check=True)
@@ -209,16 +209,20 @@ def preload_env(tmp_path, hook_lib, **extra):
     return e
 
 
-def test_ld_preload_profiles_a_plain_c_program_in_a_time_window(tmp_path, hook_lib):
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_ld_preload_profiles_a_plain_c_program_in_a_time_window(tmp_path, hook_lib, where):
+    # "thread": the busy loop runs in a second thread while main waits in pthread_join; the
+    # samples must come from the busy thread (each thread has its own CPU-time timer).
     busy = cc(tmp_path, "busy.c", "busy", shared=False)
     out = tmp_path / "out"
     # The window opens 5 s after the start: room for the sampler thread's one-time warm-up
-    # (up to 3 s in a debug build on a loaded machine; docs/formats.md "Native profiling").
-    native = {"StartTimeInSecSinceEpoch": time.time() + 5.0, "Duration": 1.5}
+    # (up to 3 s in a debug build on a loaded machine, 6 s seen with a load average of 12;
+    # docs/formats.md "Native profiling"); a window that opens during it starts when it ends.
+    native = {"StartTimeInSecSinceEpoch": time.time() + 5.0, "Duration": 4.0}
     config = tmp_path / "profilerconfig.json"
     config.write_text(json.dumps({"ProfilingParameters": {"LocalPath": str(out), "NativeProfilingConfig": native}}))
     env = preload_env(tmp_path, hook_lib, TRAINPROF_AUTOSTART="1", SMPROFILER_CONFIG_PATH=config)
-    proc = subprocess.run([str(busy), "7"], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([str(busy), "10", where], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     # The writer and the sampler thread run beside main (the positive control of the
     # test below).
@@ -253,3 +257,47 @@ def test_without_the_variable_nothing_runs_at_load(tmp_path, hook_lib, autostart
         assert len(lines) == 1 and "TRAINPROF_AUTOSTART=\"maybe\" is not 1, 0 or a framework name" in lines[0], proc.stderr
     else:
         assert lines == [], proc.stderr
+
+
+# --- exec inside a window --------------------------------------------------------------------
+
+# The new program burns about 0.3 s of CPU, then exits 7: at SamplingHz 499 a timer that
+# exec carried over would have fired dozens of times by then, and with no handler in the
+# new program SIGPROF kills it ("Profiling timer expired", status 155 from the shell).
+EXEC_ARGS = ["/bin/sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exit 7"]
+
+
+@pytest.mark.parametrize("how", ["exec", "fork"])
+def test_a_program_execd_inside_a_window_runs_to_its_end(tmp_path, hook_lib, how):
+    # `exec`: the process itself execs inside the window (an interval timer would survive
+    # it); `fork`: a child forked inside the window execs (a child inherits no timer).
+    prog = cc(tmp_path, "exec_in_window.c", "exec_in_window", shared=False)
+    out = tmp_path / "out"
+    native = {"StartTimeInSecSinceEpoch": time.time(), "Duration": 60.0, "SamplingHz": 499}
+    config = tmp_path / "profilerconfig.json"
+    config.write_text(json.dumps({"ProfilingParameters": {"LocalPath": str(out), "NativeProfilingConfig": native}}))
+    env = preload_env(tmp_path, hook_lib, TRAINPROF_AUTOSTART="1", SMPROFILER_CONFIG_PATH=config)
+    proc = subprocess.run([str(prog), how, *EXEC_ARGS], env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 7, (proc.returncode, proc.stdout, proc.stderr)
+    assert "native profiling: window opened (499 Hz)" in proc.stderr, proc.stderr
+    if how == "fork":
+        # The parent went on sampling and wrote its window at exit.
+        assert proc.stdout.split() == ["child", "7"], proc.stdout
+        found = windows(out)
+        assert len(found) == 1, (found, proc.stderr)
+        samples, total = read_profile(found[0] / "profile.pb.gz")
+        assert total >= 5 and "trainprof_exec_burn" in [s[0] for s, _ in samples if s], (total, proc.stderr)
+
+
+@pytest.mark.parametrize("how", ["execv", "fork-execv"])
+def test_a_python_trainer_that_execs_inside_a_window(run_script, tmp_path, how):
+    hot = cc(tmp_path, "hot_loop.c", "libhot.so", shared=True)
+    native = {"StartStep": 2, "NumSteps": 10, "SamplingHz": 499}
+    params = {"hot_lib": str(hot), "steps": 8, "cpu_ms": 40, "settle_s": 5, "exec_at": 5, "exec_args": EXEC_ARGS}
+    params["exec_how"] = how
+    r = run_script("native_trainer.py", params, config={"NativeProfilingConfig": native})
+    assert r.proc.returncode == (7 if how == "execv" else 0), (r.proc.returncode, r.proc.stderr)
+    assert "native profiling: window opened (499 Hz)" in r.proc.stderr, r.proc.stderr
+    if how == "fork-execv":
+        assert r.manifest["child_status"] == 7 << 8
+        assert len(windows(r.out)) == 1, r.proc.stderr

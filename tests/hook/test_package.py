@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 
 import pytest
 from smdebug.profiler.algorithm_metrics_reader import LocalAlgorithmMetricsReader
@@ -326,3 +327,21 @@ def test_local_path_override_records_without_a_config(run_script, tmp_path):
     assert run.manifest["init_status"] == 0
     files = [os.path.join(d, f) for d, _, fs in os.walk(out / "framework" / "pevents") for f in fs]
     assert files and all(f.endswith("_pythontimeline.json") for f in files)
+
+
+def test_the_package_compiles_with_warnings_as_errors(package_dir):
+    # An invalid escape in a docstring is a SyntaxWarning at every import under Python 3.12
+    # (a DeprecationWarning before), a SyntaxError under -W error.
+    files = sorted((package_dir / "trainprof").rglob("*.py"))
+    assert len(files) >= 5, files
+    for path in files:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+    # And as a user would run it, importing every module of the package.
+    names = ["trainprof"] + ["trainprof." + p.stem for p in files if p.stem != "__init__"]
+    subprocess.run(
+        [sys.executable, "-W", "error", "-B", "-c", "import " + ", ".join(names)],
+        env={**os.environ, "PYTHONPATH": str(package_dir)},
+        check=True,
+    )

@@ -1,4 +1,4 @@
-"""PyTorch adapter: profiling a training script with two added lines::
+r"""PyTorch adapter: profiling a training script with two added lines::
 
     import trainprof.torch
     hook = trainprof.torch.attach(model)                        # steps, detailed window
@@ -47,6 +47,7 @@ import atexit
 import bisect
 import sys
 import threading
+import warnings
 
 from . import Profiler, _fork
 from ._log import warn
@@ -130,6 +131,23 @@ def _untraced(fn, disable):
         return disable(fn)
     except Exception:
         return fn
+
+
+# torch.profiler (2.4 to 2.10) warns at every ``profile()`` without a schedule that it
+# "clears events at the end of each cycle": true of cycles the adapter never uses, and
+# addressed to whoever chose the profiler's arguments, which the user did not.
+_CYCLE_WARNING = r"(?s).*Profiler clears events at the end of each cycle"
+
+
+class _quiet_profiler(warnings.catch_warnings):
+    """Around the adapter's own torch.profiler calls: that one warning is dropped, every
+    other warning goes through the user's filters as before (the filters are
+    process-wide; they are changed only for the length of these calls)."""
+
+    def __enter__(self):
+        r = super().__enter__()
+        warnings.filterwarnings("ignore", message=_CYCLE_WARNING, category=UserWarning)
+        return r
 
 
 def _mode_of(mode):
@@ -380,9 +398,10 @@ class TorchHook:
             cuda = getattr(ProfilerActivity, "CUDA", None)
             if cuda is not None and cuda in supported_activities() and torch.cuda.is_available():
                 activities.append(cuda)
-            tp = profile(activities=activities)
-            t0 = self.profiler.now_us()
-            tp.start()
+            with _quiet_profiler():
+                tp = profile(activities=activities)
+                t0 = self.profiler.now_us()
+                tp.start()
         except Exception as e:
             warn(
                 "trainprof.torch: torch.profiler cannot run here (%s: %s); cpu_functions / gpu_functions events are off"
@@ -400,8 +419,9 @@ class TorchHook:
             return
         boundaries, self._boundaries = self._boundaries, []
         try:
-            tp.stop()
-            events = tp.events()
+            with _quiet_profiler():
+                tp.stop()
+                events = tp.events()
             base_us = self._trace_start_us(tp)
             self._record_ops(events, base_us, boundaries)
         except Exception as e:

@@ -6,6 +6,7 @@ TRAINPROF_TEST_PARAMS (JSON):
                  torch absent, as it is in the CI venv
   cuda:          the fake torch has CUDA: every op also runs a kernel on device 0
   start_fails:   the fake torch.profiler's start() raises (another profiler is running)
+  user_profiler: after the loop the script makes a torch.profiler.profile of its own
   epochs, batches, eval_steps, predict_steps, num_workers, pin_memory
   attach_kwargs: keyword arguments of attach()
   plan:          [[mode, count], ...]: only these forwards (train / eval), then close
@@ -20,6 +21,7 @@ import os
 import sys
 import time
 import types
+import warnings
 
 PARAMS = json.loads(os.environ.get("TRAINPROF_TEST_PARAMS") or "{}")
 MANIFEST = os.environ["TRAINPROF_TEST_MANIFEST"]
@@ -57,6 +59,13 @@ class _FakeTorchProfile:
     starts = 0
 
     def __init__(self, activities):
+        # What torch 2.4-2.10 says at every profile() without a schedule.
+        warnings.warn(
+            "Warning: Profiler clears events at the end of each cycle.Only events from the current cycle "
+            "will be reported.To keep events across cycles, set acc_events=True.",
+            UserWarning,
+            stacklevel=2,
+        )
         self.activities = list(activities)
         self._events = []
         self._ids = itertools.count(1)
@@ -325,6 +334,8 @@ HOOK.close()
 HOOK.close()  # idempotent
 model(0)  # after close: nothing happens
 manifest["hooks_after_close"] = model.hook_count()
+if PARAMS.get("user_profiler"):
+    _FakeTorchProfile([CPU])  # the user's own profiler: its warning is theirs to see
 manifest["profiler_starts"] = _FakeTorchProfile.starts
 manifest["profiler_running_at_end"] = _FakeTorchProfile.running is not None
 manifest["worker_status"] = loader.worker_status

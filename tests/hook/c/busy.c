@@ -1,9 +1,12 @@
 /* A plain C program with no trainprof calls: prints how many threads it has, then spins
- * in one named function for argv[1] seconds of wall time. The native-profiling tests
- * preload libtrainprof_hook.so into it (tests/hook/test_native.py). */
+ * in one named function for argv[1] seconds of wall time; with argv[2] = "thread" the
+ * spinning is done by a second thread while main waits for it in pthread_join. The
+ * native-profiling tests preload libtrainprof_hook.so into it (tests/hook/test_native.py). */
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static int task_count(void) {
@@ -30,13 +33,26 @@ __attribute__((noinline)) unsigned long trainprof_busy_native_loop(unsigned long
     return acc;
 }
 
+static double seconds;
+static unsigned long sink;
+
+static void *spin(void *arg) {
+    (void)arg;
+    double end = now() + seconds;
+    while (now() < end) sink += trainprof_busy_native_loop(2000000);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
-    double seconds = argc > 1 ? atof(argv[1]) : 0.0;
+    seconds = argc > 1 ? atof(argv[1]) : 0.0;
     printf("tasks %d\n", task_count());
     fflush(stdout);
-    double end = now() + seconds;
-    unsigned long sink = 0;
-    while (now() < end) sink += trainprof_busy_native_loop(2000000);
+    if (argc > 2 && strcmp(argv[2], "thread") == 0) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, spin, NULL) != 0 || pthread_join(t, NULL) != 0) return 3;
+    } else {
+        spin(NULL);
+    }
     printf("done %lu\n", sink & 1);
     return 0;
 }

@@ -13,6 +13,10 @@ TRAINPROF_TEST_PARAMS (JSON):
                 exits through sys.exit (its atexit handlers run), the parent waits for it
   settle_s      seconds to sleep before the first step (default 0): room for the sampler
                 thread's one-time warm-up (docs/formats.md "Native profiling")
+  exec_at       at the start of this step, ``exec_how`` ``execv`` replaces the process with
+                ``exec_args`` (argv, the first its path); ``fork-execv`` does that in a
+                forked child and waits for it (its status goes to ``child_status``);
+                first it waits until the native window's SIGPROF handler is installed
 
 The manifest (TRAINPROF_TEST_MANIFEST) gets each step's wall time, the window answers, and
 for own_sigprof whether the handler is still this script's and still runs.
@@ -42,6 +46,13 @@ def own_handler(signum, frame):
 
 if PARAMS.get("own_sigprof"):
     signal.signal(signal.SIGPROF, own_handler)
+
+
+def sigprof_handler():
+    """SIGPROF's handler as sigaction reads it (0 SIG_DFL, 1 SIG_IGN, else a function)."""
+    sa = (ctypes.c_void_p * 40)()  # room for any struct sigaction; the handler comes first
+    ctypes.CDLL(None).sigaction(signal.SIGPROF, None, sa)
+    return sa[0] or 0
 
 
 def py_loop(n):
@@ -76,6 +87,21 @@ for step in range(PARAMS.get("steps", 12)):
         if pid == 0:
             work(iterations)
             sys.exit(0)
+        manifest["child_status"] = os.waitpid(pid, 0)[1]
+    if step == PARAMS.get("exec_at"):
+        # The window opened at an earlier step; the sampler thread starts it once its
+        # warm-up is over: wait until its SIGPROF handler is there, then work inside it.
+        for _ in range(6000):
+            if sigprof_handler() not in (0, 1):
+                break
+            time.sleep(0.01)
+        work(iterations)
+        args = PARAMS["exec_args"]
+        if PARAMS.get("exec_how") == "execv":
+            os.execv(args[0], args)
+        pid = os.fork()
+        if pid == 0:
+            os.execv(args[0], args)
         manifest["child_status"] = os.waitpid(pid, 0)[1]
     t0, c0 = time.perf_counter(), time.thread_time()
     prof.step_begin("train")

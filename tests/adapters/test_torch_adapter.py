@@ -122,6 +122,30 @@ def test_cuda_kernels_become_gpu_functions_events(run_trainer):
 
 
 @pytest.mark.parametrize(
+    "params, env, want",
+    [
+        ({"cuda": True}, {}, "1"),
+        ({"cuda": True, "cuda_version": "13.0"}, {}, "1"),
+        ({"cuda": True}, {"TEARDOWN_CUPTI": "0"}, "0"),  # the user's (or torch's own) choice stands
+        ({"cuda": True, "cuda_version": "12.4"}, {}, None),  # teardown can crash CUDA graphs there
+        ({"cuda": True, "cuda_version": None}, {}, None),
+        ({}, {}, None),  # CPU only: CUPTI never attached
+    ],
+    ids=["cuda-12.8", "cuda-13.0", "user-set", "cuda-12.4", "no-cuda-build", "cpu-only"],
+)
+def test_the_detailed_window_leaves_cupti_detached(run_trainer, params, env, want):
+    # Kineto (torch.profiler) leaves CUPTI attached after a trace with CUDA activities
+    # unless TEARDOWN_CUPTI=1 is in the environment when the trace ends: the training
+    # steps after the detailed window then run 10-20% slower for the rest of the run.
+    env = {"TEARDOWN_CUPTI": None, **env}
+    run = run_trainer(SCRIPT, params, config=CONFIG, env=env).check()
+    assert run.warnings() == []
+    check_common(run, read(run))
+    assert run.manifest["profiler_starts"] == 1
+    assert run.manifest["teardown_cupti_at_stop"] == [want]
+
+
+@pytest.mark.parametrize(
     "params, warning",
     [
         ({"fake_profiler": False}, "torch.profiler cannot run here (ModuleNotFoundError"),

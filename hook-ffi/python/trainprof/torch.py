@@ -25,7 +25,12 @@ first step after it):
 * ``torch.profiler`` (CPU, and CUDA where ``torch.cuda.is_available()``) runs, started and
   stopped exactly at the window's edges; at the end its op events become ``cpu_functions``
   events and its kernel events ``gpu_functions-dev:<n>`` events (docs/formats.md, "Event vocabulary"), each numbered
-  with the global step it began in.
+  with the global step it began in. With CUDA, the window leaves CUPTI detached: Kineto
+  finalizes CUPTI at the end of a trace only with ``TEARDOWN_CUPTI=1`` in the environment,
+  and a CUPTI left attached slows every later step, so the adapter sets
+  ``TEARDOWN_CUPTI=1`` before its first trace, unless the variable is set already (the
+  user's choice, or torch's own ``0`` for CUDA graphs) or CUDA is older than 12.6 (where a
+  teardown can crash CUDA graphs).
 
 ``torch.compile``: the hooks never break a Dynamo graph (README, "Framework adapters"). The
 top module's hooks are ``torch.compiler.disable``\ d, so Dynamo never traces them and they run
@@ -45,6 +50,7 @@ training goes on. In a ``fork()``ed child (a DataLoader worker) every hook does 
 
 import atexit
 import bisect
+import os
 import sys
 import threading
 import warnings
@@ -398,6 +404,7 @@ class TorchHook:
             cuda = getattr(ProfilerActivity, "CUDA", None)
             if cuda is not None and cuda in supported_activities() and torch.cuda.is_available():
                 activities.append(cuda)
+                _let_kineto_detach_cupti(torch)
             with _quiet_profiler():
                 tp = profile(activities=activities)
                 t0 = self.profiler.now_us()
@@ -499,6 +506,31 @@ class TorchHook:
     def _at_exit(self):
         if _fork.generation() == self._gen:
             self.close()
+
+
+# Kineto finalizes CUPTI (cuptiFinalize) when a trace with CUDA activities ends only when
+# this variable is "1" then (it is read with getenv at that moment). Otherwise CUPTI stays
+# attached to the CUDA context for the rest of the process, and every later step pays for
+# it. (Kineto leaves it off by default because a teardown could crash CUDA graphs.)
+_TEARDOWN_CUPTI = "TEARDOWN_CUPTI"
+# CUDA graphs may crash when CUPTI is finalized and attached again with older CUDA
+# (torch.profiler itself sets TEARDOWN_CUPTI=0 there when it sees CUDA graphs).
+_TEARDOWN_MIN_CUDA = (12, 6)
+
+
+def _let_kineto_detach_cupti(torch):
+    """Sets ``TEARDOWN_CUPTI=1`` (for the process: Kineto reads it again when it attaches
+    CUPTI for the next trace) unless it is set already or CUDA is older than 12.6."""
+    if _TEARDOWN_CUPTI in os.environ:
+        return
+    cuda = getattr(getattr(torch, "version", None), "cuda", None)  # "12.8"; None without CUDA
+    try:
+        version = tuple(int(p) for p in str(cuda).split(".")[:2])
+    except ValueError:
+        return
+    if version < _TEARDOWN_MIN_CUDA:
+        return
+    os.environ[_TEARDOWN_CUPTI] = "1"
 
 
 def _device_kind(event):

@@ -5,6 +5,7 @@ TRAINPROF_TEST_PARAMS (JSON):
   fake_profiler: install a fake ``torch`` / ``torch.profiler`` (default true); false leaves
                  torch absent, as it is in the CI venv
   cuda:          the fake torch has CUDA: every op also runs a kernel on device 0
+  cuda_version:  its ``torch.version.cuda`` (default "12.8"; null: a build without CUDA)
   start_fails:   the fake torch.profiler's start() raises (another profiler is running)
   user_profiler: after the loop the script makes a torch.profiler.profile of its own
   epochs, batches, eval_steps, predict_steps, num_workers, pin_memory
@@ -57,6 +58,9 @@ class _FunctionEvent:
 class _FakeTorchProfile:
     running = None  # the profile that is started, if any
     starts = 0
+    # TEARDOWN_CUPTI as each stop() saw it: Kineto reads it (getenv) when its trace ends
+    # to decide whether CUPTI is finalized (detached) or stays attached.
+    teardown_cupti_at_stop = []
 
     def __init__(self, activities):
         # What torch 2.4-2.10 says at every profile() without a schedule.
@@ -85,6 +89,7 @@ class _FakeTorchProfile:
     def stop(self):
         assert _FakeTorchProfile.running is self
         _FakeTorchProfile.running = None
+        _FakeTorchProfile.teardown_cupti_at_stop.append(os.environ.get("TEARDOWN_CUPTI"))
 
     def events(self):
         return list(self._events)
@@ -129,6 +134,7 @@ def install_fake_torch():
     profiler.supported_activities = lambda: {CPU, CUDA}
     torch.profiler = profiler
     torch.cuda = types.SimpleNamespace(is_available=lambda: bool(PARAMS.get("cuda")))
+    torch.version = types.SimpleNamespace(cuda=PARAMS.get("cuda_version", "12.8"))
     sys.modules["torch"] = torch
     sys.modules["torch.profiler"] = profiler
 
@@ -338,6 +344,7 @@ if PARAMS.get("user_profiler"):
     _FakeTorchProfile([CPU])  # the user's own profiler: its warning is theirs to see
 manifest["profiler_starts"] = _FakeTorchProfile.starts
 manifest["profiler_running_at_end"] = _FakeTorchProfile.running is not None
+manifest["teardown_cupti_at_stop"] = _FakeTorchProfile.teardown_cupti_at_stop
 manifest["worker_status"] = loader.worker_status
 manifest["stats"] = HOOK.profiler.stats() if HOOK.profiler is not None else None
 with open(MANIFEST, "w") as f:

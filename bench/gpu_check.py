@@ -483,6 +483,37 @@ def part_train(ctx, md):
         md.append("(the run ended at step %d, before the planted slow step: raise GPU_CHECK_TRAIN_SECONDS)\n" % len(t))
 
 
+def part_windows(ctx, md):
+    """Which kind of window leaves step time behind: one loop per kind on the same machine
+    (only when GPU_CHECK_PARTS names it: with the default parts it would not fit 5 minutes)."""
+    md.append("## Steps after each kind of window (medians, ms; %.0f s a run)\n" % TRAIN_S)
+    if not ctx["torch"]:
+        md.append("skipped: %s\n" % ctx["torch_why"])
+        return
+    detailed = {"DetailedProfilingConfig": {"StartStep": 200, "NumSteps": 2}}
+    plan = [("plain", False, None, {}),
+            ("detailed 200-201, TEARDOWN_CUPTI=0 (CUPTI left attached)", True, detailed, {"TEARDOWN_CUPTI": "0"}),
+            ("detailed 200-201", True, detailed, {}),
+            ("dataloader 220-229 + python 240-242", True,
+             {"DataloaderProfilingConfig": {"StartStep": 220, "NumSteps": 10},
+              "PythonProfilingConfig": {"StartStep": 240, "NumSteps": 3}}, {}),
+            ("native 260-279, 99 Hz", True,
+             {"NativeProfilingConfig": {"StartStep": 260, "NumSteps": 20, "SamplingHz": 99}}, {})]
+    md.append("| run | steps | 50-199 | 300-399 | 400-end |\n|---|---:|---:|---:|---:|")
+    for i, (label, tp, cfg, extra) in enumerate(plan):
+        if left() < TRAIN_S + 30:
+            md.append("| %s | skipped: %.0f s left | | | |" % (label, left()))
+            continue
+        sub = dict(ctx, env=dict(ctx["env"], **extra))
+        try:
+            t = train(sub, "windows%d" % i, tp, cfg)["times"]
+            md.append("| %s | %d | %.2f | %.2f | %.2f |" % (label, len(t), median_ms(t[50:200]), median_ms(t[300:400]),
+                                                          median_ms(t[400:])))
+        except Exception as e:
+            md.append("| %s | error: %s | | | |" % (label, str(e).replace("\n", " ")[:600]))
+    md.append("")
+
+
 def probe_torch(env):
     code = "import torch, torchvision; print(torch.__version__, torchvision.__version__, torch.cuda.is_available(), " \
            "torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
@@ -519,13 +550,14 @@ def main():
         cores, sys.version.split()[0], ctx["torch_why"], "yes" if ctx["pynvml"] else "no"))
     md.append("* trainprof: %s; NVML library: %s\n" % (ctx["bin"] or "not found (set TRAINPROF_BIN)",
                                                       os.environ.get("TRAINPROF_NVML_LIB", "libnvidia-ml.so.1")))
-    parts = [("nvml", part_nvml, False), ("agent", part_agent, True), ("train", part_train, True)]
-    # GPU_CHECK_PARTS: a comma list of the parts to run (all by default), for a second run
-    # that only repeats what changed.
-    only = [p for p in os.environ.get("GPU_CHECK_PARTS", "").split(",") if p]
+    parts = [("nvml", part_nvml, False), ("agent", part_agent, True), ("train", part_train, True),
+             ("windows", part_windows, True)]
+    # GPU_CHECK_PARTS: a comma list of the parts to run (by default nvml, agent and train), for
+    # a second run that only repeats what changed, or the windows part.
+    only = [p for p in os.environ.get("GPU_CHECK_PARTS", "nvml,agent,train").split(",") if p]
     for name, fn, needs_bin in parts:
         t0 = time.monotonic()
-        if only and name not in only:
+        if name not in only:
             md.append("## %s\n\nskipped: not in GPU_CHECK_PARTS\n" % name)
             continue
         if needs_bin and not ctx["bin"]:

@@ -61,8 +61,10 @@ def test_after_each_window_the_process_is_as_before(run_script, tmp_path):
         assert diff == {}, (kind, rnd, diff)
     assert os.listdir(tmpdir) == []
     # Memory: the native profiler's table (about 70 MB, two of them for a while) used to stay
-    # after the first window; allocators keep some of what was freed, hence a margin.
-    assert m["rss_kb_after"] - m["rss_kb_before"] < 20 * 1024, (m["rss_kb_before"], m["rss_kb_after"])
+    # after the first window, and the symboliser's cache (25-60 MB, in whichever heap the
+    # window's parse landed) after any; allocators keep some of what was freed (2-4 MB
+    # measured after these ten windows), hence a margin well below either.
+    assert m["rss_kb_after"] - m["rss_kb_before"] < 10 * 1024, (m["rss_kb_before"], m["rss_kb_after"])
     assert "native profiling refused" not in r.proc.stderr and "native profiling: cannot" not in r.proc.stderr, r.proc.stderr
 
 

@@ -18,8 +18,9 @@ What :class:`ProfilerCallback` does, as smdebug 1.0.34's Keras hook does it (doc
   detailed profiling") is ``<LocalPath>/framework/tensorflow/detailed_profiling/<local YYYYMMDDHH>/<train step, 9
   digits>/``, with the empty ``<node>_<start µs>_<stop µs>.metadata`` file smdebug's reader
   takes the trace's start time from. TF writes into a staging folder under
-  ``<LocalPath>/.tmp/<node>/`` that is renamed into place once complete, so neither a reader
-  nor the uploader sees half a profile.
+  ``<LocalPath>/.tmp/<node>/`` that is sealed into place once complete (synced, renamed
+  without replacing anything: ``trainprof._seal``), so neither a reader nor the uploader sees
+  half a profile, and a file already there is kept.
 * TensorFlow 2.11 and later write only ``<host>.xplane.pb``; smdebug 1.0.34 reads only
   ``<host>.trace.json.gz``. The callback then converts the XSpace (its host planes: one
   process per plane, one thread per line) into ``<host>.trace.json.gz`` beside it, times
@@ -29,7 +30,8 @@ Importing this module imports neither tensorflow nor keras; the first use of
 ``ProfilerCallback`` does, and the class then subclasses ``tf.keras.callbacks.Callback``
 (else ``keras.callbacks.Callback``, else ``object``, with one warning). Nothing here raises
 into training: a missing piece (the hook library, the TF profiler, the XSpace protobuf
-module) turns its feature off with one ``trainprof: ...`` line on stderr, and training goes on.
+module) turns its feature off with one message (a ``TrainprofWarning`` for what the user can
+install, else the ``trainprof`` logger), and training goes on.
 """
 
 import atexit
@@ -40,7 +42,8 @@ import os
 import shutil
 import weakref
 
-from ._log import warn
+from ._log import log, warn_user
+from ._seal import rename_no_replace, seal
 
 __all__ = ["ProfilerCallback", "callback_class"]
 
@@ -173,10 +176,13 @@ def convert_xplanes(log_dir, xplane=None):
             start_ns = s if start_ns is None else min(start_ns, s)
         doc = {"displayTimeUnit": "ns", "traceEvents": xspace_trace_events(space)}
         target = pb[: -len(XPLANE_SUFFIX)] + TRACE_SUFFIX
-        with gzip.open(target + ".part", "wb") as f:
+        part = target + ".part"
+        with gzip.open(part, "wb") as f:
             f.write(json.dumps(doc).encode("utf-8"))
-        os.replace(target + ".part", target)
-        written.append(target)
+        if seal(part, target):
+            written.append(target)
+        else:  # written meanwhile by someone else: theirs stays
+            os.unlink(part)
     return written, start_ns
 
 
@@ -184,17 +190,13 @@ def convert_xplanes(log_dir, xplane=None):
 
 
 def _publish(staging, final):
-    """Moves ``staging`` to ``final``: one rename when ``final`` does not exist, else file by
-    file (the ``.metadata`` file first, so no trace file is visible without it)."""
+    """Seals ``staging`` as ``final``: one rename when ``final`` does not exist, else file by
+    file (the ``.metadata`` file first, so no trace file is visible without it). Nothing is
+    replaced: a file whose name is taken in ``final`` is dropped, with one message."""
     parent = os.path.dirname(final)
     os.makedirs(parent, exist_ok=True)
-    if not os.path.exists(final):
-        try:
-            os.rename(staging, final)
-            return
-        except OSError:
-            if not os.path.exists(final):
-                raise
+    if seal(staging, final):
+        return
     moves = []
     for d, _, files in os.walk(staging):
         for f in files:
@@ -202,7 +204,8 @@ def _publish(staging, final):
             moves.append((not f.endswith(".metadata"), src, os.path.join(final, os.path.relpath(src, staging))))
     for _, src, dst in sorted(moves):
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        os.replace(src, dst)
+        if not rename_no_replace(src, dst):  # synced by seal() above
+            log("%s exists already; the new one is dropped (nothing is replaced)" % dst, key=("keras-exists", dst))
     shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -231,7 +234,7 @@ class _Detailed:
                 api.start, api.stop  # noqa: B018 - both must exist
             except Exception as e:
                 self.off = True
-                warn(
+                warn_user(
                     "the TF profiler (tf.profiler.experimental.start / stop) is not available "
                     "(%s: %s); detailed profiling is off" % (type(e).__name__, e),
                     key="keras-tf-profiler-missing",
@@ -259,7 +262,7 @@ class _Detailed:
             api.start(self._staging)
         except Exception as e:
             self.failed_window = True
-            warn(
+            log(
                 "cannot start the TF profiler for the detailed window at train step %d (%s: %s); "
                 "that window is skipped" % (train_step, type(e).__name__, e),
                 key="keras-tf-profiler-start",
@@ -277,7 +280,7 @@ class _Detailed:
         try:
             self._tf_profiler.stop()
         except Exception as e:
-            warn(
+            log(
                 "the TF profiler did not stop cleanly (%s: %s); this window's profile is dropped"
                 % (type(e).__name__, e),
                 key="keras-tf-profiler-stop",
@@ -292,24 +295,24 @@ class _Detailed:
                 if start_ns is not None:
                     start_us = start_ns / 1000.0
             except ImportError as e:
-                warn(
+                log(
                     "%s: TF's .xplane.pb profiles are kept but not converted to the trace.json.gz "
                     "files smdebug reads" % e,
                     key="keras-xplane-missing",
                 )
             except Exception as e:
-                warn(
+                log(
                     "cannot convert the TF profile to trace.json.gz (%s: %s)" % (type(e).__name__, e),
                     key="keras-xplane-convert",
                 )
             meta = os.path.join(self._staging, metadata_name(self._node, start_us, end_us))
-            with open(meta + ".part", "wb"):
+            # In the staging folder, the process's own: sealed with the folder just below.
+            with open(meta, "xb"):
                 pass
-            os.replace(meta + ".part", meta)
             _publish(self._staging, self._final)
             self.last_stop_us = self._now_us() - t0
         except Exception as e:
-            warn(
+            log(
                 "cannot write the detailed profile into %s (%s: %s)" % (self._final, type(e).__name__, e),
                 key="keras-detailed-write",
             )
@@ -338,7 +341,7 @@ class _ProfilerCallbackMixin:
 
                 self._prof = Profiler(framework="tensorflow")
             except Exception as e:
-                warn(
+                log(
                     "%s: %s; ProfilerCallback records nothing" % (type(e).__name__, e),
                     key="keras-no-profiler",
                 )
@@ -350,9 +353,9 @@ class _ProfilerCallbackMixin:
                 if node and root:
                     self._detailed = _Detailed(root, node, self._prof.now_us)
                 elif node:
-                    warn("the hook library does not say its LocalPath; detailed profiling is off", key="keras-no-local-path")
+                    log("the hook library does not say its LocalPath; detailed profiling is off", key="keras-no-local-path")
         except Exception as e:
-            warn("detailed profiling is off (%s: %s)" % (type(e).__name__, e), key="keras-detailed-init")
+            log("detailed profiling is off (%s: %s)" % (type(e).__name__, e), key="keras-detailed-init")
         ref = weakref.ref(self)
         atexit.register(_stop_at_exit, ref)
 
@@ -385,7 +388,7 @@ class _ProfilerCallbackMixin:
                         d.failed_window = False
                         d.stop()
         except Exception as e:
-            warn("on_%s_batch_begin: %s: %s" % (kind, type(e).__name__, e), key=("keras-begin", type(e)))
+            log("on_%s_batch_begin: %s: %s" % (kind, type(e).__name__, e), key=("keras-begin", type(e)))
 
     def _end(self, kind):
         prof = self._prof
@@ -400,7 +403,7 @@ class _ProfilerCallbackMixin:
             if kind == "train" and d is not None and d.running and not prof.active("detailed", step=step + 1):
                 d.stop()
         except Exception as e:
-            warn("on_%s_batch_end: %s: %s" % (kind, type(e).__name__, e), key=("keras-end", type(e)))
+            log("on_%s_batch_end: %s: %s" % (kind, type(e).__name__, e), key=("keras-end", type(e)))
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin("train")
@@ -428,7 +431,7 @@ class _ProfilerCallbackMixin:
             if self._detailed is not None:
                 self._detailed.stop()
         except Exception as e:
-            warn("stopping the TF profiler: %s: %s" % (type(e).__name__, e), key="keras-stop")
+            log("stopping the TF profiler: %s: %s" % (type(e).__name__, e), key="keras-stop")
 
     def close(self):
         """Stops a running TF profiler (its profile is written) and closes the profiler
@@ -438,7 +441,7 @@ class _ProfilerCallbackMixin:
             try:
                 self._prof.close()
             except Exception as e:
-                warn("close(): %s: %s" % (type(e).__name__, e), key="keras-close")
+                log("close(): %s: %s" % (type(e).__name__, e), key="keras-close")
 
 
 def _stop_at_exit(ref):
@@ -476,7 +479,7 @@ def _default_base():
         return keras.callbacks.Callback
     except Exception:
         pass
-    warn(
+    warn_user(
         "neither tf.keras nor keras can be imported (%s: %s); ProfilerCallback is a plain "
         "object that Keras will not accept" % (type(tf_error).__name__, tf_error),
         key="keras-no-base",

@@ -56,7 +56,7 @@ import threading
 import warnings
 
 from . import Profiler, _fork
-from ._log import warn
+from ._log import log
 
 __all__ = ["attach", "profile_dataloader", "TorchHook", "ProfiledDataLoader"]
 
@@ -203,7 +203,7 @@ class TorchHook:
                 self._own_profiler = True
             self.profiler = profiler
         except Exception as e:  # LibraryError or anything else: training goes on unprofiled
-            warn("trainprof.torch.attach: no profiler (%s: %s); profiling is off" % (type(e).__name__, e))
+            log("trainprof.torch.attach: no profiler (%s: %s); profiling is off" % (type(e).__name__, e))
             self._closed = True
             return
         self._disable, self._is_compiling = _compiler()
@@ -211,7 +211,7 @@ class TorchHook:
             self._handles.append(model.register_forward_pre_hook(_untraced(self._pre_hook, self._disable)))
             self._handles.append(model.register_forward_hook(_untraced(self._post_hook, self._disable)))
         except Exception as e:
-            warn(
+            log(
                 "trainprof.torch.attach: cannot hook %s (%s: %s); profiling is off"
                 % (self._top_name, type(e).__name__, e)
             )
@@ -254,7 +254,7 @@ class TorchHook:
         try:
             self._begin_step()
         except Exception as e:
-            warn("trainprof.torch: step begin failed (%s: %s)" % (type(e).__name__, e), key="torch-pre-hook")
+            log("trainprof.torch: step begin failed (%s: %s)" % (type(e).__name__, e), key="torch-pre-hook")
         return None
 
     def _post_hook(self, module, inputs, outputs):
@@ -267,7 +267,7 @@ class TorchHook:
                 prof.record_event(_FORWARD, self._top_name, start, max(start, prof.now_us()))
             prof.forward_end()
         except Exception as e:
-            warn("trainprof.torch: forward end failed (%s: %s)" % (type(e).__name__, e), key="torch-post-hook")
+            log("trainprof.torch: forward end failed (%s: %s)" % (type(e).__name__, e), key="torch-post-hook")
         return None
 
     def _begin_step(self):
@@ -335,7 +335,7 @@ class TorchHook:
                 self._sub_handles.append(sub.register_forward_pre_hook(pre))
                 self._sub_handles.append(sub.register_forward_hook(post))
         except Exception as e:
-            warn(
+            log(
                 "trainprof.torch: cannot hook the submodules (%s: %s); Forward-SubModuleInternal events are off"
                 % (type(e).__name__, e)
             )
@@ -368,7 +368,7 @@ class TorchHook:
                     start = stack.pop()
                     prof.record_event(_SUBMODULE, name, start, max(start, prof.now_us()))
             except Exception as e:
-                warn("trainprof.torch: submodule event failed (%s: %s)" % (type(e).__name__, e), key="torch-sub")
+                log("trainprof.torch: submodule event failed (%s: %s)" % (type(e).__name__, e), key="torch-sub")
             return None
 
         pre_body = _untraced(pre_body, self._disable)
@@ -410,7 +410,7 @@ class TorchHook:
                 t0 = self.profiler.now_us()
                 tp.start()
         except Exception as e:
-            warn(
+            log(
                 "trainprof.torch: torch.profiler cannot run here (%s: %s); cpu_functions / gpu_functions events are off"
                 % (type(e).__name__, e)
             )
@@ -432,7 +432,7 @@ class TorchHook:
             base_us = self._trace_start_us(tp)
             self._record_ops(events, base_us, boundaries)
         except Exception as e:
-            warn(
+            log(
                 "trainprof.torch: reading torch.profiler's events failed (%s: %s); op events are off"
                 % (type(e).__name__, e)
             )
@@ -447,7 +447,7 @@ class TorchHook:
                 return ns / 1000.0
         except Exception:
             pass
-        warn("trainprof.torch: torch.profiler does not report its trace start; op times are approximate")
+        log("trainprof.torch: torch.profiler does not report its trace start; op times are approximate")
         return float(self._torch_start_us)
 
     def _record_ops(self, events, base_us, boundaries):
@@ -495,7 +495,7 @@ class TorchHook:
                 self._in_step = False
                 self.profiler.step_end()
         except Exception as e:
-            warn("trainprof.torch: close failed (%s: %s)" % (type(e).__name__, e))
+            log("trainprof.torch: close failed (%s: %s)" % (type(e).__name__, e))
         self._closed = True
         self._remove(self._handles)
         self._remove(self._sub_handles)
@@ -576,7 +576,7 @@ class ProfiledDataLoader:
             return None
         hook = self._hook or _latest
         if hook is None:
-            warn("trainprof.torch.profile_dataloader: no attach()ed model; dataloader events are off", key="dl-no-hook")
+            log("trainprof.torch.profile_dataloader: no attach()ed model; dataloader events are off", key="dl-no-hook")
             return None
         if not hook._live():
             return None
@@ -592,7 +592,7 @@ class ProfiledDataLoader:
             target = self._target()
             t0 = target[0].now_us() if target else 0
         except Exception as e:
-            warn("trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e), key="dl")
+            log("trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e), key="dl")
             target = None
         it = iter(self._loader)
         init_name = next_name = None
@@ -610,7 +610,7 @@ class ProfiledDataLoader:
                     }
                     prof.record_event(_DL_INIT, init_name, t0, max(t0, t1), step=target[1], args=args)
         except Exception as e:
-            warn("trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e), key="dl")
+            log("trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e), key="dl")
             next_name = None
         return self._batches(it, next_name)
 
@@ -629,7 +629,7 @@ class ProfiledDataLoader:
                         target = None
                     t0 = target[0].now_us() if target else 0
                 except Exception as e:
-                    warn(
+                    log(
                         "trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e),
                         key="dl",
                     )
@@ -643,7 +643,7 @@ class ProfiledDataLoader:
                     prof = target[0]
                     prof.record_event(_DL_ITER, next_name, t0, max(t0, prof.now_us()), step=target[1])
                 except Exception as e:
-                    warn(
+                    log(
                         "trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e),
                         key="dl",
                     )

@@ -34,6 +34,8 @@ module) turns its feature off with one message (a ``TrainprofWarning`` for what 
 install, else the ``trainprof`` logger), and training goes on.
 """
 
+from __future__ import annotations
+
 import atexit
 import datetime
 import gzip
@@ -41,6 +43,11 @@ import json
 import os
 import shutil
 import weakref
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+if TYPE_CHECKING:
+    from ._profiler import Profiler
 
 from ._log import log, warn_user
 from ._seal import rename_no_replace, seal
@@ -63,14 +70,14 @@ TRACE_SUFFIX = ".trace.json.gz"
 # --- where the output goes -----------------------------------------------------------------
 
 
-def detailed_log_dir(root, train_step, today=None):
+def detailed_log_dir(root: str, train_step: int, today: Optional[datetime.datetime] = None) -> str:
     """``<root>/framework/tensorflow/detailed_profiling/<YYYYMMDDHH, local time>/<train step
     zero-padded to 9>`` (docs/formats.md, "TensorFlow detailed profiling")."""
     hour = (today or datetime.datetime.today()).strftime("%Y%m%d%H")
     return os.path.join(root, "framework", "tensorflow", "detailed_profiling", hour, str(train_step).zfill(9))
 
 
-def metadata_name(node_id, start_us, end_us):
+def metadata_name(node_id: str, start_us: float, end_us: float) -> str:
     """``<node>_<round(start µs)>_<round(end µs)>.metadata`` (smdebug's reader splits it on ``_``)."""
     return "%s_%d_%d.metadata" % (node_id, int(round(start_us)), int(round(end_us)))
 
@@ -78,7 +85,7 @@ def metadata_name(node_id, start_us, end_us):
 # --- XSpace -> trace.json.gz -----------------------------------------------------------------
 
 
-def _xplane_module():
+def _xplane_module() -> Optional[ModuleType]:
     import importlib
 
     for name in _XPLANE_MODULES:
@@ -89,12 +96,12 @@ def _xplane_module():
     return None
 
 
-def _stat_value(stat):
+def _stat_value(stat: Any) -> Any:
     which = stat.WhichOneof("value")
     return None if which is None else getattr(stat, which)
 
 
-def profile_start_ns(space):
+def profile_start_ns(space: Any) -> Optional[int]:
     """The session's start (ns since the epoch) from the ``Task Environment`` plane's
     ``profile_start_time`` stat, or None when the XSpace does not say."""
     for plane in space.planes:
@@ -107,12 +114,12 @@ def profile_start_ns(space):
     return None
 
 
-def xspace_trace_events(space):
+def xspace_trace_events(space: Any) -> List[Dict[str, Any]]:
     """Chrome trace events of an XSpace: for each plane with events a ``process_name``, for
     each of its lines a ``thread_name``, and one complete (``X``) event per XEvent, ``ts`` in
     µs from the start of the profiling session (TF's timestamps are relative to it). Process
     ids start at 1: smdebug's reader gives pid 0 to its own start-time record."""
-    out = []
+    out: List[Dict[str, Any]] = []
     pid = 0
     for plane in space.planes:
         lines = [line for line in plane.lines if len(line.events)]
@@ -120,7 +127,7 @@ def xspace_trace_events(space):
             continue
         pid += 1
         out.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": plane.name}})
-        names = {}
+        names: Dict[int, str] = {}
         for line in lines:
             tid = line.display_id or line.id
             out.append(
@@ -152,11 +159,11 @@ def xspace_trace_events(space):
     return out
 
 
-def convert_xplanes(log_dir, xplane=None):
+def convert_xplanes(log_dir: str, xplane: Any = None) -> Tuple[List[str], Optional[int]]:
     """Writes ``<host>.trace.json.gz`` beside each ``<host>.xplane.pb`` under ``log_dir``
     that has none. Returns (trace files written, the earliest session start in ns or None).
     Raises ImportError when no XSpace protobuf module can be imported."""
-    pbs = []
+    pbs: List[str] = []
     for d, _, files in os.walk(log_dir):
         pbs.extend(os.path.join(d, f) for f in files if f.endswith(XPLANE_SUFFIX))
     pending = [p for p in sorted(pbs) if not os.path.exists(p[: -len(XPLANE_SUFFIX)] + TRACE_SUFFIX)]
@@ -165,8 +172,8 @@ def convert_xplanes(log_dir, xplane=None):
     xplane = xplane or _xplane_module()
     if xplane is None:
         raise ImportError("no XSpace protobuf module (tried %s)" % ", ".join(_XPLANE_MODULES))
-    written = []
-    start_ns = None
+    written: List[str] = []
+    start_ns: Optional[int] = None
     for pb in pending:
         space = xplane.XSpace()
         with open(pb, "rb") as f:
@@ -177,8 +184,8 @@ def convert_xplanes(log_dir, xplane=None):
         doc = {"displayTimeUnit": "ns", "traceEvents": xspace_trace_events(space)}
         target = pb[: -len(XPLANE_SUFFIX)] + TRACE_SUFFIX
         part = target + ".part"
-        with gzip.open(part, "wb") as f:
-            f.write(json.dumps(doc).encode("utf-8"))
+        with gzip.open(part, "wb") as gz:
+            gz.write(json.dumps(doc).encode("utf-8"))
         if seal(part, target):
             written.append(target)
         else:  # written meanwhile by someone else: theirs stays
@@ -189,7 +196,7 @@ def convert_xplanes(log_dir, xplane=None):
 # --- moving a finished profile into place ----------------------------------------------------
 
 
-def _publish(staging, final):
+def _publish(staging: str, final: str) -> None:
     """Seals ``staging`` as ``final``: one rename when ``final`` does not exist, else file by
     file (the ``.metadata`` file first, so no trace file is visible without it). Nothing is
     replaced: a file whose name is taken in ``final`` is dropped, with one message."""
@@ -197,7 +204,7 @@ def _publish(staging, final):
     os.makedirs(parent, exist_ok=True)
     if seal(staging, final):
         return
-    moves = []
+    moves: List[Tuple[bool, str, str]] = []
     for d, _, files in os.walk(staging):
         for f in files:
             src = os.path.join(d, f)
@@ -212,20 +219,20 @@ def _publish(staging, final):
 class _Detailed:
     """The TF profiler over one detailed window at a time."""
 
-    def __init__(self, root, node_id, now_us):
+    def __init__(self, root: str, node_id: str, now_us: Callable[[], int]) -> None:
         self._root = root
         self._node = node_id
         self._now_us = now_us
-        self._tf_profiler = None  # tf.profiler.experimental, once imported
+        self._tf_profiler: Any = None  # tf.profiler.experimental, once imported
         self.off = False  # the feature is off in this process (something is missing)
         self.running = False
         self.failed_window = False  # start failed: not again until the window closes
-        self._staging = None
-        self._final = None
-        self._start_us = 0
-        self.last_stop_us = None  # how long the last stop took (TF's stop, conversion, move)
+        self._staging = ""
+        self._final = ""
+        self._start_us: float = 0
+        self.last_stop_us: Optional[int] = None  # how long the last stop took (TF's stop, conversion, move)
 
-    def _api(self):
+    def _api(self) -> Any:
         if self._tf_profiler is None:
             try:
                 import tensorflow as tf
@@ -243,7 +250,7 @@ class _Detailed:
             self._tf_profiler = api
         return self._tf_profiler
 
-    def start(self, train_step):
+    def start(self, train_step: int) -> None:
         if self.off or self.running or self.failed_window:
             return
         api = self._api()
@@ -272,7 +279,7 @@ class _Detailed:
             return
         self.running = True
 
-    def stop(self):
+    def stop(self) -> None:
         if not self.running:
             return
         self.running = False
@@ -324,7 +331,7 @@ class _Detailed:
 class _ProfilerCallbackMixin:
     """The callback's behaviour; :func:`callback_class` puts it on a Keras ``Callback``."""
 
-    def __init__(self, profiler=None, local_path=None):
+    def __init__(self, profiler: Optional[Profiler] = None, local_path: Optional[str] = None) -> None:
         """``profiler``: a :class:`trainprof.Profiler` to drive (default: a new one with
         ``framework="tensorflow"``, closed by :meth:`close`); ``local_path``: where the
         detailed profiles go (default: the hook's effective LocalPath,
@@ -332,9 +339,9 @@ class _ProfilerCallbackMixin:
         super().__init__()
         self._owns_profiler = profiler is None
         self._prof = profiler
-        self._detailed = None
-        self._step = {}  # mode -> the step begun last, while it is open
-        self._train_step = None
+        self._detailed: Optional[_Detailed] = None
+        self._step: Dict[str, int] = {}  # mode -> the step begun last, while it is open
+        self._train_step: Optional[int] = None
         if self._prof is None:
             try:
                 from . import Profiler
@@ -360,23 +367,25 @@ class _ProfilerCallbackMixin:
         atexit.register(_stop_at_exit, ref)
 
     @property
-    def profiler(self):
+    def profiler(self) -> Optional[Profiler]:
         """The :class:`trainprof.Profiler` this callback drives (None when it could not be made)."""
         return self._prof
 
     @property
-    def detailed_running(self):
+    def detailed_running(self) -> bool:
         """True while the TF profiler runs for a detailed window."""
         return self._detailed is not None and self._detailed.running
 
     # --- steps ----------------------------------------------------------------------------
 
-    def _begin(self, kind):
+    def _begin(self, kind: str) -> None:
         prof = self._prof
         if prof is None:
             return
         try:
             step = prof.step_begin(_MODES[kind])
+            if step is None:  # a fork()ed child
+                return
             self._step[kind] = step
             if kind == "train":
                 self._train_step = step
@@ -390,7 +399,7 @@ class _ProfilerCallbackMixin:
         except Exception as e:
             log("on_%s_batch_begin: %s: %s" % (kind, type(e).__name__, e), key=("keras-begin", type(e)))
 
-    def _end(self, kind):
+    def _end(self, kind: str) -> None:
         prof = self._prof
         if prof is None:
             return
@@ -405,35 +414,35 @@ class _ProfilerCallbackMixin:
         except Exception as e:
             log("on_%s_batch_end: %s: %s" % (kind, type(e).__name__, e), key=("keras-end", type(e)))
 
-    def on_train_batch_begin(self, batch, logs=None):
+    def on_train_batch_begin(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self._begin("train")
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self._end("train")
 
-    def on_test_batch_begin(self, batch, logs=None):
+    def on_test_batch_begin(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self._begin("test")
 
-    def on_test_batch_end(self, batch, logs=None):
+    def on_test_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self._end("test")
 
-    def on_predict_batch_begin(self, batch, logs=None):
+    def on_predict_batch_begin(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self._begin("predict")
 
-    def on_predict_batch_end(self, batch, logs=None):
+    def on_predict_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         self._end("predict")
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: Optional[Dict[str, Any]] = None) -> None:
         self._stop_detailed()
 
-    def _stop_detailed(self):
+    def _stop_detailed(self) -> None:
         try:
             if self._detailed is not None:
                 self._detailed.stop()
         except Exception as e:
             log("stopping the TF profiler: %s: %s" % (type(e).__name__, e), key="keras-stop")
 
-    def close(self):
+    def close(self) -> None:
         """Stops a running TF profiler (its profile is written) and closes the profiler
         if this callback made it. Idempotent; also done at exit."""
         self._stop_detailed()
@@ -444,16 +453,16 @@ class _ProfilerCallbackMixin:
                 log("close(): %s: %s" % (type(e).__name__, e), key="keras-close")
 
 
-def _stop_at_exit(ref):
+def _stop_at_exit(ref: "weakref.ref[_ProfilerCallbackMixin]") -> None:
     cb = ref()
     if cb is not None:
         cb._stop_detailed()
 
 
-_classes = {}
+_classes: Dict[type, type] = {}
 
 
-def callback_class(base=None):
+def callback_class(base: Optional[type] = None) -> type:
     """The callback class on ``base`` (default: ``tf.keras.callbacks.Callback``, else
     ``keras.callbacks.Callback``, else ``object``). One class per base."""
     if base is None:
@@ -466,17 +475,19 @@ def callback_class(base=None):
     return cls
 
 
-def _default_base():
+def _default_base() -> type:
     try:
         import tensorflow as tf
 
-        return tf.keras.callbacks.Callback
+        tf_base: type = tf.keras.callbacks.Callback
+        return tf_base
     except Exception as e:
         tf_error = e
     try:
         import keras
 
-        return keras.callbacks.Callback
+        keras_base: type = keras.callbacks.Callback
+        return keras_base
     except Exception:
         pass
     warn_user(
@@ -487,7 +498,7 @@ def _default_base():
     return object
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> type:
     # ``ProfilerCallback`` is made on first use, so importing this module imports no framework.
     if name == "ProfilerCallback":
         return callback_class()

@@ -78,7 +78,8 @@ class Profiler:
     Hot paths: :meth:`record`, :meth:`record_event`, :meth:`step_begin` and :meth:`active`
     each test first whether their arguments need no checking (names seen before, the
     current step, plain ints), and then go straight to the library's call, which each
-    export gets in one place (:meth:`_emit`, :meth:`_begin`, :meth:`_window_active`).
+    export gets in one place (:meth:`_begin`, :meth:`_window_active`; ``trainprof_record``:
+    :meth:`_emit` for explicit times, ``Span.__exit__`` for a timed block).
     """
 
     _windows: Windows
@@ -353,10 +354,14 @@ class Profiler:
         args: Optional[ctypes.Array[_lib.TrainprofArg]],
         nargs: ctypes.c_uint32,
     ) -> None:
-        """The one call of ``trainprof_record`` (``start_us`` <= ``end_us``, both int64)."""
+        """``trainprof_record`` of an event with explicit times (``start_us`` <= ``end_us``,
+        both int64); a span makes the same call in ``Span.__exit__``."""
         status: int = self._c_record(phase, name, _c_int64(start_us), _c_int64(end_us), step, args, nargs)
         if status < 0:
-            log("trainprof_record returned %s; event dropped" % _lib.status_name(status), key=("record", status))
+            self._record_failed(status)
+
+    def _record_failed(self, status: int) -> None:
+        log("trainprof_record returned %s; event dropped" % _lib.status_name(status), key=("record", status))
 
     def record(
         self, phase: str, name: str, args: Optional[Mapping[str, ArgValue]] = None, step: Optional[int] = None

@@ -57,7 +57,9 @@ _C_STEP_CURRENT = _c_int64(-1)
 _C_ZERO = _c_uint32(0)
 
 # trainprof_record's arguments after the times: step, args array, its length.
-_Prepared = Tuple[ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int64, "Optional[ctypes.Array[_lib.TrainprofArg]]", ctypes.c_uint32]
+_Prepared = Tuple[
+    ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int64, "Optional[ctypes.Array[_lib.TrainprofArg]]", ctypes.c_uint32
+]
 
 
 class Profiler:
@@ -417,7 +419,15 @@ class Profiler:
             except (KeyError, TypeError):  # a name not seen before: checked below
                 pass
             else:
-                self._emit(phase_id, name_id, start_us, end_us, _C_STEP_CURRENT if step is None else _c_int64(step), None, _C_ZERO)
+                self._emit(
+                    phase_id,
+                    name_id,
+                    start_us,
+                    end_us,
+                    _C_STEP_CURRENT if step is None else _c_int64(step),
+                    None,
+                    _C_ZERO,
+                )
                 return None
         if self._forked():
             return None

@@ -250,9 +250,7 @@ class Windows:
         if self.closed:
             self.boundary(_lib.BOUNDARY_EXIT)
 
-    def step_next(
-        self, fn: Callable[..., Any], mode: int, detailed_step: int
-    ) -> Optional[Tuple[int, int, int]]:
+    def step_next(self, fn: Callable[..., Any], mode: int, detailed_step: int) -> Optional[Tuple[int, int, int]]:
         """The step-start boundary as ``trainprof_step_next`` (``fn``, a function object
         without argtypes) makes it, together with the step end, the step begin of ``mode``
         (an int) and the detailed-window question at ``detailed_step`` (an int >= -1).
@@ -336,7 +334,8 @@ class Windows:
             os.makedirs(os.path.dirname(ended_dir), exist_ok=True)
             if not seal(tmp_dir, ended_dir):
                 log(
-                    "%s exists already; the %s window's stats are dropped (nothing is replaced)" % (ended_dir, run.name),
+                    "%s exists already; the %s window's stats are dropped (nothing is replaced)"
+                    % (ended_dir, run.name),
                     key=("exists", run.name),
                 )
                 _rmtree_quietly(tmp_dir)

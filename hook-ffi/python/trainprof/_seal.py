@@ -56,7 +56,12 @@ def _find_renameat2() -> Optional[_Renameat2]:
 
     def via_syscall(src: bytes, dst: bytes) -> int:
         r: int = syscall(
-            ctypes.c_long(nr), ctypes.c_int(_AT_FDCWD), src, ctypes.c_int(_AT_FDCWD), dst, ctypes.c_uint(_RENAME_NOREPLACE)
+            ctypes.c_long(nr),
+            ctypes.c_int(_AT_FDCWD),
+            src,
+            ctypes.c_int(_AT_FDCWD),
+            dst,
+            ctypes.c_uint(_RENAME_NOREPLACE),
         )
         return r
 

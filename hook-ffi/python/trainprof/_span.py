@@ -65,7 +65,13 @@ class Span:
             # Python call fewer on the commonest path, 5-6 % of a `with` block's cost
             # (bench/py_ab.py, docs/python.md).
             status: int = prof._c_record(
-                self._phase, self._name, _c_int64(self._start // 1000), _c_int64(end // 1000), self._step, self._args, self._nargs
+                self._phase,
+                self._name,
+                _c_int64(self._start // 1000),
+                _c_int64(end // 1000),
+                self._step,
+                self._args,
+                self._nargs,
             )
             if status < 0:
                 prof._record_failed(status)

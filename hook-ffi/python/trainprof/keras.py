@@ -360,7 +360,10 @@ class _ProfilerCallbackMixin:
                 if node and root:
                     self._detailed = _Detailed(root, node, self._prof.now_us)
                 elif node:
-                    log("the hook library does not say its LocalPath; detailed profiling is off", key="keras-no-local-path")
+                    log(
+                        "the hook library does not say its LocalPath; detailed profiling is off",
+                        key="keras-no-local-path",
+                    )
         except Exception as e:
             log("detailed profiling is off (%s: %s)" % (type(e).__name__, e), key="keras-detailed-init")
         ref = weakref.ref(self)
@@ -503,4 +506,3 @@ def __getattr__(name: str) -> type:
     if name == "ProfilerCallback":
         return callback_class()
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
-

@@ -64,8 +64,21 @@ class Run:
         return self
 
     def warnings(self):
-        """The package's one-line warnings (``trainprof: ...``) on stderr."""
-        return [line for line in self.proc.stderr.splitlines() if line.startswith("trainprof: ")]
+        """What the package told the user on stderr, each as ``trainprof: <message>``: its
+        log lines (``trainprof: ...``) and its ``TrainprofWarning`` s (``<file>:<line>:
+        TrainprofWarning: <message>``, docs/python.md, "Messages")."""
+        return package_messages(self.proc.stderr)
+
+
+def package_messages(stderr):
+    """The package's messages in ``stderr`` (see ``Run.warnings``)."""
+    out = []
+    for line in stderr.splitlines():
+        if line.startswith("trainprof: "):
+            out.append(line)
+        elif ": TrainprofWarning: " in line:
+            out.append("trainprof: " + line.split(": TrainprofWarning: ", 1)[1])
+    return out
 
 
 def run_script(work, script, hook_lib, params=None, config=None, top=None, env=None, timeout=60, pythonpath=None):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 from conftest import SCRIPTS
-from trainer_runs import CLEARED_ENV, PACKAGE_DIR
+from trainer_runs import CLEARED_ENV, PACKAGE_DIR, package_messages
 
 STEPS = ["step 0 total 0", "step 1 total 1", "step 2 total 3"]
 ZERO_STATS = dict.fromkeys(
@@ -35,8 +35,9 @@ def check_plain_run(proc, tmp_path):
     assert lines[:3] == STEPS, proc.stdout
     assert lines[3] == "stats %s dropped 0 node None" % json.dumps(ZERO_STATS)
     assert lines[4:] == ["done"]
-    warnings = [line for line in proc.stderr.splitlines() if line.startswith("trainprof")]
+    warnings = package_messages(proc.stderr)
     assert len(warnings) == 1, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("trainprof-hook")] == [], proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
     return warnings[0]

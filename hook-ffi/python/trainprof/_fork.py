@@ -10,20 +10,21 @@ adapters"). The library refuses every call in a forked child on its own as well
 from C) still records nothing.
 """
 
+from __future__ import annotations
+
 import os
 
 _generation = 0
 
 
-def _forked_child():
+def _forked_child() -> None:
     global _generation
     _generation += 1
 
 
-def generation():
+def generation() -> int:
     """0 in the process that imported this module, more in each forked child."""
     return _generation
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked_child)
+os.register_at_fork(after_in_child=_forked_child)

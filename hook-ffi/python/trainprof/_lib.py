@@ -6,10 +6,13 @@ rather than undefined behaviour in C. Nothing here runs at import time: :func:`l
 the library when a :class:`trainprof.Profiler` is made.
 """
 
+from __future__ import annotations
+
 import ctypes
 import os
 import threading
 import time
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 #: The ABI this package speaks (``TRAINPROF_ABI_VERSION``).
 ABI_VERSION = 1
@@ -85,7 +88,7 @@ CPROFILE_TIMER_CPU_TIME = 2
 CPROFILE_TIMER_OFF_CPU_TIME = 3
 
 
-def status_name(status):
+def status_name(status: int) -> str:
     """``OK``, ``DISABLED``, ... for a status code (``STATUS_<n>`` for an unknown one)."""
     return STATUS_NAMES.get(status, "STATUS_%d" % status)
 
@@ -127,8 +130,11 @@ class TrainprofStats(ctypes.Structure):
 
 _Status = ctypes.c_int32  # TrainprofStatus is an int32_t in C
 
+#: A ctypes type, as ``restype`` / ``argtypes`` take them.
+CType = Any
+
 # name -> (restype, argtypes), every export of trainprof_hook.h.
-_PROTOTYPES = {
+_PROTOTYPES: Dict[str, Tuple[CType, "list[CType]"]] = {
     "trainprof_abi_version": (ctypes.c_uint32, []),
     "trainprof_version": (ctypes.c_char_p, []),
     "trainprof_init": (_Status, [ctypes.c_char_p]),
@@ -183,7 +189,7 @@ class LibraryError(ImportError):
     """The hook library cannot be loaded, or speaks another ABI."""
 
 
-def _answer_disabled(*_args):
+def _answer_disabled(*_args: object) -> int:
     return STATUS_DISABLED
 
 
@@ -192,25 +198,49 @@ class NullLibrary:
     library): every export does nothing and answers ``DISABLED``, output arguments stay as
     the caller made them (zeros), the clock still runs and nothing was dropped."""
 
-    def trainprof_abi_version(self):
+    def trainprof_abi_version(self) -> int:
         return ABI_VERSION
 
-    def trainprof_version(self):
+    def trainprof_version(self) -> Optional[bytes]:
         return None
 
-    def trainprof_now_us(self):
+    def trainprof_now_us(self) -> int:
         return time.time_ns() // 1000
 
-    def trainprof_dropped_events(self):
+    def trainprof_dropped_events(self) -> int:
         return 0
 
-    def trainprof_dropped_names(self):
+    def trainprof_dropped_names(self) -> int:
         return 0
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Callable[..., int]:
         if name in _PROTOTYPES:
             return _answer_disabled
         raise AttributeError(name)
+
+
+#: A loaded library (a bound ``ctypes.CDLL``) or the stand-in for none. Its exports are
+#: called through ctypes, which mypy cannot see: they are typed where they are called.
+Library = Union[ctypes.CDLL, NullLibrary]
+#: A path argument.
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+
+def raw_function(lib: Library, name: str) -> Callable[..., Any]:
+    """A function object of its own for export ``name`` of ``lib``, without ``argtypes``
+    (the export itself of a :class:`NullLibrary`); AttributeError when ``lib`` lacks it.
+
+    For the hot calls (an event, a step, a window question), which the package makes each
+    in one place: ctypes then skips the per-argument ``from_param`` conversion of a bound
+    export, which is most of a call's cost, so the caller passes ctypes objects of the
+    declared C types (``c_int64``, ``c_uint32``, ``byref``, arrays) or small Python ints
+    for ``int32_t``. Every other call goes through the bound exports (:func:`bind`)."""
+    if isinstance(lib, NullLibrary):
+        fn: Callable[..., Any] = getattr(lib, name)
+        return fn
+    fn = lib._FuncPtr((name, lib))
+    fn.restype = _Status
+    return fn
 
 
 #: Values of ``TRAINPROF_DISABLE`` that leave profiling on (empty: not set), as the config
@@ -218,7 +248,7 @@ class NullLibrary:
 _ENABLE_WORDS = ("", "0", "false", "no", "off")
 
 
-def disabled_by_env():
+def disabled_by_env() -> Optional[str]:
     """The ``TRAINPROF_DISABLE`` value when it switches profiling off, else None."""
     value = os.environ.get("TRAINPROF_DISABLE")
     if value is None or value.strip().lower() in _ENABLE_WORDS:
@@ -226,22 +256,22 @@ def disabled_by_env():
     return value
 
 
-def default_path():
+def default_path() -> str:
     """``libtrainprof_hook.so`` inside this package's directory, where the wheel puts it."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), LIB_NAME)
 
 
-def resolve_path(path=None):
+def resolve_path(path: Optional[PathLike] = None) -> Tuple[str, str]:
     """The library to load: ``path``, else ``$TRAINPROF_HOOK_LIB``, else :func:`default_path`."""
     if path:
-        return os.fspath(path), "the lib_path argument"
+        return os.fsdecode(path), "the lib_path argument"
     env = os.environ.get(LIB_ENV)
     if env:
         return env, "$" + LIB_ENV
     return default_path(), "the trainprof package directory"
 
 
-def _how_to_fix():
+def _how_to_fix() -> str:
     # The wheel (scripts/wheel) carries the library at default_path(); a package used from
     # the source tree (PYTHONPATH=hook-ffi/python) has none there and needs the variable.
     return (
@@ -250,7 +280,7 @@ def _how_to_fix():
     )
 
 
-def bind(lib):
+def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     """Sets ``restype`` / ``argtypes`` of every export on a ``ctypes.CDLL``; returns it."""
     for name, (restype, argtypes) in _PROTOTYPES.items():
         if name in _OPTIONAL and not hasattr(lib, name):
@@ -261,7 +291,7 @@ def bind(lib):
     return lib
 
 
-def has(lib, name):
+def has(lib: Library, name: str) -> bool:
     """Whether ``lib`` (a bound library or a :class:`NullLibrary`) has the export ``name``."""
     try:
         getattr(lib, name)
@@ -270,7 +300,7 @@ def has(lib, name):
     return True
 
 
-def read_string(fn):
+def read_string(fn: Callable[[Any, int], int]) -> Optional[bytes]:
     """Calls ``fn(buf, cap)`` (an export that copies a NUL-terminated string into ``buf``)
     with growing buffers; the bytes, or None when it answers anything but ``OK`` and
     ``BUFFER_TOO_SMALL``."""
@@ -284,11 +314,11 @@ def read_string(fn):
     return None
 
 
-_cache = {}
+_cache: Dict[str, ctypes.CDLL] = {}
 _cache_lock = threading.Lock()
 
 
-def load(path=None):
+def load(path: Optional[PathLike] = None) -> ctypes.CDLL:
     """Loads and binds the library (once per path), checking its ABI version.
 
     Raises :class:`LibraryError` (an ``ImportError``) with a message that names where the
@@ -318,9 +348,9 @@ def load(path=None):
                 "%s (from %s) is not a trainprof hook library (%s); %s" % (where, source, e, _how_to_fix()),
                 path=where,
             ) from e
-        abi = lib.trainprof_abi_version()
+        abi: int = lib.trainprof_abi_version()
         if abi != ABI_VERSION:
-            version = lib.trainprof_version()
+            version: Optional[bytes] = lib.trainprof_version()
             raise LibraryError(
                 "%s (from %s, version %s) has ABI version %d, this package needs %d; "
                 "use the library built from the same trainprof release"

@@ -4,7 +4,8 @@ The library decides the windows (smdebug's sequence, docs/formats.md, "Window se
 directories; this module runs the profilers. At each boundary it asks
 ``trainprof_python_boundary``: when a window ended, the running profiler is stopped, its
 stats are written into ``ended_tmp_dir`` (outside the readers' view) and that directory is
-renamed to ``ended_dir``, so a reader never sees half-written stats; when a window starts,
+sealed as ``ended_dir`` (synced, renamed without replacing anything: ``_seal``), so a reader
+never sees half-written stats and a folder already there is kept; when a window starts,
 a new profiler is started with the profiler and cProfile timer the library chose.
 
 File contents are smdebug's (docs/formats.md, "File contents"): cProfile ``python_stats`` is
@@ -12,21 +13,27 @@ File contents are smdebug's (docs/formats.md, "File contents"): cProfile ``pytho
 (``JSONRenderer``) and ``python_stats.html``, or ``{"root_frame": null}`` and an error page
 when pyinstrument fails.
 
-Nothing here raises into the trainer: a problem is one ``trainprof: ...`` line on stderr and
-the window is skipped. In a ``fork()``ed child the inherited profiler is switched off and
+Nothing here raises into the trainer: a problem is one message (pyinstrument missing: a
+``TrainprofWarning``; the rest: the ``trainprof`` logger) and the window is skipped. In a ``fork()``ed child the inherited profiler is switched off and
 nothing is ever written.
 """
+
+from __future__ import annotations
 
 import cProfile
 import ctypes
 import json
 import os
 import pstats
+import shutil
 import threading
 import weakref
+from types import ModuleType
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from . import _fork, _lib
-from ._log import warn
+from ._log import log, warn_user
+from ._seal import seal
 
 CPROFILE_STATS_FILENAME = "python_stats"
 PYINSTRUMENT_JSON_FILENAME = "python_stats.json"
@@ -34,24 +41,24 @@ PYINSTRUMENT_HTML_FILENAME = "python_stats.html"
 
 
 # cProfile timers, as smdebug's smdebug/profiler/python_profile_utils.py defines them.
-def total_time():
+def total_time() -> float:
     """Wall-clock time (``os.times().elapsed``)."""
     return os.times().elapsed
 
 
-def cpu_time():
+def cpu_time() -> float:
     """CPU time of this process (user + system)."""
     t = os.times()
     return t.user + t.system
 
 
-def off_cpu_time():
+def off_cpu_time() -> float:
     """Wall-clock time not spent on a CPU (elapsed - (user + system))."""
     t = os.times()
     return t.elapsed - (t.user + t.system)
 
 
-TIMERS = {
+TIMERS: Dict[int, Callable[[], float]] = {
     _lib.CPROFILE_TIMER_NONE: total_time,
     _lib.CPROFILE_TIMER_TOTAL_TIME: total_time,
     _lib.CPROFILE_TIMER_CPU_TIME: cpu_time,
@@ -64,19 +71,19 @@ class _CProfileRun:
 
     name = "cProfile"
 
-    def __init__(self, timer):
+    def __init__(self, timer: Callable[[], float]) -> None:
         self._profile = cProfile.Profile(timer)
 
-    def start(self):
+    def start(self) -> None:
         self._profile.enable()
 
-    def stop(self):
+    def stop(self) -> None:
         self._profile.disable()
 
-    def abandon(self):
+    def abandon(self) -> None:
         self._profile.disable()
 
-    def dump(self, directory):
+    def dump(self, directory: str) -> None:
         pstats.Stats(self._profile).dump_stats(os.path.join(directory, CPROFILE_STATS_FILENAME))
 
 
@@ -85,32 +92,32 @@ class _PyinstrumentRun:
 
     name = "pyinstrument"
 
-    def __init__(self, module):
-        self._renderers = module.renderers
-        self._profiler = module.Profiler()
-        self._failed = False
+    def __init__(self, module: ModuleType) -> None:
+        self._renderers: Any = getattr(module, "renderers")
+        self._profiler: Any = getattr(module, "Profiler")()
+        self._failed: Optional[Exception] = None
 
-    def start(self):
+    def start(self) -> None:
         self._profiler.start()
 
-    def stop(self):
+    def stop(self) -> None:
         try:
             self._profiler.stop()
         except Exception as e:  # pyinstrument's sporadic internal errors: smdebug's fallback files
             self._failed = e
 
-    def abandon(self):
+    def abandon(self) -> None:
         self.stop()
 
-    def _render(self, session):
+    def _render(self, session: Any) -> Tuple[str, str]:
         return (
             self._renderers.JSONRenderer().render(session),
             self._renderers.HTMLRenderer().render(session),  # what Profiler.output_html() does
         )
 
-    def dump(self, directory):
+    def dump(self, directory: str) -> None:
         try:
-            if self._failed:
+            if self._failed is not None:
                 raise self._failed
             session = self._profiler.last_session
             try:
@@ -126,7 +133,7 @@ class _PyinstrumentRun:
                 session.frame_records = [r for r in records if r[0] and r[0][0] == root]
                 json_stats, html = self._render(session)
         except Exception as e:
-            warn(
+            log(
                 "pyinstrument failed (%s: %s); the window's stats are smdebug's error placeholder"
                 % (type(e).__name__, e),
                 key=("pyinstrument-failed", type(e).__name__),
@@ -139,23 +146,27 @@ class _PyinstrumentRun:
             f.write(html)
 
 
-def _import_pyinstrument():
+_Run = Union[_CProfileRun, _PyinstrumentRun]
+
+
+def _import_pyinstrument() -> Optional[ModuleType]:
     """pyinstrument and its renderers, or None (one warning) when it is not installed."""
     try:
-        import pyinstrument
-        import pyinstrument.renderers  # noqa: F401  (JSONRenderer)
+        import importlib
 
-        return pyinstrument
+        importlib.import_module("pyinstrument.renderers")  # JSONRenderer, HTMLRenderer
+        return importlib.import_module("pyinstrument")
     except Exception as e:
-        warn(
+        warn_user(
             "pyinstrument cannot be imported (%s: %s); Python-profiling windows with ProfilerName "
             "Pyinstrument are skipped (pip install pyinstrument)" % (type(e).__name__, e),
+            stacklevel=1,
             key="pyinstrument-missing",
         )
         return None
 
 
-def _remove_empty_parents(path, stop):
+def _remove_empty_parents(path: str, stop: str) -> None:
     """Removes the empty directories above ``path`` up to, not including, ``stop``."""
     parent = os.path.dirname(path)
     while parent and parent != stop and parent.startswith(stop + os.sep):
@@ -190,17 +201,18 @@ class Windows:
     window sequence per process.
     """
 
-    def __init__(self, lib):
+    def __init__(self, lib: _lib.Library) -> None:
         self._lib = lib
         self._gen = _fork.generation()
         self._lock = threading.RLock()
-        self._running = None
-        self._pyinstrument = None
+        self._running: Optional[_Run] = None
+        # The module once imported; False: it cannot be.
+        self._pyinstrument: Union[ModuleType, None, bool] = None
         self.closed = False
         self.exited = False
-        # One answer struct (8 KiB), reused under self._lock, and a function object of its
-        # own without argtypes (the argument is a ready byref), so a boundary allocates
-        # nothing: three of them run every PyTorch step.
+        # One answer struct (8 KiB), reused under self._lock, and the export as a function
+        # object without argtypes (the argument is a ready byref: _lib.raw_function), so a
+        # boundary allocates nothing: three of them run every PyTorch step.
         self._answer = _lib.TrainprofPythonWindow()
         self._answer_ref = ctypes.byref(self._answer)
         # trainprof_step_next's other arguments and out-values, also used under self._lock.
@@ -209,21 +221,11 @@ class Windows:
         self._step_ref = ctypes.byref(self._step_out)
         self._detailed_out = ctypes.c_int32(0)
         self._detailed_ref = ctypes.byref(self._detailed_out)
-        self._c_boundary = None
-        factory = getattr(lib, "_FuncPtr", None)
-        if factory is not None:
-            try:
-                self._c_boundary = factory(("trainprof_python_boundary", lib))
-                self._c_boundary.restype = ctypes.c_int32
-            except Exception:
-                self._c_boundary = None
+        self._c_boundary = _lib.raw_function(lib, "trainprof_python_boundary")
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref))
 
-    def _forked(self):
-        return _fork.generation() != self._gen
-
-    def boundary(self, boundary):
+    def boundary(self, boundary: int) -> None:
         """Applies one boundary (a ``BOUNDARY_*``). Never raises."""
         if _fork._generation != self._gen:
             return
@@ -237,18 +239,18 @@ class Windows:
                     self.exited = True
                 self._apply(boundary)
         except Exception as e:
-            warn("Python profiling: %s: %s (profiling goes on)" % (type(e).__name__, e))
+            log("Python profiling: %s: %s (profiling goes on)" % (type(e).__name__, e))
 
-    def close(self):
+    def close(self) -> None:
         """The hook closes: ends the running window, starts the post-close one (once)."""
         self.boundary(_lib.BOUNDARY_CLOSE)
 
-    def exit(self):
+    def exit(self) -> None:
         """Process exit: ends the post-close window (once, after :meth:`close`)."""
         if self.closed:
             self.boundary(_lib.BOUNDARY_EXIT)
 
-    def step_next(self, fn, mode, detailed_step):
+    def step_next(self, fn: Callable[..., Any], mode: int, detailed_step: int) -> Optional[Tuple[int, int, int]]:
         """The step-start boundary as ``trainprof_step_next`` (``fn``, a function object
         without argtypes) makes it, together with the step end, the step begin of ``mode``
         (an int) and the detailed-window question at ``detailed_step`` (an int >= -1).
@@ -263,7 +265,7 @@ class Windows:
                 if self.exited or self.closed:
                     return None
                 self._detailed_step.value = detailed_step
-                status = fn(mode, self._detailed_step, self._step_ref, self._answer_ref, self._detailed_ref)
+                status: int = fn(mode, self._detailed_step, self._step_ref, self._answer_ref, self._detailed_ref)
                 answer = self._answer
                 if status == 0 and not answer.ended and not answer.started:  # every step outside a window
                     return status, self._step_out.value, self._detailed_out.value
@@ -276,25 +278,21 @@ class Windows:
                 try:
                     self._answered(status, "trainprof_step_next")
                 except Exception as e:
-                    warn("Python profiling: %s: %s (profiling goes on)" % (type(e).__name__, e))
+                    log("Python profiling: %s: %s (profiling goes on)" % (type(e).__name__, e))
                 return status, step, detailed
         except Exception as e:
-            warn("Python profiling: %s: %s (profiling goes on)" % (type(e).__name__, e))
+            log("Python profiling: %s: %s (profiling goes on)" % (type(e).__name__, e))
             return None
 
-    def _apply(self, boundary):
-        c_boundary = self._c_boundary
-        if c_boundary is not None:
-            status = c_boundary(boundary, self._answer_ref)
-        else:
-            status = self._lib.trainprof_python_boundary(boundary, self._answer_ref)
+    def _apply(self, boundary: int) -> None:
+        status: int = self._c_boundary(boundary, self._answer_ref)
         if status == 0:
             answer = self._answer
             if not answer.ended and not answer.started:  # every boundary outside a window
                 return
         self._answered(status, "trainprof_python_boundary")
 
-    def _answered(self, status, what):
+    def _answered(self, status: int, what: str) -> None:
         """Ends and starts the profilers as the answer struct says, after ``what`` (the
         call that filled it) returned ``status``."""
         # The library writes the whole struct on every return but a panic (INTERNAL),
@@ -305,7 +303,7 @@ class Windows:
                 # The library may have ended (and started) a window without telling which:
                 # drop the running profiler rather than let it run into the next window.
                 self._abandon()
-                warn(
+                log(
                     "%s returned %s; Python profiling may miss windows" % (what, _lib.status_name(status)),
                     key=("boundary", status),
                 )
@@ -318,14 +316,14 @@ class Windows:
         if w.started:
             self._start(w.profiler, w.timer)
 
-    def _end(self, ended_dir, tmp_dir):
+    def _end(self, ended_dir: str, tmp_dir: str) -> None:
         run, self._running = self._running, None
         if run is None:  # the window had no profiler (pyinstrument missing, or start failed)
             return
         try:
             run.stop()
         except Exception as e:
-            warn(
+            log(
                 "cannot stop the %s profiler: %s: %s; window %s skipped" % (run.name, type(e).__name__, e, ended_dir),
                 key=("stop", run.name),
             )
@@ -334,9 +332,15 @@ class Windows:
             _makedirs(tmp_dir)
             run.dump(tmp_dir)
             os.makedirs(os.path.dirname(ended_dir), exist_ok=True)
-            os.rename(tmp_dir, ended_dir)
+            if not seal(tmp_dir, ended_dir):
+                log(
+                    "%s exists already; the %s window's stats are dropped (nothing is replaced)"
+                    % (ended_dir, run.name),
+                    key=("exists", run.name),
+                )
+                _rmtree_quietly(tmp_dir)
         except Exception as e:
-            warn(
+            log(
                 "cannot write %s stats to %s: %s: %s (training goes on)" % (run.name, ended_dir, type(e).__name__, e),
                 key=("write", type(e).__name__),
             )
@@ -347,15 +351,16 @@ class Windows:
         except Exception:
             pass
 
-    def _start(self, profiler, timer):
+    def _start(self, profiler: int, timer: int) -> None:
         if self._running is not None:  # not expected: a start always follows an end
             self._abandon()
+        run: _Run
         if profiler == _lib.PYTHON_PROFILER_CPROFILE:
             run = _CProfileRun(TIMERS.get(timer, total_time))
         elif profiler == _lib.PYTHON_PROFILER_PYINSTRUMENT:
             if self._pyinstrument is None:
                 self._pyinstrument = _import_pyinstrument() or False
-            if not self._pyinstrument:
+            if not isinstance(self._pyinstrument, ModuleType):
                 return
             run = _PyinstrumentRun(self._pyinstrument)
         else:
@@ -363,14 +368,14 @@ class Windows:
         try:
             run.start()
         except Exception as e:
-            warn(
+            log(
                 "cannot start the %s profiler (%s: %s); its windows are skipped" % (run.name, type(e).__name__, e),
                 key=("start", run.name),
             )
             return
         self._running = run
 
-    def _abandon(self):
+    def _abandon(self) -> None:
         run, self._running = self._running, None
         if run is not None:
             try:
@@ -378,26 +383,24 @@ class Windows:
             except Exception:
                 pass
 
-    def in_forked_child(self):
+    def in_forked_child(self) -> None:
         """Called in a fork()ed child: the inherited profiler stops, nothing is written."""
         self._lock = threading.RLock()  # another thread may have held it at fork time
         self._abandon()
 
 
-def _makedirs(path):
+def _makedirs(path: str) -> None:
     try:
         os.makedirs(path, exist_ok=True)
     except FileNotFoundError:  # a parent was removed by another process's clean-up meanwhile
         os.makedirs(path, exist_ok=True)
 
 
-def _rmtree_quietly(path):
-    import shutil
-
+def _rmtree_quietly(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _after_fork_in_child(ref):
+def _after_fork_in_child(ref: "weakref.ref[Windows]") -> None:
     w = ref()
     if w is not None:
         try:
@@ -406,11 +409,11 @@ def _after_fork_in_child(ref):
             pass
 
 
-_windows = {}
+_windows: Dict[int, Windows] = {}
 _windows_lock = threading.Lock()
 
 
-def windows_for(lib):
+def windows_for(lib: _lib.Library) -> Windows:
     """The process's :class:`Windows` for ``lib``."""
     with _windows_lock:
         w = _windows.get(id(lib))

@@ -48,15 +48,23 @@ training goes on. In a ``fork()``ed child (a DataLoader worker) every hook does 
 (told by ``os.register_at_fork``, not by a system call per hook).
 """
 
+from __future__ import annotations
+
 import atexit
 import bisect
 import os
 import sys
 import threading
 import warnings
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from . import Profiler, _fork
-from ._log import warn
+from . import _fork
+from ._log import log
+from ._profiler import Profiler
+
+#: What torch hands a hook and what the hook returns (torch is not imported to type them).
+Module = Any
+_Hook = Callable[..., None]
 
 __all__ = ["attach", "profile_dataloader", "TorchHook", "ProfiledDataLoader"]
 
@@ -70,11 +78,17 @@ _GPU_FUNCTIONS = "gpu_functions-dev:"
 _DL_ITER = "DataLoaderIter"
 _DL_INIT = "DataLoaderIterInitialize"
 
-_latest = None  # the most recent TorchHook: profile_dataloader()'s default
+_latest: Optional[TorchHook] = None  # the most recent TorchHook: profile_dataloader()'s default
 _latest_lock = threading.Lock()
 
 
-def attach(model, profiler=None, mode=None, module_events=True, op_events=True):
+def attach(
+    model: Module,
+    profiler: Optional[Profiler] = None,
+    mode: Any = None,
+    module_events: bool = True,
+    op_events: bool = True,
+) -> TorchHook:
     """Hooks ``model`` (a ``torch.nn.Module``): returns a :class:`TorchHook`.
 
     ``profiler``: the :class:`trainprof.Profiler` to record into (default: a new one for
@@ -92,7 +106,7 @@ def attach(model, profiler=None, mode=None, module_events=True, op_events=True):
     return hook
 
 
-def profile_dataloader(loader, name=None, hook=None):
+def profile_dataloader(loader: Any, name: Optional[str] = None, hook: Optional[TorchHook] = None) -> ProfiledDataLoader:
     """Wraps ``loader`` (a ``torch.utils.data.DataLoader`` or anything iterable with
     ``num_workers`` / ``pin_memory``) so that its iterators record, while the dataloader
     window is open for the metrics name at the next step:
@@ -111,11 +125,11 @@ def profile_dataloader(loader, name=None, hook=None):
     return ProfiledDataLoader(loader, name=name, hook=hook)
 
 
-def _not_compiling():
+def _not_compiling() -> bool:
     return False
 
 
-def _compiler():
+def _compiler() -> Tuple[Optional[Callable[[_Hook], _Hook]], Callable[[], bool]]:
     """``(disable, is_compiling)``: ``torch.compiler``'s, when torch is imported and has
     them, else a pass-through and a function that answers False. torch is not imported
     here: a model to hook means it already is."""
@@ -128,7 +142,7 @@ def _compiler():
     )
 
 
-def _untraced(fn, disable):
+def _untraced(fn: _Hook, disable: Optional[Callable[[_Hook], _Hook]]) -> _Hook:
     """``fn`` as Dynamo never traces it (``torch.compiler.disable``); ``fn`` itself when
     that is not there or fails."""
     if disable is None:
@@ -150,13 +164,13 @@ class _quiet_profiler(warnings.catch_warnings):
     other warning goes through the user's filters as before (the filters are
     process-wide; they are changed only for the length of these calls)."""
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         r = super().__enter__()
         warnings.filterwarnings("ignore", message=_CYCLE_WARNING, category=UserWarning)
         return r
 
 
-def _mode_of(mode):
+def _mode_of(mode: Any) -> Optional[str]:
     if mode is None:
         return None
     if isinstance(mode, str):
@@ -171,29 +185,40 @@ def _mode_of(mode):
 class TorchHook:
     """What :func:`attach` returns: the hooks on one model and the state they share."""
 
-    def __init__(self, model, profiler=None, mode=None, module_events=True, op_events=True):
+    _prof: Profiler  # the profiler, once there is one
+
+    def __init__(
+        self,
+        model: Module,
+        profiler: Optional[Profiler] = None,
+        mode: Any = None,
+        module_events: bool = True,
+        op_events: bool = True,
+    ) -> None:
         self._gen = _fork.generation()
         self._fixed_mode = _mode_of(mode)
         self._model = model
         self._own_profiler = False
-        self._handles = []  # the top module's hook handles
-        self._sub_handles = []  # the submodules' hook handles, while the window is open
-        self._sub_starts = {}  # submodule name -> start times of its unfinished calls
+        self._handles: List[Any] = []  # the top module's hook handles
+        self._sub_handles: List[Any] = []  # the submodules' hook handles, while the window is open
+        self._sub_starts: Dict[str, List[int]] = {}  # submodule name -> start times of its unfinished calls
         self._module_events = bool(module_events)
         self._op_events = bool(op_events)
         self.step = -1  # the global step (smdebug's self.step); -1 before the first
         self._in_step = False
         self._detailed = False  # is the detailed window open (at the current step)?
-        self._forward_start = None
+        self._forward_start: Optional[int] = None
         # torch.compile(model) is an OptimizedModule around the model: name the model.
         inner = getattr(model, "_orig_mod", None) if type(model).__name__ == "OptimizedModule" else None
         self._top_name = type(model if inner is None else inner).__name__
         self._closed = False
         # torch.profiler while it runs: the profile object, and (global step, µs) at each
         # step begin inside the window, to number the op events.
-        self._torch_prof = None
-        self._boundaries = []
-        self.profiler = None
+        self._torch_prof: Any = None
+        self._torch_start_us = 0
+        self._boundaries: List[Tuple[int, int]] = []
+        #: The :class:`trainprof.Profiler` recorded into (None when there is none).
+        self.profiler: Optional[Profiler] = None
         try:
             if profiler is None:
                 profiler = Profiler(framework="pytorch")
@@ -201,9 +226,9 @@ class TorchHook:
                     self._closed = True
                     return
                 self._own_profiler = True
-            self.profiler = profiler
+            self.profiler = self._prof = profiler
         except Exception as e:  # LibraryError or anything else: training goes on unprofiled
-            warn("trainprof.torch.attach: no profiler (%s: %s); profiling is off" % (type(e).__name__, e))
+            log("trainprof.torch.attach: no profiler (%s: %s); profiling is off" % (type(e).__name__, e))
             self._closed = True
             return
         self._disable, self._is_compiling = _compiler()
@@ -211,7 +236,7 @@ class TorchHook:
             self._handles.append(model.register_forward_pre_hook(_untraced(self._pre_hook, self._disable)))
             self._handles.append(model.register_forward_hook(_untraced(self._post_hook, self._disable)))
         except Exception as e:
-            warn(
+            log(
                 "trainprof.torch.attach: cannot hook %s (%s: %s); profiling is off"
                 % (self._top_name, type(e).__name__, e)
             )
@@ -222,25 +247,25 @@ class TorchHook:
 
     # --- state ---------------------------------------------------------------------------
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<trainprof.torch.TorchHook %s step=%d%s>" % (
             self._top_name,
             self.step,
             " closed" if self._closed else "",
         )
 
-    def _live(self):
+    def _live(self) -> bool:
         return not self._closed and _fork.generation() == self._gen
 
     @property
-    def mode(self):
+    def mode(self) -> str:
         """The mode of the next step: the fixed one, else ``train`` / ``eval`` from
         ``model.training``."""
         if self._fixed_mode is not None:
             return self._fixed_mode
         return "train" if getattr(self._model, "training", True) else "eval"
 
-    def set_mode(self, mode):
+    def set_mode(self, mode: Any) -> None:
         """Fixes the mode of the following steps (``train`` | ``eval`` | ``predict`` |
         ``global``, or smdebug's ``ModeKeys``), as smdebug's ``hook.set_mode`` does; ``None``
         goes back to ``model.training``."""
@@ -248,30 +273,30 @@ class TorchHook:
 
     # --- the top module's hooks ------------------------------------------------------------
 
-    def _pre_hook(self, module, inputs):
+    def _pre_hook(self, module: Module, inputs: Any) -> None:
         if self._closed or _fork._generation != self._gen:
             return None
         try:
             self._begin_step()
         except Exception as e:
-            warn("trainprof.torch: step begin failed (%s: %s)" % (type(e).__name__, e), key="torch-pre-hook")
+            log("trainprof.torch: step begin failed (%s: %s)" % (type(e).__name__, e), key="torch-pre-hook")
         return None
 
-    def _post_hook(self, module, inputs, outputs):
+    def _post_hook(self, module: Module, inputs: Any, outputs: Any) -> None:
         if self._closed or _fork._generation != self._gen:
             return None
-        prof = self.profiler
+        prof = self._prof
         try:
             if self._forward_start is not None:
                 start, self._forward_start = self._forward_start, None
                 prof.record_event(_FORWARD, self._top_name, start, max(start, prof.now_us()))
             prof.forward_end()
         except Exception as e:
-            warn("trainprof.torch: forward end failed (%s: %s)" % (type(e).__name__, e), key="torch-post-hook")
+            log("trainprof.torch: forward end failed (%s: %s)" % (type(e).__name__, e), key="torch-post-hook")
         return None
 
-    def _begin_step(self):
-        prof = self.profiler
+    def _begin_step(self) -> None:
+        prof = self._prof
         mode = self._fixed_mode
         if mode is None:
             mode = "train" if getattr(self._model, "training", True) else "eval"
@@ -303,21 +328,21 @@ class TorchHook:
 
     # --- the detailed window ----------------------------------------------------------------
 
-    def _open_detailed(self):
+    def _open_detailed(self) -> None:
         self._detailed = True
         if self._module_events:
             self._hook_submodules()
         if self._op_events:
             self._start_torch_profiler()
 
-    def _close_detailed(self):
+    def _close_detailed(self) -> None:
         self._detailed = False
         self._forward_start = None
         self._remove(self._sub_handles)
         self._sub_starts.clear()
         self._stop_torch_profiler()
 
-    def _hook_submodules(self):
+    def _hook_submodules(self) -> None:
         try:
             modules = list(self._model.named_modules())
             # The model inside a torch.compile wrapper (OptimizedModule), and everything in
@@ -335,22 +360,22 @@ class TorchHook:
                 self._sub_handles.append(sub.register_forward_pre_hook(pre))
                 self._sub_handles.append(sub.register_forward_hook(post))
         except Exception as e:
-            warn(
+            log(
                 "trainprof.torch: cannot hook the submodules (%s: %s); Forward-SubModuleInternal events are off"
                 % (type(e).__name__, e)
             )
             self._remove(self._sub_handles)
             self._module_events = False
 
-    def _submodule_hooks(self, name):
+    def _submodule_hooks(self, name: str) -> Tuple[_Hook, _Hook]:
         """The hooks of submodule ``name``. Traced into a compiled graph (Dynamo), they do
         nothing: ``is_compiling()`` is True while Dynamo traces, so the graph gets no call
         and no break; called as Python, they run their untraced bodies."""
         starts = self._sub_starts
-        prof = self.profiler
+        prof = self._prof
         is_compiling = self._is_compiling
 
-        def pre_body(module, inputs):
+        def pre_body(module: Module, inputs: Any) -> None:
             if not self._live():
                 return None
             try:
@@ -359,7 +384,7 @@ class TorchHook:
                 pass
             return None
 
-        def post_body(module, inputs, outputs):
+        def post_body(module: Module, inputs: Any, outputs: Any) -> None:
             if not self._live():
                 return None
             try:
@@ -368,18 +393,18 @@ class TorchHook:
                     start = stack.pop()
                     prof.record_event(_SUBMODULE, name, start, max(start, prof.now_us()))
             except Exception as e:
-                warn("trainprof.torch: submodule event failed (%s: %s)" % (type(e).__name__, e), key="torch-sub")
+                log("trainprof.torch: submodule event failed (%s: %s)" % (type(e).__name__, e), key="torch-sub")
             return None
 
         pre_body = _untraced(pre_body, self._disable)
         post_body = _untraced(post_body, self._disable)
 
-        def pre(module, inputs):
+        def pre(module: Module, inputs: Any) -> None:
             if is_compiling():
                 return None
             return pre_body(module, inputs)
 
-        def post(module, inputs, outputs):
+        def post(module: Module, inputs: Any, outputs: Any) -> None:
             if is_compiling():
                 return None
             return post_body(module, inputs, outputs)
@@ -387,7 +412,7 @@ class TorchHook:
         return pre, post
 
     @staticmethod
-    def _remove(handles):
+    def _remove(handles: List[Any]) -> None:
         while handles:
             h = handles.pop()
             try:
@@ -395,7 +420,7 @@ class TorchHook:
             except Exception:
                 pass
 
-    def _start_torch_profiler(self):
+    def _start_torch_profiler(self) -> None:
         try:
             import torch
             from torch.profiler import ProfilerActivity, profile, supported_activities
@@ -407,10 +432,10 @@ class TorchHook:
                 _let_kineto_detach_cupti(torch)
             with _quiet_profiler():
                 tp = profile(activities=activities)
-                t0 = self.profiler.now_us()
+                t0 = self._prof.now_us()
                 tp.start()
         except Exception as e:
-            warn(
+            log(
                 "trainprof.torch: torch.profiler cannot run here (%s: %s); cpu_functions / gpu_functions events are off"
                 % (type(e).__name__, e)
             )
@@ -420,7 +445,7 @@ class TorchHook:
         self._torch_start_us = t0
         self._boundaries = [(t0, self.step)]
 
-    def _stop_torch_profiler(self):
+    def _stop_torch_profiler(self) -> None:
         tp, self._torch_prof = self._torch_prof, None
         if tp is None:
             return
@@ -432,13 +457,13 @@ class TorchHook:
             base_us = self._trace_start_us(tp)
             self._record_ops(events, base_us, boundaries)
         except Exception as e:
-            warn(
+            log(
                 "trainprof.torch: reading torch.profiler's events failed (%s: %s); op events are off"
                 % (type(e).__name__, e)
             )
             self._op_events = False
 
-    def _trace_start_us(self, tp):
+    def _trace_start_us(self, tp: Any) -> float:
         """The epoch µs that torch.profiler's event times count from: the trace start it
         reports, else the time just before ``start()`` (with one warning)."""
         try:
@@ -447,15 +472,15 @@ class TorchHook:
                 return ns / 1000.0
         except Exception:
             pass
-        warn("trainprof.torch: torch.profiler does not report its trace start; op times are approximate")
+        log("trainprof.torch: torch.profiler does not report its trace start; op times are approximate")
         return float(self._torch_start_us)
 
-    def _record_ops(self, events, base_us, boundaries):
+    def _record_ops(self, events: Iterable[Any], base_us: float, boundaries: List[Tuple[int, int]]) -> None:
         """One ``cpu_functions`` / ``gpu_functions-dev:<n>`` event per profiler event
         (docs/formats.md, "Event vocabulary"), numbered with the global step it began in."""
-        prof = self.profiler
+        prof = self._prof
         times = [t for t, _ in boundaries]
-        by_id = {}
+        by_id: Dict[Any, Any] = {}
         for e in events:
             # Operators (not the CUDA runtime calls, which are linked to kernels themselves):
             # a kernel's linked correlation id is its operator's id.
@@ -483,7 +508,7 @@ class TorchHook:
 
     # --- the end -----------------------------------------------------------------------------
 
-    def close(self):
+    def close(self) -> None:
         """Ends the running step and the detailed window, removes the hooks, and closes the
         profiler if :func:`attach` made it. Idempotent; never raises."""
         if not self._live():
@@ -493,17 +518,17 @@ class TorchHook:
                 self._close_detailed()
             if self._in_step:
                 self._in_step = False
-                self.profiler.step_end()
+                self._prof.step_end()
         except Exception as e:
-            warn("trainprof.torch: close failed (%s: %s)" % (type(e).__name__, e))
+            log("trainprof.torch: close failed (%s: %s)" % (type(e).__name__, e))
         self._closed = True
         self._remove(self._handles)
         self._remove(self._sub_handles)
         if self._own_profiler:
-            self.profiler.close()
+            self._prof.close()
         return None
 
-    def _at_exit(self):
+    def _at_exit(self) -> None:
         if _fork.generation() == self._gen:
             self.close()
 
@@ -518,7 +543,7 @@ _TEARDOWN_CUPTI = "TEARDOWN_CUPTI"
 _TEARDOWN_MIN_CUDA = (12, 6)
 
 
-def _let_kineto_detach_cupti(torch):
+def _let_kineto_detach_cupti(torch: Any) -> None:
     """Sets ``TEARDOWN_CUPTI=1`` (for the process: Kineto reads it again when it attaches
     CUPTI for the next trace) unless it is set already or CUDA is older than 12.6."""
     if _TEARDOWN_CUPTI in os.environ:
@@ -533,7 +558,7 @@ def _let_kineto_detach_cupti(torch):
     os.environ[_TEARDOWN_CUPTI] = "1"
 
 
-def _device_kind(event):
+def _device_kind(event: Any) -> str:
     """``CPU``, ``CUDA``, ... from a profiler event's ``device_type``."""
     dt = getattr(event, "device_type", None)
     name = getattr(dt, "name", None)
@@ -542,7 +567,7 @@ def _device_kind(event):
     return name.upper()
 
 
-def _int_or(v, default):
+def _int_or(v: Any, default: int) -> int:
     try:
         return int(v)
     except Exception:
@@ -552,47 +577,47 @@ def _int_or(v, default):
 class ProfiledDataLoader:
     """What :func:`profile_dataloader` returns: ``loader`` with profiled iterators."""
 
-    def __init__(self, loader, name=None, hook=None):
+    def __init__(self, loader: Any, name: Optional[str] = None, hook: Optional[TorchHook] = None) -> None:
         self._loader = loader
         self._name = name
         self._hook = hook
         self._gen = _fork.generation()
 
-    def __getattr__(self, attr):
+    def __getattr__(self, attr: str) -> Any:
         loader = self.__dict__.get("_loader")
         if loader is None:
             raise AttributeError(attr)
         return getattr(loader, attr)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._loader)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<trainprof.torch.ProfiledDataLoader of %r>" % (self._loader,)
 
-    def _target(self):
+    def _target(self) -> Optional[Tuple[Profiler, int]]:
         """(profiler, step to test) or None when nothing is to be recorded."""
         if _fork.generation() != self._gen:
             return None
         hook = self._hook or _latest
         if hook is None:
-            warn("trainprof.torch.profile_dataloader: no attach()ed model; dataloader events are off", key="dl-no-hook")
+            log("trainprof.torch.profile_dataloader: no attach()ed model; dataloader events are off", key="dl-no-hook")
             return None
         if not hook._live():
             return None
-        return hook.profiler, hook.step + 1
+        return hook._prof, hook.step + 1
 
-    def _active(self, target, event_name):
+    def _active(self, target: Tuple[Profiler, int], event_name: str) -> bool:
         prof, step = target
         return prof.active("dataloader", self._name or event_name, step=step)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         target = None
         try:
             target = self._target()
             t0 = target[0].now_us() if target else 0
         except Exception as e:
-            warn("trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e), key="dl")
+            log("trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e), key="dl")
             target = None
         it = iter(self._loader)
         init_name = next_name = None
@@ -610,11 +635,11 @@ class ProfiledDataLoader:
                     }
                     prof.record_event(_DL_INIT, init_name, t0, max(t0, t1), step=target[1], args=args)
         except Exception as e:
-            warn("trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e), key="dl")
+            log("trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e), key="dl")
             next_name = None
         return self._batches(it, next_name)
 
-    def _batches(self, it, next_name):
+    def _batches(self, it: Iterator[Any], next_name: Optional[str]) -> Iterator[Any]:
         checked_step = None  # the window answer is asked once per step
         active = False
         while True:
@@ -629,7 +654,7 @@ class ProfiledDataLoader:
                         target = None
                     t0 = target[0].now_us() if target else 0
                 except Exception as e:
-                    warn(
+                    log(
                         "trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e),
                         key="dl",
                     )
@@ -638,12 +663,12 @@ class ProfiledDataLoader:
                 batch = next(it)
             except StopIteration:
                 return
-            if target is not None:
+            if target is not None and next_name is not None:
                 try:
                     prof = target[0]
                     prof.record_event(_DL_ITER, next_name, t0, max(t0, prof.now_us()), step=target[1])
                 except Exception as e:
-                    warn(
+                    log(
                         "trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e),
                         key="dl",
                     )

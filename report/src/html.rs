@@ -911,6 +911,33 @@ mod tests {
     }
 
     #[test]
+    fn a_long_evidence_table_is_cut_on_the_page() {
+        let mut m = ReportModel::default();
+        m.findings = crate::rules::all(&crate::collect::Agg::default(), None);
+        let Some(crate::model::Evidence::StepOutlier(e)) = m.findings.get_mut(5).map(|f| &mut f.evidence)
+        else {
+            panic!("{:?}", m.findings.get(5))
+        };
+        for r in 0..60 {
+            e.ranks.push(crate::rules::step_outlier::RankEvidence {
+                rank: format!("{r}-algo-1"),
+                mode: "TRAIN".into(),
+                steps: 200,
+                threshold_ms: Some(12.5),
+                outliers: if r == 59 { 11 } else { 0 },
+                outlier_steps: (0..15).collect(),
+                triggered: r == 59,
+            });
+        }
+        let page = render(&m);
+        let table = page.split("<h3>StepOutlier").nth(1).unwrap().split("</div>").next().unwrap();
+        assert_eq!(table.matches("<tr><td>").count(), MAX_EVIDENCE_ROWS);
+        assert!(table.contains("and 10 more rows"), "{table}");
+        // The rank that triggered comes first; its steps are listed up to ten.
+        assert!(table.contains("<tr><td>59-algo-1</td><td>TRAIN</td><td class=\"n\">200</td><td class=\"n\">12.5</td><td class=\"n\">11</td><td>0, 1, 2, 3, 4, 5, 6, 7, 8, 9, …</td><td class=\"n\">yes</td></tr>"), "{table}");
+    }
+
+    #[test]
     fn an_empty_model_renders_a_whole_page() {
         let page = render(&ReportModel::default());
         assert!(page.starts_with("<!DOCTYPE html>") && page.ends_with("</html>\n"));

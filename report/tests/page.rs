@@ -294,6 +294,16 @@ fn every_section_is_there() {
     assert!(page.contains("1 h 00 min 00 s"));
     // Each trigger names what it opened.
     assert_eq!(page.matches("<td>detailed, native</td>").count(), 5);
+    // Each finding's evidence is its rule's table: settings, then rows (the hostile GPU name
+    // as text).
+    assert_eq!(page.matches("<table class=\"evidence\">").count(), 9);
+    assert_eq!(page.matches("<table class=\"evidence-rows\">").count(), 8);
+    assert!(page.contains(
+        "<tr><td>algo-1</td><td>&lt;img src=x onerror=&quot;document.body.dataset.xss=&#39;phase&#39;&quot;&gt;</td><td class=\"n\">36000</td>"
+    ));
+    assert!(page.contains(
+        "<tr><td>algo-1</td><td>gpu0 / gpu5</td><td class=\"n\">0.31</td><td class=\"n\">yes</td></tr>"
+    ));
 }
 
 /// Writes the browser tier's fixture page: `REPORT_PAGE_OUT=x.html cargo test -p

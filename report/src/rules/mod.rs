@@ -414,4 +414,178 @@ pub(crate) mod tests {
         assert!(Evidence::from_json("StepOutlier", low.clone()).is_err());
         assert!(Evidence::from_json("NoSuchRule", low).is_err());
     }
+
+    /// Each rule's evidence is its typed struct: `--json` writes exactly the keys
+    /// docs/report.md documents ("Findings"), and the JSON reads back into the same structs.
+    #[test]
+    fn evidence_round_trips_through_json_with_the_documented_keys() {
+        let mut agg = run(600, 20.0, 0.0, &[(90.0, 30.0), (3.0, 30.0)]);
+        let steps = (0..200).map(|i| crate::collect::StepRec {
+            start_us: 1_000_000_000 + i * 1000,
+            dur_us: 500,
+            step: i,
+        });
+        agg.steps.entry("TRAIN".into()).or_default().insert("0-algo-1".into(), steps.collect());
+        agg.first_step_us = Some(1_000_000_000);
+        let model = crate::model::ReportModel { findings: all(&agg, Some(990.0)), ..Default::default() };
+        assert!(get(&model.findings, "LowGPUUtilization").triggered);
+        let json = crate::to_json(&model);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let keys = |v: &serde_json::Value| -> Vec<String> {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        let sorted = |k: &[&str]| -> Vec<String> {
+            let mut k: Vec<String> = k.iter().map(|s| (*s).to_owned()).collect();
+            k.sort();
+            k
+        };
+        let node = [
+            "datapoints",
+            "bottlenecks",
+            "percent",
+            "low_gpu_datapoints",
+            "windows_judged",
+            "windows_triggered",
+            "triggered_windows",
+            "triggered",
+        ];
+        let expect: [(&str, &[&str], &str, &[&str]); 10] = [
+            (
+                "CPUBottleneck",
+                &["threshold_percent", "gpu_threshold", "cpu_threshold", "patience", "nodes"],
+                "nodes",
+                &node,
+            ),
+            (
+                "IOBottleneck",
+                &["threshold_percent", "gpu_threshold", "io_threshold", "patience", "nodes"],
+                "nodes",
+                &node,
+            ),
+            (
+                "LowGPUUtilization",
+                &["threshold_p95", "threshold_p5", "window", "patience", "gpus"],
+                "gpus",
+                &[
+                    "node",
+                    "gpu",
+                    "datapoints",
+                    "windows_judged",
+                    "windows_triggered",
+                    "issue",
+                    "window_p95",
+                    "window_p5",
+                    "p50",
+                    "p95",
+                    "max",
+                ],
+            ),
+            (
+                "GPUMemoryIncrease",
+                &["increase", "window", "patience", "gpus"],
+                "gpus",
+                &["node", "gpu", "datapoints", "max_increase", "at_s", "violations", "p50", "max"],
+            ),
+            (
+                "BatchSize",
+                &[
+                    "cpu_threshold_p95",
+                    "gpu_threshold_p95",
+                    "gpu_memory_threshold_p95",
+                    "window",
+                    "patience",
+                    "gpus",
+                ],
+                "gpus",
+                &[
+                    "node",
+                    "gpu",
+                    "windows_judged",
+                    "windows_triggered",
+                    "cpu_p95",
+                    "gpu_p95",
+                    "gpu_memory_p95",
+                    "job_cpu_p95",
+                    "job_gpu_p95",
+                    "job_gpu_memory_p95",
+                ],
+            ),
+            (
+                "StepOutlier",
+                &["stddev", "n_outliers", "min_steps", "ranks"],
+                "ranks",
+                &["rank", "mode", "steps", "threshold_ms", "outliers", "outlier_steps", "triggered"],
+            ),
+            (
+                "Dataloader",
+                &[
+                    "min_threshold",
+                    "max_threshold",
+                    "patience",
+                    "cores",
+                    "parallel_dataloaders_median",
+                    "seconds_with_dataloading",
+                    "events",
+                    "num_workers",
+                    "pin_memory",
+                    "dataloading_time_s",
+                ],
+                "dataloading_time_s",
+                &["p25", "p50", "p95"],
+            ),
+            ("MaxInitializationTime", &["threshold_minutes", "init_s"], "", &[]),
+            (
+                "LoadBalancing",
+                &["threshold", "patience", "pairs_compared", "pairs"],
+                "pairs",
+                &["node", "gpus", "distance", "triggered"],
+            ),
+            (
+                "OverallSystemUsage",
+                &["nodes"],
+                "nodes",
+                &[
+                    "cpu",
+                    "memory",
+                    "gpu0_util",
+                    "gpu0_memory",
+                    "gpu1_util",
+                    "gpu1_memory",
+                    "datapoints",
+                    "cores",
+                ],
+            ),
+        ];
+        let findings = v["findings"].as_array().unwrap();
+        assert_eq!(findings.len(), expect.len());
+        for (f, (rule, top, inner, inner_keys)) in findings.iter().zip(expect) {
+            assert_eq!(f["rule"], rule);
+            let e = &f["evidence"];
+            assert_eq!(keys(e), sorted(top), "{rule}");
+            if inner.is_empty() {
+                continue;
+            }
+            // The first row (a list's first item, a map's first value, or the object itself).
+            let row = match &e[inner] {
+                serde_json::Value::Array(a) => {
+                    a.first().unwrap_or_else(|| panic!("{rule}: no {inner}")).clone()
+                }
+                serde_json::Value::Object(o) if o.contains_key("p50") => e[inner].clone(),
+                serde_json::Value::Object(o) => {
+                    o.values().next().unwrap_or_else(|| panic!("{rule}: no {inner}")).clone()
+                }
+                other => panic!("{rule}: {inner} is {other}"),
+            };
+            assert_eq!(keys(&row), sorted(inner_keys), "{rule}.{inner}");
+        }
+        // Read back: every finding's evidence as its rule's struct, equal to what was written.
+        let back: crate::model::ReportModel = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.findings, model.findings);
+        let Evidence::LowGpuUtilization(low) = &back.findings[2].evidence else {
+            panic!("{:?}", back.findings[2])
+        };
+        assert_eq!(low.gpus[1].issue.as_deref(), Some("underutilized"));
+    }
 }

@@ -912,8 +912,10 @@ mod tests {
 
     #[test]
     fn a_long_evidence_table_is_cut_on_the_page() {
-        let mut m = ReportModel::default();
-        m.findings = crate::rules::all(&crate::collect::Agg::default(), None);
+        let mut m = ReportModel {
+            findings: crate::rules::all(&crate::collect::Agg::default(), None),
+            ..ReportModel::default()
+        };
         let Some(crate::model::Evidence::StepOutlier(e)) = m.findings.get_mut(5).map(|f| &mut f.evidence)
         else {
             panic!("{:?}", m.findings.get(5))

@@ -189,8 +189,8 @@ impl NodeAgg {
     fn evaluate(&mut self, end: f64, patience: u64) {
         let w = Window { from: self.last_eval_s, end, patience };
         self.last_eval_s = end;
-        // The rules read the node while they change their own state: taken out for the
-        // while (empty maps and windows: nothing is allocated).
+        // The rules read the node while they change their own state, so that state is taken
+        // out for the call (the empty `NodeRules` left in its place allocates nothing).
         let mut rules = std::mem::take(&mut self.rules);
         rules.judge(self, &w);
         self.rules = rules;

@@ -3,7 +3,7 @@
 //!
 //! One file per rule holds all of it: its name, its thresholds, what it keeps per node while
 //! the ticks are read, its 60 s judgements, its verdict over the job, and its evidence as a
-//! typed struct (the `--json` keys) with the table the page shows for it. [`registry!`] below
+//! typed struct (the `--json` keys) with the table the page shows for it. `registry!` below
 //! lists them, in the order of `findings`; adding a rule is a file and a line there
 //! (ARCHITECTURE.md, "Add a finding").
 

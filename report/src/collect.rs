@@ -8,25 +8,19 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use crate::read::Tick;
+use crate::rules::{NodeRules, SYSTEM_PATIENCE, TickView, Window, push_last};
 use crate::stats::{Decimator, PctHist};
 
 /// Points of a node's series in the HTML page.
 pub const NODE_POINTS: usize = 2000;
-/// SageMaker's LowGPUUtilization window (the last 500 values).
+/// A GPU's recent utilisation values kept for the rules (SageMaker's LowGPUUtilization and
+/// BatchSize windows: the last 500 values).
 pub const GPU_WINDOW: usize = 500;
-/// SageMaker's GPUMemoryIncrease moving-average window.
-pub const MEM_WINDOW: usize = 10;
 /// Dataloader durations kept for quantiles.
 const MAX_DATALOADER_DURATIONS: usize = 100_000;
-/// Ranges kept per finding.
-pub const MAX_RANGES: usize = 50;
 /// SageMaker's rules run every 60 s of data (`scan_interval_us`); so are the windowed checks
-/// here, and once more at the end of each node's data.
+/// here ([`crate::rules::Rule::judge`]), and once more at the end of each node's data.
 pub const EVAL_EVERY_S: f64 = 60.0;
-/// BatchSize's window: the last 500 values (and it needs more than 500).
-pub const BATCH_WINDOW: usize = 500;
-/// SageMaker's `patience` for the system rules.
-pub const SYSTEM_PATIENCE: u64 = 1000;
 
 // Caps (`docs/report.md`, "Caps"). Each bounds state that grows with the number of distinct
 // names the trainer writes, not with the job's length; the worst case of each is in the docs.
@@ -95,79 +89,13 @@ impl Caps {
     }
 }
 
-/// The outcome of a windowed check over the job: how often it was judged, how often it
-/// held, and the 60 s windows where it held (joined when adjacent).
-#[derive(Debug, Clone, Default)]
-pub struct Verdicts {
-    pub evaluations: u64,
-    pub hits: u64,
-    pub windows: Ranges,
-}
-
-impl Verdicts {
-    fn judge(&mut self, hit: bool, from: f64, to: f64) {
-        self.evaluations += 1;
-        if hit {
-            self.hits += 1;
-            if let Some(last) = self.windows.ranges.last_mut()
-                && from <= last[1]
-            {
-                last[1] = to;
-                return;
-            }
-            if self.windows.ranges.len() < MAX_RANGES {
-                self.windows.ranges.push([from, to]);
-            } else {
-                self.windows.dropped += 1;
-            }
-        }
-    }
-}
-
-/// Time ranges built from ticks: a tick within `gap` seconds of the open range extends it.
-#[derive(Debug, Clone, Default)]
-pub struct Ranges {
-    pub count: u64,
-    pub ranges: Vec<[f64; 2]>,
-    pub dropped: u64,
-}
-
-impl Ranges {
-    pub fn hit(&mut self, t: f64, gap: f64) {
-        self.count += 1;
-        if let Some(last) = self.ranges.last_mut()
-            && t - last[1] <= gap
-        {
-            last[1] = t;
-            return;
-        }
-        if self.ranges.len() < MAX_RANGES {
-            self.ranges.push([t, t]);
-        } else {
-            self.dropped += 1;
-        }
-    }
-}
-
 /// One GPU of one node.
 #[derive(Debug, Clone, Default)]
 pub struct GpuAgg {
     pub util: PctHist,
     pub mem: PctHist,
+    /// The last `GPU_WINDOW` utilisation values.
     pub util_last: VecDeque<f64>,
-    pub mem_last: VecDeque<f64>,
-    /// GPUMemoryIncrease: values seen, violations, the largest increase and when.
-    pub mem_n: u64,
-    pub mem_increases: Ranges,
-    pub max_increase: Option<(f64, f64, f64)>,
-    /// The last `BATCH_WINDOW` memory values (BatchSize).
-    pub mem_window: VecDeque<f64>,
-    /// LowGPUUtilization per window, and the last window's (kind, p95, p5) when it held.
-    pub low: Verdicts,
-    pub low_hit: Option<(&'static str, f64, f64)>,
-    /// BatchSize per window, and (cpu p95, gpu p95, memory p95) when it held.
-    pub batch: Verdicts,
-    pub batch_hit: Option<(f64, f64, f64)>,
 }
 
 /// One system node.
@@ -180,16 +108,8 @@ pub struct NodeAgg {
     pub cpu_total: PctHist,
     pub memory: PctHist,
     pub gpus: BTreeMap<String, GpuAgg>,
-    /// Ticks that had a GPU below 10 % (CPUBottleneck / IOBottleneck's low-GPU count).
-    pub low_gpu_ticks: u64,
-    pub cpu_bottleneck: Ranges,
-    pub io_bottleneck: Ranges,
-    /// CPUBottleneck / IOBottleneck per window (the share of bottleneck ticks so far).
-    pub cpu_verdict: Verdicts,
-    pub io_verdict: Verdicts,
-    /// The CPU (all cores) of the last `BATCH_WINDOW` ticks, and how many ticks had one.
-    pub cpu_window: VecDeque<f64>,
-    pub cpu_n: u64,
+    /// What each rule keeps for this node (`rules/`).
+    pub rules: NodeRules,
     next_eval_s: f64,
     last_eval_s: f64,
     pub dec: Decimator,
@@ -237,13 +157,7 @@ impl NodeAgg {
             cpu_total: PctHist::default(),
             memory: PctHist::default(),
             gpus: BTreeMap::new(),
-            low_gpu_ticks: 0,
-            cpu_bottleneck: Ranges::default(),
-            io_bottleneck: Ranges::default(),
-            cpu_verdict: Verdicts::default(),
-            io_verdict: Verdicts::default(),
-            cpu_window: VecDeque::new(),
-            cpu_n: 0,
+            rules: NodeRules::default(),
             next_eval_s: t + EVAL_EVERY_S,
             last_eval_s: t,
             dec: Decimator::new(points),
@@ -271,52 +185,15 @@ impl NodeAgg {
         Some(self.columns.len() - 1)
     }
 
-    /// The windowed checks on the data so far, for the window ending at `end`.
+    /// Every rule's judgement of the data so far, for the window ending at `end`.
     fn evaluate(&mut self, end: f64, patience: u64) {
-        let from = self.last_eval_s;
+        let w = Window { from: self.last_eval_s, end, patience };
         self.last_eval_s = end;
-        if self.gpus.is_empty() {
-            return;
-        }
-        if self.ticks > patience {
-            let pct = |n: u64| n as f64 * 100.0 / self.ticks as f64;
-            let (c, i) = (pct(self.cpu_bottleneck.count), pct(self.io_bottleneck.count));
-            self.cpu_verdict.judge(c > 50.0, from, end);
-            self.io_verdict.judge(i > 50.0, from, end);
-        }
-        let p95 = |q: &VecDeque<f64>| {
-            let v = crate::stats::sorted(&q.iter().copied().collect::<Vec<_>>());
-            (crate::stats::quantile_sorted(&v, 0.95), crate::stats::quantile_sorted(&v, 0.05))
-        };
-        let cpu95 =
-            (self.cpu_n > (BATCH_WINDOW as u64).max(patience)).then(|| p95(&self.cpu_window).0).flatten();
-        for g in self.gpus.values_mut() {
-            if g.util.len() > patience {
-                let (Some(hi), Some(lo)) = p95(&g.util_last) else { continue };
-                let kind = if hi < LOW_P95 {
-                    Some("underutilized")
-                } else if hi > LOW_P95 && lo < LOW_P5 {
-                    Some("fluctuating")
-                } else {
-                    None
-                };
-                g.low.judge(kind.is_some(), from, end);
-                if let Some(k) = kind {
-                    g.low_hit = Some((k, hi, lo));
-                }
-            }
-            if let Some(c) = cpu95
-                && g.util.len() > BATCH_WINDOW as u64
-                && g.mem_window.len() == BATCH_WINDOW
-            {
-                let (u, m) = (p95(&g.util_last).0.unwrap_or(100.0), p95(&g.mem_window).0.unwrap_or(100.0));
-                let hit = c < LOW_P95 && u < LOW_P95 && m < LOW_P95;
-                g.batch.judge(hit, from, end);
-                if hit {
-                    g.batch_hit = Some((c, u, m));
-                }
-            }
-        }
+        // The rules read the node while they change their own state, so that state is taken
+        // out for the call (the empty `NodeRules` left in its place allocates nothing).
+        let mut rules = std::mem::take(&mut self.rules);
+        rules.judge(self, &w);
+        self.rules = rules;
     }
 
     /// The column of `name`, if it was ever seen.
@@ -324,18 +201,6 @@ impl NodeAgg {
         self.col_index.get(name).copied()
     }
 }
-
-/// LowGPUUtilization's and BatchSize's p95 threshold, LowGPUUtilization's p5 threshold.
-pub const LOW_P95: f64 = 70.0;
-pub const LOW_P5: f64 = 10.0;
-/// Thresholds of SageMaker's CPUBottleneck and IOBottleneck (defaults).
-pub const GPU_LOW: f64 = 10.0;
-pub const CPU_HIGH: f64 = 90.0;
-pub const IO_HIGH: f64 = 50.0;
-/// Two bottleneck ticks closer than this belong to one time range (seconds).
-pub const RANGE_GAP_S: f64 = 5.0;
-/// GPUMemoryIncrease's default increase (percentage points).
-pub const MEM_INCREASE: f64 = 5.0;
 
 /// One step.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -403,13 +268,6 @@ pub fn next_window(next: f64, t: f64) -> f64 {
 /// Points each node's series keeps when the job has `columns` columns.
 pub fn node_points(columns: usize) -> usize {
     (MAX_SERIES_CELLS / columns.max(1)).clamp(MIN_NODE_POINTS, NODE_POINTS)
-}
-
-fn push_last(q: &mut VecDeque<f64>, v: f64, cap: usize) {
-    if q.len() == cap {
-        q.pop_front();
-    }
-    q.push_back(v);
 }
 
 impl Agg {
@@ -482,21 +340,9 @@ impl Agg {
         let total = t.cpu_total();
         if let Some(v) = total {
             n.cpu_total.add(v);
-            n.cpu_n += 1;
-            push_last(&mut n.cpu_window, v, BATCH_WINDOW);
         }
         if let Some(v) = t.memory {
             n.memory.add(v);
-        }
-        let low_gpu = gpus.iter().any(|g| g.1.is_some_and(|u| u < GPU_LOW));
-        if low_gpu {
-            n.low_gpu_ticks += 1;
-            if t.cores.iter().any(|c| c.1 > CPU_HIGH) {
-                n.cpu_bottleneck.hit(t.t_s, RANGE_GAP_S);
-            }
-            if t.core_iowait.iter().any(|c| c.1 > IO_HIGH) {
-                n.io_bottleneck.hit(t.t_s, RANGE_GAP_S);
-            }
         }
         for (name, util, mem) in gpus.iter().copied() {
             let Some(g) = n.gpus.get_mut(name) else { continue };
@@ -506,28 +352,9 @@ impl Agg {
             }
             if let Some(m) = mem {
                 g.mem.add(*m);
-                g.mem_n += 1;
-                push_last(&mut g.mem_last, *m, MEM_WINDOW + 1);
-                push_last(&mut g.mem_window, *m, BATCH_WINDOW);
-                // SageMaker's moving averages: the last `window` values against the
-                // `window - 1` values from `-window - 1` to `-3` (its slice `[-w-1:-2]`).
-                if g.mem_n > MEM_WINDOW as u64 + 1 {
-                    let v: Vec<f64> = g.mem_last.iter().copied().collect();
-                    let k = v.len();
-                    let recent = v[k - MEM_WINDOW..].iter().sum::<f64>() / MEM_WINDOW as f64;
-                    let older = &v[k - MEM_WINDOW - 1..k - 2];
-                    let older = older.iter().sum::<f64>() / older.len() as f64;
-                    let diff = recent - older;
-                    // SageMaker counts an increase only once it has more than `patience` values.
-                    if diff > MEM_INCREASE && g.mem_n > patience {
-                        g.mem_increases.hit(t.t_s, RANGE_GAP_S);
-                    }
-                    if g.max_increase.is_none_or(|(d, _, _)| diff > d) {
-                        g.max_increase = Some((diff, t.t_s, *m));
-                    }
-                }
             }
         }
+        n.rules.tick(&TickView { tick: t, gpus: &gpus, cpu_total: total, patience });
         // The decimated series: only the columns this tick has a value for.
         let mut row: Vec<(usize, f64)> = Vec::new();
         let mut put = |n: &mut NodeAgg, name: String, v: Option<f64>| {
@@ -734,69 +561,6 @@ mod tests {
     }
 
     #[test]
-    fn bottleneck_ticks_make_ranges() {
-        let mut a = Agg::default();
-        for i in 0..10 {
-            a.tick("algo-1", &tick(f64::from(i), 95.0, 3.0, 10.0));
-        }
-        for i in 100..105 {
-            a.tick("algo-1", &tick(f64::from(i), 95.0, 3.0, 10.0));
-        }
-        a.tick("algo-1", &tick(200.0, 20.0, 3.0, 10.0));
-        let n = &a.nodes["algo-1"];
-        assert_eq!(n.ticks, 16);
-        assert_eq!(n.low_gpu_ticks, 16);
-        assert_eq!(n.cpu_bottleneck.count, 15);
-        assert_eq!(n.cpu_bottleneck.ranges, vec![[0.0, 9.0], [100.0, 104.0]]);
-        assert_eq!(n.io_bottleneck.count, 0);
-    }
-
-    #[test]
-    fn memory_increase_uses_sagemakers_moving_averages() {
-        let mut a = Agg::new(Some(20));
-        for i in 0..30 {
-            a.tick("algo-1", &tick(f64::from(i), 10.0, 50.0, 10.0));
-        }
-        assert_eq!(a.nodes["algo-1"].gpus["gpu0"].mem_increases.count, 0);
-        // A jump of 60 points: the last-10 mean rises by 6 at once (> 5).
-        a.tick("algo-1", &tick(30.0, 10.0, 50.0, 70.0));
-        let g = &a.nodes["algo-1"].gpus["gpu0"];
-        assert_eq!(g.mem_increases.count, 1);
-        let (d, t, _) = g.max_increase.unwrap();
-        assert!((d - 6.0).abs() < 1e-9, "{d}");
-        assert_eq!(t, 30.0);
-        // The same jump before `patience` values is not counted.
-        let mut a = Agg::new(Some(100));
-        for i in 0..31 {
-            a.tick("algo-1", &tick(f64::from(i), 10.0, 50.0, if i < 30 { 10.0 } else { 70.0 }));
-        }
-        assert_eq!(a.nodes["algo-1"].gpus["gpu0"].mem_increases.count, 0);
-    }
-
-    #[test]
-    fn windows_are_judged_every_minute_and_at_the_end() {
-        let mut a = Agg::new(Some(10));
-        // Two minutes of an idle GPU with a burning CPU, then two minutes of a busy GPU.
-        for i in 0..240 {
-            let gpu = if i < 120 { 3.0 } else { 90.0 };
-            a.tick("algo-1", &tick(f64::from(i), 95.0, gpu, 10.0));
-        }
-        a.finish();
-        let n = &a.nodes["algo-1"];
-        // Judged at 60, 120, 180 and at the end (239).
-        assert_eq!(n.cpu_verdict.evaluations, 4);
-        // Bottleneck share so far: 100 %, 100 %, 67 %, 50 % (not above 50).
-        assert_eq!(n.cpu_verdict.hits, 3);
-        assert_eq!(n.cpu_verdict.windows.ranges, vec![[0.0, 180.0]]);
-        let g = &n.gpus["gpu0"];
-        // The last 500 values: idle (underutilized) at 60 and 120, then idle and busy
-        // (fluctuating: p95 above 70, p5 below 10) at 180 and at the end.
-        assert_eq!((g.low.evaluations, g.low.hits), (4, 4));
-        assert_eq!(g.low_hit, Some(("fluctuating", 90.0, 3.0)));
-        assert_eq!(g.low.windows.ranges, vec![[0.0, 239.0]]);
-    }
-
-    #[test]
     fn the_next_window_is_found_by_arithmetic() {
         assert_eq!(next_window(160.0, 160.0), 220.0);
         assert_eq!(next_window(160.0, 219.9), 220.0);
@@ -826,7 +590,9 @@ mod tests {
                 a.tick("algo-1", &tick(far * 1.5, 95.0, 3.0, 10.0));
                 a.tick("algo-1", &tick(1_795_400_001.0, 95.0, 3.0, 10.0));
                 a.finish();
-                out.push((far, a.nodes["algo-1"].cpu_verdict.evaluations, a.nodes["algo-1"].ticks));
+                let n = &a.nodes["algo-1"];
+                let judged = n.rules.of::<crate::rules::bottleneck::Bottleneck<false>>().verdicts.evaluations;
+                out.push((far, judged, n.ticks));
             }
             let _ = tx.send(out);
         });

@@ -6,14 +6,19 @@
 //! is loaded from anywhere: the script, the styles and the data are all inline, and the page's
 //! Content-Security-Policy forbids every request.
 //!
-//! The renderer works on the model's JSON form (`serde_json::Value`), so it reads exactly the
-//! documented keys and tolerates a missing or `null` one (shown as "–").
+//! The renderer reads the typed model (`model.rs`): a renamed field fails to compile here
+//! instead of blanking the page. A number that could not be computed (`None`) shows as "–". A
+//! finding's evidence is drawn from the table its rule gives ([`crate::rules::Present`]).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde_json::{Map, Value};
+use serde::Serialize;
 
-use crate::model::ReportModel;
+use crate::model::{
+    Capped, Clock, Finding, Job, ModeSteps, NodeSeries, Phase, PythonWindow, ReportModel, StepSeries, Trigger,
+};
+use crate::rules::Cell;
 
 const UPLOT_JS: &str = include_str!("../assets/uPlot.iife.min.js");
 const UPLOT_CSS: &str = include_str!("../assets/uPlot.min.css");
@@ -34,35 +39,30 @@ const T_DECIMALS: i32 = 3;
 /// (more would be a grey wash); outliers and triggers are always drawn.
 const MAX_MARKS: usize = 400;
 
-/// The page for `model`.
-pub fn render(model: &ReportModel) -> String {
-    match serde_json::to_value(model) {
-        Ok(v) => render_value(&v),
-        Err(e) => render_value(&serde_json::json!({
-            "source": format!("(the report could not be prepared: {e})")
-        })),
-    }
-}
+/// Rows of a finding's evidence table on the page (all of them are in `--json`).
+const MAX_EVIDENCE_ROWS: usize = 50;
 
-/// The page for a model in its JSON form (the shape of docs/report.md).
-pub fn render_value(m: &Value) -> String {
-    let job = &m["job"];
+/// The page for `model`.
+pub fn render(m: &ReportModel) -> String {
+    let job = &m.job;
+    let no_series = crate::model::Series::default();
+    let series = m.series.as_ref().unwrap_or(&no_series);
     let mut out = String::with_capacity(256 * 1024);
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     let _ = writeln!(out, "<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">");
     out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
-    let _ = writeln!(out, "<title>trainprof report: {}</title>", esc(str_of(&m["source"])));
+    let _ = writeln!(out, "<title>trainprof report: {}</title>", esc(&m.source));
     let _ = writeln!(out, "<style>\n{UPLOT_CSS}\n{PAGE_CSS}</style>\n</head>\n<body data-charts=\"0/0\">");
     let _ = writeln!(
         out,
         "<header><h1>trainprof report</h1><div class=\"source\">{}</div></header>",
-        esc(str_of(&m["source"]))
+        esc(&m.source)
     );
     out.push_str(
         "<nav><a href=\"#job\">Job</a><a href=\"#steps\">Steps</a><a href=\"#system\">System</a>\
          <a href=\"#framework\">Framework</a><a href=\"#findings\">Findings</a>",
     );
-    if non_empty(&m["triggers"]) {
+    if !m.triggers.is_empty() {
         out.push_str("<a href=\"#triggers\">Triggers</a>");
     }
     out.push_str("</nav>\n");
@@ -71,21 +71,21 @@ pub fn render_value(m: &Value) -> String {
          <pre id=\"page-errors-list\"></pre></div>\n\
          <noscript><p class=\"page-errors\">The charts need JavaScript; the tables below do not.</p></noscript>\n<main>\n",
     );
-    if non_empty(&job["capped"]) {
+    if !job.capped.is_empty() {
         out.push_str(
             "<p class=\"note\"><b>Part of the data was left out:</b> the files name more nodes, \
              GPUs, cores, ranks or phases than the report keeps (see <a href=\"#capped\">Left out</a>).</p>\n",
         );
     }
-    let t0 = time_origin(m);
+    let t0 = time_origin(job, series);
     section_job(&mut out, job);
-    section_steps(&mut out, m);
-    section_system(&mut out, m);
-    section_framework(&mut out, m);
-    section_findings(&mut out, m, t0);
-    section_triggers(&mut out, m, t0);
+    section_steps(&mut out, &m.steps);
+    section_system(&mut out, &series.nodes);
+    section_framework(&mut out, &m.phases, &m.python);
+    section_findings(&mut out, &m.findings, t0);
+    section_triggers(&mut out, &m.triggers, t0);
     out.push_str("</main>\n<script type=\"application/json\" id=\"report-data\">");
-    out.push_str(&script_json(&page_data(m, t0)));
+    out.push_str(&script_json(&page_data(m, series, t0)));
     out.push_str("</script>\n<script>\n");
     out.push_str(UPLOT_JS);
     out.push_str("\n</script>\n<script>\n");
@@ -97,53 +97,50 @@ pub fn render_value(m: &Value) -> String {
 // ---------------------------------------------------------------------------------------------
 // Sections
 
-fn section_job(out: &mut String, job: &Value) {
+fn section_job(out: &mut String, job: &Job) {
     out.push_str("<section id=\"job\"><h2>Job</h2><table>\n");
     let row = |out: &mut String, k: &str, v: String| {
         let _ = writeln!(out, "<tr><th>{k}</th><td>{v}</td></tr>");
     };
-    row(out, "Start", esc(&utc(&job["start_s"])));
-    row(out, "End", esc(&utc(&job["end_s"])));
-    row(out, "Duration", esc(&duration(&job["duration_s"])));
-    row(out, "Nodes (system)", list(&job["nodes"]));
-    row(out, "Ranks (timelines)", list(&job["ranks"]));
+    row(out, "Start", esc(&utc(job.start_s)));
+    row(out, "End", esc(&utc(job.end_s)));
+    row(out, "Duration", esc(&duration(job.duration_s)));
+    row(out, "Nodes (system)", list(&job.nodes));
+    row(out, "Ranks (timelines)", list(&job.ranks));
     let mut spm = String::new();
-    for (mode, n) in obj(&job["steps_per_mode"]) {
-        let _ = write!(spm, "{}: {} &nbsp; ", esc(mode), esc(&int(n)));
+    for (mode, n) in &job.steps_per_mode {
+        let _ = write!(spm, "{}: {n} &nbsp; ", esc(mode));
     }
     row(out, "Steps per mode", if spm.is_empty() { "none".into() } else { spm });
     row(
         out,
         "Initialisation (job start to first step)",
-        if job["init_s"].is_null() { "– (no step)".into() } else { esc(&duration(&job["init_s"])) },
+        if job.init_s.is_none() { "– (no step)".into() } else { esc(&duration(job.init_s)) },
     );
-    let p = &job["profiled"];
+    let p = &job.profiled;
     row(
         out,
         "Profiled",
         format!(
             "{} detailed steps, {} dataloader events, {} Python profiling windows",
-            esc(&int(&p["detailed_steps"])),
-            esc(&int(&p["dataloader_events"])),
-            esc(&int(&p["python_windows"]))
+            p.detailed_steps, p.dataloader_events, p.python_windows
         ),
     );
-    row(out, "Dropped events", esc(&int(&job["dropped_events"])));
+    row(out, "Dropped events", job.dropped_events.to_string());
     out.push_str("</table>\n");
-    let clocks = arr(&job["clock"]);
-    if !clocks.is_empty() {
+    if !job.clock.is_empty() {
         out.push_str(
             "<h3>Clock</h3><table><tr><th>node</th><th>state</th>\
              <th class=\"n\">max error, µs</th><th class=\"n\">estimated error, µs</th></tr>\n",
         );
-        for c in clocks {
+        for c in &job.clock {
             let _ = writeln!(
                 out,
                 "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-                esc(str_of(&c["node"])),
+                esc(&c.node),
                 esc(&clock_state(c)),
-                esc(&num(&c["max_error_us"])),
-                esc(&num(&c["est_error_us"]))
+                esc(&num(c.max_error_us)),
+                esc(&num(c.est_error_us))
             );
         }
         out.push_str(
@@ -154,14 +151,13 @@ fn section_job(out: &mut String, job: &Value) {
              that.</p>\n",
         );
     }
-    let capped = arr(&job["capped"]);
-    if !capped.is_empty() {
+    if !job.capped.is_empty() {
         out.push_str(
             "<h3 id=\"capped\">Left out</h3><p class=\"note\">The files name more distinct \
              things than the report keeps (docs/report.md, \"Caps\"); the tables and charts \
              cover the rest:</p><ul class=\"capped\">\n",
         );
-        for c in capped {
+        for c in &job.capped {
             let _ = writeln!(out, "<li>{}</li>", esc(&capped_text(c)));
         }
         out.push_str("</ul>\n");
@@ -170,9 +166,9 @@ fn section_job(out: &mut String, job: &Value) {
 }
 
 /// A clock's state in words (`job.clock[].state`).
-fn clock_state(c: &Value) -> String {
-    let (n, bad) = (c["readings"].as_u64().unwrap_or(0), c["unsynchronised_readings"].as_u64().unwrap_or(0));
-    match str_of(&c["state"]) {
+fn clock_state(c: &Clock) -> String {
+    let (n, bad) = (c.readings, c.unsynchronised_readings);
+    match c.state.as_str() {
         "synchronised" => "synchronised".to_owned(),
         "unsynchronised" if bad == n => {
             "unsynchronised (no time daemon disciplined it): no error bound".to_owned()
@@ -180,19 +176,16 @@ fn clock_state(c: &Value) -> String {
         "unsynchronised" => format!("unsynchronised in {bad} of {n} readings: no error bound"),
         "unknown" => "unknown (no synchronisation reading)".to_owned(),
         // A model without `state`: the older boolean.
-        _ => match c["synchronised"].as_bool() {
-            Some(true) => "synchronised".to_owned(),
-            Some(false) => "unsynchronised".to_owned(),
-            None => "–".to_owned(),
-        },
+        _ if c.synchronised => "synchronised".to_owned(),
+        _ => "unsynchronised".to_owned(),
     }
 }
 
 /// One reached cap in words (`job.capped[]`).
-fn capped_text(c: &Value) -> String {
-    let (limit, n) = (int(&c["limit"]), int(&c["left_out"]));
-    let of = c["node"].as_str().map_or_else(|| "the job".to_owned(), |node| node.to_owned());
-    match str_of(&c["what"]) {
+fn capped_text(c: &Capped) -> String {
+    let (limit, n) = (c.limit, c.left_out);
+    let of = c.node.as_deref().unwrap_or("the job");
+    match c.what.as_str() {
         "nodes" => format!("system nodes: the first {limit} are read; {n} ticks of further nodes left out"),
         "gpus" => format!("GPUs of {of}: the first {limit} are kept; {n} readings of further GPUs left out"),
         "cores" => format!(
@@ -222,69 +215,69 @@ fn capped_text(c: &Value) -> String {
     }
 }
 
-const STAT_KEYS: [&str; 5] = ["p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms"];
-
-fn stat_cells(s: &Value) -> String {
-    let mut c = format!("<td class=\"n\">{}</td>", esc(&int(&s["count"])));
-    for k in STAT_KEYS {
-        let _ = write!(c, "<td class=\"n\">{}</td>", esc(&num(&s[k])));
+/// A row's count and p50 / p90 / p99 / max / mean cells.
+fn stat_cells(count: u64, stats: [Option<f64>; 5]) -> String {
+    let mut c = format!("<td class=\"n\">{count}</td>");
+    for v in stats {
+        let _ = write!(c, "<td class=\"n\">{}</td>", esc(&num(v)));
     }
     c
 }
 
-fn section_steps(out: &mut String, m: &Value) {
+fn section_steps(out: &mut String, modes: &BTreeMap<String, ModeSteps>) {
     out.push_str("<section id=\"steps\"><h2>Steps</h2>\n");
-    let modes = obj(&m["steps"]);
     if modes.is_empty() {
         out.push_str("<p class=\"note\">No steps were recorded.</p>\n");
     }
     for (i, (mode, s)) in modes.iter().enumerate() {
         let _ = writeln!(out, "<h3>{}</h3>", esc(mode));
-        let stragglers: Vec<&str> = arr(&s["stragglers"]).iter().map(|x| str_of(&x["rank"])).collect();
         out.push_str(
             "<table><tr><th></th><th class=\"n\">steps</th><th class=\"n\">p50 ms</th><th class=\"n\">p90 ms</th>\
              <th class=\"n\">p99 ms</th><th class=\"n\">max ms</th><th class=\"n\">mean ms</th></tr>\n",
         );
-        let _ = writeln!(out, "<tr><th>all ranks</th>{}</tr>", stat_cells(s));
-        for (rank, r) in obj(&s["per_rank"]) {
-            let slow = stragglers.contains(&rank.as_str());
+        let _ = writeln!(
+            out,
+            "<tr><th>all ranks</th>{}</tr>",
+            stat_cells(s.count, [s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms, s.mean_ms])
+        );
+        for (rank, r) in &s.per_rank {
+            let slow = s.stragglers.iter().any(|x| &x.rank == rank);
             let _ = writeln!(
                 out,
                 "<tr{}><th>{}{}</th>{}</tr>",
                 if slow { " class=\"straggler\"" } else { "" },
                 esc(rank),
                 if slow { " (straggler)" } else { "" },
-                stat_cells(r)
+                stat_cells(r.count, [r.p50_ms, r.p90_ms, r.p99_ms, r.max_ms, r.mean_ms])
             );
         }
         out.push_str("</table>\n");
-        for x in arr(&s["stragglers"]) {
+        for x in &s.stragglers {
             let _ = writeln!(
                 out,
                 "<p><b>Straggler: {}</b>, median step {} ms, {}× the median rank's {} ms.</p>",
-                esc(str_of(&x["rank"])),
-                esc(&num(&x["p50_ms"])),
-                esc(&num(&x["ratio"])),
-                esc(&num(&x["median_rank_p50_ms"]))
+                esc(&x.rank),
+                esc(&num(Some(x.p50_ms))),
+                esc(&num(Some(x.ratio))),
+                esc(&num(Some(x.median_rank_p50_ms)))
             );
         }
         let _ = writeln!(out, "<div id=\"mode-{i}-charts\"></div>");
-        let outliers = arr(&s["outliers"]);
-        if !outliers.is_empty() {
+        if !s.outliers.is_empty() {
             let _ = writeln!(
                 out,
                 "<details><summary>{} outlier steps (longest first; red on the charts)</summary>\
                  <table><tr><th>rank</th><th class=\"n\">step</th><th>start</th><th class=\"n\">ms</th></tr>",
-                outliers.len()
+                s.outliers.len()
             );
-            for o in outliers {
+            for o in &s.outliers {
                 let _ = writeln!(
                     out,
                     "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td></tr>",
-                    esc(str_of(&o["rank"])),
-                    esc(&int(&o["step"])),
-                    esc(&utc(&o["start_s"])),
-                    esc(&num(&o["ms"]))
+                    esc(&o.rank),
+                    o.step,
+                    esc(&utc(Some(o.start_s))),
+                    esc(&num(Some(o.ms)))
                 );
             }
             out.push_str("</table></details>\n");
@@ -293,7 +286,7 @@ fn section_steps(out: &mut String, m: &Value) {
     out.push_str("</section>\n");
 }
 
-fn section_system(out: &mut String, m: &Value) {
+fn section_system(out: &mut String, nodes: &BTreeMap<String, NodeSeries>) {
     out.push_str(
         "<section id=\"system\"><h2>System over time</h2>\n<p class=\"note\">All charts share the job's \
          time axis (drag to zoom, double-click to reset). <span class=\"legend-key\" \
@@ -302,19 +295,17 @@ fn section_system(out: &mut String, m: &Value) {
          <span class=\"legend-key\" style=\"background:rgba(255,165,0,0.35)\"></span>findings' evidence; \
          thin grey lines are step boundaries when there are few enough to see.</p>\n",
     );
-    let nodes = obj(&m["series"]["nodes"]);
     if nodes.is_empty() {
         out.push_str("<p class=\"note\">No system metrics were recorded.</p>\n");
     }
-    for (i, (node, _)) in nodes.iter().enumerate() {
+    for (i, node) in nodes.keys().enumerate() {
         let _ = writeln!(out, "<h3>{}</h3><div id=\"node-{i}-charts\"></div>", esc(node));
     }
     out.push_str("</section>\n");
 }
 
-fn section_framework(out: &mut String, m: &Value) {
+fn section_framework(out: &mut String, phases: &[Phase], windows: &[PythonWindow]) {
     out.push_str("<section id=\"framework\"><h2>Framework</h2>\n<h3>Time per phase</h3>\n");
-    let phases = arr(&m["phases"]);
     if phases.is_empty() {
         out.push_str("<p class=\"note\">No phase events were recorded.</p>\n");
     } else {
@@ -326,16 +317,15 @@ fn section_framework(out: &mut String, m: &Value) {
             let _ = writeln!(
                 out,
                 "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-                esc(str_of(&p["name"])),
-                esc(&int(&p["count"])),
-                esc(&num(&p["total_ms"])),
-                esc(&num(&p["mean_ms"]))
+                esc(&p.name),
+                p.count,
+                esc(&num(Some(p.total_ms))),
+                esc(&num(Some(p.mean_ms)))
             );
         }
         out.push_str("</table>\n");
     }
     out.push_str("<h3>Python profiling windows</h3>\n");
-    let windows = arr(&m["python"]);
     if windows.is_empty() {
         out.push_str("<p class=\"note\">No Python profiling window was recorded.</p>\n");
     }
@@ -344,27 +334,27 @@ fn section_framework(out: &mut String, m: &Value) {
             out,
             "<details{}><summary>{} · {} · steps {}–{} · <span class=\"code\">{}</span></summary>",
             if i == 0 { " open" } else { "" },
-            esc(str_of(&w["node"])),
-            esc(str_of(&w["profiler"])),
-            esc(&int(&w["start_step"])),
-            esc(&int(&w["end_step"])),
-            esc(str_of(&w["window"]))
+            esc(&w.node),
+            esc(&w.profiler),
+            int(w.start_step),
+            int(w.end_step),
+            esc(&w.window)
         );
         out.push_str(
             "<table><tr><th>function</th><th>file:line</th><th class=\"n\">calls</th>\
              <th class=\"n\">self s</th><th class=\"n\">total s</th></tr>\n",
         );
-        for f in arr(&w["functions"]) {
+        for f in &w.functions {
             let _ = writeln!(
                 out,
                 "<tr><td class=\"code\">{}</td><td class=\"code\">{}:{}</td><td class=\"n\">{}</td>\
                  <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-                esc(str_of(&f["name"])),
-                esc(str_of(&f["file"])),
-                esc(&int(&f["line"])),
-                esc(&int(&f["calls"])),
-                esc(&num(&f["self_s"])),
-                esc(&num(&f["total_s"]))
+                esc(&f.name),
+                esc(&f.file),
+                int(f.line),
+                int(f.calls),
+                esc(&num(Some(f.self_s))),
+                esc(&num(Some(f.total_s)))
             );
         }
         out.push_str("</table></details>\n");
@@ -372,10 +362,9 @@ fn section_framework(out: &mut String, m: &Value) {
     out.push_str("</section>\n");
 }
 
-fn section_findings(out: &mut String, m: &Value, t0: f64) {
+fn section_findings(out: &mut String, findings: &[Finding], t0: f64) {
     out.push_str("<section id=\"findings\"><h2>Findings</h2>\n");
-    let findings = arr(&m["findings"]);
-    let n = findings.iter().filter(|f| f["triggered"].as_bool() == Some(true)).count();
+    let n = findings.iter().filter(|f| f.triggered).count();
     let _ = writeln!(
         out,
         "<p>{n} of {} checks triggered (the checks of SageMaker Debugger's built-in profiler rules, \
@@ -383,9 +372,7 @@ fn section_findings(out: &mut String, m: &Value, t0: f64) {
         findings.len()
     );
     for f in findings {
-        let triggered = f["triggered"].as_bool() == Some(true);
-        let evaluated = f["evaluated"].as_bool() != Some(false);
-        let (class, badge) = match (triggered, evaluated) {
+        let (class, badge) = match (f.triggered, f.evaluated) {
             (true, _) => ("finding triggered", "triggered"),
             (false, true) => ("finding", "not triggered"),
             (false, false) => ("finding not-evaluated", "not evaluated: no data"),
@@ -393,37 +380,24 @@ fn section_findings(out: &mut String, m: &Value, t0: f64) {
         let _ = writeln!(
             out,
             "<div class=\"{class}\"><h3>{}<span class=\"badge\">{badge}</span></h3><p>{}</p>",
-            esc(str_of(&f["rule"])),
-            esc(str_of(&f["summary"]))
+            esc(&f.rule),
+            esc(&f.summary)
         );
-        let advice = str_of(&f["advice"]);
-        if !advice.is_empty() {
-            let _ = writeln!(out, "<p><b>What to do:</b> {}</p>", esc(advice));
+        if !f.advice.is_empty() {
+            let _ = writeln!(out, "<p><b>What to do:</b> {}</p>", esc(&f.advice));
         }
-        let evidence = obj(&f["evidence"]);
-        if !evidence.is_empty() {
-            out.push_str("<table class=\"evidence\">");
-            for (k, v) in evidence {
-                let _ = write!(
-                    out,
-                    "<tr><th>{}</th><td class=\"code\">{}</td></tr>",
-                    esc(k),
-                    esc(&evidence_value(v))
-                );
-            }
-            out.push_str("</table>\n");
-        }
-        let ranges = arr(&f["ranges"]);
-        if !ranges.is_empty() {
+        evidence_table(out, &f.evidence.present(), t0);
+        if !f.ranges.is_empty() {
             out.push_str("<p class=\"note\">Time ranges (shaded orange on the system charts): ");
-            let shown: Vec<String> = ranges
+            let shown: Vec<String> = f
+                .ranges
                 .iter()
                 .take(20)
-                .map(|r| esc(&format!("{} → {}", offset(&r[0], t0), offset(&r[1], t0))))
+                .map(|r| esc(&format!("{} → {}", offset(Some(r[0]), t0), offset(Some(r[1]), t0))))
                 .collect();
             out.push_str(&shown.join(", "));
-            if ranges.len() > 20 {
-                let _ = write!(out, ", and {} more", ranges.len() - 20);
+            if f.ranges.len() > 20 {
+                let _ = write!(out, ", and {} more", f.ranges.len() - 20);
             }
             out.push_str("</p>\n");
         }
@@ -432,8 +406,55 @@ fn section_findings(out: &mut String, m: &Value, t0: f64) {
     out.push_str("</section>\n");
 }
 
-fn section_triggers(out: &mut String, m: &Value, t0: f64) {
-    let triggers = arr(&m["triggers"]);
+/// A finding's evidence: its settings and totals as name and value, then its rows (at most
+/// `MAX_EVIDENCE_ROWS`).
+fn evidence_table(out: &mut String, t: &crate::rules::Table, t0: f64) {
+    if !t.facts.is_empty() {
+        out.push_str("<table class=\"evidence\">");
+        for (k, v) in &t.facts {
+            let _ = write!(out, "<tr><th>{}</th><td class=\"code\">{}</td></tr>", esc(k), esc(&cell(v, t0)));
+        }
+        out.push_str("</table>\n");
+    }
+    if t.rows.is_empty() {
+        return;
+    }
+    out.push_str("<table class=\"evidence-rows\"><tr>");
+    for c in &t.columns {
+        let _ = write!(out, "<th>{}</th>", esc(c));
+    }
+    out.push_str("</tr>\n");
+    for row in t.rows.iter().take(MAX_EVIDENCE_ROWS) {
+        out.push_str("<tr>");
+        for v in row {
+            let class = if matches!(v, Cell::Text(_)) { "" } else { " class=\"n\"" };
+            let _ = write!(out, "<td{class}>{}</td>", esc(&cell(v, t0)));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+    if t.rows.len() > MAX_EVIDENCE_ROWS {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">and {} more rows (all of them in <code>trainprof report --json</code>).</p>",
+            t.rows.len() - MAX_EVIDENCE_ROWS
+        );
+    }
+}
+
+/// One evidence value as text.
+fn cell(v: &Cell, t0: f64) -> String {
+    match v {
+        Cell::Text(s) => s.clone(),
+        Cell::Num(x) => num(*x),
+        Cell::Int(x) => int(*x),
+        Cell::Flag(None) => "–".into(),
+        Cell::Flag(Some(b)) => if *b { "yes" } else { "no" }.into(),
+        Cell::Time(t) => offset(*t, t0),
+    }
+}
+
+fn section_triggers(out: &mut String, triggers: &[Trigger], t0: f64) {
     if triggers.is_empty() {
         return;
     }
@@ -446,212 +467,247 @@ fn section_triggers(out: &mut String, m: &Value, t0: f64) {
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-            esc(str_of(&t["rank"])),
-            esc(&int(&t["step"])),
-            esc(&offset(&t["start_s"], t0)),
-            esc(&num(&t["ms"])),
-            esc(&num(&t["median_ms"])),
-            esc(&features(&t["features"]))
+            esc(&t.rank),
+            t.step,
+            esc(&offset(Some(t.start_s), t0)),
+            esc(&num(Some(t.ms))),
+            esc(&num(Some(t.median_ms))),
+            esc(&features(t.features.as_deref()))
         );
     }
     out.push_str("</table></section>\n");
 }
 
 /// A trigger's features (`["detailed", "python"]`) as "detailed, python"; "–" when absent.
-fn features(v: &Value) -> String {
-    let names: Vec<&str> = arr(v).iter().filter_map(Value::as_str).collect();
-    if names.is_empty() { "–".to_owned() } else { names.join(", ") }
+fn features(v: Option<&[String]>) -> String {
+    match v {
+        Some(names) if !names.is_empty() => names.join(", "),
+        _ => "–".to_owned(),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // The charts' data
 
 /// The time every chart counts from: the job's start, else the earliest series time, else 0.
-fn time_origin(m: &Value) -> f64 {
-    if let Some(s) = m["job"]["start_s"].as_f64() {
+fn time_origin(job: &Job, series: &crate::model::Series) -> f64 {
+    if let Some(s) = job.start_s {
         return s;
     }
-    let mut min = f64::INFINITY;
-    for n in obj(&m["series"]["nodes"]).values() {
-        if let Some(t) = n["t_s"][0].as_f64() {
-            min = min.min(t);
-        }
-    }
-    for ranks in obj(&m["series"]["steps"]).values() {
-        for r in obj(ranks).values() {
-            if let Some(t) = r["t_s"][0].as_f64() {
-                min = min.min(t);
-            }
-        }
-    }
+    let firsts = series
+        .nodes
+        .values()
+        .filter_map(|n| n.t_s.first())
+        .chain(series.steps.values().flat_map(|r| r.values().filter_map(|s| s.t_s.first())));
+    let min = firsts.copied().fold(f64::INFINITY, f64::min);
     if min.is_finite() { min } else { 0.0 }
 }
 
-/// The compact JSON the page's script draws from: times in seconds from `t0`, numbers rounded.
-fn page_data(m: &Value, t0: f64) -> Value {
-    let job = &m["job"];
-    let mut span = job["duration_s"].as_f64().or_else(|| Some(job["end_s"].as_f64()? - t0)).unwrap_or(0.0);
+/// The compact JSON the page's script draws from (`report/assets/page.js` reads these keys):
+/// times in seconds from `t0`, numbers rounded. A non-finite number is written as `null`.
+#[derive(Serialize)]
+struct PageData<'a> {
+    t0: f64,
+    span: f64,
+    modes: Vec<ModeData<'a>>,
+    nodes: Vec<NodeData<'a>>,
+    bands: Vec<Band>,
+    marks: Vec<f64>,
+    phases: Vec<PhaseData<'a>>,
+}
+
+#[derive(Serialize)]
+struct ModeData<'a> {
+    mode: &'a str,
+    hist: HistData<'a>,
+    ranks: Vec<RankData<'a>>,
+    outliers: Vec<OutlierData<'a>>,
+    per_rank: Vec<RankStatsData<'a>>,
+}
+
+#[derive(Serialize)]
+struct HistData<'a> {
+    edges: Vec<f64>,
+    counts: &'a [u64],
+}
+
+#[derive(Serialize)]
+struct RankData<'a> {
+    rank: &'a str,
+    t: Vec<f64>,
+    ms: Vec<f64>,
+}
+
+#[derive(Serialize)]
+struct OutlierData<'a> {
+    rank: &'a str,
+    step: i64,
+    t: f64,
+    ms: f64,
+}
+
+#[derive(Serialize)]
+struct RankStatsData<'a> {
+    rank: &'a str,
+    p50: Option<f64>,
+    p90: Option<f64>,
+    straggler: bool,
+}
+
+#[derive(Serialize)]
+struct NodeData<'a> {
+    node: &'a str,
+    t: Vec<f64>,
+    cpu: Vec<Option<f64>>,
+    cores: Vec<Vec<Option<f64>>>,
+    mem: Vec<Option<f64>>,
+    gpus: Vec<GpuData<'a>>,
+    io: Option<Pair>,
+    net: Option<Pair>,
+    trainer: Option<Pair>,
+}
+
+#[derive(Serialize)]
+struct GpuData<'a> {
+    name: &'a str,
+    util: Vec<Option<f64>>,
+    mem: Vec<Option<f64>>,
+}
+
+/// Two series of a node under the names the script reads.
+struct Pair(&'static str, Vec<Option<f64>>, &'static str, Vec<Option<f64>>);
+
+impl Serialize for Pair {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry(self.0, &self.1)?;
+        m.serialize_entry(self.2, &self.3)?;
+        m.end()
+    }
+}
+
+#[derive(Serialize)]
+struct Band {
+    a: f64,
+    b: f64,
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct PhaseData<'a> {
+    name: &'a str,
+    total: f64,
+}
+
+fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) -> PageData<'a> {
+    let job = &m.job;
+    let mut span = job.duration_s.or_else(|| Some(job.end_s? - t0)).unwrap_or(0.0);
     let mut bands = Vec::new();
     let mut modes = Vec::new();
-    let mut marks: Vec<Value> = Vec::new();
-    let series_steps = &m["series"]["steps"];
-    for (mode, s) in obj(&m["steps"]) {
-        let stragglers: Vec<&str> = arr(&s["stragglers"]).iter().map(|x| str_of(&x["rank"])).collect();
+    let mut marks: Vec<f64> = Vec::new();
+    for (mode, s) in &m.steps {
+        let is_straggler = |rank: &str| s.stragglers.iter().any(|x| x.rank == rank);
         let mut ranks = Vec::new();
-        for (rank, r) in obj(&series_steps[mode.as_str()]) {
-            let t = rel(&r["t_s"], t0);
+        for (rank, r) in series.steps.get(mode).into_iter().flatten() {
+            let r: &StepSeries = r;
+            let t = rel(&r.t_s, t0);
             span = span.max(last_time(&t));
-            if marks.is_empty() && arr(&r["t_s"]).len() <= MAX_MARKS {
+            if marks.is_empty() && r.t_s.len() <= MAX_MARKS {
                 marks = t.clone();
             }
-            ranks.push(obj_of([
-                ("rank", Value::from(rank.as_str())),
-                ("t", Value::from(t)),
-                ("ms", round_all(&r["ms"], MS_DECIMALS)),
-            ]));
+            ranks.push(RankData { rank, t, ms: r.ms.iter().map(|&x| round(x, MS_DECIMALS)).collect() });
         }
         let mut outliers = Vec::new();
-        for o in arr(&s["outliers"]) {
-            let (Some(start), Some(ms)) = (o["start_s"].as_f64(), o["ms"].as_f64()) else { continue };
-            let a = start - t0;
-            bands.push(band(a, a + ms / 1000.0, "outlier"));
-            outliers.push(obj_of([
-                ("rank", o["rank"].clone()),
-                ("step", o["step"].clone()),
-                ("t", round(a, T_DECIMALS)),
-                ("ms", round(ms, MS_DECIMALS)),
-            ]));
+        for o in &s.outliers {
+            let a = o.start_s - t0;
+            bands.push(band(a, a + o.ms / 1000.0, "outlier"));
+            outliers.push(OutlierData {
+                rank: &o.rank,
+                step: o.step,
+                t: round(a, T_DECIMALS),
+                ms: round(o.ms, MS_DECIMALS),
+            });
         }
-        let per_rank: Vec<Value> = obj(&s["per_rank"])
+        let per_rank = s
+            .per_rank
             .iter()
-            .map(|(rank, r)| {
-                obj_of([
-                    ("rank", Value::from(rank.as_str())),
-                    ("p50", round_v(&r["p50_ms"], MS_DECIMALS)),
-                    ("p90", round_v(&r["p90_ms"], MS_DECIMALS)),
-                    ("straggler", Value::from(stragglers.contains(&rank.as_str()))),
-                ])
+            .map(|(rank, r)| RankStatsData {
+                rank,
+                p50: r.p50_ms.map(|x| round(x, MS_DECIMALS)),
+                p90: r.p90_ms.map(|x| round(x, MS_DECIMALS)),
+                straggler: is_straggler(rank),
             })
             .collect();
-        let h = &s["histogram"];
-        modes.push(obj_of([
-            ("mode", Value::from(mode.as_str())),
-            (
-                "hist",
-                obj_of([
-                    ("edges", round_all(&h["edges_ms"], MS_DECIMALS)),
-                    ("counts", round_all(&h["counts"], 0)),
-                ]),
-            ),
-            ("ranks", Value::from(ranks)),
-            ("outliers", Value::from(outliers)),
-            ("per_rank", Value::from(per_rank)),
-        ]));
-    }
-    for t in arr(&m["triggers"]) {
-        let (Some(start), Some(ms)) = (t["start_s"].as_f64(), t["ms"].as_f64()) else { continue };
-        bands.push(band(start - t0, start - t0 + ms / 1000.0, "trigger"));
-    }
-    for f in arr(&m["findings"]) {
-        if f["triggered"].as_bool() != Some(true) {
-            continue;
-        }
-        for r in arr(&f["ranges"]) {
-            if let (Some(a), Some(b)) = (r[0].as_f64(), r[1].as_f64()) {
-                bands.push(band(a - t0, b - t0, "finding"));
-            }
-        }
-    }
-    let mut nodes = Vec::new();
-    for (node, n) in obj(&m["series"]["nodes"]) {
-        let t = rel(&n["t_s"], t0);
-        span = span.max(last_time(&t));
-        let gpus: Vec<Value> = obj(&n["gpus"])
-            .iter()
-            .map(|(name, g)| {
-                obj_of([
-                    ("name", Value::from(name.as_str())),
-                    ("util", round_all(&g["util"], PCT_DECIMALS)),
-                    ("mem", round_all(&g["mem"], PCT_DECIMALS)),
-                ])
-            })
-            .collect();
-        let pair = |v: &Value, a: &str, ka: &str, b: &str, kb: &str| {
-            if v.is_object() {
-                obj_of([(a, round_all(&v[ka], PCT_DECIMALS)), (b, round_all(&v[kb], PCT_DECIMALS))])
-            } else {
-                Value::Null
-            }
+        let hist = HistData {
+            edges: s.histogram.edges_ms.iter().map(|&x| round(x, MS_DECIMALS)).collect(),
+            counts: &s.histogram.counts,
         };
-        nodes.push(obj_of([
-            ("node", Value::from(node.as_str())),
-            ("t", Value::from(t)),
-            ("cpu", round_all(&n["cpu_total"], PCT_DECIMALS)),
-            (
-                "cores",
-                Value::from(
-                    arr(&n["cpu_cores"]).iter().map(|c| round_all(c, PCT_DECIMALS)).collect::<Vec<_>>(),
-                ),
-            ),
-            ("mem", round_all(&n["memory"], PCT_DECIMALS)),
-            ("gpus", Value::from(gpus)),
-            ("io", pair(&n["io"], "read", "read_mbps", "write", "write_mbps")),
-            ("net", pair(&n["net"], "rx", "rx_mbps", "tx", "tx_mbps")),
-            ("trainer", pair(&n["trainer"], "cpu", "cpu", "mem", "mem_mb")),
-        ]));
+        modes.push(ModeData { mode, hist, ranks, outliers, per_rank });
     }
-    let phases: Vec<Value> = arr(&m["phases"])
-        .iter()
-        .map(|p| obj_of([("name", p["name"].clone()), ("total", round_v(&p["total_ms"], MS_DECIMALS))]))
-        .collect();
-    obj_of([
-        ("t0", Value::from(t0)),
-        ("span", round(span, T_DECIMALS)),
-        ("modes", Value::from(modes)),
-        ("nodes", Value::from(nodes)),
-        ("bands", Value::from(bands)),
-        ("marks", Value::from(marks)),
-        ("phases", Value::from(phases)),
-    ])
+    for t in &m.triggers {
+        bands.push(band(t.start_s - t0, t.start_s - t0 + t.ms / 1000.0, "trigger"));
+    }
+    for f in m.findings.iter().filter(|f| f.triggered) {
+        for r in &f.ranges {
+            bands.push(band(r[0] - t0, r[1] - t0, "finding"));
+        }
+    }
+    let pct = |v: &[Option<f64>]| -> Vec<Option<f64>> {
+        v.iter().map(|x| x.map(|x| round(x, PCT_DECIMALS))).collect()
+    };
+    let mut nodes = Vec::new();
+    for (node, n) in &series.nodes {
+        let t = rel(&n.t_s, t0);
+        span = span.max(last_time(&t));
+        nodes.push(NodeData {
+            node,
+            t,
+            cpu: pct(&n.cpu_total),
+            cores: n.cpu_cores.iter().map(|c| pct(c)).collect(),
+            mem: pct(&n.memory),
+            gpus: n
+                .gpus
+                .iter()
+                .map(|(name, g)| GpuData { name, util: pct(&g.util), mem: pct(&g.mem) })
+                .collect(),
+            io: n.io.as_ref().map(|v| Pair("read", pct(&v.read_mbps), "write", pct(&v.write_mbps))),
+            net: n.net.as_ref().map(|v| Pair("rx", pct(&v.rx_mbps), "tx", pct(&v.tx_mbps))),
+            trainer: n.trainer.as_ref().map(|v| Pair("cpu", pct(&v.cpu), "mem", pct(&v.mem_mb))),
+        });
+    }
+    let phases =
+        m.phases.iter().map(|p| PhaseData { name: &p.name, total: round(p.total_ms, MS_DECIMALS) }).collect();
+    PageData { t0, span: round(span, T_DECIMALS), modes, nodes, bands, marks, phases }
 }
 
-fn band(a: f64, b: f64, kind: &str) -> Value {
-    obj_of([("a", round(a, T_DECIMALS)), ("b", round(b, T_DECIMALS)), ("kind", Value::from(kind))])
+fn band(a: f64, b: f64, kind: &'static str) -> Band {
+    Band { a: round(a, T_DECIMALS), b: round(b, T_DECIMALS), kind }
 }
 
-fn obj_of<const N: usize>(kv: [(&str, Value); N]) -> Value {
-    Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+/// Times relative to `t0`, rounded.
+fn rel(ts: &[f64], t0: f64) -> Vec<f64> {
+    ts.iter().map(|t| round(t - t0, T_DECIMALS)).collect()
 }
 
-/// Times relative to `t0`, rounded; a missing time stays `null`.
-fn rel(ts: &Value, t0: f64) -> Vec<Value> {
-    arr(ts).iter().map(|t| t.as_f64().map_or(Value::Null, |t| round(t - t0, T_DECIMALS))).collect()
+/// The last finite time (a non-finite one is written as `null`).
+fn last_time(t: &[f64]) -> f64 {
+    t.iter().rev().copied().find(|t| t.is_finite()).unwrap_or(0.0)
 }
 
-fn last_time(t: &[Value]) -> f64 {
-    t.iter().rev().find_map(Value::as_f64).unwrap_or(0.0)
-}
-
-fn round(x: f64, decimals: i32) -> Value {
+/// `x` to `decimals` places; NaN and ±inf stay as they are (the JSON writer makes them
+/// `null`, the model's "cannot be computed").
+fn round(x: f64, decimals: i32) -> f64 {
     let p = 10f64.powi(decimals);
-    // Value::from(NaN or ±inf) is null, the model's "cannot be computed".
-    Value::from((x * p).round() / p)
-}
-
-fn round_v(v: &Value, decimals: i32) -> Value {
-    v.as_f64().map_or(Value::Null, |x| round(x, decimals))
-}
-
-fn round_all(v: &Value, decimals: i32) -> Value {
-    Value::from(arr(v).iter().map(|x| round_v(x, decimals)).collect::<Vec<_>>())
+    (x * p).round() / p
 }
 
 /// JSON for inside `<script type="application/json">`: `<`, `>` and `&` as `\u` escapes (so no
 /// `</script>` or `<!--` can end or change the element), and U+2028 / U+2029 too (line ends to
 /// old JavaScript parsers). These characters only ever occur inside JSON strings, where the
 /// escapes mean the same.
-pub fn script_json(v: &Value) -> String {
-    let s = v.to_string();
+pub fn script_json<T: Serialize>(v: &T) -> String {
+    let s = serde_json::to_string(v).unwrap_or_else(|_| "{}".to_owned());
     let mut out = String::with_capacity(s.len() + 64);
     for c in s.chars() {
         match c {
@@ -685,38 +741,19 @@ pub fn esc(s: &str) -> String {
     out
 }
 
-fn str_of(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
-}
-
-fn arr(v: &Value) -> &[Value] {
-    v.as_array().map_or(&[], Vec::as_slice)
-}
-
-fn obj(v: &Value) -> &Map<String, Value> {
-    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-    v.as_object().unwrap_or_else(|| EMPTY.get_or_init(Map::new))
-}
-
-fn non_empty(v: &Value) -> bool {
-    !arr(v).is_empty()
-}
-
-fn list(v: &Value) -> String {
-    let items: Vec<String> = arr(v).iter().map(|x| esc(str_of(x))).collect();
+fn list(v: &[String]) -> String {
+    let items: Vec<String> = v.iter().map(|x| esc(x)).collect();
     if items.is_empty() { "none".into() } else { items.join(", ") }
 }
 
-fn int(v: &Value) -> String {
-    match v {
-        Value::Number(n) => n.to_string(),
-        _ => "–".into(),
-    }
+/// A whole number, "–" for none.
+fn int<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "–".into(), |v| v.to_string())
 }
 
-/// A number for a table: 3 significant-ish digits, "–" for null.
-fn num(v: &Value) -> String {
-    match v.as_f64() {
+/// A number for a table: 3 significant-ish digits, "–" for none or a non-finite one.
+fn num(v: Option<f64>) -> String {
+    match v.filter(|x| x.is_finite()) {
         None => "–".into(),
         Some(x) if x.abs() >= 100.0 => format!("{x:.0}"),
         Some(x) if x.abs() >= 10.0 => format!("{x:.1}"),
@@ -724,18 +761,9 @@ fn num(v: &Value) -> String {
     }
 }
 
-fn evidence_value(v: &Value) -> String {
-    match v {
-        Value::Number(_) => num(v),
-        Value::String(s) => s.clone(),
-        Value::Null => "–".into(),
-        other => other.to_string(),
-    }
-}
-
 /// Epoch seconds as `YYYY-MM-DD HH:MM:SS.mmm UTC`.
-fn utc(v: &Value) -> String {
-    let Some(t) = v.as_f64().filter(|t| t.is_finite()) else { return "–".into() };
+fn utc(v: Option<f64>) -> String {
+    let Some(t) = v.filter(|t| t.is_finite()) else { return "–".into() };
     let ms_total = (t * 1000.0).round() as i64;
     let (secs, ms) = (ms_total.div_euclid(1000), ms_total.rem_euclid(1000));
     let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
@@ -756,8 +784,8 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
-fn duration(v: &Value) -> String {
-    let Some(s) = v.as_f64().filter(|s| s.is_finite()) else { return "–".into() };
+fn duration(v: Option<f64>) -> String {
+    let Some(s) = v.filter(|s| s.is_finite()) else { return "–".into() };
     if s.abs() < 60.0 {
         return format!("{s:.2} s");
     }
@@ -767,9 +795,9 @@ fn duration(v: &Value) -> String {
 }
 
 /// A time as an offset from the job's start (`+1 min 02 s`).
-fn offset(v: &Value, t0: f64) -> String {
-    match v.as_f64() {
-        Some(t) => format!("+{}", duration(&Value::from(t - t0))),
+fn offset(v: Option<f64>, t0: f64) -> String {
+    match v {
+        Some(t) => format!("+{}", duration(Some(t - t0))),
         None => "–".into(),
     }
 }
@@ -777,6 +805,7 @@ fn offset(v: &Value, t0: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     #[test]
     fn esc_escapes_markup_and_quotes() {
@@ -796,23 +825,26 @@ mod tests {
 
     #[test]
     fn numbers_and_times_format_for_people() {
-        assert_eq!(num(&Value::Null), "–");
-        assert_eq!(num(&serde_json::json!(101.234)), "101");
-        assert_eq!(num(&serde_json::json!(12.345)), "12.3");
-        assert_eq!(num(&serde_json::json!(1.234)), "1.23");
-        assert_eq!(utc(&serde_json::json!(1_700_000_000.25)), "2023-11-14 22:13:20.250 UTC");
-        assert_eq!(utc(&serde_json::json!(0)), "1970-01-01 00:00:00.000 UTC");
-        assert_eq!(utc(&serde_json::json!(951_782_400)), "2000-02-29 00:00:00.000 UTC");
-        assert_eq!(duration(&serde_json::json!(3723.4)), "1 h 02 min 03 s");
-        assert_eq!(duration(&serde_json::json!(12.5)), "12.50 s");
-        assert_eq!(duration(&serde_json::json!(75)), "1 min 15 s");
-        assert_eq!(offset(&serde_json::json!(1_000_075.0), 1_000_000.0), "+1 min 15 s");
+        assert_eq!(num(None), "–");
+        assert_eq!(num(Some(f64::NAN)), "–");
+        assert_eq!(num(Some(101.234)), "101");
+        assert_eq!(num(Some(12.345)), "12.3");
+        assert_eq!(num(Some(1.234)), "1.23");
+        assert_eq!(int(None::<i64>), "–");
+        assert_eq!(utc(Some(1_700_000_000.25)), "2023-11-14 22:13:20.250 UTC");
+        assert_eq!(utc(Some(0.0)), "1970-01-01 00:00:00.000 UTC");
+        assert_eq!(utc(Some(951_782_400.0)), "2000-02-29 00:00:00.000 UTC");
+        assert_eq!(duration(Some(3723.4)), "1 h 02 min 03 s");
+        assert_eq!(duration(Some(12.5)), "12.50 s");
+        assert_eq!(duration(Some(75.0)), "1 min 15 s");
+        assert_eq!(offset(Some(1_000_075.0), 1_000_000.0), "+1 min 15 s");
     }
 
     #[test]
-    fn rounding_keeps_nulls_and_drops_non_finite() {
-        assert_eq!(round_all(&serde_json::json!([1.26, null, 3]), 1), serde_json::json!([1.3, null, 3.0]));
-        assert_eq!(round(f64::NAN, 2), Value::Null);
+    fn rounding_keeps_nulls_and_writes_non_finite_as_null() {
+        let v = [Some(1.26), None, Some(3.0), Some(f64::NAN)];
+        let rounded: Vec<Option<f64>> = v.iter().map(|x| x.map(|x| round(x, 1))).collect();
+        assert_eq!(serde_json::to_value(rounded).unwrap(), serde_json::json!([1.3, null, 3.0, null]));
     }
 
     #[test]
@@ -876,6 +908,35 @@ mod tests {
         ));
         // Without caps reached, no note.
         assert!(!render(&ReportModel::default()).contains("left out"));
+    }
+
+    #[test]
+    fn a_long_evidence_table_is_cut_on_the_page() {
+        let mut m = ReportModel {
+            findings: crate::rules::all(&crate::collect::Agg::default(), None),
+            ..ReportModel::default()
+        };
+        let Some(crate::model::Evidence::StepOutlier(e)) = m.findings.get_mut(5).map(|f| &mut f.evidence)
+        else {
+            panic!("{:?}", m.findings.get(5))
+        };
+        for r in 0..60 {
+            e.ranks.push(crate::rules::step_outlier::RankEvidence {
+                rank: format!("{r}-algo-1"),
+                mode: "TRAIN".into(),
+                steps: 200,
+                threshold_ms: Some(12.5),
+                outliers: if r == 59 { 11 } else { 0 },
+                outlier_steps: (0..15).collect(),
+                triggered: r == 59,
+            });
+        }
+        let page = render(&m);
+        let table = page.split("<h3>StepOutlier").nth(1).unwrap().split("</div>").next().unwrap();
+        assert_eq!(table.matches("<tr><td>").count(), MAX_EVIDENCE_ROWS);
+        assert!(table.contains("and 10 more rows"), "{table}");
+        // The rank that triggered comes first; its steps are listed up to ten.
+        assert!(table.contains("<tr><td>59-algo-1</td><td>TRAIN</td><td class=\"n\">200</td><td class=\"n\">12.5</td><td class=\"n\">11</td><td>0, 1, 2, 3, 4, 5, 6, 7, 8, 9, …</td><td class=\"n\">yes</td></tr>"), "{table}");
     }
 
     #[test]

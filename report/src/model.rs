@@ -6,22 +6,13 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::rules::Evidence;
+
 /// The version of this shape; raised when a key changes meaning.
 pub const VERSION: u32 = 2;
 
-/// The ten rules, in the order `findings` lists them.
-pub const RULES: [&str; 10] = [
-    "CPUBottleneck",
-    "IOBottleneck",
-    "LowGPUUtilization",
-    "GPUMemoryIncrease",
-    "BatchSize",
-    "StepOutlier",
-    "Dataloader",
-    "MaxInitializationTime",
-    "LoadBalancing",
-    "OverallSystemUsage",
-];
+/// The rules, in the order `findings` lists them (their registry: `rules/mod.rs`).
+pub use crate::rules::RULES;
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct ReportModel {
@@ -223,15 +214,46 @@ pub struct Trigger {
     pub features: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One rule's finding. Its evidence is the rule's own typed struct (`rules/<rule>.rs`); read
+/// back from JSON by the rule it names.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(try_from = "FindingJson")]
 pub struct Finding {
     pub rule: String,
     pub triggered: bool,
     pub evaluated: bool,
     pub summary: String,
     pub advice: String,
-    pub evidence: serde_json::Value,
+    pub evidence: Evidence,
     pub ranges: Vec<[f64; 2]>,
+}
+
+/// A finding as JSON holds it, before its evidence is read as its rule's.
+#[derive(Deserialize)]
+struct FindingJson {
+    rule: String,
+    triggered: bool,
+    evaluated: bool,
+    summary: String,
+    advice: String,
+    evidence: serde_json::Value,
+    ranges: Vec<[f64; 2]>,
+}
+
+impl TryFrom<FindingJson> for Finding {
+    type Error = String;
+
+    fn try_from(f: FindingJson) -> Result<Finding, String> {
+        Ok(Finding {
+            evidence: Evidence::from_json(&f.rule, f.evidence)?,
+            rule: f.rule,
+            triggered: f.triggered,
+            evaluated: f.evaluated,
+            summary: f.summary,
+            advice: f.advice,
+            ranges: f.ranges,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]

@@ -12,8 +12,9 @@ use trainprof_report::collect::{
     Agg, MAX_COLUMNS, MAX_CORES_PER_NODE, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_MODES, MAX_NODES, MAX_PHASES,
     MAX_RANKS, MAX_SERIES_CELLS, OTHER_PHASES,
 };
-use trainprof_report::model::Capped;
+use trainprof_report::model::{Capped, Evidence};
 use trainprof_report::read::{Event, Tick};
+use trainprof_report::rules::load_balancing;
 use trainprof_report::{Options, build, html, to_json, trace};
 
 const T0: f64 = 1_795_400_000.0;
@@ -43,6 +44,16 @@ fn ten_thousand_gpus(one_tick: bool) -> tempfile::TempDir {
     dir
 }
 
+fn load_balancing(m: &trainprof_report::model::ReportModel) -> &load_balancing::Evidence {
+    m.findings
+        .iter()
+        .find_map(|f| match &f.evidence {
+            Evidence::LoadBalancing(e) => Some(e),
+            _ => None,
+        })
+        .unwrap()
+}
+
 fn capped(m: &trainprof_report::model::ReportModel, what: &str, node: Option<&str>) -> Option<Capped> {
     m.job.capped.iter().find(|c| c.what == what && c.node.as_deref() == node).cloned()
 }
@@ -63,8 +74,8 @@ fn ten_thousand_gpu_names_keep_64_and_say_so() {
         );
         let s = &m.series.as_ref().unwrap().nodes["algo-1"];
         assert_eq!(s.gpus.len(), MAX_GPUS_PER_NODE);
-        let lb = m.findings.iter().find(|f| f.rule == "LoadBalancing").unwrap();
-        assert!(lb.evidence["pairs"].as_array().unwrap().len() <= 100);
+        let lb = load_balancing(&m);
+        assert!(lb.pairs.len() <= 100);
         // Before the caps: --json 0.8-1.9 GB of memory; the page 134 MB.
         let json = to_json(&m);
         let page = html::render(&m);
@@ -172,13 +183,13 @@ fn load_balancing_lists_at_most_a_hundred_pairs() {
     }
     write_system(dir.path(), &text);
     let m = build(dir.path(), "src", &Options { patience: Some(10), ..Options::default() }).unwrap();
-    let lb = m.findings.iter().find(|f| f.rule == "LoadBalancing").unwrap();
-    assert_eq!(lb.evidence["pairs_compared"], json!(64 * 63 / 2));
-    let pairs = lb.evidence["pairs"].as_array().unwrap();
-    assert_eq!(pairs.len(), 100);
+    let lb = load_balancing(&m);
+    assert_eq!(lb.pairs_compared, 64 * 63 / 2);
+    assert_eq!(lb.pairs.len(), 100);
     // The largest distances are the ones listed.
-    let least = pairs.iter().map(|p| p["distance"].as_f64().unwrap()).fold(f64::INFINITY, f64::min);
-    assert!(lb.triggered && least > 0.2, "{least}");
+    let least = lb.pairs.iter().map(|p| p.distance).fold(f64::INFINITY, f64::min);
+    let triggered = m.findings.iter().any(|f| f.rule == "LoadBalancing" && f.triggered);
+    assert!(triggered && least > 0.2, "{least}");
 }
 
 #[test]

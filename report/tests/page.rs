@@ -117,7 +117,7 @@ fn synthetic(cores: usize, points: usize, steps_per_rank: usize) -> ReportModel 
                 "rule": rule, "triggered": triggered, "evaluated": i != 4,
                 "summary": format!("{rule}: synthetic summary with a <tag> & an ampersand"),
                 "advice": if triggered { "Do the synthetic thing." } else { "" },
-                "evidence": {"threshold": 90, "value": 91.5 + i as f64, "worst_rank": "5-algo-1"},
+                "evidence": evidence(rule, i as f64),
                 "ranges": ranges,
             })
         })
@@ -175,6 +175,56 @@ fn synthetic(cores: usize, points: usize, steps_per_rank: usize) -> ReportModel 
         "series": {"steps": step_series, "nodes": {"algo-1": node}},
     });
     serde_json::from_value(model).expect("the synthetic model has the documented shape")
+}
+
+/// Each rule's evidence in the shape docs/report.md gives (a GPU name from the trainer's files
+/// is hostile: it reaches the evidence tables).
+fn evidence(rule: &str, x: f64) -> Value {
+    let gpu = |node: &str, gpu: &str| json!({"node": node, "gpu": gpu});
+    let with = |mut a: Value, b: Value| {
+        a.as_object_mut().unwrap().extend(b.as_object().unwrap().clone());
+        a
+    };
+    let node = json!({"datapoints": 36000, "bottlenecks": 20000 + x as u64, "percent": 55.5, "low_gpu_datapoints": 21000,
+        "windows_judged": 60, "windows_triggered": 3, "triggered_windows": [[START + 60.0, START + 240.0]],
+        "triggered": true});
+    match rule {
+        "CPUBottleneck" => json!({"threshold_percent": 50, "gpu_threshold": 10.0, "cpu_threshold": 90.0,
+            "patience": 1000, "nodes": {"algo-1": node}}),
+        "IOBottleneck" => json!({"threshold_percent": 50, "gpu_threshold": 10.0, "io_threshold": 50.0,
+            "patience": 1000, "nodes": {"algo-1": node}}),
+        "LowGPUUtilization" => {
+            json!({"threshold_p95": 70.0, "threshold_p5": 10.0, "window": 500, "patience": 1000,
+            "gpus": [with(gpu("algo-1", HOSTILE_PHASE), json!({"datapoints": 36000, "windows_judged": 60,
+                "windows_triggered": 2, "issue": "underutilized", "window_p95": 40.5, "window_p5": 3.0,
+                "p50": 30.0, "p95": 45.0, "max": 99.0}))]})
+        }
+        "GPUMemoryIncrease" => json!({"increase": 5.0, "window": 10, "patience": 1000,
+            "gpus": [with(gpu("algo-1", "gpu0"), json!({"datapoints": 36000, "max_increase": 6.5,
+                "at_s": START + 700.0, "violations": 4, "p50": 30.0, "max": 91.0}))]}),
+        "BatchSize" => {
+            json!({"cpu_threshold_p95": 70.0, "gpu_threshold_p95": 70.0, "gpu_memory_threshold_p95": 70.0,
+            "window": 500, "patience": 1000,
+            "gpus": [with(gpu("algo-1", "gpu1"), json!({"windows_judged": 60, "windows_triggered": 0,
+                "cpu_p95": null, "gpu_p95": null, "gpu_memory_p95": null, "job_cpu_p95": 80.0,
+                "job_gpu_p95": 99.0, "job_gpu_memory_p95": 31.0}))]})
+        }
+        "StepOutlier" => json!({"stddev": 3.0, "n_outliers": 10, "min_steps": 100,
+            "ranks": [{"rank": "5-algo-1", "mode": "TRAIN", "steps": 4000, "threshold_ms": 180.25, "outliers": 12,
+                "outlier_steps": [0, 997, 1994, 2991], "triggered": true}]}),
+        "Dataloader" => json!({"min_threshold": 70, "max_threshold": 200, "patience": 10, "cores": 16,
+            "parallel_dataloaders_median": 2.0, "seconds_with_dataloading": 120, "events": 120, "num_workers": 2,
+            "pin_memory": false, "dataloading_time_s": {"p25": 0.01, "p50": 0.02, "p95": 0.2}}),
+        "MaxInitializationTime" => json!({"threshold_minutes": 20.0, "init_s": 10.0}),
+        "LoadBalancing" => json!({"threshold": 0.2, "patience": 1000, "pairs_compared": 28,
+            "pairs": [{"node": "algo-1", "gpus": ["gpu0", "gpu5"], "distance": 0.31, "triggered": true}]}),
+        "OverallSystemUsage" => {
+            let q = json!({"p50": 50.0, "p95": 90.0 + x, "p99": 99.0, "max": 100.0});
+            json!({"nodes": {"algo-1": {"cpu": q, "memory": q, "gpu0_util": q, "gpu0_memory": q,
+                "datapoints": 36000, "cores": 16}}})
+        }
+        other => panic!("no evidence for {other}"),
+    }
 }
 
 fn page_data(page: &str) -> Value {
@@ -244,6 +294,16 @@ fn every_section_is_there() {
     assert!(page.contains("1 h 00 min 00 s"));
     // Each trigger names what it opened.
     assert_eq!(page.matches("<td>detailed, native</td>").count(), 5);
+    // Each finding's evidence is its rule's table: settings, then rows (the hostile GPU name
+    // as text).
+    assert_eq!(page.matches("<table class=\"evidence\">").count(), 9);
+    assert_eq!(page.matches("<table class=\"evidence-rows\">").count(), 8);
+    assert!(page.contains(
+        "<tr><td>algo-1</td><td>&lt;img src=x onerror=&quot;document.body.dataset.xss=&#39;phase&#39;&quot;&gt;</td><td class=\"n\">36000</td>"
+    ));
+    assert!(page.contains(
+        "<tr><td>algo-1</td><td>gpu0 / gpu5</td><td class=\"n\">0.31</td><td class=\"n\">yes</td></tr>"
+    ));
 }
 
 /// Writes the browser tier's fixture page: `REPORT_PAGE_OUT=x.html cargo test -p

@@ -1,0 +1,228 @@
+//! BatchSize: judged every 60 s of a node's data once it has more than 500 and more than
+//! `patience` CPU values: over the last 500 values, the CPU p95 (all cores), a GPU's
+//! utilisation p95 and its memory p95 all below 70 %: the batch could be larger.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Present, Rule, Table, TickView, Verdict, Verdicts, Window, p95_p5, push_last, r2};
+use crate::collect::{Agg, GPU_WINDOW, NodeAgg};
+
+/// SageMaker's defaults: the p95 thresholds (%) and the window (the last 500 values, and it
+/// needs more than 500). A GPU's utilisation window is the node's last `GPU_WINDOW` values.
+pub const THRESHOLD_P95: f64 = 70.0;
+pub const WINDOW: usize = 500;
+const _: () = assert!(WINDOW == GPU_WINDOW);
+
+#[derive(Debug)]
+pub struct BatchSize;
+
+/// Per node.
+#[derive(Debug, Clone, Default)]
+pub struct NodeState {
+    /// The CPU (all cores) of the last `WINDOW` ticks, and how many ticks had one.
+    pub cpu_window: VecDeque<f64>,
+    pub cpu_n: u64,
+    pub gpus: BTreeMap<String, GpuState>,
+}
+
+/// Per GPU of a node.
+#[derive(Debug, Clone, Default)]
+pub struct GpuState {
+    /// The last `WINDOW` memory values.
+    pub mem_window: VecDeque<f64>,
+    pub verdicts: Verdicts,
+    /// The last window that held: (CPU p95, GPU p95, GPU memory p95).
+    pub hit: Option<(f64, f64, f64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub cpu_threshold_p95: f64,
+    pub gpu_threshold_p95: f64,
+    pub gpu_memory_threshold_p95: f64,
+    pub window: u64,
+    pub patience: u64,
+    pub gpus: Vec<GpuEvidence>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuEvidence {
+    pub node: String,
+    pub gpu: String,
+    pub windows_judged: u64,
+    pub windows_triggered: u64,
+    /// At the last judgement that held.
+    pub cpu_p95: Option<f64>,
+    pub gpu_p95: Option<f64>,
+    pub gpu_memory_p95: Option<f64>,
+    /// Over the whole job.
+    pub job_cpu_p95: Option<f64>,
+    pub job_gpu_p95: Option<f64>,
+    pub job_gpu_memory_p95: Option<f64>,
+}
+
+impl Rule for BatchSize {
+    const NAME: &'static str = "BatchSize";
+    type Node = NodeState;
+    type Evidence = Evidence;
+
+    fn tick(s: &mut NodeState, t: &TickView<'_>) {
+        if let Some(v) = t.cpu_total {
+            s.cpu_n += 1;
+            push_last(&mut s.cpu_window, v, WINDOW);
+        }
+        for (name, _, mem) in t.gpus.iter().copied() {
+            let Some(m) = *mem else { continue };
+            let g = match s.gpus.get_mut(name) {
+                Some(g) => g,
+                None => s.gpus.entry(name.clone()).or_default(),
+            };
+            push_last(&mut g.mem_window, m, WINDOW);
+        }
+    }
+
+    fn judge(s: &mut NodeState, node: &NodeAgg, w: &Window) {
+        if s.cpu_n <= (WINDOW as u64).max(w.patience) {
+            return;
+        }
+        let Some(c) = p95_p5(&s.cpu_window).0 else { return };
+        for (name, g) in &node.gpus {
+            let Some(st) = s.gpus.get_mut(name) else { continue };
+            if g.util.len() <= WINDOW as u64 || st.mem_window.len() != WINDOW {
+                continue;
+            }
+            let u = p95_p5(&g.util_last).0.unwrap_or(100.0);
+            let m = p95_p5(&st.mem_window).0.unwrap_or(100.0);
+            let hit = c < THRESHOLD_P95 && u < THRESHOLD_P95 && m < THRESHOLD_P95;
+            st.verdicts.judge(hit, w.from, w.end);
+            if hit {
+                st.hit = Some((c, u, m));
+            }
+        }
+    }
+
+    fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
+        let patience = agg.system_patience();
+        let mut rows = Vec::new();
+        let mut evaluated = false;
+        let mut hits = Vec::new();
+        let mut ranges = Vec::new();
+        let none = GpuState::default();
+        for (node, n) in &agg.nodes {
+            for (gpu, g) in &n.gpus {
+                let st = n.rules.of::<Self>().gpus.get(gpu).unwrap_or(&none);
+                evaluated |= st.verdicts.evaluations > 0;
+                if let Some((c, u, m)) = st.hit {
+                    hits.push(format!(
+                        "{gpu} on {node} (CPU p95 {c:.1} %, GPU p95 {u:.1} %, GPU memory p95 {m:.1} %)"
+                    ));
+                    ranges.extend(st.verdicts.windows.ranges.iter().copied());
+                }
+                rows.push(GpuEvidence {
+                    node: node.clone(),
+                    gpu: gpu.clone(),
+                    windows_judged: st.verdicts.evaluations,
+                    windows_triggered: st.verdicts.hits,
+                    cpu_p95: st.hit.map(|h| r2(h.0)),
+                    gpu_p95: st.hit.map(|h| r2(h.1)),
+                    gpu_memory_p95: st.hit.map(|h| r2(h.2)),
+                    job_cpu_p95: n.cpu_total.quantile(0.95),
+                    job_gpu_p95: g.util.quantile(0.95),
+                    job_gpu_memory_p95: g.mem.quantile(0.95),
+                });
+            }
+        }
+        let need = (WINDOW as u64).max(patience);
+        let summary = if rows.is_empty() {
+            "No GPU metrics.".to_owned()
+        } else if !evaluated {
+            format!("Too few datapoints to judge (the rule waits for more than {need}).")
+        } else if hits.is_empty() {
+            "At least one of CPU, GPU and GPU memory was busy (p95 ≥ 70 %) in every window.".to_owned()
+        } else {
+            format!(
+                "CPU, GPU and GPU memory all stayed below 70 % (p95 of the last {WINDOW} values) for {}.",
+                hits.join("; ")
+            )
+        };
+        Verdict {
+            triggered: !hits.is_empty(),
+            evaluated,
+            summary,
+            advice: "The machine has room to spare: try a larger batch size (scale the learning rate with it), or a smaller instance.",
+            evidence: Evidence {
+                cpu_threshold_p95: THRESHOLD_P95,
+                gpu_threshold_p95: THRESHOLD_P95,
+                gpu_memory_threshold_p95: THRESHOLD_P95,
+                window: WINDOW as u64,
+                patience,
+                gpus: rows,
+            },
+            ranges,
+        }
+    }
+}
+
+impl Present for Evidence {
+    fn present(&self) -> Table {
+        Table {
+            facts: vec![
+                ("cpu_threshold_p95", self.cpu_threshold_p95.into()),
+                ("gpu_threshold_p95", self.gpu_threshold_p95.into()),
+                ("gpu_memory_threshold_p95", self.gpu_memory_threshold_p95.into()),
+                ("window", self.window.into()),
+                ("patience", self.patience.into()),
+            ],
+            columns: vec![
+                "node",
+                "gpu",
+                "windows_judged",
+                "windows_triggered",
+                "cpu_p95",
+                "gpu_p95",
+                "gpu_memory_p95",
+                "job_cpu_p95",
+                "job_gpu_p95",
+                "job_gpu_memory_p95",
+            ],
+            rows: self
+                .gpus
+                .iter()
+                .map(|g| {
+                    vec![
+                        g.node.as_str().into(),
+                        g.gpu.as_str().into(),
+                        g.windows_judged.into(),
+                        g.windows_triggered.into(),
+                        g.cpu_p95.into(),
+                        g.gpu_p95.into(),
+                        g.gpu_memory_p95.into(),
+                        g.job_cpu_p95.into(),
+                        g.job_gpu_p95.into(),
+                        g.job_gpu_memory_p95.into(),
+                    ]
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::all;
+    use super::super::tests::{get, run};
+
+    #[test]
+    fn an_idle_machine_could_take_a_larger_batch() {
+        // BatchSize needs more than 500 values; gpu1 and the CPU are below 70 % everywhere.
+        let f = all(&run(600, 20.0, 0.0, &[(90.0, 30.0), (3.0, 30.0)]), None);
+        let b = get(&f, "BatchSize");
+        assert!(b.triggered && b.summary.contains("gpu1 on algo-1"), "{}", b.summary);
+        assert!(!b.summary.contains("gpu0"), "{}", b.summary);
+        assert!(!get(&all(&run(600, 20.0, 0.0, &[(90.0, 30.0), (90.0, 30.0)]), None), "BatchSize").triggered);
+        // 500 values are not enough.
+        assert!(!get(&all(&run(500, 20.0, 0.0, &[(3.0, 30.0)]), None), "BatchSize").evaluated);
+    }
+}

@@ -1,0 +1,160 @@
+//! LoadBalancing: on a node, two GPUs with more than `patience` values whose utilisation
+//! histograms (bins of 2 % from 0 to 98) are more than 0.2 apart (Jensen–Shannon distance).
+//! Every pair is compared (SageMaker compares only the last GPU with itself, an upstream loop
+//! bug).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Present, Rule, Table, Verdict, r2};
+use crate::collect::Agg;
+use crate::stats::js_distance;
+
+/// SageMaker's default distance threshold.
+pub const THRESHOLD: f64 = 0.2;
+/// Pairs listed in the evidence (the largest distances when there are more; at most
+/// `MAX_GPUS_PER_NODE` GPUs a node are compared, `docs/report.md`, "Caps").
+pub const MAX_PAIRS_LISTED: usize = 100;
+
+#[derive(Debug)]
+pub struct LoadBalancing;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub threshold: f64,
+    pub patience: u64,
+    pub pairs_compared: u64,
+    /// At most `MAX_PAIRS_LISTED`, in the order compared.
+    pub pairs: Vec<Pair>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pair {
+    pub node: String,
+    pub gpus: [String; 2],
+    pub distance: f64,
+    pub triggered: bool,
+}
+
+impl Rule for LoadBalancing {
+    const NAME: &'static str = "LoadBalancing";
+    type Node = ();
+    type Evidence = Evidence;
+
+    fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
+        let patience = agg.system_patience();
+        let mut pairs: Vec<(f64, Pair)> = Vec::new();
+        let mut compared = 0u64;
+        let mut evaluated = false;
+        let mut worst: Option<(&str, &str, &str, f64)> = None;
+        let mut ranges = Vec::new();
+        for (node, n) in &agg.nodes {
+            let judged: Vec<(&String, Vec<f64>)> = n
+                .gpus
+                .iter()
+                .filter(|(_, g)| g.util.len() > patience)
+                .map(|(k, g)| (k, g.util.load_bins()))
+                .collect();
+            for i in 0..judged.len() {
+                for j in i + 1..judged.len() {
+                    let Some(d) = js_distance(&judged[i].1, &judged[j].1) else { continue };
+                    evaluated = true;
+                    let hit = d > THRESHOLD;
+                    if hit && worst.is_none_or(|w| d > w.3) {
+                        worst = Some((node, judged[i].0, judged[j].0, d));
+                    }
+                    if hit && !ranges.contains(&[n.first_s, n.last_s]) {
+                        ranges.push([n.first_s, n.last_s]);
+                    }
+                    compared += 1;
+                    let gpus = [judged[i].0.clone(), judged[j].0.clone()];
+                    pairs.push((d, Pair { node: node.clone(), gpus, distance: r2(d), triggered: hit }));
+                    // Keep the listed pairs bounded while comparing: the largest distances,
+                    // in the order compared.
+                    if pairs.len() >= 2 * MAX_PAIRS_LISTED {
+                        keep_largest(&mut pairs, MAX_PAIRS_LISTED);
+                    }
+                }
+            }
+        }
+        keep_largest(&mut pairs, MAX_PAIRS_LISTED);
+        let summary = match (worst, evaluated) {
+            (_, false) => format!("Needs two GPUs on a node with more than {patience} datapoints each."),
+            (None, true) => "The GPUs of each node were equally busy.".to_owned(),
+            (Some((node, a, b, d)), true) => format!(
+                "On {node}, {a} and {b} were unequally busy (histogram distance {d:.2}, threshold {THRESHOLD})."
+            ),
+        };
+        Verdict {
+            triggered: worst.is_some(),
+            evaluated,
+            summary,
+            advice: "Spread the work evenly over the GPUs: check the data-parallel setup (every GPU should run one rank), uneven batch shards, and work pinned to GPU 0.",
+            evidence: Evidence {
+                threshold: THRESHOLD,
+                patience,
+                pairs_compared: compared,
+                pairs: pairs.into_iter().map(|p| p.1).collect(),
+            },
+            ranges,
+        }
+    }
+}
+
+/// The `n` entries of `v` with the largest distance, in their order.
+fn keep_largest(v: &mut Vec<(f64, Pair)>, n: usize) {
+    if v.len() <= n {
+        return;
+    }
+    let mut by: Vec<usize> = (0..v.len()).collect();
+    by.sort_by(|&a, &b| v[b].0.total_cmp(&v[a].0).then(a.cmp(&b)));
+    let mut keep = vec![false; v.len()];
+    for &i in &by[..n] {
+        keep[i] = true;
+    }
+    let mut i = 0;
+    v.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
+}
+
+impl Present for Evidence {
+    fn present(&self) -> Table {
+        Table {
+            facts: vec![
+                ("threshold", self.threshold.into()),
+                ("patience", self.patience.into()),
+                ("pairs_compared", self.pairs_compared.into()),
+            ],
+            columns: vec!["node", "gpus", "distance", "triggered"],
+            rows: self
+                .pairs
+                .iter()
+                .map(|p| {
+                    vec![
+                        p.node.as_str().into(),
+                        format!("{} / {}", p.gpus[0], p.gpus[1]).into(),
+                        p.distance.into(),
+                        p.triggered.into(),
+                    ]
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::all;
+    use super::super::tests::{get, run};
+
+    #[test]
+    fn unequal_gpus_of_a_node() {
+        let f = all(&run(600, 20.0, 0.0, &[(90.0, 30.0), (3.0, 30.0)]), None);
+        let lb = get(&f, "LoadBalancing");
+        assert!(lb.triggered, "{}", lb.summary);
+        let f = all(&run(600, 20.0, 0.0, &[(90.0, 30.0), (90.0, 30.0)]), None);
+        let lb = get(&f, "LoadBalancing");
+        assert!(lb.evaluated && !lb.triggered, "{}", lb.summary);
+    }
+}

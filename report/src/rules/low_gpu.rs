@@ -1,0 +1,224 @@
+//! LowGPUUtilization: judged every 60 s of a node's data once a GPU has more than `patience`
+//! values: the p95 of its last 500 values below 70 % (underutilized), or above 70 % with
+//! their p5 below 10 % (fluctuating).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Present, Rule, Table, Verdict, Verdicts, Window, p95_p5, r2};
+use crate::collect::{Agg, GPU_WINDOW, NodeAgg};
+
+/// SageMaker's defaults (%).
+pub const THRESHOLD_P95: f64 = 70.0;
+pub const THRESHOLD_P5: f64 = 10.0;
+
+#[derive(Debug)]
+pub struct LowGpuUtilization;
+
+/// Per GPU of a node.
+#[derive(Debug, Clone, Default)]
+pub struct GpuState {
+    pub verdicts: Verdicts,
+    /// The last window that held: (issue, p95, p5).
+    pub hit: Option<(&'static str, f64, f64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub threshold_p95: f64,
+    pub threshold_p5: f64,
+    pub window: u64,
+    pub patience: u64,
+    pub gpus: Vec<GpuEvidence>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuEvidence {
+    pub node: String,
+    pub gpu: String,
+    pub datapoints: u64,
+    pub windows_judged: u64,
+    pub windows_triggered: u64,
+    /// `underutilized` or `fluctuating`, at the last judgement that held.
+    pub issue: Option<String>,
+    pub window_p95: Option<f64>,
+    pub window_p5: Option<f64>,
+    /// Over the whole job.
+    pub p50: Option<f64>,
+    pub p95: Option<f64>,
+    pub max: Option<f64>,
+}
+
+impl Rule for LowGpuUtilization {
+    const NAME: &'static str = "LowGPUUtilization";
+    type Node = BTreeMap<String, GpuState>;
+    type Evidence = Evidence;
+
+    fn judge(s: &mut Self::Node, node: &NodeAgg, w: &Window) {
+        for (name, g) in &node.gpus {
+            if g.util.len() <= w.patience {
+                continue;
+            }
+            let (Some(hi), Some(lo)) = p95_p5(&g.util_last) else { continue };
+            let issue = if hi < THRESHOLD_P95 {
+                Some("underutilized")
+            } else if hi > THRESHOLD_P95 && lo < THRESHOLD_P5 {
+                Some("fluctuating")
+            } else {
+                None
+            };
+            let st = s.entry(name.clone()).or_default();
+            st.verdicts.judge(issue.is_some(), w.from, w.end);
+            if let Some(k) = issue {
+                st.hit = Some((k, hi, lo));
+            }
+        }
+    }
+
+    fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
+        let patience = agg.system_patience();
+        let mut gpus = Vec::new();
+        let mut evaluated = false;
+        let mut hits = Vec::new();
+        let mut ranges = Vec::new();
+        let none = GpuState::default();
+        for (node, n) in &agg.nodes {
+            for (gpu, g) in &n.gpus {
+                if g.util.is_empty() {
+                    continue;
+                }
+                let st = n.rules.of::<Self>().get(gpu).unwrap_or(&none);
+                evaluated |= st.verdicts.evaluations > 0;
+                if let Some((kind, p95, p5)) = st.hit {
+                    hits.push(format!(
+                        "{gpu} on {node} is {kind} (p95 {p95:.1} %, p5 {p5:.1} % of the last {GPU_WINDOW} values)"
+                    ));
+                    ranges.extend(st.verdicts.windows.ranges.iter().copied());
+                }
+                gpus.push(GpuEvidence {
+                    node: node.clone(),
+                    gpu: gpu.clone(),
+                    datapoints: g.util.len(),
+                    windows_judged: st.verdicts.evaluations,
+                    windows_triggered: st.verdicts.hits,
+                    issue: st.hit.map(|h| h.0.to_owned()),
+                    window_p95: st.hit.map(|h| r2(h.1)),
+                    window_p5: st.hit.map(|h| r2(h.2)),
+                    p50: g.util.quantile(0.5),
+                    p95: g.util.quantile(0.95),
+                    max: g.util.max(),
+                });
+            }
+        }
+        let summary = if gpus.is_empty() {
+            "No GPU metrics.".to_owned()
+        } else if !evaluated {
+            format!("Too few GPU datapoints to judge (the rule waits for more than {patience}).")
+        } else if hits.is_empty() {
+            "Every GPU was well used.".to_owned()
+        } else {
+            format!("{}.", hits.join("; "))
+        };
+        Verdict {
+            triggered: !hits.is_empty(),
+            evaluated,
+            summary,
+            advice: "Give the GPUs more work per step (a larger batch), or find what they wait for (data loading, CPU preprocessing, synchronisation); an unused GPU can be left out of the instance type.",
+            evidence: Evidence {
+                threshold_p95: THRESHOLD_P95,
+                threshold_p5: THRESHOLD_P5,
+                window: GPU_WINDOW as u64,
+                patience,
+                gpus,
+            },
+            ranges,
+        }
+    }
+}
+
+impl Present for Evidence {
+    fn present(&self) -> Table {
+        Table {
+            facts: vec![
+                ("threshold_p95", self.threshold_p95.into()),
+                ("threshold_p5", self.threshold_p5.into()),
+                ("window", self.window.into()),
+                ("patience", self.patience.into()),
+            ],
+            columns: vec![
+                "node",
+                "gpu",
+                "datapoints",
+                "windows_judged",
+                "windows_triggered",
+                "issue",
+                "window_p95",
+                "window_p5",
+                "p50",
+                "p95",
+                "max",
+            ],
+            rows: self
+                .gpus
+                .iter()
+                .map(|g| {
+                    vec![
+                        g.node.as_str().into(),
+                        g.gpu.as_str().into(),
+                        g.datapoints.into(),
+                        g.windows_judged.into(),
+                        g.windows_triggered.into(),
+                        g.issue.as_deref().unwrap_or("–").into(),
+                        g.window_p95.into(),
+                        g.window_p5.into(),
+                        g.p50.into(),
+                        g.p95.into(),
+                        g.max.into(),
+                    ]
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::all;
+    use super::super::tests::{get, run};
+    use super::*;
+    use crate::read::Tick;
+
+    #[test]
+    fn an_idle_gpu_is_underused() {
+        let a = run(600, 20.0, 0.0, &[(90.0, 30.0), (3.0, 30.0)]);
+        let f = all(&a, None);
+        let low = get(&f, "LowGPUUtilization");
+        assert!(low.triggered && low.summary.contains("gpu1"), "{}", low.summary);
+        assert!(!low.summary.contains("gpu0"), "{}", low.summary);
+        let a = run(600, 20.0, 0.0, &[(90.0, 30.0), (90.0, 30.0)]);
+        assert!(!get(&all(&a, None), "LowGPUUtilization").triggered);
+    }
+
+    #[test]
+    fn judged_every_minute_and_at_the_end() {
+        let mut a = Agg::new(Some(10));
+        // Two minutes of an idle GPU, then two minutes of a busy one.
+        for i in 0..240 {
+            let t = Tick {
+                t_s: f64::from(i),
+                cores: vec![(0, 95.0)],
+                gpus: vec![("gpu0".into(), Some(if i < 120 { 3.0 } else { 90.0 }), Some(10.0))],
+                ..Tick::default()
+            };
+            a.tick("algo-1", &t);
+        }
+        a.finish();
+        let g = &a.nodes["algo-1"].rules.of::<LowGpuUtilization>()["gpu0"];
+        // The last 500 values: idle (underutilized) at 60 and 120, then idle and busy
+        // (fluctuating: p95 above 70, p5 below 10) at 180 and at the end.
+        assert_eq!((g.verdicts.evaluations, g.verdicts.hits), (4, 4));
+        assert_eq!(g.hit, Some(("fluctuating", 90.0, 3.0)));
+        assert_eq!(g.verdicts.windows.ranges, vec![[0.0, 239.0]]);
+    }
+}

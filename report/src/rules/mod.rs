@@ -1,0 +1,591 @@
+//! The ten findings: SageMaker Debugger's built-in profiler rules with their default thresholds
+//! (`docs/report.md`, "Findings" says what each checks and how it differs from SageMaker's).
+//!
+//! One file per rule holds all of it: its name, its thresholds, what it keeps per node while
+//! the ticks are read, its 60 s judgements, its verdict over the job, and its evidence as a
+//! typed struct (the `--json` keys) with the table the page shows for it. `registry!` below
+//! lists them, in the order of `findings`; adding a rule is a file and a line there
+//! (ARCHITECTURE.md, "Add a finding").
+
+pub mod batch_size;
+pub mod bottleneck;
+pub mod dataloader;
+pub mod gpu_memory;
+pub mod load_balancing;
+pub mod low_gpu;
+pub mod max_init;
+pub mod overall;
+pub mod step_outlier;
+
+use std::fmt::Debug;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::collect::{Agg, NodeAgg};
+use crate::model::Finding;
+use crate::read::Tick;
+
+pub use step_outlier::outliers as step_outliers;
+
+/// What to read and how to judge.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Datapoints a system-metric rule needs before it judges (SageMaker's `patience`:
+    /// 1000 for the system rules, 10 seconds of dataloader events for Dataloader). `Some(n)`
+    /// lowers both to at most `n` (for short jobs and tests).
+    pub patience: Option<u64>,
+    /// Files (paths relative to the LocalPath) left out: `trainprof run` reports on its own
+    /// job only, not on an earlier one's files beside it.
+    pub leave_out: std::collections::HashSet<String>,
+}
+
+/// SageMaker's `patience` for the system rules: datapoints a rule waits for before it
+/// judges (`--patience` lowers it, [`Agg::system_patience`]).
+pub const SYSTEM_PATIENCE: u64 = 1000;
+
+/// Time ranges kept per finding (per source: a node, a GPU, a rank).
+pub const MAX_RANGES: usize = 50;
+
+/// One rule. The aggregation ([`Agg`]) calls [`Rule::tick`] for every tick of a node and
+/// [`Rule::judge`] at every 60 s of the node's data and at its last tick; [`all`] calls
+/// [`Rule::verdict`] once every file is read.
+pub trait Rule {
+    /// `findings[].rule`.
+    const NAME: &'static str;
+    /// What the rule keeps per system node while reading (`()` for a rule judged on the
+    /// aggregation alone). Bounded: per node, or per GPU of a node within the caps.
+    type Node: Debug + Clone + Default;
+    /// `findings[].evidence`: its fields are the documented `--json` keys.
+    type Evidence: Debug + Clone + PartialEq + Serialize + DeserializeOwned + Present;
+
+    /// One tick of a node, after the caps.
+    fn tick(_state: &mut Self::Node, _tick: &TickView<'_>) {}
+
+    /// A 60 s judgement of a node's data so far (`docs/report.md`, "Findings"). `node` is the
+    /// node's aggregation before this tick; its `rules` are not to be read here.
+    fn judge(_state: &mut Self::Node, _node: &NodeAgg, _window: &Window) {}
+
+    /// The verdict over the whole job; `agg` is finished ([`Agg::finish`]).
+    fn verdict(agg: &Agg, job_start_s: Option<f64>) -> Verdict<Self::Evidence>;
+}
+
+/// A tick of one node as the rules see it.
+#[derive(Debug)]
+pub struct TickView<'a> {
+    pub tick: &'a Tick,
+    /// The tick's GPUs within the caps: (name, utilisation, memory).
+    pub gpus: &'a [&'a (String, Option<f64>, Option<f64>)],
+    /// CPU, all cores (`Tick::cpu_total`).
+    pub cpu_total: Option<f64>,
+    /// Datapoints a system rule waits for.
+    pub patience: u64,
+}
+
+/// A judgement's window: from the previous judgement to `end`.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub from: f64,
+    pub end: f64,
+    pub patience: u64,
+}
+
+/// A rule's verdict, before it becomes a [`Finding`].
+#[derive(Debug, Clone)]
+pub struct Verdict<E> {
+    pub triggered: bool,
+    /// False when the data the rule needs is absent or too short.
+    pub evaluated: bool,
+    pub summary: String,
+    /// What to do; shown only when triggered.
+    pub advice: &'static str,
+    pub evidence: E,
+    /// `[start_s, end_s]` the evidence points at.
+    pub ranges: Vec<[f64; 2]>,
+}
+
+/// The evidence as the page shows it: the rule's settings and job-wide numbers as name and
+/// value, then one row per node, GPU, rank or pair.
+pub trait Present {
+    fn present(&self) -> Table;
+}
+
+/// What the page draws for a finding's evidence (`html.rs` escapes and formats it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Table {
+    pub facts: Vec<(&'static str, Cell)>,
+    pub columns: Vec<&'static str>,
+    pub rows: Vec<Vec<Cell>>,
+}
+
+/// One value of a table.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    Text(String),
+    /// A measured number: "–" when it could not be computed.
+    Num(Option<f64>),
+    Int(Option<i64>),
+    Flag(Option<bool>),
+    /// Epoch seconds, shown from the job's start.
+    Time(Option<f64>),
+}
+
+impl From<&str> for Cell {
+    fn from(s: &str) -> Cell {
+        Cell::Text(s.to_owned())
+    }
+}
+impl From<String> for Cell {
+    fn from(s: String) -> Cell {
+        Cell::Text(s)
+    }
+}
+impl From<f64> for Cell {
+    fn from(v: f64) -> Cell {
+        Cell::Num(Some(v))
+    }
+}
+impl From<Option<f64>> for Cell {
+    fn from(v: Option<f64>) -> Cell {
+        Cell::Num(v)
+    }
+}
+impl From<u64> for Cell {
+    fn from(v: u64) -> Cell {
+        Cell::Int(i64::try_from(v).ok())
+    }
+}
+impl From<i64> for Cell {
+    fn from(v: i64) -> Cell {
+        Cell::Int(Some(v))
+    }
+}
+impl From<Option<i64>> for Cell {
+    fn from(v: Option<i64>) -> Cell {
+        Cell::Int(v)
+    }
+}
+impl From<bool> for Cell {
+    fn from(v: bool) -> Cell {
+        Cell::Flag(Some(v))
+    }
+}
+impl From<Option<bool>> for Cell {
+    fn from(v: Option<bool>) -> Cell {
+        Cell::Flag(v)
+    }
+}
+
+/// Rounded to 2 decimals, as the evidence's measured numbers are.
+pub fn r2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
+/// The outcome of a windowed check over the job: how often it was judged, how often it
+/// held, and the 60 s windows where it held (joined when adjacent).
+#[derive(Debug, Clone, Default)]
+pub struct Verdicts {
+    pub evaluations: u64,
+    pub hits: u64,
+    pub windows: Ranges,
+}
+
+impl Verdicts {
+    pub fn judge(&mut self, hit: bool, from: f64, to: f64) {
+        self.evaluations += 1;
+        if hit {
+            self.hits += 1;
+            if let Some(last) = self.windows.ranges.last_mut()
+                && from <= last[1]
+            {
+                last[1] = to;
+                return;
+            }
+            if self.windows.ranges.len() < MAX_RANGES {
+                self.windows.ranges.push([from, to]);
+            } else {
+                self.windows.dropped += 1;
+            }
+        }
+    }
+}
+
+/// Time ranges built from ticks: a tick within `gap` seconds of the open range extends it.
+#[derive(Debug, Clone, Default)]
+pub struct Ranges {
+    pub count: u64,
+    pub ranges: Vec<[f64; 2]>,
+    pub dropped: u64,
+}
+
+impl Ranges {
+    pub fn hit(&mut self, t: f64, gap: f64) {
+        self.count += 1;
+        if let Some(last) = self.ranges.last_mut()
+            && t - last[1] <= gap
+        {
+            last[1] = t;
+            return;
+        }
+        if self.ranges.len() < MAX_RANGES {
+            self.ranges.push([t, t]);
+        } else {
+            self.dropped += 1;
+        }
+    }
+}
+
+/// Two ticks closer than this belong to one time range (seconds).
+pub const RANGE_GAP_S: f64 = 5.0;
+
+/// The p95 and p5 of a window of recent values.
+pub fn p95_p5(q: &std::collections::VecDeque<f64>) -> (Option<f64>, Option<f64>) {
+    let v = crate::stats::sorted(&q.iter().copied().collect::<Vec<_>>());
+    (crate::stats::quantile_sorted(&v, 0.95), crate::stats::quantile_sorted(&v, 0.05))
+}
+
+/// Appends `v` to a window of at most `cap` recent values.
+pub fn push_last(q: &mut std::collections::VecDeque<f64>, v: f64, cap: usize) {
+    if q.len() == cap {
+        q.pop_front();
+    }
+    q.push_back(v);
+}
+
+/// A rule's state inside [`NodeRules`].
+pub trait StateOf<R: Rule> {
+    fn state(&self) -> &R::Node;
+    fn state_mut(&mut self) -> &mut R::Node;
+}
+
+/// The registry: each line is `Variant(field): Type`, naming the rule's variant of
+/// [`Evidence`] and its state in [`NodeRules`]. The order is the order of `findings`.
+macro_rules! registry {
+    ($($variant:ident($field:ident): $rule:ty),* $(,)?) => {
+        /// Every rule's name, in the order `findings` lists them.
+        pub const RULES: [&str; [$(stringify!($field)),*].len()] = [$(<$rule as Rule>::NAME),*];
+
+        /// What every rule keeps for one system node.
+        #[derive(Debug, Clone, Default)]
+        pub struct NodeRules {
+            $($field: <$rule as Rule>::Node,)*
+        }
+
+        $(impl StateOf<$rule> for NodeRules {
+            fn state(&self) -> &<$rule as Rule>::Node {
+                &self.$field
+            }
+            fn state_mut(&mut self) -> &mut <$rule as Rule>::Node {
+                &mut self.$field
+            }
+        })*
+
+        impl NodeRules {
+            /// Rule `R`'s state for this node.
+            pub fn of<R: Rule>(&self) -> &R::Node
+            where
+                Self: StateOf<R>,
+            {
+                StateOf::<R>::state(self)
+            }
+
+            /// One tick of the node, for every rule.
+            pub fn tick(&mut self, t: &TickView<'_>) {
+                $(<$rule as Rule>::tick(&mut self.$field, t);)*
+            }
+
+            /// A judgement of the node's data so far, for every rule.
+            pub fn judge(&mut self, node: &NodeAgg, w: &Window) {
+                $(<$rule as Rule>::judge(&mut self.$field, node, w);)*
+            }
+        }
+
+        /// `findings[].evidence`, one variant per rule (JSON: the rule's own keys).
+        #[derive(Debug, Clone, PartialEq, Serialize)]
+        #[serde(untagged)]
+        pub enum Evidence {
+            $($variant(<$rule as Rule>::Evidence),)*
+        }
+
+        impl Evidence {
+            /// The evidence of `rule` from its JSON form.
+            pub fn from_json(rule: &str, v: serde_json::Value) -> Result<Evidence, String> {
+                $(if rule == <$rule as Rule>::NAME {
+                    return serde_json::from_value(v)
+                        .map(Evidence::$variant)
+                        .map_err(|e| format!("{rule}'s evidence: {e}"));
+                })*
+                Err(format!("no rule {rule:?}"))
+            }
+
+            /// What the page shows.
+            pub fn present(&self) -> Table {
+                match self {
+                    $(Evidence::$variant(e) => e.present(),)*
+                }
+            }
+        }
+
+        /// Every finding, in `RULES` order; `agg` must be finished ([`Agg::finish`]).
+        pub fn all(agg: &Agg, job_start_s: Option<f64>) -> Vec<Finding> {
+            vec![$(finding(<$rule as Rule>::NAME, <$rule as Rule>::verdict(agg, job_start_s), Evidence::$variant)),*]
+        }
+    };
+}
+
+registry! {
+    CpuBottleneck(cpu_bottleneck): bottleneck::Bottleneck<false>,
+    IoBottleneck(io_bottleneck): bottleneck::Bottleneck<true>,
+    LowGpuUtilization(low_gpu): low_gpu::LowGpuUtilization,
+    GpuMemoryIncrease(gpu_memory): gpu_memory::GpuMemoryIncrease,
+    BatchSize(batch_size): batch_size::BatchSize,
+    StepOutlier(step_outlier): step_outlier::StepOutlier,
+    Dataloader(dataloader): dataloader::Dataloader,
+    MaxInitializationTime(max_init): max_init::MaxInitializationTime,
+    LoadBalancing(load_balancing): load_balancing::LoadBalancing,
+    OverallSystemUsage(overall): overall::OverallSystemUsage,
+}
+
+fn finding<E>(rule: &str, v: Verdict<E>, wrap: fn(E) -> Evidence) -> Finding {
+    let triggered = v.triggered && v.evaluated;
+    Finding {
+        rule: rule.to_owned(),
+        triggered,
+        evaluated: v.evaluated,
+        summary: v.summary,
+        advice: if triggered { v.advice.to_owned() } else { String::new() },
+        evidence: wrap(v.evidence),
+        ranges: v.ranges,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// `ticks` ticks of `algo-1`, one a second: core 0 at `core`, core 1 at 10 %, core 0's
+    /// I/O wait at `iowait`, and one GPU per `(util, mem)`.
+    pub fn run(ticks: usize, core: f64, iowait: f64, gpus: &[(f64, f64)]) -> Agg {
+        run_with(Some(10), ticks, core, iowait, gpus)
+    }
+
+    pub fn run_with(patience: Option<u64>, ticks: usize, core: f64, iowait: f64, gpus: &[(f64, f64)]) -> Agg {
+        let mut a = Agg::new(patience);
+        for i in 0..ticks {
+            let t = Tick {
+                t_s: 1000.0 + i as f64,
+                cores: vec![(0, core), (1, 10.0)],
+                core_iowait: vec![(0, iowait)],
+                memory: Some(20.0),
+                gpus: gpus
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (u, m))| (format!("gpu{k}"), Some(*u), Some(*m)))
+                    .collect(),
+                ..Tick::default()
+            };
+            a.tick("algo-1", &t);
+        }
+        a.finish();
+        a
+    }
+
+    pub fn get<'a>(f: &'a [Finding], rule: &str) -> &'a Finding {
+        f.iter().find(|x| x.rule == rule).unwrap()
+    }
+
+    #[test]
+    fn all_ten_in_order_even_without_data() {
+        let f = all(&Agg::default(), None);
+        assert!(f.iter().map(|x| x.rule.as_str()).eq(RULES));
+        assert!(f.iter().all(|x| !x.triggered && !x.evaluated));
+        // Each finding's evidence is its own rule's.
+        for x in &f {
+            let json = serde_json::to_value(&x.evidence).unwrap();
+            assert_eq!(Evidence::from_json(&x.rule, json).as_ref(), Ok(&x.evidence), "{}", x.rule);
+        }
+    }
+
+    #[test]
+    fn evidence_of_another_rule_is_refused() {
+        let f = all(&run(20, 95.0, 0.0, &[(3.0, 10.0)]), None);
+        let low = serde_json::to_value(&get(&f, "LowGPUUtilization").evidence).unwrap();
+        assert!(Evidence::from_json("LowGPUUtilization", low.clone()).is_ok());
+        assert!(Evidence::from_json("StepOutlier", low.clone()).is_err());
+        assert!(Evidence::from_json("NoSuchRule", low).is_err());
+    }
+
+    /// Each rule's evidence is its typed struct: `--json` writes exactly the keys
+    /// docs/report.md documents ("Findings"), and the JSON reads back into the same structs.
+    #[test]
+    fn evidence_round_trips_through_json_with_the_documented_keys() {
+        let mut agg = run(600, 20.0, 0.0, &[(90.0, 30.0), (3.0, 30.0)]);
+        let steps = (0..200).map(|i| crate::collect::StepRec {
+            start_us: 1_000_000_000 + i * 1000,
+            dur_us: 500,
+            step: i,
+        });
+        agg.steps.entry("TRAIN".into()).or_default().insert("0-algo-1".into(), steps.collect());
+        agg.first_step_us = Some(1_000_000_000);
+        let model = crate::model::ReportModel { findings: all(&agg, Some(990.0)), ..Default::default() };
+        assert!(get(&model.findings, "LowGPUUtilization").triggered);
+        let json = crate::to_json(&model);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let keys = |v: &serde_json::Value| -> Vec<String> {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        let sorted = |k: &[&str]| -> Vec<String> {
+            let mut k: Vec<String> = k.iter().map(|s| (*s).to_owned()).collect();
+            k.sort();
+            k
+        };
+        let node = [
+            "datapoints",
+            "bottlenecks",
+            "percent",
+            "low_gpu_datapoints",
+            "windows_judged",
+            "windows_triggered",
+            "triggered_windows",
+            "triggered",
+        ];
+        let expect: [(&str, &[&str], &str, &[&str]); 10] = [
+            (
+                "CPUBottleneck",
+                &["threshold_percent", "gpu_threshold", "cpu_threshold", "patience", "nodes"],
+                "nodes",
+                &node,
+            ),
+            (
+                "IOBottleneck",
+                &["threshold_percent", "gpu_threshold", "io_threshold", "patience", "nodes"],
+                "nodes",
+                &node,
+            ),
+            (
+                "LowGPUUtilization",
+                &["threshold_p95", "threshold_p5", "window", "patience", "gpus"],
+                "gpus",
+                &[
+                    "node",
+                    "gpu",
+                    "datapoints",
+                    "windows_judged",
+                    "windows_triggered",
+                    "issue",
+                    "window_p95",
+                    "window_p5",
+                    "p50",
+                    "p95",
+                    "max",
+                ],
+            ),
+            (
+                "GPUMemoryIncrease",
+                &["increase", "window", "patience", "gpus"],
+                "gpus",
+                &["node", "gpu", "datapoints", "max_increase", "at_s", "violations", "p50", "max"],
+            ),
+            (
+                "BatchSize",
+                &[
+                    "cpu_threshold_p95",
+                    "gpu_threshold_p95",
+                    "gpu_memory_threshold_p95",
+                    "window",
+                    "patience",
+                    "gpus",
+                ],
+                "gpus",
+                &[
+                    "node",
+                    "gpu",
+                    "windows_judged",
+                    "windows_triggered",
+                    "cpu_p95",
+                    "gpu_p95",
+                    "gpu_memory_p95",
+                    "job_cpu_p95",
+                    "job_gpu_p95",
+                    "job_gpu_memory_p95",
+                ],
+            ),
+            (
+                "StepOutlier",
+                &["stddev", "n_outliers", "min_steps", "ranks"],
+                "ranks",
+                &["rank", "mode", "steps", "threshold_ms", "outliers", "outlier_steps", "triggered"],
+            ),
+            (
+                "Dataloader",
+                &[
+                    "min_threshold",
+                    "max_threshold",
+                    "patience",
+                    "cores",
+                    "parallel_dataloaders_median",
+                    "seconds_with_dataloading",
+                    "events",
+                    "num_workers",
+                    "pin_memory",
+                    "dataloading_time_s",
+                ],
+                "dataloading_time_s",
+                &["p25", "p50", "p95"],
+            ),
+            ("MaxInitializationTime", &["threshold_minutes", "init_s"], "", &[]),
+            (
+                "LoadBalancing",
+                &["threshold", "patience", "pairs_compared", "pairs"],
+                "pairs",
+                &["node", "gpus", "distance", "triggered"],
+            ),
+            (
+                "OverallSystemUsage",
+                &["nodes"],
+                "nodes",
+                &[
+                    "cpu",
+                    "memory",
+                    "gpu0_util",
+                    "gpu0_memory",
+                    "gpu1_util",
+                    "gpu1_memory",
+                    "datapoints",
+                    "cores",
+                ],
+            ),
+        ];
+        let findings = v["findings"].as_array().unwrap();
+        assert_eq!(findings.len(), expect.len());
+        for (f, (rule, top, inner, inner_keys)) in findings.iter().zip(expect) {
+            assert_eq!(f["rule"], rule);
+            let e = &f["evidence"];
+            assert_eq!(keys(e), sorted(top), "{rule}");
+            if inner.is_empty() {
+                continue;
+            }
+            // The first row (a list's first item, a map's first value, or the object itself).
+            let row = match &e[inner] {
+                serde_json::Value::Array(a) => {
+                    a.first().unwrap_or_else(|| panic!("{rule}: no {inner}")).clone()
+                }
+                serde_json::Value::Object(o) if o.contains_key("p50") => e[inner].clone(),
+                serde_json::Value::Object(o) => {
+                    o.values().next().unwrap_or_else(|| panic!("{rule}: no {inner}")).clone()
+                }
+                other => panic!("{rule}: {inner} is {other}"),
+            };
+            assert_eq!(keys(&row), sorted(inner_keys), "{rule}.{inner}");
+        }
+        // Read back: every finding's evidence as its rule's struct, equal to what was written.
+        let back: crate::model::ReportModel = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.findings, model.findings);
+        let Evidence::LowGpuUtilization(low) = &back.findings[2].evidence else {
+            panic!("{:?}", back.findings[2])
+        };
+        assert_eq!(low.gpus[1].issue.as_deref(), Some("underutilized"));
+    }
+}

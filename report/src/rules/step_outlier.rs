@@ -1,0 +1,175 @@
+//! StepOutlier: for a rank and mode with more than 100 steps, more than 10 steps longer than
+//! the mean + 3σ of that rank's steps of that mode.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Cell, MAX_RANGES, Present, Rule, Table, Verdict, r2};
+use crate::collect::{Agg, StepRec};
+use crate::stats::{mean, std};
+
+/// SageMaker's defaults.
+pub const STDDEV: f64 = 3.0;
+pub const N_OUTLIERS: usize = 10;
+pub const MIN_STEPS: usize = 100;
+/// Outlier step numbers listed per rank and mode.
+pub const MAX_STEPS_LISTED: usize = 100;
+
+#[derive(Debug)]
+pub struct StepOutlier;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub stddev: f64,
+    pub n_outliers: u64,
+    pub min_steps: u64,
+    pub ranks: Vec<RankEvidence>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankEvidence {
+    pub rank: String,
+    pub mode: String,
+    pub steps: u64,
+    pub threshold_ms: Option<f64>,
+    pub outliers: u64,
+    /// At most `MAX_STEPS_LISTED`.
+    pub outlier_steps: Vec<i64>,
+    pub triggered: bool,
+}
+
+/// The steps of one rank and mode longer than mean + 3σ, and that threshold (NaN without
+/// steps).
+pub fn outliers(steps: &[StepRec]) -> (f64, Vec<StepRec>) {
+    let ms: Vec<f64> = steps.iter().map(|s| s.dur_us as f64 / 1000.0).collect();
+    let (Some(m), Some(sd)) = (mean(&ms), std(&ms)) else { return (f64::NAN, Vec::new()) };
+    let threshold = m + STDDEV * sd;
+    (threshold, steps.iter().filter(|s| s.dur_us as f64 / 1000.0 > threshold).copied().collect())
+}
+
+impl Rule for StepOutlier {
+    const NAME: &'static str = "StepOutlier";
+    type Node = ();
+    type Evidence = Evidence;
+
+    fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
+        let mut rows = Vec::new();
+        let (mut evaluated, mut triggered) = (false, false);
+        let mut ranges = Vec::new();
+        let mut hits = Vec::new();
+        for (mode, ranks) in &agg.steps {
+            for (rank, steps) in ranks {
+                let judged = steps.len() > MIN_STEPS;
+                evaluated |= judged;
+                let (threshold, out) = outliers(steps);
+                let hit = judged && out.len() > N_OUTLIERS;
+                triggered |= hit;
+                if hit {
+                    hits.push(format!(
+                        "{} {mode} steps of {rank} took longer than {threshold:.1} ms",
+                        out.len()
+                    ));
+                    for s in out.iter().take(MAX_RANGES) {
+                        ranges.push([s.start_us as f64 / 1e6, (s.start_us + s.dur_us) as f64 / 1e6]);
+                    }
+                }
+                rows.push(RankEvidence {
+                    rank: rank.clone(),
+                    mode: mode.clone(),
+                    steps: steps.len() as u64,
+                    threshold_ms: threshold.is_finite().then(|| r2(threshold)),
+                    outliers: out.len() as u64,
+                    outlier_steps: out.iter().take(MAX_STEPS_LISTED).map(|s| s.step).collect(),
+                    triggered: hit,
+                });
+            }
+        }
+        let summary = if rows.is_empty() {
+            "No steps recorded.".to_owned()
+        } else if !evaluated {
+            format!("Too few steps to judge (the rule needs more than {MIN_STEPS} per rank and mode).")
+        } else if hits.is_empty() {
+            format!("No rank had more than {N_OUTLIERS} steps longer than mean + 3σ.")
+        } else {
+            format!("{}.", hits.join("; "))
+        };
+        Verdict {
+            triggered,
+            evaluated,
+            summary,
+            advice: "Look at what the slow steps did (the trace shows them): checkpointing, evaluation, garbage collection, data-loader stalls or a slow node; move periodic work out of the step or make it asynchronous.",
+            evidence: Evidence {
+                stddev: STDDEV,
+                n_outliers: N_OUTLIERS as u64,
+                min_steps: MIN_STEPS as u64,
+                ranks: rows,
+            },
+            ranges,
+        }
+    }
+}
+
+impl Present for Evidence {
+    /// The ranks that triggered first: a job of thousands of ranks shows those.
+    fn present(&self) -> Table {
+        let mut ranks: Vec<&RankEvidence> = self.ranks.iter().collect();
+        ranks.sort_by_key(|r| !r.triggered);
+        Table {
+            facts: vec![
+                ("stddev", self.stddev.into()),
+                ("n_outliers", self.n_outliers.into()),
+                ("min_steps", self.min_steps.into()),
+            ],
+            columns: vec!["rank", "mode", "steps", "threshold_ms", "outliers", "outlier_steps", "triggered"],
+            rows: ranks
+                .into_iter()
+                .map(|r| {
+                    let mut listed: Vec<String> =
+                        r.outlier_steps.iter().take(10).map(i64::to_string).collect();
+                    if r.outlier_steps.len() > 10 {
+                        listed.push("…".to_owned());
+                    }
+                    vec![
+                        r.rank.as_str().into(),
+                        r.mode.as_str().into(),
+                        r.steps.into(),
+                        r.threshold_ms.into(),
+                        r.outliers.into(),
+                        Cell::Text(listed.join(", ")),
+                        r.triggered.into(),
+                    ]
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn needs_more_than_ten() {
+        let mut a = Agg::default();
+        let steps: Vec<StepRec> = (0..200)
+            .map(|i| StepRec {
+                start_us: i * 1_000_000,
+                dur_us: if i % 17 == 5 { 500_000 } else { 10_000 },
+                step: i,
+            })
+            .collect();
+        a.steps.entry("TRAIN".into()).or_default().insert("0-algo-1".into(), steps.clone());
+        let f = StepOutlier::verdict(&a, None);
+        assert!(f.triggered, "{}", f.summary);
+        assert_eq!(f.ranges.len(), 12);
+        assert_eq!(f.evidence.ranks[0].outliers, 12);
+        assert_eq!(f.evidence.ranks[0].outlier_steps[..2], [5, 22]);
+        // Ten outliers only: not triggered.
+        let mut few = steps.clone();
+        for s in few.iter_mut().filter(|s| s.dur_us == 500_000).skip(10) {
+            s.dur_us = 10_000;
+        }
+        a.steps.get_mut("TRAIN").unwrap().insert("0-algo-1".into(), few);
+        let f = StepOutlier::verdict(&a, None);
+        assert!(f.evaluated && !f.triggered, "{}", f.summary);
+    }
+}

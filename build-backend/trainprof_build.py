@@ -25,17 +25,20 @@ would sit in site-packages while the package is imported from the source tree.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 import maturin
-from maturin import build_sdist, get_requires_for_build_sdist, get_requires_for_build_wheel
+from maturin import get_requires_for_build_sdist, get_requires_for_build_wheel
 
 __all__ = [
     "build_sdist",
@@ -123,8 +126,8 @@ def check_tag(wheel: Path, lib: Path) -> None:
 
 def prepare_metadata_for_build_wheel(metadata_directory: str,
                                      config_settings: Mapping[str, Any] | None = None) -> str:
-    # maturin refuses a missing data directory even where it writes only the metadata (a
-    # fresh clone has none yet); the library is not needed for that.
+    # maturin refuses a missing data directory even where it writes only the metadata or
+    # the sdist (a fresh clone has none yet); the library is not needed for either.
     data_dir().mkdir(parents=True, exist_ok=True)
     return maturin.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
 
@@ -144,4 +147,27 @@ def build_wheel(wheel_directory: str, config_settings: Mapping[str, Any] | None 
     settings["maturin.build-args"] = args
     name = maturin.build_wheel(wheel_directory, settings, metadata_directory)
     check_tag(Path(wheel_directory) / name, lib)
+    return name
+
+
+def build_sdist(sdist_directory: str, config_settings: Mapping[str, Any] | None = None) -> str:
+    """maturin's sdist, with the workspace made whole again. maturin keeps only the crates
+    the binary needs and rewrites the workspace's member list to match; the hook's crate,
+    the patched pprof and this backend come in through ``[tool.maturin] include``, and the
+    original Cargo.toml goes back in, so that a wheel built from the sdist is this one."""
+    data_dir().mkdir(parents=True, exist_ok=True)  # as for the metadata; not in the sdist
+    name = maturin.build_sdist(sdist_directory, config_settings)
+    path = Path(sdist_directory) / name
+    manifest = Path("Cargo.toml").read_bytes()
+    with tempfile.TemporaryDirectory(dir=sdist_directory) as tmp:
+        fixed = Path(tmp) / name
+        with tarfile.open(path) as src, tarfile.open(fixed, "w:gz", format=tarfile.PAX_FORMAT) as dst:
+            top = src.getmembers()[0].name.split("/")[0]
+            for member in src.getmembers():
+                data = src.extractfile(member) if member.isfile() else None
+                if member.name == f"{top}/Cargo.toml":
+                    member.size = len(manifest)
+                    data = io.BytesIO(manifest)
+                dst.addfile(member, data)
+        os.replace(fixed, path)
     return name

@@ -7,7 +7,9 @@ no target/, no venv, no wheel) is built two ways, through the one PEP 517 backen
   build isolation fetches maturin) and take the library from where `CARGO_TARGET_DIR` says
   cargo built it, not from a `target/` in the copy (a stale one is planted there);
 * `pip install --config-settings profile=dev <copy>` into a fresh `python -m venv`, build
-  isolation on.
+  isolation on;
+* the sdist made from that copy (the backend's `build_sdist`, called as a front end calls
+  it), `pip install`ed the same way into another fresh venv.
 
 Then, from each venv, with no TRAINPROF_* variable set and from a folder outside the
 repository: `trainprof --version` from the venv's bin/, and `trainprof run --local-path X --
@@ -29,6 +31,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 
 import pytest
@@ -127,26 +130,48 @@ def wheel_venv(wheel, tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
-def pip_venv(checkout, tmp_path_factory):
-    """`python -m venv` (pip and nothing else), then `pip install <the checkout>`: pip's build
-    isolation fetches maturin from the index, the in-tree backend builds both artefacts."""
-    root = tmp_path_factory.mktemp("pip-venv") / "venv"
+def pip_install(what, root):
+    """`python -m venv` (pip and nothing else), then `pip install WHAT`: pip's build isolation
+    fetches maturin from the index, the in-tree backend builds both artefacts. No wheel
+    cache: an sdist would otherwise be built once for every run."""
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, env=clean_env())
     res = subprocess.run([str(root / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-                          "--config-settings", "profile=dev", str(checkout)],
+                          "--no-cache-dir", "--config-settings", "profile=dev", str(what)],
                          cwd=root, env=clean_env(CARGO_TARGET_DIR=str(TARGET)),
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout + res.stderr
     return root
 
 
+@pytest.fixture(scope="module")
+def pip_venv(checkout, tmp_path_factory):
+    return pip_install(checkout, tmp_path_factory.mktemp("pip-venv") / "venv")
+
+
+@pytest.fixture(scope="module")
+def sdist(checkout, tmp_path_factory):
+    """The backend's build_sdist, run as a front end runs it: in the source tree, with the
+    backend's folder on sys.path and maturin from the test venv (scripts/venv installs it)."""
+    out = tmp_path_factory.mktemp("sdist")
+    env = clean_env(PYTHONPATH=str(checkout / "build-backend"),
+                    PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    res = subprocess.run([sys.executable, "-c", f"import trainprof_build as b; print(b.build_sdist({str(out)!r}))"],
+                         cwd=checkout, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return out / res.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def sdist_venv(sdist, tmp_path_factory):
+    return pip_install(sdist, tmp_path_factory.mktemp("sdist-venv") / "venv")
+
+
 def installed(venv):
-    """The venv's trainprof files, by path inside the venv, with their bytes' size."""
+    """The venv's trainprof files, by path inside the venv. (Not their bytes: the debug
+    info names the folder each was built in.)"""
     site = next(venv.glob("lib/python3*/site-packages"))
     files = [venv / "bin" / "trainprof", *sorted((site / "trainprof").rglob("*"))]
-    return {str(f.relative_to(venv)): f.stat().st_size for f in files
-            if f.is_file() and "__pycache__" not in f.parts}
+    return {str(f.relative_to(venv)) for f in files if f.is_file() and "__pycache__" not in f.parts}
 
 
 def test_wheel_contents_and_tag(wheel):
@@ -171,11 +196,22 @@ def test_wheel_contents_and_tag(wheel):
             assert glibc_needed(tmp / f) <= tag, (f, glibc_needed(tmp / f), name)
 
 
-def test_pip_install_and_scripts_wheel_install_the_same_files(pip_venv, wheel_venv):
-    assert installed(pip_venv) == installed(wheel_venv)
+def test_sdist_holds_the_whole_workspace(sdist):
+    with tarfile.open(sdist) as t:
+        names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+        top = t.getnames()[0].split("/")[0]
+        manifest = t.extractfile(f"{top}/Cargo.toml").read()
+    assert manifest == (ROOT / "Cargo.toml").read_bytes()  # every member, the hook's included
+    assert {"build-backend/trainprof_build.py", "hook-ffi/Cargo.toml", "hook-ffi/src/lib.rs",
+            "vendor/pprof/Cargo.toml", "hook-ffi/python/trainprof/__init__.py"} <= names
+    assert not [n for n in names if n.startswith("target/")], names  # nothing built
 
 
-@pytest.mark.parametrize("venv_fixture", ["pip_venv", "wheel_venv"])
+def test_every_way_installs_the_same_files(pip_venv, wheel_venv, sdist_venv):
+    assert installed(pip_venv) == installed(wheel_venv) == installed(sdist_venv)
+
+
+@pytest.mark.parametrize("venv_fixture", ["pip_venv", "wheel_venv", "sdist_venv"])
 def test_installed_trainprof_runs_a_trainer(venv_fixture, request, tmp_path):
     venv = request.getfixturevalue(venv_fixture)
     bin_dir = venv / "bin"

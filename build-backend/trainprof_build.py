@@ -77,7 +77,10 @@ def build_hook_library(profile: str) -> Path:
     cmd = ["cargo", "build", "--locked", "--profile", profile, "-p", HOOK_PACKAGE,
            "--message-format=json-render-diagnostics"]
     _say("running " + " ".join(cmd))
-    res = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+    try:
+        res = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+    except FileNotFoundError:
+        raise BuildError("no cargo on PATH: building trainprof needs Rust (https://rustup.rs)") from None
     if res.returncode != 0:
         raise BuildError(f"cargo build of {HOOK_PACKAGE} failed (exit status {res.returncode})")
     libs = []

@@ -130,13 +130,12 @@ def wheel_venv(wheel, tmp_path_factory):
     return root
 
 
-def pip_install(what, root):
+def pip_install(what, root, *pip_args):
     """`python -m venv` (pip and nothing else), then `pip install WHAT`: pip's build isolation
-    fetches maturin from the index, the in-tree backend builds both artefacts. No wheel
-    cache: an sdist would otherwise be built once for every run."""
+    fetches maturin from the index, the in-tree backend builds both artefacts."""
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, env=clean_env())
     res = subprocess.run([str(root / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-                          "--no-cache-dir", "--config-settings", "profile=dev", str(what)],
+                          *pip_args, "--config-settings", "profile=dev", str(what)],
                          cwd=root, env=clean_env(CARGO_TARGET_DIR=str(TARGET)),
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -163,7 +162,20 @@ def sdist(checkout, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sdist_venv(sdist, tmp_path_factory):
-    return pip_install(sdist, tmp_path_factory.mktemp("sdist-venv") / "venv")
+    # No wheel cache: pip would otherwise reuse the wheel it built from an sdist of the same name.
+    return pip_install(sdist, tmp_path_factory.mktemp("sdist-venv") / "venv", "--no-cache-dir")
+
+
+@pytest.fixture(scope="module")
+def backend():
+    """The build backend's module, imported as a front end imports it (maturin from the test
+    venv)."""
+    sys.path.insert(0, str(ROOT / "build-backend"))
+    try:
+        import trainprof_build
+    finally:
+        sys.path.remove(str(ROOT / "build-backend"))
+    return trainprof_build
 
 
 def installed(venv):
@@ -194,6 +206,27 @@ def test_wheel_contents_and_tag(wheel):
         tag = (int(m.group(1)), int(m.group(2)))
         for f in (f"{data}/scripts/trainprof", f"{data}/platlib/trainprof/{LIB}"):
             assert glibc_needed(tmp / f) <= tag, (f, glibc_needed(tmp / f), name)
+
+
+def test_glibc_scan_finds_what_objdump_finds(backend, wheel):
+    with zipfile.ZipFile(wheel) as z:
+        lib = wheel.parent / LIB
+        lib.write_bytes(z.read(f"trainprof-{wheel.name.split('-')[1]}.data/platlib/trainprof/{LIB}"))
+    assert backend.glibc_needed(lib) == glibc_needed(lib)
+
+
+def test_a_library_newer_than_the_tag_refuses_the_wheel(backend, tmp_path):
+    lib = tmp_path / LIB
+    lib.write_bytes(b"\x7fELF...GLIBC_2.2.5\x00GLIBC_2.34\x00...")
+    honest = tmp_path / "trainprof-0.1.0-py3-none-manylinux_2_34_x86_64.whl"
+    honest.write_bytes(b"")
+    backend.check_tag(honest, lib)
+    assert honest.exists()
+    dishonest = tmp_path / "trainprof-0.1.0-py3-none-manylinux_2_17_x86_64.whl"
+    dishonest.write_bytes(b"")
+    with pytest.raises(backend.BuildError, match=r"needs GLIBC_2\.34, newer than the tag"):
+        backend.check_tag(dishonest, lib)
+    assert not dishonest.exists()  # never left for pip to install
 
 
 def test_sdist_holds_the_whole_workspace(sdist):

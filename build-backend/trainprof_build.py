@@ -37,7 +37,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-import maturin
+# maturin's backend module has no type information: what it returns is checked here.
+import maturin  # type: ignore[import-untyped]
 from maturin import get_requires_for_build_sdist, get_requires_for_build_wheel
 
 __all__ = [
@@ -132,7 +133,7 @@ def prepare_metadata_for_build_wheel(metadata_directory: str,
     # maturin refuses a missing data directory even where it writes only the metadata or
     # the sdist (a fresh clone has none yet); the library is not needed for either.
     data_dir().mkdir(parents=True, exist_ok=True)
-    return maturin.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
+    return str(maturin.prepare_metadata_for_build_wheel(metadata_directory, config_settings))
 
 
 def build_wheel(wheel_directory: str, config_settings: Mapping[str, Any] | None = None,
@@ -148,7 +149,7 @@ def build_wheel(wheel_directory: str, config_settings: Mapping[str, Any] | None 
         args.append("--compatibility")
     settings = {k: v for k, v in (config_settings or {}).items() if k not in ("profile", "build-args")}
     settings["maturin.build-args"] = args
-    name = maturin.build_wheel(wheel_directory, settings, metadata_directory)
+    name = str(maturin.build_wheel(wheel_directory, settings, metadata_directory))
     check_tag(Path(wheel_directory) / name, lib)
     return name
 
@@ -159,7 +160,7 @@ def build_sdist(sdist_directory: str, config_settings: Mapping[str, Any] | None 
     the patched pprof and this backend come in through ``[tool.maturin] include``, and the
     original Cargo.toml goes back in, so that a wheel built from the sdist is this one."""
     data_dir().mkdir(parents=True, exist_ok=True)  # as for the metadata; not in the sdist
-    name = maturin.build_sdist(sdist_directory, config_settings)
+    name = str(maturin.build_sdist(sdist_directory, config_settings))
     path = Path(sdist_directory) / name
     manifest = Path("Cargo.toml").read_bytes()
     with tempfile.TemporaryDirectory(dir=sdist_directory) as tmp:

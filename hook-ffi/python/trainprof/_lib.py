@@ -272,10 +272,11 @@ def resolve_path(path: Optional[PathLike] = None) -> Tuple[str, str]:
 
 
 def _how_to_fix() -> str:
-    # The wheel (scripts/wheel) carries the library at default_path(); a package used from
-    # the source tree (PYTHONPATH=hook-ffi/python) has none there and needs the variable.
+    # The wheel (`pip install .`, docs/install.md) carries the library at default_path(); a
+    # package used from the source tree (PYTHONPATH=hook-ffi/python) has none there and needs
+    # the variable.
     return (
-        "install trainprof from its wheel (scripts/wheel), which puts the library at %s, "
+        "install trainprof with pip (`pip install .` in its repository), which puts the library at %s, "
         "or set %s to the path of %s" % (default_path(), LIB_ENV, LIB_NAME)
     )
 

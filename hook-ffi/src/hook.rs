@@ -34,9 +34,8 @@ use crate::types::{
 use crate::writer;
 
 /// The phase (trace process) and name of a trigger's instant event (docs/formats.md,
-/// "Event vocabulary").
-pub const TRIGGER_PHASE: &str = "trainprof:AutoProfiling";
-pub const TRIGGER_NAME: &str = "trainprof:AutoProfilingTrigger";
+/// "Event vocabulary"), the protocol's: the report finds triggers by them.
+pub use trainprof_output::protocol::timeline::{TRIGGER_NAME, TRIGGER_PHASE};
 
 /// The frameworks smdebug names folders after.
 pub const FRAMEWORKS: [&str; 4] = ["pytorch", "tensorflow", "mxnet", "xgboost"];

@@ -112,14 +112,14 @@ fn trigger(
     let ms = |us: i64| us as f64 / 1000.0;
     let _ = write!(
         out,
-        ", \"{}\": {}, \"{}\": {:?}, \"{}\": {:?}, \"{}\": [",
-        key::STEP,
-        t.step,
-        key::DURATION_MS,
-        ms(t.duration_us),
-        key::MEDIAN_MS,
-        ms(t.median_us),
-        key::FEATURES,
+        ", \"{sk}\": {step}, \"{dk}\": {duration:?}, \"{mk}\": {median:?}, \"{fk}\": [",
+        sk = key::STEP,
+        step = t.step,
+        dk = key::DURATION_MS,
+        duration = ms(t.duration_us),
+        mk = key::MEDIAN_MS,
+        median = ms(t.median_us),
+        fk = key::FEATURES,
     );
     for (i, f) in t.features.iter().enumerate() {
         if i > 0 {
@@ -129,11 +129,11 @@ fn trigger(
     }
     let _ = write!(
         out,
-        "], \"{}\": {}, \"{}\": {}}}}}",
-        key::WINDOW_START_STEP,
-        t.step.saturating_add(1),
-        key::WINDOW_NUM_STEPS,
-        t.num_steps
+        "], \"{sk}\": {start}, \"{nk}\": {n}}}}}",
+        sk = key::WINDOW_START_STEP,
+        start = t.step.saturating_add(1),
+        nk = key::WINDOW_NUM_STEPS,
+        n = t.num_steps
     );
 }
 

@@ -118,8 +118,7 @@ fn literals(src: &str) -> (Vec<Literal>, Vec<String>) {
                 let start_line = line;
                 let mut text = String::new();
                 j += 1;
-                loop {
-                    let Some(&x) = c.get(j) else { break };
+                while let Some(&x) = c.get(j) {
                     if x == '"' && (1..=hashes).all(|h| c.get(j + h) == Some(&'#')) {
                         j += 1 + hashes;
                         break;

@@ -162,11 +162,11 @@ pub trait Host: Send + Sync + 'static {
 }
 
 /// Starts the sampler thread.
-pub fn spawn<H: Host>(hook: Arc<H>) -> std::io::Result<JoinHandle<()>> {
+pub fn spawn<H: Host>(host: Arc<H>) -> std::io::Result<JoinHandle<()>> {
     thread::Builder::new().name("trainprof-native".into()).spawn(move || {
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&*hook)));
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&*host)));
         if ran.is_err() {
-            hook.control().turn_off();
+            host.control().turn_off();
             crate::log(&format_args!("native profiling failed (internal error); it is off"));
         }
     })
@@ -182,7 +182,7 @@ struct Window {
     hz: u32,
 }
 
-fn run(hook: &impl Host) {
+fn run(host: &impl Host) {
     // pprof unwinds one stack when a profiler is built, so that the unwinder sets itself
     // up outside the signal handler (its patched copy resolves no symbol there). Done
     // here once, before any window, so that a start takes microseconds.
@@ -192,10 +192,10 @@ fn run(hook: &impl Host) {
     let mut by_clock = false;
     let mut open: Option<Window> = None;
     loop {
-        let control = hook.control();
-        let stopping = hook.stopping();
+        let control = host.control();
+        let stopping = host.stopping();
         let now_us = crate::now_us();
-        if let Some(b) = hook.by_clock(now_us as f64 / 1e6) {
+        if let Some(b) = host.by_clock(now_us as f64 / 1e6) {
             by_clock = b;
         }
         let want = !stopping && control.asks() && (by_clock || control.by_step());
@@ -212,7 +212,7 @@ fn run(hook: &impl Host) {
             },
             (true, false) => {
                 if let Some(w) = open.take() {
-                    finish(hook, w, now_us);
+                    finish(host, w, now_us);
                 }
             }
             (true, true) => {
@@ -375,9 +375,9 @@ fn restore_sigprof(d: &Disposition) {
 
 /// Ends the window: stops sampling, builds the report, leaves `SIGPROF` as it was before
 /// the window (or the trainer's own handler, installed meanwhile), writes the files.
-fn finish(hook: &impl Host, w: Window, end_us: i64) {
+fn finish(host: &impl Host, w: Window, end_us: i64) {
     // No train step this overlaps is judged slow (docs/formats.md, "Anomaly-triggered windows").
-    let _own = hook.own_work();
+    let _own = host.own_work();
     let Window { guard, mut timers, saved, start_us, .. } = w;
     // No new signal after this; one still pending reaches pprof's handler, which finds
     // the lock held while the report is built and drops it, or is discarded below.
@@ -401,22 +401,22 @@ fn finish(hook: &impl Host, w: Window, end_us: i64) {
     let report = match report {
         Ok(r) => r,
         Err(e) => {
-            hook.control().turn_off();
+            host.control().turn_off();
             crate::log(&format_args!("native profiling: cannot build the report: {e}; the feature is off"));
             return;
         }
     };
     let samples: isize = report.data.values().sum();
-    let window = window_name(start_us, end_us, hook.os_pid());
+    let window = window_name(start_us, end_us, host.os_pid());
     // The files' bytes first; then everything the window allocated is given back, before
     // the first file appears (so whoever sees the files sees the memory as before).
     let files = render(&report);
     drop(report);
     give_back_memory();
-    match files.and_then(|f| write_files(hook, &window, &f)) {
+    match files.and_then(|f| write_files(host, &window, &f)) {
         Ok(rel) => crate::log(&format_args!("native profiling: {samples} samples in {rel}")),
         Err(e) => {
-            hook.control().turn_off();
+            host.control().turn_off();
             crate::log(&format_args!("native profiling: cannot write {window}: {e}; the feature is off"));
         }
     }
@@ -594,10 +594,10 @@ fn render(report: &pprof::Report) -> Result<Files, Box<dyn std::error::Error>> {
     Ok(Files { profile_gz: profile_gz(report)?, flamegraph })
 }
 
-fn write_files(hook: &impl Host, window: &str, files: &Files) -> Result<String, Box<dyn std::error::Error>> {
-    let rel = window_dir(hook.node_id(), window);
-    let dir = Dir::open_root(hook.local_path(), true)?.sub(&rel, true)?;
-    let pid = hook.os_pid();
+fn write_files(host: &impl Host, window: &str, files: &Files) -> Result<String, Box<dyn std::error::Error>> {
+    let rel = window_dir(host.node_id(), window);
+    let dir = Dir::open_root(host.local_path(), true)?.sub(&rel, true)?;
+    let pid = host.os_pid();
     seal(&dir, "profile.pb.gz", pid, &files.profile_gz)?;
     match &files.flamegraph {
         Some(svg) => seal(&dir, "flamegraph.svg", pid, svg)?,

@@ -39,7 +39,7 @@ fn proc_stat(cores: usize, k: u64) -> String {
     };
     s += &line("cpu", 0);
     for c in 0..cores {
-        s += &line(&format!("cpu{c}"), c as u64);
+        s += &line(&format!("cpu{c}"), c as u64); // not the protocol: /proc/stat's line
     }
     // One counter per interrupt number, most of them 0: 256 + 8 per core here (this VM's
     // has 424 on 2 cores; large hosts have thousands).

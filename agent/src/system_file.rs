@@ -20,7 +20,6 @@
 //! windows from the oldest file name while a window starts before the newest one, so the
 //! newest name must be the job's end for the rules to see the whole job.
 
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
@@ -28,6 +27,7 @@ use std::path::{Path, PathBuf};
 use trainprof_output::fs::{self as ofs, Dir, Move};
 use trainprof_output::ledger;
 use trainprof_output::node::SystemNode;
+use trainprof_output::protocol::system_line::{self, round_us};
 
 use crate::sample::{Metric, Name};
 
@@ -197,9 +197,10 @@ impl SystemWriter {
     /// same bytes as
     /// `writeln!(buf, r#"{{"Type":"{}","Name":"{}","Dimension":"{}","Value":{},"NodeId":"{}","Timestamp":{}}}"#, …)`
     /// with the value rounded to two decimals (the platform's files; large counts stay
-    /// integers), without the formatting machinery: the tail shared by every line (node id
+    /// integers), without the formatting machinery (the protocol's codec,
+    /// `trainprof_output::protocol::system_line`): the tail shared by every line (node id
     /// and timestamp) is built once per tick, each line's head (Type, Name, Dimension) is
-    /// kept from the last tick, and values go through [`push_value`]. A tick's metrics come
+    /// kept from the last tick, and values go through `system_line::push_value`. A tick's metrics come
     /// in the same order every tick (the samplers' order, each in its file's order), so
     /// line `i`'s head is reused when its key is the last tick's line `i`'s; from the first
     /// line that differs (a core gone, a process new) the heads are built again. Formatting
@@ -208,24 +209,20 @@ impl SystemWriter {
     fn format(&mut self, wall_s: f64, metrics: &[Metric]) {
         self.buf.clear();
         self.tail.clear();
-        self.tail.push_str(r#","NodeId":""#);
-        self.tail.push_str(&self.node_id);
-        self.tail.push_str(r#"","Timestamp":"#);
-        push_timestamp(&mut self.tail, (wall_s * 1e6).round());
-        self.tail.push_str("}\n");
+        system_line::push_tail(&mut self.tail, &self.node_id, (wall_s * 1e6).round());
         for (i, m) in metrics.iter().enumerate() {
             let key = HeadKey::of(m);
             if self.head_keys.get(i) != Some(&key) {
                 self.head_keys.truncate(i);
                 self.head_ends.truncate(i);
                 self.heads.truncate(self.head_ends.last().copied().unwrap_or(0));
-                push_head(&mut self.heads, m);
+                system_line::push_head(&mut self.heads, m.kind, &m.name, m.dimension);
                 self.head_keys.push(key);
                 self.head_ends.push(self.heads.len());
             }
             let start = if i == 0 { 0 } else { self.head_ends[i - 1] };
             self.buf.push_str(&self.heads[start..self.head_ends[i]]);
-            push_value(&mut self.buf, m.value);
+            system_line::push_value(&mut self.buf, m.value);
             self.buf.push_str(&self.tail);
         }
     }
@@ -339,126 +336,6 @@ impl HeadKey {
     fn of(m: &Metric) -> HeadKey {
         HeadKey { kind: m.kind, name: m.name, dimension: m.dimension }
     }
-}
-
-/// One line: head, value, `tail`.
-#[cfg(test)]
-fn push_line(buf: &mut String, m: &Metric, tail: &str) {
-    push_head(buf, m);
-    push_value(buf, m.value);
-    buf.push_str(tail);
-}
-
-/// `{"Type":…,"Name":…,"Dimension":…,"Value":`, the part of a line before its value.
-fn push_head(buf: &mut String, m: &Metric) {
-    buf.push_str(r#"{"Type":""#);
-    buf.push_str(m.kind.as_str());
-    buf.push_str(r#"","Name":""#);
-    match m.name {
-        Name::Static(s) => buf.push_str(s),
-        Name::Indexed(prefix, i) => {
-            buf.push_str(prefix);
-            push_u64(buf, u64::from(i));
-        }
-        Name::Process(pid, label) => {
-            buf.push_str("pid");
-            push_u64(buf, u64::from(pid));
-            buf.push('-');
-            buf.push_str(label.as_str());
-        }
-    }
-    buf.push_str(r#"","Dimension":""#);
-    buf.push_str(m.dimension);
-    buf.push_str(r#"","Value":"#);
-}
-
-/// Below this many hundredths a value rounded to two decimals is written digit by digit:
-/// there the gap between two doubles (at most 2⁻⁹ below 10¹³) is far below 0.01, so the
-/// double nearest `n / 100` has exactly one shortest round-trip decimal, `n / 100` itself
-/// with its trailing zeros dropped, which is what `{}` prints for it.
-const EXACT_HUNDREDTHS: f64 = 1e15;
-
-/// Appends `(value × 100).round() / 100` as `{}` prints it (the shortest decimal that reads
-/// back as the same double, never an exponent, `-0` for negative zero). Hand-written
-/// rather than through the float formatter, which costs several times more per value
-/// (measured in BENCHMARKS.md); values outside [`EXACT_HUNDREDTHS`] and those that are
-/// not finite take the formatter. The tests compare both on millions of values.
-fn push_value(buf: &mut String, value: f64) {
-    let hundredths = (value * 100.0).round();
-    if hundredths.is_nan() || hundredths.abs() >= EXACT_HUNDREDTHS {
-        let _ = write!(buf, "{}", hundredths / 100.0);
-        return;
-    }
-    if hundredths.is_sign_negative() {
-        buf.push('-');
-    }
-    // Exact: an integral double below 10¹⁵.
-    let n = hundredths.abs() as u64;
-    push_u64(buf, n / 100);
-    let frac = n % 100;
-    if frac != 0 {
-        buf.push('.');
-        buf.push(char::from(b'0' + (frac / 10) as u8));
-        if !frac.is_multiple_of(10) {
-            buf.push(char::from(b'0' + (frac % 10) as u8));
-        }
-    }
-}
-
-/// Appends `n` in decimal (as `{}` does), without the formatting machinery.
-fn push_u64(buf: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    // Only ASCII digits were written.
-    buf.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
-}
-
-/// Below this many microseconds (2³² s, the year 2106) two doubles are less than 1 µs
-/// apart (at most 2⁻²¹ s), so the double nearest `us / 10⁶` has exactly one shortest
-/// round-trip decimal with at most six decimals, `us / 10⁶` itself with its trailing zeros
-/// dropped, which is what `{}` prints for it.
-const EXACT_MICROS: f64 = 4_294_967_296e6;
-
-/// Appends `us / 10⁶` (`us` a whole number of microseconds, as [`round_us`] rounds) as `{}`
-/// prints that double, by hand for the reason of [`push_value`]; out of
-/// [`EXACT_MICROS`] (or negative) through the formatter. The tests compare both.
-fn push_timestamp(buf: &mut String, us: f64) {
-    if us.is_sign_negative() || !(0.0..EXACT_MICROS).contains(&us) {
-        let _ = write!(buf, "{}", us / 1e6);
-        return;
-    }
-    // Exact: an integral double below 2⁵³.
-    let us = us as u64;
-    push_u64(buf, us / 1_000_000);
-    let mut frac = us % 1_000_000;
-    if frac != 0 {
-        let mut width = 6;
-        while frac.is_multiple_of(10) {
-            frac /= 10;
-            width -= 1;
-        }
-        buf.push('.');
-        let mut digits = [b'0'; 6];
-        for slot in digits[..width].iter_mut().rev() {
-            *slot = b'0' + (frac % 10) as u8;
-            frac /= 10;
-        }
-        // Only ASCII digits were written.
-        buf.push_str(std::str::from_utf8(&digits[..width]).unwrap_or_default());
-    }
-}
-
-/// `wall_s` to the microsecond: all the readers keep (they compare in ns from a float).
-fn round_us(wall_s: f64) -> f64 {
-    (wall_s * 1e6).round() / 1e6
 }
 
 /// The window start (seconds) in a sealed system file's path.
@@ -774,143 +651,14 @@ mod tests {
         assert_eq!(w.counts().ticks_lost, 2);
     }
 
-    /// The line as the writer formatted it before [`push_line`]: the reference the
-    /// hand-written one must equal byte for byte.
+    /// The line as the formatter writes it: the reference the hand-written one must equal
+    /// byte for byte.
     fn reference_line(m: &Metric, node: &str, ts: f64) -> String {
         let v = (m.value * 100.0).round() / 100.0;
         format!(
             "{{\"Type\":\"{}\",\"Name\":\"{}\",\"Dimension\":\"{}\",\"Value\":{},\"NodeId\":\"{}\",\"Timestamp\":{}}}\n",
             m.kind, m.name, m.dimension, v, node, ts
         )
-    }
-
-    /// The next number of a xorshift64* sequence: deterministic, no crate needed.
-    fn xorshift(x: &mut u64) -> u64 {
-        *x ^= *x >> 12;
-        *x ^= *x << 25;
-        *x ^= *x >> 27;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Values a tick can hold: percentages, rates, byte counts, negatives (a clock offset),
-    /// halves at the rounding edge, huge and tiny magnitudes, and pseudo-random ones
-    /// across every magnitude from 10⁻⁶ to 10²⁰.
-    fn sample_values() -> Vec<f64> {
-        let mut out = vec![
-            0.0,
-            -0.0,
-            0.001,
-            -0.001,
-            0.004_999,
-            0.005,
-            -0.005,
-            0.015,
-            0.045,
-            0.125,
-            1.005,
-            1.015,
-            2.675,
-            12.345,
-            99.999,
-            100.0,
-            123_456_789.0,
-            25_275_990_016.0,
-            1e13,
-            1e13 - 0.01,
-            9_999_999_999_999.99,
-            1e14,
-            9.007_199_254_740_993e15,
-            1e16,
-            1e20,
-            1e300,
-            f64::MAX,
-            f64::MIN_POSITIVE,
-            5e-324,
-            -123.456,
-            -1e14,
-        ];
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        for _ in 0..2_000_000 {
-            let r = xorshift(&mut x);
-            let unit = (r >> 11) as f64 / (1u64 << 53) as f64;
-            let exp = (r % 27) as i32 - 6;
-            let sign = if r & (1 << 10) == 0 { 1.0 } else { -1.0 };
-            let v = sign * unit * 10f64.powi(exp);
-            out.push(v);
-            // Exactly on a hundredth, and half a hundredth off it.
-            let h = (v * 100.0).round() / 100.0;
-            out.push(h);
-            out.push(h + 0.005);
-        }
-        out
-    }
-
-    #[test]
-    fn lines_are_byte_for_byte_what_the_formatter_wrote() {
-        let label = crate::sample::Label::sanitized(b"pt_data_worker");
-        let names = [
-            Name::Static("MemoryUsedPercent"),
-            Name::Indexed("cpu", 0),
-            Name::Indexed("gpu", 4_294_967_295),
-            Name::Process(1_234_567, label),
-            Name::Process(7, crate::sample::Label::sanitized(b"")),
-        ];
-        let ts = 1_595_455_620.123_456;
-        let tail = format!(",\"NodeId\":\"algo-3\",\"Timestamp\":{ts}}}\n");
-        let mut buf = String::new();
-        for (i, v) in sample_values().into_iter().enumerate() {
-            let m = Metric {
-                kind: crate::sample::MetricType::ALL[i % crate::sample::MetricType::ALL.len()],
-                name: names[i % names.len()],
-                dimension: ["", "CPUUtilization", "Algorithm", "ProcessCPUPercent"][i % 4],
-                value: v,
-            };
-            buf.clear();
-            push_line(&mut buf, &m, &tail);
-            assert_eq!(buf, reference_line(&m, "algo-3", ts), "value {v:e}");
-        }
-        for n in [0, 1, 9, 10, 99, 100, 12_345, u64::from(u32::MAX), u64::MAX] {
-            buf.clear();
-            push_u64(&mut buf, n);
-            assert_eq!(buf, n.to_string());
-        }
-    }
-
-    #[test]
-    fn timestamps_are_what_the_formatter_writes() {
-        let mut buf = String::new();
-        let mut check = |wall: f64| {
-            buf.clear();
-            push_timestamp(&mut buf, (wall * 1e6).round());
-            assert_eq!(buf, round_us(wall).to_string(), "wall {wall:?}");
-        };
-        for wall in [
-            0.0,
-            1e-6,
-            0.5,
-            1.0,
-            1_595_455_620.0,
-            1_595_455_620.1,
-            1_595_455_620.000_001,
-            1_595_455_620.999_999_7,
-            4_294_967_295.999_999,
-            4_294_967_296.0,
-            4_294_967_296.000_002,
-            9e9,
-            -1.5,
-            -0.000_000_1,
-        ] {
-            check(wall);
-        }
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        for _ in 0..3_000_000 {
-            let r = xorshift(&mut x);
-            // Whole microseconds up to 2³³ s (past the exact range, through the
-            // formatter there), and arbitrary doubles rounded on the way.
-            let us = (r >> 31) as f64;
-            check(us / 1e6);
-            check((r >> 30) as f64 / 1e6 + (r & 0xff) as f64 * 1e-9);
-        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, Ordering::*
 use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_queue::ArrayQueue;
-use trainprof_config::{AutoFeature, Config, Step};
+use trainprof_config::{AutoFeature, Config, Range, Step};
 
 use crate::anomaly::{Detector, StepEnd, Trigger};
 use crate::event::{Event, Kind, NO_STEP};
@@ -34,9 +34,8 @@ use crate::types::{
 use crate::writer;
 
 /// The phase (trace process) and name of a trigger's instant event (docs/formats.md,
-/// "Event vocabulary").
-pub const TRIGGER_PHASE: &str = "trainprof:AutoProfiling";
-pub const TRIGGER_NAME: &str = "trainprof:AutoProfilingTrigger";
+/// "Event vocabulary"), the protocol's: the report finds triggers by them.
+pub use trainprof_output::protocol::timeline::{TRIGGER_NAME, TRIGGER_PHASE};
 
 /// The frameworks smdebug names folders after.
 pub const FRAMEWORKS: [&str; 4] = ["pytorch", "tensorflow", "mxnet", "xgboost"];
@@ -193,6 +192,37 @@ impl Drop for OwnWorkGuard<'_> {
     }
 }
 
+/// The native sampler thread sees the hook through this ([`crate::native`]).
+impl crate::native::Host for Hook {
+    fn control(&self) -> &crate::native::Control {
+        &self.native
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(SeqCst)
+    }
+
+    fn by_clock(&self, now_s: f64) -> Option<bool> {
+        self.native_by_clock(now_s)
+    }
+
+    fn own_work(&self) -> impl Sized + '_ {
+        Hook::own_work(self)
+    }
+
+    fn local_path(&self) -> &std::path::Path {
+        Hook::local_path(self)
+    }
+
+    fn node_id(&self) -> &str {
+        Hook::node_id(self)
+    }
+
+    fn os_pid(&self) -> u32 {
+        self.writer.os_pid
+    }
+}
+
 impl std::fmt::Debug for Hook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hook")
@@ -203,18 +233,7 @@ impl std::fmt::Debug for Hook {
     }
 }
 
-/// Wall-clock time in µs since the epoch (clock_gettime through the vDSO: no syscall).
-pub fn now_us() -> i64 {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
-}
-
-/// Wall-clock time in µs since the epoch, with the sub-µs part, as Python's
-/// `time.time() * 1e6`.
-pub fn now_us_f64() -> f64 {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    d.as_nanos() as f64 / 1000.0
-}
+pub use crate::{now_us, now_us_f64};
 
 impl Hook {
     pub fn new(o: Options) -> Arc<Hook> {
@@ -273,6 +292,18 @@ impl Hook {
 
     pub fn node_id(&self) -> &str {
         &self.writer.node_id
+    }
+
+    /// The native sampler thread's own question ([`crate::native::Host::by_clock`]).
+    pub(crate) fn native_by_clock(&self, now_s: f64) -> Option<bool> {
+        let mut gate = self.gate.try_lock().ok()?;
+        let native = &mut gate.config.native;
+        match native.feature.window().range() {
+            Range::Time { duration: Some(_), .. } if native.feature.is_enabled() => {
+                Some(native.feature.is_active(Step::Any, now_s))
+            }
+            _ => None,
+        }
     }
 
     /// The effective `LocalPath` (the config's, or `TRAINPROF_LOCAL_PATH`), fixed at init.
@@ -1191,5 +1222,59 @@ mod tests {
     fn no_auto_config_no_detector() {
         let hook = hook_with(Config::defaults(), 64);
         assert!(!hook.auto_on.load(Relaxed) && lock(&hook.gate).auto.is_none());
+    }
+
+    fn native_hook(native: &str) -> Arc<Hook> {
+        let doc = serde_json::json!({"ProfilingParameters": {"LocalPath": "/nonexistent", "NativeProfilingConfig": native}});
+        let config =
+            trainprof_config::from_bytes(doc.to_string().as_bytes(), &trainprof_config::Sources::default());
+        Hook::new(Options {
+            framework: "pytorch",
+            config,
+            node_id: "0-test".into(),
+            os_pid: 1,
+            queue_capacity: 64,
+            base_us: 0,
+            local_path_override: false,
+            max_names: 1024,
+        })
+    }
+
+    #[test]
+    fn step_boundaries_decide_a_step_window() {
+        let h = native_hook(r#"{"StartStep": 2, "NumSteps": 2, "SamplingHz": 7}"#);
+        assert!(h.native.asks());
+        assert_eq!(h.native.hz(), 7);
+        let open: Vec<bool> = (0..5)
+            .map(|_| {
+                h.step_begin(crate::types::TrainprofMode::Train, -1, 1_000_000);
+                h.native.by_step()
+            })
+            .collect();
+        assert_eq!(open, [false, false, true, true, false]);
+        // A step window is never the clock's question.
+        assert_eq!(h.native_by_clock(1.0), None);
+    }
+
+    #[test]
+    fn the_clock_decides_a_time_window() {
+        let h = native_hook(r#"{"StartTimeInSecSinceEpoch": 100, "Duration": 5}"#);
+        assert_eq!(h.native_by_clock(99.0), Some(false));
+        assert_eq!(h.native_by_clock(100.0), Some(true));
+        assert_eq!(h.native_by_clock(105.0), Some(false));
+        let h = native_hook(r#"{"StartTimeInSecSinceEpoch": 100}"#);
+        assert_eq!(h.native_by_clock(101.0), None, "one step: only steps decide");
+    }
+
+    #[test]
+    fn off_when_not_configured_or_refused() {
+        let h = native_hook("{}");
+        assert!(!h.native.asks());
+        h.step_begin(crate::types::TrainprofMode::Train, -1, 0);
+        assert!(!h.native.by_step());
+        let h = native_hook(r#"{"StartStep": 1}"#);
+        h.native.turn_off();
+        assert!(!h.native.asks());
+        assert!(!h.native.wants_thread());
     }
 }

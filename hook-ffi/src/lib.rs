@@ -61,6 +61,19 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Wall-clock time in µs since the epoch (clock_gettime through the vDSO: no syscall).
+pub fn now_us() -> i64 {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Wall-clock time in µs since the epoch, with the sub-µs part, as Python's
+/// `time.time() * 1e6`.
+pub fn now_us_f64() -> f64 {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    d.as_nanos() as f64 / 1000.0
+}
+
 /// One line to stderr, `trainprof-hook[<pid>]: ...`. Never on the hot path; errors writing
 /// it are ignored (stderr may be closed).
 pub(crate) fn log(msg: &std::fmt::Arguments<'_>) {

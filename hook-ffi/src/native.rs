@@ -4,7 +4,7 @@
 //! Who does what:
 //!
 //! * **The decision** is a gate question like the detailed window's
-//!   ([`Hook::is_active`] with `TrainprofFeature::Native`): a trainer thread asks it at
+//!   (`Hook::is_active` with `TrainprofFeature::Native`): a trainer thread asks it at
 //!   every `step_begin` while the feature is configured and stores the answer in
 //!   [`Control`] (one atomic); a process without steps (LD_PRELOAD, `TRAINPROF_AUTOSTART`)
 //!   is served by the sampler thread itself, which asks about a time window with a
@@ -66,10 +66,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use trainprof_config::{AutoFeature, Config, Range};
+use trainprof_config::{AutoFeature, Config};
 use trainprof_output::fs::{self, Dir};
-
-use crate::hook::Hook;
 
 /// Libraries whose code is never unwound from (see the module docs). Matched as
 /// substrings of the loaded objects' paths, as pprof's blocklist does.
@@ -125,34 +123,50 @@ impl Control {
         self.asks()
     }
 
-    fn turn_off(&self) {
+    /// The answer at the last step boundary.
+    pub fn by_step(&self) -> bool {
+        self.by_step.load(Relaxed)
+    }
+
+    /// `SamplingHz` of the current config.
+    pub fn hz(&self) -> u32 {
+        self.hz.load(Relaxed)
+    }
+
+    /// Off for the rest of the process (a refusal or a failure).
+    pub fn turn_off(&self) {
         self.off.store(true, Relaxed);
         self.by_step.store(false, Relaxed);
     }
 }
 
-impl Hook {
+/// What the sampler thread needs from the hook that runs it. The hook implements it
+/// (`hook-ffi/src/hook.rs`) and owns the [`Control`]; this module never reaches into the
+/// hook itself, so the two do not depend on each other.
+pub trait Host: Send + Sync + 'static {
+    /// The decisions shared with the trainer threads.
+    fn control(&self) -> &Control;
+    /// The hook is shutting down: the sampler thread closes its window and returns.
+    fn stopping(&self) -> bool;
     /// The sampler thread's own question, for a time window with a duration (the only
     /// kind that opens without steps): `None` when the gate is busy or the window is not
     /// such a window (then the step boundaries decide alone).
-    pub(crate) fn native_by_clock(&self, now_s: f64) -> Option<bool> {
-        let mut gate = self.gate.try_lock().ok()?;
-        let native = &mut gate.config.native;
-        match native.feature.window().range() {
-            Range::Time { duration: Some(_), .. } if native.feature.is_enabled() => {
-                Some(native.feature.is_active(trainprof_config::Step::Any, now_s))
-            }
-            _ => None,
-        }
-    }
+    fn by_clock(&self, now_s: f64) -> Option<bool>;
+    /// Marks the profiler's own work (a window's report) until the value is dropped: the
+    /// steps it overlaps are not judged slow (docs/formats.md, "Anomaly-triggered windows").
+    fn own_work(&self) -> impl Sized + '_;
+    /// `LocalPath`, the timeline node id and the trainer's pid: where a window's files go.
+    fn local_path(&self) -> &std::path::Path;
+    fn node_id(&self) -> &str;
+    fn os_pid(&self) -> u32;
 }
 
 /// Starts the sampler thread.
-pub fn spawn(hook: Arc<Hook>) -> std::io::Result<JoinHandle<()>> {
+pub fn spawn<H: Host>(host: Arc<H>) -> std::io::Result<JoinHandle<()>> {
     thread::Builder::new().name("trainprof-native".into()).spawn(move || {
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&hook)));
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&*host)));
         if ran.is_err() {
-            hook.native.turn_off();
+            host.control().turn_off();
             crate::log(&format_args!("native profiling failed (internal error); it is off"));
         }
     })
@@ -168,7 +182,7 @@ struct Window {
     hz: u32,
 }
 
-fn run(hook: &Hook) {
+fn run(host: &impl Host) {
     // pprof unwinds one stack when a profiler is built, so that the unwinder sets itself
     // up outside the signal handler (its patched copy resolves no symbol there). Done
     // here once, before any window, so that a start takes microseconds.
@@ -178,26 +192,27 @@ fn run(hook: &Hook) {
     let mut by_clock = false;
     let mut open: Option<Window> = None;
     loop {
-        let stopping = hook.stop.load(SeqCst);
-        let now_us = crate::hook::now_us();
-        if let Some(b) = hook.native_by_clock(now_us as f64 / 1e6) {
+        let control = host.control();
+        let stopping = host.stopping();
+        let now_us = crate::now_us();
+        if let Some(b) = host.by_clock(now_us as f64 / 1e6) {
             by_clock = b;
         }
-        let want = !stopping && hook.native.asks() && (by_clock || hook.native.by_step.load(Relaxed));
+        let want = !stopping && control.asks() && (by_clock || control.by_step());
         match (open.is_some(), want) {
-            (false, true) => match start(hook.native.hz.load(Relaxed)) {
+            (false, true) => match start(control.hz()) {
                 Ok(w) => {
                     crate::log(&format_args!("native profiling: window opened ({} Hz)", w.hz));
                     open = Some(Window { start_us: now_us, ..w });
                 }
                 Err(why) => {
-                    hook.native.turn_off();
+                    control.turn_off();
                     crate::log(&format_args!("native profiling refused: {why}; the feature is off"));
                 }
             },
             (true, false) => {
                 if let Some(w) = open.take() {
-                    finish(hook, w, now_us);
+                    finish(host, w, now_us);
                 }
             }
             (true, true) => {
@@ -205,7 +220,7 @@ fn run(hook: &Hook) {
                 if let Some(w) = open.as_mut()
                     && let Err(e) = w.timers.sync()
                 {
-                    hook.native.turn_off();
+                    control.turn_off();
                     crate::log(&format_args!(
                         "native profiling: cannot arm a thread's timer: {e}; the feature is off"
                     ));
@@ -360,9 +375,9 @@ fn restore_sigprof(d: &Disposition) {
 
 /// Ends the window: stops sampling, builds the report, leaves `SIGPROF` as it was before
 /// the window (or the trainer's own handler, installed meanwhile), writes the files.
-fn finish(hook: &Hook, w: Window, end_us: i64) {
+fn finish(host: &impl Host, w: Window, end_us: i64) {
     // No train step this overlaps is judged slow (docs/formats.md, "Anomaly-triggered windows").
-    let _own = hook.own_work();
+    let _own = host.own_work();
     let Window { guard, mut timers, saved, start_us, .. } = w;
     // No new signal after this; one still pending reaches pprof's handler, which finds
     // the lock held while the report is built and drops it, or is discarded below.
@@ -386,22 +401,22 @@ fn finish(hook: &Hook, w: Window, end_us: i64) {
     let report = match report {
         Ok(r) => r,
         Err(e) => {
-            hook.native.turn_off();
+            host.control().turn_off();
             crate::log(&format_args!("native profiling: cannot build the report: {e}; the feature is off"));
             return;
         }
     };
     let samples: isize = report.data.values().sum();
-    let window = window_name(start_us, end_us, hook.writer.os_pid);
+    let window = window_name(start_us, end_us, host.os_pid());
     // The files' bytes first; then everything the window allocated is given back, before
     // the first file appears (so whoever sees the files sees the memory as before).
     let files = render(&report);
     drop(report);
     give_back_memory();
-    match files.and_then(|f| write_files(hook, &window, &f)) {
+    match files.and_then(|f| write_files(host, &window, &f)) {
         Ok(rel) => crate::log(&format_args!("native profiling: {samples} samples in {rel}")),
         Err(e) => {
-            hook.native.turn_off();
+            host.control().turn_off();
             crate::log(&format_args!("native profiling: cannot write {window}: {e}; the feature is off"));
         }
     }
@@ -579,10 +594,10 @@ fn render(report: &pprof::Report) -> Result<Files, Box<dyn std::error::Error>> {
     Ok(Files { profile_gz: profile_gz(report)?, flamegraph })
 }
 
-fn write_files(hook: &Hook, window: &str, files: &Files) -> Result<String, Box<dyn std::error::Error>> {
-    let rel = window_dir(hook.node_id(), window);
-    let dir = Dir::open_root(hook.local_path(), true)?.sub(&rel, true)?;
-    let pid = hook.writer.os_pid;
+fn write_files(host: &impl Host, window: &str, files: &Files) -> Result<String, Box<dyn std::error::Error>> {
+    let rel = window_dir(host.node_id(), window);
+    let dir = Dir::open_root(host.local_path(), true)?.sub(&rel, true)?;
+    let pid = host.os_pid();
     seal(&dir, "profile.pb.gz", pid, &files.profile_gz)?;
     match &files.flamegraph {
         Some(svg) => seal(&dir, "flamegraph.svg", pid, svg)?,
@@ -593,21 +608,16 @@ fn write_files(hook: &Hook, window: &str, files: &Files) -> Result<String, Box<d
     Ok(rel)
 }
 
-/// Writes `bytes` to a new hidden temporary name in `dir`, syncs it and gives it `name`
-/// (never replacing a file; docs/on-disk.md).
+/// Writes `bytes` as the new file `dir/name` through the output tree's sealing
+/// ([`fs::write_new`]: a hidden temporary name, synced, renamed without replacing a file;
+/// docs/on-disk.md).
 fn seal(dir: &Dir, name: &str, pid: u32, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = format!(".{name}.{pid}.tmp");
-    let mut f = dir.create_new(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    if !fs::rename_no_replace(dir, &tmp, dir, name)? {
+    if !fs::write_new(dir, name, &pid.to_string(), bytes)? {
         return Err(std::io::Error::new(
             std::io::ErrorKind::AlreadyExists,
             format!("{} exists (not replaced)", dir.display(name).display()),
         ));
     }
-    let _ = dir.sync();
     Ok(())
 }
 
@@ -616,65 +626,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_window_file_is_sealed_once_and_a_refused_one_leaves_nothing_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Dir::open_root(tmp.path(), false).unwrap().sub(&window_dir("0-n", "1-2_7"), true).unwrap();
+        seal(&dir, "profile.pb.gz", 7, b"one").unwrap();
+        let e = seal(&dir, "profile.pb.gz", 7, b"two").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+        let names: Vec<_> = dir.entries().unwrap().into_iter().map(|e| e.name.unwrap()).collect();
+        assert_eq!(names, ["profile.pb.gz"], "no temporary file stays");
+        assert_eq!(dir.read("profile.pb.gz", 16).unwrap().unwrap(), b"one");
+    }
+
+    #[test]
     fn a_foreign_handler_or_timer_refuses() {
         assert!(check_free(libc::SIG_DFL, false).is_ok());
         assert!(check_free(libc::SIG_IGN, false).is_ok());
         assert!(matches!(check_free(0x1234, false), Err(StartError::ForeignHandler)));
         assert!(matches!(check_free(libc::SIG_DFL, true), Err(StartError::TimerArmed)));
-    }
-
-    fn hook(native: &str) -> Arc<Hook> {
-        let doc = serde_json::json!({"ProfilingParameters": {"LocalPath": "/nonexistent", "NativeProfilingConfig": native}});
-        let config =
-            trainprof_config::from_bytes(doc.to_string().as_bytes(), &trainprof_config::Sources::default());
-        Hook::new(crate::hook::Options {
-            framework: "pytorch",
-            config,
-            node_id: "0-test".into(),
-            os_pid: 1,
-            queue_capacity: 64,
-            base_us: 0,
-            local_path_override: false,
-            max_names: 1024,
-        })
-    }
-
-    #[test]
-    fn step_boundaries_decide_a_step_window() {
-        let h = hook(r#"{"StartStep": 2, "NumSteps": 2, "SamplingHz": 7}"#);
-        assert!(h.native.asks());
-        assert_eq!(h.native.hz.load(Relaxed), 7);
-        let open: Vec<bool> = (0..5)
-            .map(|_| {
-                h.step_begin(crate::types::TrainprofMode::Train, -1, 1_000_000);
-                h.native.by_step.load(Relaxed)
-            })
-            .collect();
-        assert_eq!(open, [false, false, true, true, false]);
-        // A step window is never the clock's question.
-        assert_eq!(h.native_by_clock(1.0), None);
-    }
-
-    #[test]
-    fn the_clock_decides_a_time_window() {
-        let h = hook(r#"{"StartTimeInSecSinceEpoch": 100, "Duration": 5}"#);
-        assert_eq!(h.native_by_clock(99.0), Some(false));
-        assert_eq!(h.native_by_clock(100.0), Some(true));
-        assert_eq!(h.native_by_clock(105.0), Some(false));
-        let h = hook(r#"{"StartTimeInSecSinceEpoch": 100}"#);
-        assert_eq!(h.native_by_clock(101.0), None, "one step: only steps decide");
-    }
-
-    #[test]
-    fn off_when_not_configured_or_refused() {
-        let h = hook("{}");
-        assert!(!h.native.asks());
-        h.step_begin(crate::types::TrainprofMode::Train, -1, 0);
-        assert!(!h.native.by_step.load(Relaxed));
-        let h = hook(r#"{"StartStep": 1}"#);
-        h.native.turn_off();
-        assert!(!h.native.asks());
-        assert!(!h.native.wants_thread());
     }
 
     #[test]

@@ -7,26 +7,34 @@
 
 use std::fmt::Write as _;
 
+use trainprof_output::protocol::timeline::{
+    self, BASE_TIME_KEY, PROCESS_NAME, PROCESS_SORT_INDEX, SORT_INDEX_KEY, STEP_NUM_KEY, trigger_key as key,
+};
+
 use crate::event::{Event, TriggerInfo};
 use crate::types::TrainprofArgKind;
 
 /// The first line of every file: pid 0 carries the base time that `ts` is relative to.
 pub fn header(out: &mut String, base_us: i64) {
+    let m = timeline::PH_METADATA;
     let _ = write!(
         out,
-        "{{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {{\"start_time_since_epoch_in_micros\": {base_us}}}}},\n\
-         {{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": 0, \"args\": {{\"sort_index\": 0}}}}"
+        "{{\"name\": \"{PROCESS_NAME}\", \"ph\": \"{m}\", \"pid\": 0, \"args\": {{\"{BASE_TIME_KEY}\": {base_us}}}}},\n\
+         {{\"name\": \"{PROCESS_SORT_INDEX}\", \"ph\": \"{m}\", \"pid\": 0, \"args\": {{\"{SORT_INDEX_KEY}\": 0}}}}"
     );
 }
 
 /// The two metadata lines that name phase `index`.
 pub fn phase_meta(out: &mut String, index: u32, phase: &str) {
-    out.push_str("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": ");
-    let _ = write!(out, "{index}, \"args\": {{\"name\": ");
+    let m = timeline::PH_METADATA;
+    let _ = write!(
+        out,
+        "{{\"name\": \"{PROCESS_NAME}\", \"ph\": \"{m}\", \"pid\": {index}, \"args\": {{\"name\": "
+    );
     json_string(out, phase);
     let _ = write!(
         out,
-        "}}}},\n{{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": {index}, \"args\": {{\"sort_index\": {index}}}}}"
+        "}}}},\n{{\"name\": \"{PROCESS_SORT_INDEX}\", \"ph\": \"{m}\", \"pid\": {index}, \"args\": {{\"{SORT_INDEX_KEY}\": {index}}}}}"
     );
 }
 
@@ -53,7 +61,7 @@ pub fn record<'a>(
     );
     if ev.step >= 0 {
         // A string, as smdebug's hooks write it; readers accept both.
-        let _ = write!(out, ", \"step_num\": \"{}\"", ev.step);
+        let _ = write!(out, ", \"{STEP_NUM_KEY}\": \"{}\"", ev.step);
     }
     for arg in ev.args() {
         out.push_str(", ");
@@ -99,15 +107,19 @@ fn trigger(
         ", \"pid\": {phase_index}, \"ph\": \"i\", \"ts\": {ts}, \"s\": \"g\", \"args\": {{\"pid\": {os_pid}"
     );
     if ev.step >= 0 {
-        let _ = write!(out, ", \"step_num\": \"{}\"", ev.step);
+        let _ = write!(out, ", \"{STEP_NUM_KEY}\": \"{}\"", ev.step);
     }
     let ms = |us: i64| us as f64 / 1000.0;
     let _ = write!(
         out,
-        ", \"step\": {}, \"duration_ms\": {:?}, \"median_ms\": {:?}, \"features\": [",
-        t.step,
-        ms(t.duration_us),
-        ms(t.median_us)
+        ", \"{sk}\": {step}, \"{dk}\": {duration:?}, \"{mk}\": {median:?}, \"{fk}\": [",
+        sk = key::STEP,
+        step = t.step,
+        dk = key::DURATION_MS,
+        duration = ms(t.duration_us),
+        mk = key::MEDIAN_MS,
+        median = ms(t.median_us),
+        fk = key::FEATURES,
     );
     for (i, f) in t.features.iter().enumerate() {
         if i > 0 {
@@ -117,9 +129,11 @@ fn trigger(
     }
     let _ = write!(
         out,
-        "], \"window_start_step\": {}, \"window_num_steps\": {}}}}}",
-        t.step.saturating_add(1),
-        t.num_steps
+        "], \"{sk}\": {start}, \"{nk}\": {n}}}}}",
+        sk = key::WINDOW_START_STEP,
+        start = t.step.saturating_add(1),
+        nk = key::WINDOW_NUM_STEPS,
+        n = t.num_steps
     );
 }
 

@@ -8,6 +8,8 @@
 
 use std::ffi::c_char;
 
+use trainprof_output::protocol::timeline;
+
 // --- limits ---------------------------------------------------------------------------
 
 /// At most this many extra numeric arguments per event.
@@ -80,10 +82,10 @@ impl TrainprofMode {
     /// The phase (and name) of this mode's step events: `Step:ModeKeys.TRAIN`.
     pub fn step_phase(self) -> &'static str {
         match self {
-            TrainprofMode::Train => "Step:ModeKeys.TRAIN",
-            TrainprofMode::Eval => "Step:ModeKeys.EVAL",
-            TrainprofMode::Predict => "Step:ModeKeys.PREDICT",
-            TrainprofMode::Global => "Step:ModeKeys.GLOBAL",
+            TrainprofMode::Train => timeline::STEP_TRAIN,
+            TrainprofMode::Eval => timeline::STEP_EVAL,
+            TrainprofMode::Predict => timeline::STEP_PREDICT,
+            TrainprofMode::Global => timeline::STEP_GLOBAL,
         }
     }
 

@@ -515,6 +515,24 @@ pub fn seal(
     Ok(None)
 }
 
+/// Writes `bytes` as the new file `dir/name`, never over a file (docs/on-disk.md): to a hidden
+/// temporary name `.<name>.<tag>.tmp` created new, synced, then [`seal`]ed there by
+/// `renameat2(RENAME_NOREPLACE)`. `Ok(false)` when `name` is taken; whenever the file is
+/// not sealed its temporary name is removed again (only while it still holds this file),
+/// so nothing half-written stays behind. `tag` keeps writers apart (a pid).
+pub fn write_new(dir: &Dir, name: &str, tag: &str, bytes: &[u8]) -> io::Result<bool> {
+    let tmp = format!(".{}.{tag}.tmp", component(name)?);
+    let mut f = dir.create_new(&tmp)?;
+    let sealed = f
+        .write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .and_then(|()| seal(dir, dir, &tmp, [name.to_owned()], Move::Rename, |_| true));
+    if !matches!(sealed, Ok(Some(_))) {
+        let _ = dir.unlink_if_same(&tmp, &f);
+    }
+    sealed.map(|placed| placed.is_some())
+}
+
 /// Writes `bytes` to `dir/name`, replacing what is there (the end markers only: they hold
 /// a time, and a newer job's replace an older one's): written and synced under a
 /// temporary name first, then renamed over, so neither a half-written marker nor a write
@@ -772,6 +790,28 @@ mod tests {
         assert_eq!(seal(&root, &tmp_dir, "c.tmp", names, Move::Link, |_| true).unwrap(), None);
         assert!(tmp_dir.stat("c.tmp").is_ok());
         assert_eq!(std::fs::read(root.path().join("s/2")).unwrap(), b"a.tmp");
+    }
+
+    #[test]
+    fn a_new_file_never_replaces_one_and_leaves_no_temporary_behind() {
+        let (_t, root, secret) = setup();
+        let dir = root.sub("framework/native/n/w", true).unwrap();
+        assert!(write_new(&dir, "profile.pb.gz", "7", b"first").unwrap());
+        // Taken: not replaced, and the temporary file is gone again.
+        assert!(!write_new(&dir, "profile.pb.gz", "7", b"second").unwrap());
+        assert_eq!(dir.read("profile.pb.gz", 64).unwrap().unwrap(), b"first");
+        // A planted link at the name is left as it is, its target untouched.
+        symlink(secret.join("key"), dir.path().join("flamegraph.svg")).unwrap();
+        assert!(!write_new(&dir, "flamegraph.svg", "7", b"<svg/>").unwrap());
+        assert_eq!(std::fs::read_link(dir.path().join("flamegraph.svg")).unwrap(), secret.join("key"));
+        // A planted link at the temporary name is never written through.
+        symlink(secret.join("key"), dir.path().join(".x.7.tmp")).unwrap();
+        assert!(write_new(&dir, "x", "7", b"x").is_err());
+        let mut names: Vec<_> = dir.entries().unwrap().into_iter().map(|e| e.name.unwrap()).collect();
+        names.sort();
+        assert_eq!(names, [".x.7.tmp", "flamegraph.svg", "profile.pb.gz"]);
+        assert!(write_new(&dir, "../x", "7", b"x").is_err());
+        unchanged(&secret);
     }
 
     #[test]

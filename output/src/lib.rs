@@ -10,13 +10,15 @@
 //! Hour folders are always the UTC hour of the time in the file name. The names, the
 //! temporary names and their parsing are pure functions here; [`fs`] holds the file calls
 //! (never through a link, never replacing a file), [`ledger`] the agent's records in
-//! `.trainprof/`, [`node`] the two node names (`algo-<n>`, `<rank>-<host>`). `docs/on-disk.md` describes the whole protocol.
+//! `.trainprof/`, [`node`] the two node names (`algo-<n>`, `<rank>-<host>`), [`protocol`] the
+//! words and lines inside the files (the metric and event vocabulary, the system-line codec). `docs/on-disk.md` describes the whole protocol.
 
 use std::fmt;
 
 pub mod fs;
 pub mod ledger;
 pub mod node;
+pub mod protocol;
 
 /// A UTC calendar time, to the second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

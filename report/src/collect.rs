@@ -7,6 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
+use trainprof_output::protocol::timeline;
+
 use crate::read::Tick;
 use crate::rules::{NodeRules, SYSTEM_PATIENCE, TickView, Window, push_last};
 use crate::stats::{Decimator, PctHist};
@@ -463,7 +465,7 @@ impl Agg {
         } else {
             self.phases.insert(key.to_owned(), (1, e.dur_us));
         }
-        if (e.phase.starts_with("Forward") || e.phase.contains("_functions"))
+        if (e.phase.starts_with(timeline::FORWARD) || e.phase.contains(timeline::FUNCTIONS))
             && let Some(s) = e.step
             && !self.detailed.contains(&(rank, s))
         {
@@ -474,7 +476,7 @@ impl Agg {
             }
         }
         match e.phase {
-            "DataLoaderIter" | "DataLoaderWorker" => {
+            timeline::DATALOADER_ITER | timeline::DATALOADER_WORKER => {
                 self.dataloader_events += 1;
                 let second = e.start_us.div_euclid(1_000_000);
                 if let Some(pid) = e.args.get("pid").and_then(serde_json::Value::as_i64) {
@@ -498,12 +500,12 @@ impl Agg {
                     self.dataloader_durations_s.push(e.dur_us as f64 / 1e6);
                 }
             }
-            "DataLoaderIterInitialize" => {
+            timeline::DATALOADER_ITER_INITIALIZE => {
                 self.dataloader_events += 1;
-                if let Some(n) = e.args.get("num_workers").and_then(serde_json::Value::as_i64) {
+                if let Some(n) = e.args.get(timeline::NUM_WORKERS_KEY).and_then(serde_json::Value::as_i64) {
                     self.dataloader_num_workers = Some(n);
                 }
-                if let Some(b) = e.args.get("pin_memory").and_then(serde_json::Value::as_bool) {
+                if let Some(b) = e.args.get(timeline::PIN_MEMORY_KEY).and_then(serde_json::Value::as_bool) {
                     self.dataloader_pin_memory = Some(b);
                 }
             }
@@ -513,7 +515,7 @@ impl Agg {
 }
 
 /// The instant event of an anomaly trigger (`docs/formats.md`, "Anomaly-triggered windows").
-pub const TRIGGER_EVENT: &str = "trainprof:AutoProfilingTrigger";
+pub const TRIGGER_EVENT: &str = timeline::TRIGGER_NAME;
 /// Triggers kept (the hook allows at most 3600 an hour per rank).
 pub const MAX_TRIGGERS: usize = 10_000;
 
@@ -521,11 +523,11 @@ pub const MAX_TRIGGERS: usize = 10_000;
 /// before. `None` when the duration or the median is missing.
 pub fn trigger(e: &crate::read::Event<'_>) -> Option<crate::model::Trigger> {
     let f = |k: &str| e.args.get(k).and_then(serde_json::Value::as_f64).filter(|v| v.is_finite());
-    let ms = f("duration_ms")?;
-    let median_ms = f("median_ms")?;
-    let step = e.args.get("step").and_then(serde_json::Value::as_i64).or(e.step)?;
+    let ms = f(timeline::trigger_key::DURATION_MS)?;
+    let median_ms = f(timeline::trigger_key::MEDIAN_MS)?;
+    let step = e.args.get(timeline::trigger_key::STEP).and_then(serde_json::Value::as_i64).or(e.step)?;
     // At most a few short names: the features are `detailed`, `dataloader`, `python`, `native`.
-    let features = e.args.get("features").and_then(|v| v.as_array()).map(|a| {
+    let features = e.args.get(timeline::trigger_key::FEATURES).and_then(|v| v.as_array()).map(|a| {
         a.iter()
             .filter_map(|x| x.as_str().filter(|s| s.len() <= 32).map(str::to_owned))
             .take(8)
@@ -543,7 +545,7 @@ pub fn trigger(e: &crate::read::Event<'_>) -> Option<crate::model::Trigger> {
 
 /// `TRAIN` for `Step:ModeKeys.TRAIN`; `None` for a phase that is not a step.
 pub fn step_mode(phase: &str) -> Option<&str> {
-    phase.split_once("Step:ModeKeys.").map(|(_, m)| m).filter(|m| !m.is_empty())
+    timeline::step_mode(phase)
 }
 
 #[cfg(test)]

@@ -6,14 +6,15 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read as _};
+use std::io::{self, BufReader, Read as _};
 
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use trainprof_output::fs::{self as ofs, Dir};
+use trainprof_output::protocol::metric::{self, MetricType, dimension as d, name as n};
+use trainprof_output::protocol::system_line::{self, SysLine, for_each_line};
+use trainprof_output::protocol::timeline;
 
-/// A system line longer than this is skipped (ours are < 200 bytes).
-const MAX_LINE: u64 = 64 * 1024;
 /// A timeline file larger than this is skipped: events are streamed, one at a time, and no
 /// writer makes files this large (the hook rotates at 10 MB by default).
 pub const MAX_TIMELINE_BYTES: u64 = 1 << 30;
@@ -163,9 +164,10 @@ impl Tick {
     /// caps, [`MAX_TICK_CORES`], [`MAX_TICK_GPUS`]).
     pub fn add(&mut self, l: &SysLine) -> bool {
         let v = l.value;
-        let core = || l.name.strip_prefix("cpu").and_then(|n| n.parse::<u32>().ok());
-        match (l.ty.as_str(), l.name.as_str(), l.dimension.as_str()) {
-            (_, _, "CPUUtilization") => {
+        let core = || metric::indexed(&l.name, metric::CORE);
+        let ty = MetricType::from_written(&l.ty);
+        match (ty, l.name.as_str(), l.dimension.as_str()) {
+            (_, _, d::CPU_UTILIZATION) => {
                 if let Some(c) = core() {
                     if self.cores.len() >= MAX_TICK_CORES {
                         return false;
@@ -173,7 +175,7 @@ impl Tick {
                     self.cores.push((c, v));
                 }
             }
-            (_, _, "I/OWaitPercentage") => {
+            (_, _, d::IO_WAIT_PERCENTAGE) => {
                 if let Some(c) = core() {
                     if self.core_iowait.len() >= MAX_TICK_CORES {
                         return false;
@@ -181,66 +183,35 @@ impl Tick {
                     self.core_iowait.push((c, v));
                 }
             }
-            ("host", "AllCores", "BusyPercent") => self.cpu_total = Some(v),
-            ("host", "AllCores", "IOWaitPercent") => self.iowait_total = Some(v),
-            (_, "MemoryUsedPercent", _) => self.memory = Some(v),
-            (_, name, "GPUUtilization") => match self.gpu(name) {
+            (Some(MetricType::Host), n::ALL_CORES, d::BUSY_PERCENT) => self.cpu_total = Some(v),
+            (Some(MetricType::Host), n::ALL_CORES, d::IO_WAIT_PERCENT) => self.iowait_total = Some(v),
+            (_, n::MEMORY_USED_PERCENT, _) => self.memory = Some(v),
+            (_, name, d::GPU_UTILIZATION) => match self.gpu(name) {
                 Some(g) => g.1 = Some(v),
                 None => return false,
             },
-            (_, name, "GPUMemoryUtilization") => match self.gpu(name) {
+            (_, name, d::GPU_MEMORY_UTILIZATION) => match self.gpu(name) {
                 Some(g) => g.2 = Some(v),
                 None => return false,
             },
-            ("i/o", "ReadThroughputInBytesPerSecond", "") => self.io_read = Some(v),
-            ("i/o", "WriteThroughputInBytesPerSecond", "") => self.io_write = Some(v),
-            (_, "ReceiveBytesPerSecond", "Algorithm") => self.net_rx = Some(self.net_rx.unwrap_or(0.0) + v),
-            (_, "TransmitBytesPerSecond", "Algorithm") => self.net_tx = Some(self.net_tx.unwrap_or(0.0) + v),
-            ("trainer", "CPUPercent", "ProcessTree") => self.trainer_cpu = Some(v),
-            ("trainer", "RSSBytes", "ProcessTree") => self.trainer_rss = Some(v),
-            ("clock", "Synchronised", "Kernel") => self.clock_synchronised = Some(v),
-            ("clock", "MaxErrorMicros", "Kernel") => self.clock_max_error_us = Some(v),
-            ("clock", "EstimatedErrorMicros", "Kernel") => self.clock_est_error_us = Some(v),
+            (Some(MetricType::Io), n::READ_THROUGHPUT, d::NONE) => self.io_read = Some(v),
+            (Some(MetricType::Io), n::WRITE_THROUGHPUT, d::NONE) => self.io_write = Some(v),
+            (_, n::RECEIVE_BYTES_PER_SECOND, d::ALGORITHM) => {
+                self.net_rx = Some(self.net_rx.unwrap_or(0.0) + v)
+            }
+            (_, n::TRANSMIT_BYTES_PER_SECOND, d::ALGORITHM) => {
+                self.net_tx = Some(self.net_tx.unwrap_or(0.0) + v)
+            }
+            (Some(MetricType::Trainer), n::CPU_PERCENT, d::PROCESS_TREE) => self.trainer_cpu = Some(v),
+            (Some(MetricType::Trainer), n::RSS_BYTES, d::PROCESS_TREE) => self.trainer_rss = Some(v),
+            (Some(MetricType::Clock), n::SYNCHRONISED, d::KERNEL) => self.clock_synchronised = Some(v),
+            (Some(MetricType::Clock), n::MAX_ERROR_MICROS, d::KERNEL) => self.clock_max_error_us = Some(v),
+            (Some(MetricType::Clock), n::ESTIMATED_ERROR_MICROS, d::KERNEL) => {
+                self.clock_est_error_us = Some(v)
+            }
             _ => {}
         }
         true
-    }
-}
-
-/// One line of a system file (`docs/formats.md`, "System files: line format").
-#[derive(Debug, Deserialize)]
-pub struct SysLine {
-    #[serde(rename = "Type")]
-    pub ty: String,
-    #[serde(rename = "Name", default)]
-    pub name: String,
-    #[serde(rename = "Dimension")]
-    pub dimension: String,
-    #[serde(rename = "Value")]
-    pub value: f64,
-    #[serde(rename = "NodeId")]
-    pub node: String,
-    #[serde(rename = "Timestamp")]
-    pub timestamp: f64,
-}
-
-/// Calls `f(line)` for every line of `r` up to `MAX_LINE` bytes (longer ones are skipped
-/// whole, never held in memory); `Ok(skipped)`.
-fn for_each_line(mut r: impl BufRead, mut f: impl FnMut(&[u8])) -> io::Result<u64> {
-    let mut buf = Vec::new();
-    let mut skipped = 0;
-    loop {
-        buf.clear();
-        let n = (&mut r).take(MAX_LINE + 1).read_until(b'\n', &mut buf)?;
-        if n == 0 {
-            return Ok(skipped);
-        }
-        if buf.last() != Some(&b'\n') && buf.len() as u64 > MAX_LINE {
-            r.skip_until(b'\n')?;
-            skipped += 1;
-            continue;
-        }
-        f(&buf);
     }
 }
 
@@ -351,9 +322,9 @@ fn system_lines(
     let mut c = SystemCost::default();
     let res = for_each_line(BufReader::new(r), |line| {
         c.lines += 1;
-        let l: SysLine = match serde_json::from_slice(line) {
-            Ok(l) => l,
-            Err(_) => {
+        let l: SysLine = match system_line::parse(line) {
+            Some(l) => l,
+            None => {
                 if !line.iter().all(u8::is_ascii_whitespace) {
                     c.bad += 1;
                 }
@@ -732,11 +703,10 @@ impl FileState<'_, '_> {
             self.cost.args_cut += 1;
         }
         let args = &args.map;
+        use timeline::{PH_COMPLETE, PH_INSTANT, PH_INSTANT_OLD, PH_METADATA};
         match ph {
-            "M" if e.name.as_deref() == Some("process_name") => {
-                if let Some(b) =
-                    args.get("start_time_since_epoch_in_micros").and_then(serde_json::Value::as_i64)
-                {
+            PH_METADATA if e.name.as_deref() == Some(timeline::PROCESS_NAME) => {
+                if let Some(b) = args.get(timeline::BASE_TIME_KEY).and_then(serde_json::Value::as_i64) {
                     self.base = Some(b);
                 } else if let Some(n) = args.get("name").and_then(|v| v.as_str()) {
                     if self.phases.len() < MAX_PHASES || self.phases.contains_key(&pid) {
@@ -746,9 +716,9 @@ impl FileState<'_, '_> {
                     }
                 }
             }
-            "X" | "i" | "I" => {
+            PH_COMPLETE | PH_INSTANT | PH_INSTANT_OLD => {
                 let (Some(ts), Some(name)) = (e.ts, e.name.as_deref()) else { return };
-                let dur = if ph == "X" { e.dur.unwrap_or(-1.0) } else { 0.0 };
+                let dur = if ph == PH_COMPLETE { e.dur.unwrap_or(-1.0) } else { 0.0 };
                 if !ts.is_finite() || !dur.is_finite() || dur < 0.0 {
                     return;
                 }
@@ -759,17 +729,17 @@ impl FileState<'_, '_> {
                     self.cost.implausible += 1;
                     return;
                 }
-                let step = match args.get("step_num") {
+                let step = match args.get(timeline::STEP_NUM_KEY) {
                     Some(serde_json::Value::String(s)) => s.trim().parse().ok(),
                     Some(v) => v.as_i64(),
                     None => None,
                 };
-                let phase = self.phases.get(&pid).map_or("Unknown", String::as_str);
+                let phase = self.phases.get(&pid).map_or(timeline::UNKNOWN_PHASE, String::as_str);
                 let ev = Event {
                     node: self.node,
                     phase,
                     name,
-                    ph: if ph == "X" { 'X' } else { 'i' },
+                    ph: if ph == PH_COMPLETE { 'X' } else { 'i' },
                     start_us,
                     dur_us,
                     step,
@@ -926,7 +896,7 @@ mod tests {
 
     #[test]
     fn long_lines_are_skipped_not_held() {
-        let mut text = vec![b'x'; (MAX_LINE as usize) * 2];
+        let mut text = vec![b'x'; (system_line::MAX_LINE as usize) * 2];
         text.extend_from_slice(b"\nshort\n");
         let mut seen = Vec::new();
         let skipped = for_each_line(&text[..], |l| seen.push(l.to_vec())).unwrap();

@@ -15,6 +15,7 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use serde_json::{Value, json};
 use trainprof_output::fs::Dir;
+use trainprof_output::protocol::timeline;
 
 use crate::collect::{MAX_GPUS_PER_NODE, MAX_NAME_BYTES, MAX_NODES, MAX_PHASES, MAX_RANKS, OTHER_PHASES};
 use crate::read::{self, Skipped, Tick};
@@ -150,8 +151,12 @@ impl<W: Write> Out<W> {
         self.next_pid += 1;
         let p = self.next_pid;
         self.pids.insert(process.to_owned(), p);
-        self.event(&json!({"name": "process_name", "ph": "M", "pid": p, "args": {"name": process}}))?;
-        self.event(&json!({"name": "process_sort_index", "ph": "M", "pid": p, "args": {"sort_index": sort * 1000 + p}}))?;
+        let meta = timeline::PH_METADATA;
+        self.event(
+            &json!({"name": timeline::PROCESS_NAME, "ph": meta, "pid": p, "args": {"name": process}}),
+        )?;
+        self.event(&json!({"name": timeline::PROCESS_SORT_INDEX, "ph": meta, "pid": p,
+            "args": {(timeline::SORT_INDEX_KEY): sort * 1000 + p}}))?;
         Ok(p)
     }
 
@@ -181,7 +186,8 @@ impl<W: Write> Out<W> {
         let t = self.tids.len() as u64 + 1;
         self.tids.insert(key, t);
         self.event(
-            &json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": thread}}),
+            &json!({"name": timeline::THREAD_NAME, "ph": timeline::PH_METADATA, "pid": pid, "tid": t,
+                "args": {"name": thread}}),
         )?;
         Ok(t)
     }

@@ -44,11 +44,12 @@ use std::time::Duration;
 use super::{
     Metrics, Name, ParseError, ProcFile, Roots, SampleError, Sampler, fields, parse_u64, percent, rate,
 };
+use super::{dimension as d, name as n};
 
 /// `Type` of every metric of this sampler.
 const KIND: super::MetricType = super::MetricType::Container;
 /// `Dimension` of every metric of this sampler.
-const DIMENSION: &str = "cgroup";
+const DIMENSION: &str = d::CGROUP;
 
 /// A memory limit at or above this is "no limit". v1 writes "unlimited" as the largest
 /// page-aligned `i64` (9223372036854771712 with 4 KiB pages, a little less with 64 KiB ones),
@@ -375,11 +376,16 @@ impl Cpu {
         let used_s = cur.usage_ns.saturating_sub(self.prev.usage_ns) as f64 / 1e9;
         // A zero interval gives NaN or infinity, which `push` leaves out.
         let utilization = used_s / (dt.as_secs_f64() * cores) * 100.0;
-        out.push(KIND, Name::Static("CPUUtilizationOfQuota"), DIMENSION, utilization);
-        out.push(KIND, Name::Static("CPUQuotaCores"), DIMENSION, cores);
+        out.push(KIND, Name::Static(n::CPU_UTILIZATION_OF_QUOTA), DIMENSION, utilization);
+        out.push(KIND, Name::Static(n::CPU_QUOTA_CORES), DIMENSION, cores);
         let periods = cur.periods.saturating_sub(self.prev.periods) as f64;
         let throttled = cur.throttled.saturating_sub(self.prev.throttled) as f64;
-        out.push(KIND, Name::Static("CPUThrottledPeriodsPercent"), DIMENSION, percent(throttled, periods));
+        out.push(
+            KIND,
+            Name::Static(n::CPU_THROTTLED_PERIODS_PERCENT),
+            DIMENSION,
+            percent(throttled, periods),
+        );
     }
 }
 
@@ -509,11 +515,11 @@ struct Io {
 impl Io {
     fn push(&self, cur: IoCounters, dt: Duration, out: &mut Metrics) {
         let prev = self.prev;
-        out.push(KIND, Name::Static("IOPS"), DIMENSION, rate(prev.ios, cur.ios, dt));
+        out.push(KIND, Name::Static(n::IOPS), DIMENSION, rate(prev.ios, cur.ios, dt));
         let read = rate(prev.read_bytes, cur.read_bytes, dt);
-        out.push(KIND, Name::Static("ReadThroughputInBytesPerSecond"), DIMENSION, read);
+        out.push(KIND, Name::Static(n::READ_THROUGHPUT), DIMENSION, read);
         let write = rate(prev.write_bytes, cur.write_bytes, dt);
-        out.push(KIND, Name::Static("WriteThroughputInBytesPerSecond"), DIMENSION, write);
+        out.push(KIND, Name::Static(n::WRITE_THROUGHPUT), DIMENSION, write);
     }
 }
 

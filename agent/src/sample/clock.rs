@@ -11,6 +11,7 @@ use std::io;
 use std::time::Duration;
 
 use super::{Metrics, Name, SampleError, Sampler};
+use super::{dimension as d, name as n};
 
 /// How often the state is read (and on the first tick).
 pub const EVERY: Duration = Duration::from_secs(60);
@@ -88,9 +89,9 @@ impl Sampler for ClockSampler {
         let s = (self.read)()
             .map_err(|e| SampleError::Device { device: "adjtimex".into(), what: e.to_string() })?;
         let kind = crate::sample::CLOCK;
-        out.push(kind, Name::Static("Synchronised"), "Kernel", if s.synchronised { 1.0 } else { 0.0 });
-        out.push(kind, Name::Static("MaxErrorMicros"), "Kernel", s.max_error_us as f64);
-        out.push(kind, Name::Static("EstimatedErrorMicros"), "Kernel", s.est_error_us as f64);
+        out.push(kind, Name::Static(n::SYNCHRONISED), d::KERNEL, if s.synchronised { 1.0 } else { 0.0 });
+        out.push(kind, Name::Static(n::MAX_ERROR_MICROS), d::KERNEL, s.max_error_us as f64);
+        out.push(kind, Name::Static(n::ESTIMATED_ERROR_MICROS), d::KERNEL, s.est_error_us as f64);
         Ok(())
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::{
     CPU, HOST, Metrics, Name, ParseError, ProcFile, SampleError, Sampler, fields, parse_u64, percent,
 };
+use super::{dimension as d, name as n};
 
 /// The jiffy counters of one `cpu` line that matter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -140,12 +141,12 @@ impl Sampler for CpuSampler {
             let (busy, iowait) = utilisation(prev.times, line.times);
             match line.core {
                 Some(i) => {
-                    out.push(CPU, Name::Indexed("cpu", i), "CPUUtilization", busy);
-                    out.push(CPU, Name::Indexed("cpu", i), "I/OWaitPercentage", iowait);
+                    out.push(CPU, Name::core(i), d::CPU_UTILIZATION, busy);
+                    out.push(CPU, Name::core(i), d::IO_WAIT_PERCENTAGE, iowait);
                 }
                 None => {
-                    out.push(HOST, Name::Static("AllCores"), "BusyPercent", busy);
-                    out.push(HOST, Name::Static("AllCores"), "IOWaitPercent", iowait);
+                    out.push(HOST, Name::Static(n::ALL_CORES), d::BUSY_PERCENT, busy);
+                    out.push(HOST, Name::Static(n::ALL_CORES), d::IO_WAIT_PERCENT, iowait);
                 }
             }
         }

@@ -14,6 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{Metrics, Name, ParseError, ProcFile, SampleError, Sampler, fields, parse_u64, rate};
+use super::{dimension as d, name as n};
 
 /// The block layer counts sectors of 512 bytes, whatever the device's sector size.
 const SECTOR: u64 = 512;
@@ -116,17 +117,17 @@ impl Sampler for DiskSampler {
     fn sample(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
         let cur = self.read()?;
         let dt = now.saturating_sub(self.prev_at);
-        out.push(crate::sample::IO, Name::Static("IOPS"), "", rate(self.prev.ios, cur.ios, dt));
+        out.push(crate::sample::IO, Name::Static(n::IOPS), d::NONE, rate(self.prev.ios, cur.ios, dt));
         out.push(
             crate::sample::IO,
-            Name::Static("ReadThroughputInBytesPerSecond"),
-            "",
+            Name::Static(n::READ_THROUGHPUT),
+            d::NONE,
             rate(self.prev.read_bytes, cur.read_bytes, dt),
         );
         out.push(
             crate::sample::IO,
-            Name::Static("WriteThroughputInBytesPerSecond"),
-            "",
+            Name::Static(n::WRITE_THROUGHPUT),
+            d::NONE,
             rate(self.prev.write_bytes, cur.write_bytes, dt),
         );
         (self.prev, self.prev_at) = (cur, now);

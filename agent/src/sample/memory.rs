@@ -16,6 +16,7 @@ use super::cgroup::CgroupMemory;
 use super::{
     MEMORY, Metrics, Name, ParseError, ProcFile, RAM, SampleError, Sampler, fields, parse_u64, percent,
 };
+use super::{dimension as d, name as n};
 
 /// `MemTotal` and `MemAvailable` of `/proc/meminfo`, in bytes.
 pub fn parse_meminfo(text: &[u8]) -> Result<(u64, u64), ParseError> {
@@ -73,13 +74,13 @@ impl Sampler for MemorySampler {
         let (used, limit, basis) = match self.cgroup.as_mut() {
             Some(c) => {
                 let r = c.read()?;
-                (r.used_bytes, r.limit_bytes.min(total), "cgroup")
+                (r.used_bytes, r.limit_bytes.min(total), d::CGROUP)
             }
-            None => (total.saturating_sub(available), total, "host"),
+            None => (total.saturating_sub(available), total, d::HOST),
         };
-        out.push(MEMORY, Name::Static("MemoryUsedPercent"), "", percent(used as f64, limit as f64));
-        out.push(RAM, Name::Static("MemoryUsedBytes"), basis, used as f64);
-        out.push(RAM, Name::Static("MemoryLimitBytes"), basis, limit as f64);
+        out.push(MEMORY, Name::Static(n::MEMORY_USED_PERCENT), d::NONE, percent(used as f64, limit as f64));
+        out.push(RAM, Name::Static(n::MEMORY_USED_BYTES), basis, used as f64);
+        out.push(RAM, Name::Static(n::MEMORY_LIMIT_BYTES), basis, limit as f64);
         Ok(())
     }
 }

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{Metrics, Name, ParseError, ProcFile, SampleError, Sampler, fields, parse_u64};
+use super::{dimension as d, name as n};
 
 /// One interface's byte counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,8 +102,8 @@ impl Sampler for NetSampler {
         let secs = now.saturating_sub(self.prev_at).as_secs_f64();
         self.prev_at = now;
         let per_s = |v: u64| if secs > 0.0 { v as f64 / secs } else { f64::NAN };
-        out.push(crate::sample::NETWORK, Name::Static("ReceiveBytesPerSecond"), "Algorithm", per_s(rx));
-        out.push(crate::sample::NETWORK, Name::Static("TransmitBytesPerSecond"), "Algorithm", per_s(tx));
+        out.push(crate::sample::NETWORK, Name::Static(n::RECEIVE_BYTES_PER_SECOND), d::ALGORITHM, per_s(rx));
+        out.push(crate::sample::NETWORK, Name::Static(n::TRANSMIT_BYTES_PER_SECOND), d::ALGORITHM, per_s(tx));
         Ok(())
     }
 }

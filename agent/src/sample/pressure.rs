@@ -18,9 +18,11 @@ use std::time::Duration;
 
 use super::cgroup::{CgroupLayout, CgroupVersion};
 use super::{Metrics, Name, ParseError, ProcFile, Roots, SampleError, Sampler, fields, parse_u64, percent};
+use super::{dimension as d, name as n};
 
 /// The three resources: file stem, the Name of the rows.
-const RESOURCES: [(&str, &str); 3] = [("cpu", "CPU"), ("memory", "Memory"), ("io", "IO")];
+const RESOURCES: [(&str, &str); 3] =
+    [("cpu", n::PRESSURE_CPU), ("memory", n::PRESSURE_MEMORY), ("io", n::PRESSURE_IO)];
 
 /// The `total=` µs counters of one pressure file; `full` is `None` where the file has no
 /// `full` line.
@@ -159,9 +161,9 @@ impl Sampler for PressureSampler {
             };
             let share = |prev: u64, cur: u64| percent(cur.saturating_sub(prev) as f64, dt_us);
             let kind = crate::sample::PRESSURE;
-            out.push(kind, Name::Static(s.name), "SomeStalledPercent", share(s.prev.some_us, cur.some_us));
+            out.push(kind, Name::Static(s.name), d::SOME_STALLED_PERCENT, share(s.prev.some_us, cur.some_us));
             if let (Some(p), Some(c)) = (s.prev.full_us, cur.full_us) {
-                out.push(kind, Name::Static(s.name), "FullStalledPercent", share(p, c));
+                out.push(kind, Name::Static(s.name), d::FULL_STALLED_PERCENT, share(p, c));
             }
             s.prev = cur;
         }

@@ -43,6 +43,7 @@ use std::time::Duration;
 
 use super::tree_pids::TreePids;
 use super::{Label, Metrics, Name, ProcFile, SampleError, Sampler, fields, parse_u64};
+use super::{dimension as d, name as n};
 
 /// How often the whole of `/proc` is scanned when new pids cannot be followed.
 pub const REDISCOVER: Duration = Duration::from_secs(2);
@@ -749,10 +750,15 @@ impl Sampler for TreeSampler {
         }
         let percent = |ticks: u64| if secs > 0.0 { ticks as f64 / self.hz / secs * 100.0 } else { f64::NAN };
         let kind = crate::sample::TRAINER;
-        out.push(kind, Name::Static("CPUPercent"), "ProcessTree", percent(t.ticks));
-        out.push(kind, Name::Static("PSSBytes"), "ProcessTree", t.pss_bytes as f64);
-        out.push(kind, Name::Static("RSSBytes"), "ProcessTree", t.rss_pages.saturating_mul(self.page) as f64);
-        out.push(kind, Name::Static("Processes"), "ProcessTree", self.known.len() as f64);
+        out.push(kind, Name::Static(n::CPU_PERCENT), d::PROCESS_TREE, percent(t.ticks));
+        out.push(kind, Name::Static(n::PSS_BYTES), d::PROCESS_TREE, t.pss_bytes as f64);
+        out.push(
+            kind,
+            Name::Static(n::RSS_BYTES),
+            d::PROCESS_TREE,
+            t.rss_pages.saturating_mul(self.page) as f64,
+        );
+        out.push(kind, Name::Static(n::PROCESSES), d::PROCESS_TREE, self.known.len() as f64);
         self.top.clear();
         self.top.extend(self.known.iter().enumerate().map(|(i, k)| (k.delta, i)));
         // The busiest first; among equals the lowest pid (the tree's root, the ranks).
@@ -761,8 +767,8 @@ impl Sampler for TreeSampler {
         for &(ticks, i) in self.top.iter().take(TOP) {
             let k = &self.known[i];
             let name = Name::Process(k.pid, k.comm);
-            out.push(kind, name, "ProcessCPUPercent", percent(ticks));
-            out.push(kind, name, "ProcessPSSBytes", k.pss_counted as f64);
+            out.push(kind, name, d::PROCESS_CPU_PERCENT, percent(ticks));
+            out.push(kind, name, d::PROCESS_PSS_BYTES, k.pss_counted as f64);
         }
         Ok(())
     }
@@ -850,9 +856,14 @@ impl Sampler for SelfSampler {
         }
         let (cpu_us, rss) = self_usage();
         let used = cpu_us.saturating_sub(self.prev_cpu_us) as f64;
-        out.push(crate::sample::AGENT, Name::Static("CPUPercent"), "Self", used / dt.as_secs_f64() / 1e4);
-        out.push(crate::sample::AGENT, Name::Static("CPUMicrosPerTick"), "Self", used / self.ticks as f64);
-        out.push(crate::sample::AGENT, Name::Static("RSSBytes"), "Self", rss as f64);
+        out.push(crate::sample::AGENT, Name::Static(n::CPU_PERCENT), d::SELF, used / dt.as_secs_f64() / 1e4);
+        out.push(
+            crate::sample::AGENT,
+            Name::Static(n::CPU_MICROS_PER_TICK),
+            d::SELF,
+            used / self.ticks as f64,
+        );
+        out.push(crate::sample::AGENT, Name::Static(n::RSS_BYTES), d::SELF, rss as f64);
         (self.prev_at, self.prev_cpu_us, self.ticks) = (now, cpu_us, 0);
         Ok(())
     }

@@ -28,6 +28,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 use trainprof_output::fs::{self as ofs, Dir, Kind, Move};
+use trainprof_output::protocol::{system_line, timeline};
 
 use crate::system_file::place_sealed;
 
@@ -290,7 +291,9 @@ fn repair_system(root: &Dir, found: &Found<'_>, file: &File, bytes: &[u8]) -> Re
     let mut first_s = None;
     for line in bytes.split_inclusive(|&b| b == b'\n') {
         let Some(body) = line.strip_suffix(b"\n") else { break };
-        let ts = serde_json::from_slice::<Value>(body).ok().and_then(|v| v.get("Timestamp")?.as_f64());
+        let ts = serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|v| v.get(system_line::TIMESTAMP_KEY)?.as_f64());
         let Some(ts) = ts else { break };
         first_s.get_or_insert(ts.floor() as i64);
         keep += line.len();
@@ -334,10 +337,10 @@ fn repair_timeline(
             (events, Some(keep))
         }
     };
-    let base = events.first().map_or(0, |e| micros(&e["args"]["start_time_since_epoch_in_micros"]));
+    let base = events.first().map_or(0, |e| micros(&e["args"][timeline::BASE_TIME_KEY]));
     let ends = events
         .iter()
-        .filter(|e| e["ph"] == "X")
+        .filter(|e| e["ph"] == timeline::PH_COMPLETE)
         .map(|e| base.saturating_add(micros(&e["ts"])).saturating_add(micros(&e["dur"])));
     let (records, end_us) = ends.fold((0, i64::MIN), |(n, max), end| (n + 1, max.max(end)));
     if records == 0 {

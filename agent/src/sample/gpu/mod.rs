@@ -71,57 +71,27 @@ pub fn lib_from_env() -> Option<OsString> {
     std::env::var_os(LIB_ENV).filter(|v| !v.is_empty())
 }
 
-pub const GPU_UTILIZATION: &str = "GPUUtilization";
-pub const GPU_MEMORY_UTILIZATION: &str = "GPUMemoryUtilization";
-pub const GPU_MEMORY_BUSY_PERCENT: &str = "MemoryBusyPercent";
-pub const GPU_BUSY_MAX_PERCENT: &str = "BusyMaxPercent";
-pub const GPU_MEMORY_BUSY_MAX_PERCENT: &str = "MemoryBusyMaxPercent";
-pub const GPU_BUSY_MEAN_PERCENT: &str = "BusyMeanPercent";
-pub const GPU_MEMORY_BUSY_MEAN_PERCENT: &str = "MemoryBusyMeanPercent";
-pub const GPU_MEM_USED_BYTES: &str = "MemUsedBytes";
-pub const GPU_POWER_WATTS: &str = "PowerWatts";
-pub const GPU_TEMPERATURE_CELSIUS: &str = "TemperatureCelsius";
-pub const GPU_SM_CLOCK_MHZ: &str = "SMClockMHz";
-pub const GPU_THROTTLE_MASK: &str = "ThrottleReasonsMask";
-pub const GPU_XID_EVENTS: &str = "XidEvents";
-pub const GPU_ECC_SINGLE_BIT_EVENTS: &str = "EccSingleBitEvents";
-pub const GPU_ECC_DOUBLE_BIT_EVENTS: &str = "EccDoubleBitEvents";
-pub const TRAINER_PROCESSES: &str = "TrainerProcesses";
-pub const TRAINER_MEM_USED_BYTES: &str = "TrainerMemUsedBytes";
-pub const TRAINER_SM_BUSY_PERCENT: &str = "TrainerSmBusyPercent";
-pub const TRAINER_MEMORY_BUSY_PERCENT: &str = "TrainerMemoryBusyPercent";
-pub const UNATTRIBUTED_PROCESSES: &str = "UnattributedProcesses";
-pub const UNATTRIBUTED_MEM_USED_BYTES: &str = "UnattributedMemUsedBytes";
-pub const UNATTRIBUTED_SM_BUSY_PERCENT: &str = "UnattributedSmBusyPercent";
-/// `TopProcess<k>Pid`, `…MemUsedBytes`, `…SmBusyPercent` for the k-th busiest of the tree's
-/// processes on the GPU (k = 1..[`attribution::TOP`]).
-pub const TOP_PROCESS: [[&str; 3]; attribution::TOP] = [
-    ["TopProcess1Pid", "TopProcess1MemUsedBytes", "TopProcess1SmBusyPercent"],
-    ["TopProcess2Pid", "TopProcess2MemUsedBytes", "TopProcess2SmBusyPercent"],
-    ["TopProcess3Pid", "TopProcess3MemUsedBytes", "TopProcess3SmBusyPercent"],
-];
+// The Dimensions are the protocol's (`trainprof_output::protocol::metric::dimension`).
+use trainprof_output::protocol::metric::dimension as d;
+pub use trainprof_output::protocol::metric::dimension::{
+    GPU_BUSY_MAX_PERCENT, GPU_BUSY_MEAN_PERCENT, GPU_ECC_DOUBLE_BIT_EVENTS, GPU_ECC_SINGLE_BIT_EVENTS,
+    GPU_MEM_USED_BYTES, GPU_MEMORY_BUSY_MAX_PERCENT, GPU_MEMORY_BUSY_MEAN_PERCENT, GPU_MEMORY_BUSY_PERCENT,
+    GPU_MEMORY_UTILIZATION, GPU_POWER_WATTS, GPU_SM_CLOCK_MHZ, GPU_TEMPERATURE_CELSIUS, GPU_THROTTLE_MASK,
+    GPU_UTILIZATION, GPU_XID_EVENTS, THROTTLE_FLAGS, TOP_PROCESS, TRAINER_MEM_USED_BYTES,
+    TRAINER_MEMORY_BUSY_PERCENT, TRAINER_PROCESSES, TRAINER_SM_BUSY_PERCENT, UNATTRIBUTED_MEM_USED_BYTES,
+    UNATTRIBUTED_PROCESSES, UNATTRIBUTED_SM_BUSY_PERCENT,
+};
 
-/// The clock throttle reasons (`nvmlClocksEventReason*`, formerly `…ThrottleReason*`):
-/// each active one is a row with value 1 beside the whole mask.
-pub const THROTTLE_FLAGS: [(u64, &str); 9] = [
-    (0x1, "ThrottleGpuIdle"),
-    (0x2, "ThrottleApplicationClocks"),
-    (0x4, "ThrottleSwPowerCap"),
-    (0x8, "ThrottleHwSlowdown"),
-    (0x10, "ThrottleSyncBoost"),
-    (0x20, "ThrottleSwThermal"),
-    (0x40, "ThrottleHwThermal"),
-    (0x80, "ThrottleHwPowerBrake"),
-    (0x100, "ThrottleDisplayClocks"),
-];
+// One row of Dimensions per process the attribution ranks.
+const _: () = assert!(TOP_PROCESS.len() == attribution::TOP);
 
 /// The Type and Name of GPU `index`'s `dimension`: `gpu` / `gpu<i>` for the two
 /// percentages the analysis reads, `accelerator` / `device<i>` for the rest.
 pub fn placed(dimension: &str, index: u32) -> (MetricType, Name) {
     if dimension == GPU_UTILIZATION || dimension == GPU_MEMORY_UTILIZATION {
-        (GPU, Name::Indexed("gpu", index))
+        (GPU, Name::gpu(index))
     } else {
-        (ACCELERATOR, Name::Indexed("device", index))
+        (ACCELERATOR, Name::device(index))
     }
 }
 
@@ -316,16 +286,16 @@ impl Field {
     /// The row it gives: counters as a rate over the interval, the rest as read.
     pub fn dimension(self) -> &'static str {
         match self {
-            Field::PcieTxBytes => "PcieTxBytesPerSecond",
-            Field::PcieRxBytes => "PcieRxBytesPerSecond",
-            Field::NvlinkTxKib => "NvlinkTxBytesPerSecond",
-            Field::NvlinkRxKib => "NvlinkRxBytesPerSecond",
-            Field::PowerInstantMilliwatts => "PowerInstantWatts",
-            Field::EnergyMillijoules => "EnergyMeanWatts",
-            Field::EccCorrectedVolatile => "EccCorrectedVolatile",
-            Field::EccUncorrectedVolatile => "EccUncorrectedVolatile",
-            Field::EccCorrectedAggregate => "EccCorrectedAggregate",
-            Field::EccUncorrectedAggregate => "EccUncorrectedAggregate",
+            Field::PcieTxBytes => d::GPU_PCIE_TX_BYTES_PER_SECOND,
+            Field::PcieRxBytes => d::GPU_PCIE_RX_BYTES_PER_SECOND,
+            Field::NvlinkTxKib => d::GPU_NVLINK_TX_BYTES_PER_SECOND,
+            Field::NvlinkRxKib => d::GPU_NVLINK_RX_BYTES_PER_SECOND,
+            Field::PowerInstantMilliwatts => d::GPU_POWER_INSTANT_WATTS,
+            Field::EnergyMillijoules => d::GPU_ENERGY_MEAN_WATTS,
+            Field::EccCorrectedVolatile => d::GPU_ECC_CORRECTED_VOLATILE,
+            Field::EccUncorrectedVolatile => d::GPU_ECC_UNCORRECTED_VOLATILE,
+            Field::EccCorrectedAggregate => d::GPU_ECC_CORRECTED_AGGREGATE,
+            Field::EccUncorrectedAggregate => d::GPU_ECC_UNCORRECTED_AGGREGATE,
         }
     }
 
@@ -359,10 +329,10 @@ impl GpmMetric {
 
     pub fn dimension(self) -> &'static str {
         match self {
-            GpmMetric::SmActive => "SmActivePercent",
-            GpmMetric::SmOccupancy => "SmOccupancyPercent",
-            GpmMetric::TensorActive => "TensorActivePercent",
-            GpmMetric::DramActive => "DramActivePercent",
+            GpmMetric::SmActive => d::GPU_SM_ACTIVE_PERCENT,
+            GpmMetric::SmOccupancy => d::GPU_SM_OCCUPANCY_PERCENT,
+            GpmMetric::TensorActive => d::GPU_TENSOR_ACTIVE_PERCENT,
+            GpmMetric::DramActive => d::GPU_DRAM_ACTIVE_PERCENT,
         }
     }
 
@@ -778,7 +748,7 @@ fn ask<S: GpuSource>(
     gpu: &mut GpuState,
     query: Query,
 ) -> Option<Reading> {
-    let name = Name::Indexed("gpu", gpu.index);
+    let name = Name::gpu(gpu.index);
     let state = &mut gpu.queries[query.slot()];
     if *state == QueryState::Off {
         return None;

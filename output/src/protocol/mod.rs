@@ -1,0 +1,28 @@
+//! The words and line formats that one process writes and another reads, in one place so
+//! that a rename cannot compile on one side only (`docs/formats.md`; `ARCHITECTURE.md`,
+//! "The protocol"):
+//!
+//! * [`metric`]: the system metrics' vocabulary (every `Type`, `Name` and `Dimension` the
+//!   agent's samplers write and the report matches), and the formats of the Names that are
+//!   data (`cpu3`, `gpu0`, `device0`, `pid42-python`);
+//! * [`system_line`]: one line of a system metrics file, written by the agent and read
+//!   back, with bounded memory, by the report;
+//! * [`timeline`]: the names, phases and argument keys of the timeline events the hook
+//!   writes and the report reads, the anomaly trigger's among them.
+//!
+//! No other crate spells these words: `output/tests/protocol_home.rs` reads the other
+//! crates' sources and fails on a literal that does.
+
+/// Defines one `pub const` per word and `$all`, the list of them all (for the test that
+/// looks for the words outside this module), so that a word cannot be left out of it.
+macro_rules! words {
+    ($(#[$all_doc:meta])* $all:ident; $($(#[$doc:meta])* $id:ident = $word:literal,)*) => {
+        $($(#[$doc])* pub const $id: &str = $word;)*
+        $(#[$all_doc])*
+        pub const $all: &[&str] = &[$($id),*];
+    };
+}
+
+pub mod metric;
+pub mod system_line;
+pub mod timeline;

@@ -1,0 +1,94 @@
+//! The words of the framework timeline files (`docs/formats.md`, "File content" and
+//! "Event vocabulary"): the metadata events' names, the phases (trace processes) the
+//! library and the report know, the anomaly trigger's phase and name, and the `args` keys
+//! that a reader looks for. The hook writes them (`hook-ffi/src/trace.rs`); the report and
+//! the agent's repair read them.
+
+words! {
+    /// The metadata (`"ph": "M"`) events' names.
+    METADATA;
+    /// Names a trace process: the phase (`args.name`), or, for pid 0, carries the base time
+    /// ([`BASE_TIME_KEY`]).
+    PROCESS_NAME = "process_name",
+    PROCESS_SORT_INDEX = "process_sort_index",
+    /// Names a thread (the report's Perfetto trace).
+    THREAD_NAME = "thread_name",
+}
+
+/// The `ph` of a complete event.
+pub const PH_COMPLETE: &str = "X";
+/// The `ph` of a metadata event.
+pub const PH_METADATA: &str = "M";
+/// The `ph` of an instant event (the trigger's); `I` is its older spelling, read too.
+pub const PH_INSTANT: &str = "i";
+pub const PH_INSTANT_OLD: &str = "I";
+/// The `s` (scope) of an instant event drawn across the whole timeline.
+pub const SCOPE_GLOBAL: &str = "g";
+
+/// `args` keys: of pid 0's `process_name` line, the base time (µs since the epoch) that
+/// every `ts` is relative to.
+pub const BASE_TIME_KEY: &str = "start_time_since_epoch_in_micros";
+/// Of a `process_sort_index` line.
+pub const SORT_INDEX_KEY: &str = "sort_index";
+/// Of an event: its step, a decimal string (readers take an integer too).
+pub const STEP_NUM_KEY: &str = "step_num";
+/// Of a `DataLoaderIterInitialize` event.
+pub const NUM_WORKERS_KEY: &str = "num_workers";
+pub const PIN_MEMORY_KEY: &str = "pin_memory";
+
+/// The trigger's `args`, in the order written: the step in the windows' numbering, the slow
+/// step's duration and the median (ms), the features opened, the window opened.
+pub mod trigger_key {
+    pub const STEP: &str = "step";
+    pub const DURATION_MS: &str = "duration_ms";
+    pub const MEDIAN_MS: &str = "median_ms";
+    pub const FEATURES: &str = "features";
+    pub const WINDOW_START_STEP: &str = "window_start_step";
+    pub const WINDOW_NUM_STEPS: &str = "window_num_steps";
+}
+
+words! {
+    /// The phases (trace processes) and event names that the library, the adapters and the
+    /// report know.
+    PHASES;
+    STEP_TRAIN = "Step:ModeKeys.TRAIN",
+    STEP_EVAL = "Step:ModeKeys.EVAL",
+    STEP_PREDICT = "Step:ModeKeys.PREDICT",
+    STEP_GLOBAL = "Step:ModeKeys.GLOBAL",
+    /// What every step phase starts with; the mode follows.
+    STEP_PREFIX = "Step:ModeKeys.",
+    /// The detailed window's module events (`Forward`, `Forward-SubModuleInternal`).
+    FORWARD = "Forward",
+    /// The torch.profiler ops' phases end with it (`cpu_functions`, `gpu_functions-dev:0`).
+    FUNCTIONS = "_functions",
+    DATALOADER_ITER_INITIALIZE = "DataLoaderIterInitialize",
+    DATALOADER_ITER = "DataLoaderIter",
+    /// smdebug's; not written, read when present.
+    DATALOADER_WORKER = "DataLoaderWorker",
+    /// The anomaly trigger's phase and its instant event's name.
+    TRIGGER_PHASE = "trainprof:AutoProfiling",
+    TRIGGER_NAME = "trainprof:AutoProfilingTrigger",
+    /// The phase of an event whose pid no `process_name` line named (smdebug's default).
+    UNKNOWN_PHASE = "Unknown",
+}
+
+/// The mode of a step phase (`Step:ModeKeys.TRAIN` → `TRAIN`).
+pub fn step_mode(phase: &str) -> Option<&str> {
+    phase.split_once(STEP_PREFIX).map(|(_, m)| m).filter(|m| !m.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_phases_carry_their_mode() {
+        for (p, m) in
+            [(STEP_TRAIN, "TRAIN"), (STEP_EVAL, "EVAL"), (STEP_PREDICT, "PREDICT"), (STEP_GLOBAL, "GLOBAL")]
+        {
+            assert_eq!(step_mode(p), Some(m));
+        }
+        assert_eq!(step_mode(STEP_PREFIX), None);
+        assert_eq!(step_mode(FORWARD), None);
+    }
+}

@@ -16,13 +16,13 @@
 use std::io::Write as _;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use trainprof_agent::sample::probe::{ProbeContext, probe_samplers};
-use trainprof_agent::sample::tree_pids::TreePids;
-use trainprof_agent::sample::{Metrics, ProcFile, Roots};
-use trainprof_agent::system_file::SystemWriter;
+use trainprof_agent::pipeline::sample::probe::{ProbeContext, probe_samplers};
+use trainprof_agent::pipeline::sample::tree_pids::TreePids;
+use trainprof_agent::pipeline::sample::{Metrics, ProcFile, Roots};
+use trainprof_agent::pipeline::system_file::SystemWriter;
 use trainprof_output::node::SystemNode;
 
-use trainprof_agent::sample::process::thread_cpu_ns;
+use trainprof_agent::pipeline::sample::process::thread_cpu_ns;
 
 const TICK: Duration = Duration::from_millis(100);
 

@@ -116,15 +116,15 @@ impl Sampler for DiskSampler {
     fn sample(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
         let cur = self.read()?;
         let dt = now.saturating_sub(self.prev_at);
-        out.push(crate::sample::IO, Name::Static("IOPS"), "", rate(self.prev.ios, cur.ios, dt));
+        out.push(crate::pipeline::sample::IO, Name::Static("IOPS"), "", rate(self.prev.ios, cur.ios, dt));
         out.push(
-            crate::sample::IO,
+            crate::pipeline::sample::IO,
             Name::Static("ReadThroughputInBytesPerSecond"),
             "",
             rate(self.prev.read_bytes, cur.read_bytes, dt),
         );
         out.push(
-            crate::sample::IO,
+            crate::pipeline::sample::IO,
             Name::Static("WriteThroughputInBytesPerSecond"),
             "",
             rate(self.prev.write_bytes, cur.write_bytes, dt),

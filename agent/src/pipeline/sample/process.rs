@@ -748,7 +748,7 @@ impl Sampler for TreeSampler {
             return Ok(());
         }
         let percent = |ticks: u64| if secs > 0.0 { ticks as f64 / self.hz / secs * 100.0 } else { f64::NAN };
-        let kind = crate::sample::TRAINER;
+        let kind = crate::pipeline::sample::TRAINER;
         out.push(kind, Name::Static("CPUPercent"), "ProcessTree", percent(t.ticks));
         out.push(kind, Name::Static("PSSBytes"), "ProcessTree", t.pss_bytes as f64);
         out.push(kind, Name::Static("RSSBytes"), "ProcessTree", t.rss_pages.saturating_mul(self.page) as f64);
@@ -850,9 +850,19 @@ impl Sampler for SelfSampler {
         }
         let (cpu_us, rss) = self_usage();
         let used = cpu_us.saturating_sub(self.prev_cpu_us) as f64;
-        out.push(crate::sample::AGENT, Name::Static("CPUPercent"), "Self", used / dt.as_secs_f64() / 1e4);
-        out.push(crate::sample::AGENT, Name::Static("CPUMicrosPerTick"), "Self", used / self.ticks as f64);
-        out.push(crate::sample::AGENT, Name::Static("RSSBytes"), "Self", rss as f64);
+        out.push(
+            crate::pipeline::sample::AGENT,
+            Name::Static("CPUPercent"),
+            "Self",
+            used / dt.as_secs_f64() / 1e4,
+        );
+        out.push(
+            crate::pipeline::sample::AGENT,
+            Name::Static("CPUMicrosPerTick"),
+            "Self",
+            used / self.ticks as f64,
+        );
+        out.push(crate::pipeline::sample::AGENT, Name::Static("RSSBytes"), "Self", rss as f64);
         (self.prev_at, self.prev_cpu_us, self.ticks) = (now, cpu_us, 0);
         Ok(())
     }

@@ -29,7 +29,7 @@ use trainprof_output::fs::{self as ofs, Dir, Move};
 use trainprof_output::ledger;
 use trainprof_output::node::SystemNode;
 
-use crate::sample::{Metric, Name};
+use crate::pipeline::sample::{Metric, Name};
 
 /// Why a tick could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -330,7 +330,7 @@ impl SystemWriter {
 /// What a line's head is made of.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct HeadKey {
-    kind: crate::sample::MetricType,
+    kind: crate::pipeline::sample::MetricType,
     name: Name,
     dimension: &'static str,
 }
@@ -519,9 +519,12 @@ mod tests {
 
     /// The files under `root`, without the agent's own records in `.trainprof/`.
     fn files(root: &std::path::Path) -> Vec<String> {
-        crate::summary::files_under(root).into_iter().filter(|f| !f.starts_with(".trainprof/")).collect()
+        crate::commands::run::summary::files_under(root)
+            .into_iter()
+            .filter(|f| !f.starts_with(".trainprof/"))
+            .collect()
     }
-    use crate::sample::{Metrics, Name};
+    use crate::pipeline::sample::{Metrics, Name};
 
     /// A scratch folder, removed when the first value is dropped (also when the test fails).
     fn tmpdir(tag: &str) -> (tempfile::TempDir, PathBuf) {
@@ -532,8 +535,13 @@ mod tests {
 
     fn tick(v: f64) -> Metrics {
         let mut m = Metrics::new();
-        m.push(crate::sample::CPU, Name::Indexed("cpu", 0), "CPUUtilization", v);
-        m.push(crate::sample::NETWORK, Name::Static("ReceiveBytesPerSecond"), "Algorithm", 123_456_789.0);
+        m.push(crate::pipeline::sample::CPU, Name::Indexed("cpu", 0), "CPUUtilization", v);
+        m.push(
+            crate::pipeline::sample::NETWORK,
+            Name::Static("ReceiveBytesPerSecond"),
+            "Algorithm",
+            123_456_789.0,
+        );
         m
     }
 
@@ -847,20 +855,21 @@ mod tests {
 
     #[test]
     fn lines_are_byte_for_byte_what_the_formatter_wrote() {
-        let label = crate::sample::Label::sanitized(b"pt_data_worker");
+        let label = crate::pipeline::sample::Label::sanitized(b"pt_data_worker");
         let names = [
             Name::Static("MemoryUsedPercent"),
             Name::Indexed("cpu", 0),
             Name::Indexed("gpu", 4_294_967_295),
             Name::Process(1_234_567, label),
-            Name::Process(7, crate::sample::Label::sanitized(b"")),
+            Name::Process(7, crate::pipeline::sample::Label::sanitized(b"")),
         ];
         let ts = 1_595_455_620.123_456;
         let tail = format!(",\"NodeId\":\"algo-3\",\"Timestamp\":{ts}}}\n");
         let mut buf = String::new();
         for (i, v) in sample_values().into_iter().enumerate() {
             let m = Metric {
-                kind: crate::sample::MetricType::ALL[i % crate::sample::MetricType::ALL.len()],
+                kind: crate::pipeline::sample::MetricType::ALL
+                    [i % crate::pipeline::sample::MetricType::ALL.len()],
                 name: names[i % names.len()],
                 dimension: ["", "CPUUtilization", "Algorithm", "ProcessCPUPercent"][i % 4],
                 value: v,
@@ -917,7 +926,7 @@ mod tests {
     fn line_heads_follow_the_metrics_as_they_change() {
         let (_scratch, root) = tmpdir("heads");
         let mut w = SystemWriter::new(&root, SystemNode::new(1));
-        let label = |s: &[u8]| crate::sample::Label::sanitized(s);
+        let label = |s: &[u8]| crate::pipeline::sample::Label::sanitized(s);
         let ticks: Vec<Vec<(Name, &'static str, f64)>> = vec![
             vec![
                 (Name::Indexed("cpu", 0), "CPUUtilization", 1.0),
@@ -949,9 +958,9 @@ mod tests {
             let mut m = Metrics::new();
             for &(name, dim, v) in tick {
                 let kind = match name {
-                    Name::Process(..) => crate::sample::TRAINER,
-                    Name::Static(_) => crate::sample::HOST,
-                    Name::Indexed(..) => crate::sample::CPU,
+                    Name::Process(..) => crate::pipeline::sample::TRAINER,
+                    Name::Static(_) => crate::pipeline::sample::HOST,
+                    Name::Indexed(..) => crate::pipeline::sample::CPU,
                 };
                 m.push(kind, name, dim, v);
             }
@@ -969,7 +978,7 @@ mod tests {
         let mut w = SystemWriter::new(&root, SystemNode::new(3));
         let mut m = Metrics::new();
         for (i, v) in [12.345, -0.001, 1e14, 0.5, 7.0].into_iter().enumerate() {
-            m.push(crate::sample::HOST, Name::Static("AllCores"), "BusyPercent", v + i as f64);
+            m.push(crate::pipeline::sample::HOST, Name::Static("AllCores"), "BusyPercent", v + i as f64);
         }
         let wall = 1_595_455_620.123_456_7;
         w.write_tick(wall, m.as_slice()).unwrap();

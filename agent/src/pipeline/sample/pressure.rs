@@ -158,7 +158,7 @@ impl Sampler for PressureSampler {
                 }
             };
             let share = |prev: u64, cur: u64| percent(cur.saturating_sub(prev) as f64, dt_us);
-            let kind = crate::sample::PRESSURE;
+            let kind = crate::pipeline::sample::PRESSURE;
             out.push(kind, Name::Static(s.name), "SomeStalledPercent", share(s.prev.some_us, cur.some_us));
             if let (Some(p), Some(c)) = (s.prev.full_us, cur.full_us) {
                 out.push(kind, Name::Static(s.name), "FullStalledPercent", share(p, c));

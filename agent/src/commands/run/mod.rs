@@ -11,14 +11,20 @@ use std::time::{Duration, Instant};
 use trainprof_config::{DEFAULT_LOCAL_PATH, FileStatus, Loader, Reload, Sources};
 use trainprof_output::node::{ResourceConfig, SystemNode};
 
-use crate::sample::probe::{ProbeContext, probe_samplers};
-use crate::sample::process::{self_usage, thread_cpu_us};
-use crate::sample::tree_pids::TreePids;
-use crate::sample::{Roots, gpu};
-use crate::summary::{self, SelfCost};
-use crate::system_file::SystemWriter;
-use crate::tick::{Clock as _, LoopCounts, LoopSettings, Reconfigure, Stop, SystemClock, Ticker};
-use crate::{child, end_markers, log, output_root, signals, upload};
+use self::summary::SelfCost;
+use crate::log;
+use crate::pipeline::sample::probe::{ProbeContext, probe_samplers};
+use crate::pipeline::sample::process::{self_usage, thread_cpu_us};
+use crate::pipeline::sample::tree_pids::TreePids;
+use crate::pipeline::sample::{Roots, gpu};
+use crate::pipeline::system_file::SystemWriter;
+use crate::pipeline::tick::{Clock as _, LoopCounts, LoopSettings, Reconfigure, Stop, SystemClock, Ticker};
+use crate::pipeline::upload;
+use crate::process::{child, signals};
+
+pub mod end_markers;
+pub mod output_root;
+pub mod summary;
 
 /// What `trainprof agent` / `trainprof run` were asked, beyond the configuration's sources.
 #[derive(Debug, Clone, Default)]
@@ -80,7 +86,7 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
     // What a person typed (flags, TRAINPROF_* variables, a --config file) is checked before
     // anything starts: a mistake there stops here with exit status 2 (README, `trainprof
     // agent` and `trainprof run`). What the platform wrote degrades per feature below.
-    let bad = crate::check::typed_problems(&sources);
+    let bad = crate::commands::check::typed_problems(&sources);
     if !bad.is_empty() {
         for line in bad {
             log!("{line}; nothing was started");
@@ -207,10 +213,10 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
             // The command is gone: what `run` still does is bounded anyway, but a stop
             // signal ends the page now (docs/report.md, "At the end of trainprof run").
             child::Passed::Gone if sig.stops() => {
-                if !crate::report_cmd::isolated::stopped() {
+                if !crate::commands::report::page_child::stopped() {
                     log!("{}: the command has exited; the report stops", sig.name());
                 }
-                crate::report_cmd::isolated::stop();
+                crate::commands::report::page_child::stop();
             }
             child::Passed::Gone => {}
             child::Passed::KernelSendsIt => log!(
@@ -310,19 +316,19 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
         // so it is made after the final upload from what this run sent, within what is left
         // of the deadline (docs/report.md, "At the end of trainprof run").
         let want_page = opts_report && command_given;
-        let wall = crate::report_cmd::page_wall(upload_flags.deadline);
+        let wall = crate::commands::report::page_wall(upload_flags.deadline);
         let mut report_lines = Vec::new();
         let uploaded = match uploader {
             None => {
                 if want_page {
-                    report_lines = crate::report_cmd::at_end_of_run(root, &before, wall);
+                    report_lines = crate::commands::report::at_end_of_run(root, &before, wall);
                 }
                 None
             }
             Some(Uploading { handle, url, options, early }) => {
                 let keep_local = upload_flags.keep_local;
-                let page =
-                    (want_page && keep_local).then(|| crate::report_cmd::EndPage::start(root, &before, wall));
+                let page = (want_page && keep_local)
+                    .then(|| crate::commands::report::EndPage::start(root, &before, wall));
                 // The markers go last, once everything else is in S3.
                 let finish_started = Instant::now();
                 let report = match (early, handle) {
@@ -338,7 +344,7 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
                     report_lines = lines;
                     if let (Some(name), Some(first)) = (name, report_lines.first_mut()) {
                         *first = if all_sent {
-                            crate::report_cmd::page_to_s3(root, &name, &url, &options, true, until)
+                            crate::commands::report::page_to_s3(root, &name, &url, &options, true, until)
                         } else {
                             format!("{first} (not uploaded: see the upload lines)")
                         };
@@ -349,8 +355,8 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
                         // is still here, so the page is made from them and stays here.
                         Some(r) if r.sent.is_empty() => {
                             let left = wall.saturating_sub(finish_started.elapsed());
-                            let wall = left.max(crate::report_cmd::MIN_PAGE_WALL);
-                            let mut lines = crate::report_cmd::at_end_of_run(root, &before, wall);
+                            let wall = left.max(crate::commands::report::MIN_PAGE_WALL);
+                            let mut lines = crate::commands::report::at_end_of_run(root, &before, wall);
                             if let Some(l) = lines.first_mut().filter(|l| l.starts_with("report: ")) {
                                 l.push_str(" (not uploaded: see the upload lines)");
                             }
@@ -365,7 +371,7 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
                         Some(r) => {
                             let left = until.saturating_duration_since(Instant::now());
                             let sent = r.sent.iter().cloned().collect();
-                            crate::report_cmd::at_end_of_s3_run(root, sent, &url, &options, left)
+                            crate::commands::report::at_end_of_s3_run(root, sent, &url, &options, left)
                         }
                         None => vec![format!(
                             "report: skipped, the upload did not finish; `trainprof report {s3}` makes it"

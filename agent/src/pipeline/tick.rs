@@ -8,8 +8,8 @@
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::sample::{Metrics, Sampler};
-use crate::system_file::{SystemCounts, SystemWriter};
+use crate::pipeline::sample::{Metrics, Sampler};
+use crate::pipeline::system_file::{SystemCounts, SystemWriter};
 
 /// Monotonic and wall time, and a way to wait that a stop request cuts short.
 pub trait Clock {
@@ -151,7 +151,7 @@ pub struct Ticker {
     skipped: u64,
     write_failing: bool,
     /// Told about every sealed file.
-    on_seal: Option<crate::upload::Waker>,
+    on_seal: Option<crate::pipeline::upload::Waker>,
     /// False while a reloaded config says DisableProfiler.
     enabled: bool,
     reconfigure: Option<Box<dyn Reconfigure>>,
@@ -234,7 +234,7 @@ impl Ticker {
     }
 
     /// Wakes the uploader whenever a file is sealed.
-    pub fn wake_on_seal(&mut self, waker: crate::upload::Waker) {
+    pub fn wake_on_seal(&mut self, waker: crate::pipeline::upload::Waker) {
         self.on_seal = Some(waker);
     }
 
@@ -287,7 +287,7 @@ impl Ticker {
     }
 
     /// Wakes the uploader when a file was sealed; logs a change of the writing state.
-    fn written(&mut self, result: Result<bool, crate::system_file::SystemWriteError>) {
+    fn written(&mut self, result: Result<bool, crate::pipeline::system_file::SystemWriteError>) {
         match result {
             Ok(sealed) => {
                 if let (true, Some(w)) = (sealed, &self.on_seal) {
@@ -387,7 +387,7 @@ mod tests {
     use std::sync::atomic::Ordering::SeqCst;
 
     use super::*;
-    use crate::sample::{Name, SampleError};
+    use crate::pipeline::sample::{Name, SampleError};
 
     /// Time moves only when the loop waits or a sampler "works".
     struct FakeClock {
@@ -451,8 +451,13 @@ mod tests {
             if self.fail.contains(&self.n) {
                 return Err(SampleError::parse(Path::new("/fake"), "scripted"));
             }
-            out.push(crate::sample::CPU, Name::Indexed("cpu", 0), "CPUUtilization", now.as_millis() as f64);
-            out.push(crate::sample::MEMORY, Name::Static("MemoryUsedPercent"), "", 1.0);
+            out.push(
+                crate::pipeline::sample::CPU,
+                Name::Indexed("cpu", 0),
+                "CPUUtilization",
+                now.as_millis() as f64,
+            );
+            out.push(crate::pipeline::sample::MEMORY, Name::Static("MemoryUsedPercent"), "", 1.0);
             Ok(())
         }
     }
@@ -479,7 +484,7 @@ mod tests {
 
     fn lines(root: &Path) -> Vec<serde_json::Value> {
         let mut out: Vec<serde_json::Value> = Vec::new();
-        for f in crate::summary::files_under(&root.join("system")) {
+        for f in crate::commands::run::summary::files_under(&root.join("system")) {
             for l in std::fs::read_to_string(root.join("system").join(f)).unwrap().lines() {
                 out.push(serde_json::from_str(l).unwrap());
             }
@@ -490,7 +495,7 @@ mod tests {
 
     /// The window starts in the names of the sealed system files, in order.
     fn names(root: &Path) -> Vec<i64> {
-        let mut out: Vec<i64> = crate::summary::files_under(&root.join("system"))
+        let mut out: Vec<i64> = crate::commands::run::summary::files_under(&root.join("system"))
             .iter()
             .filter_map(|f| f.rsplit('/').next()?.split('.').next()?.parse().ok())
             .collect();

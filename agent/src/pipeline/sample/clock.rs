@@ -87,7 +87,7 @@ impl Sampler for ClockSampler {
         self.next_at = Some(now + EVERY);
         let s = (self.read)()
             .map_err(|e| SampleError::Device { device: "adjtimex".into(), what: e.to_string() })?;
-        let kind = crate::sample::CLOCK;
+        let kind = crate::pipeline::sample::CLOCK;
         out.push(kind, Name::Static("Synchronised"), "Kernel", if s.synchronised { 1.0 } else { 0.0 });
         out.push(kind, Name::Static("MaxErrorMicros"), "Kernel", s.max_error_us as f64);
         out.push(kind, Name::Static("EstimatedErrorMicros"), "Kernel", s.est_error_us as f64);

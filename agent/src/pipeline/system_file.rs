@@ -12,7 +12,7 @@
 //! is taken too, the file stays under its temporary name and is counted.
 //! Every tick is one `write`, so a killed agent loses at most the tick being written (a
 //! failed write is cut off again, so no partial line stays); the next start repairs the
-//! temporary file (`agent/src/upload/repair.rs`).
+//! temporary file (`agent/src/pipeline/upload/repair.rs`).
 //!
 //! The job's last tick ([`SystemWriter::write_last_tick`]) goes into a file of its own, named
 //! by its own second, and the file before it gets a name below that second

@@ -17,6 +17,7 @@ use crate::pipeline::sample::probe::{ProbeContext, probe_samplers};
 use crate::pipeline::sample::process::{self_usage, thread_cpu_us};
 use crate::pipeline::sample::tree_pids::TreePids;
 use crate::pipeline::sample::{Roots, gpu};
+use crate::pipeline::sink::{Sink, SystemFiles};
 use crate::pipeline::system_file::SystemWriter;
 use crate::pipeline::tick::{Clock as _, LoopCounts, LoopSettings, Reconfigure, Stop, SystemClock, Ticker};
 use crate::pipeline::upload;
@@ -586,10 +587,9 @@ fn sample(
     let probed = probe_samplers(&cx);
     let node = SystemNode::from_env(read_resource_config().as_ref(), |k| std::env::var(k).ok());
     let interval = Duration::from_millis(u64::from(interval_ms));
-    let mut ticker = Ticker::new(probed.samplers, SystemWriter::new(root, node), interval);
-    if let Some(w) = waker {
-        ticker.wake_on_seal(w);
-    }
+    // Another output is another sink here (ARCHITECTURE.md, "The sink seam").
+    let sinks: Vec<Box<dyn Sink>> = vec![Box::new(SystemFiles::new(SystemWriter::new(root, node), waker))];
+    let mut ticker = Ticker::new(probed.samplers, sinks, interval);
     ticker.reconfigure_with(Box::new(reload));
     log!(
         "sampling every {interval_ms} ms into {} as {node}: {} ({} cores, {} GPUs)",

@@ -7,8 +7,9 @@
 //!   `config check` ([`commands::check`]), `report` / `trace` and the page at the end of
 //!   `run` ([`commands::report`]);
 //! * [`pipeline`]: the samplers ([`pipeline::sample`]), the sampling loop
-//!   ([`pipeline::tick`]), the system metrics files it writes ([`pipeline::system_file`]),
-//!   and the S3 uploader with the repair of dead writers' files ([`pipeline::upload`]);
+//!   ([`pipeline::tick`]) and the sinks it hands each tick to ([`pipeline::sink`]; the
+//!   system metrics files of [`pipeline::system_file`] are one), and the S3 uploader with
+//!   the repair of dead writers' files ([`pipeline::upload`]);
 //! * [`process`]: CMD in its own process group ([`process::child`]) and the signals passed
 //!   on to it ([`process::signals`]);
 //! * [`log`]: the `trainprof: ` log lines.

@@ -1,4 +1,5 @@
-//! The sampling pipeline: samplers → the tick → the system metrics files → the uploader.
+//! The sampling pipeline: the samplers → the tick → its sinks (the system metrics files)
+//! → the uploader.
 
 pub mod sample;
 pub mod sink;

@@ -49,8 +49,8 @@ pub trait Sink: Send {
     fn add_counts(&self, _counts: &mut LoopCounts) {}
 }
 
-/// The system metrics files (`docs/formats.md`, "System metrics files"), through a
-/// [`SystemWriter`], and the uploader woken whenever one is sealed.
+/// The system metrics files (`docs/formats.md`, "System files: names" and "System files:
+/// line format"), through a [`SystemWriter`], and the uploader woken whenever one is sealed.
 #[derive(Debug)]
 pub struct SystemFiles {
     writer: SystemWriter,

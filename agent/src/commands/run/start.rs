@@ -227,7 +227,7 @@ fn start_upload(
     }
 }
 
-/// The sampling thread: probes, ticks until stopped, seals.
+/// The sampling thread: probes, ticks into the sinks until stopped, finishes them.
 fn sample(
     root: &Path,
     clock: &SystemClock,

@@ -12,7 +12,7 @@
 //!   the repair of dead writers' files ([`pipeline::upload`]);
 //! * [`process`]: CMD in its own process group ([`process::child`]) and the signals passed
 //!   on to it ([`process::signals`]);
-//! * [`log`]: the `trainprof: ` log lines.
+//! * [`mod@log`]: the `trainprof: ` log lines.
 
 pub mod commands;
 pub mod log;

@@ -1,13 +1,13 @@
 //! `trainprof agent` and `trainprof run`, start to end, in four stages (ARCHITECTURE.md,
 //! "`run`, stage by stage"), each a function of its own with what it guarantees:
 //!
-//! 1. [`prepare`]: signals caught, what a person typed checked, the configuration read and
-//!    the output folder chosen, before anything starts;
-//! 2. [`start`]: the uploader, CMD, the signal thread and the sampling thread;
-//! 3. [`wait`]: until CMD exits (`run`) or a stop signal comes (`agent`), and sampling has
-//!    sealed its file;
-//! 4. [`finish`]: the end markers, the final upload, the page, the summary and the exit
-//!    status, which is CMD's whatever happens in this stage.
+//! 1. `prepare` (`prepare.rs`): signals caught, what a person typed checked, the
+//!    configuration read and the output folder chosen, before anything starts;
+//! 2. `start` (`start.rs`): the uploader, CMD, the signal thread and the sampling thread;
+//! 3. `wait` (`wait.rs`): until CMD exits (`run`) or a stop signal comes (`agent`), and
+//!    sampling has sealed its file;
+//! 4. `finish` (`finish.rs`): the end markers, the final upload, the page, the summary and
+//!    the exit status, which is CMD's whatever happens in this stage.
 //!
 //! `main.rs` parses the arguments into [`Options`] and calls [`main`].
 

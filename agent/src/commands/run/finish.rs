@@ -22,9 +22,9 @@ use crate::pipeline::upload;
 /// Guarantees: the exit status is CMD's as [`super::wait`] took it (128 + the signal that
 /// ended it; 1 when its status was lost; 0 for `agent`); nothing here can change it: the
 /// markers, the upload, the page (made by a child process with bounds of its own) and the
-/// summary each end in lines, and the upload and the page end within `--upload-deadline-s`
-/// (the page at least [`page::MIN_PAGE_WALL`]). Without a sampling thread nothing is
-/// written at the end.
+/// summary each end in lines, and the upload and the page are bounded in time
+/// (`--upload-deadline-s`; the page at least [`page::MIN_PAGE_WALL`]). Without a sampling
+/// thread (profiling off, or it could not start) this stage only returns the status.
 pub(super) fn finish(ended: Ended) -> ExitCode {
     let Ended { job, status, sampled, counts } = ended;
     let Job { root, before, upload: flags, want_page, uploader, started } = job;

@@ -48,7 +48,7 @@ DEADLINE = float(os.environ.get("GPU_CHECK_DEADLINE_S", "285"))
 AGENT_S = float(os.environ.get("GPU_CHECK_AGENT_SECONDS", "20"))
 TRAIN_S = float(os.environ.get("GPU_CHECK_TRAIN_SECONDS", "25"))
 SLOW_STEP = 330
-# The agent's field batch (agent/src/sample/gpu/mod.rs, `Field`): id, scope.
+# The agent's field batch (agent/src/pipeline/sample/gpu/mod.rs, `Field`): id, scope.
 FIELDS = [(197, 0), (198, 0), (138, 0xFFFFFFFF), (139, 0xFFFFFFFF), (186, 0), (83, 0), (3, 0), (4, 0), (5, 0), (6, 0)]
 FIELD_NAMES = {197: "PCIe TX bytes", 198: "PCIe RX bytes", 138: "NVLink TX", 139: "NVLink RX", 186: "instant power",
                83: "total energy", 3: "ECC SBE vol", 4: "ECC DBE vol", 5: "ECC SBE agg", 6: "ECC DBE agg"}

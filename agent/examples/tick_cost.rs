@@ -16,12 +16,12 @@
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use trainprof_agent::sample::cpu::CpuSampler;
-use trainprof_agent::sample::probe::{ProbeContext, probe_samplers};
-use trainprof_agent::sample::tree_pids::TreePids;
-use trainprof_agent::sample::{Metrics, Roots, Sampler};
+use trainprof_agent::pipeline::sample::cpu::CpuSampler;
+use trainprof_agent::pipeline::sample::probe::{ProbeContext, probe_samplers};
+use trainprof_agent::pipeline::sample::tree_pids::TreePids;
+use trainprof_agent::pipeline::sample::{Metrics, Roots, Sampler};
 
-use trainprof_agent::sample::process::thread_cpu_ns;
+use trainprof_agent::pipeline::sample::process::thread_cpu_ns;
 
 const TICK: Duration = Duration::from_millis(100);
 

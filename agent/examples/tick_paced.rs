@@ -9,20 +9,24 @@
 //!   open (found in `/proc/self/fd`) re-read from offset 0, and one `write` of the last
 //!   agent tick's size;
 //! * agent: every sampler of this machine (`probe_samplers`, no trainer), then the
-//!   writer's `write_tick` (formatting and the one `write`), timed apart.
+//!   writer's `write_tick` (formatting and the one `write`), timed apart; every other
+//!   agent tick goes through the loop's sink seam instead (`Box<dyn Sink>` holding a
+//!   `SystemFiles` on a writer of its own, as `trainprof run` builds it), so the seam's
+//!   cost is the difference between the two write figures.
 //!
 //!     cargo run --release -p trainprof-agent --example tick_paced [TICKS]
 
 use std::io::Write as _;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use trainprof_agent::sample::probe::{ProbeContext, probe_samplers};
-use trainprof_agent::sample::tree_pids::TreePids;
-use trainprof_agent::sample::{Metrics, ProcFile, Roots};
-use trainprof_agent::system_file::SystemWriter;
+use trainprof_agent::pipeline::sample::probe::{ProbeContext, probe_samplers};
+use trainprof_agent::pipeline::sample::tree_pids::TreePids;
+use trainprof_agent::pipeline::sample::{Metrics, ProcFile, Roots};
+use trainprof_agent::pipeline::sink::{Sink, SystemFiles, Tick};
+use trainprof_agent::pipeline::system_file::SystemWriter;
 use trainprof_output::node::SystemNode;
 
-use trainprof_agent::sample::process::thread_cpu_ns;
+use trainprof_agent::pipeline::sample::process::thread_cpu_ns;
 
 const TICK: Duration = Duration::from_millis(100);
 
@@ -54,6 +58,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut files = paths.iter().map(ProcFile::open).collect::<Result<Vec<_>, _>>()?;
     let dir = tempfile::tempdir()?;
     let mut writer = SystemWriter::new(dir.path(), SystemNode::new(1));
+    let sink_dir = tempfile::tempdir()?;
+    let mut sink: Box<dyn Sink> =
+        Box::new(SystemFiles::new(SystemWriter::new(sink_dir.path(), SystemNode::new(1)), None));
+    let (mut sink_ns, mut n_sink) = (0u64, 0u64);
     let mut floor_out = std::fs::File::create_new(dir.path().join("floor.json"))?;
     let mut metrics = Metrics::new();
     let mut line = vec![b'x'; 64];
@@ -84,6 +92,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let _ = s.sample(now(), &mut metrics);
             }
             let m = thread_cpu_ns();
+            if k % 4 == 3 {
+                sink.tick(&Tick { wall_s: wall, metrics: metrics.as_slice(), last: false });
+                sink_ns += thread_cpu_ns() - m;
+                n_sink += 1;
+                sample_ns += m - c;
+                continue;
+            }
             writer.write_tick(wall, metrics.as_slice())?;
             let w = thread_cpu_ns();
             sample_ns += m - c;
@@ -106,12 +121,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{ticks} ticks paced at {} ms, alternating; thread CPU µs per tick:", TICK.as_millis());
     println!("  floor (re-read the files, one write)      {:>8.1}", us(floor_ns, n_floor));
     println!("    of which the write                      {:>8.1}", us(floor_write_ns, n_floor));
-    println!("  agent: samplers (re-read and parse)       {:>8.1}", us(sample_ns, n_agent));
+    println!("  agent: samplers (re-read and parse)       {:>8.1}", us(sample_ns, n_agent + n_sink));
     println!("  agent: write_tick (format, one write)     {:>8.1}", us(write_ns, n_agent));
-    println!("  agent: all                                {:>8.1}", us(sample_ns + write_ns, n_agent));
-    println!(
-        "  agent ÷ floor                             {:>8.2}×",
-        (sample_ns + write_ns) as f64 / n_agent.max(1) as f64 / (floor_ns as f64 / n_floor.max(1) as f64)
-    );
+    println!("  agent: the same through the Sink seam     {:>8.1}", us(sink_ns, n_sink));
+    let agent = us(sample_ns, n_agent + n_sink) + us(write_ns, n_agent);
+    println!("  agent: all (samplers, write_tick)         {agent:>8.1}");
+    println!("  agent ÷ floor                             {:>8.2}×", agent / us(floor_ns, n_floor));
     Ok(())
 }

@@ -1,16 +1,14 @@
-//! `trainprof`: parses the command line and calls the library (`trainprof_agent::run`,
-//! `trainprof_agent::check`); nothing else lives here. See the crate docs of `trainprof_agent`.
+//! `trainprof`: parses the command line and calls one of the library's commands
+//! (`trainprof_agent::commands`); nothing else lives here. See the crate docs of
+//! `trainprof_agent`.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Parser, Subcommand};
 
-use trainprof_agent::check::typed_problems;
-use trainprof_agent::{report_cmd, run};
-use trainprof_config::{FileStatus, OverrideKey, Sources};
+use trainprof_agent::commands::{check, report, run};
+use trainprof_config::{OverrideKey, Sources};
 
 #[derive(Parser, Debug)]
 #[command(name = "trainprof", version, about = "In-container profiler for ML training jobs")]
@@ -187,11 +185,11 @@ enum FrameworkArg {
     Tensorflow,
 }
 
-impl From<FrameworkArg> for trainprof_agent::check::Framework {
+impl From<FrameworkArg> for check::Framework {
     fn from(f: FrameworkArg) -> Self {
         match f {
-            FrameworkArg::Pytorch => trainprof_agent::check::Framework::PyTorch,
-            FrameworkArg::Tensorflow => trainprof_agent::check::Framework::TensorFlow,
+            FrameworkArg::Pytorch => check::Framework::PyTorch,
+            FrameworkArg::Tensorflow => check::Framework::TensorFlow,
         }
     }
 }
@@ -250,50 +248,22 @@ fn main() -> ExitCode {
             run::main(opts, sources, Some(command))
         }
         Command::Report { path, output, json, s3_endpoint, patience } => {
-            report_cmd::report(&report_cmd::ReportArgs { path, output, json, s3_endpoint, patience })
+            report::report(&report::ReportArgs { path, output, json, s3_endpoint, patience })
         }
         Command::Trace { path, output, steps, start, end, s3_endpoint } => {
             let clip = trainprof_report::trace::Clip { steps, start_s: start, end_s: end };
-            report_cmd::trace(&report_cmd::TraceArgs { path, output, s3_endpoint, clip })
+            report::trace(&report::TraceArgs { path, output, s3_endpoint, clip })
         }
-        Command::PageChild { root, source } => report_cmd::isolated::child_main(&root, &source),
+        Command::PageChild { root, source } => report::page_child::child_main(&root, &source),
         Command::Config {
             command: ConfigCommand::Check { path, json, steps, strict, framework, overrides },
         } => {
-            let framework = framework.map(Into::into);
             let mut sources = Sources::from_process_env();
             if let Some(p) = path {
                 sources = sources.with_config_path(p);
             }
             let sources = overrides.apply(sources);
-            let loaded = trainprof_config::load(&sources);
-            let now_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-            let text = if json {
-                let mut s = trainprof_agent::check::to_json(&loaded, steps, framework, now_s).to_string();
-                s.push('\n');
-                s
-            } else {
-                trainprof_agent::check::to_text(&loaded, steps, framework, now_s)
-            };
-            // A closed stdout (`| head`) is not worth a panic.
-            let _ = std::io::stdout().write_all(text.as_bytes());
-            let bad = typed_problems(&sources);
-            for line in &bad {
-                trainprof_agent::log!("{line}");
-            }
-            match &loaded.file {
-                FileStatus::Read if !bad.is_empty() => ExitCode::from(2),
-                FileStatus::Read if strict && !loaded.config.problems.is_empty() => ExitCode::from(1),
-                FileStatus::Read => ExitCode::SUCCESS,
-                FileStatus::Missing => {
-                    trainprof_agent::log!("no config file at {}", loaded.path.display());
-                    ExitCode::from(2)
-                }
-                FileStatus::Unusable(why) => {
-                    trainprof_agent::log!("{why}");
-                    ExitCode::from(2)
-                }
-            }
+            check::main(&sources, json, strict, steps, framework.map(Into::into))
         }
     }
 }

@@ -271,7 +271,7 @@ fn sigterm(child: &std::process::Child) {
 
 /// The sealed system files and the end markers, and nothing temporary.
 fn assert_sealed(root: &std::path::Path) -> Vec<String> {
-    let files = trainprof_agent::summary::files_under(root);
+    let files = trainprof_agent::commands::run::summary::files_under(root);
     assert!(files.contains(&"system/training_job_end.ts".to_owned()), "{files:?}");
     assert!(files.contains(&"framework/training_job_end.ts".to_owned()), "{files:?}");
     assert!(!files.iter().any(|f| f.ends_with(".tmp")), "{files:?}");
@@ -322,7 +322,7 @@ fn run_passes_the_exit_status_on_and_seals_everything() {
 fn three_runs_into_one_folder_each_count_their_own_files_and_name_the_finished_job() {
     let (_scratch, d) = scratch("three-runs");
     let system_files = |root: &std::path::Path| -> std::collections::BTreeSet<String> {
-        trainprof_agent::summary::files_under(root)
+        trainprof_agent::commands::run::summary::files_under(root)
             .into_iter()
             .filter(|f| f.starts_with("system/incremental/"))
             .collect()

@@ -9,7 +9,7 @@
 
 use std::process::Command;
 
-use trainprof_agent::signals;
+use trainprof_agent::process::signals;
 
 /// The bits of `field` (`SigBlk`, `SigCgt`, `SigIgn`) in a child's `/proc/self/status`.
 fn child_mask(field: &str) -> u64 {

@@ -180,7 +180,7 @@ def test_the_gpus_processes_follow_the_pid_namespace(run):
         assert set(values(rows, "device0", "UnattributedMemUsedBytes")) == {512 << 20}
 
 
-# The tree sampler publishes the tree's pids (agent/src/sample/tree_pids.rs); the GPU sampler
+# The tree sampler publishes the tree's pids (agent/src/pipeline/sample/tree_pids.rs); the GPU sampler
 # attributes the fake's processes to them.
 def test_the_trainer_is_attributed(run):
     stderr, rows, trainer, _ = run

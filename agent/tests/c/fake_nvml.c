@@ -1,5 +1,5 @@
 /*
- * A fake libnvidia-ml.so.1 for the GPU sampler's tests (agent/src/sample/gpu/) and its cost
+ * A fake libnvidia-ml.so.1 for the GPU sampler's tests (agent/src/pipeline/sample/gpu/) and its cost
  * benchmark (BENCHMARKS.md, "NVML cost").
  *
  * It exports only the NVML functions that nvml-wrapper calls on the sampler's path, with

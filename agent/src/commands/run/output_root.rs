@@ -96,7 +96,7 @@ fn own_folder(dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::end_markers::write_end_markers;
+    use crate::commands::run::end_markers::write_end_markers;
 
     #[test]
     fn the_default_folder_falls_back_a_chosen_one_does_not() {

@@ -2,7 +2,7 @@
 //! the handler only writes the signal's number to a pipe (`write` is async-signal-safe),
 //! and the signal thread reads it and acts, so nothing async-signal-unsafe ever runs in a
 //! handler. What `run` does with them (pass them on to the command's process group) is in
-//! [`crate::child`]; `agent` stops on the first four ([`Received::stops`]) and logs the
+//! [`crate::process::child`]; `agent` stops on the first four ([`Received::stops`]) and logs the
 //! user signals. SIGQUIT and the user signals are taken so that one meant for the trainer
 //! (a stack dump, a checkpoint request, a scheduler's warning before the time limit)
 //! neither ends `run`, their default action, nor is dropped when `run` is a container's
@@ -13,7 +13,7 @@
 //! unblocked and, since a caught signal's action is reset by `exec`, at their default
 //! action. [`install`] runs before any other thread starts, so that a signal that arrives
 //! before the signal thread reads the pipe waits there. Handlers use `SA_RESTART`; the
-//! few calls that are not restarted (`waitid` in [`crate::child`]) retry on `EINTR`.
+//! few calls that are not restarted (`waitid` in [`crate::process::child`]) retry on `EINTR`.
 //!
 //! SIGTTOU alone is blocked (never taken): the agent writes its log lines to a terminal
 //! whose foreground may be the trainer's process group, and with `stty tostop` a write

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use trainprof_output::fs::{self as ofs, Dir};
 
-use crate::tick::LoopCounts;
+use crate::pipeline::tick::LoopCounts;
 
 /// Sealed files under the output folder, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -111,7 +111,7 @@ pub fn summary(root: &Path, out: OutputCounts, loop_counts: &LoopCounts, cost: S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::end_markers::{finished_job, write_end_markers};
+    use crate::commands::run::end_markers::{finished_job, write_end_markers};
 
     #[test]
     fn markers_and_counts() {

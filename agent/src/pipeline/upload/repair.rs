@@ -4,7 +4,7 @@
 //! * `system/.<window s>.algo-<n>.<pid>.tmp`, the agent's system writer: JSON lines. The
 //!   complete lines are kept up to the first broken one, the file is cut after them and
 //!   sealed under the second of its first line, else under its window's start (never
-//!   replacing a file, [`crate::system_file::place_sealed`]).
+//!   replacing a file, [`crate::pipeline::system_file::place_sealed`]).
 //! * `framework/<node>_pythontimeline.json.tmp`, the hook's timeline writer, and
 //!   `framework/<node>_pythontimeline.json.<anything>.tmp`, a file the hook moved aside (a
 //!   complete one whose rename failed, or a dead trainer's `stale-<µs>` leftover): the
@@ -30,7 +30,7 @@ use serde_json::Value;
 use trainprof_output::fs::{self as ofs, Dir, Kind, Move};
 use trainprof_output::protocol::{system_line, timeline};
 
-use crate::system_file::place_sealed;
+use crate::pipeline::system_file::place_sealed;
 
 /// What [`repair_all`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -404,7 +404,10 @@ mod tests {
     use super::*;
     /// The files under `root`, without the agent's own records in `.trainprof/`.
     fn files(root: &std::path::Path) -> Vec<String> {
-        crate::summary::files_under(root).into_iter().filter(|f| !f.starts_with(".trainprof/")).collect()
+        crate::commands::run::summary::files_under(root)
+            .into_iter()
+            .filter(|f| !f.starts_with(".trainprof/"))
+            .collect()
     }
 
     /// smdebug 1.0.34's own output (docs/formats.md, "Timeline files"): a sealed
@@ -694,7 +697,7 @@ mod tests {
         assert_eq!(repair(&root), RepairReport::default());
         let mut sorted = others.map(str::to_owned).to_vec();
         sorted.sort();
-        assert_eq!(crate::summary::files_under(&root), sorted);
+        assert_eq!(crate::commands::run::summary::files_under(&root), sorted);
     }
 
     #[test]

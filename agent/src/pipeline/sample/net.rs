@@ -102,8 +102,18 @@ impl Sampler for NetSampler {
         let secs = now.saturating_sub(self.prev_at).as_secs_f64();
         self.prev_at = now;
         let per_s = |v: u64| if secs > 0.0 { v as f64 / secs } else { f64::NAN };
-        out.push(crate::sample::NETWORK, Name::Static(n::RECEIVE_BYTES_PER_SECOND), d::ALGORITHM, per_s(rx));
-        out.push(crate::sample::NETWORK, Name::Static(n::TRANSMIT_BYTES_PER_SECOND), d::ALGORITHM, per_s(tx));
+        out.push(
+            crate::pipeline::sample::NETWORK,
+            Name::Static(n::RECEIVE_BYTES_PER_SECOND),
+            d::ALGORITHM,
+            per_s(rx),
+        );
+        out.push(
+            crate::pipeline::sample::NETWORK,
+            Name::Static(n::TRANSMIT_BYTES_PER_SECOND),
+            d::ALGORITHM,
+            per_s(tx),
+        );
         Ok(())
     }
 }

@@ -28,7 +28,7 @@ use super::{
     MAX_EVENTS_PER_TICK, ProcessMemory, Query, Reading,
 };
 use crate::log;
-use crate::sample::SampleError;
+use crate::pipeline::sample::SampleError;
 
 /// `nvmlSamplingType_t` of the two buffers read.
 const GPU_SAMPLES: u32 = 1;

@@ -6,7 +6,7 @@
 //! README "Signals" lists the cases.
 //!
 //! POSIX calls used: `setpgid` (through `CommandExt::process_group`), `tcsetpgrp` (allowed
-//! from a background group when SIGTTOU is blocked, which [`crate::signals::install`] does
+//! from a background group when SIGTTOU is blocked, which [`crate::process::signals::install`] does
 //! in every thread of the agent and which the child still has until its mask is reset),
 //! `waitid` with `WNOWAIT`, `kill` on a process group.
 
@@ -75,7 +75,7 @@ impl Terminal {
 /// terminal's foreground before exec (in the child, so the command never runs a moment in
 /// the background: a read from the terminal then would stop it). `nofile`: the file limit
 /// to give the command back (the agent raised its own, [`raise_nofile_limit`]). Register
-/// this before [`crate::signals::unblock_in_child`], which must come last.
+/// this before [`crate::process::signals::unblock_in_child`], which must come last.
 pub fn prepare(cmd: &mut Command, terminal: Option<&Terminal>, nofile: Option<libc::rlimit>) {
     use std::os::unix::process::CommandExt as _;
     cmd.process_group(0);
@@ -242,7 +242,7 @@ impl Trainer {
             // SIGSTOP from a debugger or `kill -STOP`: whoever sent it continues it.
             return;
         }
-        crate::log!("the command stopped ({}); stopping too", crate::signals::name(sig));
+        crate::log!("the command stopped ({}); stopping too", crate::process::signals::name(sig));
         if self.has_terminal.swap(false, Ordering::SeqCst) {
             let _ = t.take_back();
         }

@@ -431,6 +431,50 @@ fn list_steps(active: Option<&[u64]>, label: Option<&dyn Fn(u64) -> String>) -> 
         .join(", ")
 }
 
+/// `trainprof config check`: prints the effective configuration of `sources` (as JSON with
+/// `json`) on stdout and every problem with what a person typed on stderr, and returns the
+/// exit status: 0 when the file was read (1 with `strict` when it has problems), 2 when it
+/// is missing or unusable or a typed value is bad.
+pub fn main(
+    sources: &trainprof_config::Sources,
+    json: bool,
+    strict: bool,
+    steps: Option<u64>,
+    framework: Option<Framework>,
+) -> std::process::ExitCode {
+    use std::io::Write as _;
+    use std::process::ExitCode;
+    let loaded = trainprof_config::load(sources);
+    let now_s =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    let text = if json {
+        let mut s = to_json(&loaded, steps, framework, now_s).to_string();
+        s.push('\n');
+        s
+    } else {
+        to_text(&loaded, steps, framework, now_s)
+    };
+    // A closed stdout (`| head`) is not worth a panic.
+    let _ = std::io::stdout().write_all(text.as_bytes());
+    let bad = typed_problems(sources);
+    for line in &bad {
+        crate::log!("{line}");
+    }
+    match &loaded.file {
+        FileStatus::Read if !bad.is_empty() => ExitCode::from(2),
+        FileStatus::Read if strict && !loaded.config.problems.is_empty() => ExitCode::from(1),
+        FileStatus::Read => ExitCode::SUCCESS,
+        FileStatus::Missing => {
+            crate::log!("no config file at {}", loaded.path.display());
+            ExitCode::from(2)
+        }
+        FileStatus::Unusable(why) => {
+            crate::log!("{why}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// The values a person typed (flags, `TRAINPROF_*` variables) that are not valid, one line
 /// each, named as typed: `--interval-ms: "50" is outside 100..=60000 ms`.
 pub fn typed_problems(sources: &trainprof_config::Sources) -> Vec<String> {

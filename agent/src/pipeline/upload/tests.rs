@@ -197,7 +197,7 @@ async fn every_sealed_file_is_uploaded_then_deleted_and_nothing_else_is_touched(
     assert_eq!(report.counts.uploaded, 4);
     assert_eq!(report.counts.uploaded_bytes, 17 + 17 + 6 + 5);
     assert!(report.left.is_empty(), "{:?}", report.left);
-    let on_disk = crate::summary::files_under(&root);
+    let on_disk = crate::commands::run::summary::files_under(&root);
     assert_eq!(
         on_disk,
         [

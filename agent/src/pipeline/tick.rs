@@ -1,5 +1,6 @@
 //! The sampling loop: every interval, all samplers into one buffer with one timestamp,
-//! then one write.
+//! then the buffer to every sink ([`crate::pipeline::sink`]; the system metrics files are
+//! one).
 //!
 //! Ticks are due at `start + k × interval` and never drift. A tick that comes late (the
 //! machine was busy, a GPU call hung) is taken once, now, and the deadlines it overran
@@ -8,8 +9,9 @@
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::sample::{Metrics, Sampler};
-use crate::system_file::{SystemCounts, SystemWriter};
+use crate::pipeline::sample::{Metrics, Sampler};
+use crate::pipeline::sink::{Sink, Tick};
+use crate::pipeline::system_file::SystemCounts;
 
 /// Monotonic and wall time, and a way to wait that a stop request cuts short.
 pub trait Clock {
@@ -119,6 +121,7 @@ pub struct LoopCounts {
     pub skipped: u64,
     /// Failed reads, per sampler name.
     pub sample_failures: Vec<(&'static str, u64)>,
+    /// Set by the system files' sink.
     pub system: SystemCounts,
     /// The process's CPU time from the first tick to the last, µs (set by the caller, who
     /// owns the clock of the whole process).
@@ -141,17 +144,15 @@ pub trait Reconfigure: Send {
     fn poll(&mut self, mono: Duration) -> Option<LoopSettings>;
 }
 
-/// The samplers, the buffer and the writer.
+/// The samplers, the buffer and the sinks.
 pub struct Ticker {
     sources: Vec<Source>,
     metrics: Metrics,
-    writer: SystemWriter,
+    /// Each tick goes to every one, in this order.
+    sinks: Vec<Box<dyn Sink>>,
     interval: Duration,
     ticks: u64,
     skipped: u64,
-    write_failing: bool,
-    /// Told about every sealed file.
-    on_seal: Option<crate::upload::Waker>,
     /// False while a reloaded config says DisableProfiler.
     enabled: bool,
     reconfigure: Option<Box<dyn Reconfigure>>,
@@ -169,18 +170,16 @@ impl std::fmt::Debug for Ticker {
 }
 
 impl Ticker {
-    pub fn new(samplers: Vec<Box<dyn Sampler>>, writer: SystemWriter, interval: Duration) -> Ticker {
+    pub fn new(samplers: Vec<Box<dyn Sampler>>, sinks: Vec<Box<dyn Sink>>, interval: Duration) -> Ticker {
         let sources =
             samplers.into_iter().map(|sampler| Source { sampler, failures: 0, failing: None }).collect();
         Ticker {
             sources,
             metrics: Metrics::new(),
-            writer,
+            sinks,
             interval: interval.max(Duration::from_millis(1)),
             ticks: 0,
             skipped: 0,
-            write_failing: false,
-            on_seal: None,
             enabled: true,
             reconfigure: None,
         }
@@ -218,24 +217,12 @@ impl Ticker {
                 crate::log!(
                     "config changed: DisableProfiler is true; no ticks are written until it is false again"
                 );
-                // What was written so far is sealed now (and uploaded), not at the stop.
-                match self.writer.seal() {
-                    Ok(Some(_)) => {
-                        if let Some(w) = &self.on_seal {
-                            w.wake();
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(e) => crate::log!("{e}; the temporary file is repaired at the next start"),
+                for s in &mut self.sinks {
+                    s.pause();
                 }
             }
         }
         rescheduled
-    }
-
-    /// Wakes the uploader whenever a file is sealed.
-    pub fn wake_on_seal(&mut self, waker: crate::upload::Waker) {
-        self.on_seal = Some(waker);
     }
 
     /// The names of the samplers it runs.
@@ -243,19 +230,24 @@ impl Ticker {
         self.sources.iter().map(|s| s.sampler.name()).collect()
     }
 
-    /// One tick: every sampler, then one write.
+    /// One tick: every sampler, then every sink.
     pub fn tick(&mut self, mono: Duration, wall_s: f64) {
         self.sample(mono, false);
-        let written = self.writer.write_tick(wall_s, self.metrics.as_slice()).map(|s| s.is_some());
-        self.written(written);
+        self.hand_on(wall_s, false);
     }
 
-    /// The job's last tick, in a file of its own named by its second (the writer's
-    /// [`SystemWriter::write_last_tick`]).
+    /// The job's last tick (the system files: in a file of its own named by its second).
     fn last_tick(&mut self, mono: Duration, wall_s: f64) {
         self.sample(mono, true);
-        let written = self.writer.write_last_tick(wall_s, self.metrics.as_slice()).map(|s| !s.is_empty());
-        self.written(written);
+        self.hand_on(wall_s, true);
+    }
+
+    /// The buffer to every sink.
+    fn hand_on(&mut self, wall_s: f64, last: bool) {
+        let tick = Tick { wall_s, metrics: self.metrics.as_slice(), last };
+        for s in &mut self.sinks {
+            s.tick(&tick);
+        }
     }
 
     /// Every sampler into the buffer (`last`: [`Sampler::sample_last`]).
@@ -286,29 +278,10 @@ impl Ticker {
         }
     }
 
-    /// Wakes the uploader when a file was sealed; logs a change of the writing state.
-    fn written(&mut self, result: Result<bool, crate::system_file::SystemWriteError>) {
-        match result {
-            Ok(sealed) => {
-                if let (true, Some(w)) = (sealed, &self.on_seal) {
-                    w.wake();
-                }
-                if std::mem::take(&mut self.write_failing) {
-                    crate::log!("system metrics are written again");
-                }
-            }
-            Err(e) => {
-                if !std::mem::replace(&mut self.write_failing, true) {
-                    crate::log!("{e}; ticks are lost and counted until it works again");
-                }
-            }
-        }
-    }
-
     /// Runs ticks until `clock` says stop, takes a last tick for the time since the
     /// previous one (so a job shorter than one interval still leaves a system file, which
     /// smdebug's `ProfilerTrial` waits for) in a file of its own named by its second
-    /// (`docs/formats.md`, "System files: names"), then seals the open file. The stop may
+    /// (`docs/formats.md`, "System files: names"), then finishes every sink. The stop may
     /// be the trainer's exit (`run`) or a signal (`agent`): the same path.
     pub fn run(&mut self, clock: &dyn Clock) {
         let mut start = clock.mono();
@@ -323,9 +296,10 @@ impl Ticker {
                     if self.ticks > 0 && since < LAST_TICK_MIN {
                         clock.pause(LAST_TICK_MIN - since);
                     }
-                    // Not in the first second of one of the trial's windows (≤ 1 s, one
-                    // stop in 60).
-                    if let Some(d) = self.writer.last_tick_pause(clock.wall_s()) {
+                    // Not in the first second of one of the trial's windows (the system
+                    // files: ≤ 1 s, one stop in 60).
+                    let wall_s = clock.wall_s();
+                    if let Some(d) = self.sinks.iter().filter_map(|s| s.last_tick_pause(wall_s)).max() {
                         clock.pause(d);
                     }
                     self.last_tick(clock.mono(), clock.wall_s());
@@ -357,16 +331,15 @@ impl Ticker {
         self.finish();
     }
 
-    /// Seals the open file.
+    /// Finishes every sink (the system files: seals the open file).
     pub fn finish(&mut self) {
-        match self.writer.seal() {
-            Ok(_) => {}
-            Err(e) => crate::log!("{e}; the temporary file is repaired at the next start"),
+        for s in &mut self.sinks {
+            s.finish();
         }
     }
 
     pub fn counts(&self) -> LoopCounts {
-        LoopCounts {
+        let mut c = LoopCounts {
             ticks: self.ticks,
             skipped: self.skipped,
             sample_failures: self
@@ -374,9 +347,13 @@ impl Ticker {
                 .iter()
                 .map(|s| (s.sampler.name(), s.failures + s.sampler.failures()))
                 .collect(),
-            system: self.writer.counts(),
+            system: SystemCounts::default(),
             sampling_cpu_us: 0,
+        };
+        for s in &self.sinks {
+            s.add_counts(&mut c);
         }
+        c
     }
 }
 
@@ -387,7 +364,14 @@ mod tests {
     use std::sync::atomic::Ordering::SeqCst;
 
     use super::*;
-    use crate::sample::{Name, SampleError};
+    use crate::pipeline::sample::{Name, SampleError};
+    use crate::pipeline::sink::SystemFiles;
+    use crate::pipeline::system_file::SystemWriter;
+
+    /// The system files under `dir` as algo-1, the only sink.
+    fn system_files(dir: &Path, node: trainprof_output::node::SystemNode) -> Vec<Box<dyn Sink>> {
+        vec![Box::new(SystemFiles::new(SystemWriter::new(dir, node), None))]
+    }
 
     /// Time moves only when the loop waits or a sampler "works".
     struct FakeClock {
@@ -451,8 +435,13 @@ mod tests {
             if self.fail.contains(&self.n) {
                 return Err(SampleError::parse(Path::new("/fake"), "scripted"));
             }
-            out.push(crate::sample::CPU, Name::Indexed("cpu", 0), "CPUUtilization", now.as_millis() as f64);
-            out.push(crate::sample::MEMORY, Name::Static("MemoryUsedPercent"), "", 1.0);
+            out.push(
+                crate::pipeline::sample::CPU,
+                Name::Indexed("cpu", 0),
+                "CPUUtilization",
+                now.as_millis() as f64,
+            );
+            out.push(crate::pipeline::sample::MEMORY, Name::Static("MemoryUsedPercent"), "", 1.0);
             Ok(())
         }
     }
@@ -465,7 +454,7 @@ mod tests {
             Probe { clock: Arc::clone(clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
         Ticker::new(
             vec![Box::new(probe)],
-            SystemWriter::new(dir, trainprof_output::node::SystemNode::new(1)),
+            system_files(dir, trainprof_output::node::SystemNode::new(1)),
             Duration::from_millis(interval_ms),
         )
     }
@@ -479,7 +468,7 @@ mod tests {
 
     fn lines(root: &Path) -> Vec<serde_json::Value> {
         let mut out: Vec<serde_json::Value> = Vec::new();
-        for f in crate::summary::files_under(&root.join("system")) {
+        for f in crate::commands::run::summary::files_under(&root.join("system")) {
             for l in std::fs::read_to_string(root.join("system").join(f)).unwrap().lines() {
                 out.push(serde_json::from_str(l).unwrap());
             }
@@ -490,7 +479,7 @@ mod tests {
 
     /// The window starts in the names of the sealed system files, in order.
     fn names(root: &Path) -> Vec<i64> {
-        let mut out: Vec<i64> = crate::summary::files_under(&root.join("system"))
+        let mut out: Vec<i64> = crate::commands::run::summary::files_under(&root.join("system"))
             .iter()
             .filter_map(|f| f.rsplit('/').next()?.split('.').next()?.parse().ok())
             .collect();
@@ -611,7 +600,7 @@ mod tests {
         };
         let mut t = Ticker::new(
             vec![Box::new(probe)],
-            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            system_files(&dir, trainprof_output::node::SystemNode::new(1)),
             Duration::from_millis(100),
         );
         t.run(&*clock);
@@ -650,7 +639,7 @@ mod tests {
         };
         let mut t = Ticker::new(
             vec![Box::new(probe)],
-            SystemWriter::new(&dir, trainprof_output::node::SystemNode::new(1)),
+            system_files(&dir, trainprof_output::node::SystemNode::new(1)),
             Duration::from_millis(100),
         );
         t.run(&*clock);
@@ -717,6 +706,88 @@ mod tests {
         t.run(&*clock);
         assert_eq!(t.counts().ticks, 2);
         assert_eq!(lines(&dir).len(), 4);
+    }
+
+    /// What a sink was handed, in order.
+    #[derive(Debug, Clone, PartialEq)]
+    enum Heard {
+        /// The timestamp to the µs (as in the files), the number of metrics, `last`.
+        Tick(f64, usize, bool),
+        Pause,
+        Finish,
+    }
+
+    /// A second output: records what the loop hands it.
+    struct Recorder(Arc<Mutex<Vec<Heard>>>);
+
+    impl Sink for Recorder {
+        fn tick(&mut self, tick: &Tick<'_>) {
+            let us = (tick.wall_s * 1e6).round() / 1e6;
+            self.0.lock().unwrap().push(Heard::Tick(us, tick.metrics.len(), tick.last));
+        }
+        fn pause(&mut self) {
+            self.0.lock().unwrap().push(Heard::Pause);
+        }
+        fn finish(&mut self) {
+            self.0.lock().unwrap().push(Heard::Finish);
+        }
+    }
+
+    /// A ticker with the plain probe, the system files under `dir` and a recorder.
+    fn two_sinks(clock: &Arc<FakeClock>, dir: &Path) -> (Ticker, Arc<Mutex<Vec<Heard>>>) {
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let probe =
+            Probe { clock: Arc::clone(clock), slow: vec![], cost: Duration::ZERO, n: 0, fail: vec![] };
+        let mut sinks = system_files(dir, trainprof_output::node::SystemNode::new(1));
+        sinks.push(Box::new(Recorder(Arc::clone(&heard))));
+        (Ticker::new(vec![Box::new(probe)], sinks, Duration::from_millis(100)), heard)
+    }
+
+    #[test]
+    fn a_second_sink_hears_every_tick_the_system_files_get() {
+        let clock = FakeClock::new(1_595_455_620.0, 1050);
+        let (_scratch, dir) = root("two-sinks");
+        let (mut t, heard) = two_sinks(&clock, &dir);
+        let ms = Duration::from_millis;
+        t.reconfigure_with(Box::new(Script(vec![
+            (300, LoopSettings { interval: ms(100), enabled: false }),
+            (600, LoopSettings { interval: ms(100), enabled: true }),
+        ])));
+        t.run(&*clock);
+        let heard = heard.lock().unwrap().clone();
+        // The same ticks, with the same timestamps, as the files hold; the pause between
+        // them; the last tick flagged; the finish after it.
+        let stamps: Vec<f64> = cpu_stamps(&dir);
+        let ticks: Vec<f64> = heard
+            .iter()
+            .filter_map(|h| match h {
+                Heard::Tick(ts, 2, _) => Some(*ts),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ticks, stamps);
+        let wall = |ms: u64| 1_595_455_620.0 + ms as f64 / 1e3;
+        let mut expected =
+            vec![Heard::Tick(wall(100), 2, false), Heard::Tick(wall(200), 2, false), Heard::Pause];
+        expected.extend((6..=10).map(|k| Heard::Tick(wall(k * 100), 2, false)));
+        expected.extend([Heard::Tick(wall(1050), 2, true), Heard::Finish]);
+        assert_eq!(heard, expected);
+    }
+
+    #[test]
+    fn a_sink_that_cannot_write_stops_neither_the_loop_nor_another_sink() {
+        let clock = FakeClock::new(1_595_455_620.0, 550);
+        let scratch = tempfile::tempdir().unwrap();
+        // The system files' root is under a regular file: every write fails.
+        let file = scratch.path().join("a-file");
+        std::fs::write(&file, b"").unwrap();
+        let (mut t, heard) = two_sinks(&clock, &file.join("root"));
+        t.run(&*clock);
+        let c = t.counts();
+        assert_eq!((c.ticks, c.system.ticks_lost, c.system.lines), (6, 6, 0));
+        let heard = heard.lock().unwrap();
+        assert_eq!(heard.iter().filter(|h| matches!(h, Heard::Tick(..))).count(), 6);
+        assert_eq!(heard.last(), Some(&Heard::Finish));
     }
 
     #[test]

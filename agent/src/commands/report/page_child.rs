@@ -153,7 +153,7 @@ pub fn spawn(
             Ok(())
         });
     }
-    crate::signals::unblock_in_child(&mut cmd);
+    crate::process::signals::unblock_in_child(&mut cmd);
     let mut child = {
         // Registered before the child can be reaped by anyone but `wait` below.
         let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::process::Command;
 
 use super::*;
-use crate::sample::vocabulary_ok;
+use crate::pipeline::sample::vocabulary_ok;
 
 const NS: GpuReadError = GpuReadError::NotSupported("NVML_ERROR_NOT_SUPPORTED");
 
@@ -951,5 +951,5 @@ fn fake_call_counter(lib: &std::path::Path) -> impl Fn() -> u64 {
 /// system time is sampled at the scheduler tick, too coarse for a few µs; the fake library
 /// makes no system calls, so this is user-space time).
 fn thread_cpu() -> Duration {
-    Duration::from_nanos(crate::sample::process::thread_cpu_ns())
+    Duration::from_nanos(crate::pipeline::sample::process::thread_cpu_ns())
 }

@@ -12,7 +12,7 @@
 //! is taken too, the file stays under its temporary name and is counted.
 //! Every tick is one `write`, so a killed agent loses at most the tick being written (a
 //! failed write is cut off again, so no partial line stays); the next start repairs the
-//! temporary file (`agent/src/upload/repair.rs`).
+//! temporary file (`agent/src/pipeline/upload/repair.rs`).
 //!
 //! The job's last tick ([`SystemWriter::write_last_tick`]) goes into a file of its own, named
 //! by its own second, and the file before it gets a name below that second
@@ -29,7 +29,7 @@ use trainprof_output::ledger;
 use trainprof_output::node::SystemNode;
 use trainprof_output::protocol::system_line::{self, round_us};
 
-use crate::sample::{Metric, Name};
+use crate::pipeline::sample::{Metric, Name};
 
 /// Why a tick could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -327,7 +327,7 @@ impl SystemWriter {
 /// What a line's head is made of.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct HeadKey {
-    kind: crate::sample::MetricType,
+    kind: crate::pipeline::sample::MetricType,
     name: Name,
     dimension: &'static str,
 }
@@ -396,9 +396,12 @@ mod tests {
 
     /// The files under `root`, without the agent's own records in `.trainprof/`.
     fn files(root: &std::path::Path) -> Vec<String> {
-        crate::summary::files_under(root).into_iter().filter(|f| !f.starts_with(".trainprof/")).collect()
+        crate::commands::run::summary::files_under(root)
+            .into_iter()
+            .filter(|f| !f.starts_with(".trainprof/"))
+            .collect()
     }
-    use crate::sample::{Metrics, Name};
+    use crate::pipeline::sample::{Metrics, Name};
 
     /// A scratch folder, removed when the first value is dropped (also when the test fails).
     fn tmpdir(tag: &str) -> (tempfile::TempDir, PathBuf) {
@@ -409,8 +412,13 @@ mod tests {
 
     fn tick(v: f64) -> Metrics {
         let mut m = Metrics::new();
-        m.push(crate::sample::CPU, Name::Indexed("cpu", 0), "CPUUtilization", v);
-        m.push(crate::sample::NETWORK, Name::Static("ReceiveBytesPerSecond"), "Algorithm", 123_456_789.0);
+        m.push(crate::pipeline::sample::CPU, Name::Indexed("cpu", 0), "CPUUtilization", v);
+        m.push(
+            crate::pipeline::sample::NETWORK,
+            Name::Static("ReceiveBytesPerSecond"),
+            "Algorithm",
+            123_456_789.0,
+        );
         m
     }
 
@@ -665,7 +673,7 @@ mod tests {
     fn line_heads_follow_the_metrics_as_they_change() {
         let (_scratch, root) = tmpdir("heads");
         let mut w = SystemWriter::new(&root, SystemNode::new(1));
-        let label = |s: &[u8]| crate::sample::Label::sanitized(s);
+        let label = |s: &[u8]| crate::pipeline::sample::Label::sanitized(s);
         let ticks: Vec<Vec<(Name, &'static str, f64)>> = vec![
             vec![
                 (Name::Indexed("cpu", 0), "CPUUtilization", 1.0),
@@ -697,9 +705,9 @@ mod tests {
             let mut m = Metrics::new();
             for &(name, dim, v) in tick {
                 let kind = match name {
-                    Name::Process(..) => crate::sample::TRAINER,
-                    Name::Static(_) => crate::sample::HOST,
-                    Name::Indexed(..) => crate::sample::CPU,
+                    Name::Process(..) => crate::pipeline::sample::TRAINER,
+                    Name::Static(_) => crate::pipeline::sample::HOST,
+                    Name::Indexed(..) => crate::pipeline::sample::CPU,
                 };
                 m.push(kind, name, dim, v);
             }
@@ -717,7 +725,7 @@ mod tests {
         let mut w = SystemWriter::new(&root, SystemNode::new(3));
         let mut m = Metrics::new();
         for (i, v) in [12.345, -0.001, 1e14, 0.5, 7.0].into_iter().enumerate() {
-            m.push(crate::sample::HOST, Name::Static("AllCores"), "BusyPercent", v + i as f64);
+            m.push(crate::pipeline::sample::HOST, Name::Static("AllCores"), "BusyPercent", v + i as f64);
         }
         let wall = 1_595_455_620.123_456_7;
         w.write_tick(wall, m.as_slice()).unwrap();

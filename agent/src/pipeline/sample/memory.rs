@@ -88,7 +88,7 @@ impl Sampler for MemorySampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::Roots;
+    use crate::pipeline::sample::Roots;
 
     const MEMINFO: &str =
         "MemTotal:       1000 kB\nMemFree:         100 kB\nMemAvailable:    250 kB\nBuffers: 1 kB\n";

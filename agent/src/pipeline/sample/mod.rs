@@ -303,9 +303,9 @@ mod tests {
     #[test]
     fn metrics_leave_out_what_json_cannot_hold() {
         let mut m = Metrics::new();
-        m.push(crate::sample::CPU, Name::Indexed("cpu", 3), "CPUUtilization", 12.5);
-        m.push(crate::sample::CPU, Name::Indexed("cpu", 1), "CPUUtilization", f64::NAN);
-        m.push(crate::sample::CPU, Name::Indexed("cpu", 2), "CPUUtilization", f64::INFINITY);
+        m.push(crate::pipeline::sample::CPU, Name::Indexed("cpu", 3), "CPUUtilization", 12.5);
+        m.push(crate::pipeline::sample::CPU, Name::Indexed("cpu", 1), "CPUUtilization", f64::NAN);
+        m.push(crate::pipeline::sample::CPU, Name::Indexed("cpu", 2), "CPUUtilization", f64::INFINITY);
         assert_eq!(m.len(), 1);
         assert_eq!(m.get("cpu", "cpu3", "CPUUtilization"), Some(12.5));
         assert_eq!(m.as_slice()[0].name.to_string(), "cpu3");

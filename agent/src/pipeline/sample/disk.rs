@@ -117,15 +117,20 @@ impl Sampler for DiskSampler {
     fn sample(&mut self, now: Duration, out: &mut Metrics) -> Result<(), SampleError> {
         let cur = self.read()?;
         let dt = now.saturating_sub(self.prev_at);
-        out.push(crate::sample::IO, Name::Static(n::IOPS), d::NONE, rate(self.prev.ios, cur.ios, dt));
         out.push(
-            crate::sample::IO,
+            crate::pipeline::sample::IO,
+            Name::Static(n::IOPS),
+            d::NONE,
+            rate(self.prev.ios, cur.ios, dt),
+        );
+        out.push(
+            crate::pipeline::sample::IO,
             Name::Static(n::READ_THROUGHPUT),
             d::NONE,
             rate(self.prev.read_bytes, cur.read_bytes, dt),
         );
         out.push(
-            crate::sample::IO,
+            crate::pipeline::sample::IO,
             Name::Static(n::WRITE_THROUGHPUT),
             d::NONE,
             rate(self.prev.write_bytes, cur.write_bytes, dt),

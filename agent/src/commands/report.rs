@@ -3,9 +3,9 @@
 //! input (a LocalPath, or `s3://bucket/prefix` downloaded into a private temporary folder)
 //! and creates the output file without ever replacing one (`O_EXCL | O_NOFOLLOW` through
 //! `trainprof_output::fs`). At the end of `run` the report is made by a child process
-//! ([`isolated`]).
+//! ([`page_child`]).
 
-pub mod isolated;
+pub mod page_child;
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -18,9 +18,9 @@ use trainprof_output::fs::Dir;
 use trainprof_report::model::ReportModel;
 use trainprof_report::trace::Clip;
 
-use self::isolated::Made;
+use self::page_child::Made;
 use crate::log;
-use crate::upload::store::{ObjectStore as _, Put, S3Options, S3Store, S3Url};
+use crate::pipeline::upload::store::{ObjectStore as _, Put, S3Options, S3Store, S3Url};
 
 /// The default output names.
 pub const REPORT_FILE: &str = "report.html";
@@ -94,8 +94,8 @@ pub fn input(path: &str, endpoint: Option<&str>) -> Result<Input, InputError> {
 }
 
 /// A new private temporary folder (mode 0700) for a download, removed when dropped; owned
-/// by `owner` when given (the user the report's child runs as, [`isolated`]).
-fn private_temp(owner: isolated::RunAs) -> Result<tempfile::TempDir, String> {
+/// by `owner` when given (the user the report's child runs as, [`page_child`]).
+fn private_temp(owner: page_child::RunAs) -> Result<tempfile::TempDir, String> {
     let temp = tempfile::Builder::new()
         .prefix("trainprof-report-")
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
@@ -298,13 +298,13 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
 }
 
 /// The page at the end of `trainprof run` (docs/report.md, "At the end of trainprof run"):
-/// made by a child process ([`isolated`]) on the LocalPath, leaving out the files that were
+/// made by a child process ([`page_child`]) on the LocalPath, leaving out the files that were
 /// there when the run started. Start it with [`EndPage::start`], do other work (the final
 /// upload), then [`EndPage::finish`].
 #[derive(Debug)]
 pub struct EndPage {
     root: PathBuf,
-    running: Result<isolated::Running, String>,
+    running: Result<page_child::Running, String>,
 }
 
 /// The least wall time the page gets, also with `--upload-deadline-s 0`.
@@ -318,8 +318,8 @@ pub fn page_wall(deadline: Duration) -> Duration {
 impl EndPage {
     /// Starts the child on `root`, with `wall` to finish.
     pub fn start(root: &Path, before: &HashSet<String>, wall: Duration) -> EndPage {
-        let run_as = isolated::run_as(isolated::owner_of(root));
-        let running = isolated::spawn(root, &root.display().to_string(), before, run_as, wall);
+        let run_as = page_child::run_as(page_child::owner_of(root));
+        let running = page_child::spawn(root, &root.display().to_string(), before, run_as, wall);
         EndPage { root: root.to_owned(), running }
     }
 
@@ -370,10 +370,10 @@ fn write_page(root: &Path, page: &[u8]) -> Result<String, String> {
     Err(format!("report.html to report-{END_OF_RUN_TRIES}.html all exist in {}", root.display()))
 }
 
-/// Runs `f` until `until`, or until `run` is told to stop ([`isolated::stop`]).
+/// Runs `f` until `until`, or until `run` is told to stop ([`page_child::stop`]).
 async fn bounded<F: std::future::Future>(until: Instant, f: F) -> Result<F::Output, &'static str> {
     let stop = async {
-        while !isolated::stopped() {
+        while !page_child::stopped() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
@@ -457,7 +457,7 @@ async fn send_page(store: &S3Store, root: &Path, name: &str, keep_local: bool, u
 /// The page at the end of `run --s3` without `--keep-local` (`docs/report.md`, "At the end
 /// of trainprof run"), once the uploader has finished and deleted what it sent: built from
 /// the objects this run sent (`sent`), downloaded into a private temporary folder (removed
-/// before this returns, on every path) and read there by the child ([`isolated`]); written
+/// before this returns, on every path) and read there by the child ([`page_child`]); written
 /// into the LocalPath as for a run without upload, sent as one object under the prefix
 /// (never over an existing one) and deleted once S3 has it. All of it within `within`;
 /// past it, one line says the page was skipped and how to make it. Returns the summary's
@@ -481,7 +481,7 @@ pub fn at_end_of_s3_run(
             within.as_secs()
         )]
     };
-    let run_as = isolated::run_as(isolated::owner_of(root));
+    let run_as = page_child::run_as(page_child::owner_of(root));
     let temp = match private_temp(run_as) {
         Ok(t) => t,
         Err(e) => return vec![format!("no report: {e}; {how}")],
@@ -500,7 +500,7 @@ pub fn at_end_of_s3_run(
         Err("stopped") => return vec![format!("report: skipped, stopped by a signal; {how}")],
         Err(_) => return late(),
     };
-    let made = isolated::spawn(temp.path(), &s3, &HashSet::new(), run_as, until - Instant::now())
+    let made = page_child::spawn(temp.path(), &s3, &HashSet::new(), run_as, until - Instant::now())
         .and_then(|r| r.wait(Some(until)));
     // Removed at once, whatever the child did (it is dead by now).
     drop(temp);
@@ -649,7 +649,7 @@ async fn download_from(
     into: &Path,
     only: Option<&HashSet<String>>,
 ) -> Result<Downloaded, String> {
-    use crate::upload::store::chain;
+    use crate::pipeline::upload::store::chain;
 
     let (client, url) = (store.client(), store.url());
     let prefix = if url.prefix.is_empty() { String::new() } else { format!("{}/", url.prefix) };

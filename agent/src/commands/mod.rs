@@ -1,0 +1,5 @@
+//! The commands a user runs (`main.rs` parses the flags and calls one of them).
+
+pub mod check;
+pub mod report;
+pub mod run;

@@ -1,0 +1,8 @@
+//! The sampling pipeline: the samplers → the tick → its sinks (the system metrics files)
+//! → the uploader.
+
+pub mod sample;
+pub mod sink;
+pub mod system_file;
+pub mod tick;
+pub mod upload;

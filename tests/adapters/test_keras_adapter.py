@@ -114,7 +114,7 @@ def test_steps_and_detailed_window_read_back_by_smdebug(run_trainer, tf):
         begin, end = e.start_time + shift, e.end_time + shift
         hits = [k for k, s in steps.items() if s.start_time <= begin and end <= s.end_time]
         want_phase = "Step:ModeKeys.TRAIN" if e.event_name == "train_function" else "Step:ModeKeys.EVAL"
-        assert len(hits) == 1 and hits[0][0] == want_phase, (e.event_name, e.start_time, hits)
+        assert len(hits) == 1 and hits[0][0] == want_phase, (e.event_name, e.start_time, e.end_time, hits, sorted((s.start_time, s.end_time, k) for k, s in steps.items()))
     in_train = sorted(
         k[1] for e in train for k, s in steps.items() if s.start_time <= e.start_time + shift <= s.end_time
     )

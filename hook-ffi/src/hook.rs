@@ -907,7 +907,8 @@ mod tests {
         }
     }
 
-    /// Replaces `path` atomically, as docs/configuration.md ("Reload") asks: a reader never sees half a file.
+    /// Replaces `path` atomically, as docs/configuration.md ("Reload") asks: a reader never
+    /// sees half a file.
     fn write_atomically(path: &std::path::Path, text: String) {
         let tmp = path.with_extension("new");
         std::fs::write(&tmp, text).unwrap();

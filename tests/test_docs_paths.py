@@ -1,12 +1,13 @@
 """The documents name only what exists: every repository path written in backticks in
-README.md, ARCHITECTURE.md and docs/*.md (one that starts with a top-level folder of the
+README.md, ARCHITECTURE.md, docs/*.md and docker/README.md (one that starts with a top-level folder of the
 repository, such as `agent/src/pipeline/sink.rs` or `docs/formats.md`), and every relative
 Markdown link (`[formats](formats.md#timeline-files)`): its file, and for a link into a
 Markdown file its `#anchor`, a heading there as GitHub names it.
 
 A path may carry a `:line` suffix or an `#anchor` (left out), `{a,b}` alternatives (each
 must exist) and `<placeholder>` or `*` parts (something must match). Fenced code blocks are
-commands and output, not references, and are left out."""
+commands and output, not references, and are left out. BENCHMARKS.md is a dated log: it
+names files where they were when it was measured, so it is not checked."""
 
 import pathlib
 import re
@@ -28,6 +29,7 @@ SKIP_DIRS = {"target", "node_modules"}
 
 def documents(root: pathlib.Path) -> list[pathlib.Path]:
     docs = [root / "README.md", root / "ARCHITECTURE.md", *sorted((root / "docs").glob("*.md"))]
+    docs.append(root / "docker" / "README.md")
     return [d for d in docs if d.is_file()]
 
 

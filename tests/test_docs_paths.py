@@ -1,8 +1,8 @@
 """The documents name only what exists: every repository path written in backticks in
-README.md, ARCHITECTURE.md, docs/*.md and docker/README.md (one that starts with a top-level folder of the
-repository, such as `agent/src/pipeline/sink.rs` or `docs/formats.md`), and every relative
-Markdown link (`[formats](formats.md#timeline-files)`): its file, and for a link into a
-Markdown file its `#anchor`, a heading there as GitHub names it.
+README.md, ARCHITECTURE.md, docs/*.md and docker/README.md (one that starts with a top-level
+folder of the repository, such as `agent/src/pipeline/sink.rs` or `docs/formats.md`), and
+every relative Markdown link (`[formats](formats.md#timeline-files)`): its file, and for a
+link into a Markdown file its `#anchor`, a heading there as GitHub names it.
 
 A path may carry a `:line` suffix or an `#anchor` (left out), `{a,b}` alternatives (each
 must exist) and `<placeholder>` or `*` parts (something must match). Fenced code blocks are

@@ -3,7 +3,7 @@
 //!
 //! Every line goes through [`redact`]: the user info of any URL in it (`--s3-endpoint
 //! http://user:pass@host`, an error chain that quotes the URL) never reaches the log
-//! (README, "Standards": secrets never reach a log), and through [`printable`]: names the
+//! (docs/run.md, "Secrets"), and through [`printable`]: names the
 //! trainer wrote (ranks, phases, files, the findings' summaries that quote them) reach a
 //! terminal, so no control character or escape sequence in them does.
 

@@ -698,8 +698,8 @@ pub extern "C" fn trainprof_selftest_panic() -> TrainprofStatus {
 /// `dlopen`). Without `TRAINPROF_AUTOSTART` it reads one environment variable and returns:
 /// nothing runs at load, as the crate docs promise. With it, the library initialises
 /// itself as `trainprof_init` would, so an unmodified program (Python or not) preloaded
-/// with `LD_PRELOAD` is served time-based windows (README, "Native profiling without code
-/// changes").
+/// with `LD_PRELOAD` is served time-based windows (docs/formats.md, "Without code changes:
+/// LD_PRELOAD").
 ///
 /// Safe in a constructor: it reads the environment, the config file and the resource
 /// config, calls `pthread_atfork` and `atexit`, and starts the writer thread. glibc allows

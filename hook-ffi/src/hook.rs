@@ -124,8 +124,8 @@ struct Steps {
     global: AtomicI64,
 }
 
-/// Which step number the windows are tested at, as smdebug tests them (README, "The
-/// trainer side"): its PyTorch hook at the global step (`hook.step`, every mode counted
+/// Which step number the windows are tested at, as smdebug tests them (docs/trainer.md,
+/// "Behaviour to know"): its PyTorch hook at the global step (`hook.step`, every mode counted
 /// together), its TensorFlow (Keras) hook at the mode's own step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowStep {
@@ -907,7 +907,8 @@ mod tests {
         }
     }
 
-    /// Replaces `path` atomically, as the README asks: a reader never sees half a file.
+    /// Replaces `path` atomically, as docs/configuration.md ("Reload") asks: a reader never
+    /// sees half a file.
     fn write_atomically(path: &std::path::Path, text: String) {
         let tmp = path.with_extension("new");
         std::fs::write(&tmp, text).unwrap();

@@ -1,5 +1,5 @@
 //! The name table: phases, event names and argument keys travel through the queue as ids
-//! (README, "The trainer side"); this table gives them. Registration takes the table's
+//! (docs/trainer.md); this table gives them. Registration takes the table's
 //! lock (never on the hot path); the hot path checks an id against one atomic count; the
 //! writer copies only the names added since it last looked.
 

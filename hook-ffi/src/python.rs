@@ -70,7 +70,7 @@ pub struct Position {
     /// `train`, `eval`, `predict` or `global`.
     pub mode: &'static str,
     /// The step the window is tested at and named by: the global step for PyTorch, the
-    /// mode's own step otherwise (README, "The trainer side").
+    /// mode's own step otherwise (docs/trainer.md).
     pub step: u64,
     pub pytorch: bool,
 }

@@ -2,7 +2,7 @@
 or `ssh -t host trainprof run ...`): the command holds the terminal's foreground, so
 Ctrl-C reaches it once and never `run`, it reads lines from the terminal (what pdb
 needs), Ctrl-Z does not leave it stopped, and a hang-up reaches it once and `run` ends
-as usual (README "Signals")."""
+as usual (docs/run.md, "Signals")."""
 
 import json
 import os

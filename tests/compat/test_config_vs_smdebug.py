@@ -155,7 +155,7 @@ def test_disable_profiler_matches_smdebug(tmp_path, trainprof_bin, monkeypatch):
 
 
 def test_sdk_duration_is_a_documented_difference(tmp_path, trainprof_bin, monkeypatch):
-    """The SDK writes `Duration`; smdebug ignores it, trainprof reads it (README)."""
+    """The SDK writes `Duration`; smdebug ignores it, trainprof reads it (docs/configuration.md)."""
     path = write_config(tmp_path, {"DetailedProfilingConfig": '{"Duration": 30, }'})
     assert smdebug_view(path, monkeypatch)["detailed"] == (True, [])  # no range: never active
     proc = subprocess.run(

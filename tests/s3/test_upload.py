@@ -1,4 +1,4 @@
-"""The agent's S3 upload (README, "Upload to S3 and crash repair") against a real S3-compatible server (moto_server on
+"""The agent's S3 upload (docs/run.md, "Upload to S3 and crash repair") against a real S3-compatible server (moto_server on
 127.0.0.1), read back with boto3 and with smdebug 1.0.34's S3 readers.
 
 What is checked: every sealed file arrives with the same bytes and nothing temporary does;
@@ -808,7 +808,7 @@ def test_a_large_file_goes_up_in_parts_with_the_same_bytes(trainprof_bin, s3, pr
 def test_a_flaky_server_is_logged_once_per_30_s_not_per_change(trainprof_bin, s3, proxy, procs, tmp_path):
     """The server goes away and comes back every 0.6 s for 12 s while files keep coming:
     the store's state is said at once when it first fails, and then at most once per 30 s
-    (README, "Upload to S3"), not once per change; every file arrives all the same."""
+    (docs/run.md, "Upload to S3"), not once per change; every file arrives all the same."""
     out = tmp_path / "out"
     staging = tmp_path / "staging"
     prefix = "jobs/flaky"

@@ -3,8 +3,8 @@
 //! `--steps N` evaluates each feature's window at steps 0..N-1 with the same code the
 //! hook uses, from step 0, so what it lists is what a run that counts from 0 will get.
 //!
-//! Which steps those are depends on the framework, as in smdebug (README, "`trainprof
-//! config check`"): PyTorch tests every window at the global step (every mode counted
+//! Which steps those are depends on the framework, as in smdebug (docs/configuration.md,
+//! "`trainprof config check`"): PyTorch tests every window at the global step (every mode counted
 //! together), TensorFlow (Keras) the detailed window at the train step and the others at
 //! each mode's own step. `--framework` picks one; without it both are said.
 
@@ -134,7 +134,7 @@ fn active_steps(feature: &Feature, n: u64, now_s: f64) -> Option<Vec<u64>> {
     Some((0..n).filter(|&s| f.is_active(Step::At(s), now_s)).collect())
 }
 
-/// The check's JSON object (the shape tools rely on; see the README).
+/// The check's JSON object (the shape tools rely on; see docs/configuration.md).
 pub fn to_json(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>, now_s: f64) -> Value {
     let c = &loaded.config;
     let report = steps.map(|n| StepReport::new(c, n, now_s));

@@ -128,7 +128,7 @@ pub struct LoopCounts {
     pub sampling_cpu_us: u64,
 }
 
-/// What a reloaded configuration may change while the loop runs (README, "Reload").
+/// What a reloaded configuration may change while the loop runs (docs/configuration.md, "Reload").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoopSettings {
     pub interval: Duration,

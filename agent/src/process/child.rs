@@ -3,7 +3,7 @@
 //! terminal's Ctrl-C, Ctrl-\ and reads (pdb) go to the command and never to `run`; every
 //! signal `run` takes is passed on to that group once; and the command's job-control
 //! stops (Ctrl-Z) are mirrored by `run`, so the shell sees its job stop and resume.
-//! README "Signals" lists the cases.
+//! docs/run.md ("Signals") lists the cases.
 //!
 //! POSIX calls used: `setpgid` (through `CommandExt::process_group`), `tcsetpgrp` (allowed
 //! from a background group when SIGTTOU is blocked, which [`crate::process::signals::install`] does

@@ -244,7 +244,7 @@ def raw_function(lib: Library, name: str) -> Callable[..., Any]:
 
 
 #: Values of ``TRAINPROF_DISABLE`` that leave profiling on (empty: not set), as the config
-#: crate reads them (README, "Overrides"); any other value switches it off.
+#: crate reads them (docs/configuration.md, "Overrides"); any other value switches it off.
 _ENABLE_WORDS = ("", "0", "false", "no", "off")
 
 

@@ -32,7 +32,7 @@ first step after it):
   user's choice, or torch's own ``0`` for CUDA graphs) or CUDA is older than 12.6 (where a
   teardown can crash CUDA graphs).
 
-``torch.compile``: the hooks never break a Dynamo graph (README, "Framework adapters"). The
+``torch.compile``: the hooks never break a Dynamo graph (docs/trainer.md, "Framework adapters"). The
 top module's hooks are ``torch.compiler.disable``\ d, so Dynamo never traces them and they run
 as plain Python around the compiled forward, whether the hook is attached to the compiled
 module or to the model that was compiled: steps, ``Forward`` and the op events come out as

@@ -5,7 +5,7 @@
 //! the ticks are read, its 60 s judgements, its verdict over the job, and its evidence as a
 //! typed struct (the `--json` keys) with the table the page shows for it. `registry!` below
 //! lists them, in the order of `findings`; adding a rule is a file and a line there
-//! (ARCHITECTURE.md, "Add a finding").
+//! (ARCHITECTURE.md, "Extending it").
 
 pub mod batch_size;
 pub mod bottleneck;

@@ -171,8 +171,9 @@ def test_profiling_off_outside_windows(tmp_path):
 
 
 def test_example_train_torch_under_trainprof_run(tmp_path):
-    """examples/train_torch.py as README shows it: under `trainprof run`, with an SDK-style
-    config that opens the detailed, dataloader and Python windows; smdebug reads it back."""
+    """examples/train_torch.py as docs/trainer.md ("Framework adapters") shows it:
+    under `trainprof run`, with an SDK-style config that opens the detailed, dataloader and
+    Python windows; smdebug reads it back."""
     from smdebug.profiler.analysis.python_profile_analysis import cProfileAnalysis
 
     binary = pathlib.Path(os.environ.get("TRAINPROF_BIN") or ROOT / "target" / "debug" / "trainprof")
@@ -255,7 +256,7 @@ def test_torch_compile_no_graph_break_from_trainprof(tmp_path, placement):
     that is then compiled (inner), over the plan above with the detailed and Python windows
     at global steps 9-11: Dynamo logs no graph break (the model has none of its own, so
     any would be trainprof's) and no warning; steps, Forward, op events and the Python
-    windows come out as without torch.compile. Submodule events do not (README)."""
+    windows come out as without torch.compile. Submodule events do not (docs/trainer.md)."""
     out, _, m, proc = run_training(
         tmp_path,
         {"plan": PLAN, "compile": placement},

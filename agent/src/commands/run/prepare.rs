@@ -57,8 +57,8 @@ pub(super) fn prepare(opts: Options, sources: Sources, command_given: bool) -> R
     // room for the rest. The command gets its limit back.
     let nofile = child::raise_nofile_limit();
     // What a person typed (flags, TRAINPROF_* variables, a --config file) is checked before
-    // anything starts: a mistake there stops here with exit status 2 (README, `trainprof
-    // agent` and `trainprof run`). What the platform wrote degrades per feature below.
+    // anything starts: a mistake there stops here with exit status 2 (docs/run.md,
+    // "Checked first"). What the platform wrote degrades per feature below.
     let bad = crate::commands::check::typed_problems(&sources);
     if !bad.is_empty() {
         for line in bad {

@@ -152,7 +152,7 @@ fn on_signal(
 }
 
 /// The config file is read again at most this often while sampling (by content, as the
-/// hook does; README, "Reload").
+/// hook does; docs/configuration.md, "Reload").
 const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
 /// The sampler's view of the config file: re-read at most once a second; the interval and

@@ -32,7 +32,7 @@ pub(super) fn wait(s: Started) -> Ended {
     let status = match child {
         Some((mut c, trainer)) => {
             let st = trainer.wait(&mut c);
-            // `--upload-deadline-s 0`: no upload starts once the command has exited (README,
+            // `--upload-deadline-s 0`: no upload starts once the command has exited (docs/run.md,
             // "Upload to S3 and crash repair"), so the uploader hears it before the last seal
             // wakes it.
             if job.upload.deadline.is_zero()

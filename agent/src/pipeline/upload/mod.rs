@@ -1,4 +1,5 @@
-//! Upload of every sealed file under `LocalPath` to S3 (README, "Upload to S3 and crash repair"; the files' rules: docs/on-disk.md).
+//! Upload of every sealed file under `LocalPath` to S3 (docs/run.md, "Upload to S3 and crash
+//! repair"; the files' rules: docs/on-disk.md).
 //!
 //! The uploader is one thread with its own single-threaded tokio runtime; nothing else in
 //! the agent is async. It learns about files by walking `system/` and `framework/` under

@@ -52,6 +52,8 @@ import sys
 import tempfile
 import time
 
+from proc_cpu import cpu_ns  # bench/proc_cpu.py
+
 GOAL_US_PER_TICK = 50.0
 GOAL_RATIO = 6.0
 GOAL_FLOOR_RATIO = 1.15
@@ -267,18 +269,6 @@ def collect(out_path, interval_s, cgroup_files, tree_cmd):
 
 # --------------------------------------------------------------------------------------
 # The harness
-
-
-def cpu_ns(pid):
-    """The process's CPU time: the sum over its threads of schedstat's run time, ns."""
-    total = 0
-    for path in glob.glob("/proc/%d/task/*/schedstat" % pid):
-        try:
-            with open(path) as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
 
 
 def stat_ticks(pid):

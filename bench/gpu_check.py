@@ -41,6 +41,8 @@ import tempfile
 import threading
 import time
 
+from proc_cpu import cpu_ns  # bench/proc_cpu.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 START = time.monotonic()
@@ -198,18 +200,6 @@ def oracle_part(path):
 
 
 # --- helpers --------------------------------------------------------------------------------------
-
-def cpu_ns(pid):
-    """The process's CPU time: the sum over its threads of schedstat's run time, ns."""
-    total = 0
-    for path in glob.glob("/proc/%d/task/*/schedstat" % pid):
-        try:
-            with open(path) as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
-
 
 def rss_kib(pid):
     try:

@@ -64,29 +64,31 @@ def test_an_existing_empty_folder_is_not_replaced(tmp_path, how):
     assert (tmp_path / "tmp" / "f").read_text() == "x"
 
 
-def test_a_python_window_never_replaces_a_folder_already_there(tmp_path):
-    """The window's stats are dropped (with one log line) rather than put in place of a
-    folder of that name; the temporary folder is removed."""
-    ended = tmp_path / "framework" / "pytorch" / "cProfile" / "window"
-    ended.mkdir(parents=True)
+def end_a_python_window(tmp_path, ended):
+    """Runs a cProfile window and ends it: stats written in <tmp_path>/.tmp/window, then
+    sealed as ``ended``; returns that temporary folder."""
     tmp = tmp_path / ".tmp" / "window"
     windows = _python_profiling.Windows(_lib.NullLibrary())
     run = _python_profiling._CProfileRun(_python_profiling.total_time)
     run.start()
     windows._running = run
     windows._end(str(ended), str(tmp))
+    return tmp
+
+
+def test_a_python_window_never_replaces_a_folder_already_there(tmp_path):
+    """The window's stats are dropped (with one log line) rather than put in place of a
+    folder of that name; the temporary folder is removed."""
+    ended = tmp_path / "framework" / "pytorch" / "cProfile" / "window"
+    ended.mkdir(parents=True)
+    tmp = end_a_python_window(tmp_path, ended)
     assert os.listdir(ended) == []
     assert not tmp.exists()
 
 
 def test_a_python_window_is_sealed_with_its_stats(tmp_path):
     ended = tmp_path / "framework" / "pytorch" / "cProfile" / "window"
-    tmp = tmp_path / ".tmp" / "window"
-    windows = _python_profiling.Windows(_lib.NullLibrary())
-    run = _python_profiling._CProfileRun(_python_profiling.total_time)
-    run.start()
-    windows._running = run
-    windows._end(str(ended), str(tmp))
+    end_a_python_window(tmp_path, ended)
     assert os.listdir(ended) == [_python_profiling.CPROFILE_STATS_FILENAME]
     assert not (tmp_path / ".tmp").exists()  # the emptied temporary parents are gone
 

@@ -8,8 +8,7 @@ import logging
 import os
 import threading
 import time
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple, Type, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from . import _check, _fork, _lib
 from ._check import I64_MAX, I64_MIN
@@ -179,12 +178,7 @@ class Profiler:
     def __enter__(self) -> Profiler:
         return self
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.close()
 
     # --- names ---------------------------------------------------------------------------

@@ -7,8 +7,7 @@ import ctypes
 import functools
 import inspect
 import time
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Optional, Type, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, cast
 
 from . import _fork
 
@@ -52,12 +51,7 @@ class Span:
         self._start = _time_ns()
         return self
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         end = _time_ns()
         prof = self._prof
         if prof._gen == _fork._generation:  # not in a fork()ed child
@@ -110,12 +104,7 @@ class NullSpan(Span):
     def __enter__(self) -> Span:
         return self
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         pass
 
     def __call__(self, fn: F) -> F:

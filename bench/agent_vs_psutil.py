@@ -4,8 +4,8 @@ against a psutil collector of the same metrics, side by side in one run.
     scripts/bench-agent              # builds the release agent, runs this with .venv
     scripts/bench-agent 60           # 60 s per collector (or BENCH_SECONDS=60)
 
-Both collectors sample every BENCH_INTERVAL_MS (100) and write the same JSON lines (spec
-§2.2) into their own temporary folder, one write per tick:
+Both collectors sample every BENCH_INTERVAL_MS (100) and write the same JSON lines
+(docs/formats.md, the system file) into their own temporary folder, one write per tick:
 
   system  `trainprof agent`, against this file run as `--collect`: psutil
           cpu_times_percent(percpu=True) (busy and iowait per core, total = their mean),

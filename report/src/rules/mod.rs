@@ -210,6 +210,56 @@ impl Verdicts {
     }
 }
 
+/// What a rule judged per GPU in 60 s windows gathers for its verdict: whether any window
+/// was judged, a description of each GPU whose windows held, and those windows.
+#[derive(Debug, Default)]
+pub struct Held {
+    pub evaluated: bool,
+    pub hits: Vec<String>,
+    pub ranges: Vec<[f64; 2]>,
+}
+
+impl Held {
+    /// One GPU's judgements; `hit` describes it when a window held.
+    pub fn add(&mut self, v: &Verdicts, hit: Option<String>) {
+        self.evaluated |= v.evaluations > 0;
+        if let Some(h) = hit {
+            self.hits.push(h);
+            self.ranges.extend(v.windows.ranges.iter().copied());
+        }
+    }
+
+    /// The verdict: `no_gpus` when there was no GPU to judge, `too_few` when none was judged
+    /// yet, `fine` when no window held, else `held` of the GPUs' descriptions.
+    pub fn verdict<E>(
+        self,
+        no_gpus: bool,
+        too_few: impl FnOnce() -> String,
+        fine: &str,
+        held: impl FnOnce(String) -> String,
+        advice: &'static str,
+        evidence: E,
+    ) -> Verdict<E> {
+        let summary = if no_gpus {
+            "No GPU metrics.".to_owned()
+        } else if !self.evaluated {
+            too_few()
+        } else if self.hits.is_empty() {
+            fine.to_owned()
+        } else {
+            held(self.hits.join("; "))
+        };
+        Verdict {
+            triggered: !self.hits.is_empty(),
+            evaluated: self.evaluated,
+            summary,
+            advice,
+            evidence,
+            ranges: self.ranges,
+        }
+    }
+}
+
 /// Time ranges built from ticks: a tick within `gap` seconds of the open range extends it.
 #[derive(Debug, Clone, Default)]
 pub struct Ranges {

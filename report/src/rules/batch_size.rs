@@ -47,20 +47,21 @@ pub struct Evidence {
     pub gpus: Vec<GpuEvidence>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuEvidence {
-    pub node: String,
-    pub gpu: String,
-    pub windows_judged: u64,
-    pub windows_triggered: u64,
-    /// At the last judgement that held.
-    pub cpu_p95: Option<f64>,
-    pub gpu_p95: Option<f64>,
-    pub gpu_memory_p95: Option<f64>,
-    /// Over the whole job.
-    pub job_cpu_p95: Option<f64>,
-    pub job_gpu_p95: Option<f64>,
-    pub job_gpu_memory_p95: Option<f64>,
+evidence_row! {
+    pub struct GpuEvidence {
+        pub node: String,
+        pub gpu: String,
+        pub windows_judged: u64,
+        pub windows_triggered: u64,
+        /// At the last judgement that held.
+        pub cpu_p95: Option<f64>,
+        pub gpu_p95: Option<f64>,
+        pub gpu_memory_p95: Option<f64>,
+        /// Over the whole job.
+        pub job_cpu_p95: Option<f64>,
+        pub job_gpu_p95: Option<f64>,
+        pub job_gpu_memory_p95: Option<f64>,
+    }
 }
 
 impl Rule for BatchSize {
@@ -162,36 +163,8 @@ impl Present for Evidence {
                 ("window", self.window.into()),
                 ("patience", self.patience.into()),
             ],
-            columns: vec![
-                "node",
-                "gpu",
-                "windows_judged",
-                "windows_triggered",
-                "cpu_p95",
-                "gpu_p95",
-                "gpu_memory_p95",
-                "job_cpu_p95",
-                "job_gpu_p95",
-                "job_gpu_memory_p95",
-            ],
-            rows: self
-                .gpus
-                .iter()
-                .map(|g| {
-                    vec![
-                        g.node.as_str().into(),
-                        g.gpu.as_str().into(),
-                        g.windows_judged.into(),
-                        g.windows_triggered.into(),
-                        g.cpu_p95.into(),
-                        g.gpu_p95.into(),
-                        g.gpu_memory_p95.into(),
-                        g.job_cpu_p95.into(),
-                        g.job_gpu_p95.into(),
-                        g.job_gpu_memory_p95.into(),
-                    ]
-                })
-                .collect(),
+            columns: GpuEvidence::COLUMNS.to_vec(),
+            rows: self.gpus.iter().map(GpuEvidence::cells).collect(),
         }
     }
 }

@@ -37,16 +37,17 @@ pub struct Evidence {
     pub gpus: Vec<GpuEvidence>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuEvidence {
-    pub node: String,
-    pub gpu: String,
-    pub datapoints: u64,
-    pub max_increase: Option<f64>,
-    pub at_s: Option<f64>,
-    pub violations: u64,
-    pub p50: Option<f64>,
-    pub max: Option<f64>,
+evidence_row! {
+    pub struct GpuEvidence {
+        pub node: String,
+        pub gpu: String,
+        pub datapoints: u64,
+        pub max_increase: Option<f64>,
+        pub at_s: Option<f64> as super::Cell::Time,
+        pub violations: u64,
+        pub p50: Option<f64>,
+        pub max: Option<f64>,
+    }
 }
 
 impl Rule for GpuMemoryIncrease {
@@ -143,23 +144,8 @@ impl Present for Evidence {
                 ("window", self.window.into()),
                 ("patience", self.patience.into()),
             ],
-            columns: vec!["node", "gpu", "datapoints", "max_increase", "at_s", "violations", "p50", "max"],
-            rows: self
-                .gpus
-                .iter()
-                .map(|g| {
-                    vec![
-                        g.node.as_str().into(),
-                        g.gpu.as_str().into(),
-                        g.datapoints.into(),
-                        g.max_increase.into(),
-                        super::Cell::Time(g.at_s),
-                        g.violations.into(),
-                        g.p50.into(),
-                        g.max.into(),
-                    ]
-                })
-                .collect(),
+            columns: GpuEvidence::COLUMNS.to_vec(),
+            rows: self.gpus.iter().map(GpuEvidence::cells).collect(),
         }
     }
 }

@@ -27,12 +27,18 @@ pub struct Evidence {
     pub pairs: Vec<Pair>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Pair {
-    pub node: String,
-    pub gpus: [String; 2],
-    pub distance: f64,
-    pub triggered: bool,
+evidence_row! {
+    pub struct Pair {
+        pub node: String,
+        pub gpus: [String; 2] as pair,
+        pub distance: f64,
+        pub triggered: bool,
+    }
+}
+
+/// `gpu0 / gpu1`.
+fn pair(gpus: [String; 2]) -> super::Cell {
+    format!("{} / {}", gpus[0], gpus[1]).into()
 }
 
 impl Rule for LoadBalancing {
@@ -126,19 +132,8 @@ impl Present for Evidence {
                 ("patience", self.patience.into()),
                 ("pairs_compared", self.pairs_compared.into()),
             ],
-            columns: vec!["node", "gpus", "distance", "triggered"],
-            rows: self
-                .pairs
-                .iter()
-                .map(|p| {
-                    vec![
-                        p.node.as_str().into(),
-                        format!("{} / {}", p.gpus[0], p.gpus[1]).into(),
-                        p.distance.into(),
-                        p.triggered.into(),
-                    ]
-                })
-                .collect(),
+            columns: Pair::COLUMNS.to_vec(),
+            rows: self.pairs.iter().map(Pair::cells).collect(),
         }
     }
 }

@@ -33,21 +33,22 @@ pub struct Evidence {
     pub gpus: Vec<GpuEvidence>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuEvidence {
-    pub node: String,
-    pub gpu: String,
-    pub datapoints: u64,
-    pub windows_judged: u64,
-    pub windows_triggered: u64,
-    /// `underutilized` or `fluctuating`, at the last judgement that held.
-    pub issue: Option<String>,
-    pub window_p95: Option<f64>,
-    pub window_p5: Option<f64>,
-    /// Over the whole job.
-    pub p50: Option<f64>,
-    pub p95: Option<f64>,
-    pub max: Option<f64>,
+evidence_row! {
+    pub struct GpuEvidence {
+        pub node: String,
+        pub gpu: String,
+        pub datapoints: u64,
+        pub windows_judged: u64,
+        pub windows_triggered: u64,
+        /// `underutilized` or `fluctuating`, at the last judgement that held.
+        pub issue: Option<String>,
+        pub window_p95: Option<f64>,
+        pub window_p5: Option<f64>,
+        /// Over the whole job.
+        pub p50: Option<f64>,
+        pub p95: Option<f64>,
+        pub max: Option<f64>,
+    }
 }
 
 impl Rule for LowGpuUtilization {
@@ -134,38 +135,8 @@ impl Present for Evidence {
                 ("window", self.window.into()),
                 ("patience", self.patience.into()),
             ],
-            columns: vec![
-                "node",
-                "gpu",
-                "datapoints",
-                "windows_judged",
-                "windows_triggered",
-                "issue",
-                "window_p95",
-                "window_p5",
-                "p50",
-                "p95",
-                "max",
-            ],
-            rows: self
-                .gpus
-                .iter()
-                .map(|g| {
-                    vec![
-                        g.node.as_str().into(),
-                        g.gpu.as_str().into(),
-                        g.datapoints.into(),
-                        g.windows_judged.into(),
-                        g.windows_triggered.into(),
-                        g.issue.as_deref().unwrap_or("–").into(),
-                        g.window_p95.into(),
-                        g.window_p5.into(),
-                        g.p50.into(),
-                        g.p95.into(),
-                        g.max.into(),
-                    ]
-                })
-                .collect(),
+            columns: GpuEvidence::COLUMNS.to_vec(),
+            rows: self.gpus.iter().map(GpuEvidence::cells).collect(),
         }
     }
 }

@@ -7,6 +7,39 @@
 //! lists them, in the order of `findings`; adding a rule is a file and a line there
 //! (ARCHITECTURE.md, "Extending it").
 
+/// Declares a row of a finding's evidence (a GPU, a rank, a pair) once: the struct, whose
+/// fields are the `--json` keys, and the page's row for it, whose columns are the same names
+/// (`COLUMNS`) and whose cells are the fields' values (`cells`). A field's cell is
+/// `Cell::from` of its value, or `as f` for `f(value)`. Defined before the rules' modules,
+/// which use it.
+macro_rules! evidence_row {
+    ($(#[$m:meta])* pub struct $name:ident {
+        $($(#[$fm:meta])* pub $field:ident: $ty:ty $(as $cell:path)?,)*
+    }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+        pub struct $name {
+            $($(#[$fm])* pub $field: $ty,)*
+        }
+
+        impl $name {
+            /// The page's columns: the `--json` keys, in order.
+            pub const COLUMNS: &[&str] = &[$(stringify!($field)),*];
+
+            /// The page's row, in `COLUMNS` order.
+            pub fn cells(&self) -> Vec<$crate::rules::Cell> {
+                vec![$(evidence_row!(@cell self.$field.clone() $(, $cell)?)),*]
+            }
+        }
+    };
+    (@cell $v:expr) => {
+        $crate::rules::Cell::from($v)
+    };
+    (@cell $v:expr, $cell:path) => {
+        $cell($v)
+    };
+}
+
 pub mod batch_size;
 pub mod bottleneck;
 pub mod dataloader;
@@ -148,6 +181,12 @@ impl From<f64> for Cell {
 impl From<Option<f64>> for Cell {
     fn from(v: Option<f64>) -> Cell {
         Cell::Num(v)
+    }
+}
+/// Text, or "–" when absent.
+impl From<Option<String>> for Cell {
+    fn from(s: Option<String>) -> Cell {
+        Cell::Text(s.unwrap_or_else(|| "–".to_owned()))
     }
 }
 impl From<u64> for Cell {

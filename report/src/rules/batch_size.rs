@@ -155,17 +155,16 @@ impl Rule for BatchSize {
 
 impl Present for Evidence {
     fn present(&self) -> Table {
-        Table {
-            facts: vec![
+        Table::of(
+            vec![
                 ("cpu_threshold_p95", self.cpu_threshold_p95.into()),
                 ("gpu_threshold_p95", self.gpu_threshold_p95.into()),
                 ("gpu_memory_threshold_p95", self.gpu_memory_threshold_p95.into()),
                 ("window", self.window.into()),
                 ("patience", self.patience.into()),
             ],
-            columns: GpuEvidence::COLUMNS.to_vec(),
-            rows: self.gpus.iter().map(GpuEvidence::cells).collect(),
-        }
+            &self.gpus,
+        )
     }
 }
 

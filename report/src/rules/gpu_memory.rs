@@ -138,15 +138,14 @@ impl Rule for GpuMemoryIncrease {
 
 impl Present for Evidence {
     fn present(&self) -> Table {
-        Table {
-            facts: vec![
+        Table::of(
+            vec![
                 ("increase", self.increase.into()),
                 ("window", self.window.into()),
                 ("patience", self.patience.into()),
             ],
-            columns: GpuEvidence::COLUMNS.to_vec(),
-            rows: self.gpus.iter().map(GpuEvidence::cells).collect(),
-        }
+            &self.gpus,
+        )
     }
 }
 

@@ -126,15 +126,14 @@ fn keep_largest(v: &mut Vec<(f64, Pair)>, n: usize) {
 
 impl Present for Evidence {
     fn present(&self) -> Table {
-        Table {
-            facts: vec![
+        Table::of(
+            vec![
                 ("threshold", self.threshold.into()),
                 ("patience", self.patience.into()),
                 ("pairs_compared", self.pairs_compared.into()),
             ],
-            columns: Pair::COLUMNS.to_vec(),
-            rows: self.pairs.iter().map(Pair::cells).collect(),
-        }
+            &self.pairs,
+        )
     }
 }
 

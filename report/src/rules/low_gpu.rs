@@ -128,16 +128,15 @@ impl Rule for LowGpuUtilization {
 
 impl Present for Evidence {
     fn present(&self) -> Table {
-        Table {
-            facts: vec![
+        Table::of(
+            vec![
                 ("threshold_p95", self.threshold_p95.into()),
                 ("threshold_p5", self.threshold_p5.into()),
                 ("window", self.window.into()),
                 ("patience", self.patience.into()),
             ],
-            columns: GpuEvidence::COLUMNS.to_vec(),
-            rows: self.gpus.iter().map(GpuEvidence::cells).collect(),
-        }
+            &self.gpus,
+        )
     }
 }
 

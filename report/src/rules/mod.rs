@@ -8,10 +8,9 @@
 //! (ARCHITECTURE.md, "Extending it").
 
 /// Declares a row of a finding's evidence (a GPU, a rank, a pair) once: the struct, whose
-/// fields are the `--json` keys, and the page's row for it, whose columns are the same names
-/// (`COLUMNS`) and whose cells are the fields' values (`cells`). A field's cell is
-/// `Cell::from` of its value, or `as f` for `f(value)`. Defined before the rules' modules,
-/// which use it.
+/// fields are the `--json` keys, and its [`Row`] on the page, whose columns are the same names
+/// and whose cells are the fields' values. A field's cell is `Cell::from` of its value, or
+/// `as f` for `f(value)`. Defined before the rules' modules, which use it.
 macro_rules! evidence_row {
     ($(#[$m:meta])* pub struct $name:ident {
         $($(#[$fm:meta])* pub $field:ident: $ty:ty $(as $cell:path)?,)*
@@ -22,12 +21,10 @@ macro_rules! evidence_row {
             $($(#[$fm])* pub $field: $ty,)*
         }
 
-        impl $name {
-            /// The page's columns: the `--json` keys, in order.
-            pub const COLUMNS: &[&str] = &[$(stringify!($field)),*];
+        impl $crate::rules::Row for $name {
+            const COLUMNS: &[&str] = &[$(stringify!($field)),*];
 
-            /// The page's row, in `COLUMNS` order.
-            pub fn cells(&self) -> Vec<$crate::rules::Cell> {
+            fn cells(&self) -> Vec<$crate::rules::Cell> {
                 vec![$(evidence_row!(@cell self.$field.clone() $(, $cell)?)),*]
             }
         }
@@ -149,6 +146,24 @@ pub struct Table {
     pub facts: Vec<(&'static str, Cell)>,
     pub columns: Vec<&'static str>,
     pub rows: Vec<Vec<Cell>>,
+}
+
+impl Table {
+    /// `facts`, then one row per item of `rows`.
+    pub fn of<'a, R: Row + 'a>(
+        facts: Vec<(&'static str, Cell)>,
+        rows: impl IntoIterator<Item = &'a R>,
+    ) -> Table {
+        Table { facts, columns: R::COLUMNS.to_vec(), rows: rows.into_iter().map(R::cells).collect() }
+    }
+}
+
+/// A row of a table (declared with `evidence_row!`).
+pub trait Row {
+    /// The columns: the row's `--json` keys, in order.
+    const COLUMNS: &[&str];
+    /// The cells, in `COLUMNS` order.
+    fn cells(&self) -> Vec<Cell>;
 }
 
 /// One value of a table.

@@ -123,15 +123,14 @@ impl Present for Evidence {
     fn present(&self) -> Table {
         let mut ranks: Vec<&RankEvidence> = self.ranks.iter().collect();
         ranks.sort_by_key(|r| !r.triggered);
-        Table {
-            facts: vec![
+        Table::of(
+            vec![
                 ("stddev", self.stddev.into()),
                 ("n_outliers", self.n_outliers.into()),
                 ("min_steps", self.min_steps.into()),
             ],
-            columns: RankEvidence::COLUMNS.to_vec(),
-            rows: ranks.into_iter().map(RankEvidence::cells).collect(),
-        }
+            ranks,
+        )
     }
 }
 

@@ -52,6 +52,37 @@ fn peek(c: &[char], i: usize) -> char {
     c.get(i).copied().unwrap_or('\0')
 }
 
+/// The text of a string literal whose body starts at `j`, and the index past its end; the
+/// lines it spans are added to `line`. A raw string (`raw`: its number of `#`s) has no
+/// escapes; in another, `\"` and `\\` are undone and an escaped line end is dropped.
+fn string_body(c: &[char], mut j: usize, raw: Option<usize>, line: &mut usize) -> (String, usize) {
+    let hashes = raw.unwrap_or(0);
+    let mut text = String::new();
+    while let Some(&x) = c.get(j) {
+        match x {
+            '\\' if raw.is_none() => {
+                let next = peek(c, j + 1);
+                match next {
+                    '"' | '\\' => text.push(next),
+                    '\n' => *line += 1,
+                    other => {
+                        text.push('\\');
+                        text.push(other);
+                    }
+                }
+                j += 2;
+            }
+            '"' if (1..=hashes).all(|h| c.get(j + h) == Some(&'#')) => return (text, j + 1 + hashes),
+            _ => {
+                *line += usize::from(x == '\n');
+                text.push(x);
+                j += 1;
+            }
+        }
+    }
+    (text, j)
+}
+
 const ALLOW: &str = "// not the protocol:";
 
 /// The string literals of `src` outside test code, and the names of the modules declared
@@ -100,7 +131,7 @@ fn literals(src: &str) -> (Vec<Literal>, Vec<String>) {
             continue;
         }
         let ident_before = i > 0 && (c[i - 1].is_alphanumeric() || c[i - 1] == '_');
-        // A raw string: r"…", r#"…"#, br#"…"#.
+        // A string: "…" and b"…" (escapes), raw r"…", r#"…"#, br#"…"# (its `#`s close it).
         let raw_at = if ch == 'r' && !ident_before {
             Some(i + 1)
         } else if ch == 'b' && peek(&c, i + 1) == 'r' && !ident_before {
@@ -108,6 +139,7 @@ fn literals(src: &str) -> (Vec<Literal>, Vec<String>) {
         } else {
             None
         };
+        let mut string = None;
         if let Some(mut j) = raw_at {
             let mut hashes = 0;
             while c.get(j) == Some(&'#') {
@@ -115,58 +147,19 @@ fn literals(src: &str) -> (Vec<Literal>, Vec<String>) {
                 j += 1;
             }
             if c.get(j) == Some(&'"') {
-                let start_line = line;
-                let mut text = String::new();
-                j += 1;
-                while let Some(&x) = c.get(j) {
-                    if x == '"' && (1..=hashes).all(|h| c.get(j + h) == Some(&'#')) {
-                        j += 1 + hashes;
-                        break;
-                    }
-                    line += usize::from(x == '\n');
-                    text.push(x);
-                    j += 1;
-                }
-                if skip_to.is_none() {
-                    out.push(Literal { text, line: start_line, allowed: allowed(start_line) });
-                }
-                i = j;
-                continue;
+                string = Some((j + 1, Some(hashes)));
             }
         }
-        if ch == '"' || (ch == 'b' && peek(&c, i + 1) == '"' && !ident_before) {
+        if string.is_none() && (ch == '"' || (ch == 'b' && peek(&c, i + 1) == '"' && !ident_before)) {
+            string = Some((i + if ch == 'b' { 2 } else { 1 }, None));
+        }
+        if let Some((body, raw)) = string {
             let start_line = line;
-            let mut j = i + if ch == 'b' { 2 } else { 1 };
-            let mut text = String::new();
-            while let Some(&x) = c.get(j) {
-                match x {
-                    '\\' => {
-                        let next = c.get(j + 1).copied().unwrap_or('\0');
-                        match next {
-                            '"' | '\\' => text.push(next),
-                            '\n' => line += 1,
-                            other => {
-                                text.push('\\');
-                                text.push(other);
-                            }
-                        }
-                        j += 2;
-                    }
-                    '"' => {
-                        j += 1;
-                        break;
-                    }
-                    _ => {
-                        line += usize::from(x == '\n');
-                        text.push(x);
-                        j += 1;
-                    }
-                }
-            }
+            let (text, end) = string_body(&c, body, raw, &mut line);
             if skip_to.is_none() {
                 out.push(Literal { text, line: start_line, allowed: allowed(start_line) });
             }
-            i = j;
+            i = end;
             continue;
         }
         if ch == '\'' {

@@ -394,13 +394,7 @@ impl Drop for SystemWriter {
 mod tests {
     use super::*;
 
-    /// The files under `root`, without the agent's own records in `.trainprof/`.
-    fn files(root: &std::path::Path) -> Vec<String> {
-        crate::commands::run::summary::files_under(root)
-            .into_iter()
-            .filter(|f| !f.starts_with(".trainprof/"))
-            .collect()
-    }
+    use crate::commands::run::summary::data_files_under as files;
     use crate::pipeline::sample::{Metrics, Name};
 
     /// A scratch folder, removed when the first value is dropped (also when the test fails).

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Present, Rule, Table, TickView, Verdict, Verdicts, Window, p95_p5, push_last, r2};
+use super::{Held, Present, Rule, Table, TickView, Verdict, Verdicts, Window, p95_p5, push_last, r2};
 use crate::collect::{Agg, GPU_WINDOW, NodeAgg};
 
 /// SageMaker's defaults: the p95 thresholds (%) and the window (the last 500 values, and it
@@ -47,20 +47,21 @@ pub struct Evidence {
     pub gpus: Vec<GpuEvidence>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuEvidence {
-    pub node: String,
-    pub gpu: String,
-    pub windows_judged: u64,
-    pub windows_triggered: u64,
-    /// At the last judgement that held.
-    pub cpu_p95: Option<f64>,
-    pub gpu_p95: Option<f64>,
-    pub gpu_memory_p95: Option<f64>,
-    /// Over the whole job.
-    pub job_cpu_p95: Option<f64>,
-    pub job_gpu_p95: Option<f64>,
-    pub job_gpu_memory_p95: Option<f64>,
+evidence_row! {
+    pub struct GpuEvidence {
+        pub node: String,
+        pub gpu: String,
+        pub windows_judged: u64,
+        pub windows_triggered: u64,
+        /// At the last judgement that held.
+        pub cpu_p95: Option<f64>,
+        pub gpu_p95: Option<f64>,
+        pub gpu_memory_p95: Option<f64>,
+        /// Over the whole job.
+        pub job_cpu_p95: Option<f64>,
+        pub job_gpu_p95: Option<f64>,
+        pub job_gpu_memory_p95: Option<f64>,
+    }
 }
 
 impl Rule for BatchSize {
@@ -106,20 +107,19 @@ impl Rule for BatchSize {
     fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
         let patience = agg.system_patience();
         let mut rows = Vec::new();
-        let mut evaluated = false;
-        let mut hits = Vec::new();
-        let mut ranges = Vec::new();
+        let mut held = Held::default();
         let none = GpuState::default();
         for (node, n) in &agg.nodes {
             for (gpu, g) in &n.gpus {
                 let st = n.rules.of::<Self>().gpus.get(gpu).unwrap_or(&none);
-                evaluated |= st.verdicts.evaluations > 0;
-                if let Some((c, u, m)) = st.hit {
-                    hits.push(format!(
-                        "{gpu} on {node} (CPU p95 {c:.1} %, GPU p95 {u:.1} %, GPU memory p95 {m:.1} %)"
-                    ));
-                    ranges.extend(st.verdicts.windows.ranges.iter().copied());
-                }
+                held.add(
+                    &st.verdicts,
+                    st.hit.map(|(c, u, m)| {
+                        format!(
+                            "{gpu} on {node} (CPU p95 {c:.1} %, GPU p95 {u:.1} %, GPU memory p95 {m:.1} %)"
+                        )
+                    }),
+                );
                 rows.push(GpuEvidence {
                     node: node.clone(),
                     gpu: gpu.clone(),
@@ -135,24 +135,13 @@ impl Rule for BatchSize {
             }
         }
         let need = (WINDOW as u64).max(patience);
-        let summary = if rows.is_empty() {
-            "No GPU metrics.".to_owned()
-        } else if !evaluated {
-            format!("Too few datapoints to judge (the rule waits for more than {need}).")
-        } else if hits.is_empty() {
-            "At least one of CPU, GPU and GPU memory was busy (p95 ≥ 70 %) in every window.".to_owned()
-        } else {
-            format!(
-                "CPU, GPU and GPU memory all stayed below 70 % (p95 of the last {WINDOW} values) for {}.",
-                hits.join("; ")
-            )
-        };
-        Verdict {
-            triggered: !hits.is_empty(),
-            evaluated,
-            summary,
-            advice: "The machine has room to spare: try a larger batch size (scale the learning rate with it), or a smaller instance.",
-            evidence: Evidence {
+        held.verdict(
+            rows.is_empty(),
+            || format!("Too few datapoints to judge (the rule waits for more than {need})."),
+            "At least one of CPU, GPU and GPU memory was busy (p95 ≥ 70 %) in every window.",
+            |hits| format!("CPU, GPU and GPU memory all stayed below 70 % (p95 of the last {WINDOW} values) for {hits}."),
+            "The machine has room to spare: try a larger batch size (scale the learning rate with it), or a smaller instance.",
+            Evidence {
                 cpu_threshold_p95: THRESHOLD_P95,
                 gpu_threshold_p95: THRESHOLD_P95,
                 gpu_memory_threshold_p95: THRESHOLD_P95,
@@ -160,52 +149,22 @@ impl Rule for BatchSize {
                 patience,
                 gpus: rows,
             },
-            ranges,
-        }
+        )
     }
 }
 
 impl Present for Evidence {
     fn present(&self) -> Table {
-        Table {
-            facts: vec![
+        Table::of(
+            vec![
                 ("cpu_threshold_p95", self.cpu_threshold_p95.into()),
                 ("gpu_threshold_p95", self.gpu_threshold_p95.into()),
                 ("gpu_memory_threshold_p95", self.gpu_memory_threshold_p95.into()),
                 ("window", self.window.into()),
                 ("patience", self.patience.into()),
             ],
-            columns: vec![
-                "node",
-                "gpu",
-                "windows_judged",
-                "windows_triggered",
-                "cpu_p95",
-                "gpu_p95",
-                "gpu_memory_p95",
-                "job_cpu_p95",
-                "job_gpu_p95",
-                "job_gpu_memory_p95",
-            ],
-            rows: self
-                .gpus
-                .iter()
-                .map(|g| {
-                    vec![
-                        g.node.as_str().into(),
-                        g.gpu.as_str().into(),
-                        g.windows_judged.into(),
-                        g.windows_triggered.into(),
-                        g.cpu_p95.into(),
-                        g.gpu_p95.into(),
-                        g.gpu_memory_p95.into(),
-                        g.job_cpu_p95.into(),
-                        g.job_gpu_p95.into(),
-                        g.job_gpu_memory_p95.into(),
-                    ]
-                })
-                .collect(),
-        }
+            &self.gpus,
+        )
     }
 }
 

@@ -37,16 +37,17 @@ pub struct Evidence {
     pub gpus: Vec<GpuEvidence>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuEvidence {
-    pub node: String,
-    pub gpu: String,
-    pub datapoints: u64,
-    pub max_increase: Option<f64>,
-    pub at_s: Option<f64>,
-    pub violations: u64,
-    pub p50: Option<f64>,
-    pub max: Option<f64>,
+evidence_row! {
+    pub struct GpuEvidence {
+        pub node: String,
+        pub gpu: String,
+        pub datapoints: u64,
+        pub max_increase: Option<f64>,
+        pub at_s: Option<f64> as super::Cell::Time,
+        pub violations: u64,
+        pub p50: Option<f64>,
+        pub max: Option<f64>,
+    }
 }
 
 impl Rule for GpuMemoryIncrease {
@@ -137,30 +138,14 @@ impl Rule for GpuMemoryIncrease {
 
 impl Present for Evidence {
     fn present(&self) -> Table {
-        Table {
-            facts: vec![
+        Table::of(
+            vec![
                 ("increase", self.increase.into()),
                 ("window", self.window.into()),
                 ("patience", self.patience.into()),
             ],
-            columns: vec!["node", "gpu", "datapoints", "max_increase", "at_s", "violations", "p50", "max"],
-            rows: self
-                .gpus
-                .iter()
-                .map(|g| {
-                    vec![
-                        g.node.as_str().into(),
-                        g.gpu.as_str().into(),
-                        g.datapoints.into(),
-                        g.max_increase.into(),
-                        super::Cell::Time(g.at_s),
-                        g.violations.into(),
-                        g.p50.into(),
-                        g.max.into(),
-                    ]
-                })
-                .collect(),
-        }
+            &self.gpus,
+        )
     }
 }
 

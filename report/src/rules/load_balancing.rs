@@ -27,12 +27,18 @@ pub struct Evidence {
     pub pairs: Vec<Pair>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Pair {
-    pub node: String,
-    pub gpus: [String; 2],
-    pub distance: f64,
-    pub triggered: bool,
+evidence_row! {
+    pub struct Pair {
+        pub node: String,
+        pub gpus: [String; 2] as pair,
+        pub distance: f64,
+        pub triggered: bool,
+    }
+}
+
+/// `gpu0 / gpu1`.
+fn pair(gpus: [String; 2]) -> super::Cell {
+    format!("{} / {}", gpus[0], gpus[1]).into()
 }
 
 impl Rule for LoadBalancing {
@@ -120,26 +126,14 @@ fn keep_largest(v: &mut Vec<(f64, Pair)>, n: usize) {
 
 impl Present for Evidence {
     fn present(&self) -> Table {
-        Table {
-            facts: vec![
+        Table::of(
+            vec![
                 ("threshold", self.threshold.into()),
                 ("patience", self.patience.into()),
                 ("pairs_compared", self.pairs_compared.into()),
             ],
-            columns: vec!["node", "gpus", "distance", "triggered"],
-            rows: self
-                .pairs
-                .iter()
-                .map(|p| {
-                    vec![
-                        p.node.as_str().into(),
-                        format!("{} / {}", p.gpus[0], p.gpus[1]).into(),
-                        p.distance.into(),
-                        p.triggered.into(),
-                    ]
-                })
-                .collect(),
-        }
+            &self.pairs,
+        )
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Present, Rule, Table, Verdict, Verdicts, Window, p95_p5, r2};
+use super::{Held, Present, Rule, Table, Verdict, Verdicts, Window, p95_p5, r2};
 use crate::collect::{Agg, GPU_WINDOW, NodeAgg};
 
 /// SageMaker's defaults (%).
@@ -33,21 +33,22 @@ pub struct Evidence {
     pub gpus: Vec<GpuEvidence>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuEvidence {
-    pub node: String,
-    pub gpu: String,
-    pub datapoints: u64,
-    pub windows_judged: u64,
-    pub windows_triggered: u64,
-    /// `underutilized` or `fluctuating`, at the last judgement that held.
-    pub issue: Option<String>,
-    pub window_p95: Option<f64>,
-    pub window_p5: Option<f64>,
-    /// Over the whole job.
-    pub p50: Option<f64>,
-    pub p95: Option<f64>,
-    pub max: Option<f64>,
+evidence_row! {
+    pub struct GpuEvidence {
+        pub node: String,
+        pub gpu: String,
+        pub datapoints: u64,
+        pub windows_judged: u64,
+        pub windows_triggered: u64,
+        /// `underutilized` or `fluctuating`, at the last judgement that held.
+        pub issue: Option<String>,
+        pub window_p95: Option<f64>,
+        pub window_p5: Option<f64>,
+        /// Over the whole job.
+        pub p50: Option<f64>,
+        pub p95: Option<f64>,
+        pub max: Option<f64>,
+    }
 }
 
 impl Rule for LowGpuUtilization {
@@ -79,9 +80,7 @@ impl Rule for LowGpuUtilization {
     fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
         let patience = agg.system_patience();
         let mut gpus = Vec::new();
-        let mut evaluated = false;
-        let mut hits = Vec::new();
-        let mut ranges = Vec::new();
+        let mut held = Held::default();
         let none = GpuState::default();
         for (node, n) in &agg.nodes {
             for (gpu, g) in &n.gpus {
@@ -89,13 +88,12 @@ impl Rule for LowGpuUtilization {
                     continue;
                 }
                 let st = n.rules.of::<Self>().get(gpu).unwrap_or(&none);
-                evaluated |= st.verdicts.evaluations > 0;
-                if let Some((kind, p95, p5)) = st.hit {
-                    hits.push(format!(
-                        "{gpu} on {node} is {kind} (p95 {p95:.1} %, p5 {p5:.1} % of the last {GPU_WINDOW} values)"
-                    ));
-                    ranges.extend(st.verdicts.windows.ranges.iter().copied());
-                }
+                held.add(
+                    &st.verdicts,
+                    st.hit.map(|(kind, p95, p5)| {
+                        format!("{gpu} on {node} is {kind} (p95 {p95:.1} %, p5 {p5:.1} % of the last {GPU_WINDOW} values)")
+                    }),
+                );
                 gpus.push(GpuEvidence {
                     node: node.clone(),
                     gpu: gpu.clone(),
@@ -111,74 +109,34 @@ impl Rule for LowGpuUtilization {
                 });
             }
         }
-        let summary = if gpus.is_empty() {
-            "No GPU metrics.".to_owned()
-        } else if !evaluated {
-            format!("Too few GPU datapoints to judge (the rule waits for more than {patience}).")
-        } else if hits.is_empty() {
-            "Every GPU was well used.".to_owned()
-        } else {
-            format!("{}.", hits.join("; "))
-        };
-        Verdict {
-            triggered: !hits.is_empty(),
-            evaluated,
-            summary,
-            advice: "Give the GPUs more work per step (a larger batch), or find what they wait for (data loading, CPU preprocessing, synchronisation); an unused GPU can be left out of the instance type.",
-            evidence: Evidence {
+        held.verdict(
+            gpus.is_empty(),
+            || format!("Too few GPU datapoints to judge (the rule waits for more than {patience})."),
+            "Every GPU was well used.",
+            |hits| format!("{hits}."),
+            "Give the GPUs more work per step (a larger batch), or find what they wait for (data loading, CPU preprocessing, synchronisation); an unused GPU can be left out of the instance type.",
+            Evidence {
                 threshold_p95: THRESHOLD_P95,
                 threshold_p5: THRESHOLD_P5,
                 window: GPU_WINDOW as u64,
                 patience,
                 gpus,
             },
-            ranges,
-        }
+        )
     }
 }
 
 impl Present for Evidence {
     fn present(&self) -> Table {
-        Table {
-            facts: vec![
+        Table::of(
+            vec![
                 ("threshold_p95", self.threshold_p95.into()),
                 ("threshold_p5", self.threshold_p5.into()),
                 ("window", self.window.into()),
                 ("patience", self.patience.into()),
             ],
-            columns: vec![
-                "node",
-                "gpu",
-                "datapoints",
-                "windows_judged",
-                "windows_triggered",
-                "issue",
-                "window_p95",
-                "window_p5",
-                "p50",
-                "p95",
-                "max",
-            ],
-            rows: self
-                .gpus
-                .iter()
-                .map(|g| {
-                    vec![
-                        g.node.as_str().into(),
-                        g.gpu.as_str().into(),
-                        g.datapoints.into(),
-                        g.windows_judged.into(),
-                        g.windows_triggered.into(),
-                        g.issue.as_deref().unwrap_or("–").into(),
-                        g.window_p95.into(),
-                        g.window_p5.into(),
-                        g.p50.into(),
-                        g.p95.into(),
-                        g.max.into(),
-                    ]
-                })
-                .collect(),
-        }
+            &self.gpus,
+        )
     }
 }
 

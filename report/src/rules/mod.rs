@@ -7,6 +7,36 @@
 //! lists them, in the order of `findings`; adding a rule is a file and a line there
 //! (ARCHITECTURE.md, "Extending it").
 
+/// Declares a row of a finding's evidence (a GPU, a rank, a pair) once: the struct, whose
+/// fields are the `--json` keys, and its [`Row`] on the page, whose columns are the same names
+/// and whose cells are the fields' values. A field's cell is `Cell::from` of its value, or
+/// `as f` for `f(value)`. Defined before the rules' modules, which use it.
+macro_rules! evidence_row {
+    ($(#[$m:meta])* pub struct $name:ident {
+        $($(#[$fm:meta])* pub $field:ident: $ty:ty $(as $cell:path)?,)*
+    }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+        pub struct $name {
+            $($(#[$fm])* pub $field: $ty,)*
+        }
+
+        impl $crate::rules::Row for $name {
+            const COLUMNS: &[&str] = &[$(stringify!($field)),*];
+
+            fn cells(&self) -> Vec<$crate::rules::Cell> {
+                vec![$(evidence_row!(@cell self.$field.clone() $(, $cell)?)),*]
+            }
+        }
+    };
+    (@cell $v:expr) => {
+        $crate::rules::Cell::from($v)
+    };
+    (@cell $v:expr, $cell:path) => {
+        $cell($v)
+    };
+}
+
 pub mod batch_size;
 pub mod bottleneck;
 pub mod dataloader;
@@ -118,6 +148,24 @@ pub struct Table {
     pub rows: Vec<Vec<Cell>>,
 }
 
+impl Table {
+    /// `facts`, then one row per item of `rows`.
+    pub fn of<'a, R: Row + 'a>(
+        facts: Vec<(&'static str, Cell)>,
+        rows: impl IntoIterator<Item = &'a R>,
+    ) -> Table {
+        Table { facts, columns: R::COLUMNS.to_vec(), rows: rows.into_iter().map(R::cells).collect() }
+    }
+}
+
+/// A row of a table (declared with `evidence_row!`).
+pub trait Row {
+    /// The columns: the row's `--json` keys, in order.
+    const COLUMNS: &[&str];
+    /// The cells, in `COLUMNS` order.
+    fn cells(&self) -> Vec<Cell>;
+}
+
 /// One value of a table.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cell {
@@ -148,6 +196,12 @@ impl From<f64> for Cell {
 impl From<Option<f64>> for Cell {
     fn from(v: Option<f64>) -> Cell {
         Cell::Num(v)
+    }
+}
+/// Text, or "–" when absent.
+impl From<Option<String>> for Cell {
+    fn from(s: Option<String>) -> Cell {
+        Cell::Text(s.unwrap_or_else(|| "–".to_owned()))
     }
 }
 impl From<u64> for Cell {
@@ -206,6 +260,56 @@ impl Verdicts {
             } else {
                 self.windows.dropped += 1;
             }
+        }
+    }
+}
+
+/// What a rule judged per GPU in 60 s windows gathers for its verdict: whether any window
+/// was judged, a description of each GPU whose windows held, and those windows.
+#[derive(Debug, Default)]
+pub struct Held {
+    pub evaluated: bool,
+    pub hits: Vec<String>,
+    pub ranges: Vec<[f64; 2]>,
+}
+
+impl Held {
+    /// One GPU's judgements; `hit` describes it when a window held.
+    pub fn add(&mut self, v: &Verdicts, hit: Option<String>) {
+        self.evaluated |= v.evaluations > 0;
+        if let Some(h) = hit {
+            self.hits.push(h);
+            self.ranges.extend(v.windows.ranges.iter().copied());
+        }
+    }
+
+    /// The verdict: `no_gpus` when there was no GPU to judge, `too_few` when none was judged
+    /// yet, `fine` when no window held, else `held` of the GPUs' descriptions.
+    pub fn verdict<E>(
+        self,
+        no_gpus: bool,
+        too_few: impl FnOnce() -> String,
+        fine: &str,
+        held: impl FnOnce(String) -> String,
+        advice: &'static str,
+        evidence: E,
+    ) -> Verdict<E> {
+        let summary = if no_gpus {
+            "No GPU metrics.".to_owned()
+        } else if !self.evaluated {
+            too_few()
+        } else if self.hits.is_empty() {
+            fine.to_owned()
+        } else {
+            held(self.hits.join("; "))
+        };
+        Verdict {
+            triggered: !self.hits.is_empty(),
+            evaluated: self.evaluated,
+            summary,
+            advice,
+            evidence,
+            ranges: self.ranges,
         }
     }
 }

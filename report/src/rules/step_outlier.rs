@@ -25,16 +25,26 @@ pub struct Evidence {
     pub ranks: Vec<RankEvidence>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankEvidence {
-    pub rank: String,
-    pub mode: String,
-    pub steps: u64,
-    pub threshold_ms: Option<f64>,
-    pub outliers: u64,
-    /// At most `MAX_STEPS_LISTED`.
-    pub outlier_steps: Vec<i64>,
-    pub triggered: bool,
+evidence_row! {
+    pub struct RankEvidence {
+        pub rank: String,
+        pub mode: String,
+        pub steps: u64,
+        pub threshold_ms: Option<f64>,
+        pub outliers: u64,
+        /// At most `MAX_STEPS_LISTED`; the page shows the first 10.
+        pub outlier_steps: Vec<i64> as first_steps,
+        pub triggered: bool,
+    }
+}
+
+/// The first 10 steps, and "…" when there are more.
+fn first_steps(steps: Vec<i64>) -> Cell {
+    let mut listed: Vec<String> = steps.iter().take(10).map(i64::to_string).collect();
+    if steps.len() > 10 {
+        listed.push("…".to_owned());
+    }
+    Cell::Text(listed.join(", "))
 }
 
 /// The steps of one rank and mode longer than mean + 3σ, and that threshold (NaN without
@@ -113,33 +123,14 @@ impl Present for Evidence {
     fn present(&self) -> Table {
         let mut ranks: Vec<&RankEvidence> = self.ranks.iter().collect();
         ranks.sort_by_key(|r| !r.triggered);
-        Table {
-            facts: vec![
+        Table::of(
+            vec![
                 ("stddev", self.stddev.into()),
                 ("n_outliers", self.n_outliers.into()),
                 ("min_steps", self.min_steps.into()),
             ],
-            columns: vec!["rank", "mode", "steps", "threshold_ms", "outliers", "outlier_steps", "triggered"],
-            rows: ranks
-                .into_iter()
-                .map(|r| {
-                    let mut listed: Vec<String> =
-                        r.outlier_steps.iter().take(10).map(i64::to_string).collect();
-                    if r.outlier_steps.len() > 10 {
-                        listed.push("…".to_owned());
-                    }
-                    vec![
-                        r.rank.as_str().into(),
-                        r.mode.as_str().into(),
-                        r.steps.into(),
-                        r.threshold_ms.into(),
-                        r.outliers.into(),
-                        Cell::Text(listed.join(", ")),
-                        r.triggered.into(),
-                    ]
-                })
-                .collect(),
-        }
+            ranks,
+        )
     }
 }
 

@@ -26,6 +26,13 @@ pub fn files_under(root: &Path) -> Vec<String> {
     walk_outputs(root).files.into_iter().map(|(rel, _)| rel).collect()
 }
 
+/// [`files_under`] without the agent's own records ([`trainprof_output::ledger::DIR`]).
+#[cfg(test)]
+pub(crate) fn data_files_under(root: &Path) -> Vec<String> {
+    let records = format!("{}/", trainprof_output::ledger::DIR);
+    files_under(root).into_iter().filter(|f| !f.starts_with(&records)).collect()
+}
+
 /// The whole output folder, walked without following a link: its regular files and the
 /// entries left alone.
 pub fn walk_outputs(root: &Path) -> ofs::Walk {

@@ -402,13 +402,7 @@ mod tests {
     use trainprof_output::{PYTHON_TIMELINE_SUFFIX, timeline_file};
 
     use super::*;
-    /// The files under `root`, without the agent's own records in `.trainprof/`.
-    fn files(root: &std::path::Path) -> Vec<String> {
-        crate::commands::run::summary::files_under(root)
-            .into_iter()
-            .filter(|f| !f.starts_with(".trainprof/"))
-            .collect()
-    }
+    use crate::commands::run::summary::data_files_under as files;
 
     /// smdebug 1.0.34's own output (docs/formats.md, "Timeline files"): a sealed
     /// file is byte for byte what a killed writer's prefix extends to.

@@ -128,6 +128,26 @@ fn text_in_words() {
     assert!(text.contains("detailed: from 2023-11-14T22:13:20Z (+0.500 s) for 30 s"), "{text}");
 }
 
+/// What the file holds reaches a terminal as text: an escape sequence in a path, a key or a
+/// pattern is shown as `\x1b`, never sent as the byte that would act on the terminal.
+#[test]
+fn check_text_shows_control_characters_as_escapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("esc.json");
+    let config = json!({"ProfilingParameters": {
+        "LocalPath": "/tmp/a\u{1b}[31mRED\u{1b}]0;title\u{7}",
+        "Unknown\u{1b}Key": 1,
+        "DataloaderProfilingConfig": "{\"StartStep\": 5, \"MetricsRegex\": \"a\u{202e}[\"}",
+    }});
+    std::fs::write(&path, config.to_string()).unwrap();
+    let out = trainprof(&["config", "check", path.to_str().unwrap()], &[]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains(['\u{1b}', '\u{7}', '\u{202e}']), "{text:?}");
+    assert!(text.contains("local path: /tmp/a\\x1b[31mRED\\x1b]0;title\\x07\n"), "{text}");
+    assert!(text.contains("unknown key 'Unknown\\x1bKey'"), "{text}");
+    assert_eq!(text.lines().count(), text.matches('\n').count(), "{text}");
+}
+
 /// `--framework` says which steps the windows count, as smdebug's hooks count them:
 /// PyTorch every mode together, TensorFlow the train steps (detailed) or each mode's own.
 #[test]

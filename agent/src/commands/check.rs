@@ -452,7 +452,10 @@ pub fn main(
         s.push('\n');
         s
     } else {
-        to_text(&loaded, steps, framework, now_s)
+        // The file's strings (a path, an unknown key, a pattern) reach a terminal: no control
+        // character or escape sequence in them acts on it (docs/configuration.md, `trainprof config check`).
+        let text = to_text(&loaded, steps, framework, now_s);
+        text.lines().map(|l| crate::log::printable(l) + "\n").collect()
     };
     // A closed stdout (`| head`) is not worth a panic.
     let _ = std::io::stdout().write_all(text.as_bytes());

@@ -71,3 +71,39 @@ def test_exit_statuses_tell_nothing_to_report_from_an_unreadable_source(trainpro
         assert bad.returncode == 2, bad.stderr
     # Nothing is left in the current folder by any of them.
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "moto_server.log") == []
+
+
+def test_a_signal_during_the_download_removes_the_copy(trainprof_bin, tmp_path):
+    """Ctrl-C (or SIGTERM) while `report s3://…` downloads: the downloaded copy is removed,
+    then the command ends by that signal. It used to stay in the temporary folder. The
+    endpoint is a server that accepts and never answers, so the signal always lands inside
+    the download."""
+    import os
+    import signal
+    import socket
+    import time
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    endpoint = "http://127.0.0.1:%d" % server.getsockname()[1]
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            proc = subprocess.Popen([str(trainprof_bin), "report", "s3://bucket/job", "--s3-endpoint", endpoint],
+                                    env=agent_env(endpoint, TMPDIR=str(tmpdir)), cwd=tmp_path,
+                                    stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 30
+            while not any(p.name.startswith("trainprof-report-") for p in tmpdir.iterdir()):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+                time.sleep(0.02)
+            conn, _ = server.accept()  # the listing request: held, never answered
+            proc.send_signal(sig)
+            _, stderr = proc.communicate(timeout=30)
+            conn.close()
+            assert proc.returncode == -sig, (proc.returncode, stderr)
+            assert list(tmpdir.iterdir()) == [], stderr
+            assert "the downloaded copy is removed" in stderr, stderr
+    finally:
+        server.close()

@@ -70,6 +70,7 @@ pub fn input(path: &str, endpoint: Option<&str>) -> Result<Input, InputError> {
     if path.starts_with("s3://") {
         let url = S3Url::parse(path).map_err(|e| InputError::new(status::BAD_ARGUMENT, e.to_string()))?;
         let temp = private_temp(None).map_err(|e| InputError::new(status::NOTHING, e))?;
+        remove_on_signal(temp.path());
         let got =
             download(&url, endpoint, temp.path()).map_err(|e| InputError::new(status::UNREADABLE, e))?;
         log_skipped(&got.skipped);
@@ -106,6 +107,39 @@ fn private_temp(owner: page_child::RunAs) -> Result<tempfile::TempDir, String> {
             .map_err(|e| format!("cannot hand {} over: {e}", temp.path().display()))?;
     }
     Ok(temp)
+}
+
+/// A signal that ends the command (SIGTERM, SIGINT, SIGHUP, SIGQUIT: Ctrl-C during a long
+/// download) removes the downloaded copy first, then ends the process by that signal, as
+/// it would have without a handler; a signal the shell had ignored (`nohup`) stays ignored,
+/// and the user signals are taken and logged rather than ending the command. Without this
+/// the copy, with every file of the job, stayed in the temporary folder. Called before any
+/// other thread starts ([`signals::install`]); when the signals cannot be taken, they keep
+/// their default action.
+fn remove_on_signal(dir: &Path) {
+    use crate::process::signals;
+    let taken = signals::Taken::from_dispositions();
+    let Ok(installed) = signals::install(taken) else { return };
+    let dir = dir.to_owned();
+    let spawned = signals::spawn(installed, move |r| {
+        if !r.stops() {
+            log!("{} ignored", r.name());
+            return;
+        }
+        // A file the download creates meanwhile can make one pass fail (not empty).
+        for _ in 0..5 {
+            if std::fs::remove_dir_all(&dir).is_ok() || !dir.exists() {
+                break;
+            }
+        }
+        log!("stopped by {}; the downloaded copy is removed", r.name());
+        signals::restore_defaults(&taken);
+        let _ = signals::send(std::process::id(), r.signo);
+        std::process::exit(128 + r.signo);
+    });
+    if spawned.is_err() {
+        signals::restore_defaults(&taken);
+    }
 }
 
 /// Reasons listed one by one at most; past this, one line says how many more.

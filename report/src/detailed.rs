@@ -873,3 +873,246 @@ pub struct LaunchDelay {
     pub max_us: Option<f64>,
     pub mean_us: Option<f64>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RANK: &str = "0-algo-1";
+    const T0: i64 = 1_795_400_000_000_000;
+
+    /// Feeds one event; times are µs from `T0`.
+    fn feed(c: &mut Collector, phase: &str, name: &str, a: i64, b: i64, step: i64, args: &[(&str, i64)]) {
+        let mut m = serde_json::Map::new();
+        for (k, v) in args {
+            m.insert((*k).into(), (*v).into());
+        }
+        let e = crate::read::Event {
+            node: RANK,
+            phase,
+            name,
+            ph: 'X',
+            start_us: T0 + a,
+            dur_us: b - a,
+            step: Some(step),
+            args: &m,
+        };
+        c.event(&e);
+    }
+
+    fn steps(spans: &[(i64, i64, i64)]) -> BTreeMap<String, BTreeMap<String, Vec<StepRec>>> {
+        let v = spans.iter().map(|&(step, a, b)| StepRec { start_us: T0 + a, dur_us: b - a, step }).collect();
+        BTreeMap::from([("TRAIN".to_owned(), BTreeMap::from([(RANK.to_owned(), v)]))])
+    }
+
+    /// A window of two steps (200 ms) with every idle category and kernel class planted (the
+    /// answers are worked out in the comments).
+    fn planted() -> Collector {
+        let mut c = Collector::default();
+        let gpu = "gpu_functions-dev:0";
+        let k = |c: &mut Collector, name: &str, a: i64, b: i64, step: i64| {
+            feed(c, gpu, name, a, b, step, &[("device", 0)])
+        };
+        // Busy 77 ms: GEMM 30, normalisation 10, elementwise 5 + 5, memcpy 2, NCCL 20, reduction 5.
+        k(&mut c, "sm90_xmma_fprop_implicit_gemm_bf16", 10_000, 40_000, 10);
+        k(&mut c, "void at::native::batch_norm_collect_statistics_kernel<float>", 40_000, 50_000, 10);
+        k(
+            &mut c,
+            "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",
+            50_000,
+            55_000,
+            10,
+        );
+        k(&mut c, "Memcpy HtoD (Pinned -> Device)", 55_000, 57_000, 10);
+        k(&mut c, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 150_000, 170_000, 11);
+        k(&mut c, "void at::native::reduce_kernel<512, 1>", 170_000, 175_000, 11);
+        // Launched at 186 ms, started at 190 ms: 4 ms queued.
+        feed(
+            &mut c,
+            gpu,
+            "triton_poi_fused_add_0",
+            190_000,
+            195_000,
+            11,
+            &[("device", 0), ("cpu_thread_start_time", T0 + 186_000)],
+        );
+        // A record_function range on the device: not a kernel (its op has the same name).
+        k(&mut c, "Optimizer.step#SGD.step", 10_000, 57_000, 10);
+        let op = |c: &mut Collector, name: &str, a: i64, b: i64, step: i64, tid: i64| {
+            feed(c, CPU_FUNCTIONS, name, a, b, step, &[("tid", tid)])
+        };
+        // The host launching while the GPU idles: 57-90 ms (a child launch call inside).
+        op(&mut c, "aten::conv2d", 57_000, 90_000, 10, 1);
+        op(&mut c, "cudaLaunchKernel", 60_000, 61_000, 10, 1);
+        // 110-130 ms: the first 10 ms overlap the DataLoader wait, which wins.
+        op(&mut c, "aten::to", 110_000, 130_000, 11, 1);
+        op(&mut c, "Optimizer.step#SGD.step", 150_000, 151_000, 11, 2);
+        // 175-185 ms: the host synchronising.
+        op(&mut c, "cudaDeviceSynchronize", 175_000, 185_000, 11, 1);
+        op(&mut c, "cudaLaunchKernel", 186_000, 187_000, 11, 1);
+        // A DataLoader wait of 30 ms numbered with step 12, inside the window by time; another
+        // of step 11 after the window is not its.
+        feed(
+            &mut c,
+            DATALOADER_ITER,
+            "_MultiProcessingDataLoaderIter.DataLoaderIter::GetNext",
+            90_000,
+            120_000,
+            12,
+            &[],
+        );
+        feed(
+            &mut c,
+            DATALOADER_ITER,
+            "_MultiProcessingDataLoaderIter.DataLoaderIter::GetNext",
+            250_000,
+            260_000,
+            11,
+            &[],
+        );
+        c
+    }
+
+    fn share(v: &[Share], name: &str) -> f64 {
+        v.iter().find(|s| s.name == name).map(|s| s.ms).unwrap()
+    }
+
+    #[test]
+    fn a_planted_window_gives_the_planted_categories_and_classes() {
+        let d = planted().finish(&steps(&[(10, 0, 100_000), (11, 100_000, 200_000), (12, 200_000, 300_000)]));
+        assert_eq!(d.windows.len(), 1);
+        let w = &d.windows[0];
+        assert_eq!((w.first_step, w.last_step, w.steps, w.device), (10, 11, 2, Some(0)));
+        let f = &w.figures;
+        assert_eq!(f.wall_ms, 200.0);
+        assert_eq!((f.busy_ms, f.compute_busy_ms, f.idle_ms), (Some(77.0), Some(75.0), Some(123.0)));
+        assert_eq!(f.busy_pct, Some(38.5));
+        // Idle 123 ms: input 30, sync 10, queued 4, launching 33 + 10, other 10 + 20 + 1 + 5.
+        for (cat, ms) in
+            [("input", 30.0), ("sync", 10.0), ("queued", 4.0), ("launching", 43.0), ("other", 36.0)]
+        {
+            assert_eq!(share(&f.idle, cat), ms, "{cat}");
+        }
+        for (class, ms) in [
+            ("gemm/convolution", 30.0),
+            ("normalisation", 10.0),
+            ("elementwise", 10.0),
+            ("memcpy/memset", 2.0),
+            ("communication", 20.0),
+            ("reduction", 5.0),
+            ("other", 0.0),
+        ] {
+            assert_eq!(share(&f.classes, class), ms, "{class}");
+        }
+        assert_eq!((f.kernels, f.gpu_ms, f.annotations, f.annotations_ms), (7, 77.0, 1, 47.0));
+        assert_eq!(f.top_kernels[0].name, "sm90_xmma_fprop_implicit_gemm_bf16");
+        // Self time: conv2d's 33 ms less its child's 1 ms.
+        let ops: Vec<(&str, u64, f64, f64)> =
+            f.top_ops.iter().map(|o| (o.name.as_str(), o.count, o.self_ms, o.total_ms)).collect();
+        assert_eq!(
+            ops,
+            [
+                ("aten::conv2d", 1, 32.0, 33.0),
+                ("aten::to", 1, 20.0, 20.0),
+                ("cudaDeviceSynchronize", 1, 10.0, 10.0),
+                ("cudaLaunchKernel", 2, 2.0, 2.0),
+                ("Optimizer.step#SGD.step", 1, 1.0, 1.0),
+            ]
+        );
+        let ld = f.launch_delay.as_ref().unwrap();
+        assert_eq!((ld.kernels, ld.p50_us, ld.max_us), (1, Some(4000.0), Some(4000.0)));
+        assert!(f.sentence.contains("0-algo-1, steps 10–11, GPU 0: 200 ms of wall time"), "{}", f.sentence);
+        assert!(f.sentence.contains("the GPU busy 77.0 ms (38 %"), "{}", f.sentence);
+        assert!(f.sentence.contains("gemm/convolution kernels (30.0 ms"), "{}", f.sentence);
+        assert!(f.sentence.contains("43.0 ms the host still launching"), "{}", f.sentence);
+        // The job's total is the one window.
+        let t = d.total.as_ref().unwrap();
+        assert_eq!((t.windows, t.busy_ms, &t.idle), (1, Some(77.0), &f.idle));
+    }
+
+    #[test]
+    fn windows_are_runs_of_steps_and_the_total_sums_them() {
+        let mut c = planted();
+        // A second window, step 20 alone: 10 ms of one kernel in a 20 ms step.
+        feed(&mut c, "gpu_functions-dev:0", "sm90_gemm", 1_000_000, 1_010_000, 20, &[("device", 0)]);
+        feed(&mut c, CPU_FUNCTIONS, "aten::mm", 999_000, 1_000_500, 20, &[("tid", 1)]);
+        let d = c.finish(&steps(&[(10, 0, 100_000), (11, 100_000, 200_000), (20, 995_000, 1_015_000)]));
+        assert_eq!(d.windows.len(), 2);
+        let w = &d.windows[1];
+        assert_eq!(
+            (w.first_step, w.last_step, w.figures.wall_ms, w.figures.busy_pct),
+            (20, 20, 20.0, Some(50.0))
+        );
+        let t = d.total.as_ref().unwrap();
+        assert_eq!((t.windows, t.wall_ms, t.busy_ms), (2, 220.0, Some(87.0)));
+        assert_eq!(share(&t.classes, "gemm/convolution"), 40.0);
+        assert!(t.sentence.starts_with("Over the 2 detailed windows: 220 ms of wall time"), "{}", t.sentence);
+    }
+
+    #[test]
+    fn without_kernels_the_gpu_figures_are_null() {
+        let mut c = Collector::default();
+        feed(&mut c, CPU_FUNCTIONS, "aten::mm", 0, 5_000, 3, &[("tid", 1)]);
+        let d = c.finish(&BTreeMap::new());
+        let f = &d.windows[0].figures;
+        assert_eq!(
+            (d.windows[0].device, f.gpu, f.busy_pct, f.idle.len(), f.classes.len()),
+            (None, false, None, 0, 0)
+        );
+        assert_eq!(f.wall_ms, 5.0);
+        assert!(f.sentence.contains("no GPU kernel recorded"), "{}", f.sentence);
+    }
+
+    #[test]
+    fn names_and_records_are_capped() {
+        let mut c = Collector::default();
+        let long = "k".repeat(400);
+        feed(&mut c, "gpu_functions-dev:0", &long, 0, 10, 1, &[]);
+        feed(&mut c, "gpu_functions-dev:0", &long, 10, 20, 1, &[]);
+        assert_eq!((c.names.len(), c.names_cut), (1, 1));
+        assert!(c.names[0].ends_with('…') && c.names[0].len() == MAX_NAME_BYTES + '…'.len_utf8());
+        for i in 0..(MAX_NAMES + 5) {
+            c.name(&format!("op{i}"));
+        }
+        assert_eq!((c.names.len(), c.left_out_names), (MAX_NAMES + 1, 6));
+        assert_eq!(c.names[MAX_NAMES], OTHER_NAMES);
+        c.records = MAX_RECORDS;
+        feed(&mut c, CPU_FUNCTIONS, "aten::mm", 0, 5, 1, &[]);
+        let capped = c.capped();
+        let what: Vec<(&str, u64)> = capped.iter().map(|x| (x.what.as_str(), x.left_out)).collect();
+        assert_eq!(what, [("detailed_events", 1), ("detailed_names", 6)]);
+    }
+
+    #[test]
+    fn kernel_classes_by_name() {
+        for (name, class) in [
+            ("ncclKernel_AllGather_RING_LL_Sum_int8_t", "communication"),
+            ("Memset (Device)", "memcpy/memset"),
+            ("void at::native::batch_norm_backward_reduce_channels_last_kernel<4>", "normalisation"),
+            ("void cutlass::Kernel2<cutlass_80_tensorop_s16816gemm_bf16>", "gemm/convolution"),
+            ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT", "gemm/convolution"),
+            ("void cublasLt::splitKreduce_kernel<32, 16>", "gemm/convolution"),
+            ("void at::native::(anonymous namespace)::max_pool_forward_nhwc<float>", "reduction"),
+            (
+                "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
+                "elementwise",
+            ),
+            ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<>", "elementwise"),
+            ("my_custom_kernel", "other"),
+        ] {
+            assert_eq!(CLASSES[class_of(name) as usize], class, "{name}");
+        }
+        assert!(is_sync("cudaStreamSynchronize") && is_sync("aten::item") && is_sync("cudaMemcpy"));
+        assert!(!is_sync("cudaMemcpyAsync") && !is_sync("aten::mm"));
+    }
+
+    #[test]
+    fn interval_arithmetic() {
+        let a = merge([(5, 10), (0, 3), (2, 4), (20, 20)].into_iter());
+        assert_eq!(a, [(0, 4), (5, 10)]);
+        assert_eq!(measure(&a), 9);
+        assert_eq!(subtract(&[(0, 100)], &a), [(4, 5), (10, 100)]);
+        assert_eq!(intersect(&[(0, 6), (8, 50)], &a), [(0, 4), (5, 6), (8, 10)]);
+        assert_eq!(bridge(&[(0, 10), (15, 20), (30, 40)], 6), [(0, 20), (30, 40)]);
+    }
+}

@@ -163,7 +163,8 @@ struct Rank {
 /// What is kept while reading.
 #[derive(Debug, Default)]
 pub struct Collector {
-    ranks: BTreeMap<String, Rank>,
+    ranks: Vec<(String, Rank)>,
+    rank_ids: HashMap<String, usize>,
     names: Vec<String>,
     classes: Vec<u8>,
     sync: Vec<bool>,
@@ -267,10 +268,16 @@ impl Collector {
     }
 
     fn rank(&mut self, node: &str) -> &mut Rank {
-        if !self.ranks.contains_key(node) {
-            self.ranks.insert(node.to_owned(), Rank::default());
-        }
-        self.ranks.get_mut(node).expect("just inserted")
+        // A rank's name is copied once, not per event.
+        let i = match self.rank_ids.get(node) {
+            Some(&i) => i,
+            None => {
+                self.ranks.push((node.to_owned(), Rank::default()));
+                self.rank_ids.insert(node.to_owned(), self.ranks.len() - 1);
+                self.ranks.len() - 1
+            }
+        };
+        &mut self.ranks[i].1
     }
 
     /// The caps reached, for `job.capped`.
@@ -293,7 +300,8 @@ impl Collector {
     pub fn finish(mut self, steps: &BTreeMap<String, BTreeMap<String, Vec<StepRec>>>) -> Detailed {
         let mut out = Detailed::default();
         let mut total = Sums::default();
-        let ranks = std::mem::take(&mut self.ranks);
+        let mut ranks = std::mem::take(&mut self.ranks);
+        ranks.sort_by(|a, b| a.0.cmp(&b.0));
         for (rank, mut r) in ranks {
             // The names of the rank's ops: a "kernel" of the same name is a range the profiler
             // drew on the device (a `record_function` annotation such as

@@ -209,6 +209,15 @@ fn capped_text(c: &Capped) -> String {
         "detailed_steps" => {
             format!("detailed steps: {limit} are counted; {n} events of further steps not counted")
         }
+        "detailed_events" => format!(
+            "detailed windows: {limit} ops and kernels are kept; {n} further ones left out of the Detailed windows section"
+        ),
+        "detailed_waits" => format!(
+            "detailed windows: {limit} DataLoader waits are kept; {n} further ones left out of \"waiting for input\""
+        ),
+        "detailed_names" => format!(
+            "detailed windows: {limit} op and kernel names are kept; {n} events of further names summed under \"(other names)\""
+        ),
         "names" => format!(
             "names longer than {limit} bytes ({of}): {n} ticks, readings or events under them left out (phases: summed in \"(other phases)\")"
         ),

@@ -60,7 +60,8 @@ pub struct Job {
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct Capped {
     /// `nodes`, `gpus`, `cores`, `columns`, `ranks`, `modes`, `phases`, `dataloader_seconds`,
-    /// `dataloader_pids`, `detailed_steps` or `names` (names longer than the cap, in bytes).
+    /// `dataloader_pids`, `detailed_steps`, `detailed_events`, `detailed_waits`, `detailed_names`
+    /// or `names` (names longer than the cap, in bytes).
     pub what: String,
     /// The node, for a per-node cap; `null` for a per-job one.
     pub node: Option<String>,

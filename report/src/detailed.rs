@@ -348,6 +348,7 @@ impl Collector {
                     we = we.max(b);
                 }
                 let mut devices: Vec<Option<i64>> = kernels.iter().map(|k| Some(k.device)).collect();
+                devices.sort_unstable();
                 devices.dedup();
                 if devices.is_empty() {
                     devices.push(None);
@@ -414,7 +415,10 @@ impl Collector {
         s.compute_us = measure(&compute);
         if gpu {
             let mut idle = subtract(&[(ws, we)], &busy);
-            let input = merge(waits.iter().map(|&(a, b)| clip(a, b)));
+            // The waits are disjoint and sorted, so those that meet the window are one run.
+            let from = waits.partition_point(|w| w.1 <= ws);
+            let to = waits.partition_point(|w| w.0 < we).max(from);
+            let input = merge(waits[from..to].iter().map(|&(a, b)| clip(a, b)));
             let sync = merge(ops.iter().filter(|o| self.sync[o.name as usize]).map(|o| clip(o.start, o.end)));
             let queued = merge(real.iter().filter(|k| k.launch != i64::MIN).map(|k| clip(k.launch, k.start)));
             let launching = bridge(&merge(ops.iter().map(|o| clip(o.start, o.end))), HOST_GAP_US);
@@ -1055,6 +1059,28 @@ mod tests {
         assert_eq!((t.windows, t.wall_ms, t.busy_ms), (2, 220.0, Some(87.0)));
         assert_eq!(share(&t.classes, "gemm/convolution"), 40.0);
         assert!(t.sentence.starts_with("Over the 2 detailed windows: 220 ms of wall time"), "{}", t.sentence);
+    }
+
+    #[test]
+    fn two_devices_give_one_entry_each() {
+        let mut c = Collector::default();
+        for step in [1, 2] {
+            for dev in [0, 1] {
+                let a = step * 10_000 + dev * 1000;
+                feed(
+                    &mut c,
+                    &format!("gpu_functions-dev:{dev}"),
+                    "gemm",
+                    a,
+                    a + 1000,
+                    step,
+                    &[("device", dev)],
+                );
+            }
+        }
+        let d = c.finish(&BTreeMap::new());
+        let got: Vec<(Option<i64>, u64)> = d.windows.iter().map(|w| (w.device, w.figures.kernels)).collect();
+        assert_eq!(got, [(Some(0), 2), (Some(1), 2)]);
     }
 
     #[test]

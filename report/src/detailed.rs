@@ -772,7 +772,12 @@ pub fn sentence(f: &DetailedFigures, label: &str) -> String {
         pct_text(f.compute_busy_pct)
     );
     if let Some(c) = f.classes.iter().filter(|c| c.ms > 0.0).max_by(|a, b| a.ms.total_cmp(&b.ms)) {
-        s += &format!(", most of it {} kernels ({}, {} of GPU time)", c.name, ms_text(c.ms), pct_text(c.pct));
+        s += &format!(
+            ", the largest share {} kernels ({}, {} of GPU time)",
+            c.name,
+            ms_text(c.ms),
+            pct_text(c.pct)
+        );
     }
     let mut idle: Vec<&Share> = f.idle.iter().filter(|c| c.ms >= 0.005).collect();
     idle.sort_by(|a, b| b.ms.total_cmp(&a.ms));

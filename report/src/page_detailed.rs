@@ -117,8 +117,8 @@ fn window_row(out: &mut String, w: &DetailedWindow) {
         idle(2),
         idle(3),
         idle(4),
-        f.kernels,
-        f.ops
+        count(f.kernels),
+        count(f.ops)
     );
 }
 
@@ -186,7 +186,7 @@ fn figures(out: &mut String, f: &DetailedFigures, id: &str) {
         let _ = writeln!(
             out,
             "<h4>GPU time by kernel class</h4><p class=\"note\">{} kernels, {} of kernel time{}.</p>",
-            f.kernels,
+            count(f.kernels),
             esc(&ms_text(f.gpu_ms)),
             if f.annotations > 0 {
                 format!(
@@ -210,7 +210,7 @@ fn figures(out: &mut String, f: &DetailedFigures, id: &str) {
                 "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
                  <td style=\"width:220px\"><div style=\"height:10px;background:#2c7fb8;width:{:.1}%\"></div></td></tr>",
                 esc(&c.name),
-                c.count.unwrap_or(0),
+                count(c.count.unwrap_or(0)),
                 fmt_ms(Some(c.ms)),
                 pct(c.pct),
                 c.pct.unwrap_or(0.0).clamp(0.0, 100.0)
@@ -230,7 +230,7 @@ fn figures(out: &mut String, f: &DetailedFigures, id: &str) {
         let _ = writeln!(
             out,
             "<p>Launch delay (kernel start − its launch call's start), {} kernels: median {}, p90 {}, max {}, mean {}.</p>",
-            d.kernels,
+            count(d.kernels),
             us(d.p50_us),
             us(d.p90_us),
             us(d.max_us),
@@ -242,6 +242,19 @@ fn figures(out: &mut String, f: &DetailedFigures, id: &str) {
              (files written before the adapter recorded <span class=\"code\">cpu_thread_start_time</span>).</p>\n",
         );
     }
+}
+
+/// A count with thousands separators: `10,050`.
+fn count(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::with_capacity(d.len() + d.len() / 3);
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn fmt_ms(v: Option<f64>) -> String {
@@ -287,11 +300,46 @@ fn top_table(out: &mut String, rows: &[TopRow], kernels: bool) {
             out,
             "<tr><td class=\"code\">{}</td>{class}<td class=\"n\">{}</td><td class=\"n\">{}</td>{total}<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
             esc(&r.name),
-            r.count,
+            count(r.count),
             fmt_ms(Some(r.self_ms)),
             fmt_ms(mean),
             pct(r.pct)
         );
     }
     out.push_str("</table>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_have_thousands_separators() {
+        assert_eq!(
+            [count(0), count(999), count(1000), count(10_050), count(1_234_567)],
+            ["0", "999", "1,000", "10,050", "1,234,567"]
+        );
+    }
+
+    #[test]
+    fn the_section_escapes_names_and_says_when_nothing_was_recorded() {
+        let mut out = String::new();
+        section(&mut out, &Detailed::default());
+        assert!(out.contains("No detailed window was recorded"));
+        let mut f = DetailedFigures { gpu: true, busy_pct: Some(40.0), ..DetailedFigures::default() };
+        f.top_ops.push(TopRow {
+            name: "<script>x</script>".into(),
+            class: None,
+            count: 1,
+            self_ms: 1.0,
+            total_ms: 1.0,
+            pct: None,
+        });
+        f.sentence = "a <b> sentence".into();
+        let d = Detailed { total: Some(f), ..Detailed::default() };
+        let mut out = String::new();
+        section(&mut out, &d);
+        assert!(!out.contains("<script>") && out.contains("&lt;script&gt;x&lt;/script&gt;"));
+        assert!(out.contains("a &lt;b&gt; sentence") && out.contains("width:40.00%"));
+    }
 }

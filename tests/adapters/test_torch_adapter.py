@@ -126,6 +126,18 @@ def test_cuda_kernels_become_gpu_functions_events(run_trainer):
     assert len({e.event_args["correlation"] for e in kernels}) == len(kernels)
 
 
+def test_device_ranges_of_record_function_are_marked_as_annotations(run_trainer):
+    run = run_trainer(SCRIPT, {"cuda": True, "annotations": True}, config=CONFIG).check()
+    assert run.warnings() == []
+    gpu = [e for e in read(run) if e.event_phase == "gpu_functions-dev:0"]
+    ranges = [e for e in gpu if e.event_name == "Optimizer.step#SGD.step"]
+    assert len(ranges) == 3 * len(OPS) and len(gpu) == 6 * len(OPS)
+    # No launch for a range; the kernels keep theirs.
+    assert all(set(e.event_args) == {"pid", "step_num", "device", "stream", "correlation", "annotation"} for e in ranges)
+    assert all(e.event_args["annotation"] == 1 for e in ranges)
+    assert all("cpu_thread_start_time" in e.event_args for e in gpu if e not in ranges)
+
+
 @pytest.mark.parametrize(
     "params, env, want",
     [

@@ -5,6 +5,7 @@ TRAINPROF_TEST_PARAMS (JSON):
   fake_profiler: install a fake ``torch`` / ``torch.profiler`` (default true); false leaves
                  torch absent, as it is in the CI venv
   cuda:          the fake torch has CUDA: every op also runs a kernel on device 0
+  annotations:   with cuda: each op also has a device range of a record_function (gpu_user_annotation)
   cuda_version:  its ``torch.version.cuda`` (default "12.8"; null: a build without CUDA)
   start_fails:   the fake torch.profiler's start() raises (another profiler is running)
   user_profiler: after the loop the script makes a torch.profiler.profile of its own
@@ -120,6 +121,12 @@ class _FakeTorchProfile:
             self._events.append(
                 _FunctionEvent(corr, name + "_kernel", 7, CUDA, 0, end + 1.0, end + 3.5, linked=op_id, stream=7)
             )
+            if PARAMS.get("annotations"):
+                # A record_function range on the device (torch's gpu_user_annotation): an id of
+                # its own, no launch call.
+                a = _FunctionEvent(next(_FakeTorchProfile._corr), "Optimizer.step#SGD.step", 7, CUDA, 0, end, end + 3.5)
+                a.is_user_annotation = True
+                self._events.append(a)
 
 
 def op(name, thread=1):

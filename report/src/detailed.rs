@@ -23,7 +23,7 @@ pub const CPU_FUNCTIONS: &str = "cpu_functions";
 /// The phase prefix of a device's kernels: `gpu_functions-dev:<n>`.
 pub const GPU_FUNCTIONS: &str = "gpu_functions-dev:";
 /// The DataLoader's batch fetches: the trainer waiting for input.
-pub const DATALOADER_ITER: &str = "DataLoaderIter";
+pub const DATALOADER_ITER: &str = trainprof_output::protocol::timeline::DATALOADER_ITER;
 /// Op and kernel records kept per job (40 bytes each: 80 MB at most).
 pub const MAX_RECORDS: usize = 2_000_000;
 /// DataLoader waits kept per job (16 bytes each).

@@ -243,6 +243,8 @@ pub struct Agg {
     pub triggers: Vec<crate::model::Trigger>,
     /// The caps reached (`docs/report.md`, "Caps").
     pub caps: Caps,
+    /// The detailed windows' ops, kernels and DataLoader waits (`detailed.rs`).
+    pub detailed_windows: crate::detailed::Collector,
     /// GPUs and series columns of all nodes.
     gpu_count: usize,
     columns: usize,
@@ -455,6 +457,7 @@ impl Agg {
             }
             return;
         }
+        self.detailed_windows.event(e);
         // Phases past the cap are summed into one; `OTHER_PHASES` itself is not capped.
         let known = self.phases.contains_key(e.phase)
             || self.caps.admit("phases", None, e.phase, self.phases.len(), MAX_PHASES);

@@ -60,7 +60,7 @@ pub fn render(m: &ReportModel) -> String {
     );
     out.push_str(
         "<nav><a href=\"#job\">Job</a><a href=\"#steps\">Steps</a><a href=\"#system\">System</a>\
-         <a href=\"#framework\">Framework</a><a href=\"#findings\">Findings</a>",
+         <a href=\"#framework\">Framework</a><a href=\"#detailed\">Detailed</a><a href=\"#findings\">Findings</a>",
     );
     if !m.triggers.is_empty() {
         out.push_str("<a href=\"#triggers\">Triggers</a>");
@@ -82,6 +82,7 @@ pub fn render(m: &ReportModel) -> String {
     section_steps(&mut out, &m.steps);
     section_system(&mut out, &series.nodes);
     section_framework(&mut out, &m.phases, &m.python);
+    crate::page_detailed::section(&mut out, &m.detailed);
     section_findings(&mut out, &m.findings, t0);
     section_triggers(&mut out, &m.triggers, t0);
     out.push_str("</main>\n<script type=\"application/json\" id=\"report-data\">");
@@ -208,6 +209,15 @@ fn capped_text(c: &Capped) -> String {
         "detailed_steps" => {
             format!("detailed steps: {limit} are counted; {n} events of further steps not counted")
         }
+        "detailed_events" => format!(
+            "detailed windows: {limit} ops and kernels are kept; {n} further ones left out of the Detailed windows section"
+        ),
+        "detailed_waits" => format!(
+            "detailed windows: {limit} DataLoader waits are kept; {n} further ones left out of \"waiting for input\""
+        ),
+        "detailed_names" => format!(
+            "detailed windows: {limit} op and kernel names are kept; {n} events of further names summed under \"(other names)\""
+        ),
         "names" => format!(
             "names longer than {limit} bytes ({of}): {n} ticks, readings or events under them left out (phases: summed in \"(other phases)\")"
         ),
@@ -306,6 +316,16 @@ fn section_system(out: &mut String, nodes: &BTreeMap<String, NodeSeries>) {
 
 fn section_framework(out: &mut String, phases: &[Phase], windows: &[PythonWindow]) {
     out.push_str("<section id=\"framework\"><h2>Framework</h2>\n<h3>Time per phase</h3>\n");
+    // The detailed windows' ops and kernels have their own section.
+    let detailed = phases.iter().any(|p| crate::page_detailed::is_detailed_phase(&p.name));
+    let phases: Vec<&Phase> =
+        phases.iter().filter(|p| !crate::page_detailed::is_detailed_phase(&p.name)).collect();
+    if detailed {
+        out.push_str(
+            "<p class=\"note\">The detailed windows' CPU ops and GPU kernels are explained under \
+             <a href=\"#detailed\">Detailed windows</a>.</p>\n",
+        );
+    }
     if phases.is_empty() {
         out.push_str("<p class=\"note\">No phase events were recorded.</p>\n");
     } else {
@@ -313,7 +333,7 @@ fn section_framework(out: &mut String, phases: &[Phase], windows: &[PythonWindow
             "<div id=\"phases-chart\"></div>\n<table><tr><th>phase</th><th class=\"n\">events</th>\
              <th class=\"n\">total ms</th><th class=\"n\">mean ms</th></tr>\n",
         );
-        for p in phases {
+        for p in &phases {
             let _ = writeln!(
                 out,
                 "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
@@ -676,8 +696,12 @@ fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) 
             trainer: n.trainer.as_ref().map(|v| Pair("cpu", pct(&v.cpu), "mem", pct(&v.mem_mb))),
         });
     }
-    let phases =
-        m.phases.iter().map(|p| PhaseData { name: &p.name, total: round(p.total_ms, MS_DECIMALS) }).collect();
+    let phases = m
+        .phases
+        .iter()
+        .filter(|p| !crate::page_detailed::is_detailed_phase(&p.name))
+        .map(|p| PhaseData { name: &p.name, total: round(p.total_ms, MS_DECIMALS) })
+        .collect();
     PageData { t0, span: round(span, T_DECIMALS), modes, nodes, bands, marks, phases }
 }
 

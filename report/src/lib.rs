@@ -6,9 +6,11 @@
 //! folder the trainer's user could write.
 
 pub mod collect;
+pub mod detailed;
 pub mod html;
 pub mod marshal;
 pub mod model;
+pub mod page_detailed;
 pub mod python;
 pub mod read;
 pub mod rules;
@@ -170,7 +172,7 @@ pub fn stragglers(per_rank: &BTreeMap<String, StepStats>) -> Vec<Straggler> {
     out
 }
 
-fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Skipped) -> ReportModel {
+fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Skipped) -> ReportModel {
     // The Python windows count too: the pre-step-zero window starts before the first step.
     let py_start = python.iter().filter_map(|w| w.start_s).reduce(f64::min);
     let py_end = python.iter().filter_map(|w| w.end_s).reduce(f64::max);
@@ -181,6 +183,9 @@ fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Sk
     let steps: BTreeMap<String, ModeSteps> =
         agg.steps.iter().map(|(m, r)| (m.clone(), mode_steps(r))).collect();
     let findings = rules::all(&agg, start_s);
+    let collector = std::mem::take(&mut agg.detailed_windows);
+    let detailed_capped = collector.capped();
+    let detailed = collector.finish(&agg.steps);
     let mut phases: Vec<Phase> = agg
         .phases
         .iter()
@@ -227,6 +232,7 @@ fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Sk
                 limit: c.limit,
                 left_out: c.left_out,
             })
+            .chain(detailed_capped)
             .collect(),
     };
     let series = Some(series(&agg));
@@ -241,6 +247,7 @@ fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Sk
         python,
         triggers,
         findings,
+        detailed,
         series,
     }
 }

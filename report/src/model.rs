@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::detailed::{Detailed, DetailedFigures, DetailedWindow, LaunchDelay, Share, TopRow};
 pub use crate::rules::Evidence;
 
 /// The version of this shape; raised when a key changes meaning.
@@ -25,6 +26,9 @@ pub struct ReportModel {
     pub python: Vec<PythonWindow>,
     pub triggers: Vec<Trigger>,
     pub findings: Vec<Finding>,
+    /// The detailed windows explained (`docs/report.md`, "Detailed windows").
+    #[serde(default)]
+    pub detailed: Detailed,
     /// Only for the HTML page; `--json` leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<Series>,
@@ -56,7 +60,8 @@ pub struct Job {
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct Capped {
     /// `nodes`, `gpus`, `cores`, `columns`, `ranks`, `modes`, `phases`, `dataloader_seconds`,
-    /// `dataloader_pids`, `detailed_steps` or `names` (names longer than the cap, in bytes).
+    /// `dataloader_pids`, `detailed_steps`, `detailed_events`, `detailed_waits`, `detailed_names`
+    /// or `names` (names longer than the cap, in bytes).
     pub what: String,
     /// The node, for a per-node cap; `null` for a per-job one.
     pub node: Option<String>,

@@ -523,7 +523,7 @@ def part_job(ctx, md):
     r = train(ctx, "job", True, cfg)
     md.append("* %d steps, median %.2f ms" % (len(r["times"]), median_ms(r["times"][50:])))
     # The kernels' extra args, as written (the first timeline that has gpu_functions events).
-    seen = {"kernels": 0, "stream": 0, "correlation": 0, "launch": 0}
+    seen = {"kernels": 0, "stream": 0, "correlation": 0, "cpu_thread_start_time": 0}
     for path in sorted(glob.glob(os.path.join(r["out"], "framework", "pevents", "*", "*.json"))):
         try:
             with open(path) as f:
@@ -538,11 +538,10 @@ def part_job(ctx, md):
                 continue
             if e.get("pid") in gpu_pids:
                 seen["kernels"] += 1
-                for k in ("stream", "correlation", "launch"):
-                    if any(a.startswith(k) for a in e["args"]):
-                        seen[k] += 1
+                for k in ("stream", "correlation", "cpu_thread_start_time"):
+                    seen[k] += k in e["args"]
     md.append("* kernel events: %(kernels)d; with a stream arg %(stream)d, a correlation arg %(correlation)d, "
-              "a launch arg %(launch)d" % seen)
+              "a launch time (cpu_thread_start_time) %(cpu_thread_start_time)d" % seen)
     rep = subprocess.run([ctx["bin"], "report", r["out"], "--json"], capture_output=True, text=True,
                          timeout=max(5, min(120, left())))
     if rep.returncode != 0:

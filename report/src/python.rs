@@ -3,13 +3,20 @@
 
 use std::collections::HashMap;
 
-use crate::model::PyFunction;
+use crate::model::{PyFunction, PyFunctionTotal, PythonGroup};
 
 /// Functions listed per window.
 pub const TOP: usize = 20;
 
 /// The top functions of a cProfile window, by total (cumulative) time.
 pub fn cprofile(bytes: &[u8]) -> Result<Vec<PyFunction>, crate::marshal::MarshalError> {
+    let mut out = cprofile_all(bytes)?;
+    top(&mut out);
+    Ok(out)
+}
+
+/// Every function of a cProfile window, by total time.
+pub fn cprofile_all(bytes: &[u8]) -> Result<Vec<PyFunction>, crate::marshal::MarshalError> {
     let rows = crate::marshal::pstats(bytes)?;
     let mut out: Vec<PyFunction> = rows
         .into_iter()
@@ -22,13 +29,18 @@ pub fn cprofile(bytes: &[u8]) -> Result<Vec<PyFunction>, crate::marshal::Marshal
             total_s: r.total_s,
         })
         .collect();
-    top(&mut out);
+    sort(&mut out);
     Ok(out)
 }
 
-fn top(v: &mut Vec<PyFunction>) {
-    v.sort_by(|a, b| b.total_s.total_cmp(&a.total_s).then_with(|| a.name.cmp(&b.name)));
+/// The first [`TOP`] of a list by total time.
+pub fn top(v: &mut Vec<PyFunction>) {
+    sort(v);
     v.truncate(TOP);
+}
+
+fn sort(v: &mut [PyFunction]) {
+    v.sort_by(|a, b| b.total_s.total_cmp(&a.total_s).then_with(|| a.name.cmp(&b.name)));
 }
 
 /// Frames below this depth (the root is 0) are not counted; their time is still in their
@@ -92,7 +104,18 @@ enum Field {
 /// The top functions of a pyinstrument window: per (function, file, line), total = the
 /// time of its frames (not counted twice under recursion), self = total − its children's.
 pub fn pyinstrument(bytes: &[u8]) -> Result<Vec<PyFunction>, PyinstrumentError> {
-    pyinstrument_counted(bytes).0
+    let mut v = pyinstrument_all(bytes)?;
+    top(&mut v);
+    Ok(v)
+}
+
+/// Every function of a pyinstrument window, by total time.
+pub fn pyinstrument_all(bytes: &[u8]) -> Result<Vec<PyFunction>, PyinstrumentError> {
+    let mut t = Tree::default();
+    t.read(bytes)?;
+    let mut v = t.aggregate();
+    sort(&mut v);
+    Ok(v)
 }
 
 /// [`pyinstrument`], with what it cost (also on an error).
@@ -100,7 +123,14 @@ pub fn pyinstrument_counted(bytes: &[u8]) -> (Result<Vec<PyFunction>, Pyinstrume
     let mut t = Tree::default();
     let r = t.read(bytes);
     let cost = Cost { frames: t.nodes.len() };
-    (r.map(|()| t.aggregate()), cost)
+    (
+        r.map(|()| {
+            let mut v = t.aggregate();
+            top(&mut v);
+            v
+        }),
+        cost,
+    )
 }
 
 /// The frame tree as a flat list in document order (a parent before its children), read
@@ -297,7 +327,7 @@ impl Tree {
                 total_s: total,
             })
             .collect();
-        top(&mut out);
+        sort(&mut out);
         out
     }
 }
@@ -329,6 +359,180 @@ impl From<struson::reader::ReaderError> for PyinstrumentError {
             .and_then(|l| l.line_pos.as_ref())
             .map_or(String::new(), |p| format!(" at line {}, column {}", p.line + 1, p.column + 1));
         PyinstrumentError::Json(format!("{what}{at}"))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Windows as a person names them, and functions merged over windows
+
+/// Functions listed over all step windows.
+pub const TOP_MERGED: usize = 30;
+/// Distinct functions a merge keeps (the rest are counted as left out).
+pub const MAX_MERGED: usize = 200_000;
+
+/// What a folder name says, for grouping: its edges (`read::parse_window`).
+#[derive(Debug, Clone)]
+pub struct Folder {
+    pub node: String,
+    pub profiler: String,
+    pub edges: Option<(crate::read::WindowEdge, crate::read::WindowEdge)>,
+    pub raw: String,
+}
+
+/// `cProfile` / `pyinstrument` as the tools spell themselves.
+pub fn profiler_name(p: &str) -> &str {
+    match p {
+        "cprofile" => "cProfile",
+        "pyinstrument" => "pyinstrument",
+        other => other,
+    }
+}
+
+/// One boundary in words: `step 240 start`, `step 240 forward pass end`, `init`, `close`,
+/// `exit`.
+fn edge_words(e: &crate::read::WindowEdge, is_start: bool) -> String {
+    let phase = match e.phase.as_str() {
+        "stepstart" => "start",
+        "forwardpassend" => "forward pass end",
+        "stepend" => "end",
+        other => other,
+    };
+    match (e.mode.as_str(), e.step) {
+        ("prestepzero", _) if e.phase == "start" => "init".to_owned(),
+        ("prestepzero", _) => "close".to_owned(),
+        ("posthookclose", _) => if is_start { "close" } else { "exit" }.to_owned(),
+        (mode, Some(step)) => format!("{mode} step {step} {phase}"),
+        (mode, None) => format!("{mode} {phase}"),
+    }
+}
+
+/// A folder's part of its window: `train step 240 start → train step 240 forward pass end`.
+pub fn part(f: &Folder) -> String {
+    match &f.edges {
+        Some((a, b)) => format!("{} → {}", edge_words(a, true), edge_words(b, false)),
+        None => f.raw.clone(),
+    }
+}
+
+/// The folders grouped into windows: per node and profiler, in time order, a folder that
+/// starts where the previous one ended (same mode, step and phase) continues its window.
+/// Returns the groups (indices into `folders`, in time order) and each group's
+/// [`PythonGroup`] without functions.
+pub fn group(folders: &[Folder]) -> Vec<(Vec<usize>, PythonGroup)> {
+    let mut order: Vec<usize> = (0..folders.len()).collect();
+    let start = |i: usize| folders[i].edges.as_ref().map_or(f64::INFINITY, |e| e.0.time_us);
+    order.sort_by(|&a, &b| {
+        (&folders[a].node, &folders[a].profiler)
+            .cmp(&(&folders[b].node, &folders[b].profiler))
+            .then(start(a).total_cmp(&start(b)))
+            .then(folders[a].raw.cmp(&folders[b].raw))
+    });
+    let mut out: Vec<(Vec<usize>, PythonGroup)> = Vec::new();
+    let mut last: Option<usize> = None;
+    for i in order {
+        let f = &folders[i];
+        let continues = last.is_some_and(|l| {
+            let p = &folders[l];
+            p.node == f.node
+                && p.profiler == f.profiler
+                && match (&p.edges, &f.edges) {
+                    (Some((_, pe)), Some((fs, _))) => {
+                        fs.mode != "prestepzero"
+                            && fs.step.is_some()
+                            && (&pe.mode, pe.step, &pe.phase) == (&fs.mode, fs.step, &fs.phase)
+                    }
+                    _ => false,
+                }
+        });
+        if !continues {
+            out.push((Vec::new(), PythonGroup::default()));
+        }
+        if let Some(g) = out.last_mut() {
+            g.0.push(i);
+        }
+        last = Some(i);
+    }
+    for (ix, g) in &mut out {
+        let first = &folders[ix[0]];
+        let prof = profiler_name(&first.profiler);
+        g.node = first.node.clone();
+        g.profiler = first.profiler.clone();
+        g.folders = ix.len() as u64;
+        g.start_s = ix.iter().filter_map(|&i| folders[i].edges.as_ref()).map(|e| e.0.time_us / 1e6).reduce(f64::min);
+        g.end_s = ix.iter().filter_map(|&i| folders[i].edges.as_ref()).map(|e| e.1.time_us / 1e6).reduce(f64::max);
+        let Some((a, _)) = &first.edges else {
+            g.kind = "other".into();
+            g.label = format!("{} · {prof}", first.raw);
+            continue;
+        };
+        if a.mode == "prestepzero" {
+            let before = a.phase == "start";
+            g.kind = if before { "before_first_step" } else { "after_close" }.into();
+            g.label = format!("{} · {prof}", if before { "before the first step" } else { "after close" });
+            continue;
+        }
+        let steps: Vec<i64> = ix.iter().filter_map(|&i| folders[i].edges.as_ref()?.0.step).collect();
+        g.kind = "steps".into();
+        g.mode = Some(a.mode.clone());
+        g.first_step = steps.iter().copied().min();
+        g.last_step = steps.iter().copied().max();
+        g.label = match (g.first_step, g.last_step) {
+            (Some(x), Some(y)) if x == y => format!("{} step {x} · {prof}", a.mode),
+            (Some(x), Some(y)) => format!("{} steps {x}–{y} · {prof}", a.mode),
+            _ => format!("{} · {prof}", a.mode),
+        };
+    }
+    out
+}
+
+/// Functions summed over folders, keyed by (function, file, line).
+#[derive(Debug, Default)]
+pub struct Merge {
+    index: HashMap<Key, usize>,
+    rows: Vec<PyFunctionTotal>,
+    pub folders: u64,
+    pub left_out: u64,
+}
+
+impl Merge {
+    /// Adds one folder's functions.
+    pub fn add(&mut self, functions: &[PyFunction]) {
+        self.folders += 1;
+        for f in functions {
+            let key = (f.name.clone(), f.file.clone(), f.line);
+            let i = match self.index.get(&key) {
+                Some(&i) => i,
+                None if self.rows.len() >= MAX_MERGED => {
+                    self.left_out += 1;
+                    continue;
+                }
+                None => {
+                    self.rows.push(PyFunctionTotal {
+                        name: f.name.clone(),
+                        file: f.file.clone(),
+                        line: f.line,
+                        calls: Some(0),
+                        self_s: 0.0,
+                        total_s: 0.0,
+                        folders: 0,
+                    });
+                    self.index.insert(key, self.rows.len() - 1);
+                    self.rows.len() - 1
+                }
+            };
+            let r = &mut self.rows[i];
+            r.calls = r.calls.zip(f.calls).map(|(a, b)| a.saturating_add(b));
+            r.self_s += f.self_s;
+            r.total_s += f.total_s;
+            r.folders += 1;
+        }
+    }
+
+    /// The first `n` by total time.
+    pub fn top(mut self, n: usize) -> Vec<PyFunctionTotal> {
+        self.rows.sort_by(|a, b| b.total_s.total_cmp(&a.total_s).then_with(|| a.name.cmp(&b.name)));
+        self.rows.truncate(n);
+        self.rows
     }
 }
 

@@ -16,8 +16,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::model::{
-    Capped, Clock, Finding, Job, ModeSteps, NodeSeries, Phase, PythonSummary, PythonWindow, ReportModel, StepSeries,
-    Trigger,
+    Capped, Clock, Finding, Job, ModeSteps, NodeSeries, Phase, PythonSummary, PythonWindow, ReportModel,
+    StepSeries, Trigger,
 };
 use crate::rules::Cell;
 

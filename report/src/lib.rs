@@ -71,7 +71,11 @@ pub fn build(root: &Path, source: &str, opts: &Options) -> Result<ReportModel, E
 /// for people (each with its functions merged), and the top functions over the step windows.
 /// Folders are read one at a time and merged as they are read: one folder's full list is
 /// held at a time, and the merges keep at most [`python::MAX_MERGED`] functions.
-fn python_windows(dir: &Dir, files: &[read::StatsFile], skipped: &mut read::Skipped) -> (Vec<PythonWindow>, PythonSummary) {
+fn python_windows(
+    dir: &Dir,
+    files: &[read::StatsFile],
+    skipped: &mut read::Skipped,
+) -> (Vec<PythonWindow>, PythonSummary) {
     let folders: Vec<python::Folder> = files
         .iter()
         .map(|f| python::Folder {
@@ -123,7 +127,10 @@ fn python_windows(dir: &Dir, files: &[read::StatsFile], skipped: &mut read::Skip
         summary.windows.push(g);
     }
     summary.windows.sort_by(|a, b| {
-        a.start_s.unwrap_or(f64::INFINITY).total_cmp(&b.start_s.unwrap_or(f64::INFINITY)).then(a.label.cmp(&b.label))
+        a.start_s
+            .unwrap_or(f64::INFINITY)
+            .total_cmp(&b.start_s.unwrap_or(f64::INFINITY))
+            .then(a.label.cmp(&b.label))
     });
     summary.top.folders = all.folders;
     summary.top.functions_left_out = all.left_out;
@@ -131,7 +138,12 @@ fn python_windows(dir: &Dir, files: &[read::StatsFile], skipped: &mut read::Skip
     (out, summary)
 }
 
-fn window(f: &read::StatsFile, folder: &python::Folder, g: &PythonGroup, functions: Vec<PyFunction>) -> PythonWindow {
+fn window(
+    f: &read::StatsFile,
+    folder: &python::Folder,
+    g: &PythonGroup,
+    functions: Vec<PyFunction>,
+) -> PythonWindow {
     let edges = folder.edges.as_ref();
     PythonWindow {
         node: f.node.clone(),

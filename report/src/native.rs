@@ -181,6 +181,9 @@ pub struct Tree {
     pub left_out: u64,
     /// CPU time of the samples, when the profile says (its second value, nanoseconds).
     pub cpu_ns: Option<u64>,
+    /// The frames under the root are threads (pprof's flame graph always draws them; a profile
+    /// when its samples carry a `thread` label).
+    pub threads: bool,
 }
 
 /// Why a profile or flame graph was not read: the kind of problem, never the file's content.
@@ -266,7 +269,10 @@ impl Tree {
             kids[n.parent as usize].push(i as u32);
         }
         for k in &mut kids {
-            k.sort_by(|a, b| self.names[self.nodes[*a as usize].name as usize].cmp(&self.names[self.nodes[*b as usize].name as usize]));
+            k.sort_by(|a, b| {
+                self.names[self.nodes[*a as usize].name as usize]
+                    .cmp(&self.names[self.nodes[*b as usize].name as usize])
+            });
         }
         kids
     }
@@ -278,36 +284,48 @@ impl Tree {
         let mut total = vec![0u64; self.names.len()];
         let kids = self.child_lists();
         let mut on_path = vec![0u32; self.names.len()];
+        // The root, and the threads under it (pprof's bottom frame), are no functions.
+        let first = if self.threads { 2 } else { 1 };
         // Iterative depth-first walk: (node, entering).
         let mut stack = vec![(0u32, true)];
         while let Some((i, entering)) = stack.pop() {
             let node = &self.nodes[i as usize];
             let name = node.name as usize;
+            let counted = node.depth >= first;
             if !entering {
-                on_path[name] -= 1;
+                if counted {
+                    on_path[name] -= 1;
+                }
                 continue;
             }
-            if i != 0 {
+            if counted {
                 own[name] += node.own;
                 if on_path[name] == 0 {
                     total[name] += node.total;
                 }
+                on_path[name] += 1;
             }
-            on_path[name] += 1;
             stack.push((i, false));
             for &k in kids[i as usize].iter().rev() {
                 stack.push((k, true));
             }
         }
+        let mut listed = vec![false; self.names.len()];
+        for node in self.nodes.iter().filter(|n| n.depth >= first) {
+            listed[node.name as usize] = true;
+        }
         let root = self.nodes[0].name as usize;
         let list = |key: &dyn Fn(usize) -> (u64, u64)| {
-            let mut v: Vec<usize> =
-                (0..self.names.len()).filter(|&i| i != root && (own[i] > 0 || total[i] > 0)).collect();
+            let mut v: Vec<usize> = (0..self.names.len()).filter(|&i| i != root && listed[i]).collect();
             v.sort_by(|&a, &b| key(b).cmp(&key(a)).then_with(|| self.names[a].cmp(&self.names[b])));
             v.truncate(n);
             v.into_iter()
                 .filter(|&i| key(i).0 > 0)
-                .map(|i| NativeFunction { name: self.names[i].clone(), self_samples: own[i], total_samples: total[i] })
+                .map(|i| NativeFunction {
+                    name: self.names[i].clone(),
+                    self_samples: own[i],
+                    total_samples: total[i],
+                })
                 .collect::<Vec<_>>()
         };
         (list(&|i| (own[i], total[i])), list(&|i| (total[i], own[i])))
@@ -557,7 +575,9 @@ pub fn profile(buf: &[u8], caps: &Caps) -> Result<Tree, ReadError> {
     let mut name = |t: &mut Tree, func: u64| -> u32 {
         let s = functions.get(&func).copied().unwrap_or(0);
         *name_of.entry(s).or_insert_with(|| {
-            let raw = strings.get(s as usize).map_or(std::borrow::Cow::Borrowed("?"), |b| String::from_utf8_lossy(b));
+            let raw = strings
+                .get(s as usize)
+                .map_or(std::borrow::Cow::Borrowed("?"), |b| String::from_utf8_lossy(b));
             t.intern(if raw.is_empty() { "?" } else { &raw })
         })
     };
@@ -566,6 +586,7 @@ pub fn profile(buf: &[u8], caps: &Caps) -> Result<Tree, ReadError> {
     let mut stack: Vec<u32> = Vec::new();
     let mut cpu_ns: Option<u64> = None;
     let mut samples = 0usize;
+    let mut thread_names: HashMap<u64, u32> = HashMap::new();
     while let Some((num, v)) = top.next()? {
         if num != 2 {
             continue;
@@ -578,6 +599,7 @@ pub fn profile(buf: &[u8], caps: &Caps) -> Result<Tree, ReadError> {
         let mut values: [Option<u64>; 2] = [None, None];
         let mut nv = 0;
         let mut locs: Vec<u64> = Vec::new();
+        let mut thread: Option<u64> = None;
         let mut f = Fields::new(bytes(v)?);
         while let Some((n, v)) = f.next()? {
             match n {
@@ -595,6 +617,22 @@ pub fn profile(buf: &[u8], caps: &Caps) -> Result<Tree, ReadError> {
                     nv += 1;
                     Ok(())
                 })?,
+                3 => {
+                    // A label: the `thread` one names the stack's thread (as the flame graph's
+                    // bottom frame does).
+                    let (mut key, mut val) = (0u64, 0u64);
+                    let mut l = Fields::new(bytes(v)?);
+                    while let Some((n, v)) = l.next()? {
+                        match n {
+                            1 => key = int(v)?,
+                            2 => val = int(v)?,
+                            _ => {}
+                        }
+                    }
+                    if strings.get(key as usize).is_some_and(|k| *k == b"thread") && val != 0 {
+                        thread = Some(val);
+                    }
+                }
                 _ => {}
             }
         }
@@ -616,6 +654,16 @@ pub fn profile(buf: &[u8], caps: &Caps) -> Result<Tree, ReadError> {
                 let nm = name(&mut t, func);
                 stack.push(nm);
             }
+        }
+        if let Some(th) = thread {
+            t.threads = true;
+            let nm = *thread_names.entry(th).or_insert_with(|| {
+                let raw = strings
+                    .get(th as usize)
+                    .map_or(std::borrow::Cow::Borrowed("?"), |b| String::from_utf8_lossy(b));
+                t.intern(&raw)
+            });
+            stack.push(nm);
         }
         stack.reverse();
         stack.truncate(caps.depth);
@@ -728,6 +776,7 @@ pub fn flamegraph_svg(bytes: &[u8], caps: &Caps) -> Result<Tree, ReadError> {
     if !root_seen {
         return Err(ReadError::Svg("no root frame"));
     }
+    t.threads = true;
     Ok(t)
 }
 
@@ -777,4 +826,228 @@ fn unescape(s: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    // A minimal protobuf writer for the tests' profiles.
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    fn field_int(out: &mut Vec<u8>, num: u64, v: u64) {
+        varint(out, num << 3);
+        varint(out, v);
+    }
+    fn field_bytes(out: &mut Vec<u8>, num: u64, b: &[u8]) {
+        varint(out, (num << 3) | 2);
+        varint(out, b.len() as u64);
+        out.extend_from_slice(b);
+    }
+    fn packed(v: &[u64]) -> Vec<u8> {
+        let mut o = Vec::new();
+        for &x in v {
+            varint(&mut o, x);
+        }
+        o
+    }
+
+    /// An unzipped pprof profile as the hook writes it: `stacks` are (thread, function names
+    /// leaf first, samples); each function its own location; values (samples, cpu ns).
+    pub(crate) fn profile_bytes(stacks: &[(&str, &[&str], u64)]) -> Vec<u8> {
+        let mut strings: Vec<String> = vec![String::new(), "thread".into()];
+        let sid = |s: &str, strings: &mut Vec<String>| -> u64 {
+            if let Some(i) = strings.iter().position(|x| x == s) {
+                return i as u64;
+            }
+            strings.push(s.to_owned());
+            (strings.len() - 1) as u64
+        };
+        let mut funcs: Vec<String> = Vec::new();
+        let mut out = Vec::new();
+        for (thread, names, n) in stacks {
+            let mut locs = Vec::new();
+            for name in *names {
+                let id = match funcs.iter().position(|f| f == name) {
+                    Some(i) => i + 1,
+                    None => {
+                        funcs.push((*name).to_owned());
+                        funcs.len()
+                    }
+                };
+                locs.push(id as u64);
+            }
+            let mut s = Vec::new();
+            field_bytes(&mut s, 1, &packed(&locs));
+            field_bytes(&mut s, 2, &packed(&[*n, n * 10_000_000]));
+            let mut label = Vec::new();
+            field_int(&mut label, 1, 1);
+            let th = sid(thread, &mut strings);
+            field_int(&mut label, 2, th);
+            field_bytes(&mut s, 3, &label);
+            field_bytes(&mut out, 2, &s);
+        }
+        for i in 0..funcs.len() {
+            let mut l = Vec::new();
+            field_int(&mut l, 1, i as u64 + 1);
+            let mut line = Vec::new();
+            field_int(&mut line, 1, i as u64 + 1);
+            field_bytes(&mut l, 4, &line);
+            field_bytes(&mut out, 4, &l);
+        }
+        for (i, f) in funcs.iter().enumerate() {
+            let mut m = Vec::new();
+            field_int(&mut m, 1, i as u64 + 1);
+            let name = sid(f, &mut strings);
+            field_int(&mut m, 2, name);
+            field_bytes(&mut out, 5, &m);
+        }
+        for s in &strings {
+            field_bytes(&mut out, 6, s.as_bytes());
+        }
+        out
+    }
+
+    fn row(v: &[NativeFunction], name: &str) -> (u64, u64) {
+        let f = v.iter().find(|f| f.name == name).unwrap_or_else(|| panic!("{name} not in {v:?}"));
+        (f.self_samples, f.total_samples)
+    }
+
+    #[test]
+    fn a_profile_gives_self_and_total_samples_and_demangled_names() {
+        let b = profile_bytes(&[
+            ("main", &["hot", "_ZN2at6native5copy_ERNS_6TensorERKS1_b", "main"], 6),
+            ("main", &["main"], 1),
+            // Recursion: `rec` twice on one stack is counted once in its total.
+            ("worker", &["leaf", "rec", "rec", "run"], 3),
+        ]);
+        let t = profile(&b, &CAPS).unwrap();
+        assert_eq!(t.samples(), 10);
+        assert_eq!(t.cpu_ns, Some(100_000_000));
+        let (own, total) = t.top(TOP);
+        assert_eq!(own[0].name, "hot");
+        assert_eq!(row(&own, "hot"), (6, 6));
+        assert_eq!(row(&total, "at::native::copy_(at::Tensor&, at::Tensor const&, bool)"), (0, 6));
+        assert_eq!(row(&total, "main"), (1, 7));
+        assert_eq!(row(&total, "rec"), (0, 3));
+        assert_eq!(row(&own, "leaf"), (3, 3));
+        // Threads are frames of the flame graph, not functions.
+        assert!(!total.iter().any(|f| f.name == "worker" || f.name.is_empty()), "{total:?}");
+        let fl = t.flame(MAX_FLAME_FRAMES, FLAME_MIN_SHARE);
+        assert_eq!(fl.names[fl.frames[0][0] as usize], "all");
+        assert_eq!(fl.frames[0], [0, 0, 0, 10]);
+        let at = |name: &str| fl.frames.iter().find(|f| fl.names[f[0] as usize] == name).unwrap();
+        // Children by name: `main` (7) before `worker` (3).
+        assert_eq!(at("main")[1..], [1, 0, 7]);
+        assert_eq!(at("worker")[1..], [1, 7, 3]);
+        assert_eq!(at("hot")[1..], [4, 0, 6]);
+    }
+
+    #[test]
+    fn narrow_frames_and_frames_past_the_cap_are_not_drawn() {
+        let mut stacks: Vec<(&str, &[&str], u64)> = vec![("t", &["big"], 10_000)];
+        stacks.push(("t", &["tiny"], 1));
+        let t = profile(&profile_bytes(&stacks), &CAPS).unwrap();
+        let fl = t.flame(MAX_FLAME_FRAMES, FLAME_MIN_SHARE);
+        assert!(!fl.names.iter().any(|n| n == "tiny"));
+        assert_eq!(fl.left_out, 1);
+        let fl = t.flame(2, FLAME_MIN_SHARE);
+        assert_eq!((fl.frames.len(), fl.left_out), (2, 2));
+    }
+
+    #[test]
+    fn the_node_cap_leaves_stacks_out_and_counts_their_samples() {
+        let caps = Caps { nodes: 4, ..CAPS };
+        let b = profile_bytes(&[("t", &["a", "b"], 2), ("t", &["c", "d"], 5)]);
+        let t = profile(&b, &caps).unwrap();
+        assert_eq!((t.samples(), t.left_out), (2, 5));
+        let caps = Caps { strings: 3, ..CAPS };
+        assert_eq!(profile(&b, &caps).unwrap_err(), ReadError::TooMany("strings", 3));
+    }
+
+    #[test]
+    fn malformed_profiles_are_errors_not_panics() {
+        let good = profile_bytes(&[("t", &["a", "b"], 2)]);
+        for cut in 0..good.len() {
+            let _ = profile(&good[..cut], &CAPS);
+        }
+        // Every byte flipped in turn.
+        for i in 0..good.len() {
+            let mut b = good.clone();
+            b[i] ^= 0xff;
+            let _ = profile(&b, &CAPS);
+        }
+        assert_eq!(profile(&[0x0b], &CAPS).unwrap_err(), ReadError::Protobuf("unsupported wire type"));
+        assert_eq!(profile(&[0x12, 0xff, 0x01], &CAPS).unwrap_err(), BAD);
+        assert!(profile(&[0xff; 16], &CAPS).is_err());
+    }
+
+    pub(crate) const SVG: &str = r#"<?xml version="1.0" standalone="no"?><svg version="1.1" width="1200" height="102" onload="init(evt)" xmlns="http://www.w3.org/2000/svg" xmlns:fg="http://github.com/jonhoo/inferno"><script type="text/ecmascript"><![CDATA[ alert("<g><title>x</title>") ]]></script><svg id="frames" x="10" width="1180" total_samples="10"><g><title>all (10 samples, 100%)</title><rect x="0.0000%" y="85" width="100.0000%" height="15" fill="rgb(1,2,3)" fg:x="0" fg:w="10"/><text x="0.25%" y="95.50"></text></g><g><title>python3 (10 samples, 100.00%)</title><rect x="0.0000%" y="69" width="100%" height="15" fill="rgb(1,2,3)" fg:x="0" fg:w="10"/><text x="0.25%" y="79.50">python3</text></g><g><title>_ZN3foo3barEv (7 samples, 70.00%)</title><rect x="0%" y="53" width="70%" height="15" fill="rgb(1,2,3)" fg:x="0" fg:w="7"/><text x="0.25%" y="63.50">..</text></g><g><title>std::vector&lt;int&gt;::push_back (&amp;) (4 samples, 40.00%)</title><rect x="0%" y="37" width="40%" height="15" fill="rgb(1,2,3)" fg:x="0" fg:w="4"/><text x="0.25%" y="47.50">..</text></g><g><title>&lt;/title&gt;&lt;script&gt;alert(1)&lt;/script&gt; (2 samples, 20.00%)</title><rect x="70%" y="53" width="20%" height="15" fill="rgb(1,2,3)" fg:x="7" fg:w="2"/><text x="70.25%" y="63.50">..</text></g></svg></svg>"#;
+
+    #[test]
+    fn an_inferno_flame_graph_gives_the_same_tree() {
+        let t = flamegraph_svg(SVG.as_bytes(), &CAPS).unwrap();
+        assert_eq!(t.samples(), 10);
+        let (own, total) = t.top(TOP);
+        assert_eq!(row(&total, "foo::bar()"), (3, 7));
+        assert_eq!(row(&own, "std::vector<int>::push_back (&)"), (4, 4));
+        assert_eq!(row(&own, "</title><script>alert(1)</script>"), (2, 2));
+        // The thread is no function; the root keeps the sample no frame above it took.
+        assert!(!total.iter().any(|f| f.name == "python3" || f.name == "all"));
+        let fl = t.flame(MAX_FLAME_FRAMES, FLAME_MIN_SHARE);
+        assert_eq!(fl.frames.len(), 5);
+        assert_eq!(fl.names[fl.frames[1][0] as usize], "python3");
+        assert!(t.cpu_ns.is_none());
+    }
+
+    #[test]
+    fn svgs_without_frames_or_past_the_cap_are_refused() {
+        assert_eq!(
+            flamegraph_svg(b"<svg><script>x</script></svg>", &CAPS).unwrap_err(),
+            ReadError::Svg("no frames")
+        );
+        let caps = Caps { frames: 3, ..CAPS };
+        assert_eq!(flamegraph_svg(SVG.as_bytes(), &caps).unwrap_err(), ReadError::TooMany("frames", 3));
+        // Cut anywhere: an error or a smaller tree, never a panic.
+        for cut in (0..SVG.len()).step_by(7) {
+            let _ = flamegraph_svg(&SVG.as_bytes()[..cut], &CAPS);
+        }
+    }
+
+    #[test]
+    fn names_are_demangled_cut_and_escaped() {
+        assert_eq!(
+            display_name("_ZN5torch8autograd9generated13ReluBackward05applyEOSt6vectorIN2at6TensorESaIS5_EE"),
+            "torch::autograd::generated::ReluBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"
+        );
+        assert_eq!(display_name("_ZN3std2rt10lang_start17h0123456789abcdefE"), "std::rt::lang_start");
+        assert_eq!(display_name("_RNvCs1234_7mycrate3foo"), "mycrate::foo");
+        assert_eq!(display_name("cudaGetDevice"), "cudaGetDevice");
+        assert_eq!(display_name("_Znot a symbol"), "_Znot a symbol");
+        assert_eq!(display_name("a\u{1b}[31mb"), "a\\u{1b}[31mb");
+        let long = "x".repeat(10_000);
+        assert!(display_name(&long).len() <= MAX_NAME + '…'.len_utf8());
+        // A hostile mangled name: bounded output, no hang.
+        let bomb = format!("_Z1f{}", "IS_S_S_S_S_".repeat(300));
+        assert!(display_name(&bomb).len() <= MAX_NAME + 4);
+    }
+
+    #[test]
+    fn window_folder_names_parse() {
+        assert_eq!(
+            parse_window("1795658444075479-1795658444782650_743"),
+            Some((1795658444.075479, 1795658444.78265, 743))
+        );
+        assert_eq!(parse_window("1-2_3"), None);
+        assert_eq!(parse_window("nonsense"), None);
+    }
 }

@@ -32,6 +32,35 @@ pub fn python_windows(out: &mut String, summary: &PythonSummary, folders: &[Pyth
         out.push_str("<p class=\"note\">No Python profiling window was recorded.</p>\n");
         return;
     }
+    if summary.windows.is_empty() {
+        // A model without the summary (read back from an older `--json`): each folder alone.
+        for (i, w) in folders.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "<details{}><summary>{} · {} · <span class=\"code\">{}</span></summary>",
+                if i == 0 { " open" } else { "" },
+                esc(&w.node),
+                esc(crate::python::profiler_name(&w.profiler)),
+                esc(&w.window)
+            );
+            let rows: Vec<PyFunctionTotal> = w
+                .functions
+                .iter()
+                .map(|f| PyFunctionTotal {
+                    name: f.name.clone(),
+                    file: f.file.clone(),
+                    line: f.line,
+                    calls: f.calls,
+                    self_s: f.self_s,
+                    total_s: f.total_s,
+                    folders: 1,
+                })
+                .collect();
+            functions_table(out, &rows);
+            out.push_str("</details>\n");
+        }
+        return;
+    }
     let top = &summary.top;
     if !top.functions.is_empty() {
         let _ = writeln!(
@@ -78,8 +107,10 @@ pub fn python_windows(out: &mut String, summary: &PythonSummary, folders: &[Pyth
             esc(&g.node)
         );
         functions_table(out, &g.functions);
-        let parts: Vec<&PythonWindow> =
-            folders.iter().filter(|w| w.label == g.label && w.node == g.node && w.profiler == g.profiler).collect();
+        let parts: Vec<&PythonWindow> = folders
+            .iter()
+            .filter(|w| w.label == g.label && w.node == g.node && w.profiler == g.profiler)
+            .collect();
         if !parts.is_empty() {
             out.push_str("<p class=\"note\">Folders: ");
             let names: Vec<String> = parts
@@ -147,11 +178,19 @@ pub fn section_native(out: &mut String, windows: &[NativeWindow], t0: f64) {
         let source = if w.source == "profile.pb.gz" {
             "read from <code>profile.pb.gz</code>".to_owned()
         } else {
-            format!("read from <code>{}</code> (the window has no readable <code>profile.pb.gz</code>)", esc(&w.source))
+            format!(
+                "read from <code>{}</code> (the window has no readable <code>profile.pb.gz</code>)",
+                esc(&w.source)
+            )
         };
-        let _ = writeln!(out, "<p class=\"note\">Folder <span class=\"code\">{}</span>, {source}.", esc(&w.window));
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">Folder <span class=\"code\">{}</span>, {source}.",
+            esc(&w.window)
+        );
         if w.samples_left_out > 0 {
-            let _ = write!(out, " {} samples of stacks past the report's caps are left out.", w.samples_left_out);
+            let _ =
+                write!(out, " {} samples of stacks past the report's caps are left out.", w.samples_left_out);
         }
         out.push_str("</p>\n");
         if w.samples == 0 {
@@ -178,7 +217,8 @@ fn native_table(out: &mut String, rows: &[NativeFunction], samples: u64, by_self
     );
     let pct = |n: u64| if samples > 0 { n as f64 * 100.0 / samples as f64 } else { 0.0 };
     for r in rows {
-        let (x, y) = if by_self { (r.self_samples, r.total_samples) } else { (r.total_samples, r.self_samples) };
+        let (x, y) =
+            if by_self { (r.self_samples, r.total_samples) } else { (r.total_samples, r.self_samples) };
         let _ = writeln!(
             out,
             "<tr><td class=\"code\">{}</td><td class=\"n\">{x}</td><td class=\"n\">{:.1}</td><td class=\"n\">{y}</td></tr>",
@@ -277,5 +317,95 @@ fn offset(t: Option<f64>, t0: f64) -> String {
     match t.filter(|t| t.is_finite()) {
         Some(t) => format!("+{:.2} s", t - t0),
         None => "–".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ReportModel;
+
+    const HOSTILE: &str = "</title></svg><script>alert(1)</script><img src=x onerror=alert(2)>";
+
+    fn native_model() -> ReportModel {
+        let b = crate::native::tests::profile_bytes(&[
+            ("main", &[HOSTILE, "_ZN3foo3barEv", "main"], 6),
+            ("main", &["main"], 1),
+        ]);
+        let t = crate::native::profile(&b, &crate::native::CAPS).unwrap();
+        let (top_self, top_total) = t.top(20);
+        let w = NativeWindow {
+            node: "0-algo-1".into(),
+            window: "1795400000000000-1795400001000000_7".into(),
+            pid: Some(7),
+            start_s: Some(1_795_400_000.0),
+            end_s: Some(1_795_400_001.0),
+            source: "profile.pb.gz".into(),
+            samples: t.samples(),
+            cpu_s: Some(0.07),
+            samples_left_out: 0,
+            top_self,
+            top_total,
+            flame: t.flame(1500, 0.001),
+        };
+        ReportModel { native: vec![w], ..ReportModel::default() }
+    }
+
+    #[test]
+    fn the_native_section_draws_tables_and_a_flame_graph_of_escaped_names() {
+        let page = crate::html::render(&native_model());
+        let sec = page.split("<section id=\"native\">").nth(1).unwrap().split("</section>").next().unwrap();
+        assert!(sec.contains("<td class=\"code\">foo::bar()</td><td class=\"n\">6</td><td class=\"n\">85.7</td><td class=\"n\">0</td>"), "{sec}");
+        assert!(
+            !sec.contains("<script") && !sec.contains("<img") && !sec.contains("</title></svg>"),
+            "{sec}"
+        );
+        assert!(sec.contains("&lt;/title&gt;&lt;/svg&gt;&lt;script&gt;alert(1)"));
+        // One <g> per frame: all, main (thread), main, foo::bar(), the hostile one.
+        let svg = sec.split("<svg class=\"flame\"").nth(1).unwrap();
+        assert_eq!(svg.matches("<g>").count(), 5, "{svg}");
+        assert_eq!(svg.matches("<svg").count(), 0);
+        assert!(svg.contains("<title>all (7 samples, 100.00%)</title>"));
+        assert!(sec.contains("7 samples, 0.07 s of CPU"));
+    }
+
+    #[test]
+    fn no_native_window_is_one_line() {
+        let page = crate::html::render(&ReportModel::default());
+        assert!(page.contains("No native profiling window was recorded."));
+        assert!(page.contains("No Python profiling window was recorded."));
+    }
+
+    #[test]
+    fn python_windows_are_listed_by_their_names() {
+        let mut m = ReportModel::default();
+        let f = PyFunctionTotal {
+            name: "<lambda>".into(),
+            file: "train.py".into(),
+            line: Some(3),
+            calls: Some(4),
+            self_s: 0.5,
+            total_s: 1.5,
+            folders: 2,
+        };
+        m.python_summary.top.functions = vec![f.clone()];
+        m.python_summary.top.folders = 2;
+        m.python_summary.windows.push(crate::model::PythonGroup {
+            label: "train steps 240–242 · cProfile".into(),
+            node: "0-algo-1".into(),
+            profiler: "cprofile".into(),
+            kind: "steps".into(),
+            functions: vec![f],
+            folders: 2,
+            start_s: Some(1.0),
+            end_s: Some(1.25),
+            ..Default::default()
+        });
+        let page = crate::html::render(&m);
+        let sec =
+            page.split("<h3 id=\"python-windows\">").nth(1).unwrap().split("</section>").next().unwrap();
+        assert!(sec.contains("<tr><td>train steps 240–242 · cProfile</td><td>0-algo-1</td><td class=\"n\">2</td><td class=\"n\">0.25</td><td class=\"code\">&lt;lambda&gt;</td></tr>"), "{sec}");
+        assert!(sec.contains("<summary>train steps 240–242 · cProfile · 0-algo-1</summary>"));
+        assert!(sec.contains("Top functions over the step windows"));
     }
 }

@@ -458,8 +458,10 @@ pub fn group(folders: &[Folder]) -> Vec<(Vec<usize>, PythonGroup)> {
         g.node = first.node.clone();
         g.profiler = first.profiler.clone();
         g.folders = ix.len() as u64;
-        g.start_s = ix.iter().filter_map(|&i| folders[i].edges.as_ref()).map(|e| e.0.time_us / 1e6).reduce(f64::min);
-        g.end_s = ix.iter().filter_map(|&i| folders[i].edges.as_ref()).map(|e| e.1.time_us / 1e6).reduce(f64::max);
+        g.start_s =
+            ix.iter().filter_map(|&i| folders[i].edges.as_ref()).map(|e| e.0.time_us / 1e6).reduce(f64::min);
+        g.end_s =
+            ix.iter().filter_map(|&i| folders[i].edges.as_ref()).map(|e| e.1.time_us / 1e6).reduce(f64::max);
         let Some((a, _)) = &first.edges else {
             g.kind = "other".into();
             g.label = format!("{} · {prof}", first.raw);
@@ -651,5 +653,85 @@ mod tests {
             let e = pyinstrument(j).unwrap_err().to_string();
             assert!(!e.contains("SECRET") && e.starts_with("not pyinstrument JSON: "), "{e}");
         }
+    }
+
+    fn folders(names: &[&str]) -> Vec<Folder> {
+        names
+            .iter()
+            .map(|n| Folder {
+                node: "0-algo-1".into(),
+                profiler: "cprofile".into(),
+                edges: crate::read::parse_window(n),
+                raw: (*n).to_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn folders_group_into_windows_named_by_mode_steps_and_profiler() {
+        // docs/formats.md's example (StartStep 2, NumSteps 2), shuffled, with a triggered
+        // window of one step later (steps 7) and a window running at close.
+        let f = folders(&[
+            "train-3-stepstart-1795316597985757.2_train-3-forwardpassend-1795316597985851.0",
+            "prestepzero-*-start-1795316597979670.5_train-0-stepstart-1795316597979794.8",
+            "train-2-stepstart-1795316597980690.5_train-2-forwardpassend-1795316597980765.2",
+            "train-2-forwardpassend-1795316597981179.0_train-3-stepstart-1795316597981250.5",
+            "train-3-forwardpassend-1795316597986493.0_train-4-stepstart-1795316597986566.5",
+            "train-7-stepstart-1795316597990000.0_train-7-forwardpassend-1795316597990100.0",
+            "train-7-forwardpassend-1795316597990200.0_posthookclose-*-end-1795316597990300.0",
+            "prestepzero-*-end-1795316597990400.8_posthookclose-*-end-1795316597990500.8",
+        ]);
+        let g = group(&f);
+        let labels: Vec<(&str, &str, u64)> =
+            g.iter().map(|(_, g)| (g.label.as_str(), g.kind.as_str(), g.folders)).collect();
+        assert_eq!(
+            labels,
+            [
+                ("before the first step · cProfile", "before_first_step", 1),
+                ("train steps 2–3 · cProfile", "steps", 4),
+                ("train step 7 · cProfile", "steps", 2),
+                ("after close · cProfile", "after_close", 1),
+            ]
+        );
+        let (ix, steps) = &g[1];
+        assert_eq!(
+            (steps.first_step, steps.last_step, steps.mode.as_deref()),
+            (Some(2), Some(3), Some("train"))
+        );
+        assert_eq!(part(&f[ix[0]]), "train step 2 start → train step 2 forward pass end");
+        assert_eq!(part(&f[ix[1]]), "train step 2 forward pass end → train step 3 start");
+        assert_eq!(part(&f[1]), "init → train step 0 start");
+        assert_eq!(part(&f[6]), "train step 7 forward pass end → exit");
+        assert_eq!(part(&f[7]), "close → exit");
+        // Another node or profiler is another window, even at the same steps.
+        let mut two =
+            folders(&["train-2-stepstart-1795316597980690.5_train-2-forwardpassend-1795316597980765.2"; 2]);
+        two[1].profiler = "pyinstrument".into();
+        let g = group(&two);
+        assert_eq!(g[1].1.label, "train step 2 · pyinstrument");
+        assert_eq!(g.len(), 2);
+    }
+
+    #[test]
+    fn a_merge_sums_over_folders_and_keeps_calls_only_when_every_folder_counts_them() {
+        let f = |name: &str, calls: Option<u64>, s: f64, t: f64| PyFunction {
+            name: name.into(),
+            file: "train.py".into(),
+            line: Some(1),
+            calls,
+            self_s: s,
+            total_s: t,
+        };
+        let mut m = Merge::default();
+        m.add(&[f("step", Some(2), 0.5, 1.0), f("load", Some(1), 0.1, 0.1)]);
+        m.add(&[f("step", Some(3), 0.25, 2.0)]);
+        m.add(&[f("load", None, 0.2, 0.2)]);
+        assert_eq!(m.folders, 3);
+        let top = m.top(10);
+        assert_eq!(
+            (top[0].name.as_str(), top[0].calls, top[0].self_s, top[0].total_s, top[0].folders),
+            ("step", Some(5), 0.75, 3.0, 2)
+        );
+        assert_eq!((top[1].name.as_str(), top[1].calls, top[1].folders), ("load", None, 2));
     }
 }

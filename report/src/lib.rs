@@ -42,7 +42,7 @@ pub const MAX_STATS_BYTES: u64 = 64 << 20;
 pub enum Error {
     #[error("{0}: {1}")]
     Root(String, io::Error),
-    #[error("{0} holds no profiler data (no system/incremental, no framework/pevents)")]
+    #[error("{0} holds no profiler data (no system/incremental, no framework/pevents, no profiling window)")]
     Empty(String),
 }
 
@@ -55,12 +55,12 @@ pub fn build(root: &Path, source: &str, opts: &Options) -> Result<ReportModel, E
     read::system_ticks(&dir, &mut skipped, |node, t| agg.tick(node, &t));
     read::timeline_events(&dir, &mut skipped, &|_, _| true, |e| agg.event(e));
     let stats = read::stats_files(&dir, &mut skipped);
-    if agg.nodes.is_empty() && agg.ranks.is_empty() && stats.is_empty() {
+    let native = native::windows(&dir, &mut skipped);
+    if agg.nodes.is_empty() && agg.ranks.is_empty() && stats.is_empty() && native.is_empty() {
         return Err(Error::Empty(root.display().to_string()));
     }
     agg.finish();
     let (python, python_summary) = python_windows(&dir, &stats, &mut skipped);
-    let native = native::windows(&dir, &mut skipped);
     let mut m = assemble(agg, python, source, skipped);
     m.python_summary = python_summary;
     m.native = native;

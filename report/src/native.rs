@@ -68,7 +68,10 @@ pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
     };
     let w = ofs::walk(root, "framework/native", &want);
     for r in w.refused {
-        skipped.push(r);
+        // The Python windows' walk of `framework/` met these links too.
+        if !skipped.0.contains(&r) {
+            skipped.push(r);
+        }
     }
     // node/window → the files it has.
     let mut found: std::collections::BTreeMap<(String, String), (bool, bool)> = Default::default();
@@ -118,7 +121,9 @@ pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
 /// The bytes of a gzipped file, unzipped: at most [`MAX_FILE_BYTES`] read and as many unzipped.
 fn read_gz(root: &Dir, rel: &str) -> Result<Vec<u8>, String> {
     let (f, _) = crate::read::open_limited(root, rel, MAX_FILE_BYTES)?;
-    let mut out = Vec::new();
+    // Reserved whole (only the pages written are ever resident): grown by doubling, the
+    // buffer would peak at twice the cap while its bytes are copied.
+    let mut out = Vec::with_capacity(usize::try_from(MAX_FILE_BYTES + 1).unwrap_or(usize::MAX));
     flate2::read::GzDecoder::new(f)
         .take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut out)

@@ -306,8 +306,10 @@ fn num(x: f64) -> String {
         format!("{x:.0}")
     } else if x.abs() >= 10.0 {
         format!("{x:.1}")
-    } else if x.abs() >= 0.01 || x == 0.0 {
+    } else if x.abs() >= 0.005 {
         format!("{x:.2}")
+    } else if x == 0.0 {
+        "0".into()
     } else {
         format!("{x:.4}")
     }

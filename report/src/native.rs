@@ -699,10 +699,13 @@ pub fn flamegraph_svg(bytes: &[u8], caps: &Caps) -> Result<Tree, ReadError> {
     while let Some(g) = rest.find("<g><title>") {
         rest = &rest[g + "<g><title>".len()..];
         let Some(end) = rest.find("</title>") else { break };
-        let title = &rest[..end];
+        let title = cut(&rest[..end], MAX_TITLE_BYTES);
         rest = &rest[end..];
-        let Some(rect_end) = rest.find("/>").or_else(|| rest.find('>')) else { break };
-        let rect = &rest[..rect_end];
+        // The rect follows the title at once (some 120 bytes): looked for only that far, so a
+        // file of titles without rects costs linear time, not quadratic.
+        let near = cut(rest, RECT_WINDOW);
+        let Some(rect_end) = near.find("/>") else { continue };
+        let rect = &near[..rect_end];
         if !rect.starts_with("</title><rect ") {
             continue;
         }
@@ -784,6 +787,11 @@ pub fn flamegraph_svg(bytes: &[u8], caps: &Caps) -> Result<Tree, ReadError> {
     t.threads = true;
     Ok(t)
 }
+
+/// A title is read up to this many bytes (escaped, a name of [`MAX_NAME`] bytes and its counts).
+const MAX_TITLE_BYTES: usize = 6 * MAX_NAME + 64;
+/// How far after a title its rect's end is looked for.
+const RECT_WINDOW: usize = 1024;
 
 /// The value of `name="…"` in a tag's text.
 fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
@@ -1026,6 +1034,15 @@ pub(crate) mod tests {
         for cut in (0..SVG.len()).step_by(7) {
             let _ = flamegraph_svg(&SVG.as_bytes()[..cut], &CAPS);
         }
+        // 16 MiB of titles without rects: linear (a search for each title's rect to the end of
+        // the file would take hours).
+        let mut b = b"<svg id=\"frames\">".to_vec();
+        while b.len() < 16 << 20 {
+            b.extend_from_slice(b"<g><title>a (1 samples)</title>");
+        }
+        let t0 = std::time::Instant::now();
+        assert_eq!(flamegraph_svg(&b, &CAPS).unwrap_err(), ReadError::Svg("no frames"));
+        assert!(t0.elapsed().as_secs() < 30);
     }
 
     #[test]

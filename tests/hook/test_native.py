@@ -149,7 +149,7 @@ def test_a_c_hot_loop_is_the_heaviest_frame(run_script, tmp_path):
     assert "native profiling: %d samples in framework/native/" % total in r.proc.stderr
 
 
-def test_cpp_names_are_demangled_in_the_profile_and_the_flamegraph(run_script, tmp_path):
+def test_cpp_names_are_demangled_in_the_profile_and_the_flamegraph(run_script, tmp_path, trainprof_bin):
     # The hot loop is a C++ member function: both files name it as C++ spells it, not as
     # the linker does (docs/formats.md "Native profiling", the `cpp` feature of pprof).
     hot = cc(tmp_path, "hot_loop.cpp", "libhotcpp.so", shared=True)
@@ -171,6 +171,15 @@ def test_cpp_names_are_demangled_in_the_profile_and_the_flamegraph(run_script, t
     svg = (found[0] / "flamegraph.svg").read_text()
     assert "trainprof_test::HotLoop::run(unsigned long)" in svg and mangled not in svg
     assert "<title>_Z" not in svg
+    # `trainprof report` reads the same window from its profile (docs/report.md, "Native
+    # windows"): the same samples, the same top function.
+    rep = subprocess.run([str(trainprof_bin), "report", str(r.out), "--json"], capture_output=True, text=True,
+                         timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    (w,) = json.loads(rep.stdout)["native"]
+    assert (w["window"], w["source"], w["samples"]) == (found[0].name, "profile.pb.gz", total)
+    assert (w["top_self"][0]["name"], w["top_self"][0]["self_samples"]) == (demangled, top[0][1])
+    assert w["cpu_s"] > 0 and w["samples_left_out"] == 0
 
 
 def test_a_child_forked_in_a_window_leaves_the_parents_profile_alone(run_script, tmp_path):

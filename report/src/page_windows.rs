@@ -1,5 +1,7 @@
 //! The page's Python windows (inside "Framework") and its "Native windows" section
-//! (docs/report.md, "Python windows" and "Native windows").
+//! (docs/report.md, "Python windows" and "Native windows"). Anchors for links from elsewhere
+//! on the page: `#python-windows`, `#python-window-<i>` (the i-th of
+//! `python_summary.windows`), `#native` and `#native-<i>` (the i-th of `native`).
 //!
 //! The flame graph of a native window is redrawn here from the frames the report parsed
 //! ([`crate::native`]), as plain SVG markup written by this code: rectangles, text and
@@ -101,7 +103,7 @@ pub fn python_windows(out: &mut String, summary: &PythonSummary, folders: &[Pyth
     for (i, g) in summary.windows.iter().enumerate() {
         let _ = writeln!(
             out,
-            "<details{}><summary>{} · {}</summary>",
+            "<details{} id=\"python-window-{i}\"><summary>{} · {}</summary>",
             if i == 0 { " open" } else { "" },
             esc(&g.label),
             esc(&g.node)
@@ -407,7 +409,7 @@ mod tests {
         let sec =
             page.split("<h3 id=\"python-windows\">").nth(1).unwrap().split("</section>").next().unwrap();
         assert!(sec.contains("<tr><td>train steps 240–242 · cProfile</td><td>0-algo-1</td><td class=\"n\">2</td><td class=\"n\">0.25</td><td class=\"code\">&lt;lambda&gt;</td></tr>"), "{sec}");
-        assert!(sec.contains("<summary>train steps 240–242 · cProfile · 0-algo-1</summary>"));
+        assert!(sec.contains("<details open id=\"python-window-0\"><summary>train steps 240–242 · cProfile · 0-algo-1</summary>"));
         assert!(sec.contains("Top functions over the step windows"));
     }
 }

@@ -147,8 +147,8 @@ def test_python_windows_are_named_and_merged(trainprof_bin, job, tmp_path):
     html = page(trainprof_bin, job, tmp_path)
     sec = section(html, '<h3 id="python-windows">')
     assert "<td>train steps 240–242 · cProfile</td><td>743-vm</td><td class=\"n\">6</td>" in sec
-    assert "<summary>train steps 203–204 · cProfile · 743-vm</summary>" in sec
-    assert "<summary>before the first step · cProfile · 743-vm</summary>" in sec
+    assert "<details id=\"python-window-1\"><summary>train steps 203–204 · cProfile · 743-vm</summary>" in sec
+    assert "<details open id=\"python-window-0\"><summary>before the first step · cProfile · 743-vm</summary>" in sec
     # Raw folder names only as a folder's tooltip, never as a heading.
     assert not re.search(r"<summary>[^<]*prestepzero", sec)
     assert "Top functions over the step windows" in sec

@@ -16,7 +16,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::model::{
-    Capped, Clock, Finding, Job, ModeSteps, NodeSeries, Phase, PythonWindow, ReportModel, StepSeries, Trigger,
+    Capped, Clock, Finding, Job, ModeSteps, NodeSeries, Phase, PythonSummary, PythonWindow, ReportModel,
+    StepSeries, Trigger,
 };
 use crate::rules::Cell;
 
@@ -60,7 +61,8 @@ pub fn render(m: &ReportModel) -> String {
     );
     out.push_str(
         "<nav><a href=\"#job\">Job</a><a href=\"#steps\">Steps</a><a href=\"#system\">System</a>\
-         <a href=\"#framework\">Framework</a><a href=\"#detailed\">Detailed</a><a href=\"#findings\">Findings</a>",
+         <a href=\"#framework\">Framework</a><a href=\"#detailed\">Detailed</a><a href=\"#native\">Native</a>\
+         <a href=\"#findings\">Findings</a>",
     );
     if !m.triggers.is_empty() {
         out.push_str("<a href=\"#triggers\">Triggers</a>");
@@ -81,8 +83,9 @@ pub fn render(m: &ReportModel) -> String {
     section_job(&mut out, job);
     section_steps(&mut out, &m.steps);
     section_system(&mut out, &series.nodes);
-    section_framework(&mut out, &m.phases, &m.python);
+    section_framework(&mut out, &m.phases, &m.python, &m.python_summary);
     crate::page_detailed::section(&mut out, &m.detailed);
+    crate::page_windows::section_native(&mut out, &m.native, t0);
     section_findings(&mut out, &m.findings, t0);
     section_triggers(&mut out, &m.triggers, t0);
     out.push_str("</main>\n<script type=\"application/json\" id=\"report-data\">");
@@ -314,7 +317,7 @@ fn section_system(out: &mut String, nodes: &BTreeMap<String, NodeSeries>) {
     out.push_str("</section>\n");
 }
 
-fn section_framework(out: &mut String, phases: &[Phase], windows: &[PythonWindow]) {
+fn section_framework(out: &mut String, phases: &[Phase], windows: &[PythonWindow], summary: &PythonSummary) {
     out.push_str("<section id=\"framework\"><h2>Framework</h2>\n<h3>Time per phase</h3>\n");
     // The detailed windows' ops and kernels have their own section.
     let detailed = phases.iter().any(|p| crate::page_detailed::is_detailed_phase(&p.name));
@@ -345,40 +348,7 @@ fn section_framework(out: &mut String, phases: &[Phase], windows: &[PythonWindow
         }
         out.push_str("</table>\n");
     }
-    out.push_str("<h3>Python profiling windows</h3>\n");
-    if windows.is_empty() {
-        out.push_str("<p class=\"note\">No Python profiling window was recorded.</p>\n");
-    }
-    for (i, w) in windows.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "<details{}><summary>{} · {} · steps {}–{} · <span class=\"code\">{}</span></summary>",
-            if i == 0 { " open" } else { "" },
-            esc(&w.node),
-            esc(&w.profiler),
-            int(w.start_step),
-            int(w.end_step),
-            esc(&w.window)
-        );
-        out.push_str(
-            "<table><tr><th>function</th><th>file:line</th><th class=\"n\">calls</th>\
-             <th class=\"n\">self s</th><th class=\"n\">total s</th></tr>\n",
-        );
-        for f in &w.functions {
-            let _ = writeln!(
-                out,
-                "<tr><td class=\"code\">{}</td><td class=\"code\">{}:{}</td><td class=\"n\">{}</td>\
-                 <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-                esc(&f.name),
-                esc(&f.file),
-                int(f.line),
-                int(f.calls),
-                esc(&num(Some(f.self_s))),
-                esc(&num(Some(f.total_s)))
-            );
-        }
-        out.push_str("</table></details>\n");
-    }
+    crate::page_windows::python_windows(out, summary, windows);
     out.push_str("</section>\n");
 }
 

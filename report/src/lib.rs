@@ -10,7 +10,9 @@ pub mod detailed;
 pub mod html;
 pub mod marshal;
 pub mod model;
+pub mod native;
 pub mod page_detailed;
+pub mod page_windows;
 pub mod python;
 pub mod read;
 pub mod rules;
@@ -42,7 +44,7 @@ pub const MAX_STATS_BYTES: u64 = 64 << 20;
 pub enum Error {
     #[error("{0}: {1}")]
     Root(String, io::Error),
-    #[error("{0} holds no profiler data (no system/incremental, no framework/pevents)")]
+    #[error("{0} holds no profiler data (no system/incremental, no framework/pevents, no profiling window)")]
     Empty(String),
 }
 
@@ -55,49 +57,108 @@ pub fn build(root: &Path, source: &str, opts: &Options) -> Result<ReportModel, E
     read::system_ticks(&dir, &mut skipped, |node, t| agg.tick(node, &t));
     read::timeline_events(&dir, &mut skipped, &|_, _| true, |e| agg.event(e));
     let stats = read::stats_files(&dir, &mut skipped);
-    if agg.nodes.is_empty() && agg.ranks.is_empty() && stats.is_empty() {
+    let native = native::windows(&dir, &mut skipped);
+    if agg.nodes.is_empty() && agg.ranks.is_empty() && stats.is_empty() && native.is_empty() {
         return Err(Error::Empty(root.display().to_string()));
     }
     agg.finish();
-    let python = python_windows(&dir, &stats, &mut skipped);
-    Ok(assemble(agg, python, source, skipped))
+    let (python, python_summary) = python_windows(&dir, &stats, &mut skipped);
+    let mut m = assemble(agg, python, source, skipped);
+    m.python_summary = python_summary;
+    m.native = native;
+    Ok(m)
 }
 
-fn python_windows(dir: &Dir, files: &[read::StatsFile], skipped: &mut read::Skipped) -> Vec<PythonWindow> {
-    let mut out = Vec::new();
-    for f in files {
-        let bytes = match read::read_file(dir, &f.rel, MAX_STATS_BYTES) {
-            Ok(b) => b,
-            Err(e) => {
-                skipped.push(e);
-                continue;
-            }
-        };
-        // The errors name the kind of problem and where, never the file's content.
-        let functions = match f.profiler.as_str() {
-            "cprofile" => python::cprofile(&bytes).map_err(|e| e.to_string()),
-            _ => python::pyinstrument(&bytes).map_err(|e| e.to_string()),
-        };
-        let functions = match functions {
-            Ok(v) => v,
-            Err(e) => {
-                skipped.push(format!("{}: {e}", f.rel));
-                Vec::new()
-            }
-        };
-        let edges = read::parse_window(&f.window);
-        out.push(PythonWindow {
+/// The Python windows: every folder's top functions, the folders grouped into windows named
+/// for people (each with its functions merged), and the top functions over the step windows.
+/// Folders are read one at a time and merged as they are read: one folder's full list is
+/// held at a time, and the merges keep at most [`python::MAX_MERGED`] functions.
+fn python_windows(
+    dir: &Dir,
+    files: &[read::StatsFile],
+    skipped: &mut read::Skipped,
+) -> (Vec<PythonWindow>, PythonSummary) {
+    let folders: Vec<python::Folder> = files
+        .iter()
+        .map(|f| python::Folder {
             node: f.node.clone(),
-            window: f.window.clone(),
             profiler: f.profiler.clone(),
-            start_step: edges.as_ref().and_then(|e| e.0.step),
-            end_step: edges.as_ref().and_then(|e| e.1.step),
-            functions,
-            start_s: edges.as_ref().map(|e| e.0.time_us / 1e6),
-            end_s: edges.as_ref().map(|e| e.1.time_us / 1e6),
-        });
+            edges: read::parse_window(&f.window),
+            raw: f.window.clone(),
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut summary = PythonSummary::default();
+    let mut all = python::Merge::default();
+    for (ix, mut g) in python::group(&folders) {
+        let mut merge = python::Merge::default();
+        for i in ix {
+            let f = &files[i];
+            let bytes = match read::read_file(dir, &f.rel, MAX_STATS_BYTES) {
+                Ok(b) => b,
+                Err(e) => {
+                    skipped.push(e);
+                    continue;
+                }
+            };
+            // The errors name the kind of problem and where, never the file's content.
+            let functions = match f.profiler.as_str() {
+                "cprofile" => python::cprofile_all(&bytes).map_err(|e| e.to_string()),
+                _ => python::pyinstrument_all(&bytes).map_err(|e| e.to_string()),
+            };
+            drop(bytes);
+            let mut functions = match functions {
+                Ok(v) => v,
+                Err(e) => {
+                    skipped.push(format!("{}: {e}", f.rel));
+                    out.push(window(f, &folders[i], &g, Vec::new()));
+                    continue;
+                }
+            };
+            merge.add(&functions);
+            if g.kind == "steps" {
+                all.add(&functions);
+                if let Some((a, b)) = &folders[i].edges {
+                    summary.top.profiled_s += ((b.time_us - a.time_us) / 1e6).max(0.0);
+                }
+            }
+            python::top(&mut functions);
+            out.push(window(f, &folders[i], &g, functions));
+        }
+        g.functions = merge.top(python::TOP);
+        summary.windows.push(g);
     }
-    out
+    summary.windows.sort_by(|a, b| {
+        a.start_s
+            .unwrap_or(f64::INFINITY)
+            .total_cmp(&b.start_s.unwrap_or(f64::INFINITY))
+            .then(a.label.cmp(&b.label))
+    });
+    summary.top.folders = all.folders;
+    summary.top.functions_left_out = all.left_out;
+    summary.top.functions = all.top(python::TOP_MERGED);
+    (out, summary)
+}
+
+fn window(
+    f: &read::StatsFile,
+    folder: &python::Folder,
+    g: &PythonGroup,
+    functions: Vec<PyFunction>,
+) -> PythonWindow {
+    let edges = folder.edges.as_ref();
+    PythonWindow {
+        node: f.node.clone(),
+        window: f.window.clone(),
+        profiler: f.profiler.clone(),
+        start_step: edges.and_then(|e| e.0.step),
+        end_step: edges.and_then(|e| e.1.step),
+        functions,
+        start_s: edges.map(|e| e.0.time_us / 1e6),
+        end_s: edges.map(|e| e.1.time_us / 1e6),
+        label: g.label.clone(),
+        part: python::part(folder),
+    }
 }
 
 fn step_stats(ms_sorted: &[f64]) -> StepStats {
@@ -245,6 +306,8 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         steps,
         phases,
         python,
+        python_summary: PythonSummary::default(),
+        native: Vec::new(),
         triggers,
         findings,
         detailed,

@@ -24,6 +24,13 @@ pub struct ReportModel {
     pub steps: BTreeMap<String, ModeSteps>,
     pub phases: Vec<Phase>,
     pub python: Vec<PythonWindow>,
+    /// The Python windows grouped as configured or triggered, and the top functions over the
+    /// step windows (docs/report.md, "Python windows"); an optional extra.
+    #[serde(default)]
+    pub python_summary: PythonSummary,
+    /// The native windows (docs/report.md, "Native windows"); an optional extra.
+    #[serde(default)]
+    pub native: Vec<NativeWindow>,
     pub triggers: Vec<Trigger>,
     pub findings: Vec<Finding>,
     /// The detailed windows explained (`docs/report.md`, "Detailed windows").
@@ -193,6 +200,107 @@ pub struct PythonWindow {
     pub start_s: Option<f64>,
     #[serde(default)]
     pub end_s: Option<f64>,
+    /// The name of the window this folder is part of (`train steps 240–242 · cProfile`,
+    /// `before the first step · cProfile`); an optional extra.
+    #[serde(default)]
+    pub label: String,
+    /// Which part of it (`step 240: step start → forward pass end`); an optional extra.
+    #[serde(default)]
+    pub part: String,
+}
+
+/// The Python windows as a person names them, and what they hold together.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct PythonSummary {
+    /// Per window (folders of consecutive boundaries of one node and profiler), in time order.
+    pub windows: Vec<PythonGroup>,
+    /// The top functions over every step window (the windows before the first step and after
+    /// close left out: they profile setup and teardown).
+    pub top: PythonTop,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct PythonGroup {
+    /// `train steps 240–242 · cProfile`, `train step 206 · cProfile`, `before the first step ·
+    /// cProfile`, `after close · cProfile`.
+    pub label: String,
+    pub node: String,
+    pub profiler: String,
+    /// `steps`, `before_first_step` or `after_close`.
+    pub kind: String,
+    /// The mode of its steps (`train`, `eval`, …); `null` for the others.
+    pub mode: Option<String>,
+    pub first_step: Option<i64>,
+    pub last_step: Option<i64>,
+    pub start_s: Option<f64>,
+    pub end_s: Option<f64>,
+    /// Folders in it.
+    pub folders: u64,
+    /// Its top functions, merged over its folders (by total time).
+    pub functions: Vec<PyFunctionTotal>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct PythonTop {
+    /// Folders merged, and the wall time they cover (s).
+    pub folders: u64,
+    pub profiled_s: f64,
+    /// Distinct functions past the merge's cap, left out (0 normally).
+    pub functions_left_out: u64,
+    pub functions: Vec<PyFunctionTotal>,
+}
+
+/// A function's figures summed over several folders.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PyFunctionTotal {
+    pub name: String,
+    pub file: String,
+    pub line: Option<i64>,
+    /// `null` when any folder was pyinstrument's (no call counts).
+    pub calls: Option<u64>,
+    pub self_s: f64,
+    pub total_s: f64,
+    /// Folders it appears in.
+    pub folders: u64,
+}
+
+/// One native window (`framework/native/<node>/<window>/`).
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct NativeWindow {
+    pub node: String,
+    /// Its folder name, `<first µs>-<last µs>_<pid>`.
+    pub window: String,
+    pub pid: Option<u64>,
+    pub start_s: Option<f64>,
+    pub end_s: Option<f64>,
+    /// The file read: `profile.pb.gz`, else `flamegraph.svg`.
+    pub source: String,
+    pub samples: u64,
+    /// CPU time of the samples (the profile's `cpu` value); `null` from a flame graph.
+    pub cpu_s: Option<f64>,
+    /// Samples of stacks past the report's caps, not in the figures below.
+    pub samples_left_out: u64,
+    /// The top functions by self samples and by total samples.
+    pub top_self: Vec<NativeFunction>,
+    pub top_total: Vec<NativeFunction>,
+    pub flame: Flame,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NativeFunction {
+    pub name: String,
+    pub self_samples: u64,
+    pub total_samples: u64,
+}
+
+/// The frames the page draws: `[name index, depth, first sample, samples]`, the root (`all`)
+/// first, then breadth first.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct Flame {
+    pub names: Vec<String>,
+    pub frames: Vec<[u64; 4]>,
+    /// Frames not drawn (narrower than 0.1 % of the samples, or past the frame cap).
+    pub left_out: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

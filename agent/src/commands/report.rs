@@ -557,13 +557,14 @@ pub fn at_end_of_s3_run(
 const END_OF_RUN_TRIES: u32 = 100;
 
 /// Whether an S3 key (relative to the prefix) is a file the report reads: system files,
-/// timelines, Python-stats files (not the TF detailed profiles, which can be large), every
-/// component a plain name.
+/// timelines, Python-stats files, native windows' profiles and flame graphs (not the TF
+/// detailed profiles, which can be large), every component a plain name.
 fn wanted(rel: &str) -> bool {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     let kind = rel.starts_with("system/incremental/")
         || rel.starts_with("framework/pevents/")
-        || is_stats(rel, name);
+        || is_stats(rel, name)
+        || is_native(rel, name);
     kind && !rel.ends_with(".tmp")
         && rel.split('/').all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
 }
@@ -572,6 +573,10 @@ fn is_stats(rel: &str, name: &str) -> bool {
     rel.starts_with("framework/")
         && (rel.contains("/cprofile/") || rel.contains("/pyinstrument/"))
         && (name == "python_stats" || name == "python_stats.json")
+}
+
+fn is_native(rel: &str, name: &str) -> bool {
+    rel.starts_with("framework/native/") && (name == "profile.pb.gz" || name == "flamegraph.svg")
 }
 
 /// Objects one S3 download fetches at most; the rest are skipped, counted.
@@ -584,6 +589,8 @@ pub const MAX_LISTED_KEYS: u64 = 1_000_000;
 /// The largest Python-stats object fetched: the size the report reads at most
 /// (docs/report.md, "Memory").
 pub const MAX_STATS_OBJECT: u64 = trainprof_report::MAX_STATS_BYTES;
+/// The largest native-window file fetched: the size the report reads at most.
+pub const MAX_NATIVE_OBJECT: u64 = trainprof_report::native::MAX_FILE_BYTES;
 /// The largest system file or timeline fetched: the timeline size the report reads at most.
 pub const MAX_OBJECT: u64 = trainprof_report::read::MAX_TIMELINE_BYTES;
 
@@ -620,7 +627,13 @@ impl Plan {
     /// A wanted key (`shown`: as the user reads it) and its listed size.
     fn offer(&mut self, shown: &str, key: &str, rel: &str, size: u64) {
         let name = rel.rsplit('/').next().unwrap_or(rel);
-        let most = if is_stats(rel, name) { MAX_STATS_OBJECT } else { MAX_OBJECT };
+        let most = if is_stats(rel, name) {
+            MAX_STATS_OBJECT
+        } else if is_native(rel, name) {
+            MAX_NATIVE_OBJECT
+        } else {
+            MAX_OBJECT
+        };
         if size > most {
             self.skipped.push(format!("{shown}: {size} bytes, more than the {most} read: not downloaded"));
             return;
@@ -783,6 +796,11 @@ mod tests {
             "framework/pytorch/cprofile/0-algo-1/train-1-stepstart-1.0_train-2-stepstart-2.0/python_stats"
         ));
         assert!(!wanted("framework/pytorch/cprofile/0-algo-1/w/python_stats.html"));
+        assert!(wanted("framework/native/0-algo-1/1795400000000000-1795400001000000_7/profile.pb.gz"));
+        assert!(wanted("framework/native/0-algo-1/1795400000000000-1795400001000000_7/flamegraph.svg"));
+        assert!(!wanted(
+            "framework/native/0-algo-1/1795400000000000-1795400001000000_7/.profile.pb.gz.7.tmp"
+        ));
         assert!(!wanted("framework/tensorflow/detailed_profiling/2026112203/000000005/x.xplane.pb"));
     }
 

@@ -375,14 +375,24 @@ fn section_findings(out: &mut String, findings: &[Finding], t0: f64) {
         let (class, badge) = match (f.triggered, f.evaluated) {
             (true, _) => ("finding triggered", "triggered"),
             (false, true) => ("finding", "not triggered"),
-            (false, false) => ("finding not-evaluated", "not evaluated: no data"),
+            (false, false) => ("finding not-evaluated", "not evaluated"),
         };
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "<div class=\"{class}\"><h3>{}<span class=\"badge\">{badge}</span></h3><p>{}</p>",
-            esc(&f.rule),
-            esc(&f.summary)
+            "<div class=\"{class}\"><h3>{}<span class=\"badge\">{badge}</span>",
+            esc(&f.rule)
         );
+        if let Some(p) = &f.preliminary {
+            let _ = write!(out, "<span class=\"badge preliminary\">{}</span>", esc(&p.label()));
+        }
+        let _ = writeln!(out, "</h3><p>{}</p>", esc(&f.summary));
+        if f.preliminary.is_some() {
+            out.push_str(
+                "<p class=\"note\">Judged on less data than the rule's patience (SageMaker would not \
+                 judge it yet): read it as a first look. <code>--patience</code> gives SageMaker's \
+                 behaviour.</p>\n",
+            );
+        }
         if !f.advice.is_empty() {
             let _ = writeln!(out, "<p><b>What to do:</b> {}</p>", esc(&f.advice));
         }
@@ -412,7 +422,11 @@ fn evidence_table(out: &mut String, t: &crate::rules::Table, t0: f64) {
     if !t.facts.is_empty() {
         out.push_str("<table class=\"evidence\">");
         for (k, v) in &t.facts {
-            let _ = write!(out, "<tr><th>{}</th><td class=\"code\">{}</td></tr>", esc(k), esc(&cell(v, t0)));
+            let mut text = cell(v, t0);
+            if let Some(u) = t.unit(k).filter(|_| text != "–") {
+                text = format!("{text} {u}");
+            }
+            let _ = write!(out, "<tr><th>{}</th><td class=\"code\">{}</td></tr>", esc(k), esc(&text));
         }
         out.push_str("</table>\n");
     }
@@ -421,7 +435,14 @@ fn evidence_table(out: &mut String, t: &crate::rules::Table, t0: f64) {
     }
     out.push_str("<table class=\"evidence-rows\"><tr>");
     for c in &t.columns {
-        let _ = write!(out, "<th>{}</th>", esc(c));
+        match t.unit(c) {
+            Some(u) => {
+                let _ = write!(out, "<th>{} <span class=\"unit\">({})</span></th>", esc(c), esc(u));
+            }
+            None => {
+                let _ = write!(out, "<th>{}</th>", esc(c));
+            }
+        }
     }
     out.push_str("</tr>\n");
     for row in t.rows.iter().take(MAX_EVIDENCE_ROWS) {
@@ -913,7 +934,7 @@ mod tests {
     #[test]
     fn a_long_evidence_table_is_cut_on_the_page() {
         let mut m = ReportModel {
-            findings: crate::rules::all(&crate::collect::Agg::default(), None),
+            findings: crate::rules::all(&mut crate::collect::Agg::default(), None),
             ..ReportModel::default()
         };
         let Some(crate::model::Evidence::StepOutlier(e)) = m.findings.get_mut(5).map(|f| &mut f.evidence)

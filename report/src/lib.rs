@@ -170,7 +170,7 @@ pub fn stragglers(per_rank: &BTreeMap<String, StepStats>) -> Vec<Straggler> {
     out
 }
 
-fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Skipped) -> ReportModel {
+fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Skipped) -> ReportModel {
     // The Python windows count too: the pre-step-zero window starts before the first step.
     let py_start = python.iter().filter_map(|w| w.start_s).reduce(f64::min);
     let py_end = python.iter().filter_map(|w| w.end_s).reduce(f64::max);
@@ -180,7 +180,7 @@ fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Sk
     let end_s = ends.iter().flatten().copied().filter(|v| v.is_finite()).reduce(f64::max);
     let steps: BTreeMap<String, ModeSteps> =
         agg.steps.iter().map(|(m, r)| (m.clone(), mode_steps(r))).collect();
-    let findings = rules::all(&agg, start_s);
+    let findings = rules::all(&mut agg, start_s);
     let mut phases: Vec<Phase> = agg
         .phases
         .iter()

@@ -226,6 +226,9 @@ pub struct Finding {
     pub advice: String,
     pub evidence: Evidence,
     pub ranges: Vec<[f64; 2]>,
+    /// Judged on less than the rule's patience of data (`docs/report.md`, "Short jobs");
+    /// `null` for a full verdict, or when not evaluated.
+    pub preliminary: Option<crate::rules::Preliminary>,
 }
 
 /// A finding as JSON holds it, before its evidence is read as its rule's.
@@ -238,6 +241,8 @@ struct FindingJson {
     advice: String,
     evidence: serde_json::Value,
     ranges: Vec<[f64; 2]>,
+    #[serde(default)]
+    preliminary: Option<crate::rules::Preliminary>,
 }
 
 impl TryFrom<FindingJson> for Finding {
@@ -252,6 +257,7 @@ impl TryFrom<FindingJson> for Finding {
             summary: f.summary,
             advice: f.advice,
             ranges: f.ranges,
+            preliminary: f.preliminary,
         })
     }
 }

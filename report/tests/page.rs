@@ -288,7 +288,7 @@ fn every_section_is_there() {
     }
     assert_eq!(page.matches("<div class=\"finding").count(), 10);
     assert_eq!(page.matches("<div class=\"finding triggered\">").count(), 4);
-    assert_eq!(page.matches("not evaluated: no data").count(), 1);
+    assert_eq!(page.matches("<span class=\"badge\">not evaluated</span>").count(), 1);
     assert!(page.contains("<b>Straggler: 5-algo-1</b>"));
     assert!(page.contains("2023-11-14 22:13:20.000 UTC"));
     assert!(page.contains("1 h 00 min 00 s"));

@@ -258,14 +258,31 @@ fn write_html(model: &ReportModel, flag: Option<&Path>, input: &Input) -> Result
     Ok(path)
 }
 
-/// One line per triggered finding: `finding: <rule>: <summary>`.
+/// One line per triggered finding: `finding: <rule>: <summary>`, with `(preliminary: 481 of
+/// 1000 datapoints)` when judged on less than the rule's patience; then, when any finding is
+/// preliminary, one line naming them all (docs/report.md, "Short jobs").
 pub fn triggered_lines(model: &ReportModel) -> Vec<String> {
-    model
+    let mut lines: Vec<String> = model
         .findings
         .iter()
         .filter(|f| f.triggered)
-        .map(|f| format!("finding: {}: {}", f.rule, f.summary))
-        .collect()
+        .map(|f| match &f.preliminary {
+            Some(p) => format!("finding: {}: {} ({})", f.rule, f.summary, p.label()),
+            None => format!("finding: {}: {}", f.rule, f.summary),
+        })
+        .collect();
+    let prelim: Vec<String> = model
+        .findings
+        .iter()
+        .filter_map(|f| f.preliminary.as_ref().map(|p| format!("{} ({})", f.rule, p.label())))
+        .collect();
+    if !prelim.is_empty() {
+        lines.push(format!(
+            "findings judged on less than their patience of data: {}; --patience gives SageMaker's behaviour (not evaluated)",
+            prelim.join(", ")
+        ));
+    }
+    lines
 }
 
 /// `trainprof trace`.

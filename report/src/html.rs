@@ -79,7 +79,7 @@ pub fn render(m: &ReportModel) -> String {
     }
     let t0 = time_origin(job, series);
     section_job(&mut out, job);
-    section_steps(&mut out, &m.steps);
+    section_steps(&mut out, &m.steps, t0);
     section_system(&mut out, &series.nodes);
     section_framework(&mut out, &m.phases, &m.python);
     section_findings(&mut out, &m.findings, t0);
@@ -224,7 +224,57 @@ fn stat_cells(count: u64, stats: [Option<f64>; 5]) -> String {
     c
 }
 
-fn section_steps(out: &mut String, modes: &BTreeMap<String, ModeSteps>) {
+/// Under a mode's charts: the step chart's axis, the steps above it, the warm-up.
+fn step_chart_notes(out: &mut String, c: &crate::model::StepChart, t0: f64) {
+    for w in &c.warmup {
+        let steps = if w.steps == 1 {
+            format!("step {}", w.first_step)
+        } else {
+            format!("{} steps ({}–{})", w.steps, w.first_step, w.last_step)
+        };
+        let _ = writeln!(
+            out,
+            "<p class=\"note warmup\"><span class=\"legend-key\" style=\"background:rgba(31,119,180,0.25)\"></span>\
+             <b>Warm-up</b> of {}: its first {} took {} ms in all, {}× its median step of {} ms \
+             (until {}; shaded blue on the charts).</p>",
+            esc(&w.rank),
+            esc(&steps),
+            esc(&num(Some(w.ms))),
+            esc(&num(Some(w.ms / w.steps.max(1) as f64 / w.median_ms))),
+            esc(&num(Some(w.median_ms))),
+            esc(&offset(Some(w.end_s), t0))
+        );
+    }
+    if c.above_count == 0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "<details class=\"above-axis\"><summary>{} steps longer than the chart's axis ({} ms, 1.5 × the p99 step) \
+         are marked ▲ at its top edge{}</summary>\
+         <table><tr><th>rank</th><th class=\"n\">step</th><th>start</th><th class=\"n\">ms</th></tr>",
+        c.above_count,
+        esc(&num(Some(c.y_max_ms))),
+        if c.above_count > c.above.len() as u64 {
+            format!(" (the {} longest listed)", c.above.len())
+        } else {
+            String::new()
+        }
+    );
+    for o in &c.above {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td></tr>",
+            esc(&o.rank),
+            o.step,
+            esc(&offset(Some(o.start_s), t0)),
+            esc(&num(Some(o.ms)))
+        );
+    }
+    out.push_str("</table></details>\n");
+}
+
+fn section_steps(out: &mut String, modes: &BTreeMap<String, ModeSteps>, t0: f64) {
     out.push_str("<section id=\"steps\"><h2>Steps</h2>\n");
     if modes.is_empty() {
         out.push_str("<p class=\"note\">No steps were recorded.</p>\n");
@@ -263,6 +313,7 @@ fn section_steps(out: &mut String, modes: &BTreeMap<String, ModeSteps>) {
             );
         }
         let _ = writeln!(out, "<div id=\"mode-{i}-charts\"></div>");
+        step_chart_notes(out, &s.chart, t0);
         if !s.outliers.is_empty() {
             let _ = writeln!(
                 out,
@@ -544,12 +595,19 @@ struct ModeData<'a> {
     ranks: Vec<RankData<'a>>,
     outliers: Vec<OutlierData<'a>>,
     per_rank: Vec<RankStatsData<'a>>,
+    /// The step chart's y axis, ms (`steps.<mode>.chart`), and the steps above it, drawn at
+    /// its top edge with their values in the legend.
+    y: [f64; 2],
+    above: Vec<OutlierData<'a>>,
 }
 
 #[derive(Serialize)]
 struct HistData<'a> {
     edges: Vec<f64>,
     counts: &'a [u64],
+    /// The last bin when it is the overflow bin (`stats::step_histogram`): drawn as wide as
+    /// the others, its true range in its label.
+    over: Option<[f64; 2]>,
 }
 
 #[derive(Serialize)]
@@ -660,11 +718,28 @@ fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) 
                 straggler: is_straggler(rank),
             })
             .collect();
+        let mut edges: Vec<f64> = s.histogram.edges_ms.iter().map(|&x| round(x, MS_DECIMALS)).collect();
+        let over = overflow_bin(&s.histogram.edges_ms);
+        if let (Some(o), Some(last)) = (over, edges.last_mut()) {
+            // Drawn as wide as the others.
+            *last = round(o[0] + (s.histogram.edges_ms[1] - s.histogram.edges_ms[0]), MS_DECIMALS);
+        }
         let hist = HistData {
-            edges: s.histogram.edges_ms.iter().map(|&x| round(x, MS_DECIMALS)).collect(),
+            edges,
             counts: &s.histogram.counts,
+            over: over.map(|o| [round(o[0], MS_DECIMALS), round(o[1], MS_DECIMALS)]),
         };
-        modes.push(ModeData { mode, hist, ranks, outliers, per_rank });
+        let c = &s.chart;
+        let above = c
+            .above
+            .iter()
+            .map(|o| OutlierData { rank: &o.rank, step: o.step, t: round(o.start_s - t0, T_DECIMALS), ms: round(o.ms, MS_DECIMALS) })
+            .collect();
+        for w in &c.warmup {
+            bands.push(band(w.start_s - t0, w.end_s - t0, "warmup"));
+        }
+        let y = [round(c.y_min_ms, MS_DECIMALS), round(c.y_max_ms, MS_DECIMALS)];
+        modes.push(ModeData { mode, hist, ranks, outliers, per_rank, y, above });
     }
     for t in &m.triggers {
         bands.push(band(t.start_s - t0, t.start_s - t0 + t.ms / 1000.0, "trigger"));
@@ -700,6 +775,18 @@ fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) 
     let phases =
         m.phases.iter().map(|p| PhaseData { name: &p.name, total: round(p.total_ms, MS_DECIMALS) }).collect();
     PageData { t0, span: round(span, T_DECIMALS), modes, nodes, bands, marks, phases }
+}
+
+/// The histogram's last bin `[from, to]` when it is an overflow bin: wider than the others
+/// (`stats::step_histogram` makes the others equal).
+fn overflow_bin(edges: &[f64]) -> Option<[f64; 2]> {
+    let n = edges.len();
+    if n < 3 {
+        return None;
+    }
+    let width = edges[1] - edges[0];
+    let last = edges[n - 1] - edges[n - 2];
+    (width > 0.0 && last > width * 1.5).then(|| [edges[n - 2], edges[n - 1]])
 }
 
 fn band(a: f64, b: f64, kind: &'static str) -> Band {

@@ -33,6 +33,14 @@ pub const MAX_OUTLIERS: usize = 50;
 /// A rank is a straggler when its median step is at least this many times the median of
 /// the ranks' medians (`docs/report.md`, "Stragglers").
 pub const STRAGGLER_RATIO: f64 = 1.2;
+/// A step chart's axis fits the bulk: it runs to `BULK_MARGIN` × the p99 step when a step is
+/// longer than that, and steps above are marked at its edge (`docs/report.md`, "The step
+/// chart"). The same bound as the histogram's overflow bin (`stats::step_histogram`).
+pub const BULK_MARGIN: f64 = 1.5;
+/// A rank's warm-up: its leading steps each longer than this × its median step…
+pub const WARMUP_RATIO: f64 = 1.5;
+/// …at most this share of its steps.
+pub const WARMUP_MAX_SHARE: f64 = 0.1;
 /// Largest stats file read (cProfile / pyinstrument).
 pub const MAX_STATS_BYTES: u64 = 64 << 20;
 
@@ -132,6 +140,7 @@ pub fn mode_steps(ranks: &BTreeMap<String, Vec<collect::StepRec>>) -> ModeSteps 
     let all = stats::sorted(&all);
     let s = step_stats(&all);
     let (edges_ms, counts) = stats::step_histogram(&all, 30);
+    let chart = step_chart(ranks, &all, &per_rank);
     ModeSteps {
         count: s.count,
         p50_ms: s.p50_ms,
@@ -143,7 +152,67 @@ pub fn mode_steps(ranks: &BTreeMap<String, Vec<collect::StepRec>>) -> ModeSteps 
         stragglers: stragglers(&per_rank),
         per_rank,
         outliers,
+        chart,
     }
+}
+
+/// The step chart of a mode: its axis, the steps above it, the ranks' warm-ups.
+/// `all`: every step's ms, sorted.
+pub fn step_chart(
+    ranks: &BTreeMap<String, Vec<collect::StepRec>>,
+    all: &[f64],
+    per_rank: &BTreeMap<String, StepStats>,
+) -> StepChart {
+    let (Some(p99), Some(&max)) = (stats::quantile_sorted(all, 0.99), all.last()) else {
+        return StepChart::default();
+    };
+    let bulk = BULK_MARGIN * p99;
+    let y_max_ms = if max > bulk && bulk > 0.0 { bulk } else { max * 1.05 };
+    let mut above = Vec::new();
+    let mut above_count = 0u64;
+    let mut warmup = Vec::new();
+    for (rank, steps) in ranks {
+        for s in steps {
+            let ms = s.dur_us as f64 / 1000.0;
+            if ms > y_max_ms {
+                above_count += 1;
+                above.push(Outlier { rank: rank.clone(), step: s.step, start_s: s.start_us as f64 / 1e6, ms });
+                if above.len() >= 2 * MAX_OUTLIERS {
+                    keep_longest(&mut above);
+                }
+            }
+        }
+        let Some(median) = per_rank.get(rank).and_then(|r| r.p50_ms) else { continue };
+        let mut by_start: Vec<&collect::StepRec> = steps.iter().collect();
+        by_start.sort_by_key(|s| (s.start_us, s.step));
+        let most = (by_start.len() as f64 * WARMUP_MAX_SHARE).floor() as usize;
+        let n = by_start
+            .iter()
+            .take(most)
+            .take_while(|s| s.dur_us as f64 / 1000.0 > WARMUP_RATIO * median)
+            .count();
+        if n > 0 {
+            let w = &by_start[..n];
+            warmup.push(Warmup {
+                rank: rank.clone(),
+                steps: n as u64,
+                first_step: w[0].step,
+                last_step: w[n - 1].step,
+                start_s: w[0].start_us as f64 / 1e6,
+                end_s: w.iter().map(|s| (s.start_us + s.dur_us) as f64 / 1e6).fold(f64::MIN, f64::max),
+                ms: w.iter().map(|s| s.dur_us as f64 / 1000.0).sum(),
+                median_ms: median,
+            });
+        }
+    }
+    keep_longest(&mut above);
+    StepChart { y_min_ms: 0.0, y_max_ms, above, above_count, warmup }
+}
+
+/// The `MAX_OUTLIERS` longest steps, longest first.
+fn keep_longest(v: &mut Vec<Outlier>) {
+    v.sort_by(|a, b| b.ms.total_cmp(&a.ms).then_with(|| a.rank.cmp(&b.rank)).then(a.step.cmp(&b.step)));
+    v.truncate(MAX_OUTLIERS);
 }
 
 /// Ranks whose median step is ≥ `STRAGGLER_RATIO` × the median of the ranks' medians.

@@ -143,6 +143,40 @@ pub struct ModeSteps {
     pub per_rank: BTreeMap<String, StepStats>,
     pub stragglers: Vec<Straggler>,
     pub outliers: Vec<Outlier>,
+    /// The step-time chart's axis, the steps above it and the warm-up (`docs/report.md`,
+    /// "The step chart"): the page draws only these.
+    #[serde(default)]
+    pub chart: StepChart,
+}
+
+/// The step-time chart of a mode.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct StepChart {
+    /// The y axis, ms: from 0 to 1.5 × the p99 step when longer steps exist (the bulk),
+    /// else to 1.05 × the longest step.
+    pub y_min_ms: f64,
+    pub y_max_ms: f64,
+    /// Steps above `y_max_ms` (drawn at the axis's top edge), longest first, at most
+    /// `MAX_OUTLIERS`; `above_count` counts them all.
+    pub above: Vec<Outlier>,
+    pub above_count: u64,
+    /// Per rank, its warm-up (ranks without one are left out).
+    pub warmup: Vec<Warmup>,
+}
+
+/// A rank's warm-up: its first steps (by start time) that are each longer than
+/// `WARMUP_RATIO` × the rank's median step, at most a tenth of its steps.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Warmup {
+    pub rank: String,
+    pub steps: u64,
+    pub first_step: i64,
+    pub last_step: i64,
+    pub start_s: f64,
+    pub end_s: f64,
+    /// The warm-up steps' total, and the rank's median step.
+    pub ms: f64,
+    pub median_ms: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]

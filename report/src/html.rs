@@ -535,6 +535,7 @@ fn section_triggers(out: &mut String, triggers: &[Trigger], t0: f64) {
          by an anomalous step (<code>AutoProfilingConfig</code>; shaded purple on the charts).</p>\n<table><tr><th>rank</th><th class=\"n\">step</th>\
          <th>start</th><th class=\"n\">ms</th><th class=\"n\">median ms</th><th>opened</th></tr>\n",
     );
+    let ids = page_ids(out);
     for t in triggers {
         let _ = writeln!(
             out,
@@ -544,18 +545,52 @@ fn section_triggers(out: &mut String, triggers: &[Trigger], t0: f64) {
             esc(&offset(Some(t.start_s), t0)),
             esc(&num(Some(t.ms))),
             esc(&num(Some(t.median_ms))),
-            esc(&features(t.features.as_deref()))
+            opened(t, &ids)
         );
     }
     out.push_str("</table></section>\n");
 }
 
-/// A trigger's features (`["detailed", "python"]`) as "detailed, python"; "–" when absent.
-fn features(v: Option<&[String]>) -> String {
-    match v {
-        Some(names) if !names.is_empty() => names.join(", "),
-        _ => "–".to_owned(),
-    }
+/// Every `id="…"` of the page so far.
+fn page_ids(page: &str) -> std::collections::HashSet<String> {
+    page.split(" id=\"").skip(1).filter_map(|s| s.split('"').next()).map(str::to_owned).collect()
+}
+
+/// Where the page shows a window of `feature` that starts at `start` (`docs/report.md`,
+/// "Anchors"): its own anchor `window-<feature>-<start>`, else the section that shows that
+/// feature's windows; `None` when the page has neither.
+pub fn window_anchor(
+    feature: &str,
+    start: Option<i64>,
+    ids: &std::collections::HashSet<String>,
+) -> Option<String> {
+    let own = start.map(|s| format!("window-{feature}-{s}"));
+    let sections: &[&str] = match feature {
+        "detailed" => &["detailed"],
+        "python" => &["python-windows", "framework"],
+        "native" => &["native"],
+        "dataloader" => &["framework"],
+        _ => &[],
+    };
+    own.into_iter().chain(sections.iter().map(|s| (*s).to_owned())).find(|id| ids.contains(id))
+}
+
+/// A trigger's windows: their steps, and each feature linked to where the page shows it.
+fn opened(t: &Trigger, ids: &std::collections::HashSet<String>) -> String {
+    let Some(names) = t.features.as_deref().filter(|n| !n.is_empty()) else { return "–".to_owned() };
+    let links: Vec<String> = names
+        .iter()
+        .map(|f| match window_anchor(f, t.window_start_step, ids) {
+            Some(id) => format!("<a href=\"#{}\">{}</a>", esc(&id), esc(f)),
+            None => esc(f),
+        })
+        .collect();
+    let steps = match (t.window_start_step, t.window_num_steps) {
+        (Some(a), Some(n)) if n > 1 => format!("steps {a}–{}: ", a + n - 1),
+        (Some(a), _) => format!("step {a}: "),
+        _ => String::new(),
+    };
+    format!("{}{}", esc(&steps), links.join(", "))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -246,6 +246,14 @@ pub struct Trigger {
     /// optional extra (`null` when the event did not name them).
     #[serde(default)]
     pub features: Option<Vec<String>>,
+    /// The first step and the length of the windows it opened (the event's
+    /// `window_start_step`, `window_num_steps`); optional extras, `null` when the event did
+    /// not say. The page links the trigger to `#window-<feature>-<window_start_step>`
+    /// (`docs/report.md`, "Anchors").
+    #[serde(default)]
+    pub window_start_step: Option<i64>,
+    #[serde(default)]
+    pub window_num_steps: Option<i64>,
 }
 
 /// One rule's finding. Its evidence is the rule's own typed struct (`rules/<rule>.rs`); read

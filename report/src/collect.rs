@@ -576,8 +576,14 @@ pub fn trigger(e: &crate::read::Event<'_>) -> Option<crate::model::Trigger> {
         median_ms,
         start_s: e.start_us as f64 / 1e6 - ms / 1000.0,
         features,
-        window_start_step: e.args.get(timeline::trigger_key::WINDOW_START_STEP).and_then(serde_json::Value::as_i64),
-        window_num_steps: e.args.get(timeline::trigger_key::WINDOW_NUM_STEPS).and_then(serde_json::Value::as_i64),
+        window_start_step: e
+            .args
+            .get(timeline::trigger_key::WINDOW_START_STEP)
+            .and_then(serde_json::Value::as_i64),
+        window_num_steps: e
+            .args
+            .get(timeline::trigger_key::WINDOW_NUM_STEPS)
+            .and_then(serde_json::Value::as_i64),
     })
 }
 

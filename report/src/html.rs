@@ -227,21 +227,21 @@ fn stat_cells(count: u64, stats: [Option<f64>; 5]) -> String {
 /// Under a mode's charts: the step chart's axis, the steps above it, the warm-up.
 fn step_chart_notes(out: &mut String, c: &crate::model::StepChart, t0: f64) {
     for w in &c.warmup {
-        let steps = if w.steps == 1 {
-            format!("step {}", w.first_step)
+        let (steps, took) = if w.steps == 1 {
+            (format!("step (step {})", w.first_step), "took")
         } else {
-            format!("{} steps ({}–{})", w.steps, w.first_step, w.last_step)
+            (format!("{} steps ({}–{})", w.steps, w.first_step, w.last_step), "took on average")
         };
         let _ = writeln!(
             out,
             "<p class=\"note warmup\"><span class=\"legend-key\" style=\"background:rgba(31,119,180,0.25)\"></span>\
-             <b>Warm-up</b> of {}: its first {} took {} ms in all, {}× its median step of {} ms \
-             (until {}; shaded blue on the charts).</p>",
+             <b>Warm-up</b> of {}: its first {} {took} {}× its median step of {} ms \
+             ({} ms in all, until {}; shaded blue on the charts).</p>",
             esc(&w.rank),
             esc(&steps),
-            esc(&num(Some(w.ms))),
             esc(&num(Some(w.ms / w.steps.max(1) as f64 / w.median_ms))),
             esc(&num(Some(w.median_ms))),
+            esc(&num(Some(w.ms))),
             esc(&offset(Some(w.end_s), t0))
         );
     }
@@ -428,11 +428,8 @@ fn section_findings(out: &mut String, findings: &[Finding], t0: f64) {
             (false, true) => ("finding", "not triggered"),
             (false, false) => ("finding not-evaluated", "not evaluated"),
         };
-        let _ = write!(
-            out,
-            "<div class=\"{class}\"><h3>{}<span class=\"badge\">{badge}</span>",
-            esc(&f.rule)
-        );
+        let _ =
+            write!(out, "<div class=\"{class}\"><h3>{}<span class=\"badge\">{badge}</span>", esc(&f.rule));
         if let Some(p) = &f.preliminary {
             let _ = write!(out, "<span class=\"badge preliminary\">{}</span>", esc(&p.label()));
         }
@@ -768,7 +765,12 @@ fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) 
         let above = c
             .above
             .iter()
-            .map(|o| OutlierData { rank: &o.rank, step: o.step, t: round(o.start_s - t0, T_DECIMALS), ms: round(o.ms, MS_DECIMALS) })
+            .map(|o| OutlierData {
+                rank: &o.rank,
+                step: o.step,
+                t: round(o.start_s - t0, T_DECIMALS),
+                ms: round(o.ms, MS_DECIMALS),
+            })
             .collect();
         for w in &c.warmup {
             bands.push(band(w.start_s - t0, w.end_s - t0, "warmup"));
@@ -1080,6 +1082,145 @@ mod tests {
         assert!(table.contains("and 10 more rows"), "{table}");
         // The rank that triggered comes first; its steps are listed up to ten.
         assert!(table.contains("<tr><td>59-algo-1</td><td>TRAIN</td><td class=\"n\">200</td><td class=\"n\">12.5</td><td class=\"n\">11</td><td>0, 1, 2, 3, 4, 5, 6, 7, 8, 9, …</td><td class=\"n\">yes</td></tr>"), "{table}");
+    }
+
+    /// A short job's findings: every evidence table has units and rounded numbers, no JSON
+    /// text; the preliminary ones say so in their badge.
+    #[test]
+    fn evidence_is_tables_with_units_and_preliminary_is_said() {
+        let mut agg = crate::rules::tests::run_with(None, 481, 95.0, 0.0, &[(3.0, 10.0), (90.0, 30.0)]);
+        let steps =
+            (0..200).map(|i| crate::collect::StepRec { start_us: i * 1000, dur_us: 500 + i % 7, step: i });
+        agg.steps.entry("TRAIN".into()).or_default().insert("0-algo-1".into(), steps.collect());
+        let findings = crate::rules::all(&mut agg, Some(990.0));
+        let page = render(&ReportModel { findings: findings.clone(), ..ReportModel::default() });
+        let section =
+            page.split("<section id=\"findings\">").nth(1).unwrap().split("</section>").next().unwrap();
+        assert_eq!(
+            section
+                .matches("<span class=\"badge preliminary\">preliminary: 481 of 1000 datapoints</span>")
+                .count(),
+            6,
+            "{section}"
+        );
+        // No JSON text: no braces, no quotes (escaped or not), no long decimals.
+        for bad in ["{", "}", "&quot;", "\"p50\""] {
+            assert!(!section.contains(bad), "{bad} in {section}");
+        }
+        let long = regex_like_long_decimal(section);
+        assert!(long.is_none(), "an unrounded number: {long:?}");
+        // Units: on the facts' values and in the columns' headers.
+        assert!(
+            section.contains("<tr><th>gpu_threshold</th><td class=\"code\">10.0 %</td></tr>"),
+            "{section}"
+        );
+        assert!(section.contains("<tr><th>patience</th><td class=\"code\">1000 datapoints</td></tr>"));
+        assert!(section.contains("<th>window_p95 <span class=\"unit\">(%)</span></th>"));
+        assert!(section.contains("<th>threshold_ms <span class=\"unit\">(ms)</span></th>"));
+        // Every measured number of every rule's table has its unit declared.
+        for f in &findings {
+            let t = f.evidence.present();
+            for (k, v) in &t.facts {
+                if matches!(v, Cell::Num(_)) {
+                    assert!(t.units.iter().any(|u| u.0 == *k), "{}: fact {k} has no unit", f.rule);
+                }
+            }
+            for row in &t.rows {
+                for (c, v) in t.columns.iter().zip(row) {
+                    if matches!(v, Cell::Num(_)) {
+                        assert!(t.units.iter().any(|u| u.0 == *c), "{}: column {c} has no unit", f.rule);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The first number with more than 3 decimals in `s`, if any.
+    fn regex_like_long_decimal(s: &str) -> Option<String> {
+        let b = s.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'.' && i > 0 && b[i - 1].is_ascii_digit() {
+                let n = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+                if n > 3 {
+                    return Some(s[i.saturating_sub(5)..(i + 1 + n).min(s.len())].to_owned());
+                }
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// The step chart draws only what the model carries: its axis and the steps above it.
+    #[test]
+    fn the_step_chart_takes_its_axis_and_marks_from_the_model() {
+        let mut ranks = BTreeMap::new();
+        let steps: Vec<crate::collect::StepRec> = (0..300)
+            .map(|i| crate::collect::StepRec {
+                start_us: 1_000_000_000_000 + i * 40_000,
+                dur_us: if i == 0 { 4_000_000 } else { 30_000 + (i % 5) * 1000 },
+                step: i,
+            })
+            .collect();
+        ranks.insert("0-a".to_owned(), steps);
+        let mut m = ReportModel::default();
+        m.steps.insert("TRAIN".into(), crate::mode_steps(&ranks));
+        m.job.start_s = Some(1_000_000.0);
+        let page = render(&m);
+        let data = page.split("id=\"report-data\">").nth(1).unwrap().split("</script>").next().unwrap();
+        let v: Value = serde_json::from_str(data).unwrap();
+        let mode = &v["modes"][0];
+        assert_eq!(mode["y"], serde_json::json!([0.0, 51.0]));
+        assert_eq!(mode["above"], serde_json::json!([{"rank": "0-a", "step": 0, "t": 0.0, "ms": 4000.0}]));
+        // The warm-up is shaded and said.
+        assert!(
+            v["bands"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|b| b["kind"] == "warmup" && b["a"] == 0.0 && b["b"] == 4.0)
+        );
+        assert!(page.contains("<b>Warm-up</b> of 0-a: its first step (step 0) took 125× its median step of 32.0 ms (4000 ms in all"), "{page}");
+        assert!(
+            page.contains("1 steps longer than the chart&#39;s axis (51.0 ms, 1.5 × the p99 step)")
+                || page.contains("1 steps longer than the chart's axis (51.0 ms, 1.5 × the p99 step)")
+        );
+        // The histogram's overflow bin is drawn as wide as the others, its range in the data.
+        assert_eq!(mode["hist"]["over"][1], 4000.0);
+        let edges = mode["hist"]["edges"].as_array().unwrap();
+        let w = edges[1].as_f64().unwrap() - edges[0].as_f64().unwrap();
+        let last = edges[edges.len() - 1].as_f64().unwrap() - edges[edges.len() - 2].as_f64().unwrap();
+        assert!((last - w).abs() < 0.02, "{w} {last}");
+    }
+
+    /// A trigger links what it opened to where the page shows it: the window's own anchor
+    /// when the page has one, else the feature's section, else nothing.
+    #[test]
+    fn a_trigger_links_its_windows() {
+        let ids = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<std::collections::HashSet<_>>();
+        let page = ids(&["framework", "detailed", "window-detailed-203", "python-windows"]);
+        assert_eq!(window_anchor("detailed", Some(203), &page).as_deref(), Some("window-detailed-203"));
+        assert_eq!(window_anchor("detailed", Some(206), &page).as_deref(), Some("detailed"));
+        assert_eq!(window_anchor("python", Some(203), &page).as_deref(), Some("python-windows"));
+        assert_eq!(window_anchor("native", Some(203), &page), None);
+        assert_eq!(window_anchor("dataloader", None, &page).as_deref(), Some("framework"));
+        let t = Trigger {
+            rank: "0-a".into(),
+            step: 202,
+            ms: 1000.0,
+            median_ms: 30.0,
+            start_s: 0.0,
+            features: Some(vec!["detailed".into(), "python".into(), "native".into()]),
+            window_start_step: Some(203),
+            window_num_steps: Some(2),
+        };
+        assert_eq!(
+            opened(&t, &page),
+            "steps 203–204: <a href=\"#window-detailed-203\">detailed</a>, <a href=\"#python-windows\">python</a>, native"
+        );
+        // On a rendered page: the python windows are in the framework section here.
+        let m = ReportModel { triggers: vec![t], ..ReportModel::default() };
+        assert!(render(&m).contains("<a href=\"#framework\">python</a>"));
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub const STRAGGLER_RATIO: f64 = 1.2;
 pub const BULK_MARGIN: f64 = 1.5;
 /// A rank's warm-up: its leading steps each longer than this × its median step…
 pub const WARMUP_RATIO: f64 = 1.5;
-/// …at most this share of its steps.
+/// …when they are at most this share of its steps (more is a slow phase, not a warm-up).
 pub const WARMUP_MAX_SHARE: f64 = 0.1;
 /// Largest stats file read (cProfile / pyinstrument).
 pub const MAX_STATS_BYTES: u64 = 64 << 20;
@@ -176,7 +176,12 @@ pub fn step_chart(
             let ms = s.dur_us as f64 / 1000.0;
             if ms > y_max_ms {
                 above_count += 1;
-                above.push(Outlier { rank: rank.clone(), step: s.step, start_s: s.start_us as f64 / 1e6, ms });
+                above.push(Outlier {
+                    rank: rank.clone(),
+                    step: s.step,
+                    start_s: s.start_us as f64 / 1e6,
+                    ms,
+                });
                 if above.len() >= 2 * MAX_OUTLIERS {
                     keep_longest(&mut above);
                 }
@@ -188,10 +193,11 @@ pub fn step_chart(
         let most = (by_start.len() as f64 * WARMUP_MAX_SHARE).floor() as usize;
         let n = by_start
             .iter()
-            .take(most)
+            .take(most + 1)
             .take_while(|s| s.dur_us as f64 / 1000.0 > WARMUP_RATIO * median)
             .count();
-        if n > 0 {
+        // Longer than a tenth of the steps: a slow phase, not a warm-up.
+        if n > 0 && n <= most {
             let w = &by_start[..n];
             warmup.push(Warmup {
                 rank: rank.clone(),
@@ -538,6 +544,57 @@ mod tests {
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].rank, "3-a");
         assert!((s[0].ratio - 130.0 / 105.0).abs() < 1e-12);
+    }
+
+    /// The H200 fixture's shape: a 4 s first step, a few windows' steps of about a second,
+    /// and 30-35 ms steps. The axis fits the 30-35 ms bulk, the long steps are listed above
+    /// it, and the first step is the warm-up.
+    #[test]
+    fn the_step_chart_fits_the_bulk_and_calls_out_the_warm_up() {
+        let ms = |i: i64| match i {
+            0 => 4000.0,
+            1 => 120.0,
+            202 | 205 | 208 => 1000.0,
+            _ => 30.0 + (i % 5) as f64,
+        };
+        let steps: Vec<collect::StepRec> = (0..850)
+            .map(|i| collect::StepRec { start_us: i * 40_000, dur_us: (ms(i) * 1000.0) as i64, step: i })
+            .collect();
+        let mut ranks = BTreeMap::new();
+        ranks.insert("0-a".to_owned(), steps);
+        let m = mode_steps(&ranks);
+        let c = &m.chart;
+        // p99 of the steps is 34 ms: the axis runs to 1.5 × that, not to 4,000 ms.
+        assert_eq!(c.y_min_ms, 0.0);
+        assert!((c.y_max_ms - 51.0).abs() < 1e-9, "{}", c.y_max_ms);
+        let above: Vec<(i64, f64)> = c.above.iter().map(|o| (o.step, o.ms)).collect();
+        assert_eq!(above, [(0, 4000.0), (202, 1000.0), (205, 1000.0), (208, 1000.0), (1, 120.0)]);
+        assert_eq!(c.above_count, 5);
+        // The warm-up: steps 0 and 1 (each longer than 1.5 × the 32 ms median), not 202.
+        assert_eq!(c.warmup.len(), 1);
+        let w = &c.warmup[0];
+        assert_eq!((w.rank.as_str(), w.steps, w.first_step, w.last_step), ("0-a", 2, 0, 1));
+        assert_eq!(w.ms, 4120.0);
+        assert_eq!(w.median_ms, 32.0);
+        assert_eq!((w.start_s, w.end_s), (0.0, 4.0));
+        // Steady steps: no warm-up, and nothing above an axis that holds every step.
+        let flat: Vec<collect::StepRec> =
+            (0..200).map(|i| collect::StepRec { start_us: i * 1000, dur_us: 10_000, step: i }).collect();
+        ranks.insert("0-a".to_owned(), flat);
+        let c = mode_steps(&ranks).chart;
+        assert!(c.warmup.is_empty() && c.above.is_empty() && c.above_count == 0);
+        assert!((c.y_max_ms - 10.5).abs() < 1e-9);
+        // A warm-up is at most a tenth of the steps: half the job slow is no warm-up.
+        let slowing: Vec<collect::StepRec> = (0..100)
+            .map(|i| collect::StepRec {
+                start_us: i * 1000,
+                dur_us: if i < 50 { 100_000 } else { 10_000 },
+                step: i,
+            })
+            .collect();
+        ranks.insert("0-a".to_owned(), slowing);
+        let c = mode_steps(&ranks).chart;
+        assert!(c.warmup.is_empty(), "{:?}", c.warmup);
     }
 
     #[test]

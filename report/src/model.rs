@@ -165,7 +165,7 @@ pub struct StepChart {
 }
 
 /// A rank's warm-up: its first steps (by start time) that are each longer than
-/// `WARMUP_RATIO` × the rank's median step, at most a tenth of its steps.
+/// `WARMUP_RATIO` (1.5) × the rank's median step, when they are at most a tenth of its steps.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Warmup {
     pub rank: String,

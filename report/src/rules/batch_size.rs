@@ -202,7 +202,9 @@ mod tests {
         let b = get(&f, "BatchSize");
         assert!(b.triggered && b.summary.contains("gpu1 on algo-1"), "{}", b.summary);
         assert!(!b.summary.contains("gpu0"), "{}", b.summary);
-        assert!(!get(&all(&mut run(600, 20.0, 0.0, &[(90.0, 30.0), (90.0, 30.0)]), None), "BatchSize").triggered);
+        assert!(
+            !get(&all(&mut run(600, 20.0, 0.0, &[(90.0, 30.0), (90.0, 30.0)]), None), "BatchSize").triggered
+        );
         // 500 values are not enough.
         assert!(!get(&all(&mut run(500, 20.0, 0.0, &[(3.0, 30.0)]), None), "BatchSize").evaluated);
     }

@@ -247,7 +247,10 @@ mod tests {
         let f = all(&mut a, Some(1000.0));
         let cpu = get(&f, "CPUBottleneck");
         assert!(cpu.evaluated && cpu.triggered, "{cpu:?}");
-        assert_eq!(cpu.preliminary.as_ref().map(super::super::Preliminary::label).as_deref(), Some("preliminary: 20 of 1000 datapoints"));
+        assert_eq!(
+            cpu.preliminary.as_ref().map(super::super::Preliminary::label).as_deref(),
+            Some("preliminary: 20 of 1000 datapoints")
+        );
         // A busy GPU: no bottleneck.
         let mut a = run(20, 95.0, 0.0, &[(80.0, 10.0)]);
         assert!(!get(&all(&mut a, None), "CPUBottleneck").triggered);

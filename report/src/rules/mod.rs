@@ -608,7 +608,14 @@ pub(crate) mod tests {
             all(&mut a, None)
         };
         let f = short(None);
-        for rule in ["CPUBottleneck", "IOBottleneck", "LowGPUUtilization", "GPUMemoryIncrease", "BatchSize", "LoadBalancing"] {
+        for rule in [
+            "CPUBottleneck",
+            "IOBottleneck",
+            "LowGPUUtilization",
+            "GPUMemoryIncrease",
+            "BatchSize",
+            "LoadBalancing",
+        ] {
             let x = get(&f, rule);
             assert!(x.evaluated, "{rule}: {x:?}");
             let p = x.preliminary.as_ref().unwrap_or_else(|| panic!("{rule}: {x:?}"));
@@ -620,7 +627,10 @@ pub(crate) mod tests {
         assert!(get(&f, "LoadBalancing").triggered);
         assert!(!get(&f, "IOBottleneck").triggered);
         let d = get(&f, "Dataloader");
-        assert_eq!(d.preliminary.as_ref().map(Preliminary::label).as_deref(), Some("preliminary: 1 of 10 seconds"));
+        assert_eq!(
+            d.preliminary.as_ref().map(Preliminary::label).as_deref(),
+            Some("preliminary: 1 of 10 seconds")
+        );
         // Rules without a patience are never preliminary.
         for rule in ["StepOutlier", "MaxInitializationTime", "OverallSystemUsage"] {
             assert!(get(&f, rule).preliminary.is_none(), "{rule}");
@@ -641,7 +651,10 @@ pub(crate) mod tests {
         // The label reaches --json and reads back.
         let f = short(None);
         let v = serde_json::to_value(&f[0]).unwrap();
-        assert_eq!(v["preliminary"], serde_json::json!({"datapoints": 481, "patience": 1000, "unit": "datapoints"}));
+        assert_eq!(
+            v["preliminary"],
+            serde_json::json!({"datapoints": 481, "patience": 1000, "unit": "datapoints"})
+        );
         let back: Finding = serde_json::from_value(v).unwrap();
         assert_eq!(back, f[0]);
     }

@@ -629,7 +629,8 @@ struct ModeData<'a> {
     per_rank: Vec<RankStatsData<'a>>,
     /// The step chart's y axis, ms (`steps.<mode>.chart`), and the steps above it, drawn at
     /// its top edge with their values in the legend.
-    y: [f64; 2],
+    /// `null` for a model without the chart (an older one): the page then fits the axis.
+    y: Option<[f64; 2]>,
     above: Vec<OutlierData<'a>>,
 }
 
@@ -775,7 +776,7 @@ fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) 
         for w in &c.warmup {
             bands.push(band(w.start_s - t0, w.end_s - t0, "warmup"));
         }
-        let y = [round(c.y_min_ms, MS_DECIMALS), round(c.y_max_ms, MS_DECIMALS)];
+        let y = (c.y_max_ms > c.y_min_ms).then(|| [round(c.y_min_ms, MS_DECIMALS), round(c.y_max_ms, MS_DECIMALS)]);
         modes.push(ModeData { mode, hist, ranks, outliers, per_rank, y, above });
     }
     for t in &m.triggers {

@@ -776,7 +776,8 @@ fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) 
         for w in &c.warmup {
             bands.push(band(w.start_s - t0, w.end_s - t0, "warmup"));
         }
-        let y = (c.y_max_ms > c.y_min_ms).then(|| [round(c.y_min_ms, MS_DECIMALS), round(c.y_max_ms, MS_DECIMALS)]);
+        let y = (c.y_max_ms > c.y_min_ms)
+            .then(|| [round(c.y_min_ms, MS_DECIMALS), round(c.y_max_ms, MS_DECIMALS)]);
         modes.push(ModeData { mode, hist, ranks, outliers, per_rank, y, above });
     }
     for t in &m.triggers {

@@ -832,6 +832,32 @@ mod tests {
         assert_eq!(skipped.len(), 1, "{skipped:?}");
     }
 
+    /// A finding judged on less than its patience says so on its line, and one line names
+    /// every preliminary finding (docs/report.md, "Short jobs").
+    #[test]
+    fn preliminary_findings_are_said_in_the_text_lines() {
+        let mut agg = trainprof_report::collect::Agg::new(None);
+        for i in 0..481 {
+            let t = trainprof_report::read::Tick {
+                t_s: 1000.0 + f64::from(i) * 0.1,
+                cores: vec![(0, 95.0)],
+                gpus: vec![("gpu0".into(), Some(3.0), Some(10.0))],
+                ..Default::default()
+            };
+            agg.tick("algo-1", &t);
+        }
+        agg.finish();
+        let model =
+            ReportModel { findings: trainprof_report::rules::all(&mut agg, None), ..Default::default() };
+        let lines = triggered_lines(&model);
+        assert!(
+            lines.contains(&"finding: CPUBottleneck: On algo-1, 100.0 % of the datapoints had a GPU below 10 % while a CPU core above 90 % (threshold: more than 50 % at any minute). (preliminary: 481 of 1000 datapoints)".to_owned()),
+            "{lines:#?}"
+        );
+        let last = lines.last().unwrap();
+        assert!(last.starts_with("findings judged on less than their patience of data: CPUBottleneck (preliminary: 481 of 1000 datapoints), "), "{last}");
+    }
+
     #[test]
     fn an_existing_output_is_never_replaced() {
         let dir = tempfile::tempdir().unwrap();

@@ -422,6 +422,16 @@ fn section_findings(out: &mut String, findings: &[Finding], t0: f64) {
          with their default thresholds).</p>",
         findings.len()
     );
+    let prelim = findings.iter().filter(|f| f.preliminary.is_some()).count();
+    if prelim > 0 {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">{prelim} of them are <b>preliminary</b>: the job has less data than \
+             the rule waits for (its patience), so they are judged on what there is \
+             (<code>trainprof report --patience 1000</code> leaves them not evaluated, as SageMaker \
+             does).</p>"
+        );
+    }
     for f in findings {
         let (class, badge) = match (f.triggered, f.evaluated) {
             (true, _) => ("finding triggered", "triggered"),

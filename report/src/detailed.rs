@@ -184,7 +184,23 @@ fn arg_i64(e: &crate::read::Event<'_>, k: &str) -> Option<i64> {
 }
 
 impl Collector {
-    fn name(&mut self, name: &str) -> u32 {
+    /// The id of a name as shown: a mangled kernel name (CUPTI reports some CUTLASS and cuDNN
+    /// kernels mangled, `_ZN17cutlass…`) is demangled first, as the native windows' names are
+    /// (`docs/report.md`, "Native windows"); the mangled spelling then maps to the same id, so
+    /// each distinct name is demangled once.
+    fn name(&mut self, raw: &str) -> u32 {
+        if let Some(&i) = self.name_ids.get(raw) {
+            return i;
+        }
+        if !(raw.starts_with("_Z") || raw.starts_with("_R")) || self.names.len() >= MAX_NAMES {
+            return self.intern(raw);
+        }
+        let i = self.intern(&crate::native::display_name(raw));
+        self.name_ids.insert(raw.to_owned(), i);
+        i
+    }
+
+    fn intern(&mut self, name: &str) -> u32 {
         if let Some(&i) = self.name_ids.get(name) {
             return i;
         }
@@ -992,6 +1008,20 @@ mod tests {
 
     fn share(v: &[Share], name: &str) -> f64 {
         v.iter().find(|s| s.name == name).map(|s| s.ms).unwrap()
+    }
+
+    /// A mangled kernel name is shown and classed demangled, and counts as one name with its
+    /// demangled spelling.
+    #[test]
+    fn mangled_kernel_names_are_demangled() {
+        let mut c = Collector::default();
+        let a = c.name("_ZN17cutlass__5x_cudnn6KernelI4ConvEEvNT_6ParamsE");
+        let b = c.name("_ZN17cutlass__5x_cudnn6KernelI4ConvEEvNT_6ParamsE");
+        assert_eq!(a, b);
+        let shown = c.names[a as usize].clone();
+        assert!(shown.starts_with("void cutlass__5x_cudnn::Kernel<Conv>("), "{shown}");
+        assert_eq!(usize::from(c.classes[a as usize]), 3);
+        assert_eq!(c.name(&shown), a);
     }
 
     #[test]

@@ -155,6 +155,40 @@ pub struct ModeSteps {
     pub per_rank: BTreeMap<String, StepStats>,
     pub stragglers: Vec<Straggler>,
     pub outliers: Vec<Outlier>,
+    /// The step-time chart's axis, the steps above it and the warm-up (`docs/report.md`,
+    /// "The step chart"): the page draws only these.
+    #[serde(default)]
+    pub chart: StepChart,
+}
+
+/// The step-time chart of a mode.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct StepChart {
+    /// The y axis, ms: from 0 to 1.5 × the p99 step when longer steps exist (the bulk),
+    /// else to 1.05 × the longest step.
+    pub y_min_ms: f64,
+    pub y_max_ms: f64,
+    /// Steps above `y_max_ms` (drawn at the axis's top edge), longest first, at most
+    /// `MAX_OUTLIERS`; `above_count` counts them all.
+    pub above: Vec<Outlier>,
+    pub above_count: u64,
+    /// Per rank, its warm-up (ranks without one are left out).
+    pub warmup: Vec<Warmup>,
+}
+
+/// A rank's warm-up: its first steps (by start time) that are each longer than
+/// `WARMUP_RATIO` (1.5) × the rank's median step, when they are at most a tenth of its steps.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Warmup {
+    pub rank: String,
+    pub steps: u64,
+    pub first_step: i64,
+    pub last_step: i64,
+    pub start_s: f64,
+    pub end_s: f64,
+    /// The warm-up steps' total, and the rank's median step.
+    pub ms: f64,
+    pub median_ms: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
@@ -325,6 +359,14 @@ pub struct Trigger {
     /// optional extra (`null` when the event did not name them).
     #[serde(default)]
     pub features: Option<Vec<String>>,
+    /// The first step and the length of the windows it opened (the event's
+    /// `window_start_step`, `window_num_steps`); optional extras, `null` when the event did
+    /// not say. The page links the trigger to `#window-<feature>-<window_start_step>`
+    /// (`docs/report.md`, "Anchors").
+    #[serde(default)]
+    pub window_start_step: Option<i64>,
+    #[serde(default)]
+    pub window_num_steps: Option<i64>,
 }
 
 /// One rule's finding. Its evidence is the rule's own typed struct (`rules/<rule>.rs`); read
@@ -339,6 +381,9 @@ pub struct Finding {
     pub advice: String,
     pub evidence: Evidence,
     pub ranges: Vec<[f64; 2]>,
+    /// Judged on less than the rule's patience of data (`docs/report.md`, "Short jobs");
+    /// `null` for a full verdict, or when not evaluated.
+    pub preliminary: Option<crate::rules::Preliminary>,
 }
 
 /// A finding as JSON holds it, before its evidence is read as its rule's.
@@ -351,6 +396,8 @@ struct FindingJson {
     advice: String,
     evidence: serde_json::Value,
     ranges: Vec<[f64; 2]>,
+    #[serde(default)]
+    preliminary: Option<crate::rules::Preliminary>,
 }
 
 impl TryFrom<FindingJson> for Finding {
@@ -365,6 +412,7 @@ impl TryFrom<FindingJson> for Finding {
             summary: f.summary,
             advice: f.advice,
             ranges: f.ranges,
+            preliminary: f.preliminary,
         })
     }
 }

@@ -54,10 +54,17 @@ pub fn section(out: &mut String, d: &Detailed) {
     out.push_str("<h3>All windows</h3>\n");
     figures(out, total, "total");
     windows_table(out, d);
+    // A window's anchor (`docs/report.md`, "Anchors"): the first window that starts at a step.
+    let mut anchored = std::collections::HashSet::new();
     for (i, w) in d.windows.iter().take(MAX_WINDOW_DETAILS).enumerate() {
+        let id = if anchored.insert(w.first_step) {
+            format!(" id=\"window-detailed-{}\"", w.first_step)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "<details><summary>{} · steps {}–{}{} · {}</summary>",
+            "<details{id}><summary>{} · steps {}–{}{} · {}</summary>",
             esc(&w.rank),
             w.first_step,
             w.last_step,

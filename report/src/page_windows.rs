@@ -100,7 +100,12 @@ pub fn python_windows(out: &mut String, summary: &PythonSummary, folders: &[Pyth
         );
     }
     out.push_str("</table>\n");
+    // A step window's anchor (`docs/report.md`, "Anchors"): the first window that starts at a step.
+    let mut anchored = std::collections::HashSet::new();
     for (i, g) in summary.windows.iter().enumerate() {
+        if let Some(first) = g.first_step.filter(|f| g.kind == "steps" && anchored.insert(*f)) {
+            let _ = write!(out, "<span id=\"window-python-{first}\"></span>");
+        }
         let _ = writeln!(
             out,
             "<details{} id=\"python-window-{i}\"><summary>{} · {}</summary>",

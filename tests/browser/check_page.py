@@ -11,6 +11,11 @@
    leaves in ``data-chart-rects``) there must be drawn data: enough pixels in the series colours
    (grid, axes, text and the pale shaded ranges are none of them; for the heat map, any strong
    colour) and some contrast.
+4. The step charts (``data-step-marks``): each draws every step above its axis that the page's
+   data carries (``modes[].above``) as a triangle in the top 5 % of its plot, on the y axis the
+   data gives (``modes[].y``).
+5. The findings' evidence: tables (``table.evidence``, ``table.evidence-rows``) with no JSON text
+   (no ``{"`` or ``["``, no ``"key":`` and a value) and no number with more than 3 decimals.
 
 The network is off: ``unshare -n`` when run as root (an empty network namespace), and always a
 host-resolver rule that resolves nothing plus a proxy on a closed port.
@@ -77,6 +82,11 @@ class BodyAttrs(html.parser.HTMLParser):
         self.errors_box = None
         self.in_errors_list = False
         self.errors_text = ""
+        self.in_data = False
+        self.data_text = ""
+        self.evidence_depth = 0
+        self.evidence_tables = 0
+        self.evidence_text = []
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
@@ -86,14 +96,70 @@ class BodyAttrs(html.parser.HTMLParser):
             self.errors_box = attrs
         if attrs.get("id") == "page-errors-list":
             self.in_errors_list = True
+        if tag == "script" and attrs.get("id") == "report-data":
+            self.in_data = True
+        if tag == "table" and (attrs.get("class") or "") in ("evidence", "evidence-rows"):
+            self.evidence_depth = 1
+            self.evidence_tables += 1
+            self.evidence_text.append("")
+        elif tag == "table" and self.evidence_depth:
+            self.evidence_depth += 1
 
     def handle_endtag(self, tag):
         if tag == "pre":
             self.in_errors_list = False
+        if tag == "script":
+            self.in_data = False
+        if tag == "table" and self.evidence_depth:
+            self.evidence_depth -= 1
 
     def handle_data(self, data):
         if self.in_errors_list:
             self.errors_text += data
+        if self.in_data:
+            self.data_text += data
+        if self.evidence_depth:
+            self.evidence_text[-1] += data + " "
+
+
+LONG_DECIMAL = re.compile(r"\d\.\d{4,}")
+JSON_TEXT = re.compile(r'[{\[]\s*"|"\s*:\s*[-\d{\["tfn]')
+
+
+def check_step_marks(body, data_text, failures):
+    """Every step above a step chart's axis is drawn at its top edge, on the data's axis."""
+    try:
+        data = json.loads(data_text)
+    except ValueError as e:
+        failures.append("the page's data is unreadable: %s" % e)
+        return
+    marks = json.loads(body.get("data-step-marks") or "{}")
+    for m in data.get("modes", []):
+        mode, above, y = m.get("mode"), len(m.get("above") or []), m.get("y")
+        got = marks.get(mode)
+        if got is None:
+            failures.append("step chart %r left no data-step-marks" % mode)
+            continue
+        print("step chart %-8s axis %s ms, %d steps above it, %d drawn, %d at the top edge"
+              % (mode, y, above, got.get("drawn", -1), got.get("at_top", -1)))
+        if got.get("y") != y:
+            failures.append("step chart %r drew the axis %r, the data gives %r" % (mode, got.get("y"), y))
+        if got.get("above") != above or got.get("drawn") != above or got.get("at_top") != above:
+            failures.append("step chart %r: %d steps above the axis, marks %r" % (mode, above, got))
+
+
+def check_evidence(parser, failures):
+    """The findings' evidence: tables, rounded, no JSON text."""
+    print("evidence tables: %d" % parser.evidence_tables)
+    for text in parser.evidence_text:
+        # JSON's marks: an object or list opening on a key or string, a key and its colon (a
+        # name from the trainer may hold quotes or braces, not in that shape).
+        m = JSON_TEXT.search(text)
+        if m:
+            failures.append("evidence as JSON text (%r): %s" % (m.group(0), text.strip()[:200]))
+        m = LONG_DECIMAL.search(text)
+        if m:
+            failures.append("an unrounded number in the evidence: %s" % m.group(0))
 
 
 def region_stats(img, rect, test):
@@ -138,6 +204,8 @@ def main():
             failures.append("the error box is missing or shown")
         if "data-xss" in body:
             failures.append("a hostile name ran as script: data-xss=%r" % body["data-xss"])
+        check_step_marks(body, parser.data_text, failures)
+        check_evidence(parser, failures)
         rects = json.loads(body.get("data-chart-rects") or "[]")
         height = min(MAX_HEIGHT, int(body.get("data-page-height") or 2000))
 

@@ -258,14 +258,31 @@ fn write_html(model: &ReportModel, flag: Option<&Path>, input: &Input) -> Result
     Ok(path)
 }
 
-/// One line per triggered finding: `finding: <rule>: <summary>`.
+/// One line per triggered finding: `finding: <rule>: <summary>`, with `(preliminary: 481 of
+/// 1000 datapoints)` when judged on less than the rule's patience; then, when any finding is
+/// preliminary, one line naming them all (docs/report.md, "Short jobs").
 pub fn triggered_lines(model: &ReportModel) -> Vec<String> {
-    model
+    let mut lines: Vec<String> = model
         .findings
         .iter()
         .filter(|f| f.triggered)
-        .map(|f| format!("finding: {}: {}", f.rule, f.summary))
-        .collect()
+        .map(|f| match &f.preliminary {
+            Some(p) => format!("finding: {}: {} ({})", f.rule, f.summary, p.label()),
+            None => format!("finding: {}: {}", f.rule, f.summary),
+        })
+        .collect();
+    let prelim: Vec<String> = model
+        .findings
+        .iter()
+        .filter_map(|f| f.preliminary.as_ref().map(|p| format!("{} ({})", f.rule, p.label())))
+        .collect();
+    if !prelim.is_empty() {
+        lines.push(format!(
+            "findings judged on less than their patience of data: {}; --patience gives SageMaker's behaviour (not evaluated)",
+            prelim.join(", ")
+        ));
+    }
+    lines
 }
 
 /// `trainprof trace`.
@@ -831,6 +848,32 @@ mod tests {
         let (todo, skipped) = plan.finish("s3://b/");
         assert_eq!(todo.len(), 1);
         assert_eq!(skipped.len(), 1, "{skipped:?}");
+    }
+
+    /// A finding judged on less than its patience says so on its line, and one line names
+    /// every preliminary finding (docs/report.md, "Short jobs").
+    #[test]
+    fn preliminary_findings_are_said_in_the_text_lines() {
+        let mut agg = trainprof_report::collect::Agg::new(None);
+        for i in 0..481 {
+            let t = trainprof_report::read::Tick {
+                t_s: 1000.0 + f64::from(i) * 0.1,
+                cores: vec![(0, 95.0)],
+                gpus: vec![("gpu0".into(), Some(3.0), Some(10.0))],
+                ..Default::default()
+            };
+            agg.tick("algo-1", &t);
+        }
+        agg.finish();
+        let model =
+            ReportModel { findings: trainprof_report::rules::all(&mut agg, None), ..Default::default() };
+        let lines = triggered_lines(&model);
+        assert!(
+            lines.contains(&"finding: CPUBottleneck: On algo-1, 100.0 % of the datapoints had a GPU below 10 % while a CPU core above 90 % (threshold: more than 50 % at any minute). (preliminary: 481 of 1000 datapoints)".to_owned()),
+            "{lines:#?}"
+        );
+        let last = lines.last().unwrap();
+        assert!(last.starts_with("findings judged on less than their patience of data: CPUBottleneck (preliminary: 481 of 1000 datapoints), "), "{last}");
     }
 
     #[test]

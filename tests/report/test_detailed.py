@@ -157,3 +157,31 @@ def test_the_h200_job_names_batchnorm_the_largest_class_and_gives_the_busy_idle_
     assert "normalisation kernels (127 ms, 44 % of GPU time)" in t["sentence"]
     page = (tmp_path / "report.html").read_text()
     assert "Detailed windows" in page and "normalisation" in page and "batch_norm_collect_statistics" in page
+
+
+ARGS_FIXTURE = ROOT / "tests" / "fixtures" / "h200-resnet50-args" / "job.tar.gz"
+
+
+def test_a_real_h200_window_with_launch_args_gives_the_launch_delay_and_queued_time(trainprof_bin, tmp_path):
+    """The adapter's kernel args as a real H200 wrote them (tests/fixtures/h200-resnet50-args):
+    every kernel finds its launch, so the launch delay and the `queued` idle category are real
+    numbers, not absent."""
+    with tarfile.open(ARGS_FIXTURE) as t:
+        t.extractall(tmp_path / "job", filter="data")
+    events = []
+    for f in (tmp_path / "job" / "framework" / "pevents").glob("*/*.json"):
+        events += json.loads(f.read_text())
+    gpu_pids = {e["pid"] for e in events if e.get("ph") == "M" and str(e["args"].get("name", "")).startswith("gpu_functions")}
+    kernels = [e for e in events if e.get("ph") == "X" and e["pid"] in gpu_pids and "annotation" not in e["args"]]
+    assert len(kernels) == 2010
+    assert all({"stream", "correlation", "cpu_thread_start_time", "device"} <= e["args"].keys() for e in kernels)
+    total = report(trainprof_bin, tmp_path / "job")["detailed"]["total"]
+    assert total["windows"] == 1 and total["kernels"] == 2010
+    delay = total["launch_delay"]
+    assert delay["kernels"] == 2010
+    assert 1 <= delay["p50_us"] <= 100, delay
+    idle = {c["name"]: c["ms"] for c in total["idle"]}
+    assert idle["queued"] > 0
+    classes = sorted(total["classes"], key=lambda c: -c["ms"])
+    assert classes[0]["name"] == "normalisation" and 40 <= classes[0]["pct"] <= 48
+    assert "A kernel started a median" in total["sentence"]

@@ -1,6 +1,6 @@
 """Open a report page in headless Chromium with the network off and check it (scripts/test-browser).
 
-    check_page.py PAGE.html OUT_DIR [--expect-charts N]
+    check_page.py PAGE.html OUT_DIR [--expect-charts N] [--sections ID,...] [--may-be-flat NAME,...]
 
 1. ``--dump-dom``: the page's own marks on <body>: ``data-charts`` = "<drawn>/<expected>" with
    drawn == expected > 0 (and == N when given), ``data-errors`` = "0" (script errors, console.error
@@ -16,6 +16,13 @@
    data gives (``modes[].y``).
 5. The findings' evidence: tables (``table.evidence``, ``table.evidence-rows``) with no JSON text
    (no ``{"`` or ``["``, no ``"key":`` and a value) and no number with more than 3 decimals.
+6. ``--sections``: each named window section has what it draws without script, in the DOM
+   (``detailed``: the busy/idle bar with its parts and the kernel-class and top tables;
+   ``native``: the redrawn flame graph, an inline ``<svg>`` with frames; ``python-windows``:
+   the windows' table with named windows), and no ``<script`` inside any of them.
+7. ``--may-be-flat``: charts (by name) whose series may all be zero in that job (a job with no
+   network traffic draws its line on the x axis, which the screenshot cannot tell from blank);
+   they must still have drawn (step 1), only the pixel test is skipped for them.
 
 The network is off: ``unshare -n`` when run as root (an empty network namespace), and always a
 host-resolver rule that resolves nothing plus a proxy on a closed port.
@@ -175,11 +182,45 @@ def region_stats(img, rect, test):
     return grey, drawn / max(1, len(px))
 
 
+def section_html(dom, sid):
+    """The markup of the element with id ``sid`` up to the next section (or the end)."""
+    m = re.search(r'<(section|h3|div|details)[^>]*\bid="%s"' % re.escape(sid), dom)
+    if not m:
+        return None
+    end = dom.find("<section", m.end())
+    return dom[m.start():end if end >= 0 else len(dom)]
+
+
+SECTION_CHECKS = {
+    "detailed": [(r'class="dw-bar"', 1, "the busy/idle bar"), (r'<div title="[^"]*%" style="width:', 2, "the bar's parts (busy, idle)"),
+                 (r"<table", 3, "the busy/idle, kernel-class and top tables")],
+    "native": [(r"<svg", 1, "the flame graph"), (r"<rect", 10, "flame graph frames")],
+    "python-windows": [(r"<table", 1, "the windows' table"), (r"· cProfile|· pyinstrument", 1, "a named window")],
+}
+
+
+def check_sections(dom, ids, failures):
+    for sid in ids:
+        part = section_html(dom, sid)
+        if part is None:
+            failures.append("no section %r on the page" % sid)
+            continue
+        if "<script" in part:
+            failures.append("section %r holds a script element" % sid)
+        for pattern, least, what in SECTION_CHECKS.get(sid, []):
+            n = len(re.findall(pattern, part))
+            if what and n < least:
+                failures.append("section %r: %s missing (%d of at least %d)" % (sid, what, n, least))
+        print("section %-16s %7d characters" % (sid, len(part)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("page")
     ap.add_argument("out")
     ap.add_argument("--expect-charts", type=int)
+    ap.add_argument("--sections", default="", help="comma list of window sections that must be drawn")
+    ap.add_argument("--may-be-flat", default="", help="comma list of chart names whose series may all be 0")
     args = ap.parse_args()
     failures = []
     profile = tempfile.mkdtemp(prefix="trainprof-chromium-")
@@ -206,6 +247,8 @@ def main():
             failures.append("a hostile name ran as script: data-xss=%r" % body["data-xss"])
         check_step_marks(body, parser.data_text, failures)
         check_evidence(parser, failures)
+        check_sections(proc.stdout, [x for x in args.sections.split(",") if x], failures)
+        flat = {x for x in args.may_be_flat.split(",") if x}
         rects = json.loads(body.get("data-chart-rects") or "[]")
         height = min(MAX_HEIGHT, int(body.get("data-page-height") or 2000))
 
@@ -229,7 +272,9 @@ def main():
                 sd, col = st
                 ok = sd >= MIN_STDDEV and col >= MIN_DRAWN
                 print("%-34s %10.1f %9.2f%% %s" % (name[:34], sd, 100 * col, "" if ok else "BLANK"))
-                if not ok:
+                if not ok and name in flat:
+                    print("%-34s (may be flat: its series are all 0 in this job)" % "")
+                elif not ok:
                     failures.append("chart %r looks blank (grey sd %.1f, drawn %.3f%%)" % (name, sd, 100 * col))
     finally:
         shutil.rmtree(profile, ignore_errors=True)

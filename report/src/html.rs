@@ -126,8 +126,8 @@ fn section_job(out: &mut String, job: &Job) {
         out,
         "Profiled",
         format!(
-            "{} detailed steps, {} dataloader events, {} Python profiling windows",
-            p.detailed_steps, p.dataloader_events, p.python_windows
+            "{} detailed steps, {} dataloader events, {} Python profiling windows ({} folders), {} native windows",
+            p.detailed_steps, p.dataloader_events, p.python_windows, p.python_folders, p.native_windows
         ),
     );
     row(out, "Dropped events", job.dropped_events.to_string());

@@ -72,6 +72,8 @@ pub fn build(root: &Path, source: &str, opts: &Options) -> Result<ReportModel, E
     agg.finish();
     let (python, python_summary) = python_windows(&dir, &stats, &mut skipped);
     let mut m = assemble(agg, python, source, skipped);
+    m.job.profiled.python_windows = python_summary.windows.len() as u64;
+    m.job.profiled.native_windows = native.len() as u64;
     m.python_summary = python_summary;
     m.native = native;
     Ok(m)
@@ -344,7 +346,10 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         profiled: Profiled {
             detailed_steps: agg.detailed.len() as u64,
             dataloader_events: agg.dataloader_events,
-            python_windows: python.len() as u64,
+            // The windows as named, and the native ones: set by `build` once read.
+            python_windows: 0,
+            python_folders: python.len() as u64,
+            native_windows: 0,
         },
         // The hook's drop counters are not in the files yet (docs/report.md).
         dropped_events: 0,

@@ -83,7 +83,13 @@ pub struct Capped {
 pub struct Profiled {
     pub detailed_steps: u64,
     pub dataloader_events: u64,
+    /// Python profiling windows as named on the page (`python_summary.windows`).
     pub python_windows: u64,
+    /// Their folders (two a profiled step).
+    #[serde(default)]
+    pub python_folders: u64,
+    #[serde(default)]
+    pub native_windows: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]

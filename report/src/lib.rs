@@ -6,6 +6,7 @@
 //! folder the trainer's user could write.
 
 pub mod collect;
+pub mod compare;
 pub mod html;
 pub mod marshal;
 pub mod model;
@@ -47,18 +48,59 @@ pub enum Error {
 /// Reads the LocalPath at `root` and computes the model. `source` is what the user gave
 /// (a path or `s3://…`), kept in the model.
 pub fn build(root: &Path, source: &str, opts: &Options) -> Result<ReportModel, Error> {
+    build_inner(root, source, opts, |_| {}, false).map(|(m, _)| m)
+}
+
+/// What [`build_with`] hands back beside the model, for `trainprof compare`
+/// (`compare.rs`): every step record (mode → rank → steps in the order read) and each
+/// system node's ticks, first and last tick time.
+#[derive(Debug, Default)]
+pub struct Raw {
+    pub steps: BTreeMap<String, BTreeMap<String, Vec<collect::StepRec>>>,
+    pub node_ticks: BTreeMap<String, (u64, f64, f64)>,
+}
+
+/// [`build`], with every timeline event also handed to `on_event` during the one pass, and
+/// the [`Raw`] records kept.
+pub fn build_with(
+    root: &Path,
+    source: &str,
+    opts: &Options,
+    on_event: impl FnMut(&read::Event<'_>),
+) -> Result<(ReportModel, Raw), Error> {
+    build_inner(root, source, opts, on_event, true)
+}
+
+fn build_inner(
+    root: &Path,
+    source: &str,
+    opts: &Options,
+    mut on_event: impl FnMut(&read::Event<'_>),
+    keep_raw: bool,
+) -> Result<(ReportModel, Raw), Error> {
     let dir = Dir::open_root(root, false).map_err(|e| Error::Root(root.display().to_string(), e))?;
     let mut skipped = read::Skipped::leaving_out(opts.leave_out.clone());
     let mut agg = Agg::new(opts.patience);
     read::system_ticks(&dir, &mut skipped, |node, t| agg.tick(node, &t));
-    read::timeline_events(&dir, &mut skipped, &|_, _| true, |e| agg.event(e));
+    read::timeline_events(&dir, &mut skipped, &|_, _| true, |e| {
+        agg.event(e);
+        on_event(e);
+    });
     let stats = read::stats_files(&dir, &mut skipped);
     if agg.nodes.is_empty() && agg.ranks.is_empty() && stats.is_empty() {
         return Err(Error::Empty(root.display().to_string()));
     }
     agg.finish();
     let python = python_windows(&dir, &stats, &mut skipped);
-    Ok(assemble(agg, python, source, skipped))
+    let raw = if keep_raw {
+        Raw {
+            steps: agg.steps.clone(),
+            node_ticks: agg.nodes.iter().map(|(k, n)| (k.clone(), (n.ticks, n.first_s, n.last_s))).collect(),
+        }
+    } else {
+        Raw::default()
+    };
+    Ok((assemble(agg, python, source, skipped), raw))
 }
 
 fn python_windows(dir: &Dir, files: &[read::StatsFile], skipped: &mut read::Skipped) -> Vec<PythonWindow> {

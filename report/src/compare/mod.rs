@@ -82,9 +82,25 @@ pub struct ModeRun {
     pub windows: u64,
     /// The kept steps' span (epoch s): the first start and the last end.
     pub span: Option<(f64, f64)>,
-    /// phase → µs inside kept steps, and its events.
-    pub phases: BTreeMap<String, (i64, u64)>,
+    /// phase → its time inside kept steps.
+    pub phases: BTreeMap<String, PhaseStat>,
 }
+
+/// One phase's time inside the kept steps of one mode.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct PhaseStat {
+    pub total_us: i64,
+    pub events: u64,
+    /// Kept steps with at least one event of the phase.
+    pub steps_with: u64,
+    /// The median over the kept steps of the phase's time in each (0 in a step without it),
+    /// ms; `None` past [`MAX_PHASE_ENTRIES`].
+    pub median_ms: Option<f64>,
+}
+
+/// (step, µs) pairs kept while reading, for the phases' medians: 32 MB at most. Past it the
+/// movers use means.
+pub const MAX_PHASE_ENTRIES: usize = 4_000_000;
 
 /// A step of one rank, for the second pass.
 #[derive(Debug, Clone, Copy)]
@@ -92,7 +108,8 @@ struct Slot {
     start: i64,
     end: i64,
     mode: usize,
-    kept: bool,
+    /// The step's index among its mode's kept steps; `None`: left out.
+    kept: Option<u32>,
 }
 
 /// Whether an event marks a detailed (profiler) window: the report's own rule
@@ -131,7 +148,7 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
     }
     for w in &model.python {
         if let (Some(a), Some(b)) = (w.start_s, w.end_s) {
-            windows.entry(w.node.clone()).or_default().push(((a * 1e6) as i64, (b * 1e6) as i64));
+            windows.entry(w.node.clone()).or_default().push(((a * 1e6).ceil() as i64, (b * 1e6).floor() as i64));
         }
     }
     for v in windows.values_mut() {
@@ -163,10 +180,11 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
                 };
                 // The step right after a window pays for its teardown: left out too.
                 after_window = in_window;
-                if kept {
+                let kept = kept.then(|| {
                     m.ms.push(s.dur_us as f64 / 1000.0);
                     span = Some(span.map_or((s.start_us, end), |(a, b)| (a.min(s.start_us), b.max(end))));
-                }
+                    u32::try_from(m.ms.len() - 1).unwrap_or(u32::MAX)
+                });
                 slots.entry(rank.clone()).or_default().push(Slot { start: s.start_us, end, mode: mi, kept });
             }
         }
@@ -177,8 +195,11 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
         v.sort_by_key(|s| s.start);
     }
     // Pass 2: each phase event into the kept step it starts in.
-    let mut phases: Vec<BTreeMap<String, (i64, u64)>> = vec![BTreeMap::new(); mode_names.len()];
+    type Acc = (i64, u64, Vec<(u32, u32)>);
+    let mut phases: Vec<BTreeMap<String, Acc>> = vec![BTreeMap::new(); mode_names.len()];
     let mut names: BTreeSet<String> = BTreeSet::new();
+    let mut entries = 0usize;
+    let mut capped = false;
     if let Ok(dir) = Dir::open_root(root, false) {
         let mut skipped = crate::read::Skipped::leaving_out(opts.leave_out.clone());
         crate::read::timeline_events(&dir, &mut skipped, &|_, _| true, |e| {
@@ -188,26 +209,71 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
             let Some(v) = slots.get(e.node) else { return };
             let i = v.partition_point(|s| s.start <= e.start_us);
             let Some(s) = i.checked_sub(1).map(|i| v[i]) else { return };
-            if !s.kept || e.start_us >= s.end {
+            let Some(idx) = s.kept else { return };
+            if e.start_us >= s.end {
                 return;
             }
+            let us = u32::try_from(e.dur_us.max(0)).unwrap_or(u32::MAX);
+            let mut entry = |v: &mut Vec<(u32, u32)>| {
+                if v.last().is_some_and(|l| l.0 == idx) {
+                    let l = v.last_mut().expect("checked");
+                    l.1 = l.1.saturating_add(us);
+                } else if entries < MAX_PHASE_ENTRIES {
+                    entries += 1;
+                    v.push((idx, us));
+                } else {
+                    capped = true;
+                }
+            };
             let known = names.contains(e.phase) || names.len() < MAX_PHASES && names.insert(e.phase.to_owned());
             let key = if known { e.phase } else { OTHER_PHASES };
             let p = &mut phases[s.mode];
             if let Some(x) = p.get_mut(key) {
                 x.0 = x.0.saturating_add(e.dur_us);
                 x.1 += 1;
+                entry(&mut x.2);
             } else {
-                p.insert(key.to_owned(), (e.dur_us, 1));
+                let mut v = Vec::new();
+                entry(&mut v);
+                p.insert(key.to_owned(), (e.dur_us, 1, v));
             }
         });
     }
     for (name, p) in mode_names.iter().zip(phases) {
         if let Some(m) = modes.get_mut(name) {
-            m.phases = p;
+            let kept = m.ms.len();
+            m.phases = p
+                .into_iter()
+                .map(|(k, (total_us, events, v))| {
+                    let (steps_with, median_ms) = per_step_median(v, kept);
+                    (k, PhaseStat { total_us, events, steps_with, median_ms: median_ms.filter(|_| !capped) })
+                })
+                .collect();
         }
     }
     Ok(Run { model, modes, node_ticks: raw.node_ticks })
+}
+
+/// From (kept step, µs) pairs: the steps with the phase, and the median over all `kept`
+/// steps of the phase's ms in each (0 where absent).
+fn per_step_median(mut v: Vec<(u32, u32)>, kept: usize) -> (u64, Option<f64>) {
+    v.sort_unstable_by_key(|x| x.0);
+    let mut ms: Vec<f64> = Vec::with_capacity(kept);
+    let mut last: Option<u32> = None;
+    for (i, us) in v {
+        if last == Some(i) {
+            if let Some(x) = ms.last_mut() {
+                *x += f64::from(us) / 1000.0;
+            }
+        } else {
+            ms.push(f64::from(us) / 1000.0);
+            last = Some(i);
+        }
+    }
+    let with = ms.len() as u64;
+    ms.resize(kept.max(ms.len()), 0.0);
+    ms.sort_by(f64::total_cmp);
+    (with, stats::median(&ms))
 }
 
 /// Sorted, merged intervals.
@@ -321,11 +387,12 @@ pub struct Mover {
     /// op of the detailed windows).
     pub kind: String,
     pub name: String,
-    /// Ms per step (per profiled step for `python`).
+    /// `median` (per kept step) or `mean` (per kept step; per profiled step for `python`).
+    pub stat: String,
     pub a_ms: f64,
     pub b_ms: f64,
     pub diff_ms: f64,
-    /// `diff_ms` ÷ the change of the mean kept step; `null` when the mean did not move.
+    /// `diff_ms` ÷ the change of the median kept step; `null` when the median did not move.
     pub explains: Option<f64>,
 }
 
@@ -510,21 +577,31 @@ fn gate(steps: &BTreeMap<String, StepComparison>, mode: Option<&str>, asked: Opt
 /// ms per step, largest change first.
 fn time_movers(a: &Run, b: &Run, mode: &str) -> Vec<Mover> {
     let (ma, mb) = (&a.modes[mode], &b.modes[mode]);
-    let delta = match (crate::stats::mean(&ma.ms), crate::stats::mean(&mb.ms)) {
+    let delta = match (stats::median(&ma.ms), stats::median(&mb.ms)) {
         (Some(x), Some(y)) if y != x => Some(y - x),
         _ => None,
     };
     let mut out = Vec::new();
-    let per_step = |m: &ModeRun, name: &str| -> f64 {
-        let n = m.ms.len();
-        match m.phases.get(name) {
-            Some(&(us, _)) if n > 0 => us as f64 / 1000.0 / n as f64,
-            _ => 0.0,
-        }
-    };
     let names: BTreeSet<&String> = ma.phases.keys().chain(mb.phases.keys()).collect();
     for name in names {
-        out.push(mover("phase", name, per_step(ma, name), per_step(mb, name), delta));
+        let (pa, pb) = (ma.phases.get(name), mb.phases.get(name));
+        // The median per step where the phase is in at least half the kept steps of both
+        // runs (robust to a stalled step); else the mean per step.
+        let typical = |p: Option<&PhaseStat>, m: &ModeRun| {
+            p.is_some_and(|p| p.median_ms.is_some() && 2 * p.steps_with as usize >= m.ms.len())
+        };
+        let (x, y, stat) = if typical(pa, ma) && typical(pb, mb) {
+            (pa.and_then(|p| p.median_ms).unwrap_or(0.0), pb.and_then(|p| p.median_ms).unwrap_or(0.0), "median")
+        } else {
+            let mean = |p: Option<&PhaseStat>, m: &ModeRun| match p {
+                Some(p) if !m.ms.is_empty() => p.total_us as f64 / 1000.0 / m.ms.len() as f64,
+                _ => 0.0,
+            };
+            (mean(pa, ma), mean(pb, mb), "mean")
+        };
+        let mut m = mover("phase", name, x, y, delta);
+        m.stat = stat.into();
+        out.push(m);
     }
     let (pa, pb) = (python_per_step(&a.model), python_per_step(&b.model));
     let keys: BTreeSet<&String> = pa.keys().chain(pb.keys()).collect();
@@ -541,7 +618,15 @@ fn time_movers(a: &Run, b: &Run, mode: &str) -> Vec<Mover> {
 
 fn mover(kind: &str, name: &str, a_ms: f64, b_ms: f64, delta: Option<f64>) -> Mover {
     let diff_ms = b_ms - a_ms;
-    Mover { kind: kind.into(), name: name.into(), a_ms, b_ms, diff_ms, explains: delta.map(|d| diff_ms / d) }
+    Mover {
+        kind: kind.into(),
+        name: name.into(),
+        stat: "mean".into(),
+        a_ms,
+        b_ms,
+        diff_ms,
+        explains: delta.map(|d| diff_ms / d),
+    }
 }
 
 /// PLUG-IN (issue 25): the detailed windows' kernel classes and top kernels / ops. When the
@@ -804,9 +889,24 @@ mod tests {
         assert!(!overlaps(&[], 1, 2));
     }
 
+    #[test]
+    fn a_phase_median_counts_steps_without_it_as_zero() {
+        // Step 0: 1.5 ms in two events; step 2: 3 ms; steps 1 and 3: none.
+        let (with, m) = per_step_median(vec![(0, 1000), (2, 3000), (0, 500)], 4);
+        assert_eq!((with, m), (2, Some(0.75)));
+        assert_eq!(per_step_median(Vec::new(), 0), (0, None));
+    }
+
     fn run(ms: &[f64], phases: &[(&str, i64)]) -> Run {
         let mut m = ModeRun { ms: crate::stats::sorted(ms), ..ModeRun::default() };
-        m.phases = phases.iter().map(|(k, us)| ((*k).to_owned(), (*us, 1))).collect();
+        let n = m.ms.len() as u64;
+        m.phases = phases
+            .iter()
+            .map(|(k, us)| {
+                let median_ms = Some(*us as f64 / 1000.0 / n as f64);
+                ((*k).to_owned(), PhaseStat { total_us: *us, events: n, steps_with: n, median_ms })
+            })
+            .collect();
         let mut modes = BTreeMap::new();
         modes.insert("TRAIN".to_owned(), m);
         Run { model: ReportModel::default(), modes, node_ticks: BTreeMap::new() }

@@ -93,13 +93,17 @@ def test_a_planted_phase_is_slower_and_tops_the_movers(real_runs, trainprof_bin)
     s = doc["steps"]["TRAIN"]
     assert s["verdict"] == "slower", s
     assert s["text"].startswith("B is ") and " % slower (95 % CI " in s["text"]
-    # The planted figure: Compute's 3 ms more over A's median step as the trainer measured it.
-    planted = 100 * 0.1 * PHASES[1][1] / median([x["ms"] for x in ma["steps"][10:]])
-    # The interval is the sampling uncertainty of one run each (±0.1 % here); sleeps that
-    # overshoot differently in two runs on a busy machine can move the ratio by about as much,
-    # so the planted figure must be in the interval or within 0.5 points of the estimate.
+    # The planted figure: Compute 10 % slower is 3 ms more on A's ~34 ms step. What it came to
+    # in these two runs is the ratio of the kept steps' medians as the trainer itself timed
+    # them (sleeps overshoot differently from run to run on a busy machine, by about as much
+    # as the interval is wide): the interval holds it, and it is the planted 3 ms to within
+    # 0.5 ms.
+    step_a = median([x["ms"] for x in ma["steps"][10:]])
+    step_b = median([x["ms"] for x in mb["steps"][10:]])
+    planted = 100 * (step_b / step_a - 1)
     lo, hi = s["ci_pct"]
-    assert lo <= planted <= hi or abs(planted - s["change_pct"]) < 0.5, (planted, s)
+    assert lo <= planted <= hi, (planted, s)
+    assert abs((step_b - step_a) - 0.1 * PHASES[1][1]) < 0.5, (step_a, step_b)
     assert 6 < s["change_pct"] < 12
     # Warm-up left out of both sides, nothing else (no window).
     assert s["a"]["warmup_left_out"] == 10 and s["a"]["window_left_out"] == 0

@@ -95,7 +95,9 @@ fn unusable(why: &str) -> ExitCode {
 
 pub fn compare(args: &CompareArgs) -> ExitCode {
     let noise = args.noise.unwrap_or(compare::DEFAULT_NOISE_PCT);
-    if !(noise.is_finite() && noise >= 0.0) || args.fail_if_slower.is_some_and(|p| !(p.is_finite() && p >= 0.0)) {
+    if !(noise.is_finite() && noise >= 0.0)
+        || args.fail_if_slower.is_some_and(|p| !(p.is_finite() && p >= 0.0))
+    {
         return unusable("--noise and --fail-if-slower take a percentage of 0 or more");
     }
     let (a, b, _temp) = match sources(args) {
@@ -168,8 +170,10 @@ fn ms(v: Option<f64>) -> String {
 
 /// Creates the page at `path`, never over a file or through a link.
 fn write_page(c: &Comparison, path: &Path) -> Result<PathBuf, String> {
-    let name =
-        path.file_name().and_then(|n| n.to_str()).ok_or_else(|| format!("{}: not a file name", path.display()))?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| format!("{}: not a file name", path.display()))?;
     let parent = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => PathBuf::from("."),

@@ -130,11 +130,9 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
         }
         let Some(step) = e.step else { return };
         let end = e.start_us.saturating_add(e.dur_us);
-        if let Some(r) = detailed.get_mut(e.node) {
-            if let Some(w) = r.get_mut(&step) {
-                *w = (w.0.min(e.start_us), w.1.max(end));
-                return;
-            }
+        if let Some(w) = detailed.get_mut(e.node).and_then(|r| r.get_mut(&step)) {
+            *w = (w.0.min(e.start_us), w.1.max(end));
+            return;
         }
         if detailed_n < MAX_DETAILED {
             detailed_n += 1;
@@ -148,7 +146,10 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
     }
     for w in &model.python {
         if let (Some(a), Some(b)) = (w.start_s, w.end_s) {
-            windows.entry(w.node.clone()).or_default().push(((a * 1e6).ceil() as i64, (b * 1e6).floor() as i64));
+            windows
+                .entry(w.node.clone())
+                .or_default()
+                .push(((a * 1e6).ceil() as i64, (b * 1e6).floor() as i64));
         }
     }
     for v in windows.values_mut() {
@@ -215,8 +216,7 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
             }
             let us = u32::try_from(e.dur_us.max(0)).unwrap_or(u32::MAX);
             let mut entry = |v: &mut Vec<(u32, u32)>| {
-                if v.last().is_some_and(|l| l.0 == idx) {
-                    let l = v.last_mut().expect("checked");
+                if let Some(l) = v.last_mut().filter(|l| l.0 == idx) {
                     l.1 = l.1.saturating_add(us);
                 } else if entries < MAX_PHASE_ENTRIES {
                     entries += 1;
@@ -225,7 +225,8 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
                     capped = true;
                 }
             };
-            let known = names.contains(e.phase) || names.len() < MAX_PHASES && names.insert(e.phase.to_owned());
+            let known =
+                names.contains(e.phase) || names.len() < MAX_PHASES && names.insert(e.phase.to_owned());
             let key = if known { e.phase } else { OTHER_PHASES };
             let p = &mut phases[s.mode];
             if let Some(x) = p.get_mut(key) {
@@ -591,7 +592,11 @@ fn time_movers(a: &Run, b: &Run, mode: &str) -> Vec<Mover> {
             p.is_some_and(|p| p.median_ms.is_some() && 2 * p.steps_with as usize >= m.ms.len())
         };
         let (x, y, stat) = if typical(pa, ma) && typical(pb, mb) {
-            (pa.and_then(|p| p.median_ms).unwrap_or(0.0), pb.and_then(|p| p.median_ms).unwrap_or(0.0), "median")
+            (
+                pa.and_then(|p| p.median_ms).unwrap_or(0.0),
+                pb.and_then(|p| p.median_ms).unwrap_or(0.0),
+                "median",
+            )
         } else {
             let mean = |p: Option<&PhaseStat>, m: &ModeRun| match p {
                 Some(p) if !m.ms.is_empty() => p.total_us as f64 / 1000.0 / m.ms.len() as f64,
@@ -810,7 +815,13 @@ fn comparable(a: &Run, b: &Run) -> Comparable {
     let same_or = |x: &dyn PartialEq<usize>, y: usize| if x.eq(&y) { "same" } else { "differs" };
     let (ma, mb) = (&a.model, &b.model);
     let (ra, rb) = (ma.job.ranks.len(), mb.job.ranks.len());
-    item("ranks", ra.to_string(), rb.to_string(), same_or(&ra, rb), "ranks wait for each other: a different count changes the step");
+    item(
+        "ranks",
+        ra.to_string(),
+        rb.to_string(),
+        same_or(&ra, rb),
+        "ranks wait for each other: a different count changes the step",
+    );
     let (na, nb) = (ma.job.nodes.len(), mb.job.nodes.len());
     item("nodes", na.to_string(), nb.to_string(), same_or(&na, nb), "");
     let (ga, gb) = (gpus(ma), gpus(mb));
@@ -825,7 +836,13 @@ fn comparable(a: &Run, b: &Run) -> Comparable {
     let config = |m: &ReportModel| profiled(m);
     let (ca, cb) = (config(ma), config(mb));
     let s = if ca == cb { "same" } else { "differs" };
-    item("profiling config (what was profiled)", ca, cb, s, "windows cost the trainer time; their steps are left out, the rest may still differ");
+    item(
+        "profiling config (what was profiled)",
+        ca,
+        cb,
+        s,
+        "windows cost the trainer time; their steps are left out, the rest may still differ",
+    );
     let (ia, ib) = (interval(a), interval(b));
     let s = match (ia, ib) {
         (Some(x), Some(y)) if (x - y).abs() <= 0.1 * x.max(y) => "same",
@@ -933,7 +950,11 @@ mod tests {
         assert!(!c.gate.unwrap().failed);
         assert!(c.comparable.ok);
         // A mode neither has: the gate cannot judge.
-        let c = compare(&a, &b, &Options { mode: Some("eval".into()), fail_if_slower: Some(5.0), ..Options::default() });
+        let c = compare(
+            &a,
+            &b,
+            &Options { mode: Some("eval".into()), fail_if_slower: Some(5.0), ..Options::default() },
+        );
         assert!(c.steps.is_empty() && c.mode.is_none());
         assert!(c.gate.unwrap().why.contains("no EVAL steps"));
     }

@@ -87,7 +87,9 @@ pub fn render(c: &Comparison) -> String {
 fn section_comparable(out: &mut String, c: &Comparison) {
     out.push_str("<section id=\"comparable\"><h2>Comparable?</h2>\n");
     if c.comparable.ok {
-        out.push_str("<p>Nothing found that makes the two runs hard to compare (but see the unknowns).</p>\n");
+        out.push_str(
+            "<p>Nothing found that makes the two runs hard to compare (but see the unknowns).</p>\n",
+        );
     } else {
         out.push_str(
             "<p class=\"note\"><b>Not comparable as they stand:</b> the rows marked <i>differs</i> change \
@@ -189,7 +191,8 @@ fn section_movers(out: &mut String, c: &Comparison) {
         "<table><tr><th>kind</th><th>name</th><th>A ms</th><th>B ms</th><th>B − A ms</th><th>explains</th></tr>\n",
     );
     for m in &c.movers {
-        let explains = m.explains.filter(|x| x.is_finite()).map_or("–".into(), |x| format!("{:.0} %", x * 100.0));
+        let explains =
+            m.explains.filter(|x| x.is_finite()).map_or("–".into(), |x| format!("{:.0} %", x * 100.0));
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -255,7 +258,9 @@ mod tests {
 
     #[test]
     fn the_page_script_requests_nothing() {
-        for bad in ["</script", "<!--", "fetch(", "XMLHttpRequest", "WebSocket", "import(", "url(", "innerHTML"] {
+        for bad in
+            ["</script", "<!--", "fetch(", "XMLHttpRequest", "WebSocket", "import(", "url(", "innerHTML"]
+        {
             assert!(!COMPARE_JS.contains(bad), "{bad}");
         }
     }

@@ -219,7 +219,11 @@ mod tests {
         assert!(r.lo < 1.1 && r.hi > 1.1, "{r:?}");
         assert!(r.hi - r.lo < 0.01, "{r:?}");
         assert_eq!(verdict(&r, 1.0), Verdict::Slower);
-        assert!(verdict_text(&r, 1.0).starts_with("B is 10.0 % slower (95 % CI "), "{}", verdict_text(&r, 1.0));
+        assert!(
+            verdict_text(&r, 1.0).starts_with("B is 10.0 % slower (95 % CI "),
+            "{}",
+            verdict_text(&r, 1.0)
+        );
         // The same samples: ratio 1, "no difference".
         let r = median_ratio(&a, &a, RESAMPLES, SEED).unwrap();
         assert_eq!(r.ratio, 1.0);
@@ -253,7 +257,8 @@ mod tests {
             width += (r.hi - r.lo) / 200.0;
         }
         assert!((176..=198).contains(&covered), "covered {covered} of 200");
-        let expect = 2.0 * 1.96 * 1.1 * (2.0f64).sqrt() * (std::f64::consts::PI / 2.0).sqrt() * 5.0 / 20.0 / 105.0;
+        let expect =
+            2.0 * 1.96 * 1.1 * (2.0f64).sqrt() * (std::f64::consts::PI / 2.0).sqrt() * 5.0 / 20.0 / 105.0;
         assert!((width / expect - 1.0).abs() < 0.25, "width {width}, expected about {expect}");
     }
 

@@ -39,9 +39,20 @@
   }
   var expected = data.length, drawn = 0;
   body.dataset.charts = "0/" + expected;
+  var boxes = [];
   function markDrawn() {
     drawn += 1;
     body.dataset.charts = drawn + "/" + expected;
+    if (drawn === expected) {
+      // Each chart's plot area, for the browser tier's check that something is drawn in it.
+      body.dataset.chartRects = JSON.stringify(boxes.map(function (c) {
+        var area = c.el.querySelector(".u-over") || c.el;
+        var r = area.getBoundingClientRect();
+        return [Math.round(r.left + window.scrollX), Math.round(r.top + window.scrollY),
+          Math.round(r.width), Math.round(r.height), c.name, "uplot"];
+      }));
+      body.dataset.pageHeight = String(document.documentElement.scrollHeight);
+    }
   }
   data.forEach(function (o, i) {
     var box = document.getElementById("overlay-" + i);
@@ -53,6 +64,7 @@
     a.push(a.length ? a[a.length - 1] : 0);
     b.push(b.length ? b[b.length - 1] : 0);
     var first = true;
+    boxes.push({ el: box, name: "overlay " + o.mode });
     try {
       new uPlot({
         title: o.mode + ": kept step times, A and B",

@@ -180,7 +180,8 @@ fn section_movers(out: &mut String, c: &Comparison) {
     let _ = writeln!(
         out,
         "<p>{} steps: time per kept step (per profiled step for Python functions), largest change \
-         first; <i>explains</i> is the change over the change of the mean kept step.</p>",
+         first (<i>median</i> or <i>mean</i> per step: docs/report.md); <i>explains</i> is the change \
+         over the change of the median kept step.</p>",
         esc(mode)
     );
     if c.movers.is_empty() {
@@ -188,16 +189,17 @@ fn section_movers(out: &mut String, c: &Comparison) {
         return;
     }
     out.push_str(
-        "<table><tr><th>kind</th><th>name</th><th>A ms</th><th>B ms</th><th>B − A ms</th><th>explains</th></tr>\n",
+        "<table><tr><th>kind</th><th>name</th><th>per step</th><th>A ms</th><th>B ms</th><th>B − A ms</th><th>explains</th></tr>\n",
     );
     for m in &c.movers {
         let explains =
             m.explains.filter(|x| x.is_finite()).map_or("–".into(), |x| format!("{:.0} %", x * 100.0));
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&m.kind),
             esc(&m.name),
+            esc(&m.stat),
             num(Some(m.a_ms)),
             num(Some(m.b_ms)),
             signed(Some(m.diff_ms)),

@@ -244,3 +244,32 @@ def test_hostile_names_stay_text(tmp_path, trainprof_bin):
     # The embedded data has no markup either.
     data = html.split('id="compare-data">', 1)[1].split("</script>", 1)[0]
     assert "<" not in data and ">" not in data and "&" not in data
+
+
+def test_s3_prefixes_are_read_like_local_paths(tmp_path, trainprof_bin, s3):
+    """Both jobs from S3 (one temporary folder for both, removed at the end): the same
+    comparison as from the LocalPaths."""
+    a = synth(tmp_path / "a", seed=1)
+    b = synth(tmp_path / "b", seed=2, ms=44.0)
+    _, local, _ = compare(trainprof_bin, a, b)
+    for name, root in (("a", a), ("b", b)):
+        for p in root.rglob("*.json"):
+            s3.client.upload_file(str(p), s3.bucket, f"jobs/{name}/" + str(p.relative_to(root)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    from s3_support import agent_env
+    env.update(agent_env(s3.endpoint))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env["TMPDIR"] = str(temp)
+    proc = subprocess.run([str(trainprof_bin), "compare", f"s3://{s3.bucket}/jobs/a", f"s3://{s3.bucket}/jobs/b",
+                           "--json", "--s3-endpoint", s3.endpoint, "--fail-if-slower", "5"],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    remote = json.loads(proc.stdout)
+    assert remote["a"]["source"] == f"s3://{s3.bucket}/jobs/a"
+    assert remote["steps"] == local["steps"] and remote["movers"] == local["movers"]
+    assert list(temp.iterdir()) == []
+    # A prefix with nothing under it: unusable.
+    proc = subprocess.run([str(trainprof_bin), "compare", f"s3://{s3.bucket}/jobs/a", f"s3://{s3.bucket}/none",
+                           "--s3-endpoint", s3.endpoint], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2 and "no profiler files" in proc.stderr, proc.stderr

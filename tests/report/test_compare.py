@@ -136,7 +136,7 @@ def test_the_same_code_is_no_difference(real_runs, trainprof_bin):
     assert s["verdict"] == "same", s
     assert s["text"].startswith("no difference beyond noise (±"), s["text"]
     assert not doc["gate"]["failed"] and "within 5.0 %" in doc["gate"]["why"]
-    assert all(abs(m["diff_ms"]) < 1.0 for m in doc["movers"]), doc["movers"]
+    assert all(abs(m["diff_ms"]) < 1.0 and m["explains"] is None for m in doc["movers"]), doc["movers"]
     assert doc["comparable"]["ok"], doc["comparable"]
 
 

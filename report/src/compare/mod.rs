@@ -393,7 +393,7 @@ pub struct Mover {
     pub a_ms: f64,
     pub b_ms: f64,
     pub diff_ms: f64,
-    /// `diff_ms` ÷ the change of the median kept step; `null` when the median did not move.
+    /// `diff_ms` ÷ the change of the median kept step; `null` when the verdict is `same`.
     pub explains: Option<f64>,
 }
 
@@ -467,7 +467,11 @@ pub fn compare(a: &Run, b: &Run, opts: &Options) -> Comparison {
         .or_else(|| modes.iter().max_by_key(|m| a.modes[*m].ms.len().min(b.modes[*m].ms.len())))
         .cloned();
     let (movers, system) = match &mode {
-        Some(m) => (time_movers(a, b, m), system_movers(a, b, m)),
+        Some(m) => {
+            // A change within the noise explains nothing: no `explains` then.
+            let moved = steps.get(m).is_some_and(|s| s.verdict.is_some_and(|v| v != Verdict::Same));
+            (time_movers(a, b, m, moved), system_movers(a, b, m))
+        }
         None => (Vec::new(), Vec::new()),
     };
     let gate = opts.fail_if_slower.map(|pct| gate(&steps, mode.as_deref(), opts.mode.as_deref(), pct));
@@ -576,10 +580,10 @@ fn gate(steps: &BTreeMap<String, StepComparison>, mode: Option<&str>, asked: Opt
 
 /// Phases, Python functions and (once the report has them) the detailed windows' classes,
 /// ms per step, largest change first.
-fn time_movers(a: &Run, b: &Run, mode: &str) -> Vec<Mover> {
+fn time_movers(a: &Run, b: &Run, mode: &str, moved: bool) -> Vec<Mover> {
     let (ma, mb) = (&a.modes[mode], &b.modes[mode]);
     let delta = match (stats::median(&ma.ms), stats::median(&mb.ms)) {
-        (Some(x), Some(y)) if y != x => Some(y - x),
+        (Some(x), Some(y)) if y != x && moved => Some(y - x),
         _ => None,
     };
     let mut out = Vec::new();

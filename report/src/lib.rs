@@ -48,7 +48,7 @@ pub enum Error {
 /// Reads the LocalPath at `root` and computes the model. `source` is what the user gave
 /// (a path or `s3://…`), kept in the model.
 pub fn build(root: &Path, source: &str, opts: &Options) -> Result<ReportModel, Error> {
-    build_inner(root, source, opts, |_| {}, false).map(|(m, _)| m)
+    build_inner(root, source, opts, |_, _| {}, |_| {}, false).map(|(m, _)| m)
 }
 
 /// What [`build_with`] hands back beside the model, for `trainprof compare`
@@ -60,28 +60,33 @@ pub struct Raw {
     pub node_ticks: BTreeMap<String, (u64, f64, f64)>,
 }
 
-/// [`build`], with every timeline event also handed to `on_event` during the one pass, and
-/// the [`Raw`] records kept.
+/// [`build`], with every system tick (node, tick) and timeline event also handed to
+/// `on_tick` and `on_event` during the one pass, and the [`Raw`] records kept.
 pub fn build_with(
     root: &Path,
     source: &str,
     opts: &Options,
+    on_tick: impl FnMut(&str, &read::Tick),
     on_event: impl FnMut(&read::Event<'_>),
 ) -> Result<(ReportModel, Raw), Error> {
-    build_inner(root, source, opts, on_event, true)
+    build_inner(root, source, opts, on_tick, on_event, true)
 }
 
 fn build_inner(
     root: &Path,
     source: &str,
     opts: &Options,
+    mut on_tick: impl FnMut(&str, &read::Tick),
     mut on_event: impl FnMut(&read::Event<'_>),
     keep_raw: bool,
 ) -> Result<(ReportModel, Raw), Error> {
     let dir = Dir::open_root(root, false).map_err(|e| Error::Root(root.display().to_string(), e))?;
     let mut skipped = read::Skipped::leaving_out(opts.leave_out.clone());
     let mut agg = Agg::new(opts.patience);
-    read::system_ticks(&dir, &mut skipped, |node, t| agg.tick(node, &t));
+    read::system_ticks(&dir, &mut skipped, |node, t| {
+        agg.tick(node, &t);
+        on_tick(node, &t);
+    });
     read::timeline_events(&dir, &mut skipped, &|_, _| true, |e| {
         agg.event(e);
         on_event(e);

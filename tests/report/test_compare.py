@@ -116,6 +116,10 @@ def test_a_planted_phase_is_slower_and_tops_the_movers(real_runs, trainprof_bin)
     others = {m["name"]: m for m in doc["movers"][1:]}
     assert abs(others["AllReduce"]["diff_ms"]) < 0.5 and abs(others["DataLoaderIter"]["diff_ms"]) < 0.5
     assert doc["comparable"]["ok"], doc["comparable"]
+    metrics = {m["metric"] for m in doc["system"]}
+    assert {"CPU total", "memory", "trainer CPU"} <= metrics, metrics
+    if pathlib.Path("/proc/pressure/cpu").exists():
+        assert {"CPU pressure", "memory pressure", "I/O pressure"} <= metrics, metrics
     # The gate: slower by more than 5 % with the interval above 5 %: 1, and one line why.
     assert status == 1, stderr
     gate = [line for line in stderr.splitlines() if line.startswith("trainprof: gate: ")]

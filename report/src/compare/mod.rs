@@ -71,6 +71,9 @@ pub struct Run {
     pub modes: BTreeMap<String, ModeRun>,
     /// Per system node: ticks, first and last tick time.
     pub node_ticks: BTreeMap<String, (u64, f64, f64)>,
+    /// Per system node with pressure lines: the time axis and the CPU, memory and I/O
+    /// "some" stall percentages, decimated.
+    pub pressure: Vec<(Vec<f64>, Vec<Vec<Option<f64>>>)>,
 }
 
 /// One mode of one job.
@@ -124,7 +127,23 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
     // Pass 1: the report, and per rank the time each step with detailed events spans.
     let mut detailed: HashMap<String, HashMap<i64, (i64, i64)>> = HashMap::new();
     let mut detailed_n = 0usize;
-    let (model, raw) = crate::build_with(root, source, opts, |e| {
+    // Pressure stalls per node, decimated as the report's series are (`docs/report.md`).
+    let mut pressure: BTreeMap<String, crate::stats::Decimator> = BTreeMap::new();
+    let on_tick = |node: &str, t: &crate::read::Tick| {
+        let row: Vec<(usize, f64)> =
+            t.pressure.iter().enumerate().filter_map(|(i, v)| v.map(|v| (i, v))).collect();
+        if row.is_empty() {
+            return;
+        }
+        if let Some(d) = pressure.get_mut(node) {
+            d.push(t.t_s, &row);
+        } else if pressure.len() < crate::collect::MAX_NODES && node.len() <= crate::collect::MAX_NAME_BYTES {
+            let mut d = crate::stats::Decimator::new(crate::collect::NODE_POINTS);
+            d.push(t.t_s, &row);
+            pressure.insert(node.to_owned(), d);
+        }
+    };
+    let (model, raw) = crate::build_with(root, source, opts, on_tick, |e| {
         if e.ph != 'X' || !is_detailed(e.phase) {
             return;
         }
@@ -252,7 +271,8 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
                 .collect();
         }
     }
-    Ok(Run { model, modes, node_ticks: raw.node_ticks })
+    let pressure = pressure.into_values().map(|d| d.finish(3)).collect();
+    Ok(Run { model, modes, node_ticks: raw.node_ticks, pressure })
 }
 
 /// From (kept step, µs) pairs: the steps with the phase, and the median over all `kept`
@@ -693,7 +713,8 @@ fn mean_in(t: &[f64], values: &[Option<f64>], span: Option<(f64, f64)>) -> Optio
 fn system_means(run: &Run, mode: &str) -> BTreeMap<&'static str, f64> {
     let mut acc: BTreeMap<&'static str, (f64, usize)> = BTreeMap::new();
     let span = run.modes.get(mode).and_then(|m| m.span);
-    let Some(series) = run.model.series.as_ref() else { return BTreeMap::new() };
+    let no_series = crate::model::Series::default();
+    let series = run.model.series.as_ref().unwrap_or(&no_series);
     let mut add = |k: &'static str, t: &[f64], v: &[Option<f64>]| {
         // Too short a span for the decimated series (a few ticks): the whole series.
         let m = mean_in(t, v, span).or_else(|| mean_in(t, v, None));
@@ -721,6 +742,11 @@ fn system_means(run: &Run, mode: &str) -> BTreeMap<&'static str, f64> {
         if let Some(tr) = &n.trainer {
             add("trainer CPU", &n.t_s, &tr.cpu);
             add("trainer memory", &n.t_s, &tr.mem_mb);
+        }
+    }
+    for (t, cols) in &run.pressure {
+        for (k, v) in ["CPU pressure", "memory pressure", "I/O pressure"].into_iter().zip(cols) {
+            add(k, t, v);
         }
     }
     acc.into_iter().map(|(k, (s, n))| (k, s / n as f64)).collect()
@@ -930,7 +956,7 @@ mod tests {
             .collect();
         let mut modes = BTreeMap::new();
         modes.insert("TRAIN".to_owned(), m);
-        Run { model: ReportModel::default(), modes, node_ticks: BTreeMap::new() }
+        Run { model: ReportModel::default(), modes, node_ticks: BTreeMap::new(), pressure: Vec::new() }
     }
 
     #[test]

@@ -73,8 +73,11 @@ pub struct Run {
     pub node_ticks: BTreeMap<String, (u64, f64, f64)>,
     /// Per system node with pressure lines: the time axis and the CPU, memory and I/O
     /// "some" stall percentages, decimated.
-    pub pressure: Vec<(Vec<f64>, Vec<Vec<Option<f64>>>)>,
+    pub pressure: Vec<Decimated>,
 }
+
+/// A decimated series: its time axis and its columns (a missing value `None`).
+pub type Decimated = (Vec<f64>, Vec<Vec<Option<f64>>>);
 
 /// One mode of one job.
 #[derive(Debug, Default, Clone)]

@@ -170,6 +170,10 @@ def test_other_rank_counts_and_configs_are_listed_as_not_comparable(real_runs, t
     assert cfg["status"] == "differs" and "python (cprofile)" in cfg["b"], cfg
     assert items["ranks"]["status"] == "same"
     assert "not comparable: profiling config" in stderr
+    # B's Python windows' functions are among the movers (A has none: 0 ms).
+    py = [m for m in doc["movers"] if m["kind"] == "python"]
+    assert py and all(m["a_ms"] == 0 and m["b_ms"] > 0 for m in py), doc["movers"]
+    assert any("sleep" in m["name"] for m in py), py
     # The window's steps (30, 31) and the one after are left out of B.
     s = doc["steps"]["TRAIN"]
     assert s["b"]["window_left_out"] >= 3, s["b"]

@@ -215,6 +215,10 @@ def test_exit_statuses(tmp_path, trainprof_bin):
     a = synth(tmp_path / "a", seed=1)
     b = synth(tmp_path / "b", seed=2, ms=48.0)  # 20 % slower
     assert compare(trainprof_bin, a, b)[0] == 0
+    status, doc, _ = compare(trainprof_bin, a, b, "--mode", "train", "--warmup", "50", "--noise", "25")
+    assert status == 0 and list(doc["steps"]) == ["TRAIN"] and doc["mode"] == "TRAIN"
+    assert doc["steps"]["TRAIN"]["a"]["warmup_left_out"] == 50 and doc["warmup"] == 50
+    assert doc["steps"]["TRAIN"]["verdict"] == "same"  # 20 % is under a 25 % threshold
     status, doc, stderr = compare(trainprof_bin, a, b, "--fail-if-slower", "5")
     assert status == 1 and doc["steps"]["TRAIN"]["verdict"] == "slower"
     assert stderr.count("trainprof: gate: ") == 1

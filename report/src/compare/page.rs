@@ -259,6 +259,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn names_from_the_data_stay_text() {
+        let bad = "<img src=x onerror=alert(1)>&\u{2028}</script><!--";
+        let mk = |phase: &str, ms: f64| {
+            let mut m = super::super::ModeRun {
+                ms: (0..100).map(|i| ms + f64::from(i) * 0.01).collect(),
+                ..Default::default()
+            };
+            m.phases.insert(
+                phase.to_owned(),
+                super::super::PhaseStat {
+                    total_us: 100_000,
+                    events: 100,
+                    steps_with: 100,
+                    median_ms: Some(1.0),
+                },
+            );
+            let mut modes = std::collections::BTreeMap::new();
+            modes.insert(bad.to_owned(), m);
+            let model = crate::model::ReportModel { source: bad.to_owned(), ..Default::default() };
+            super::super::Run { model, modes, node_ticks: Default::default(), pressure: Vec::new() }
+        };
+        let c = super::super::compare(&mk(bad, 10.0), &mk("ok", 12.0), &super::super::Options::default());
+        let page = render(&c);
+        assert!(!page.contains("<img") && !page.contains("<!--"));
+        assert_eq!(page.matches("</script>").count(), 3);
+        assert!(page.contains("&lt;img src=x onerror=alert(1)&gt;"));
+        let data = page.split("id=\"compare-data\">").nth(1).unwrap().split("</script>").next().unwrap();
+        assert!(!data.contains('<') && !data.contains('&') && !data.contains('\u{2028}'));
+    }
+
+    #[test]
     fn the_page_script_requests_nothing() {
         for bad in
             ["</script", "<!--", "fetch(", "XMLHttpRequest", "WebSocket", "import(", "url(", "innerHTML"]

@@ -23,6 +23,12 @@ and a part whose prerequisites are missing (no pynvml, no torch, no CUDA device)
            AutoProfilingConfig and a planted 0.6 s step at 330: the trigger must fire on 330
            and on nothing else (the windows' closes must not), and the step time before the
            windows is set beside the step time after them.
+  windows  (only when GPU_CHECK_PARTS names it) steps after each kind of window, one loop each.
+  job      (only when GPU_CHECK_PARTS names it) one job with every window of
+           tests/fixtures/h200-resnet50/profilerconfig.json, then `trainprof report --json` on it
+           there: the detailed windows' figures (busy, idle categories, kernel classes, launch
+           delay) and whether the kernels' events carry the stream, correlation id and launch
+           time; the job's LocalPath packed as $OUT/job.tar.gz (a fixture like that one).
 
 The whole run stays under 5 minutes on a 16-core GPU machine (GPU_CHECK_DEADLINE_S, 285: a
 part that would not fit in what is left is skipped and says so).
@@ -504,6 +510,55 @@ def part_windows(ctx, md):
     md.append("")
 
 
+def part_job(ctx, md):
+    """One job with every window, its report's detailed figures, and its files packed (a fixture)."""
+    md.append("## One job with every window, and its report (%.0f s)\n" % TRAIN_S)
+    if not ctx["torch"]:
+        md.append("skipped: %s\n" % ctx["torch_why"])
+        return
+    cfg = {"DetailedProfilingConfig": {"StartStep": 200, "NumSteps": 2},
+           "DataloaderProfilingConfig": {"StartStep": 220, "NumSteps": 10},
+           "PythonProfilingConfig": {"StartStep": 240, "NumSteps": 3, "ProfilerName": "cprofile"},
+           "NativeProfilingConfig": {"StartStep": 260, "NumSteps": 20, "SamplingHz": 99}}
+    r = train(ctx, "job", True, cfg)
+    md.append("* %d steps, median %.2f ms" % (len(r["times"]), median_ms(r["times"][50:])))
+    # The kernels' extra args, as written (the first timeline that has gpu_functions events).
+    seen = {"kernels": 0, "stream": 0, "correlation": 0, "cpu_thread_start_time": 0}
+    for path in sorted(glob.glob(os.path.join(r["out"], "framework", "pevents", "*", "*.json"))):
+        try:
+            with open(path) as f:
+                events = json.load(f)
+        except (OSError, ValueError):
+            continue
+        events = [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
+        gpu_pids = {e.get("pid") for e in events if e.get("ph") == "M" and isinstance(e.get("args"), dict)
+                    and str(e["args"].get("name", "")).startswith("gpu_functions")}
+        for e in events:
+            if e.get("ph") != "X" or not isinstance(e.get("args"), dict):
+                continue
+            if e.get("pid") in gpu_pids:
+                seen["kernels"] += 1
+                for k in ("stream", "correlation", "cpu_thread_start_time"):
+                    seen[k] += k in e["args"]
+    md.append("* kernel events: %(kernels)d; with a stream arg %(stream)d, a correlation arg %(correlation)d, "
+              "a launch time (cpu_thread_start_time) %(cpu_thread_start_time)d" % seen)
+    rep = subprocess.run([ctx["bin"], "report", r["out"], "--json"], capture_output=True, text=True,
+                         timeout=max(5, min(120, left())))
+    if rep.returncode != 0:
+        md.append("* report: exit %d: %s" % (rep.returncode, rep.stderr.strip()[-600:]))
+    else:
+        model = json.loads(rep.stdout)
+        detailed = model.get("detailed")
+        md.append("* report's `detailed` (JSON, cut at 6,000 characters):\n\n```\n%s\n```"
+                  % json.dumps(detailed, indent=1)[:6000])
+    out = os.environ.get("OUT")
+    if out:
+        packed = os.path.join(out, "job")
+        shutil.make_archive(packed, "gztar", r["out"])
+        md.append("* packed: job.tar.gz, %d bytes" % os.path.getsize(packed + ".tar.gz"))
+    md.append("")
+
+
 def probe_torch(env):
     code = "import torch, torchvision; print(torch.__version__, torchvision.__version__, torch.cuda.is_available(), " \
            "torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
@@ -541,7 +596,7 @@ def main():
     md.append("* trainprof: %s; NVML library: %s\n" % (ctx["bin"] or "not found (set TRAINPROF_BIN)",
                                                       os.environ.get("TRAINPROF_NVML_LIB", "libnvidia-ml.so.1")))
     parts = [("nvml", part_nvml, False), ("agent", part_agent, True), ("train", part_train, True),
-             ("windows", part_windows, True)]
+             ("windows", part_windows, True), ("job", part_job, True)]
     # GPU_CHECK_PARTS: a comma list of the parts to run (by default nvml, agent and train), for
     # a second run that only repeats what changed, or the windows part.
     only = [p for p in os.environ.get("GPU_CHECK_PARTS", "nvml,agent,train").split(",") if p]

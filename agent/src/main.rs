@@ -59,8 +59,10 @@ enum Command {
         /// S3-compatible endpoint for an s3:// PATH, e.g. http://127.0.0.1:9000
         #[arg(long, value_name = "URL")]
         s3_endpoint: Option<String>,
-        /// Datapoints a rule needs before it judges, at most SageMaker's defaults (1000
-        /// system samples; 10 seconds of dataloader events); for short jobs.
+        /// SageMaker's behaviour: a rule needs N datapoints before it judges (at most
+        /// SageMaker's 1000 system samples; 10 seconds of dataloader events) and is not
+        /// evaluated below. Without it, a rule with less than its patience of data is judged on
+        /// what there is and marked preliminary.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1000))]
         patience: Option<u64>,
     },

@@ -101,7 +101,8 @@
             var x0 = u.valToPos(T0 + band.a, "x", true), x1 = u.valToPos(T0 + band.b, "x", true);
             if (x1 - x0 < 2) { x1 = x0 + 2; }
             ctx.fillStyle = band.kind === "finding" ? "rgba(255,165,0,0.16)"
-              : band.kind === "trigger" ? "rgba(148,103,189,0.25)" : "rgba(214,39,40,0.22)";
+              : band.kind === "trigger" ? "rgba(148,103,189,0.25)"
+              : band.kind === "warmup" ? "rgba(31,119,180,0.18)" : "rgba(214,39,40,0.22)";
             ctx.fillRect(x0, b.top, x1 - x0, b.height);
           });
           ctx.restore();
@@ -143,9 +144,10 @@
     later(function () {
       var first = true;
       var axes = [{}, { size: AXIS, label: opts.unit || "" }];
+      var yr = opts.yRange;
       var scales = {
         x: { time: true, range: function () { return [T0, T0 + SPAN]; } },
-        y: opts.percent ? { range: [0, 100] } : { auto: true }
+        y: opts.percent ? { range: [0, 100] } : yr ? { range: function () { return [yr[0], yr[1]]; } } : { auto: true }
       };
       if (opts.right) {
         axes.push({ side: 1, scale: opts.right, size: AXIS, label: opts.rightUnit || "", grid: { show: false } });
@@ -161,9 +163,11 @@
         legend: { live: true },
         series: [{}].concat(series.map(function (s, i) {
           var o = { label: s.label, stroke: s.color || color(i), width: 1.5, spanGaps: false, scale: s.scale || "y" };
+          if (s.value) { o.value = s.value; }
           if (s.points) {
             o.paths = function () { return null; };
             o.points = { show: true, size: s.size || 3, stroke: o.stroke, fill: o.stroke };
+            if (s.shape) { o.points.show = s.shape; }
           } else {
             o.points = { show: false };
           }
@@ -171,9 +175,10 @@
         })),
         plugins: [bandsPlugin()],
         hooks: {
-          draw: [function () {
+          draw: [function (u) {
             if (!first) { return; }
             first = false;
+            if (opts.onFirstDraw) { opts.onFirstDraw(u); }
             markDrawn();
             made.drawn = true;
             made.wait.forEach(function (fn) {
@@ -218,6 +223,9 @@
       var first = true;
       var edges = hist.edges || [], counts = (hist.counts || []).slice();
       if (edges.length === 0) { edges = [0, 1]; counts = [0]; }
+      if (hist.over) {
+        title += " (the last bin: " + counts[counts.length - 1] + " steps of " + hist.over[0] + "–" + hist.over[1] + " ms)";
+      }
       counts.push(counts.length ? counts[counts.length - 1] : 0);
       new uPlot({
         title: title,
@@ -291,24 +299,78 @@
 
   function el(id) { return document.getElementById(id); }
 
+  var stepMarks = {};
+  // uPlot's points hook: upward triangles for the steps above the axis.
+  function triangles(u, si) {
+    var ctx = u.ctx, s = u.series[si], d = u.data[si], xs = u.data[0];
+    var r = 6 * (window.devicePixelRatio || 1);
+    ctx.save();
+    ctx.fillStyle = s.stroke();
+    for (var i = 0; i < d.length; i++) {
+      if (d[i] === null || d[i] === undefined) { continue; }
+      var x = u.valToPos(xs[i], "x", true), y = u.valToPos(d[i], s.scale, true);
+      ctx.beginPath();
+      ctx.moveTo(x, y - r);
+      ctx.lineTo(x - r, y + r);
+      ctx.lineTo(x + r, y + r);
+      ctx.closePath();
+      ctx.fill();
+    }
+    ctx.restore();
+    return false;
+  }
+
   try {
     (data.modes || []).forEach(function (m, mi) {
       var parent = el("mode-" + mi + "-charts");
       if (!parent) { return; }
       histogram(parent, "steps " + m.mode + " histogram", "Step time histogram, " + m.mode, m.hist || {});
       // Step time over the job: one point series per rank, outliers on top.
+      // The y axis is the model's (steps.<mode>.chart): it fits the bulk; the steps above it
+      // (m.above) are drawn as triangles at its top edge, their values in the legend.
+      var y = m.y && m.y[1] > m.y[0] ? m.y : null;
       var tables = (m.ranks || []).map(function (r) { return [abs(r.t), r.ms]; });
       var out = (m.outliers || []).slice().sort(function (a, b) { return a.t - b.t; });
       tables.push([abs(out.map(function (o) { return o.t; })), out.map(function (o) { return o.ms; })]);
+      var above = y ? (m.above || []).slice().sort(function (a, b) { return a.t - b.t; }) : [];
+      var edge = y ? y[1] - (y[1] - y[0]) * 0.02 : 0;
+      var real = {};
+      above.forEach(function (o) { real[T0 + o.t] = (real[T0 + o.t] ? real[T0 + o.t] + ", " : "") + o.ms + " ms (" + o.rank + " step " + o.step + ")"; });
+      if (above.length > 0) {
+        tables.push([abs(above.map(function (o) { return o.t; })), above.map(function () { return edge; })]);
+      }
       var joined = uPlot.join(tables);
       var series = (m.ranks || []).map(function (r, i) {
         return { label: r.rank, data: joined[i + 1], points: true, size: 3, color: color(i) };
       });
-      series.push({ label: "outliers", data: joined[joined.length - 1], points: true, size: 9, color: "#d62728" });
+      series.push({ label: "outliers", data: joined[(m.ranks || []).length + 1], points: true, size: 9, color: "#d62728" });
+      if (above.length > 0) {
+        series.push({
+          label: "above the axis ▲", data: joined[joined.length - 1], points: true, size: 11, color: "#d62728",
+          shape: function (u, si) { return triangles(u, si); },
+          value: function (u, v, si, idx) { return v === null || v === undefined ? "–" : (real[u.data[0][idx]] || "–"); }
+        });
+      }
       var box = document.createElement("div");
       parent.appendChild(box);
       var t = joined[0].map(function (x) { return x - T0; });
-      timeChart(box, "steps " + m.mode + " over time", "Step time over the job, " + m.mode + " (ms)", t, series, { unit: "ms", height: 240 });
+      var title = "Step time over the job, " + m.mode + " (ms)" + (above.length > 0 ? "; ▲ steps above the axis" : "");
+      var aboveSeries = series.length;
+      timeChart(box, "steps " + m.mode + " over time", title, t, series, {
+        unit: "ms", height: 240, yRange: y,
+        onFirstDraw: function (u) {
+          // For the browser tier: the triangles drawn, and where (inside the plot's top 5 %).
+          var top = 0, n = 0, data = u.data[aboveSeries] || [];
+          data.forEach(function (v) {
+            if (v === null || v === undefined) { return; }
+            n += 1;
+            var py = u.valToPos(v, "y");
+            if (py >= 0 && py <= u.bbox.height / (window.devicePixelRatio || 1) * 0.05) { top += 1; }
+          });
+          stepMarks[m.mode] = { above: above.length, drawn: above.length > 0 ? n : 0, at_top: above.length > 0 ? top : 0, y: y };
+          body.dataset.stepMarks = JSON.stringify(stepMarks);
+        }
+      });
       var pr = m.per_rank || [];
       if (pr.length > 0) {
         barChart(parent, "steps " + m.mode + " ranks", "Ranks side by side, " + m.mode + ": median step (bars), p90 (dots)",

@@ -112,6 +112,10 @@ pub struct NodeAgg {
     pub gpus: BTreeMap<String, GpuAgg>,
     /// What each rule keeps for this node (`rules/`).
     pub rules: NodeRules,
+    /// The same rules judged with the preliminary patience ([`crate::rules::preliminary_patience`]),
+    /// for a rule that has less than its patience of data (`docs/report.md`, "Short jobs");
+    /// `None` under `--patience`, which keeps SageMaker's behaviour.
+    pub prelim: Option<Box<NodeRules>>,
     next_eval_s: f64,
     last_eval_s: f64,
     pub dec: Decimator,
@@ -150,8 +154,9 @@ impl ClockAgg {
 }
 
 impl NodeAgg {
-    fn new(t: f64, points: usize) -> NodeAgg {
+    fn new(t: f64, points: usize, prelim: bool) -> NodeAgg {
         NodeAgg {
+            prelim: prelim.then(Box::default),
             ticks: 0,
             first_s: t,
             last_s: t,
@@ -189,13 +194,18 @@ impl NodeAgg {
 
     /// Every rule's judgement of the data so far, for the window ending at `end`.
     fn evaluate(&mut self, end: f64, patience: u64) {
-        let w = Window { from: self.last_eval_s, end, patience };
+        let w = Window { from: self.last_eval_s, end, patience, preliminary: false };
         self.last_eval_s = end;
         // The rules read the node while they change their own state, so that state is taken
         // out for the call (the empty `NodeRules` left in its place allocates nothing).
         let mut rules = std::mem::take(&mut self.rules);
         rules.judge(self, &w);
         self.rules = rules;
+        if let Some(mut prelim) = self.prelim.take() {
+            let w = Window { patience: crate::rules::preliminary_patience(patience), preliminary: true, ..w };
+            prelim.judge(self, &w);
+            self.prelim = Some(prelim);
+        }
     }
 
     /// The column of `name`, if it was ever seen.
@@ -215,8 +225,10 @@ pub struct StepRec {
 /// Everything the report keeps from a LocalPath.
 #[derive(Debug, Default)]
 pub struct Agg {
-    /// `--patience` (`None`: SageMaker's defaults).
+    /// `--patience` (`None`: SageMaker's defaults, and the preliminary verdicts of short jobs).
     pub patience: Option<u64>,
+    /// True while the nodes' `rules` are their preliminary twins ([`Agg::swap_preliminary`]).
+    pub preliminary: bool,
     pub nodes: BTreeMap<String, NodeAgg>,
     /// mode → rank → steps in the order read.
     pub steps: BTreeMap<String, BTreeMap<String, Vec<StepRec>>>,
@@ -243,6 +255,8 @@ pub struct Agg {
     pub triggers: Vec<crate::model::Trigger>,
     /// The caps reached (`docs/report.md`, "Caps").
     pub caps: Caps,
+    /// The detailed windows' ops, kernels and DataLoader waits (`detailed.rs`).
+    pub detailed_windows: crate::detailed::Collector,
     /// GPUs and series columns of all nodes.
     gpu_count: usize,
     columns: usize,
@@ -282,6 +296,23 @@ impl Agg {
         self.patience.map_or(SYSTEM_PATIENCE, |p| p.min(SYSTEM_PATIENCE))
     }
 
+    /// The patience a verdict judges with: [`Agg::system_patience`], or while the
+    /// preliminary verdicts are made ([`crate::rules::all`]) the preliminary one.
+    pub fn judging_patience(&self, full: u64) -> u64 {
+        if self.preliminary { crate::rules::preliminary_patience(full) } else { full }
+    }
+
+    /// Swaps every node's rules with their preliminary twins (made only without
+    /// `--patience`); twice restores them. `preliminary` says which are in place.
+    pub fn swap_preliminary(&mut self) {
+        for n in self.nodes.values_mut() {
+            if let Some(p) = n.prelim.as_mut() {
+                std::mem::swap(&mut n.rules, p);
+            }
+        }
+        self.preliminary = !self.preliminary;
+    }
+
     /// The last window of every node, once all ticks are in.
     pub fn finish(&mut self) {
         let patience = self.system_patience();
@@ -302,8 +333,11 @@ impl Agg {
         }
         self.sys_first_s = Some(self.sys_first_s.map_or(t.t_s, |f| f.min(t.t_s)));
         self.sys_last_s = Some(self.sys_last_s.map_or(t.t_s, |f| f.max(t.t_s)));
+        let prelim = self.patience.is_none();
         let Agg { nodes, caps, gpu_count, columns, .. } = self;
-        let n = nodes.entry(node.to_owned()).or_insert_with(|| NodeAgg::new(t.t_s, node_points(*columns)));
+        let n = nodes
+            .entry(node.to_owned())
+            .or_insert_with(|| NodeAgg::new(t.t_s, node_points(*columns), prelim));
         // The windows that ended before this tick are judged on the data before it, once: a
         // gap of any length costs one judgement, and the next window is found by arithmetic
         // (stepping 60 s at a time never ends where `t + 60 == t`).
@@ -357,6 +391,10 @@ impl Agg {
             }
         }
         n.rules.tick(&TickView { tick: t, gpus: &gpus, cpu_total: total, patience });
+        if let Some(p) = n.prelim.as_mut() {
+            let patience = crate::rules::preliminary_patience(patience);
+            p.tick(&TickView { tick: t, gpus: &gpus, cpu_total: total, patience });
+        }
         // The decimated series: only the columns this tick has a value for.
         let mut row: Vec<(usize, f64)> = Vec::new();
         let mut put = |n: &mut NodeAgg, name: String, v: Option<f64>| {
@@ -455,6 +493,7 @@ impl Agg {
             }
             return;
         }
+        self.detailed_windows.event(e);
         // Phases past the cap are summed into one; `OTHER_PHASES` itself is not capped.
         let known = self.phases.contains_key(e.phase)
             || self.caps.admit("phases", None, e.phase, self.phases.len(), MAX_PHASES);
@@ -540,6 +579,14 @@ pub fn trigger(e: &crate::read::Event<'_>) -> Option<crate::model::Trigger> {
         median_ms,
         start_s: e.start_us as f64 / 1e6 - ms / 1000.0,
         features,
+        window_start_step: e
+            .args
+            .get(timeline::trigger_key::WINDOW_START_STEP)
+            .and_then(serde_json::Value::as_i64),
+        window_num_steps: e
+            .args
+            .get(timeline::trigger_key::WINDOW_NUM_STEPS)
+            .and_then(serde_json::Value::as_i64),
     })
 }
 

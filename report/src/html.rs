@@ -16,7 +16,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::model::{
-    Capped, Clock, Finding, Job, ModeSteps, NodeSeries, Phase, PythonWindow, ReportModel, StepSeries, Trigger,
+    Capped, Clock, Finding, Job, ModeSteps, NodeSeries, Phase, PythonSummary, PythonWindow, ReportModel,
+    StepSeries, Trigger,
 };
 use crate::rules::Cell;
 
@@ -60,7 +61,8 @@ pub fn render(m: &ReportModel) -> String {
     );
     out.push_str(
         "<nav><a href=\"#job\">Job</a><a href=\"#steps\">Steps</a><a href=\"#system\">System</a>\
-         <a href=\"#framework\">Framework</a><a href=\"#findings\">Findings</a>",
+         <a href=\"#framework\">Framework</a><a href=\"#detailed\">Detailed</a><a href=\"#native\">Native</a>\
+         <a href=\"#findings\">Findings</a>",
     );
     if !m.triggers.is_empty() {
         out.push_str("<a href=\"#triggers\">Triggers</a>");
@@ -79,9 +81,11 @@ pub fn render(m: &ReportModel) -> String {
     }
     let t0 = time_origin(job, series);
     section_job(&mut out, job);
-    section_steps(&mut out, &m.steps);
+    section_steps(&mut out, &m.steps, t0);
     section_system(&mut out, &series.nodes);
-    section_framework(&mut out, &m.phases, &m.python);
+    section_framework(&mut out, &m.phases, &m.python, &m.python_summary);
+    crate::page_detailed::section(&mut out, &m.detailed);
+    crate::page_windows::section_native(&mut out, &m.native, t0);
     section_findings(&mut out, &m.findings, t0);
     section_triggers(&mut out, &m.triggers, t0);
     out.push_str("</main>\n<script type=\"application/json\" id=\"report-data\">");
@@ -122,8 +126,8 @@ fn section_job(out: &mut String, job: &Job) {
         out,
         "Profiled",
         format!(
-            "{} detailed steps, {} dataloader events, {} Python profiling windows",
-            p.detailed_steps, p.dataloader_events, p.python_windows
+            "{} detailed steps, {} dataloader events, {} Python profiling windows ({} folders), {} native windows",
+            p.detailed_steps, p.dataloader_events, p.python_windows, p.python_folders, p.native_windows
         ),
     );
     row(out, "Dropped events", job.dropped_events.to_string());
@@ -208,6 +212,15 @@ fn capped_text(c: &Capped) -> String {
         "detailed_steps" => {
             format!("detailed steps: {limit} are counted; {n} events of further steps not counted")
         }
+        "detailed_events" => format!(
+            "detailed windows: {limit} ops and kernels are kept; {n} further ones left out of the Detailed windows section"
+        ),
+        "detailed_waits" => format!(
+            "detailed windows: {limit} DataLoader waits are kept; {n} further ones left out of \"waiting for input\""
+        ),
+        "detailed_names" => format!(
+            "detailed windows: {limit} op and kernel names are kept; {n} events of further names summed under \"(other names)\""
+        ),
         "names" => format!(
             "names longer than {limit} bytes ({of}): {n} ticks, readings or events under them left out (phases: summed in \"(other phases)\")"
         ),
@@ -224,7 +237,57 @@ fn stat_cells(count: u64, stats: [Option<f64>; 5]) -> String {
     c
 }
 
-fn section_steps(out: &mut String, modes: &BTreeMap<String, ModeSteps>) {
+/// Under a mode's charts: the step chart's axis, the steps above it, the warm-up.
+fn step_chart_notes(out: &mut String, c: &crate::model::StepChart, t0: f64) {
+    for w in &c.warmup {
+        let (steps, took) = if w.steps == 1 {
+            (format!("step (step {})", w.first_step), "took")
+        } else {
+            (format!("{} steps ({}–{})", w.steps, w.first_step, w.last_step), "took on average")
+        };
+        let _ = writeln!(
+            out,
+            "<p class=\"note warmup\"><span class=\"legend-key\" style=\"background:rgba(31,119,180,0.25)\"></span>\
+             <b>Warm-up</b> of {}: its first {} {took} {}× its median step of {} ms \
+             ({} ms in all, until {}; shaded blue on the charts).</p>",
+            esc(&w.rank),
+            esc(&steps),
+            esc(&num(Some(w.ms / w.steps.max(1) as f64 / w.median_ms))),
+            esc(&num(Some(w.median_ms))),
+            esc(&num(Some(w.ms))),
+            esc(&offset(Some(w.end_s), t0))
+        );
+    }
+    if c.above_count == 0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "<details class=\"above-axis\"><summary>{} steps longer than the chart's axis ({} ms, 1.5 × the p99 step) \
+         are marked ▲ at its top edge{}</summary>\
+         <table><tr><th>rank</th><th class=\"n\">step</th><th>start</th><th class=\"n\">ms</th></tr>",
+        c.above_count,
+        esc(&num(Some(c.y_max_ms))),
+        if c.above_count > c.above.len() as u64 {
+            format!(" (the {} longest listed)", c.above.len())
+        } else {
+            String::new()
+        }
+    );
+    for o in &c.above {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td></tr>",
+            esc(&o.rank),
+            o.step,
+            esc(&offset(Some(o.start_s), t0)),
+            esc(&num(Some(o.ms)))
+        );
+    }
+    out.push_str("</table></details>\n");
+}
+
+fn section_steps(out: &mut String, modes: &BTreeMap<String, ModeSteps>, t0: f64) {
     out.push_str("<section id=\"steps\"><h2>Steps</h2>\n");
     if modes.is_empty() {
         out.push_str("<p class=\"note\">No steps were recorded.</p>\n");
@@ -263,6 +326,7 @@ fn section_steps(out: &mut String, modes: &BTreeMap<String, ModeSteps>) {
             );
         }
         let _ = writeln!(out, "<div id=\"mode-{i}-charts\"></div>");
+        step_chart_notes(out, &s.chart, t0);
         if !s.outliers.is_empty() {
             let _ = writeln!(
                 out,
@@ -304,8 +368,18 @@ fn section_system(out: &mut String, nodes: &BTreeMap<String, NodeSeries>) {
     out.push_str("</section>\n");
 }
 
-fn section_framework(out: &mut String, phases: &[Phase], windows: &[PythonWindow]) {
+fn section_framework(out: &mut String, phases: &[Phase], windows: &[PythonWindow], summary: &PythonSummary) {
     out.push_str("<section id=\"framework\"><h2>Framework</h2>\n<h3>Time per phase</h3>\n");
+    // The detailed windows' ops and kernels have their own section.
+    let detailed = phases.iter().any(|p| crate::page_detailed::is_detailed_phase(&p.name));
+    let phases: Vec<&Phase> =
+        phases.iter().filter(|p| !crate::page_detailed::is_detailed_phase(&p.name)).collect();
+    if detailed {
+        out.push_str(
+            "<p class=\"note\">The detailed windows' CPU ops and GPU kernels are explained under \
+             <a href=\"#detailed\">Detailed windows</a>.</p>\n",
+        );
+    }
     if phases.is_empty() {
         out.push_str("<p class=\"note\">No phase events were recorded.</p>\n");
     } else {
@@ -313,7 +387,7 @@ fn section_framework(out: &mut String, phases: &[Phase], windows: &[PythonWindow
             "<div id=\"phases-chart\"></div>\n<table><tr><th>phase</th><th class=\"n\">events</th>\
              <th class=\"n\">total ms</th><th class=\"n\">mean ms</th></tr>\n",
         );
-        for p in phases {
+        for p in &phases {
             let _ = writeln!(
                 out,
                 "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
@@ -325,40 +399,7 @@ fn section_framework(out: &mut String, phases: &[Phase], windows: &[PythonWindow
         }
         out.push_str("</table>\n");
     }
-    out.push_str("<h3>Python profiling windows</h3>\n");
-    if windows.is_empty() {
-        out.push_str("<p class=\"note\">No Python profiling window was recorded.</p>\n");
-    }
-    for (i, w) in windows.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "<details{}><summary>{} · {} · steps {}–{} · <span class=\"code\">{}</span></summary>",
-            if i == 0 { " open" } else { "" },
-            esc(&w.node),
-            esc(&w.profiler),
-            int(w.start_step),
-            int(w.end_step),
-            esc(&w.window)
-        );
-        out.push_str(
-            "<table><tr><th>function</th><th>file:line</th><th class=\"n\">calls</th>\
-             <th class=\"n\">self s</th><th class=\"n\">total s</th></tr>\n",
-        );
-        for f in &w.functions {
-            let _ = writeln!(
-                out,
-                "<tr><td class=\"code\">{}</td><td class=\"code\">{}:{}</td><td class=\"n\">{}</td>\
-                 <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-                esc(&f.name),
-                esc(&f.file),
-                int(f.line),
-                int(f.calls),
-                esc(&num(Some(f.self_s))),
-                esc(&num(Some(f.total_s)))
-            );
-        }
-        out.push_str("</table></details>\n");
-    }
+    crate::page_windows::python_windows(out, summary, windows);
     out.push_str("</section>\n");
 }
 
@@ -371,18 +412,35 @@ fn section_findings(out: &mut String, findings: &[Finding], t0: f64) {
          with their default thresholds).</p>",
         findings.len()
     );
+    let prelim = findings.iter().filter(|f| f.preliminary.is_some()).count();
+    if prelim > 0 {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">{prelim} of them are <b>preliminary</b>: the job has less data than \
+             the rule waits for (its patience), so they are judged on what there is \
+             (<code>trainprof report --patience 1000</code> leaves them not evaluated, as SageMaker \
+             does).</p>"
+        );
+    }
     for f in findings {
         let (class, badge) = match (f.triggered, f.evaluated) {
             (true, _) => ("finding triggered", "triggered"),
             (false, true) => ("finding", "not triggered"),
-            (false, false) => ("finding not-evaluated", "not evaluated: no data"),
+            (false, false) => ("finding not-evaluated", "not evaluated"),
         };
-        let _ = writeln!(
-            out,
-            "<div class=\"{class}\"><h3>{}<span class=\"badge\">{badge}</span></h3><p>{}</p>",
-            esc(&f.rule),
-            esc(&f.summary)
-        );
+        let _ =
+            write!(out, "<div class=\"{class}\"><h3>{}<span class=\"badge\">{badge}</span>", esc(&f.rule));
+        if let Some(p) = &f.preliminary {
+            let _ = write!(out, "<span class=\"badge preliminary\">{}</span>", esc(&p.label()));
+        }
+        let _ = writeln!(out, "</h3><p>{}</p>", esc(&f.summary));
+        if f.preliminary.is_some() {
+            out.push_str(
+                "<p class=\"note\">Judged on less data than the rule's patience (SageMaker would not \
+                 judge it yet): read it as a first look. <code>--patience</code> gives SageMaker's \
+                 behaviour.</p>\n",
+            );
+        }
         if !f.advice.is_empty() {
             let _ = writeln!(out, "<p><b>What to do:</b> {}</p>", esc(&f.advice));
         }
@@ -412,7 +470,11 @@ fn evidence_table(out: &mut String, t: &crate::rules::Table, t0: f64) {
     if !t.facts.is_empty() {
         out.push_str("<table class=\"evidence\">");
         for (k, v) in &t.facts {
-            let _ = write!(out, "<tr><th>{}</th><td class=\"code\">{}</td></tr>", esc(k), esc(&cell(v, t0)));
+            let mut text = cell(v, t0);
+            if let Some(u) = t.unit(k).filter(|_| text != "–") {
+                text = format!("{text} {u}");
+            }
+            let _ = write!(out, "<tr><th>{}</th><td class=\"code\">{}</td></tr>", esc(k), esc(&text));
         }
         out.push_str("</table>\n");
     }
@@ -421,7 +483,14 @@ fn evidence_table(out: &mut String, t: &crate::rules::Table, t0: f64) {
     }
     out.push_str("<table class=\"evidence-rows\"><tr>");
     for c in &t.columns {
-        let _ = write!(out, "<th>{}</th>", esc(c));
+        match t.unit(c) {
+            Some(u) => {
+                let _ = write!(out, "<th>{} <span class=\"unit\">({})</span></th>", esc(c), esc(u));
+            }
+            None => {
+                let _ = write!(out, "<th>{}</th>", esc(c));
+            }
+        }
     }
     out.push_str("</tr>\n");
     for row in t.rows.iter().take(MAX_EVIDENCE_ROWS) {
@@ -463,6 +532,7 @@ fn section_triggers(out: &mut String, triggers: &[Trigger], t0: f64) {
          by an anomalous step (<code>AutoProfilingConfig</code>; shaded purple on the charts).</p>\n<table><tr><th>rank</th><th class=\"n\">step</th>\
          <th>start</th><th class=\"n\">ms</th><th class=\"n\">median ms</th><th>opened</th></tr>\n",
     );
+    let ids = page_ids(out);
     for t in triggers {
         let _ = writeln!(
             out,
@@ -472,18 +542,52 @@ fn section_triggers(out: &mut String, triggers: &[Trigger], t0: f64) {
             esc(&offset(Some(t.start_s), t0)),
             esc(&num(Some(t.ms))),
             esc(&num(Some(t.median_ms))),
-            esc(&features(t.features.as_deref()))
+            opened(t, &ids)
         );
     }
     out.push_str("</table></section>\n");
 }
 
-/// A trigger's features (`["detailed", "python"]`) as "detailed, python"; "–" when absent.
-fn features(v: Option<&[String]>) -> String {
-    match v {
-        Some(names) if !names.is_empty() => names.join(", "),
-        _ => "–".to_owned(),
-    }
+/// Every `id="…"` of the page so far.
+fn page_ids(page: &str) -> std::collections::HashSet<String> {
+    page.split(" id=\"").skip(1).filter_map(|s| s.split('"').next()).map(str::to_owned).collect()
+}
+
+/// Where the page shows a window of `feature` that starts at `start` (`docs/report.md`,
+/// "Anchors"): its own anchor `window-<feature>-<start>`, else the section that shows that
+/// feature's windows; `None` when the page has neither.
+pub fn window_anchor(
+    feature: &str,
+    start: Option<i64>,
+    ids: &std::collections::HashSet<String>,
+) -> Option<String> {
+    let own = start.map(|s| format!("window-{feature}-{s}"));
+    let sections: &[&str] = match feature {
+        "detailed" => &["detailed"],
+        "python" => &["python-windows", "framework"],
+        "native" => &["native"],
+        "dataloader" => &["framework"],
+        _ => &[],
+    };
+    own.into_iter().chain(sections.iter().map(|s| (*s).to_owned())).find(|id| ids.contains(id))
+}
+
+/// A trigger's windows: their steps, and each feature linked to where the page shows it.
+fn opened(t: &Trigger, ids: &std::collections::HashSet<String>) -> String {
+    let Some(names) = t.features.as_deref().filter(|n| !n.is_empty()) else { return "–".to_owned() };
+    let links: Vec<String> = names
+        .iter()
+        .map(|f| match window_anchor(f, t.window_start_step, ids) {
+            Some(id) => format!("<a href=\"#{}\">{}</a>", esc(&id), esc(f)),
+            None => esc(f),
+        })
+        .collect();
+    let steps = match (t.window_start_step, t.window_num_steps) {
+        (Some(a), Some(n)) if n > 1 => format!("steps {a}–{}: ", a + n - 1),
+        (Some(a), _) => format!("step {a}: "),
+        _ => String::new(),
+    };
+    format!("{}{}", esc(&steps), links.join(", "))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -523,12 +627,20 @@ struct ModeData<'a> {
     ranks: Vec<RankData<'a>>,
     outliers: Vec<OutlierData<'a>>,
     per_rank: Vec<RankStatsData<'a>>,
+    /// The step chart's y axis, ms (`steps.<mode>.chart`), and the steps above it, drawn at
+    /// its top edge with their values in the legend.
+    /// `null` for a model without the chart (an older one): the page then fits the axis.
+    y: Option<[f64; 2]>,
+    above: Vec<OutlierData<'a>>,
 }
 
 #[derive(Serialize)]
 struct HistData<'a> {
     edges: Vec<f64>,
     counts: &'a [u64],
+    /// The last bin when it is the overflow bin (`stats::step_histogram`): drawn as wide as
+    /// the others, its true range in its label.
+    over: Option<[f64; 2]>,
 }
 
 #[derive(Serialize)]
@@ -639,11 +751,34 @@ fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) 
                 straggler: is_straggler(rank),
             })
             .collect();
+        let mut edges: Vec<f64> = s.histogram.edges_ms.iter().map(|&x| round(x, MS_DECIMALS)).collect();
+        let over = overflow_bin(&s.histogram.edges_ms);
+        if let (Some(o), Some(last)) = (over, edges.last_mut()) {
+            // Drawn as wide as the others.
+            *last = round(o[0] + (s.histogram.edges_ms[1] - s.histogram.edges_ms[0]), MS_DECIMALS);
+        }
         let hist = HistData {
-            edges: s.histogram.edges_ms.iter().map(|&x| round(x, MS_DECIMALS)).collect(),
+            edges,
             counts: &s.histogram.counts,
+            over: over.map(|o| [round(o[0], MS_DECIMALS), round(o[1], MS_DECIMALS)]),
         };
-        modes.push(ModeData { mode, hist, ranks, outliers, per_rank });
+        let c = &s.chart;
+        let above = c
+            .above
+            .iter()
+            .map(|o| OutlierData {
+                rank: &o.rank,
+                step: o.step,
+                t: round(o.start_s - t0, T_DECIMALS),
+                ms: round(o.ms, MS_DECIMALS),
+            })
+            .collect();
+        for w in &c.warmup {
+            bands.push(band(w.start_s - t0, w.end_s - t0, "warmup"));
+        }
+        let y = (c.y_max_ms > c.y_min_ms)
+            .then(|| [round(c.y_min_ms, MS_DECIMALS), round(c.y_max_ms, MS_DECIMALS)]);
+        modes.push(ModeData { mode, hist, ranks, outliers, per_rank, y, above });
     }
     for t in &m.triggers {
         bands.push(band(t.start_s - t0, t.start_s - t0 + t.ms / 1000.0, "trigger"));
@@ -676,9 +811,25 @@ fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) 
             trainer: n.trainer.as_ref().map(|v| Pair("cpu", pct(&v.cpu), "mem", pct(&v.mem_mb))),
         });
     }
-    let phases =
-        m.phases.iter().map(|p| PhaseData { name: &p.name, total: round(p.total_ms, MS_DECIMALS) }).collect();
+    let phases = m
+        .phases
+        .iter()
+        .filter(|p| !crate::page_detailed::is_detailed_phase(&p.name))
+        .map(|p| PhaseData { name: &p.name, total: round(p.total_ms, MS_DECIMALS) })
+        .collect();
     PageData { t0, span: round(span, T_DECIMALS), modes, nodes, bands, marks, phases }
+}
+
+/// The histogram's last bin `[from, to]` when it is an overflow bin: wider than the others
+/// (`stats::step_histogram` makes the others equal).
+fn overflow_bin(edges: &[f64]) -> Option<[f64; 2]> {
+    let n = edges.len();
+    if n < 3 {
+        return None;
+    }
+    let width = edges[1] - edges[0];
+    let last = edges[n - 1] - edges[n - 2];
+    (width > 0.0 && last > width * 1.5).then(|| [edges[n - 2], edges[n - 1]])
 }
 
 fn band(a: f64, b: f64, kind: &'static str) -> Band {
@@ -913,7 +1064,7 @@ mod tests {
     #[test]
     fn a_long_evidence_table_is_cut_on_the_page() {
         let mut m = ReportModel {
-            findings: crate::rules::all(&crate::collect::Agg::default(), None),
+            findings: crate::rules::all(&mut crate::collect::Agg::default(), None),
             ..ReportModel::default()
         };
         let Some(crate::model::Evidence::StepOutlier(e)) = m.findings.get_mut(5).map(|f| &mut f.evidence)
@@ -937,6 +1088,148 @@ mod tests {
         assert!(table.contains("and 10 more rows"), "{table}");
         // The rank that triggered comes first; its steps are listed up to ten.
         assert!(table.contains("<tr><td>59-algo-1</td><td>TRAIN</td><td class=\"n\">200</td><td class=\"n\">12.5</td><td class=\"n\">11</td><td>0, 1, 2, 3, 4, 5, 6, 7, 8, 9, …</td><td class=\"n\">yes</td></tr>"), "{table}");
+    }
+
+    /// A short job's findings: every evidence table has units and rounded numbers, no JSON
+    /// text; the preliminary ones say so in their badge.
+    #[test]
+    fn evidence_is_tables_with_units_and_preliminary_is_said() {
+        let mut agg = crate::rules::tests::run_with(None, 481, 95.0, 0.0, &[(3.0, 10.0), (90.0, 30.0)]);
+        let steps =
+            (0..200).map(|i| crate::collect::StepRec { start_us: i * 1000, dur_us: 500 + i % 7, step: i });
+        agg.steps.entry("TRAIN".into()).or_default().insert("0-algo-1".into(), steps.collect());
+        let findings = crate::rules::all(&mut agg, Some(990.0));
+        let page = render(&ReportModel { findings: findings.clone(), ..ReportModel::default() });
+        let section =
+            page.split("<section id=\"findings\">").nth(1).unwrap().split("</section>").next().unwrap();
+        assert_eq!(
+            section
+                .matches("<span class=\"badge preliminary\">preliminary: 481 of 1000 datapoints</span>")
+                .count(),
+            6,
+            "{section}"
+        );
+        // No JSON text: no braces, no quotes (escaped or not), no long decimals.
+        for bad in ["{", "}", "&quot;", "\"p50\""] {
+            assert!(!section.contains(bad), "{bad} in {section}");
+        }
+        let long = regex_like_long_decimal(section);
+        assert!(long.is_none(), "an unrounded number: {long:?}");
+        // Units: on the facts' values and in the columns' headers.
+        assert!(
+            section.contains("<tr><th>gpu_threshold</th><td class=\"code\">10.0 %</td></tr>"),
+            "{section}"
+        );
+        assert!(section.contains("<tr><th>patience</th><td class=\"code\">1000 datapoints</td></tr>"));
+        assert!(section.contains("<th>window_p95 <span class=\"unit\">(%)</span></th>"));
+        assert!(section.contains("<th>threshold_ms <span class=\"unit\">(ms)</span></th>"));
+        // Every measured number of every rule's table has its unit declared.
+        for f in &findings {
+            let t = f.evidence.present();
+            for (k, v) in &t.facts {
+                if matches!(v, Cell::Num(_)) {
+                    assert!(t.units.iter().any(|u| u.0 == *k), "{}: fact {k} has no unit", f.rule);
+                }
+            }
+            for row in &t.rows {
+                for (c, v) in t.columns.iter().zip(row) {
+                    if matches!(v, Cell::Num(_)) {
+                        assert!(t.units.iter().any(|u| u.0 == *c), "{}: column {c} has no unit", f.rule);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The first number with more than 3 decimals in `s`, if any.
+    fn regex_like_long_decimal(s: &str) -> Option<String> {
+        let b = s.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'.' && i > 0 && b[i - 1].is_ascii_digit() {
+                let n = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+                if n > 3 {
+                    return Some(s[i.saturating_sub(5)..(i + 1 + n).min(s.len())].to_owned());
+                }
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// The step chart draws only what the model carries: its axis and the steps above it.
+    #[test]
+    fn the_step_chart_takes_its_axis_and_marks_from_the_model() {
+        let mut ranks = BTreeMap::new();
+        let steps: Vec<crate::collect::StepRec> = (0..300)
+            .map(|i| crate::collect::StepRec {
+                start_us: 1_000_000_000_000 + i * 40_000,
+                dur_us: if i == 0 { 4_000_000 } else { 30_000 + (i % 5) * 1000 },
+                step: i,
+            })
+            .collect();
+        ranks.insert("0-a".to_owned(), steps);
+        let mut m = ReportModel::default();
+        m.steps.insert("TRAIN".into(), crate::mode_steps(&ranks));
+        m.job.start_s = Some(1_000_000.0);
+        let page = render(&m);
+        let data = page.split("id=\"report-data\">").nth(1).unwrap().split("</script>").next().unwrap();
+        let v: Value = serde_json::from_str(data).unwrap();
+        let mode = &v["modes"][0];
+        assert_eq!(mode["y"], serde_json::json!([0.0, 51.0]));
+        assert_eq!(mode["above"], serde_json::json!([{"rank": "0-a", "step": 0, "t": 0.0, "ms": 4000.0}]));
+        // The warm-up is shaded and said.
+        assert!(
+            v["bands"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|b| b["kind"] == "warmup" && b["a"] == 0.0 && b["b"] == 4.0)
+        );
+        assert!(page.contains("<b>Warm-up</b> of 0-a: its first step (step 0) took 125× its median step of 32.0 ms (4000 ms in all"), "{page}");
+        assert!(
+            page.contains("1 steps longer than the chart&#39;s axis (51.0 ms, 1.5 × the p99 step)")
+                || page.contains("1 steps longer than the chart's axis (51.0 ms, 1.5 × the p99 step)")
+        );
+        // The histogram's overflow bin is drawn as wide as the others, its range in the data.
+        assert_eq!(mode["hist"]["over"][1], 4000.0);
+        let edges = mode["hist"]["edges"].as_array().unwrap();
+        let w = edges[1].as_f64().unwrap() - edges[0].as_f64().unwrap();
+        let last = edges[edges.len() - 1].as_f64().unwrap() - edges[edges.len() - 2].as_f64().unwrap();
+        assert!((last - w).abs() < 0.02, "{w} {last}");
+    }
+
+    /// A trigger links what it opened to where the page shows it: the window's own anchor
+    /// when the page has one, else the feature's section, else nothing.
+    #[test]
+    fn a_trigger_links_its_windows() {
+        let ids = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<std::collections::HashSet<_>>();
+        let page = ids(&["framework", "detailed", "window-detailed-203", "python-windows"]);
+        assert_eq!(window_anchor("detailed", Some(203), &page).as_deref(), Some("window-detailed-203"));
+        assert_eq!(window_anchor("detailed", Some(206), &page).as_deref(), Some("detailed"));
+        assert_eq!(window_anchor("python", Some(203), &page).as_deref(), Some("python-windows"));
+        assert_eq!(window_anchor("native", Some(203), &page), None);
+        assert_eq!(window_anchor("dataloader", None, &page).as_deref(), Some("framework"));
+        let t = Trigger {
+            rank: "0-a".into(),
+            step: 202,
+            ms: 1000.0,
+            median_ms: 30.0,
+            start_s: 0.0,
+            features: Some(vec!["detailed".into(), "python".into(), "native".into()]),
+            window_start_step: Some(203),
+            window_num_steps: Some(2),
+        };
+        assert_eq!(
+            opened(&t, &page),
+            "steps 203–204: <a href=\"#window-detailed-203\">detailed</a>, <a href=\"#python-windows\">python</a>, native"
+        );
+        // On a rendered page without windows: each feature's section (the Python windows'
+        // heading is always drawn).
+        let m = ReportModel { triggers: vec![t], ..ReportModel::default() };
+        let page = render(&m);
+        assert!(page.contains("<a href=\"#python-windows\">python</a>"), "{page}");
+        assert!(page.contains("<a href=\"#detailed\">detailed</a>"));
     }
 
     #[test]

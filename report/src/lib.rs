@@ -7,9 +7,13 @@
 
 pub mod collect;
 pub mod compare;
+pub mod detailed;
 pub mod html;
 pub mod marshal;
 pub mod model;
+pub mod native;
+pub mod page_detailed;
+pub mod page_windows;
 pub mod python;
 pub mod read;
 pub mod rules;
@@ -34,6 +38,14 @@ pub const MAX_OUTLIERS: usize = 50;
 /// A rank is a straggler when its median step is at least this many times the median of
 /// the ranks' medians (`docs/report.md`, "Stragglers").
 pub const STRAGGLER_RATIO: f64 = 1.2;
+/// A step chart's axis fits the bulk: it runs to `BULK_MARGIN` × the p99 step when a step is
+/// longer than that, and steps above are marked at its edge (`docs/report.md`, "The step
+/// chart"). The same bound as the histogram's overflow bin (`stats::step_histogram`).
+pub const BULK_MARGIN: f64 = 1.5;
+/// A rank's warm-up: its leading steps each longer than this × its median step…
+pub const WARMUP_RATIO: f64 = 1.5;
+/// …when they are at most this share of its steps (more is a slow phase, not a warm-up).
+pub const WARMUP_MAX_SHARE: f64 = 0.1;
 /// Largest stats file read (cProfile / pyinstrument).
 pub const MAX_STATS_BYTES: u64 = 64 << 20;
 
@@ -41,7 +53,7 @@ pub const MAX_STATS_BYTES: u64 = 64 << 20;
 pub enum Error {
     #[error("{0}: {1}")]
     Root(String, io::Error),
-    #[error("{0} holds no profiler data (no system/incremental, no framework/pevents)")]
+    #[error("{0} holds no profiler data (no system/incremental, no framework/pevents, no profiling window)")]
     Empty(String),
 }
 
@@ -92,11 +104,12 @@ fn build_inner(
         on_event(e);
     });
     let stats = read::stats_files(&dir, &mut skipped);
-    if agg.nodes.is_empty() && agg.ranks.is_empty() && stats.is_empty() {
+    let native = native::windows(&dir, &mut skipped);
+    if agg.nodes.is_empty() && agg.ranks.is_empty() && stats.is_empty() && native.is_empty() {
         return Err(Error::Empty(root.display().to_string()));
     }
     agg.finish();
-    let python = python_windows(&dir, &stats, &mut skipped);
+    let (python, python_summary) = python_windows(&dir, &stats, &mut skipped);
     let raw = if keep_raw {
         Raw {
             steps: agg.steps.clone(),
@@ -105,44 +118,104 @@ fn build_inner(
     } else {
         Raw::default()
     };
-    Ok((assemble(agg, python, source, skipped), raw))
+    let mut m = assemble(agg, python, source, skipped);
+    m.job.profiled.python_windows = python_summary.windows.len() as u64;
+    m.job.profiled.native_windows = native.len() as u64;
+    m.python_summary = python_summary;
+    m.native = native;
+    Ok((m, raw))
 }
 
-fn python_windows(dir: &Dir, files: &[read::StatsFile], skipped: &mut read::Skipped) -> Vec<PythonWindow> {
-    let mut out = Vec::new();
-    for f in files {
-        let bytes = match read::read_file(dir, &f.rel, MAX_STATS_BYTES) {
-            Ok(b) => b,
-            Err(e) => {
-                skipped.push(e);
-                continue;
-            }
-        };
-        // The errors name the kind of problem and where, never the file's content.
-        let functions = match f.profiler.as_str() {
-            "cprofile" => python::cprofile(&bytes).map_err(|e| e.to_string()),
-            _ => python::pyinstrument(&bytes).map_err(|e| e.to_string()),
-        };
-        let functions = match functions {
-            Ok(v) => v,
-            Err(e) => {
-                skipped.push(format!("{}: {e}", f.rel));
-                Vec::new()
-            }
-        };
-        let edges = read::parse_window(&f.window);
-        out.push(PythonWindow {
+/// The Python windows: every folder's top functions, the folders grouped into windows named
+/// for people (each with its functions merged), and the top functions over the step windows.
+/// Folders are read one at a time and merged as they are read: one folder's full list is
+/// held at a time, and the merges keep at most [`python::MAX_MERGED`] functions.
+fn python_windows(
+    dir: &Dir,
+    files: &[read::StatsFile],
+    skipped: &mut read::Skipped,
+) -> (Vec<PythonWindow>, PythonSummary) {
+    let folders: Vec<python::Folder> = files
+        .iter()
+        .map(|f| python::Folder {
             node: f.node.clone(),
-            window: f.window.clone(),
             profiler: f.profiler.clone(),
-            start_step: edges.as_ref().and_then(|e| e.0.step),
-            end_step: edges.as_ref().and_then(|e| e.1.step),
-            functions,
-            start_s: edges.as_ref().map(|e| e.0.time_us / 1e6),
-            end_s: edges.as_ref().map(|e| e.1.time_us / 1e6),
-        });
+            edges: read::parse_window(&f.window),
+            raw: f.window.clone(),
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut summary = PythonSummary::default();
+    let mut all = python::Merge::default();
+    for (ix, mut g) in python::group(&folders) {
+        let mut merge = python::Merge::default();
+        for i in ix {
+            let f = &files[i];
+            let bytes = match read::read_file(dir, &f.rel, MAX_STATS_BYTES) {
+                Ok(b) => b,
+                Err(e) => {
+                    skipped.push(e);
+                    continue;
+                }
+            };
+            // The errors name the kind of problem and where, never the file's content.
+            let functions = match f.profiler.as_str() {
+                "cprofile" => python::cprofile_all(&bytes).map_err(|e| e.to_string()),
+                _ => python::pyinstrument_all(&bytes).map_err(|e| e.to_string()),
+            };
+            drop(bytes);
+            let mut functions = match functions {
+                Ok(v) => v,
+                Err(e) => {
+                    skipped.push(format!("{}: {e}", f.rel));
+                    out.push(window(f, &folders[i], &g, Vec::new()));
+                    continue;
+                }
+            };
+            merge.add(&functions);
+            if g.kind == "steps" {
+                all.add(&functions);
+                if let Some((a, b)) = &folders[i].edges {
+                    summary.top.profiled_s += ((b.time_us - a.time_us) / 1e6).max(0.0);
+                }
+            }
+            python::top(&mut functions);
+            out.push(window(f, &folders[i], &g, functions));
+        }
+        g.functions = merge.top(python::TOP);
+        summary.windows.push(g);
     }
-    out
+    summary.windows.sort_by(|a, b| {
+        a.start_s
+            .unwrap_or(f64::INFINITY)
+            .total_cmp(&b.start_s.unwrap_or(f64::INFINITY))
+            .then(a.label.cmp(&b.label))
+    });
+    summary.top.folders = all.folders;
+    summary.top.functions_left_out = all.left_out;
+    summary.top.functions = all.top(python::TOP_MERGED);
+    (out, summary)
+}
+
+fn window(
+    f: &read::StatsFile,
+    folder: &python::Folder,
+    g: &PythonGroup,
+    functions: Vec<PyFunction>,
+) -> PythonWindow {
+    let edges = folder.edges.as_ref();
+    PythonWindow {
+        node: f.node.clone(),
+        window: f.window.clone(),
+        profiler: f.profiler.clone(),
+        start_step: edges.and_then(|e| e.0.step),
+        end_step: edges.and_then(|e| e.1.step),
+        functions,
+        start_s: edges.map(|e| e.0.time_us / 1e6),
+        end_s: edges.map(|e| e.1.time_us / 1e6),
+        label: g.label.clone(),
+        part: python::part(folder),
+    }
 }
 
 fn step_stats(ms_sorted: &[f64]) -> StepStats {
@@ -179,6 +252,7 @@ pub fn mode_steps(ranks: &BTreeMap<String, Vec<collect::StepRec>>) -> ModeSteps 
     let all = stats::sorted(&all);
     let s = step_stats(&all);
     let (edges_ms, counts) = stats::step_histogram(&all, 30);
+    let chart = step_chart(ranks, &all, &per_rank);
     ModeSteps {
         count: s.count,
         p50_ms: s.p50_ms,
@@ -190,7 +264,73 @@ pub fn mode_steps(ranks: &BTreeMap<String, Vec<collect::StepRec>>) -> ModeSteps 
         stragglers: stragglers(&per_rank),
         per_rank,
         outliers,
+        chart,
     }
+}
+
+/// The step chart of a mode: its axis, the steps above it, the ranks' warm-ups.
+/// `all`: every step's ms, sorted.
+pub fn step_chart(
+    ranks: &BTreeMap<String, Vec<collect::StepRec>>,
+    all: &[f64],
+    per_rank: &BTreeMap<String, StepStats>,
+) -> StepChart {
+    let (Some(p99), Some(&max)) = (stats::quantile_sorted(all, 0.99), all.last()) else {
+        return StepChart::default();
+    };
+    let bulk = BULK_MARGIN * p99;
+    let y_max_ms = if max > bulk && bulk > 0.0 { bulk } else { max * 1.05 };
+    let mut above = Vec::new();
+    let mut above_count = 0u64;
+    let mut warmup = Vec::new();
+    for (rank, steps) in ranks {
+        for s in steps {
+            let ms = s.dur_us as f64 / 1000.0;
+            if ms > y_max_ms {
+                above_count += 1;
+                above.push(Outlier {
+                    rank: rank.clone(),
+                    step: s.step,
+                    start_s: s.start_us as f64 / 1e6,
+                    ms,
+                });
+                if above.len() >= 2 * MAX_OUTLIERS {
+                    keep_longest(&mut above);
+                }
+            }
+        }
+        let Some(median) = per_rank.get(rank).and_then(|r| r.p50_ms) else { continue };
+        let mut by_start: Vec<&collect::StepRec> = steps.iter().collect();
+        by_start.sort_by_key(|s| (s.start_us, s.step));
+        let most = (by_start.len() as f64 * WARMUP_MAX_SHARE).floor() as usize;
+        let n = by_start
+            .iter()
+            .take(most + 1)
+            .take_while(|s| s.dur_us as f64 / 1000.0 > WARMUP_RATIO * median)
+            .count();
+        // Longer than a tenth of the steps: a slow phase, not a warm-up.
+        if n > 0 && n <= most {
+            let w = &by_start[..n];
+            warmup.push(Warmup {
+                rank: rank.clone(),
+                steps: n as u64,
+                first_step: w[0].step,
+                last_step: w[n - 1].step,
+                start_s: w[0].start_us as f64 / 1e6,
+                end_s: w.iter().map(|s| (s.start_us + s.dur_us) as f64 / 1e6).fold(f64::MIN, f64::max),
+                ms: w.iter().map(|s| s.dur_us as f64 / 1000.0).sum(),
+                median_ms: median,
+            });
+        }
+    }
+    keep_longest(&mut above);
+    StepChart { y_min_ms: 0.0, y_max_ms, above, above_count, warmup }
+}
+
+/// The `MAX_OUTLIERS` longest steps, longest first.
+fn keep_longest(v: &mut Vec<Outlier>) {
+    v.sort_by(|a, b| b.ms.total_cmp(&a.ms).then_with(|| a.rank.cmp(&b.rank)).then(a.step.cmp(&b.step)));
+    v.truncate(MAX_OUTLIERS);
 }
 
 /// Ranks whose median step is ≥ `STRAGGLER_RATIO` × the median of the ranks' medians.
@@ -217,7 +357,7 @@ pub fn stragglers(per_rank: &BTreeMap<String, StepStats>) -> Vec<Straggler> {
     out
 }
 
-fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Skipped) -> ReportModel {
+fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Skipped) -> ReportModel {
     // The Python windows count too: the pre-step-zero window starts before the first step.
     let py_start = python.iter().filter_map(|w| w.start_s).reduce(f64::min);
     let py_end = python.iter().filter_map(|w| w.end_s).reduce(f64::max);
@@ -227,7 +367,10 @@ fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Sk
     let end_s = ends.iter().flatten().copied().filter(|v| v.is_finite()).reduce(f64::max);
     let steps: BTreeMap<String, ModeSteps> =
         agg.steps.iter().map(|(m, r)| (m.clone(), mode_steps(r))).collect();
-    let findings = rules::all(&agg, start_s);
+    let findings = rules::all(&mut agg, start_s);
+    let collector = std::mem::take(&mut agg.detailed_windows);
+    let detailed_capped = collector.capped();
+    let detailed = collector.finish(&agg.steps);
     let mut phases: Vec<Phase> = agg
         .phases
         .iter()
@@ -250,7 +393,10 @@ fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Sk
         profiled: Profiled {
             detailed_steps: agg.detailed.len() as u64,
             dataloader_events: agg.dataloader_events,
-            python_windows: python.len() as u64,
+            // The windows as named, and the native ones: set by `build` once read.
+            python_windows: 0,
+            python_folders: python.len() as u64,
+            native_windows: 0,
         },
         // The hook's drop counters are not in the files yet (docs/report.md).
         dropped_events: 0,
@@ -274,6 +420,7 @@ fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Sk
                 limit: c.limit,
                 left_out: c.left_out,
             })
+            .chain(detailed_capped)
             .collect(),
     };
     let series = Some(series(&agg));
@@ -286,8 +433,11 @@ fn assemble(agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read::Sk
         steps,
         phases,
         python,
+        python_summary: PythonSummary::default(),
+        native: Vec::new(),
         triggers,
         findings,
+        detailed,
         series,
     }
 }
@@ -516,6 +666,57 @@ mod tests {
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].rank, "3-a");
         assert!((s[0].ratio - 130.0 / 105.0).abs() < 1e-12);
+    }
+
+    /// The H200 fixture's shape: a 4 s first step, a few windows' steps of about a second,
+    /// and 30-35 ms steps. The axis fits the 30-35 ms bulk, the long steps are listed above
+    /// it, and the first step is the warm-up.
+    #[test]
+    fn the_step_chart_fits_the_bulk_and_calls_out_the_warm_up() {
+        let ms = |i: i64| match i {
+            0 => 4000.0,
+            1 => 120.0,
+            202 | 205 | 208 => 1000.0,
+            _ => 30.0 + (i % 5) as f64,
+        };
+        let steps: Vec<collect::StepRec> = (0..850)
+            .map(|i| collect::StepRec { start_us: i * 40_000, dur_us: (ms(i) * 1000.0) as i64, step: i })
+            .collect();
+        let mut ranks = BTreeMap::new();
+        ranks.insert("0-a".to_owned(), steps);
+        let m = mode_steps(&ranks);
+        let c = &m.chart;
+        // p99 of the steps is 34 ms: the axis runs to 1.5 × that, not to 4,000 ms.
+        assert_eq!(c.y_min_ms, 0.0);
+        assert!((c.y_max_ms - 51.0).abs() < 1e-9, "{}", c.y_max_ms);
+        let above: Vec<(i64, f64)> = c.above.iter().map(|o| (o.step, o.ms)).collect();
+        assert_eq!(above, [(0, 4000.0), (202, 1000.0), (205, 1000.0), (208, 1000.0), (1, 120.0)]);
+        assert_eq!(c.above_count, 5);
+        // The warm-up: steps 0 and 1 (each longer than 1.5 × the 32 ms median), not 202.
+        assert_eq!(c.warmup.len(), 1);
+        let w = &c.warmup[0];
+        assert_eq!((w.rank.as_str(), w.steps, w.first_step, w.last_step), ("0-a", 2, 0, 1));
+        assert_eq!(w.ms, 4120.0);
+        assert_eq!(w.median_ms, 32.0);
+        assert_eq!((w.start_s, w.end_s), (0.0, 4.0));
+        // Steady steps: no warm-up, and nothing above an axis that holds every step.
+        let flat: Vec<collect::StepRec> =
+            (0..200).map(|i| collect::StepRec { start_us: i * 1000, dur_us: 10_000, step: i }).collect();
+        ranks.insert("0-a".to_owned(), flat);
+        let c = mode_steps(&ranks).chart;
+        assert!(c.warmup.is_empty() && c.above.is_empty() && c.above_count == 0);
+        assert!((c.y_max_ms - 10.5).abs() < 1e-9);
+        // A warm-up is at most a tenth of the steps: half the job slow is no warm-up.
+        let slowing: Vec<collect::StepRec> = (0..100)
+            .map(|i| collect::StepRec {
+                start_us: i * 1000,
+                dur_us: if i < 50 { 100_000 } else { 10_000 },
+                step: i,
+            })
+            .collect();
+        ranks.insert("0-a".to_owned(), slowing);
+        let c = mode_steps(&ranks).chart;
+        assert!(c.warmup.is_empty(), "{:?}", c.warmup);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::detailed::{Detailed, DetailedFigures, DetailedWindow, LaunchDelay, Share, TopRow};
 pub use crate::rules::Evidence;
 
 /// The version of this shape; raised when a key changes meaning.
@@ -23,8 +24,18 @@ pub struct ReportModel {
     pub steps: BTreeMap<String, ModeSteps>,
     pub phases: Vec<Phase>,
     pub python: Vec<PythonWindow>,
+    /// The Python windows grouped as configured or triggered, and the top functions over the
+    /// step windows (docs/report.md, "Python windows"); an optional extra.
+    #[serde(default)]
+    pub python_summary: PythonSummary,
+    /// The native windows (docs/report.md, "Native windows"); an optional extra.
+    #[serde(default)]
+    pub native: Vec<NativeWindow>,
     pub triggers: Vec<Trigger>,
     pub findings: Vec<Finding>,
+    /// The detailed windows explained (`docs/report.md`, "Detailed windows").
+    #[serde(default)]
+    pub detailed: Detailed,
     /// Only for the HTML page; `--json` leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<Series>,
@@ -56,7 +67,8 @@ pub struct Job {
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct Capped {
     /// `nodes`, `gpus`, `cores`, `columns`, `ranks`, `modes`, `phases`, `dataloader_seconds`,
-    /// `dataloader_pids`, `detailed_steps` or `names` (names longer than the cap, in bytes).
+    /// `dataloader_pids`, `detailed_steps`, `detailed_events`, `detailed_waits`, `detailed_names`
+    /// or `names` (names longer than the cap, in bytes).
     pub what: String,
     /// The node, for a per-node cap; `null` for a per-job one.
     pub node: Option<String>,
@@ -71,7 +83,13 @@ pub struct Capped {
 pub struct Profiled {
     pub detailed_steps: u64,
     pub dataloader_events: u64,
+    /// Python profiling windows as named on the page (`python_summary.windows`).
     pub python_windows: u64,
+    /// Their folders (two a profiled step).
+    #[serde(default)]
+    pub python_folders: u64,
+    #[serde(default)]
+    pub native_windows: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
@@ -143,6 +161,40 @@ pub struct ModeSteps {
     pub per_rank: BTreeMap<String, StepStats>,
     pub stragglers: Vec<Straggler>,
     pub outliers: Vec<Outlier>,
+    /// The step-time chart's axis, the steps above it and the warm-up (`docs/report.md`,
+    /// "The step chart"): the page draws only these.
+    #[serde(default)]
+    pub chart: StepChart,
+}
+
+/// The step-time chart of a mode.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct StepChart {
+    /// The y axis, ms: from 0 to 1.5 × the p99 step when longer steps exist (the bulk),
+    /// else to 1.05 × the longest step.
+    pub y_min_ms: f64,
+    pub y_max_ms: f64,
+    /// Steps above `y_max_ms` (drawn at the axis's top edge), longest first, at most
+    /// `MAX_OUTLIERS`; `above_count` counts them all.
+    pub above: Vec<Outlier>,
+    pub above_count: u64,
+    /// Per rank, its warm-up (ranks without one are left out).
+    pub warmup: Vec<Warmup>,
+}
+
+/// A rank's warm-up: its first steps (by start time) that are each longer than
+/// `WARMUP_RATIO` (1.5) × the rank's median step, when they are at most a tenth of its steps.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Warmup {
+    pub rank: String,
+    pub steps: u64,
+    pub first_step: i64,
+    pub last_step: i64,
+    pub start_s: f64,
+    pub end_s: f64,
+    /// The warm-up steps' total, and the rank's median step.
+    pub ms: f64,
+    pub median_ms: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
@@ -188,6 +240,107 @@ pub struct PythonWindow {
     pub start_s: Option<f64>,
     #[serde(default)]
     pub end_s: Option<f64>,
+    /// The name of the window this folder is part of (`train steps 240–242 · cProfile`,
+    /// `before the first step · cProfile`); an optional extra.
+    #[serde(default)]
+    pub label: String,
+    /// Which part of it (`step 240: step start → forward pass end`); an optional extra.
+    #[serde(default)]
+    pub part: String,
+}
+
+/// The Python windows as a person names them, and what they hold together.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct PythonSummary {
+    /// Per window (folders of consecutive boundaries of one node and profiler), in time order.
+    pub windows: Vec<PythonGroup>,
+    /// The top functions over every step window (the windows before the first step and after
+    /// close left out: they profile setup and teardown).
+    pub top: PythonTop,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct PythonGroup {
+    /// `train steps 240–242 · cProfile`, `train step 206 · cProfile`, `before the first step ·
+    /// cProfile`, `after close · cProfile`.
+    pub label: String,
+    pub node: String,
+    pub profiler: String,
+    /// `steps`, `before_first_step` or `after_close`.
+    pub kind: String,
+    /// The mode of its steps (`train`, `eval`, …); `null` for the others.
+    pub mode: Option<String>,
+    pub first_step: Option<i64>,
+    pub last_step: Option<i64>,
+    pub start_s: Option<f64>,
+    pub end_s: Option<f64>,
+    /// Folders in it.
+    pub folders: u64,
+    /// Its top functions, merged over its folders (by total time).
+    pub functions: Vec<PyFunctionTotal>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct PythonTop {
+    /// Folders merged, and the wall time they cover (s).
+    pub folders: u64,
+    pub profiled_s: f64,
+    /// Distinct functions past the merge's cap, left out (0 normally).
+    pub functions_left_out: u64,
+    pub functions: Vec<PyFunctionTotal>,
+}
+
+/// A function's figures summed over several folders.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PyFunctionTotal {
+    pub name: String,
+    pub file: String,
+    pub line: Option<i64>,
+    /// `null` when any folder was pyinstrument's (no call counts).
+    pub calls: Option<u64>,
+    pub self_s: f64,
+    pub total_s: f64,
+    /// Folders it appears in.
+    pub folders: u64,
+}
+
+/// One native window (`framework/native/<node>/<window>/`).
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct NativeWindow {
+    pub node: String,
+    /// Its folder name, `<first µs>-<last µs>_<pid>`.
+    pub window: String,
+    pub pid: Option<u64>,
+    pub start_s: Option<f64>,
+    pub end_s: Option<f64>,
+    /// The file read: `profile.pb.gz`, else `flamegraph.svg`.
+    pub source: String,
+    pub samples: u64,
+    /// CPU time of the samples (the profile's `cpu` value); `null` from a flame graph.
+    pub cpu_s: Option<f64>,
+    /// Samples of stacks past the report's caps, not in the figures below.
+    pub samples_left_out: u64,
+    /// The top functions by self samples and by total samples.
+    pub top_self: Vec<NativeFunction>,
+    pub top_total: Vec<NativeFunction>,
+    pub flame: Flame,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NativeFunction {
+    pub name: String,
+    pub self_samples: u64,
+    pub total_samples: u64,
+}
+
+/// The frames the page draws: `[name index, depth, first sample, samples]`, the root (`all`)
+/// first, then breadth first.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct Flame {
+    pub names: Vec<String>,
+    pub frames: Vec<[u64; 4]>,
+    /// Frames not drawn (narrower than 0.1 % of the samples, or past the frame cap).
+    pub left_out: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -212,6 +365,14 @@ pub struct Trigger {
     /// optional extra (`null` when the event did not name them).
     #[serde(default)]
     pub features: Option<Vec<String>>,
+    /// The first step and the length of the windows it opened (the event's
+    /// `window_start_step`, `window_num_steps`); optional extras, `null` when the event did
+    /// not say. The page links the trigger to `#window-<feature>-<window_start_step>`
+    /// (`docs/report.md`, "Anchors").
+    #[serde(default)]
+    pub window_start_step: Option<i64>,
+    #[serde(default)]
+    pub window_num_steps: Option<i64>,
 }
 
 /// One rule's finding. Its evidence is the rule's own typed struct (`rules/<rule>.rs`); read
@@ -226,6 +387,9 @@ pub struct Finding {
     pub advice: String,
     pub evidence: Evidence,
     pub ranges: Vec<[f64; 2]>,
+    /// Judged on less than the rule's patience of data (`docs/report.md`, "Short jobs");
+    /// `null` for a full verdict, or when not evaluated.
+    pub preliminary: Option<crate::rules::Preliminary>,
 }
 
 /// A finding as JSON holds it, before its evidence is read as its rule's.
@@ -238,6 +402,8 @@ struct FindingJson {
     advice: String,
     evidence: serde_json::Value,
     ranges: Vec<[f64; 2]>,
+    #[serde(default)]
+    preliminary: Option<crate::rules::Preliminary>,
 }
 
 impl TryFrom<FindingJson> for Finding {
@@ -252,6 +418,7 @@ impl TryFrom<FindingJson> for Finding {
             summary: f.summary,
             advice: f.advice,
             ranges: f.ranges,
+            preliminary: f.preliminary,
         })
     }
 }

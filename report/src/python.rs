@@ -3,13 +3,20 @@
 
 use std::collections::HashMap;
 
-use crate::model::PyFunction;
+use crate::model::{PyFunction, PyFunctionTotal, PythonGroup};
 
 /// Functions listed per window.
 pub const TOP: usize = 20;
 
 /// The top functions of a cProfile window, by total (cumulative) time.
 pub fn cprofile(bytes: &[u8]) -> Result<Vec<PyFunction>, crate::marshal::MarshalError> {
+    let mut out = cprofile_all(bytes)?;
+    top(&mut out);
+    Ok(out)
+}
+
+/// Every function of a cProfile window, by total time.
+pub fn cprofile_all(bytes: &[u8]) -> Result<Vec<PyFunction>, crate::marshal::MarshalError> {
     let rows = crate::marshal::pstats(bytes)?;
     let mut out: Vec<PyFunction> = rows
         .into_iter()
@@ -22,13 +29,18 @@ pub fn cprofile(bytes: &[u8]) -> Result<Vec<PyFunction>, crate::marshal::Marshal
             total_s: r.total_s,
         })
         .collect();
-    top(&mut out);
+    sort(&mut out);
     Ok(out)
 }
 
-fn top(v: &mut Vec<PyFunction>) {
-    v.sort_by(|a, b| b.total_s.total_cmp(&a.total_s).then_with(|| a.name.cmp(&b.name)));
+/// The first [`TOP`] of a list by total time.
+pub fn top(v: &mut Vec<PyFunction>) {
+    sort(v);
     v.truncate(TOP);
+}
+
+fn sort(v: &mut [PyFunction]) {
+    v.sort_by(|a, b| b.total_s.total_cmp(&a.total_s).then_with(|| a.name.cmp(&b.name)));
 }
 
 /// Frames below this depth (the root is 0) are not counted; their time is still in their
@@ -92,7 +104,18 @@ enum Field {
 /// The top functions of a pyinstrument window: per (function, file, line), total = the
 /// time of its frames (not counted twice under recursion), self = total − its children's.
 pub fn pyinstrument(bytes: &[u8]) -> Result<Vec<PyFunction>, PyinstrumentError> {
-    pyinstrument_counted(bytes).0
+    let mut v = pyinstrument_all(bytes)?;
+    top(&mut v);
+    Ok(v)
+}
+
+/// Every function of a pyinstrument window, by total time.
+pub fn pyinstrument_all(bytes: &[u8]) -> Result<Vec<PyFunction>, PyinstrumentError> {
+    let mut t = Tree::default();
+    t.read(bytes)?;
+    let mut v = t.aggregate();
+    sort(&mut v);
+    Ok(v)
 }
 
 /// [`pyinstrument`], with what it cost (also on an error).
@@ -100,7 +123,14 @@ pub fn pyinstrument_counted(bytes: &[u8]) -> (Result<Vec<PyFunction>, Pyinstrume
     let mut t = Tree::default();
     let r = t.read(bytes);
     let cost = Cost { frames: t.nodes.len() };
-    (r.map(|()| t.aggregate()), cost)
+    (
+        r.map(|()| {
+            let mut v = t.aggregate();
+            top(&mut v);
+            v
+        }),
+        cost,
+    )
 }
 
 /// The frame tree as a flat list in document order (a parent before its children), read
@@ -297,7 +327,7 @@ impl Tree {
                 total_s: total,
             })
             .collect();
-        top(&mut out);
+        sort(&mut out);
         out
     }
 }
@@ -329,6 +359,182 @@ impl From<struson::reader::ReaderError> for PyinstrumentError {
             .and_then(|l| l.line_pos.as_ref())
             .map_or(String::new(), |p| format!(" at line {}, column {}", p.line + 1, p.column + 1));
         PyinstrumentError::Json(format!("{what}{at}"))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Windows as a person names them, and functions merged over windows
+
+/// Functions listed over all step windows.
+pub const TOP_MERGED: usize = 30;
+/// Distinct functions a merge keeps (the rest are counted as left out).
+pub const MAX_MERGED: usize = 200_000;
+
+/// What a folder name says, for grouping: its edges (`read::parse_window`).
+#[derive(Debug, Clone)]
+pub struct Folder {
+    pub node: String,
+    pub profiler: String,
+    pub edges: Option<(crate::read::WindowEdge, crate::read::WindowEdge)>,
+    pub raw: String,
+}
+
+/// `cProfile` / `pyinstrument` as the tools spell themselves.
+pub fn profiler_name(p: &str) -> &str {
+    match p {
+        "cprofile" => "cProfile",
+        "pyinstrument" => "pyinstrument",
+        other => other,
+    }
+}
+
+/// One boundary in words: `step 240 start`, `step 240 forward pass end`, `init`, `close`,
+/// `exit`.
+fn edge_words(e: &crate::read::WindowEdge, is_start: bool) -> String {
+    let phase = match e.phase.as_str() {
+        "stepstart" => "start",
+        "forwardpassend" => "forward pass end",
+        "stepend" => "end",
+        other => other,
+    };
+    match (e.mode.as_str(), e.step) {
+        ("prestepzero", _) if e.phase == "start" => "init".to_owned(),
+        ("prestepzero", _) => "close".to_owned(),
+        ("posthookclose", _) => if is_start { "close" } else { "exit" }.to_owned(),
+        (mode, Some(step)) => format!("{mode} step {step} {phase}"),
+        (mode, None) => format!("{mode} {phase}"),
+    }
+}
+
+/// A folder's part of its window: `train step 240 start → train step 240 forward pass end`.
+pub fn part(f: &Folder) -> String {
+    match &f.edges {
+        Some((a, b)) => format!("{} → {}", edge_words(a, true), edge_words(b, false)),
+        None => f.raw.clone(),
+    }
+}
+
+/// The folders grouped into windows: per node and profiler, in time order, a folder that
+/// starts where the previous one ended (same mode, step and phase) continues its window.
+/// Returns the groups (indices into `folders`, in time order) and each group's
+/// [`PythonGroup`] without functions.
+pub fn group(folders: &[Folder]) -> Vec<(Vec<usize>, PythonGroup)> {
+    let mut order: Vec<usize> = (0..folders.len()).collect();
+    let start = |i: usize| folders[i].edges.as_ref().map_or(f64::INFINITY, |e| e.0.time_us);
+    order.sort_by(|&a, &b| {
+        (&folders[a].node, &folders[a].profiler)
+            .cmp(&(&folders[b].node, &folders[b].profiler))
+            .then(start(a).total_cmp(&start(b)))
+            .then(folders[a].raw.cmp(&folders[b].raw))
+    });
+    let mut out: Vec<(Vec<usize>, PythonGroup)> = Vec::new();
+    let mut last: Option<usize> = None;
+    for i in order {
+        let f = &folders[i];
+        let continues = last.is_some_and(|l| {
+            let p = &folders[l];
+            p.node == f.node
+                && p.profiler == f.profiler
+                && match (&p.edges, &f.edges) {
+                    (Some((_, pe)), Some((fs, _))) => {
+                        fs.mode != "prestepzero"
+                            && fs.step.is_some()
+                            && (&pe.mode, pe.step, &pe.phase) == (&fs.mode, fs.step, &fs.phase)
+                    }
+                    _ => false,
+                }
+        });
+        if !continues {
+            out.push((Vec::new(), PythonGroup::default()));
+        }
+        if let Some(g) = out.last_mut() {
+            g.0.push(i);
+        }
+        last = Some(i);
+    }
+    for (ix, g) in &mut out {
+        let first = &folders[ix[0]];
+        let prof = profiler_name(&first.profiler);
+        g.node = first.node.clone();
+        g.profiler = first.profiler.clone();
+        g.folders = ix.len() as u64;
+        g.start_s =
+            ix.iter().filter_map(|&i| folders[i].edges.as_ref()).map(|e| e.0.time_us / 1e6).reduce(f64::min);
+        g.end_s =
+            ix.iter().filter_map(|&i| folders[i].edges.as_ref()).map(|e| e.1.time_us / 1e6).reduce(f64::max);
+        let Some((a, _)) = &first.edges else {
+            g.kind = "other".into();
+            g.label = format!("{} · {prof}", first.raw);
+            continue;
+        };
+        if a.mode == "prestepzero" {
+            let before = a.phase == "start";
+            g.kind = if before { "before_first_step" } else { "after_close" }.into();
+            g.label = format!("{} · {prof}", if before { "before the first step" } else { "after close" });
+            continue;
+        }
+        let steps: Vec<i64> = ix.iter().filter_map(|&i| folders[i].edges.as_ref()?.0.step).collect();
+        g.kind = "steps".into();
+        g.mode = Some(a.mode.clone());
+        g.first_step = steps.iter().copied().min();
+        g.last_step = steps.iter().copied().max();
+        g.label = match (g.first_step, g.last_step) {
+            (Some(x), Some(y)) if x == y => format!("{} step {x} · {prof}", a.mode),
+            (Some(x), Some(y)) => format!("{} steps {x}–{y} · {prof}", a.mode),
+            _ => format!("{} · {prof}", a.mode),
+        };
+    }
+    out
+}
+
+/// Functions summed over folders, keyed by (function, file, line).
+#[derive(Debug, Default)]
+pub struct Merge {
+    index: HashMap<Key, usize>,
+    rows: Vec<PyFunctionTotal>,
+    pub folders: u64,
+    pub left_out: u64,
+}
+
+impl Merge {
+    /// Adds one folder's functions.
+    pub fn add(&mut self, functions: &[PyFunction]) {
+        self.folders += 1;
+        for f in functions {
+            let key = (f.name.clone(), f.file.clone(), f.line);
+            let i = match self.index.get(&key) {
+                Some(&i) => i,
+                None if self.rows.len() >= MAX_MERGED => {
+                    self.left_out += 1;
+                    continue;
+                }
+                None => {
+                    self.rows.push(PyFunctionTotal {
+                        name: f.name.clone(),
+                        file: f.file.clone(),
+                        line: f.line,
+                        calls: Some(0),
+                        self_s: 0.0,
+                        total_s: 0.0,
+                        folders: 0,
+                    });
+                    self.index.insert(key, self.rows.len() - 1);
+                    self.rows.len() - 1
+                }
+            };
+            let r = &mut self.rows[i];
+            r.calls = r.calls.zip(f.calls).map(|(a, b)| a.saturating_add(b));
+            r.self_s += f.self_s;
+            r.total_s += f.total_s;
+            r.folders += 1;
+        }
+    }
+
+    /// The first `n` by total time.
+    pub fn top(mut self, n: usize) -> Vec<PyFunctionTotal> {
+        self.rows.sort_by(|a, b| b.total_s.total_cmp(&a.total_s).then_with(|| a.name.cmp(&b.name)));
+        self.rows.truncate(n);
+        self.rows
     }
 }
 
@@ -447,5 +653,85 @@ mod tests {
             let e = pyinstrument(j).unwrap_err().to_string();
             assert!(!e.contains("SECRET") && e.starts_with("not pyinstrument JSON: "), "{e}");
         }
+    }
+
+    fn folders(names: &[&str]) -> Vec<Folder> {
+        names
+            .iter()
+            .map(|n| Folder {
+                node: "0-algo-1".into(),
+                profiler: "cprofile".into(),
+                edges: crate::read::parse_window(n),
+                raw: (*n).to_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn folders_group_into_windows_named_by_mode_steps_and_profiler() {
+        // docs/formats.md's example (StartStep 2, NumSteps 2), shuffled, with a triggered
+        // window of one step later (steps 7) and a window running at close.
+        let f = folders(&[
+            "train-3-stepstart-1795316597985757.2_train-3-forwardpassend-1795316597985851.0",
+            "prestepzero-*-start-1795316597979670.5_train-0-stepstart-1795316597979794.8",
+            "train-2-stepstart-1795316597980690.5_train-2-forwardpassend-1795316597980765.2",
+            "train-2-forwardpassend-1795316597981179.0_train-3-stepstart-1795316597981250.5",
+            "train-3-forwardpassend-1795316597986493.0_train-4-stepstart-1795316597986566.5",
+            "train-7-stepstart-1795316597990000.0_train-7-forwardpassend-1795316597990100.0",
+            "train-7-forwardpassend-1795316597990200.0_posthookclose-*-end-1795316597990300.0",
+            "prestepzero-*-end-1795316597990400.8_posthookclose-*-end-1795316597990500.8",
+        ]);
+        let g = group(&f);
+        let labels: Vec<(&str, &str, u64)> =
+            g.iter().map(|(_, g)| (g.label.as_str(), g.kind.as_str(), g.folders)).collect();
+        assert_eq!(
+            labels,
+            [
+                ("before the first step · cProfile", "before_first_step", 1),
+                ("train steps 2–3 · cProfile", "steps", 4),
+                ("train step 7 · cProfile", "steps", 2),
+                ("after close · cProfile", "after_close", 1),
+            ]
+        );
+        let (ix, steps) = &g[1];
+        assert_eq!(
+            (steps.first_step, steps.last_step, steps.mode.as_deref()),
+            (Some(2), Some(3), Some("train"))
+        );
+        assert_eq!(part(&f[ix[0]]), "train step 2 start → train step 2 forward pass end");
+        assert_eq!(part(&f[ix[1]]), "train step 2 forward pass end → train step 3 start");
+        assert_eq!(part(&f[1]), "init → train step 0 start");
+        assert_eq!(part(&f[6]), "train step 7 forward pass end → exit");
+        assert_eq!(part(&f[7]), "close → exit");
+        // Another node or profiler is another window, even at the same steps.
+        let mut two =
+            folders(&["train-2-stepstart-1795316597980690.5_train-2-forwardpassend-1795316597980765.2"; 2]);
+        two[1].profiler = "pyinstrument".into();
+        let g = group(&two);
+        assert_eq!(g[1].1.label, "train step 2 · pyinstrument");
+        assert_eq!(g.len(), 2);
+    }
+
+    #[test]
+    fn a_merge_sums_over_folders_and_keeps_calls_only_when_every_folder_counts_them() {
+        let f = |name: &str, calls: Option<u64>, s: f64, t: f64| PyFunction {
+            name: name.into(),
+            file: "train.py".into(),
+            line: Some(1),
+            calls,
+            self_s: s,
+            total_s: t,
+        };
+        let mut m = Merge::default();
+        m.add(&[f("step", Some(2), 0.5, 1.0), f("load", Some(1), 0.1, 0.1)]);
+        m.add(&[f("step", Some(3), 0.25, 2.0)]);
+        m.add(&[f("load", None, 0.2, 0.2)]);
+        assert_eq!(m.folders, 3);
+        let top = m.top(10);
+        assert_eq!(
+            (top[0].name.as_str(), top[0].calls, top[0].self_s, top[0].total_s, top[0].folders),
+            ("step", Some(5), 0.75, 3.0, 2)
+        );
+        assert_eq!((top[1].name.as_str(), top[1].calls, top[1].folders), ("load", None, 2));
     }
 }

@@ -87,7 +87,8 @@ impl<W: Write> Out<W> {
 
     /// A timeline event as a slice (or an instant), written field by field: building a
     /// `serde_json::Value` per event was half the trace's time (docs/report.md, "Measured").
-    fn slice(&mut self, e: &read::Event<'_>, pid: u64, tid: u64) -> io::Result<()> {
+    /// `span`: the part of a slice kept ([`clip_slice`]).
+    fn slice(&mut self, e: &read::Event<'_>, pid: u64, tid: u64, span: (i64, i64)) -> io::Result<()> {
         self.sep()?;
         self.w.write_all(b"{\"name\":")?;
         self.string(e.name)?;
@@ -97,7 +98,7 @@ impl<W: Write> Out<W> {
             write!(
                 self.w,
                 ",\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"dur\":{},\"args\":",
-                e.start_us, e.dur_us
+                span.0, span.1
             )?;
         } else {
             write!(
@@ -237,14 +238,11 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
         if err.is_some() {
             return;
         }
-        let end = e.start_us.saturating_add(e.dur_us);
-        if end < lo_us || e.start_us > hi_us {
-            return;
-        }
+        let Some(span) = clip_slice(e.ph == 'X', e.start_us, e.dur_us, lo_us, hi_us) else { return };
         let r = (|| -> io::Result<()> {
             let pid = o.pid(&format!("rank {}", e.node), 2)?;
             let tid = o.tid(pid, e.phase)?;
-            o.slice(e, pid, tid)
+            o.slice(e, pid, tid, span)
         })();
         match r {
             Ok(()) => written.slices += 1,
@@ -259,9 +257,11 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
     for f in read::stats_files(&dir, &mut skipped) {
         let Some((a, b)) = read::parse_window(&f.window) else { continue };
         let (s, e) = (a.time_us as i64, b.time_us as i64);
-        if e < lo_us || s > hi_us || e < s {
+        if e < s {
             continue;
         }
+        let Some((s, dur)) = clip_slice(true, s, e - s, lo_us, hi_us) else { continue };
+        let e = s + dur;
         let pid = o.pid(&format!("rank {}", f.node), 2)?;
         let tid = o.tid(pid, "python")?;
         o.event(&json!({"name": format!("{} window", f.profiler), "cat": "python", "ph": "X", "pid": pid, "tid": tid,
@@ -274,8 +274,8 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
         if err.is_some() {
             return;
         }
-        let ts = (t.t_s * 1e6) as i64;
-        if ts < lo_us || ts > hi_us {
+        let ts = (t.t_s * 1e6).round() as i64;
+        if !in_span(ts, lo_us, hi_us) {
             return;
         }
         match counters(&mut o, node, ts, &t) {
@@ -349,6 +349,26 @@ fn counters<W: Write>(o: &mut Out<W>, node: &str, ts: i64, t: &Tick) -> io::Resu
     Ok(n)
 }
 
+/// Whether an instant (a counter sample, an instant event) at `ts` is kept: inside the span
+/// `[lo, hi]`, its edges included.
+fn in_span(ts: i64, lo: i64, hi: i64) -> bool {
+    ts >= lo && ts <= hi
+}
+
+/// The part of an event kept in the span `[lo, hi]`, as `(ts, dur)`: a slice that overlaps it
+/// by more than nothing is cut at its edges (one that only touches an edge is left out); an
+/// instant (or a slice of no duration) is kept when [`in_span`]. `None`: left out. With `trace --steps 5-8`, an event of step 9 that
+/// starts where step 8 ends overlaps nothing and is left out (`docs/report.md`, "The
+/// trace").
+pub fn clip_slice(slice: bool, ts: i64, dur: i64, lo: i64, hi: i64) -> Option<(i64, i64)> {
+    let end = ts.saturating_add(dur.max(0));
+    if !slice || end == ts {
+        return in_span(ts, lo, hi).then_some((ts, dur.max(0)));
+    }
+    let (a, b) = (ts.max(lo), end.min(hi));
+    (b > a).then(|| (a, b - a))
+}
+
 /// The µs range to keep.
 fn range(dir: &Dir, clip: &Clip, skipped: &mut Skipped) -> Result<(i64, i64), Error> {
     let mut lo = clip.start_s.map_or(i64::MIN, |s| (s * 1e6) as i64);
@@ -386,6 +406,26 @@ pub fn parse_steps(s: &str) -> Result<(i64, i64), String> {
 mod tests {
     use super::*;
     use std::io::Read as _;
+
+    /// `trace --steps 5-8` keeps exactly the steps' span: an event of step 9 that starts
+    /// where step 8 ends is left out, one that crosses an edge is cut at it.
+    #[test]
+    fn events_are_clipped_to_the_span_by_time() {
+        let (lo, hi) = (1000, 2000);
+        // Starts where the span ends (step 9's first op), ends where it starts (step 4).
+        assert_eq!(clip_slice(true, 2000, 50, lo, hi), None);
+        assert_eq!(clip_slice(true, 950, 50, lo, hi), None);
+        // Inside, across the end, across both edges.
+        assert_eq!(clip_slice(true, 1500, 100, lo, hi), Some((1500, 100)));
+        assert_eq!(clip_slice(true, 1990, 65, lo, hi), Some((1990, 10)));
+        assert_eq!(clip_slice(true, 900, 2000, lo, hi), Some((1000, 1000)));
+        // Instants and empty slices: inside the span, its edges included.
+        assert_eq!(clip_slice(false, 2000, 0, lo, hi), Some((2000, 0)));
+        assert_eq!(clip_slice(false, 2001, 0, lo, hi), None);
+        assert_eq!(clip_slice(true, 999, 0, lo, hi), None);
+        // No clip at all.
+        assert_eq!(clip_slice(true, 5, 7, i64::MIN, i64::MAX), Some((5, 7)));
+    }
 
     #[test]
     fn steps_range_parses_strictly() {
@@ -438,9 +478,14 @@ mod tests {
 
         let mut buf = Vec::new();
         let w = write(dir.path(), &mut buf, &Clip { steps: Some((1, 2)), ..Clip::default() }).unwrap();
-        // Steps 1 and 2 cover [1 s, 3 s]: steps 0 and 3 touch its edges.
-        assert_eq!(w.slices, 4);
+        // Steps 1 and 2 cover [1 s, 3 s]: steps 0 and 3 only touch its edges and are left
+        // out; the ticks at 1, 2 and 3 s are inside.
+        assert_eq!(w.slices, 2);
         assert_eq!(w.counters, 3);
+        let ev = decode(&buf);
+        let steps: Vec<&str> =
+            ev.iter().filter(|e| e["ph"] == "X").map(|e| e["args"]["step_num"].as_str().unwrap()).collect();
+        assert_eq!(steps, ["1", "2"]);
         assert!(matches!(
             write(dir.path(), &mut Vec::new(), &Clip { steps: Some((50, 60)), ..Clip::default() }),
             Err(Error::NoSteps(50, 60))

@@ -75,6 +75,12 @@ fn synthetic(cores: usize, points: usize, steps_per_rank: usize) -> ReportModel 
                 "per_rank": per_rank,
                 "stragglers": [{"rank": ranks[5], "p50_ms": base * 1.5, "median_rank_p50_ms": base, "ratio": 1.5}],
                 "outliers": outliers,
+                // The axis fits the bulk; the outliers (and the 900 ms steps) are above it.
+                "chart": {"y_min_ms": 0.0, "y_max_ms": base * 1.8 * 1.5, "above": outliers, "above_count": 50 + 8 * (n / 997 + 1),
+                          "warmup": if mode == "TRAIN" {
+                              json!([{"rank": ranks[0], "steps": 3, "first_step": 0, "last_step": 2, "start_s": START + 10.0,
+                                      "end_s": START + 12.5, "ms": 2500.0, "median_ms": base}])
+                          } else { json!([]) }},
             }),
         );
         step_series.insert(mode.to_string(), Value::Object(series));
@@ -277,7 +283,10 @@ fn an_hour_of_8_gpus_at_the_series_bounds_stays_under_3_mb() {
     assert_eq!(train["ranks"][7]["ms"].as_array().unwrap().len(), 4000);
     assert_eq!(train["outliers"].as_array().unwrap().len(), 50);
     // Outliers, triggers and the triggered findings' ranges are shaded.
-    assert_eq!(data["bands"].as_array().unwrap().len(), 50 + 50 + 5 + 4);
+    // And the warm-up of TRAIN's rank 0.
+    assert_eq!(data["bands"].as_array().unwrap().len(), 50 + 50 + 5 + 4 + 1);
+    assert_eq!(train["y"], json!([0.0, 270.0]));
+    assert_eq!(train["above"].as_array().unwrap().len(), 50);
 }
 
 #[test]
@@ -288,12 +297,16 @@ fn every_section_is_there() {
     }
     assert_eq!(page.matches("<div class=\"finding").count(), 10);
     assert_eq!(page.matches("<div class=\"finding triggered\">").count(), 4);
-    assert_eq!(page.matches("not evaluated: no data").count(), 1);
+    assert_eq!(page.matches("<span class=\"badge\">not evaluated</span>").count(), 1);
     assert!(page.contains("<b>Straggler: 5-algo-1</b>"));
     assert!(page.contains("2023-11-14 22:13:20.000 UTC"));
     assert!(page.contains("1 h 00 min 00 s"));
     // Each trigger names what it opened.
-    assert_eq!(page.matches("<td>detailed, native</td>").count(), 5);
+    assert_eq!(
+        page.matches("<td><a href=\"#detailed\">detailed</a>, <a href=\"#native\">native</a></td>").count(),
+        5,
+        "{page}"
+    );
     // Each finding's evidence is its rule's table: settings, then rows (the hostile GPU name
     // as text).
     assert_eq!(page.matches("<table class=\"evidence\">").count(), 9);

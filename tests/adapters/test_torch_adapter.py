@@ -104,21 +104,38 @@ def test_cuda_kernels_become_gpu_functions_events(run_trainer):
     events = read(run)
     check_common(run, events)
     assert set(steps_of(events, "gpu_functions-dev:0")) == WINDOW
-    ops = {
+    launches = {
         (e.event_args["step_num"], e.start_time): e
         for e in events
-        if e.event_phase == "cpu_functions" and e.event_name != "cudaLaunchKernel"
+        if e.event_phase == "cpu_functions" and e.event_name == "cudaLaunchKernel"
     }
     for s in WINDOW:
         assert by_step(events, "gpu_functions-dev:0", s) == [n + "_kernel" for n in OPS]
         assert by_step(events, "cpu_functions", s) == sorted(OPS + ["cudaLaunchKernel"] * 4)
-    for e in events:
-        if e.event_phase == "gpu_functions-dev:0":
-            a = e.event_args
-            assert (a["tid"], a["device"]) == (0, 0)
-            parent = ops[(a["step_num"], a["cpu_thread_start_time"])]  # the operator that launched it
-            assert parent.event_name + "_kernel" == e.event_name
-            assert a["start_cpu_thread"] == parent.event_args["tid"]
+    kernels = [e for e in events if e.event_phase == "gpu_functions-dev:0"]
+    for e in kernels:
+        a = e.event_args
+        # At most 4 args besides pid and step_num (the library's limit).
+        assert set(a) == {"pid", "step_num", "device", "stream", "correlation", "cpu_thread_start_time"}
+        assert (a["device"], a["stream"]) == (0, 7)
+        # The launch: the runtime call with the kernel's correlation id, found by that id (the
+        # operators' own ids alias it and are never taken for it).
+        launch = launches[(a["step_num"], a["cpu_thread_start_time"])]
+        assert launch.event_args["tid"] in (1, 2)
+        assert a["cpu_thread_start_time"] <= e.start_time
+    assert len({e.event_args["correlation"] for e in kernels}) == len(kernels)
+
+
+def test_device_ranges_of_record_function_are_marked_as_annotations(run_trainer):
+    run = run_trainer(SCRIPT, {"cuda": True, "annotations": True}, config=CONFIG).check()
+    assert run.warnings() == []
+    gpu = [e for e in read(run) if e.event_phase == "gpu_functions-dev:0"]
+    ranges = [e for e in gpu if e.event_name == "Optimizer.step#SGD.step"]
+    assert len(ranges) == 3 * len(OPS) and len(gpu) == 6 * len(OPS)
+    # No launch for a range; the kernels keep theirs.
+    assert all(set(e.event_args) == {"pid", "step_num", "device", "stream", "correlation", "annotation"} for e in ranges)
+    assert all(e.event_args["annotation"] == 1 for e in ranges)
+    assert all("cpu_thread_start_time" in e.event_args for e in gpu if e not in ranges)
 
 
 @pytest.mark.parametrize(

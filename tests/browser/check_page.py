@@ -1,6 +1,6 @@
 """Open a report page in headless Chromium with the network off and check it (scripts/test-browser).
 
-    check_page.py PAGE.html OUT_DIR [--expect-charts N]
+    check_page.py PAGE.html OUT_DIR [--expect-charts N] [--sections ID,...] [--may-be-flat NAME,...]
 
 1. ``--dump-dom``: the page's own marks on <body>: ``data-charts`` = "<drawn>/<expected>" with
    drawn == expected > 0 (and == N when given), ``data-errors`` = "0" (script errors, console.error
@@ -11,6 +11,18 @@
    leaves in ``data-chart-rects``) there must be drawn data: enough pixels in the series colours
    (grid, axes, text and the pale shaded ranges are none of them; for the heat map, any strong
    colour) and some contrast.
+4. The step charts (``data-step-marks``): each draws every step above its axis that the page's
+   data carries (``modes[].above``) as a triangle in the top 5 % of its plot, on the y axis the
+   data gives (``modes[].y``).
+5. The findings' evidence: tables (``table.evidence``, ``table.evidence-rows``) with no JSON text
+   (no ``{"`` or ``["``, no ``"key":`` and a value) and no number with more than 3 decimals.
+6. ``--sections``: each named window section has what it draws without script, in the DOM
+   (``detailed``: the busy/idle bar with its parts and the kernel-class and top tables;
+   ``native``: the redrawn flame graph, an inline ``<svg>`` with frames; ``python-windows``:
+   the windows' table with named windows), and no ``<script`` inside any of them.
+7. ``--may-be-flat``: charts (by name) whose series may all be zero in that job (a job with no
+   network traffic draws its line on the x axis, which the screenshot cannot tell from blank);
+   they must still have drawn (step 1), only the pixel test is skipped for them.
 
 The network is off: ``unshare -n`` when run as root (an empty network namespace), and always a
 host-resolver rule that resolves nothing plus a proxy on a closed port.
@@ -77,6 +89,11 @@ class BodyAttrs(html.parser.HTMLParser):
         self.errors_box = None
         self.in_errors_list = False
         self.errors_text = ""
+        self.in_data = False
+        self.data_text = ""
+        self.evidence_depth = 0
+        self.evidence_tables = 0
+        self.evidence_text = []
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
@@ -86,14 +103,70 @@ class BodyAttrs(html.parser.HTMLParser):
             self.errors_box = attrs
         if attrs.get("id") == "page-errors-list":
             self.in_errors_list = True
+        if tag == "script" and attrs.get("id") == "report-data":
+            self.in_data = True
+        if tag == "table" and (attrs.get("class") or "") in ("evidence", "evidence-rows"):
+            self.evidence_depth = 1
+            self.evidence_tables += 1
+            self.evidence_text.append("")
+        elif tag == "table" and self.evidence_depth:
+            self.evidence_depth += 1
 
     def handle_endtag(self, tag):
         if tag == "pre":
             self.in_errors_list = False
+        if tag == "script":
+            self.in_data = False
+        if tag == "table" and self.evidence_depth:
+            self.evidence_depth -= 1
 
     def handle_data(self, data):
         if self.in_errors_list:
             self.errors_text += data
+        if self.in_data:
+            self.data_text += data
+        if self.evidence_depth:
+            self.evidence_text[-1] += data + " "
+
+
+LONG_DECIMAL = re.compile(r"\d\.\d{4,}")
+JSON_TEXT = re.compile(r'[{\[]\s*"|"\s*:\s*[-\d{\["tfn]')
+
+
+def check_step_marks(body, data_text, failures):
+    """Every step above a step chart's axis is drawn at its top edge, on the data's axis."""
+    try:
+        data = json.loads(data_text)
+    except ValueError as e:
+        failures.append("the page's data is unreadable: %s" % e)
+        return
+    marks = json.loads(body.get("data-step-marks") or "{}")
+    for m in data.get("modes", []):
+        mode, above, y = m.get("mode"), len(m.get("above") or []), m.get("y")
+        got = marks.get(mode)
+        if got is None:
+            failures.append("step chart %r left no data-step-marks" % mode)
+            continue
+        print("step chart %-8s axis %s ms, %d steps above it, %d drawn, %d at the top edge"
+              % (mode, y, above, got.get("drawn", -1), got.get("at_top", -1)))
+        if got.get("y") != y:
+            failures.append("step chart %r drew the axis %r, the data gives %r" % (mode, got.get("y"), y))
+        if got.get("above") != above or got.get("drawn") != above or got.get("at_top") != above:
+            failures.append("step chart %r: %d steps above the axis, marks %r" % (mode, above, got))
+
+
+def check_evidence(parser, failures):
+    """The findings' evidence: tables, rounded, no JSON text."""
+    print("evidence tables: %d" % parser.evidence_tables)
+    for text in parser.evidence_text:
+        # JSON's marks: an object or list opening on a key or string, a key and its colon (a
+        # name from the trainer may hold quotes or braces, not in that shape).
+        m = JSON_TEXT.search(text)
+        if m:
+            failures.append("evidence as JSON text (%r): %s" % (m.group(0), text.strip()[:200]))
+        m = LONG_DECIMAL.search(text)
+        if m:
+            failures.append("an unrounded number in the evidence: %s" % m.group(0))
 
 
 def region_stats(img, rect, test):
@@ -109,11 +182,45 @@ def region_stats(img, rect, test):
     return grey, drawn / max(1, len(px))
 
 
+def section_html(dom, sid):
+    """The markup of the element with id ``sid`` up to the next section (or the end)."""
+    m = re.search(r'<(section|h3|div|details)[^>]*\bid="%s"' % re.escape(sid), dom)
+    if not m:
+        return None
+    end = dom.find("<section", m.end())
+    return dom[m.start():end if end >= 0 else len(dom)]
+
+
+SECTION_CHECKS = {
+    "detailed": [(r'class="dw-bar"', 1, "the busy/idle bar"), (r'<div title="[^"]*%" style="width:', 2, "the bar's parts (busy, idle)"),
+                 (r"<table", 3, "the busy/idle, kernel-class and top tables")],
+    "native": [(r"<svg", 1, "the flame graph"), (r"<rect", 10, "flame graph frames")],
+    "python-windows": [(r"<table", 1, "the windows' table"), (r"· cProfile|· pyinstrument", 1, "a named window")],
+}
+
+
+def check_sections(dom, ids, failures):
+    for sid in ids:
+        part = section_html(dom, sid)
+        if part is None:
+            failures.append("no section %r on the page" % sid)
+            continue
+        if "<script" in part:
+            failures.append("section %r holds a script element" % sid)
+        for pattern, least, what in SECTION_CHECKS.get(sid, []):
+            n = len(re.findall(pattern, part))
+            if what and n < least:
+                failures.append("section %r: %s missing (%d of at least %d)" % (sid, what, n, least))
+        print("section %-16s %7d characters" % (sid, len(part)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("page")
     ap.add_argument("out")
     ap.add_argument("--expect-charts", type=int)
+    ap.add_argument("--sections", default="", help="comma list of window sections that must be drawn")
+    ap.add_argument("--may-be-flat", default="", help="comma list of chart names whose series may all be 0")
     args = ap.parse_args()
     failures = []
     profile = tempfile.mkdtemp(prefix="trainprof-chromium-")
@@ -138,6 +245,10 @@ def main():
             failures.append("the error box is missing or shown")
         if "data-xss" in body:
             failures.append("a hostile name ran as script: data-xss=%r" % body["data-xss"])
+        check_step_marks(body, parser.data_text, failures)
+        check_evidence(parser, failures)
+        check_sections(proc.stdout, [x for x in args.sections.split(",") if x], failures)
+        flat = {x for x in args.may_be_flat.split(",") if x}
         rects = json.loads(body.get("data-chart-rects") or "[]")
         height = min(MAX_HEIGHT, int(body.get("data-page-height") or 2000))
 
@@ -161,7 +272,9 @@ def main():
                 sd, col = st
                 ok = sd >= MIN_STDDEV and col >= MIN_DRAWN
                 print("%-34s %10.1f %9.2f%% %s" % (name[:34], sd, 100 * col, "" if ok else "BLANK"))
-                if not ok:
+                if not ok and name in flat:
+                    print("%-34s (may be flat: its series are all 0 in this job)" % "")
+                elif not ok:
                     failures.append("chart %r looks blank (grey sd %.1f, drawn %.3f%%)" % (name, sd, 100 * col))
     finally:
         shutil.rmtree(profile, ignore_errors=True)

@@ -109,9 +109,10 @@ def windows(out):
 
 
 def cc(tmp_path, src, out, shared):
-    compiler = shutil.which("cc")
+    name = "c++" if src.endswith(".cpp") else "cc"
+    compiler = shutil.which(name)
     if compiler is None:
-        pytest.fail("no C compiler (cc) on PATH")
+        pytest.fail(f"no compiler ({name}) on PATH")
     args = [compiler, "-O1", "-pthread", "-o", str(tmp_path / out), str(C_DIR / src)]
     if shared:
         args[1:1] = ["-shared", "-fPIC"]
@@ -146,6 +147,39 @@ def test_a_c_hot_loop_is_the_heaviest_frame(run_script, tmp_path):
     assert HOT in (w / "flamegraph.svg").read_text()
     assert "native profiling: window opened (199 Hz)" in r.proc.stderr
     assert "native profiling: %d samples in framework/native/" % total in r.proc.stderr
+
+
+def test_cpp_names_are_demangled_in_the_profile_and_the_flamegraph(run_script, tmp_path, trainprof_bin):
+    # The hot loop is a C++ member function: both files name it as C++ spells it, not as
+    # the linker does (docs/formats.md "Native profiling", the `cpp` feature of pprof).
+    hot = cc(tmp_path, "hot_loop.cpp", "libhotcpp.so", shared=True)
+    native = {"StartStep": 3, "NumSteps": 6, "SamplingHz": 199}
+    r = run_script(
+        "native_trainer.py",
+        {"hot_lib": str(hot), "steps": 12, "cpu_ms": 60, "settle_s": 5},
+        config={"NativeProfilingConfig": native},
+    ).check()
+    found = windows(r.out)
+    assert len(found) == 1, (found, r.proc.stderr)
+    samples, total = read_profile(found[0] / "profile.pb.gz")
+    assert total >= 10, (total, r.proc.stderr)
+    demangled, mangled = "trainprof_test::HotLoop::run(unsigned long)", "_ZN14trainprof_test7HotLoop3runEm"
+    top = self_counts(samples)
+    assert top[0][0] == demangled, top[:5]
+    names = {name for stack, _ in samples for name in stack}
+    assert not [n for n in names if n.startswith("_Z")], sorted(names)
+    svg = (found[0] / "flamegraph.svg").read_text()
+    assert "trainprof_test::HotLoop::run(unsigned long)" in svg and mangled not in svg
+    assert "<title>_Z" not in svg
+    # `trainprof report` reads the same window from its profile (docs/report.md, "Native
+    # windows"): the same samples, the same top function.
+    rep = subprocess.run([str(trainprof_bin), "report", str(r.out), "--json"], capture_output=True, text=True,
+                         timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    (w,) = json.loads(rep.stdout)["native"]
+    assert (w["window"], w["source"], w["samples"]) == (found[0].name, "profile.pb.gz", total)
+    assert (w["top_self"][0]["name"], w["top_self"][0]["self_samples"]) == (demangled, top[0][1])
+    assert w["cpu_s"] > 0 and w["samples_left_out"] == 0
 
 
 def test_a_child_forked_in_a_window_leaves_the_parents_profile_alone(run_script, tmp_path):

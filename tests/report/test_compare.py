@@ -294,3 +294,24 @@ def test_s3_prefixes_are_read_like_local_paths(tmp_path, trainprof_bin, s3):
     proc = subprocess.run([str(trainprof_bin), "compare", f"s3://{s3.bucket}/jobs/a", f"s3://{s3.bucket}/none",
                            "--s3-endpoint", s3.endpoint], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2 and "no profiler files" in proc.stderr, proc.stderr
+
+
+def test_the_real_h200_job_against_itself(tmp_path, trainprof_bin):
+    """The real H200 job (tests/fixtures/h200-resnet50: every window): compared with itself,
+    no difference; its detailed, Python and native windows' steps are left out; the detailed
+    windows' classes and kernels and the Python functions are among the movers, unmoved."""
+    import tarfile
+
+    job = tmp_path / "h200"
+    with tarfile.open(ROOT / "tests" / "fixtures" / "h200-resnet50" / "job.tar.gz") as t:
+        t.extractall(job, filter="data")
+    status, doc, stderr = compare(trainprof_bin, job, job, "--fail-if-slower", "5")
+    assert status == 0, stderr
+    s = doc["steps"]["TRAIN"]
+    assert s["verdict"] == "same" and s["ratio"] == 1.0
+    assert s["a"]["window_left_out"] > 0 and s["a"]["warmup_left_out"] == 10
+    kinds = {m["kind"] for m in doc["movers"]}
+    assert {"detailed", "python"} <= kinds, kinds
+    assert any(m["name"].startswith("class: ") for m in doc["movers"])
+    assert all(m["diff_ms"] == 0 and m["explains"] is None for m in doc["movers"])
+    assert doc["comparable"]["ok"] and doc["findings"] == []

@@ -266,7 +266,9 @@ def test_dataloader_and_python_windows(tmp_path, trainprof_bin, hook_lib, packag
     windows = {(w["start_step"], w["end_step"]) for w in model["python"]}
     # Pre-step-zero, step 6 to step 7 (no forward_end in this trainer), post-close.
     assert windows == {(None, 0), (6, 7), (None, None)}
-    assert model["job"]["profiled"]["python_windows"] == len(model["python"])
+    assert model["job"]["profiled"]["python_folders"] == len(model["python"]) == 3
+    assert model["job"]["profiled"]["python_windows"] == len(model["python_summary"]["windows"]) == 3
+    assert model["job"]["profiled"]["native_windows"] == 0
     step6 = next(w for w in model["python"] if (w["start_step"], w["end_step"]) == (6, 7))
     assert step6["profiler"] == "cprofile"
     known = [f for f in step6["functions"] if f["name"] == "tp_report_known_function"]

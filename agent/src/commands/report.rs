@@ -258,14 +258,31 @@ fn write_html(model: &ReportModel, flag: Option<&Path>, input: &Input) -> Result
     Ok(path)
 }
 
-/// One line per triggered finding: `finding: <rule>: <summary>`.
+/// One line per triggered finding: `finding: <rule>: <summary>`, with `(preliminary: 481 of
+/// 1000 datapoints)` when judged on less than the rule's patience; then, when any finding is
+/// preliminary, one line naming them all (docs/report.md, "Short jobs").
 pub fn triggered_lines(model: &ReportModel) -> Vec<String> {
-    model
+    let mut lines: Vec<String> = model
         .findings
         .iter()
         .filter(|f| f.triggered)
-        .map(|f| format!("finding: {}: {}", f.rule, f.summary))
-        .collect()
+        .map(|f| match &f.preliminary {
+            Some(p) => format!("finding: {}: {} ({})", f.rule, f.summary, p.label()),
+            None => format!("finding: {}: {}", f.rule, f.summary),
+        })
+        .collect();
+    let prelim: Vec<String> = model
+        .findings
+        .iter()
+        .filter_map(|f| f.preliminary.as_ref().map(|p| format!("{} ({})", f.rule, p.label())))
+        .collect();
+    if !prelim.is_empty() {
+        lines.push(format!(
+            "findings judged on less than their patience of data: {}; --patience gives SageMaker's behaviour (not evaluated)",
+            prelim.join(", ")
+        ));
+    }
+    lines
 }
 
 /// `trainprof trace`.
@@ -557,13 +574,14 @@ pub fn at_end_of_s3_run(
 const END_OF_RUN_TRIES: u32 = 100;
 
 /// Whether an S3 key (relative to the prefix) is a file the report reads: system files,
-/// timelines, Python-stats files (not the TF detailed profiles, which can be large), every
-/// component a plain name.
+/// timelines, Python-stats files, native windows' profiles and flame graphs (not the TF
+/// detailed profiles, which can be large), every component a plain name.
 fn wanted(rel: &str) -> bool {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     let kind = rel.starts_with("system/incremental/")
         || rel.starts_with("framework/pevents/")
-        || is_stats(rel, name);
+        || is_stats(rel, name)
+        || is_native(rel, name);
     kind && !rel.ends_with(".tmp")
         && rel.split('/').all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
 }
@@ -572,6 +590,10 @@ fn is_stats(rel: &str, name: &str) -> bool {
     rel.starts_with("framework/")
         && (rel.contains("/cprofile/") || rel.contains("/pyinstrument/"))
         && (name == "python_stats" || name == "python_stats.json")
+}
+
+fn is_native(rel: &str, name: &str) -> bool {
+    rel.starts_with("framework/native/") && (name == "profile.pb.gz" || name == "flamegraph.svg")
 }
 
 /// Objects one S3 download fetches at most; the rest are skipped, counted.
@@ -584,6 +606,8 @@ pub const MAX_LISTED_KEYS: u64 = 1_000_000;
 /// The largest Python-stats object fetched: the size the report reads at most
 /// (docs/report.md, "Memory").
 pub const MAX_STATS_OBJECT: u64 = trainprof_report::MAX_STATS_BYTES;
+/// The largest native-window file fetched: the size the report reads at most.
+pub const MAX_NATIVE_OBJECT: u64 = trainprof_report::native::MAX_FILE_BYTES;
 /// The largest system file or timeline fetched: the timeline size the report reads at most.
 pub const MAX_OBJECT: u64 = trainprof_report::read::MAX_TIMELINE_BYTES;
 
@@ -620,7 +644,13 @@ impl Plan {
     /// A wanted key (`shown`: as the user reads it) and its listed size.
     fn offer(&mut self, shown: &str, key: &str, rel: &str, size: u64) {
         let name = rel.rsplit('/').next().unwrap_or(rel);
-        let most = if is_stats(rel, name) { MAX_STATS_OBJECT } else { MAX_OBJECT };
+        let most = if is_stats(rel, name) {
+            MAX_STATS_OBJECT
+        } else if is_native(rel, name) {
+            MAX_NATIVE_OBJECT
+        } else {
+            MAX_OBJECT
+        };
         if size > most {
             self.skipped.push(format!("{shown}: {size} bytes, more than the {most} read: not downloaded"));
             return;
@@ -783,6 +813,11 @@ mod tests {
             "framework/pytorch/cprofile/0-algo-1/train-1-stepstart-1.0_train-2-stepstart-2.0/python_stats"
         ));
         assert!(!wanted("framework/pytorch/cprofile/0-algo-1/w/python_stats.html"));
+        assert!(wanted("framework/native/0-algo-1/1795400000000000-1795400001000000_7/profile.pb.gz"));
+        assert!(wanted("framework/native/0-algo-1/1795400000000000-1795400001000000_7/flamegraph.svg"));
+        assert!(!wanted(
+            "framework/native/0-algo-1/1795400000000000-1795400001000000_7/.profile.pb.gz.7.tmp"
+        ));
         assert!(!wanted("framework/tensorflow/detailed_profiling/2026112203/000000005/x.xplane.pb"));
     }
 
@@ -813,6 +848,32 @@ mod tests {
         let (todo, skipped) = plan.finish("s3://b/");
         assert_eq!(todo.len(), 1);
         assert_eq!(skipped.len(), 1, "{skipped:?}");
+    }
+
+    /// A finding judged on less than its patience says so on its line, and one line names
+    /// every preliminary finding (docs/report.md, "Short jobs").
+    #[test]
+    fn preliminary_findings_are_said_in_the_text_lines() {
+        let mut agg = trainprof_report::collect::Agg::new(None);
+        for i in 0..481 {
+            let t = trainprof_report::read::Tick {
+                t_s: 1000.0 + f64::from(i) * 0.1,
+                cores: vec![(0, 95.0)],
+                gpus: vec![("gpu0".into(), Some(3.0), Some(10.0))],
+                ..Default::default()
+            };
+            agg.tick("algo-1", &t);
+        }
+        agg.finish();
+        let model =
+            ReportModel { findings: trainprof_report::rules::all(&mut agg, None), ..Default::default() };
+        let lines = triggered_lines(&model);
+        assert!(
+            lines.contains(&"finding: CPUBottleneck: On algo-1, 100.0 % of the datapoints had a GPU below 10 % while a CPU core above 90 % (threshold: more than 50 % at any minute). (preliminary: 481 of 1000 datapoints)".to_owned()),
+            "{lines:#?}"
+        );
+        let last = lines.last().unwrap();
+        assert!(last.starts_with("findings judged on less than their patience of data: CPUBottleneck (preliminary: 481 of 1000 datapoints), "), "{last}");
     }
 
     #[test]

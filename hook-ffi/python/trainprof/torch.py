@@ -477,15 +477,26 @@ class TorchHook:
 
     def _record_ops(self, events: Iterable[Any], base_us: float, boundaries: List[Tuple[int, int]]) -> None:
         """One ``cpu_functions`` / ``gpu_functions-dev:<n>`` event per profiler event
-        (docs/formats.md, "Event vocabulary"), numbered with the global step it began in."""
+        (docs/formats.md, "Event vocabulary"), numbered with the global step it began in.
+
+        A kernel's launch is the CUDA runtime or driver call (``cudaLaunchKernel``,
+        ``cuLaunchKernelEx``, ``cudaMemcpyAsync``, ...) with the kernel's correlation id: torch
+        gives both the CUPTI correlation id as ``id`` (an operator's ``id`` is its own
+        sequence, which can alias it, so only runtime calls are looked up: a CPU event linked to
+        an operator, or named ``cu*`` / ``hip*``). What a torch version does not expose is left
+        out of ``args``, never guessed."""
         prof = self._prof
         times = [t for t, _ in boundaries]
-        by_id: Dict[Any, Any] = {}
+        events = list(events)
+        launches: Dict[int, Any] = {}
         for e in events:
-            # Operators (not the CUDA runtime calls, which are linked to kernels themselves):
-            # a kernel's linked correlation id is its operator's id.
-            if _device_kind(e) == "CPU" and not _int_or(getattr(e, "linked_correlation_id", 0), 0):
-                by_id.setdefault(getattr(e, "id", None), e)
+            if _device_kind(e) != "CPU":
+                continue
+            corr = _int_or(getattr(e, "id", None), 0)
+            linked = _int_or(getattr(e, "linked_correlation_id", 0), 0)
+            name = str(getattr(e, "name", ""))
+            if corr > 0 and (linked > 0 or name.startswith(("cu", "hip"))):
+                launches.setdefault(corr, e)
         for e in events:
             tr = e.time_range
             start = base_us + tr.start
@@ -498,12 +509,24 @@ class TorchHook:
                 # smdebug writes device: "cpu"; the library takes numbers only, so it is left out.
                 prof.record_event(_CPU_FUNCTIONS, e.name, start, end, step=step, args={"tid": thread})
             else:
+                # The library takes 4 args an event: the device, the stream, the correlation
+                # id and the launch's start (or, for a device range that is no kernel, the
+                # mark `annotation`); the launching thread and a `tid` copy of the device,
+                # written before, gave way to them.
                 device = _int_or(getattr(e, "device_index", 0), 0)
-                args = {"tid": device, "device": device}
-                parent = by_id.get(getattr(e, "linked_correlation_id", None))
-                if parent is not None:
-                    args["start_cpu_thread"] = _int_or(getattr(parent, "thread", 0), 0)
-                    args["cpu_thread_start_time"] = int(base_us + parent.time_range.start)
+                args = {"device": device}
+                stream = _int_or(getattr(e, "device_resource_id", None), -1)
+                if stream >= 0:
+                    args["stream"] = stream
+                corr = _int_or(getattr(e, "id", None), 0)
+                launch = launches.get(corr) if corr > 0 else None
+                if corr > 0:
+                    args["correlation"] = corr
+                if getattr(e, "is_user_annotation", False) is True:
+                    # A record_function range drawn on the device (gpu_user_annotation), not a kernel.
+                    args["annotation"] = 1
+                elif launch is not None and launch.time_range.start <= tr.start:
+                    args["cpu_thread_start_time"] = int(base_us + launch.time_range.start)
                 prof.record_event(_GPU_FUNCTIONS + str(device), e.name, start, end, step=step, args=args)
 
     # --- the end -----------------------------------------------------------------------------

@@ -166,10 +166,12 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
     for (rank, steps) in detailed {
         windows.entry(rank).or_default().extend(steps.into_values());
     }
-    for w in &model.python {
-        if let (Some(a), Some(b)) = (w.start_s, w.end_s) {
+    let python = model.python.iter().map(|w| (&w.node, w.start_s, w.end_s));
+    let native = model.native.iter().map(|w| (&w.node, w.start_s, w.end_s));
+    for (node, start, end) in python.chain(native) {
+        if let (Some(a), Some(b)) = (start, end) {
             windows
-                .entry(w.node.clone())
+                .entry(node.clone())
                 .or_default()
                 .push(((a * 1e6).ceil() as i64, (b * 1e6).floor() as i64));
         }
@@ -636,10 +638,16 @@ fn time_movers(a: &Run, b: &Run, mode: &str, moved: bool) -> Vec<Mover> {
         out.push(m);
     }
     let (pa, pb) = (python_per_step(&a.model), python_per_step(&b.model));
+    // A function absent from a full top list is below it, not at 0: left out.
+    let full = |m: &BTreeMap<String, f64>| m.len() >= crate::python::TOP_MERGED;
+    let (fa, fb) = (full(&pa), full(&pb));
     let keys: BTreeSet<&String> = pa.keys().chain(pb.keys()).collect();
     for k in keys {
-        let (x, y) = (pa.get(k).copied().unwrap_or(0.0), pb.get(k).copied().unwrap_or(0.0));
-        out.push(mover("python", k, x, y, delta));
+        let (x, y) = (pa.get(k).copied(), pb.get(k).copied());
+        if (x.is_none() && fa) || (y.is_none() && fb) {
+            continue;
+        }
+        out.push(mover("python", k, x.unwrap_or(0.0), y.unwrap_or(0.0), delta));
     }
     out.extend(detailed_movers(&a.model, &b.model, delta));
     out.retain(|m| m.a_ms != 0.0 || m.b_ms != 0.0);
@@ -661,41 +669,95 @@ fn mover(kind: &str, name: &str, a_ms: f64, b_ms: f64, delta: Option<f64>) -> Mo
     }
 }
 
-/// PLUG-IN (issue 25): the detailed windows' kernel classes and top kernels / ops. When the
-/// report model has its detailed-window section (another branch adds it), turn each class,
-/// kernel and op present in either model into a [`Mover`] here with kind `detailed`, its
-/// time per profiled step in ms for A and B (`mover("detailed", name, a_ms, b_ms, delta)`):
-/// nothing else needs to change; the page and `--json` list them with the rest. Until then
-/// there is nothing to compare.
-fn detailed_movers(_a: &ReportModel, _b: &ReportModel, _delta: Option<f64>) -> Vec<Mover> {
-    Vec::new()
+/// The detailed windows' breakdown (`model.detailed`, docs/report.md, "Detailed windows"),
+/// ms per profiled step (the job's totals over every window ÷ the windows' steps): the
+/// kernel classes (`class: …`), the GPU's idle categories (`idle: …`), the top kernels
+/// (`kernel: …`, their time) and top ops (`op: …`, their self time). A kernel or op in one
+/// side's top list only counts as 0 on the other side when that side's list is not full
+/// (else it is just below the other's top and left out). Nothing when either job has no
+/// detailed window.
+fn detailed_movers(a: &ReportModel, b: &ReportModel, delta: Option<f64>) -> Vec<Mover> {
+    let (Some(fa), Some(fb)) = (detailed_per_step(a), detailed_per_step(b)) else { return Vec::new() };
+    let mut out = Vec::new();
+    let keys: BTreeSet<&String> = fa.0.keys().chain(fb.0.keys()).collect();
+    for k in keys {
+        let (x, y) = (fa.0.get(k), fb.0.get(k));
+        // Absent from a full top list: unknown, not 0.
+        let known = |v: Option<&f64>, full: &BTreeSet<&'static str>| {
+            v.copied().or_else(|| (!full.iter().any(|p| k.starts_with(p))).then_some(0.0))
+        };
+        if let (Some(x), Some(y)) = (known(x, &fa.1), known(y, &fb.1)) {
+            out.push(mover("detailed", k, x, y, delta));
+        }
+    }
+    out
 }
 
-/// Per Python function (`name (file:line)`): its total time over every window of the job,
-/// ms per profiled step (a window's steps: `end_step - start_step`, at least one), at most
-/// [`MAX_FUNCTIONS`] functions.
+/// One job's detailed figures per profiled step: name → ms, and the prefixes whose top list
+/// is full.
+fn detailed_per_step(m: &ReportModel) -> Option<(BTreeMap<String, f64>, BTreeSet<&'static str>)> {
+    let d = &m.detailed;
+    let total = d.total.as_ref()?;
+    let listed: u64 = d.windows.iter().map(|w| w.steps).sum();
+    // Windows past the list's cap are in the totals: their steps estimated at the mean.
+    let steps = if d.windows.is_empty() {
+        total.windows
+    } else {
+        listed * total.windows.max(d.windows.len() as u64) / d.windows.len() as u64
+    }
+    .max(1) as f64;
+    let mut v = BTreeMap::new();
+    for c in &total.classes {
+        v.insert(format!("class: {}", c.name), c.ms / steps);
+    }
+    for c in &total.idle {
+        v.insert(format!("idle: {}", c.name), c.ms / steps);
+    }
+    for k in &total.top_kernels {
+        v.insert(format!("kernel: {}", k.name), k.total_ms / steps);
+    }
+    for o in &total.top_ops {
+        v.insert(format!("op: {}", o.name), o.self_ms / steps);
+    }
+    let mut full = BTreeSet::new();
+    if total.top_kernels.len() >= crate::detailed::TOP {
+        full.insert("kernel: ");
+    }
+    if total.top_ops.len() >= crate::detailed::TOP {
+        full.insert("op: ");
+    }
+    Some((v, full))
+}
+
+/// Per Python function (`name (file:line)`): its total time over the job's step windows
+/// (`python_summary.top`: the windows before the first step and after close profile setup
+/// and teardown, and are left out), ms per profiled step (the step windows' steps, `last_step
+/// − first_step + 1` each).
 fn python_per_step(m: &ReportModel) -> BTreeMap<String, f64> {
-    let mut total: HashMap<String, f64> = HashMap::new();
-    let mut steps = 0u64;
-    for w in &m.python {
-        let n = match (w.start_step, w.end_step) {
-            (Some(a), Some(b)) if b > a => (b - a) as u64,
+    let steps: i64 = m
+        .python_summary
+        .windows
+        .iter()
+        .filter(|g| g.kind == "steps")
+        .map(|g| match (g.first_step, g.last_step) {
+            (Some(a), Some(b)) if b >= a => b - a + 1,
             _ => 1,
-        };
-        steps += n;
-        for f in &w.functions {
+        })
+        .sum();
+    let steps = steps.max(1) as f64;
+    m.python_summary
+        .top
+        .functions
+        .iter()
+        .take(MAX_FUNCTIONS)
+        .map(|f| {
             let key = match f.line {
                 Some(l) => format!("{} ({}:{l})", f.name, f.file),
                 None => format!("{} ({})", f.name, f.file),
             };
-            *total.entry(key).or_default() += f.total_s;
-        }
-    }
-    let mut v: Vec<(String, f64)> =
-        total.into_iter().map(|(k, s)| (k, s * 1000.0 / steps.max(1) as f64)).collect();
-    v.sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
-    v.truncate(MAX_FUNCTIONS);
-    v.into_iter().collect()
+            (key, f.total_s * 1000.0 / steps)
+        })
+        .collect()
 }
 
 /// The mean of `values` whose time is within `span`.
@@ -945,6 +1007,61 @@ mod tests {
         let (with, m) = per_step_median(vec![(0, 1000), (2, 3000), (0, 500)], 4);
         assert_eq!((with, m), (2, Some(0.75)));
         assert_eq!(per_step_median(Vec::new(), 0), (0, None));
+    }
+
+    fn detailed_model(gemm_ms: f64, kernels: &[(&str, f64)]) -> ReportModel {
+        use crate::detailed::{Detailed, DetailedFigures, DetailedWindow, Share, TopRow};
+        let figures = DetailedFigures {
+            windows: 2,
+            classes: vec![Share { name: "gemm".into(), ms: gemm_ms, pct: None, count: Some(1) }],
+            top_kernels: kernels
+                .iter()
+                .map(|(n, ms)| TopRow {
+                    name: (*n).into(),
+                    class: None,
+                    count: 1,
+                    self_ms: *ms,
+                    total_ms: *ms,
+                    pct: None,
+                })
+                .collect(),
+            ..DetailedFigures::default()
+        };
+        let window = |first| DetailedWindow {
+            rank: "0-a".into(),
+            device: Some(0),
+            first_step: first,
+            last_step: first + 4,
+            steps: 5,
+            start_s: 0.0,
+            end_s: 1.0,
+            figures: DetailedFigures::default(),
+        };
+        let detailed =
+            Detailed { total: Some(figures), windows: vec![window(10), window(100)], ..Detailed::default() };
+        ReportModel { detailed, ..ReportModel::default() }
+    }
+
+    #[test]
+    fn the_detailed_windows_move_per_profiled_step() {
+        // Two windows of 5 steps: 100 ms of gemm is 10 ms a step; 150 ms is 15.
+        let full: Vec<(String, f64)> = (0..crate::detailed::TOP).map(|i| (format!("k{i}"), 1.0)).collect();
+        let full: Vec<(&str, f64)> = full.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let a = detailed_model(100.0, &[("sgemm", 80.0), ("only_a", 10.0)]);
+        let b = detailed_model(150.0, &full);
+        let m = detailed_movers(&a, &b, Some(5.0));
+        let by: BTreeMap<&str, &Mover> = m.iter().map(|m| (m.name.as_str(), m)).collect();
+        let gemm = by["class: gemm"];
+        assert_eq!((gemm.a_ms, gemm.b_ms, gemm.diff_ms), (10.0, 15.0, 5.0));
+        assert_eq!(gemm.explains, Some(1.0));
+        assert_eq!(gemm.kind, "detailed");
+        // B's top list is full: A's kernels missing from it are unknown there, left out; B's
+        // kernels missing from A's short list are 0 in A.
+        assert!(!by.contains_key("kernel: sgemm") && !by.contains_key("kernel: only_a"));
+        assert_eq!(by["kernel: k3"].a_ms, 0.0);
+        assert!((by["kernel: k3"].b_ms - 0.1).abs() < 1e-12);
+        // A job without detailed windows: nothing to compare.
+        assert!(detailed_movers(&ReportModel::default(), &b, None).is_empty());
     }
 
     fn run(ms: &[f64], phases: &[(&str, i64)]) -> Run {

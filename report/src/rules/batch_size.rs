@@ -85,13 +85,17 @@ impl Rule for BatchSize {
     }
 
     fn judge(s: &mut NodeState, node: &NodeAgg, w: &Window) {
-        if s.cpu_n <= (WINDOW as u64).max(w.patience) {
+        // A preliminary judgement takes the windows as they are (fewer than 500 values).
+        let window = if w.preliminary { 0 } else { WINDOW as u64 };
+        if s.cpu_n <= window.max(w.patience) {
             return;
         }
         let Some(c) = p95_p5(&s.cpu_window).0 else { return };
         for (name, g) in &node.gpus {
             let Some(st) = s.gpus.get_mut(name) else { continue };
-            if g.util.len() <= WINDOW as u64 || st.mem_window.len() != WINDOW {
+            if g.util.len() <= window.max(w.patience)
+                || st.mem_window.len() as u64 <= window.max(w.patience).min(WINDOW as u64 - 1)
+            {
                 continue;
             }
             let u = p95_p5(&g.util_last).0.unwrap_or(100.0);
@@ -102,6 +106,11 @@ impl Rule for BatchSize {
                 st.hit = Some((c, u, m));
             }
         }
+    }
+
+    fn datapoints(agg: &Agg) -> Option<(u64, u64)> {
+        let have = agg.nodes.values().filter(|n| !n.gpus.is_empty()).map(|n| n.cpu_total.len()).max()?;
+        Some((have, (WINDOW as u64).max(agg.system_patience())))
     }
 
     fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
@@ -165,6 +174,19 @@ impl Present for Evidence {
             ],
             &self.gpus,
         )
+        .units(&[
+            ("cpu_threshold_p95", "%"),
+            ("gpu_threshold_p95", "%"),
+            ("gpu_memory_threshold_p95", "%"),
+            super::WINDOW_UNIT,
+            super::PATIENCE_UNIT,
+            ("cpu_p95", "%"),
+            ("gpu_p95", "%"),
+            ("gpu_memory_p95", "%"),
+            ("job_cpu_p95", "%"),
+            ("job_gpu_p95", "%"),
+            ("job_gpu_memory_p95", "%"),
+        ])
     }
 }
 
@@ -176,12 +198,14 @@ mod tests {
     #[test]
     fn an_idle_machine_could_take_a_larger_batch() {
         // BatchSize needs more than 500 values; gpu1 and the CPU are below 70 % everywhere.
-        let f = all(&run(600, 20.0, 0.0, &[(90.0, 30.0), (3.0, 30.0)]), None);
+        let f = all(&mut run(600, 20.0, 0.0, &[(90.0, 30.0), (3.0, 30.0)]), None);
         let b = get(&f, "BatchSize");
         assert!(b.triggered && b.summary.contains("gpu1 on algo-1"), "{}", b.summary);
         assert!(!b.summary.contains("gpu0"), "{}", b.summary);
-        assert!(!get(&all(&run(600, 20.0, 0.0, &[(90.0, 30.0), (90.0, 30.0)]), None), "BatchSize").triggered);
+        assert!(
+            !get(&all(&mut run(600, 20.0, 0.0, &[(90.0, 30.0), (90.0, 30.0)]), None), "BatchSize").triggered
+        );
         // 500 values are not enough.
-        assert!(!get(&all(&run(500, 20.0, 0.0, &[(3.0, 30.0)]), None), "BatchSize").evaluated);
+        assert!(!get(&all(&mut run(500, 20.0, 0.0, &[(3.0, 30.0)]), None), "BatchSize").evaluated);
     }
 }

@@ -95,6 +95,11 @@ where
         s.verdicts.judge(pct > THRESHOLD_PERCENT as f64, w.from, w.end);
     }
 
+    fn datapoints(agg: &Agg) -> Option<(u64, u64)> {
+        let have = agg.nodes.values().filter(|n| !n.gpus.is_empty()).map(|n| n.ticks).max()?;
+        Some((have, agg.system_patience()))
+    }
+
     fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
         let patience = agg.system_patience();
         let mut nodes = BTreeMap::new();
@@ -198,6 +203,14 @@ impl Present for Evidence {
                     ]
                 })
                 .collect(),
+            units: &[
+                ("threshold_percent", "%"),
+                ("gpu_threshold", "%"),
+                ("cpu_threshold", "%"),
+                ("io_threshold", "%"),
+                super::PATIENCE_UNIT,
+                ("percent", "%"),
+            ],
         }
     }
 }
@@ -221,19 +234,28 @@ mod tests {
 
     #[test]
     fn needs_patience_and_half_the_ticks() {
-        let a = run(20, 95.0, 0.0, &[(3.0, 10.0)]);
-        let f = all(&a, Some(1000.0));
+        let mut a = run(20, 95.0, 0.0, &[(3.0, 10.0)]);
+        let f = all(&mut a, Some(1000.0));
         assert!(get(&f, "CPUBottleneck").triggered);
         assert!(!get(&f, "IOBottleneck").triggered);
         assert_eq!(get(&f, "CPUBottleneck").ranges, vec![[1000.0, 1019.0]]);
-        // The default patience (1000) does not judge 20 ticks.
-        let a = run_with(None, 20, 95.0, 0.0, &[(3.0, 10.0)]);
-        assert!(!get(&all(&a, Some(1000.0)), "CPUBottleneck").evaluated);
+        // `--patience 1000` (SageMaker's) does not judge 20 ticks; without `--patience` they
+        // are judged, preliminarily.
+        let mut a = run_with(Some(1000), 20, 95.0, 0.0, &[(3.0, 10.0)]);
+        assert!(!get(&all(&mut a, Some(1000.0)), "CPUBottleneck").evaluated);
+        let mut a = run_with(None, 20, 95.0, 0.0, &[(3.0, 10.0)]);
+        let f = all(&mut a, Some(1000.0));
+        let cpu = get(&f, "CPUBottleneck");
+        assert!(cpu.evaluated && cpu.triggered, "{cpu:?}");
+        assert_eq!(
+            cpu.preliminary.as_ref().map(super::super::Preliminary::label).as_deref(),
+            Some("preliminary: 20 of 1000 datapoints")
+        );
         // A busy GPU: no bottleneck.
-        let a = run(20, 95.0, 0.0, &[(80.0, 10.0)]);
-        assert!(!get(&all(&a, None), "CPUBottleneck").triggered);
-        let a = run(20, 5.0, 60.0, &[(3.0, 10.0)]);
-        let f = all(&a, None);
+        let mut a = run(20, 95.0, 0.0, &[(80.0, 10.0)]);
+        assert!(!get(&all(&mut a, None), "CPUBottleneck").triggered);
+        let mut a = run(20, 5.0, 60.0, &[(3.0, 10.0)]);
+        let f = all(&mut a, None);
         assert!(get(&f, "IOBottleneck").triggered);
         assert!(!get(&f, "CPUBottleneck").triggered);
     }

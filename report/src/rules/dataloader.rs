@@ -39,17 +39,28 @@ pub struct Quantiles {
     pub p95: Option<f64>,
 }
 
+/// Seconds with dataloader events the rule waits for (`--patience` lowers it).
+fn patience(agg: &Agg) -> u64 {
+    agg.patience.map_or(PATIENCE, |p| p.min(PATIENCE))
+}
+
 impl Rule for Dataloader {
     const NAME: &'static str = "Dataloader";
     type Node = ();
     type Evidence = Evidence;
 
+    const UNIT: &'static str = "seconds";
+
+    fn datapoints(agg: &Agg) -> Option<(u64, u64)> {
+        Some((agg.dataloader_pids.len() as u64, patience(agg)))
+    }
+
     fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
-        let patience = agg.patience.map_or(PATIENCE, |p| p.min(PATIENCE));
+        let patience = patience(agg);
         let cores = agg.nodes.values().map(|n| n.cores.len()).max().unwrap_or(0) as u64;
         let parallel: Vec<f64> = agg.dataloader_pids.values().map(|p| p.len() as f64).collect();
         let median = quantile_sorted(&sorted(&parallel), 0.5).map(f64::floor);
-        let evaluated = parallel.len() as u64 > patience && cores > 0;
+        let evaluated = parallel.len() as u64 > agg.judging_patience(patience) && cores > 0;
         let (too_few, too_many) = match median {
             Some(m) if evaluated => (
                 m < cores as f64 * (MIN_THRESHOLD as f64 / 100.0),
@@ -128,6 +139,16 @@ impl Present for Evidence {
                 ("dataloading_time_s p25", q.p25.into()),
                 ("dataloading_time_s p50", q.p50.into()),
                 ("dataloading_time_s p95", q.p95.into()),
+            ],
+            units: &[
+                ("min_threshold", "% of the cores"),
+                ("max_threshold", "% of the cores"),
+                ("patience", "seconds"),
+                ("parallel_dataloaders_median", "processes"),
+                ("seconds_with_dataloading", "seconds"),
+                ("dataloading_time_s p25", "s"),
+                ("dataloading_time_s p50", "s"),
+                ("dataloading_time_s p95", "s"),
             ],
             ..Table::default()
         }

@@ -82,8 +82,14 @@ impl Rule for GpuMemoryIncrease {
         }
     }
 
+    fn datapoints(agg: &Agg) -> Option<(u64, u64)> {
+        let have = agg.nodes.values().flat_map(|n| n.gpus.values()).map(|g| g.mem.len()).max()?;
+        Some((have, agg.system_patience()))
+    }
+
     fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
         let patience = agg.system_patience();
+        let judging = agg.judging_patience(patience);
         let mut gpus = Vec::new();
         let (mut evaluated, mut triggered) = (false, false);
         let mut ranges = Vec::new();
@@ -91,7 +97,7 @@ impl Rule for GpuMemoryIncrease {
         for (node, n) in &agg.nodes {
             for (gpu, g) in &n.gpus {
                 let Some(st) = n.rules.of::<Self>().get(gpu) else { continue };
-                evaluated |= st.n > patience;
+                evaluated |= st.n > judging;
                 let hit = st.increases.count > 0;
                 triggered |= hit;
                 if hit {
@@ -146,6 +152,14 @@ impl Present for Evidence {
             ],
             &self.gpus,
         )
+        .units(&[
+            ("increase", "points of %"),
+            super::WINDOW_UNIT,
+            super::PATIENCE_UNIT,
+            ("max_increase", "points of %"),
+            ("p50", "%"),
+            ("max", "%"),
+        ])
     }
 }
 
@@ -195,7 +209,7 @@ mod tests {
             a.tick("algo-1", &tick(100.0 + f64::from(i), if i < 30 { 10.0 } else { 80.0 }));
         }
         a.finish();
-        let f = all(&a, None);
+        let f = all(&mut a, None);
         let m = get(&f, "GPUMemoryIncrease");
         assert!(m.triggered, "{}", m.summary);
         assert!(m.summary.contains("gpu0 on algo-1"), "{}", m.summary);

@@ -46,8 +46,20 @@ impl Rule for LoadBalancing {
     type Node = ();
     type Evidence = Evidence;
 
+    /// The second-most values of a node's GPUs (a pair needs two), the most of any node.
+    fn datapoints(agg: &Agg) -> Option<(u64, u64)> {
+        let second = |n: &crate::collect::NodeAgg| {
+            let mut v: Vec<u64> = n.gpus.values().map(|g| g.util.len()).collect();
+            v.sort_unstable();
+            v.len().checked_sub(2).map(|i| v[i])
+        };
+        let have = agg.nodes.values().filter_map(second).max()?;
+        Some((have, agg.system_patience()))
+    }
+
     fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
         let patience = agg.system_patience();
+        let judging = agg.judging_patience(patience);
         let mut pairs: Vec<(f64, Pair)> = Vec::new();
         let mut compared = 0u64;
         let mut evaluated = false;
@@ -57,7 +69,7 @@ impl Rule for LoadBalancing {
             let judged: Vec<(&String, Vec<f64>)> = n
                 .gpus
                 .iter()
-                .filter(|(_, g)| g.util.len() > patience)
+                .filter(|(_, g)| g.util.len() > judging)
                 .map(|(k, g)| (k, g.util.load_bins()))
                 .collect();
             for i in 0..judged.len() {
@@ -134,6 +146,7 @@ impl Present for Evidence {
             ],
             &self.pairs,
         )
+        .units(&[("threshold", ""), super::PATIENCE_UNIT, ("distance", "")])
     }
 }
 
@@ -144,10 +157,10 @@ mod tests {
 
     #[test]
     fn unequal_gpus_of_a_node() {
-        let f = all(&run(600, 20.0, 0.0, &[(90.0, 30.0), (3.0, 30.0)]), None);
+        let f = all(&mut run(600, 20.0, 0.0, &[(90.0, 30.0), (3.0, 30.0)]), None);
         let lb = get(&f, "LoadBalancing");
         assert!(lb.triggered, "{}", lb.summary);
-        let f = all(&run(600, 20.0, 0.0, &[(90.0, 30.0), (90.0, 30.0)]), None);
+        let f = all(&mut run(600, 20.0, 0.0, &[(90.0, 30.0), (90.0, 30.0)]), None);
         let lb = get(&f, "LoadBalancing");
         assert!(lb.evaluated && !lb.triggered, "{}", lb.summary);
     }

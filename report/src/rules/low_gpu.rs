@@ -77,6 +77,11 @@ impl Rule for LowGpuUtilization {
         }
     }
 
+    fn datapoints(agg: &Agg) -> Option<(u64, u64)> {
+        let have = agg.nodes.values().flat_map(|n| n.gpus.values()).map(|g| g.util.len()).max()?;
+        Some((have, agg.system_patience()))
+    }
+
     fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
         let patience = agg.system_patience();
         let mut gpus = Vec::new();
@@ -137,6 +142,17 @@ impl Present for Evidence {
             ],
             &self.gpus,
         )
+        .units(&[
+            ("threshold_p95", "%"),
+            ("threshold_p5", "%"),
+            super::WINDOW_UNIT,
+            super::PATIENCE_UNIT,
+            ("window_p95", "%"),
+            ("window_p5", "%"),
+            ("p50", "%"),
+            ("p95", "%"),
+            ("max", "%"),
+        ])
     }
 }
 
@@ -149,13 +165,13 @@ mod tests {
 
     #[test]
     fn an_idle_gpu_is_underused() {
-        let a = run(600, 20.0, 0.0, &[(90.0, 30.0), (3.0, 30.0)]);
-        let f = all(&a, None);
+        let mut a = run(600, 20.0, 0.0, &[(90.0, 30.0), (3.0, 30.0)]);
+        let f = all(&mut a, None);
         let low = get(&f, "LowGPUUtilization");
         assert!(low.triggered && low.summary.contains("gpu1"), "{}", low.summary);
         assert!(!low.summary.contains("gpu0"), "{}", low.summary);
-        let a = run(600, 20.0, 0.0, &[(90.0, 30.0), (90.0, 30.0)]);
-        assert!(!get(&all(&a, None), "LowGPUUtilization").triggered);
+        let mut a = run(600, 20.0, 0.0, &[(90.0, 30.0), (90.0, 30.0)]);
+        assert!(!get(&all(&mut a, None), "LowGPUUtilization").triggered);
     }
 
     #[test]

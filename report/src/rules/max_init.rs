@@ -54,6 +54,7 @@ impl Present for Evidence {
     fn present(&self) -> Table {
         Table {
             facts: vec![("threshold_minutes", self.threshold_minutes.into()), ("init_s", self.init_s.into())],
+            units: &[("threshold_minutes", "min"), ("init_s", "s")],
             ..Table::default()
         }
     }

@@ -74,6 +74,31 @@ pub struct Options {
 /// judges (`--patience` lowers it, [`Agg::system_patience`]).
 pub const SYSTEM_PATIENCE: u64 = 1000;
 
+/// The patience of a preliminary verdict, for a rule with less than its `full` patience of
+/// data (`docs/report.md`, "Short jobs"): a hundredth of it (10 of the system rules' 1000
+/// datapoints; any second of the Dataloader's 10 seconds).
+pub fn preliminary_patience(full: u64) -> u64 {
+    full / 100
+}
+
+/// How much data a preliminary finding was judged on (`findings[].preliminary`).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Preliminary {
+    /// The data there was (the most any node or GPU the rule judges had).
+    pub datapoints: u64,
+    /// What the rule waits for before a full verdict (its patience).
+    pub patience: u64,
+    /// `datapoints`, or `seconds` (Dataloader: seconds with dataloader events).
+    pub unit: String,
+}
+
+impl Preliminary {
+    /// `preliminary: 481 of 1000 datapoints`.
+    pub fn label(&self) -> String {
+        format!("preliminary: {} of {} {}", self.datapoints, self.patience, self.unit)
+    }
+}
+
 /// Time ranges kept per finding (per source: a node, a GPU, a rank).
 pub const MAX_RANGES: usize = 50;
 
@@ -98,6 +123,15 @@ pub trait Rule {
 
     /// The verdict over the whole job; `agg` is finished ([`Agg::finish`]).
     fn verdict(agg: &Agg, job_start_s: Option<f64>) -> Verdict<Self::Evidence>;
+
+    /// For a rule with a patience: the data it has (the most of any node or GPU it judges)
+    /// and the patience, in `UNIT`. A rule with less is judged preliminarily on what there is
+    /// ([`all`]); `None` for a rule without a patience.
+    fn datapoints(_agg: &Agg) -> Option<(u64, u64)> {
+        None
+    }
+    /// The unit of [`Rule::datapoints`].
+    const UNIT: &'static str = "datapoints";
 }
 
 /// A tick of one node as the rules see it.
@@ -118,6 +152,9 @@ pub struct Window {
     pub from: f64,
     pub end: f64,
     pub patience: u64,
+    /// A preliminary judgement (`patience` is then [`preliminary_patience`]): a rule's
+    /// other minimums (BatchSize's 500 values) give way to what there is too.
+    pub preliminary: bool,
 }
 
 /// A rule's verdict, before it becomes a [`Finding`].
@@ -146,6 +183,9 @@ pub struct Table {
     pub facts: Vec<(&'static str, Cell)>,
     pub columns: Vec<&'static str>,
     pub rows: Vec<Vec<Cell>>,
+    /// The unit of each fact and column that has one (`%`, `ms`, `datapoints`…), by its
+    /// name; a measured number without one is declared here with `""` (a ratio, a distance).
+    pub units: &'static [(&'static str, &'static str)],
 }
 
 impl Table {
@@ -154,9 +194,28 @@ impl Table {
         facts: Vec<(&'static str, Cell)>,
         rows: impl IntoIterator<Item = &'a R>,
     ) -> Table {
-        Table { facts, columns: R::COLUMNS.to_vec(), rows: rows.into_iter().map(R::cells).collect() }
+        Table {
+            facts,
+            columns: R::COLUMNS.to_vec(),
+            rows: rows.into_iter().map(R::cells).collect(),
+            units: &[],
+        }
+    }
+
+    /// The table with its units.
+    pub fn units(self, units: &'static [(&'static str, &'static str)]) -> Table {
+        Table { units, ..self }
+    }
+
+    /// The unit of a fact or column, if it has one.
+    pub fn unit(&self, name: &str) -> Option<&'static str> {
+        self.units.iter().find(|u| u.0 == name).map(|u| u.1).filter(|u| !u.is_empty())
     }
 }
+
+/// The units shared by the system rules' evidence.
+pub const PATIENCE_UNIT: (&str, &str) = ("patience", "datapoints");
+pub const WINDOW_UNIT: (&str, &str) = ("window", "values");
 
 /// A row of a table (declared with `evidence_row!`).
 pub trait Row {
@@ -431,8 +490,35 @@ macro_rules! registry {
         }
 
         /// Every finding, in `RULES` order; `agg` must be finished ([`Agg::finish`]).
-        pub fn all(agg: &Agg, job_start_s: Option<f64>) -> Vec<Finding> {
-            vec![$(finding(<$rule as Rule>::NAME, <$rule as Rule>::verdict(agg, job_start_s), Evidence::$variant)),*]
+        /// Without `--patience`, a rule not evaluated for less than its patience of data is
+        /// judged on what there is and marked preliminary (`docs/report.md`, "Short jobs").
+        pub fn all(agg: &mut Agg, job_start_s: Option<f64>) -> Vec<Finding> {
+            let mut out = vec![$(finding(<$rule as Rule>::NAME, <$rule as Rule>::verdict(agg, job_start_s), Evidence::$variant)),*];
+            if agg.patience.is_some() || out.iter().all(|f| f.evaluated) {
+                return out;
+            }
+            agg.swap_preliminary();
+            let mut i = 0;
+            $(
+                if !out[i].evaluated
+                    && let Some((have, need)) = <$rule as Rule>::datapoints(agg)
+                    && have < need
+                {
+                    let v = <$rule as Rule>::verdict(agg, job_start_s);
+                    if v.evaluated {
+                        out[i] = finding(<$rule as Rule>::NAME, v, Evidence::$variant);
+                        out[i].preliminary = Some(Preliminary {
+                            datapoints: have,
+                            patience: need,
+                            unit: <$rule as Rule>::UNIT.to_owned(),
+                        });
+                    }
+                }
+                i += 1;
+            )*
+            let _ = i;
+            agg.swap_preliminary();
+            out
         }
     };
 }
@@ -460,6 +546,7 @@ fn finding<E>(rule: &str, v: Verdict<E>, wrap: fn(E) -> Evidence) -> Finding {
         advice: if triggered { v.advice.to_owned() } else { String::new() },
         evidence: wrap(v.evidence),
         ranges: v.ranges,
+        preliminary: None,
     }
 }
 
@@ -500,7 +587,7 @@ pub(crate) mod tests {
 
     #[test]
     fn all_ten_in_order_even_without_data() {
-        let f = all(&Agg::default(), None);
+        let f = all(&mut Agg::default(), None);
         assert!(f.iter().map(|x| x.rule.as_str()).eq(RULES));
         assert!(f.iter().all(|x| !x.triggered && !x.evaluated));
         // Each finding's evidence is its own rule's.
@@ -510,9 +597,71 @@ pub(crate) mod tests {
         }
     }
 
+    /// A 48 s job (481 ticks at 100 ms): without `--patience` every system rule is judged
+    /// on what there is and says so; `--patience 1000` keeps SageMaker's "not evaluated".
+    #[test]
+    fn a_short_job_is_judged_preliminarily_unless_patience_is_given() {
+        let short = |patience| {
+            let mut a = run_with(patience, 481, 95.0, 0.0, &[(3.0, 10.0), (90.0, 30.0)]);
+            a.dataloader_pids.insert(1000, [1, 2].into_iter().collect());
+            a.dataloader_events = 2;
+            all(&mut a, None)
+        };
+        let f = short(None);
+        for rule in [
+            "CPUBottleneck",
+            "IOBottleneck",
+            "LowGPUUtilization",
+            "GPUMemoryIncrease",
+            "BatchSize",
+            "LoadBalancing",
+        ] {
+            let x = get(&f, rule);
+            assert!(x.evaluated, "{rule}: {x:?}");
+            let p = x.preliminary.as_ref().unwrap_or_else(|| panic!("{rule}: {x:?}"));
+            assert_eq!(p.label(), "preliminary: 481 of 1000 datapoints", "{rule}");
+        }
+        // Judged, with their verdicts: a core at 95 % beside an idle GPU.
+        assert!(get(&f, "CPUBottleneck").triggered);
+        assert!(get(&f, "LowGPUUtilization").triggered);
+        assert!(get(&f, "LoadBalancing").triggered);
+        assert!(!get(&f, "IOBottleneck").triggered);
+        let d = get(&f, "Dataloader");
+        assert_eq!(
+            d.preliminary.as_ref().map(Preliminary::label).as_deref(),
+            Some("preliminary: 1 of 10 seconds")
+        );
+        // Rules without a patience are never preliminary.
+        for rule in ["StepOutlier", "MaxInitializationTime", "OverallSystemUsage"] {
+            assert!(get(&f, rule).preliminary.is_none(), "{rule}");
+        }
+        // The evidence states SageMaker's patience, not the preliminary one.
+        let Evidence::CpuBottleneck(e) = &get(&f, "CPUBottleneck").evidence else { panic!() };
+        assert_eq!(e.patience, 1000);
+        // --patience 1000: SageMaker's behaviour.
+        let f = short(Some(1000));
+        for x in &f[..5] {
+            assert!(!x.evaluated && x.preliminary.is_none(), "{x:?}");
+        }
+        // A long job: full verdicts, never preliminary.
+        let mut a = run_with(None, 1200, 95.0, 0.0, &[(3.0, 10.0)]);
+        let f = all(&mut a, None);
+        assert!(f.iter().all(|x| x.preliminary.is_none()), "{f:?}");
+        assert!(get(&f, "CPUBottleneck").evaluated && get(&f, "CPUBottleneck").triggered);
+        // The label reaches --json and reads back.
+        let f = short(None);
+        let v = serde_json::to_value(&f[0]).unwrap();
+        assert_eq!(
+            v["preliminary"],
+            serde_json::json!({"datapoints": 481, "patience": 1000, "unit": "datapoints"})
+        );
+        let back: Finding = serde_json::from_value(v).unwrap();
+        assert_eq!(back, f[0]);
+    }
+
     #[test]
     fn evidence_of_another_rule_is_refused() {
-        let f = all(&run(20, 95.0, 0.0, &[(3.0, 10.0)]), None);
+        let f = all(&mut run(20, 95.0, 0.0, &[(3.0, 10.0)]), None);
         let low = serde_json::to_value(&get(&f, "LowGPUUtilization").evidence).unwrap();
         assert!(Evidence::from_json("LowGPUUtilization", low.clone()).is_ok());
         assert!(Evidence::from_json("StepOutlier", low.clone()).is_err());
@@ -531,7 +680,7 @@ pub(crate) mod tests {
         });
         agg.steps.entry("TRAIN".into()).or_default().insert("0-algo-1".into(), steps.collect());
         agg.first_step_us = Some(1_000_000_000);
-        let model = crate::model::ReportModel { findings: all(&agg, Some(990.0)), ..Default::default() };
+        let model = crate::model::ReportModel { findings: all(&mut agg, Some(990.0)), ..Default::default() };
         assert!(get(&model.findings, "LowGPUUtilization").triggered);
         let json = crate::to_json(&model);
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();

@@ -107,7 +107,12 @@ impl Present for Evidence {
                 ]);
             }
         }
-        Table { facts: Vec::new(), columns: vec!["node", "resource", "p50", "p95", "p99", "max"], rows }
+        Table {
+            facts: Vec::new(),
+            columns: vec!["node", "resource", "p50", "p95", "p99", "max"],
+            rows,
+            units: &[("p50", "%"), ("p95", "%"), ("p99", "%"), ("max", "%")],
+        }
     }
 }
 

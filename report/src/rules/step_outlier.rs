@@ -131,6 +131,12 @@ impl Present for Evidence {
             ],
             ranks,
         )
+        .units(&[
+            ("stddev", "σ"),
+            ("min_steps", "steps"),
+            ("steps", "steps"),
+            ("threshold_ms", "ms"),
+        ])
     }
 }
 

@@ -5,6 +5,7 @@ TRAINPROF_TEST_PARAMS (JSON):
   fake_profiler: install a fake ``torch`` / ``torch.profiler`` (default true); false leaves
                  torch absent, as it is in the CI venv
   cuda:          the fake torch has CUDA: every op also runs a kernel on device 0
+  annotations:   with cuda: each op also has a device range of a record_function (gpu_user_annotation)
   cuda_version:  its ``torch.version.cuda`` (default "12.8"; null: a build without CUDA)
   start_fails:   the fake torch.profiler's start() raises (another profiler is running)
   user_profiler: after the loop the script makes a torch.profiler.profile of its own
@@ -48,11 +49,17 @@ class _Interval:
 
 
 class _FunctionEvent:
-    def __init__(self, id, name, thread, device_type, device_index, start, end, linked=0):
+    """As torch 2.15's: ``id`` is an operator's own id, or for a runtime call and its kernel
+    the one CUPTI correlation id they share; ``linked_correlation_id`` links both to the
+    operator; ``device_resource_id`` is the stream of a kernel."""
+
+    def __init__(self, id, name, thread, device_type, device_index, start, end, linked=0, stream=None):
         self.id, self.name, self.thread = id, name, thread
         self.device_type, self.device_index = device_type, device_index
         self.time_range = _Interval(start, end)
         self.linked_correlation_id = linked
+        self.device_resource_id = thread if stream is None else stream
+        self.is_user_annotation = False
 
 
 class _FakeTorchProfile:
@@ -97,6 +104,8 @@ class _FakeTorchProfile:
     def _rel_us(self):
         return (time.time_ns() - self._t0_ns) / 1000.0
 
+    _corr = itertools.count(1)  # CUPTI's correlation ids: a sequence of their own (they alias op ids)
+
     def add_op(self, name, thread, body):
         start = self._rel_us()
         body()
@@ -104,12 +113,20 @@ class _FakeTorchProfile:
         op_id = next(self._ids)
         self._events.append(_FunctionEvent(op_id, name, thread, CPU, -1, start, end))
         if "CUDA" in [a.name for a in self.activities]:
+            corr = next(_FakeTorchProfile._corr)
+            launch = start + (end - start) / 2
             self._events.append(
-                _FunctionEvent(next(self._ids), "cudaLaunchKernel", thread, CPU, -1, start, end, linked=op_id)
+                _FunctionEvent(corr, "cudaLaunchKernel", thread, CPU, -1, launch, end, linked=op_id)
             )
             self._events.append(
-                _FunctionEvent(next(self._ids), name + "_kernel", 7, CUDA, 0, end, end + 3.5, linked=op_id)
+                _FunctionEvent(corr, name + "_kernel", 7, CUDA, 0, end + 1.0, end + 3.5, linked=op_id, stream=7)
             )
+            if PARAMS.get("annotations"):
+                # A record_function range on the device (torch's gpu_user_annotation): an id of
+                # its own, no launch call.
+                a = _FunctionEvent(next(_FakeTorchProfile._corr), "Optimizer.step#SGD.step", 7, CUDA, 0, end, end + 3.5)
+                a.is_user_annotation = True
+                self._events.append(a)
 
 
 def op(name, thread=1):

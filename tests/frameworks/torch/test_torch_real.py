@@ -80,7 +80,7 @@ def steps_of(events, phase):
     return collections.Counter(int(e.event_args["step_num"]) for e in events if e.event_phase == phase)
 
 
-def test_real_training_run_read_back_by_smdebug(tmp_path):
+def test_real_training_run_read_back_by_smdebug(tmp_path, trainprof_bin):
     out, config, m, proc = run_training(
         tmp_path,
         {"epochs": 3, "batches": 4, "eval_batches": EVAL_STEPS, "num_workers": 2},
@@ -144,8 +144,26 @@ def test_real_training_run_read_back_by_smdebug(tmp_path):
     if m["device"] == "cuda":
         assert gpu and set(steps_of(events, "gpu_functions-dev:0")) <= window
         assert all(lo <= e.start_time for e in gpu)
+        # The stream, the correlation id and the launch (the runtime call with the kernel's
+        # correlation id) of each kernel: docs/formats.md, "Event vocabulary".
+        kernels = [e for e in gpu if "annotation" not in e.event_args]
+        assert all(isinstance(e.event_args.get("stream"), int) for e in kernels), kernels[0].event_args
+        assert all(isinstance(e.event_args.get("correlation"), int) for e in kernels), kernels[0].event_args
+        launched = [e for e in kernels if "cpu_thread_start_time" in e.event_args]
+        assert len(launched) >= 0.9 * len(kernels), (len(launched), len(kernels), kernels[0].event_args)
+        assert all(lo <= e.event_args["cpu_thread_start_time"] <= e.start_time for e in launched)
     else:
         assert gpu == []
+    # The report explains the window (docs/report.md, "Detailed windows").
+    rep = subprocess.run([str(trainprof_bin), "report", str(out), "--json"], capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    total = json.loads(rep.stdout)["detailed"]["total"]
+    assert total["ops"] > 0 and total["top_ops"], total
+    if m["device"] == "cuda":
+        assert total["kernels"] > 0 and total["busy_pct"] > 0 and total["launch_delay"]["kernels"] > 0, total
+        print("detailed:", total["sentence"])
+    else:
+        assert total["gpu"] is False and total["busy_pct"] is None
 
     # Dataloader: GetNext for the batches of steps 3-5 (fetched while steps 2-4 run), and the
     # second epoch's iterator (made while step 3 runs, so for step 4).

@@ -132,7 +132,7 @@ fn section_steps(out: &mut String, c: &Comparison) {
         out,
         "<p>B ÷ A of the median kept step, with a 95 % bootstrap interval; a change under {} % is \
          reported as no difference. Left out of both sides: the first {} steps of each rank and mode \
-         (warm-up), and every step that overlaps a profiled window (detailed or Python) plus the \
+         (warm-up), and every step that overlaps a profiled window (detailed, Python or native) plus the \
          step after it.</p>",
         esc(&super::stats::pct(c.noise_pct)),
         c.warmup

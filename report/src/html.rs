@@ -21,13 +21,14 @@ use crate::model::{
 };
 use crate::rules::Cell;
 
-const UPLOT_JS: &str = include_str!("../assets/uPlot.iife.min.js");
-const UPLOT_CSS: &str = include_str!("../assets/uPlot.min.css");
+pub(crate) const UPLOT_JS: &str = include_str!("../assets/uPlot.iife.min.js");
+pub(crate) const UPLOT_CSS: &str = include_str!("../assets/uPlot.min.css");
 const PAGE_JS: &str = include_str!("../assets/page.js");
-const PAGE_CSS: &str = include_str!("../assets/page.css");
+pub(crate) const PAGE_CSS: &str = include_str!("../assets/page.css");
 
 /// Only inline scripts and styles, no request of any kind (connect, img, font, frame…).
-const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:";
+pub(crate) const CSP: &str =
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:";
 
 /// Decimals kept in the page's chart data: percentages and rates to 0.1, step times to 0.01 ms,
 /// times (seconds from the job's start) to the ms. Shorter numbers keep an hour of 8 GPUs
@@ -903,7 +904,7 @@ fn int<T: std::fmt::Display>(v: Option<T>) -> String {
 }
 
 /// A number for a table: 3 significant-ish digits, "–" for none or a non-finite one.
-fn num(v: Option<f64>) -> String {
+pub(crate) fn num(v: Option<f64>) -> String {
     match v.filter(|x| x.is_finite()) {
         None => "–".into(),
         Some(x) if x.abs() >= 100.0 => format!("{x:.0}"),

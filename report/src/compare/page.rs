@@ -9,23 +9,9 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{Comparison, StepComparison};
-use crate::html::{esc, script_json};
+use crate::html::{CSP, PAGE_CSS, UPLOT_CSS, UPLOT_JS, esc, num, script_json};
 
-const UPLOT_JS: &str = include_str!("../../assets/uPlot.iife.min.js");
-const UPLOT_CSS: &str = include_str!("../../assets/uPlot.min.css");
-const PAGE_CSS: &str = include_str!("../../assets/page.css");
 const COMPARE_JS: &str = include_str!("../../assets/compare.js");
-const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:";
-
-/// A number for a table, "–" for none.
-fn num(v: Option<f64>) -> String {
-    match v.filter(|x| x.is_finite()) {
-        None => "–".into(),
-        Some(x) if x.abs() >= 100.0 => format!("{x:.0}"),
-        Some(x) if x.abs() >= 10.0 => format!("{x:.1}"),
-        Some(x) => format!("{x:.2}"),
-    }
-}
 
 fn signed(v: Option<f64>) -> String {
     match v.filter(|x| x.is_finite()) {

@@ -1,11 +1,22 @@
 """Write a synthetic profiled job in trainprof's on-disk formats (docs/formats.md).
 
-    python bench/synth_job.py OUT [--minutes 60] [--ranks 8] [--gpus 8] [--cores 8] [--interval 0.1]
+    python bench/synth_job.py OUT [--minutes 60] [--nodes 1] [--ranks 8] [--gpus 8] [--cores 8] [--interval 0.1]
+                                  [--straggler 5] [--straggler-slow 1.1] [--thermal-node N]
 
-One node (`algo-1`) with GPUs and cores, system metrics every `--interval` seconds, and one
-timeline per rank (`<rank>-algo-1`): every step (`Step:ModeKeys.TRAIN`) with a dataloader event,
-and every 5 minutes a detailed window of 10 steps with `Forward`, its submodules, CPU ops and
-GPU kernels. Rank 5 is 10 % slower, and one step in 1000 takes 10× as long. What this writes
+`--nodes` nodes (`algo-1`…`algo-N`), each with GPUs and cores, system metrics every `--interval`
+seconds, and `--ranks` timelines per node (`<rank>-algo-<n>`, ranks numbered across the job):
+every step (`Step:ModeKeys.TRAIN`) with a dataloader event, and every 5 minutes a detailed window
+of 10 steps with `Forward`, its submodules, CPU ops and GPU kernels. Rank `--straggler` (5) is
+`--straggler-slow` (10 %) slower, and one step in 1000 takes 10× as long. `--thermal-node N`
+plants thermal throttling on `algo-N`'s GPUs (`ThrottleReasonsMask` 0x60 with the
+`ThrottleSwThermal` and `ThrottleHwThermal` rows) from a tenth of the job to its end; every other
+tick of every node has a `ThrottleReasonsMask` of 0.
+
+Many nodes are written compactly: node 1's system files and its ranks' timelines are made once
+and written again for every other node with the node's name (and, for `--thermal-node`, the
+throttle rows) put in; only the straggler's timeline is made on its own. So the nodes' values
+are the same series (the same seed), which is enough for the report's benchmark and the fleet
+tests, and 64 nodes cost about as much CPU as one plus the writing. What this writes
 is what the agent and the hook write: the same names, line formats, spacing, rotation (a
 timeline file a minute, a system file a minute, the last tick in a file of its own) and end
 markers, so smdebug 1.0.34's readers read it (`bench/report_vs_smdebug.py` runs them on it).
@@ -17,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import re
 import time
 
 START_S = 1795312800  # a whole hour, UTC
@@ -35,6 +47,42 @@ def hour_folder(t_s):
     return time.strftime("%Y%m%d%H", time.gmtime(t_s))
 
 
+MASK_LINE = re.compile(r'\{"Type":"accelerator","Name":"(device\d+)","Dimension":"ThrottleReasonsMask","Value":0,'
+                       r'"NodeId":"algo-1","Timestamp":([0-9.]+)\}\n')
+
+
+def thermal(m):
+    """A mask line of 0 → thermal throttling (0x20 | 0x40) with its two reason rows."""
+    dev, ts = m.group(1), m.group(2)
+    row = '{"Type":"accelerator","Name":"%s","Dimension":"%%s","Value":%%d,"NodeId":"algo-1","Timestamp":%s}\n' % (dev, ts)
+    return row % ("ThrottleReasonsMask", 0x60) + row % ("ThrottleSwThermal", 1) + row % ("ThrottleHwThermal", 1)
+
+
+class NodeFiles:
+    """One system file's text (node 1's), written for every node: the name put in, and on
+    `--thermal-node` after a tenth of the job the throttle rows."""
+
+    def __init__(self, base, args):
+        self.base, self.args, self.used = base, args, set()
+        self.thermal_from = START_S + args.minutes * 6
+
+    def write(self, second, text):
+        s = second
+        while s in self.used:
+            s -= 1
+        self.used.add(s)
+        d = os.path.join(self.base, hour_folder(s))
+        os.makedirs(d, exist_ok=True)
+        for n in range(1, self.args.nodes + 1):
+            t = text
+            if n == self.args.thermal_node and second >= self.thermal_from:
+                t = MASK_LINE.sub(thermal, t)
+            if n != 1:
+                t = t.replace('"NodeId":"algo-1"', '"NodeId":"algo-%d"' % n)
+            with open(os.path.join(d, "%010d.algo-%d.json" % (s, n)), "x") as f:
+                f.write(t)
+
+
 def write_system(root, args, rng):
     """One line per metric per tick, one file a minute named by its first tick's second."""
     node = "algo-1"
@@ -42,16 +90,16 @@ def write_system(root, args, rng):
     base = os.path.join(root, "system", "incremental")
     out, name_s, lines = None, None, 0
     gpu_mem = [30.0 + g for g in range(args.gpus)]
-    used_names = set()
+    files = NodeFiles(base, args)
+
+    class Out(list):
+        def close(self):
+            files.write(self.second, "".join(self))
 
     def open_file(second):
-        s = second
-        while s in used_names:
-            s -= 1
-        used_names.add(s)
-        d = os.path.join(base, hour_folder(s))
-        os.makedirs(d, exist_ok=True)
-        return open(os.path.join(d, "%010d.%s.json" % (s, node)), "x")
+        o = Out()
+        o.second = second
+        return o
 
     for k in range(ticks):
         t = round(START_S + k * args.interval, 6)
@@ -86,6 +134,7 @@ def write_system(root, args, rng):
             line("gpu", "gpu%d" % g, "GPUUtilization", min(100.0, max(0.0, rng.gauss(85, 8))))
             line("gpu", "gpu%d" % g, "GPUMemoryUtilization", gpu_mem[g])
             line("accelerator", "device%d" % g, "MemUsedBytes", gpu_mem[g] / 100 * 80e9)
+            line("accelerator", "device%d" % g, "ThrottleReasonsMask", 0)
         line("i/o", "IOPS", "", rng.random() * 3000)
         line("i/o", "ReadThroughputInBytesPerSecond", "", rng.random() * 4e8)
         line("i/o", "WriteThroughputInBytesPerSecond", "", rng.random() * 4e7)
@@ -94,17 +143,18 @@ def write_system(root, args, rng):
         line("trainer", "CPUPercent", "ProcessTree", 400 + rng.random() * 300)
         line("trainer", "RSSBytes", "ProcessTree", 2e10 + k * 1000)
         line("trainer", "Processes", "ProcessTree", 9 + args.ranks)
-        out.write("".join(buf))
+        out.append("".join(buf))
         lines += len(buf)
     out.close()
-    return lines
+    return lines * args.nodes
 
 
 class Timeline:
     """One rank's writer: phases numbered in first-met order, a file sealed every minute."""
 
-    def __init__(self, root, node, pid, base_us):
+    def __init__(self, root, node, pid, base_us, nodes=None):
         self.root, self.node, self.pid, self.base = root, node, pid, base_us
+        self.nodes = nodes  # (global rank of node 1's copy, ranks per node, nodes): written for each
         self.phases = {}
         self.lines = None
         self.opened_us = None
@@ -142,20 +192,29 @@ class Timeline:
         self.last_name = t
         d = os.path.join(self.root, "framework", "pevents", hour_folder(t // 1_000_000))
         os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, "%d_%s_pythontimeline.json" % (t, self.node)), "x") as f:
-            f.write("[\n" + ",\n".join(self.lines) + "\n]")
+        text = "[\n" + ",\n".join(self.lines) + "\n]"
+        names = [self.node]
+        if self.nodes is not None:
+            rank, per, nodes, skip = self.nodes
+            names = ["%d-algo-%d" % (rank + per * n, n + 1) for n in range(nodes) if rank + per * n != skip]
+        for name in names:
+            with open(os.path.join(d, "%d_%s_pythontimeline.json" % (t, name)), "x") as f:
+                f.write(text)
         self.lines = None
 
 
-def write_rank(root, args, rank, rng):
-    node = "%d-algo-1" % rank
-    pid = 4000 + rank
+def write_rank(root, args, rank, rng, copies=None, slow=1.0):
+    """Rank `rank` of node 1 (`copies`: also every other node's rank of the same place, but
+    the straggler), or with `slow` the straggler alone (its own node's name)."""
+    per = args.ranks
+    node = "%d-algo-%d" % (rank, rank // per + 1)
+    local = rank % per
+    pid = 4000 + local
     start_us = START_S * 1_000_000
     end_us = start_us + int(args.minutes * 60 * 1e6)
-    tl = Timeline(root, node, pid, start_us + 2_000_000 + rank * 1000)
+    tl = Timeline(root, node, pid, start_us + 2_000_000 + local * 1000, copies)
     t = start_us + 10_000_000  # initialisation: 10 s
     step = 0
-    slow = 1.1 if rank == 5 else 1.0
     while True:
         ms = args.step_ms * slow * (0.9 + 0.2 * rng.random())
         if step % 1000 == 999:
@@ -174,9 +233,9 @@ def write_rank(root, args, rank, rng):
                          ', "tid": %d' % (pid * 10))
             for op in range(args.ops):
                 k0 = t + int(dur * 0.08) + op * int(dur * 0.9) // args.ops
-                tl.event("gpu_functions-dev:%d" % rank, "kernel_%d" % (op % 30), k0, int(dur * 0.9) // args.ops // 3,
+                tl.event("gpu_functions-dev:%d" % local, "kernel_%d" % (op % 30), k0, int(dur * 0.9) // args.ops // 3,
                          step, ', "tid": 7, "device": %d, "start_cpu_thread": %d, "cpu_thread_start_time": %d'
-                         % (rank, pid * 10, k0 - 20))
+                         % (local, pid * 10, k0 - 20))
             tl.event("Forward", "Net", fwd0, fwd, step)
         tl.event(STEP_PHASE, STEP_PHASE, t, dur, step)
         t += dur + 200
@@ -189,7 +248,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--minutes", type=float, default=60)
-    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--nodes", type=int, default=1)
+    ap.add_argument("--ranks", type=int, default=8, help="ranks per node")
+    ap.add_argument("--straggler", type=int, default=5, help="the slow rank (numbered across the job)")
+    ap.add_argument("--straggler-slow", type=float, default=1.1, help="its steps' factor")
+    ap.add_argument("--thermal-node", type=int, default=0, help="algo-N throttles (thermal); 0: none")
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--cores", type=int, default=8)
     ap.add_argument("--interval", type=float, default=0.1)
@@ -201,8 +264,17 @@ def main():
     rng = random.Random(args.seed)
     lines = write_system(args.out, args, rng)
     events = steps = 0
-    for rank in range(args.ranks):
-        e, s = write_rank(args.out, args, rank, random.Random(args.seed * 1000 + rank))
+    total = args.nodes * args.ranks
+    for local in range(args.ranks):
+        copies = (local, args.ranks, args.nodes, args.straggler)
+        e, s = write_rank(args.out, args, local, random.Random(args.seed * 1000 + local), copies)
+        n = sum(1 for k in range(args.nodes) if local + args.ranks * k != args.straggler)
+        events += e * n
+        steps += s * n
+    if 0 <= args.straggler < total:
+        rank = args.straggler
+        e, s = write_rank(args.out, args, rank, random.Random(args.seed * 1000 + rank % args.ranks),
+                          slow=args.straggler_slow)
         events += e
         steps += s
     end = "%.6f\n" % (START_S + args.minutes * 60)

@@ -257,6 +257,8 @@ pub struct Agg {
     pub caps: Caps,
     /// The detailed windows' ops, kernels and DataLoader waits (`detailed.rs`).
     pub detailed_windows: crate::detailed::Collector,
+    /// What each node's rows showed for the stragglers' causes (`fleet.rs`).
+    pub signals: BTreeMap<String, crate::fleet::NodeSignals>,
     /// GPUs and series columns of all nodes.
     gpu_count: usize,
     columns: usize,
@@ -330,6 +332,10 @@ impl Agg {
             && !self.caps.admit("nodes", None, node, self.nodes.len(), MAX_NODES)
         {
             return;
+        }
+        match self.signals.get_mut(node) {
+            Some(s) => s.tick(t),
+            None => self.signals.entry(node.to_owned()).or_default().tick(t),
         }
         self.sys_first_s = Some(self.sys_first_s.map_or(t.t_s, |f| f.min(t.t_s)));
         self.sys_last_s = Some(self.sys_last_s.map_or(t.t_s, |f| f.max(t.t_s)));

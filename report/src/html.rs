@@ -83,6 +83,7 @@ pub fn render(m: &ReportModel) -> String {
     let t0 = time_origin(job, series);
     section_job(&mut out, job);
     section_steps(&mut out, &m.steps, t0);
+    crate::page_fleet::section(&mut out, m.fleet.as_ref());
     section_system(&mut out, &series.nodes);
     section_framework(&mut out, &m.phases, &m.python, &m.python_summary);
     crate::page_detailed::section(&mut out, &m.detailed);
@@ -295,6 +296,11 @@ fn section_steps(out: &mut String, modes: &BTreeMap<String, ModeSteps>, t0: f64)
     }
     for (i, (mode, s)) in modes.iter().enumerate() {
         let _ = writeln!(out, "<h3>{}</h3>", esc(mode));
+        // Many ranks: their rows folded (`docs/report.md`, "Many ranks").
+        let many = s.per_rank.len() > crate::fleet::MAX_RANK_SERIES;
+        if many {
+            let _ = write!(out, "<details><summary>{} ranks' steps</summary>", s.per_rank.len());
+        }
         out.push_str(
             "<table><tr><th></th><th class=\"n\">steps</th><th class=\"n\">p50 ms</th><th class=\"n\">p90 ms</th>\
              <th class=\"n\">p99 ms</th><th class=\"n\">max ms</th><th class=\"n\">mean ms</th></tr>\n",
@@ -316,6 +322,9 @@ fn section_steps(out: &mut String, modes: &BTreeMap<String, ModeSteps>, t0: f64)
             );
         }
         out.push_str("</table>\n");
+        if many {
+            out.push_str("</details>\n");
+        }
         for x in &s.stragglers {
             let _ = writeln!(
                 out,

@@ -8,11 +8,13 @@
 pub mod collect;
 pub mod compare;
 pub mod detailed;
+pub mod fleet;
 pub mod html;
 pub mod marshal;
 pub mod model;
 pub mod native;
 pub mod page_detailed;
+pub mod page_fleet;
 pub mod page_windows;
 pub mod python;
 pub mod read;
@@ -423,7 +425,19 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
             .chain(detailed_capped)
             .collect(),
     };
-    let series = Some(series(&agg));
+    let mut fleet = fleet::fleet(&agg.steps, &agg.signals);
+    let mut series = series(&agg, fleet.as_ref());
+    let (drawn, not_drawn) = fleet::trim_nodes(&mut series.nodes, fleet.as_ref(), &agg.signals);
+    if let Some(f) = fleet.as_mut() {
+        let many = agg.steps.get(&f.mode).is_some_and(|r| r.len() > fleet::MAX_RANK_SERIES);
+        f.page = fleet::PageChoice {
+            step_chart: if many { "distribution" } else { "ranks" }.into(),
+            ranks_drawn: if many { slowest(f) } else { f.scores.iter().map(|s| s.rank.clone()).collect() },
+            nodes_drawn: drawn,
+            nodes_not_drawn: not_drawn,
+        };
+    }
+    let series = Some(series);
     let mut triggers = agg.triggers;
     triggers.sort_by(|a, b| a.start_s.total_cmp(&b.start_s).then_with(|| a.rank.cmp(&b.rank)));
     ReportModel {
@@ -438,22 +452,21 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         triggers,
         findings,
         detailed,
+        fleet,
         series,
     }
 }
 
-fn series(agg: &Agg) -> Series {
+/// The ranks a many-rank step chart draws: the highest scores.
+fn slowest(f: &fleet::Fleet) -> Vec<String> {
+    f.scores.iter().take(fleet::SLOWEST_DRAWN).map(|s| s.rank.clone()).collect()
+}
+
+fn series(agg: &Agg, fleet: Option<&fleet::Fleet>) -> Series {
     let mut out = Series::default();
+    let slow = fleet.map(slowest).unwrap_or_default();
     for (mode, ranks) in &agg.steps {
-        let m = out.steps.entry(mode.clone()).or_default();
-        for (rank, steps) in ranks {
-            let mut v: Vec<&collect::StepRec> = steps.iter().collect();
-            v.sort_by_key(|s| s.start_us);
-            let t: Vec<f64> = v.iter().map(|s| s.start_us as f64 / 1e6).collect();
-            let ms: Vec<f64> = v.iter().map(|s| s.dur_us as f64 / 1000.0).collect();
-            let (t_s, ms) = stats::minmax_decimate(&t, &ms, STEP_POINTS);
-            m.insert(rank.clone(), StepSeries { t_s, ms });
-        }
+        out.steps.insert(mode.clone(), fleet::step_series(ranks, &slow, STEP_POINTS));
     }
     for (node, n) in &agg.nodes {
         let (t_s, cols) = n.dec.finish(n.columns.len());

@@ -36,6 +36,10 @@ pub struct ReportModel {
     /// The detailed windows explained (`docs/report.md`, "Detailed windows").
     #[serde(default)]
     pub detailed: Detailed,
+    /// Many ranks: robust straggler scores and their nodes' causes (`docs/report.md`,
+    /// "Many ranks"); `null` with fewer than two ranks.
+    #[serde(default)]
+    pub fleet: Option<crate::fleet::Fleet>,
     /// Only for the HTML page; `--json` leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<Series>,

@@ -131,6 +131,12 @@ pub struct Tick {
     pub clock_est_error_us: Option<f64>,
     /// `pressure` / `CPU`, `Memory`, `IO` / `SomeStalledPercent` (read by `compare` only).
     pub pressure: [Option<f64>; 3],
+    /// `accelerator` rows of all GPUs (`docs/report.md`, "Many ranks"): the throttle
+    /// reasons OR'd (`ThrottleReasonsMask`, and the `Throttle<Reason>` rows), the largest
+    /// `XidEvents` count, and PCIe bytes per second (tx + rx) summed.
+    pub gpu_throttle: u64,
+    pub gpu_xid: Option<f64>,
+    pub gpu_pcie: Option<f64>,
     /// GPU readings of names past the first `collect::MAX_GPUS_PER_NODE` of this tick, left
     /// out (so that finding a tick's GPU stays O(1) per line; `docs/report.md`, "Caps").
     pub gpus_left_out: u64,
@@ -219,6 +225,24 @@ impl Tick {
             }
             (Some(MetricType::Pressure), n::PRESSURE_IO, d::SOME_STALLED_PERCENT) => {
                 self.pressure[2] = Some(v)
+            }
+            (Some(MetricType::Accelerator), _, d::GPU_THROTTLE_MASK) => {
+                if v.is_finite() && v >= 0.0 && v < u64::MAX as f64 {
+                    self.gpu_throttle |= v as u64;
+                }
+            }
+            (Some(MetricType::Accelerator), _, d::GPU_XID_EVENTS) => {
+                self.gpu_xid = Some(self.gpu_xid.map_or(v, |x| x.max(v)))
+            }
+            (
+                Some(MetricType::Accelerator),
+                _,
+                d::GPU_PCIE_TX_BYTES_PER_SECOND | d::GPU_PCIE_RX_BYTES_PER_SECOND,
+            ) => self.gpu_pcie = Some(self.gpu_pcie.unwrap_or(0.0) + v),
+            (Some(MetricType::Accelerator), _, dim) if v == 1.0 => {
+                if let Some(f) = d::THROTTLE_FLAGS.iter().find(|f| f.1 == dim) {
+                    self.gpu_throttle |= f.0;
+                }
             }
             _ => {}
         }

@@ -598,6 +598,8 @@ fn is_native(rel: &str, name: &str) -> bool {
 
 /// Objects one S3 download fetches at most; the rest are skipped, counted.
 pub const MAX_OBJECTS: u64 = 100_000;
+/// Objects one S3 download fetches at once (`docs/report.md`, "Many ranks").
+pub const DOWNLOAD_CONCURRENCY: usize = 16;
 /// Bytes one S3 download fetches at most, in key order; the rest are skipped, counted.
 pub const MAX_DOWNLOAD_BYTES: u64 = 4 << 30;
 /// Keys listed at most (read or not): a prefix of millions of other keys is not walked to
@@ -751,10 +753,34 @@ async fn download_from(
     }
     let (todo, skipped) = plan.finish(&format!("s3://{}/{prefix}", url.bucket));
     let mut got = Downloaded { skipped, ..Downloaded::default() };
+    // At most `DOWNLOAD_CONCURRENCY` objects in flight: each task streams its body into a
+    // file created here (never over one), so memory is a few chunks per task, not objects.
+    let mut running: tokio::task::JoinSet<(usize, Result<(u64, bool), String>)> = tokio::task::JoinSet::new();
+    let mut open: Vec<Option<(Dir, String, File, u64)>> = Vec::new();
+    let finish = |got: &mut Downloaded,
+                  open: &mut Vec<Option<(Dir, String, File, u64)>>,
+                  done: (usize, Result<(u64, bool), String>)|
+     -> Result<(), String> {
+        let (i, res) = done;
+        let (dir, key, f, size) = open[i].take().expect("each download finishes once");
+        let (written, grew) = res?;
+        let name = key.rsplit('/').next().unwrap_or(&key);
+        if grew {
+            let _ = dir.unlink_if_same(name, &f);
+            got.skipped.push(format!(
+                "s3://{}/{key}: larger than its listed {size} bytes (replaced while read): not downloaded",
+                url.bucket
+            ));
+        } else {
+            got.files += 1;
+            got.bytes += written;
+        }
+        Ok(())
+    };
     for (key, rel, size) in todo {
         let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel.as_str()));
         let created = root.sub(folder, true).and_then(|d| d.create_new(name).map(|f| (d, f)));
-        let (dir, mut f) = match created {
+        let (dir, f) = match created {
             Ok(x) => x,
             Err(e) => {
                 // `x` beside `x/y`, or a name taken: this key only.
@@ -762,36 +788,43 @@ async fn download_from(
                 continue;
             }
         };
-        let fetched = client
-            .get_object()
-            .bucket(&url.bucket)
-            .key(&key)
-            .send()
-            .await
-            .map_err(|e| format!("reading s3://{}/{key}: {}", url.bucket, chain(&e)))?;
-        let mut body = fetched.body;
-        let mut written = 0u64;
-        let mut grew = false;
-        while let Some(chunk) =
-            body.try_next().await.map_err(|e| format!("reading s3://{}/{key}: {e}", url.bucket))?
+        let mut file = f.try_clone().map_err(|e| format!("{rel}: {e}"))?;
+        open.push(Some((dir, key.clone(), f, size)));
+        let i = open.len() - 1;
+        let (client, bucket) = (client.clone(), url.bucket.clone());
+        if running.len() >= DOWNLOAD_CONCURRENCY
+            && let Some(done) = running.join_next().await
         {
-            written = written.saturating_add(chunk.len() as u64);
-            if written > size {
-                grew = true;
-                break;
+            finish(&mut got, &mut open, done.map_err(|e| format!("a download task: {e}"))?)?;
+        }
+        running.spawn(async move {
+            let res = async {
+                let fetched = client
+                    .get_object()
+                    .bucket(&bucket)
+                    .key(&key)
+                    .send()
+                    .await
+                    .map_err(|e| format!("reading s3://{bucket}/{key}: {}", chain(&e)))?;
+                let mut body = fetched.body;
+                let mut written = 0u64;
+                while let Some(chunk) =
+                    body.try_next().await.map_err(|e| format!("reading s3://{bucket}/{key}: {e}"))?
+                {
+                    written = written.saturating_add(chunk.len() as u64);
+                    if written > size {
+                        return Ok((written, true));
+                    }
+                    file.write_all(&chunk).map_err(|e| format!("{rel}: {e}"))?;
+                }
+                Ok((written, false))
             }
-            f.write_all(&chunk).map_err(|e| format!("{rel}: {e}"))?;
-        }
-        if grew {
-            let _ = dir.unlink_if_same(name, &f);
-            got.skipped.push(format!(
-                "s3://{}/{key}: larger than its listed {size} bytes (replaced while read): not downloaded",
-                url.bucket
-            ));
-            continue;
-        }
-        got.files += 1;
-        got.bytes += written;
+            .await;
+            (i, res)
+        });
+    }
+    while let Some(done) = running.join_next().await {
+        finish(&mut got, &mut open, done.map_err(|e| format!("a download task: {e}"))?)?;
     }
     Ok(got)
 }

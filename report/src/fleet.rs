@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use trainprof_output::protocol::metric::dimension::THROTTLE_FLAGS;
 
 use crate::collect::StepRec;
-use crate::model::{NodeSeries, StepSeries};
+use crate::model::StepSeries;
 use crate::read::Tick;
 use crate::stats;
 
@@ -515,18 +515,20 @@ pub fn step_series(
     out
 }
 
-/// The nodes whose system charts the page draws, when there are more than
-/// [`MAX_NODE_SERIES`]: the first [`FIRST_NODES`], then the stragglers' nodes, then the
-/// nodes with throttling or Xid, up to [`MAX_NODE_SERIES`]. Returns how many were dropped.
-pub fn trim_nodes(
-    nodes: &mut BTreeMap<String, NodeSeries>,
+/// The nodes whose system charts the page draws (of `nodes`, sorted): all of them up to
+/// [`MAX_NODE_SERIES`]; with more, the first [`FIRST_NODES`], then the stragglers' nodes,
+/// then the nodes with throttling or Xid, up to [`MAX_NODE_SERIES`]. The series of the
+/// others are never built.
+pub fn nodes_to_draw<'a>(
+    nodes: impl Iterator<Item = &'a String>,
     fleet: Option<&Fleet>,
     signals: &BTreeMap<String, NodeSignals>,
-) -> (Vec<String>, u64) {
-    if nodes.len() <= MAX_NODE_SERIES {
-        return (nodes.keys().cloned().collect(), 0);
+) -> Vec<String> {
+    let all: Vec<&String> = nodes.collect();
+    if all.len() <= MAX_NODE_SERIES {
+        return all.into_iter().cloned().collect();
     }
-    let mut keep: Vec<String> = nodes.keys().take(FIRST_NODES).cloned().collect();
+    let mut keep: Vec<String> = all.iter().take(FIRST_NODES).map(|n| (*n).clone()).collect();
     let wanted = fleet
         .into_iter()
         .flat_map(|f| f.stragglers.iter().filter_map(|s| s.node.clone()))
@@ -535,13 +537,12 @@ pub fn trim_nodes(
         if keep.len() >= MAX_NODE_SERIES {
             break;
         }
-        if nodes.contains_key(&n) && !keep.contains(&n) {
+        if all.contains(&&n) && !keep.contains(&n) {
             keep.push(n);
         }
     }
-    let before = nodes.len();
-    nodes.retain(|n, _| keep.contains(n));
-    (nodes.keys().cloned().collect(), (before - nodes.len()) as u64)
+    keep.sort();
+    keep
 }
 
 #[cfg(test)]

@@ -426,8 +426,9 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
             .collect(),
     };
     let mut fleet = fleet::fleet(&agg.steps, &agg.signals);
-    let mut series = series(&agg, fleet.as_ref());
-    let (drawn, not_drawn) = fleet::trim_nodes(&mut series.nodes, fleet.as_ref(), &agg.signals);
+    let drawn = fleet::nodes_to_draw(agg.nodes.keys(), fleet.as_ref(), &agg.signals);
+    let not_drawn = (agg.nodes.len() - drawn.len()) as u64;
+    let series = series(&agg, fleet.as_ref(), &drawn);
     if let Some(f) = fleet.as_mut() {
         let many = agg.steps.get(&f.mode).is_some_and(|r| r.len() > fleet::MAX_RANK_SERIES);
         f.page = fleet::PageChoice {
@@ -437,7 +438,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
             nodes_not_drawn: not_drawn,
         };
     }
-    let series = Some(series);
+
     let mut triggers = agg.triggers;
     triggers.sort_by(|a, b| a.start_s.total_cmp(&b.start_s).then_with(|| a.rank.cmp(&b.rank)));
     ReportModel {
@@ -453,7 +454,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         findings,
         detailed,
         fleet,
-        series,
+        series: Some(series),
     }
 }
 
@@ -462,13 +463,14 @@ fn slowest(f: &fleet::Fleet) -> Vec<String> {
     f.scores.iter().take(fleet::SLOWEST_DRAWN).map(|s| s.rank.clone()).collect()
 }
 
-fn series(agg: &Agg, fleet: Option<&fleet::Fleet>) -> Series {
+/// The page's series: steps as [`fleet::step_series`] draws them, and the nodes in `drawn`.
+fn series(agg: &Agg, fleet: Option<&fleet::Fleet>, drawn: &[String]) -> Series {
     let mut out = Series::default();
     let slow = fleet.map(slowest).unwrap_or_default();
     for (mode, ranks) in &agg.steps {
         out.steps.insert(mode.clone(), fleet::step_series(ranks, &slow, STEP_POINTS));
     }
-    for (node, n) in &agg.nodes {
+    for (node, n) in agg.nodes.iter().filter(|(k, _)| drawn.contains(k)) {
         let (t_s, cols) = n.dec.finish(n.columns.len());
         let get =
             |name: &str| n.column(name).map(|i| cols[i].clone()).unwrap_or_else(|| vec![None; t_s.len()]);

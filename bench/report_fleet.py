@@ -1,7 +1,8 @@
 """`trainprof report` over 8, 64 and 512 ranks (1, 8 and 64 nodes × 8 ranks, written by
 `bench/synth_job.py --nodes N`), beside smdebug 1.0.34's readers (`MergedTimeline.merge_timeline`
 and `PandasFrame`, as `bench/report_vs_smdebug.py` runs them) on the sizes they finish within
-a time limit.
+a time limit and a memory limit (BENCH_SMDEBUG_LIMIT_S, 900; BENCH_SMDEBUG_MEM_GB, 8: past it
+the reader fails with MemoryError and its row says so).
 
     TRAINPROF_BIN=target/release/trainprof python bench/report_fleet.py
     BENCH_MINUTES=10 BENCH_NODES=1,8,64 BENCH_SMDEBUG_NODES=1,8 BENCH_SMDEBUG_LIMIT_S=900 …
@@ -16,6 +17,7 @@ Prints a table and `RESULT {json}` lines.
 
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -29,10 +31,17 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 from report_vs_smdebug import SMDEBUG_MERGE, SMDEBUG_PANDAS  # noqa: E402
 
 
-def run_limited(argv, limit_s, log, env=None):
-    """(wall s, peak RSS MiB, exit status or None when killed at the limit, CPU s)."""
+def run_limited(argv, limit_s, log, env=None, mem_gb=None):
+    """(wall s, peak RSS MiB, exit status or None when killed at the limit, CPU s); `mem_gb`:
+    an address-space limit (RLIMIT_AS), so that a reader that would take the machine's memory
+    fails with MemoryError instead."""
+    def limit():
+        if mem_gb:
+            resource.setrlimit(resource.RLIMIT_AS, (int(mem_gb * 2**30),) * 2)
+
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                            preexec_fn=limit)
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
@@ -44,6 +53,12 @@ def run_limited(argv, limit_s, log, env=None):
         time.sleep(0.05)
     return (time.monotonic() - t0, usage.ru_maxrss / 1024.0, os.waitstatus_to_exitcode(status),
             usage.ru_utime + usage.ru_stime)
+
+
+def last_line(path):
+    with open(path, errors="replace") as f:
+        lines = [x.strip() for x in f if x.strip()]
+    return lines[-1][:120] if lines else ""
 
 
 def upload(data, endpoint, bucket, prefix):
@@ -63,6 +78,7 @@ def main():
     nodes_list = [int(n) for n in os.environ.get("BENCH_NODES", "1,8,64").split(",")]
     sm_nodes = {int(n) for n in os.environ.get("BENCH_SMDEBUG_NODES", "1,8").split(",") if n}
     sm_limit = float(os.environ.get("BENCH_SMDEBUG_LIMIT_S", "900"))
+    sm_mem = float(os.environ.get("BENCH_SMDEBUG_MEM_GB", "8"))
     s3_endpoint = os.environ.get("BENCH_S3_ENDPOINT")
     s3_bucket = os.environ.get("BENCH_S3_BUCKET", "")
     s3_nodes = {int(n) for n in os.environ.get("BENCH_S3_NODES", "64").split(",") if n}
@@ -97,9 +113,9 @@ def main():
                              [sys.executable, "-c", SMDEBUG_PANDAS, data], sm_limit))
             for side, what, argv, limit in runs:
                 with open(os.path.join(work, "log"), "w") as log:
-                    wall, rss, rc, cpu = run_limited(argv, limit, log)
+                    wall, rss, rc, cpu = run_limited(argv, limit, log, mem_gb=sm_mem if side == "smdebug" else None)
                 note = "CPU %.1f s" % cpu if rc == 0 else ("over %.0f s: killed" % limit if rc is None
-                                                             else "exit %d" % rc)
+                                                             else "exit %d (%s)" % (rc, last_line(log.name)))
                 rows.append((ranks, side, what, wall if rc == 0 else None, rss if rc == 0 else None, note))
                 print("%4d ranks  %-10s %-34s %8s s %9s MiB  %s" % (ranks, side, what, "%.1f" % wall,
                                                                      "%.0f" % rss, note), flush=True)

@@ -272,7 +272,7 @@ pub fn fleet(
             score: *z,
             relative: if *m > 0.0 { fastest / m } else { 1.0 },
             individual: *ind,
-            straggler: *z >= MAD_Z && *m >= MIN_SLOWDOWN * mid,
+            straggler: mid > 0.0 && *z >= MAD_Z && *m >= MIN_SLOWDOWN * mid,
         })
         .collect();
     scores.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.rank.cmp(&b.rank)));

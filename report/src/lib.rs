@@ -233,7 +233,7 @@ fn step_stats(ms_sorted: &[f64]) -> StepStats {
 
 /// Per mode: overall and per-rank statistics, the histogram, stragglers, outliers.
 pub fn mode_steps(ranks: &BTreeMap<String, Vec<collect::StepRec>>) -> ModeSteps {
-    let mut all = Vec::new();
+    let mut all = Vec::with_capacity(ranks.values().map(Vec::len).sum());
     let mut per_rank = BTreeMap::new();
     let mut outliers = Vec::new();
     for (rank, steps) in ranks {
@@ -251,7 +251,9 @@ pub fn mode_steps(ranks: &BTreeMap<String, Vec<collect::StepRec>>) -> ModeSteps 
     }
     outliers.sort_by(|a, b| b.ms.total_cmp(&a.ms));
     outliers.truncate(MAX_OUTLIERS);
-    let all = stats::sorted(&all);
+    // Sorted in place: over hundreds of ranks `all` is the size of the step table's
+    // durations, and a sorted copy would be a second one (`docs/report.md`, "Many ranks").
+    all.sort_by(f64::total_cmp);
     let s = step_stats(&all);
     let (edges_ms, counts) = stats::step_histogram(&all, 30);
     let chart = step_chart(ranks, &all, &per_rank);

@@ -226,10 +226,10 @@ impl Tick {
             (Some(MetricType::Pressure), n::PRESSURE_IO, d::SOME_STALLED_PERCENT) => {
                 self.pressure[2] = Some(v)
             }
-            (Some(MetricType::Accelerator), _, d::GPU_THROTTLE_MASK) => {
-                if v.is_finite() && v >= 0.0 && v < u64::MAX as f64 {
-                    self.gpu_throttle |= v as u64;
-                }
+            (Some(MetricType::Accelerator), _, d::GPU_THROTTLE_MASK)
+                if v.is_finite() && v >= 0.0 && v < u64::MAX as f64 =>
+            {
+                self.gpu_throttle |= v as u64
             }
             (Some(MetricType::Accelerator), _, d::GPU_XID_EVENTS) => {
                 self.gpu_xid = Some(self.gpu_xid.map_or(v, |x| x.max(v)))

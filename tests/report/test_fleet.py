@@ -104,3 +104,16 @@ def test_many_nodes_from_s3_stay_within_the_memory_bound(trainprof_bin, s3, tmp_
     print("peak RSS MiB by nodes:", rss)
     assert rss[16] < BOUND_MB, rss
     assert rss[16] < 3 * rss[2], rss
+    # `trace` and `compare` read the same prefixes through the same download.
+    env = agent_env(s3.endpoint)
+    trace = tmp_path / "trace.json.gz"
+    status, mb, err = peak_rss_mb([str(trainprof_bin), "trace", s3.url("fleet16"), "-o", str(trace),
+                                   "--s3-endpoint", s3.endpoint], env=env, cwd=tmp_path)
+    assert status == 0 and trace.stat().st_size > 0, err
+    assert mb < BOUND_MB, mb
+    out = tmp_path / "compare.json"
+    status, mb, err = peak_rss_mb([str(trainprof_bin), "compare", s3.url("fleet2"), s3.url("fleet16"), "--json",
+                                   "--s3-endpoint", s3.endpoint], env=env, cwd=tmp_path, stdout=out)
+    assert status in (0, 1), err  # 1: the gate (B slower), not an error
+    assert json.loads(out.read_text()), err
+    assert mb < 2 * BOUND_MB, mb

@@ -703,6 +703,12 @@ pub(crate) fn download(url: &S3Url, endpoint: Option<&str>, into: &Path) -> Resu
     got
 }
 
+/// One object being fetched: its folder, key, file (created here) and listed size.
+type Opened = (Dir, String, File, u64);
+/// A fetch's end: its index in the opened files, and the bytes written and whether the
+/// object grew past its listed size.
+type Fetched = (usize, Result<(u64, bool), String>);
+
 /// [`download`] with a store already made; `only`: the keys (relative to the prefix) to
 /// fetch, when not every profiler file under the prefix. The listing is read first: an
 /// object larger than the report reads ([`MAX_STATS_OBJECT`], [`MAX_OBJECT`]) is skipped
@@ -755,28 +761,27 @@ async fn download_from(
     let mut got = Downloaded { skipped, ..Downloaded::default() };
     // At most `DOWNLOAD_CONCURRENCY` objects in flight: each task streams its body into a
     // file created here (never over one), so memory is a few chunks per task, not objects.
-    let mut running: tokio::task::JoinSet<(usize, Result<(u64, bool), String>)> = tokio::task::JoinSet::new();
-    let mut open: Vec<Option<(Dir, String, File, u64)>> = Vec::new();
-    let finish = |got: &mut Downloaded,
-                  open: &mut Vec<Option<(Dir, String, File, u64)>>,
-                  done: (usize, Result<(u64, bool), String>)|
-     -> Result<(), String> {
-        let (i, res) = done;
-        let (dir, key, f, size) = open[i].take().expect("each download finishes once");
-        let (written, grew) = res?;
-        let name = key.rsplit('/').next().unwrap_or(&key);
-        if grew {
-            let _ = dir.unlink_if_same(name, &f);
-            got.skipped.push(format!(
+    let mut running: tokio::task::JoinSet<Fetched> = tokio::task::JoinSet::new();
+    let mut open: Vec<Option<Opened>> = Vec::new();
+    let finish =
+        |got: &mut Downloaded, open: &mut Vec<Option<Opened>>, done: Fetched| -> Result<(), String> {
+            let (i, res) = done;
+            // Each download finishes once.
+            let Some((dir, key, f, size)) = open.get_mut(i).and_then(Option::take) else { return Ok(()) };
+            let (written, grew) = res?;
+            let name = key.rsplit('/').next().unwrap_or(&key);
+            if grew {
+                let _ = dir.unlink_if_same(name, &f);
+                got.skipped.push(format!(
                 "s3://{}/{key}: larger than its listed {size} bytes (replaced while read): not downloaded",
                 url.bucket
             ));
-        } else {
-            got.files += 1;
-            got.bytes += written;
-        }
-        Ok(())
-    };
+            } else {
+                got.files += 1;
+                got.bytes += written;
+            }
+            Ok(())
+        };
     for (key, rel, size) in todo {
         let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel.as_str()));
         let created = root.sub(folder, true).and_then(|d| d.create_new(name).map(|f| (d, f)));

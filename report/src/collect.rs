@@ -324,6 +324,13 @@ impl Agg {
                 n.evaluate(end, patience);
             }
         }
+        // The step table is most of the memory over many ranks: its growth slack (up to half
+        // of each rank's vector) is given back before the statistics are made.
+        for ranks in self.steps.values_mut() {
+            for steps in ranks.values_mut() {
+                steps.shrink_to_fit();
+            }
+        }
     }
 
     pub fn tick(&mut self, node: &str, t: &Tick) {

@@ -62,6 +62,8 @@ impl Rule for StepOutlier {
     type Evidence = Evidence;
 
     fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
+        /// Ranks named in the summary (`docs/report.md`, "Many ranks").
+        const MAX_RANKS_SAID: usize = 8;
         let mut rows = Vec::new();
         let (mut evaluated, mut triggered) = (false, false);
         let mut ranges = Vec::new();
@@ -99,6 +101,13 @@ impl Rule for StepOutlier {
             format!("Too few steps to judge (the rule needs more than {MIN_STEPS} per rank and mode).")
         } else if hits.is_empty() {
             format!("No rank had more than {N_OUTLIERS} steps longer than mean + 3σ.")
+        } else if hits.len() > MAX_RANKS_SAID {
+            // Over hundreds of ranks the sentence names the first few; the evidence has all.
+            format!(
+                "{}; and {} more ranks (the evidence lists them).",
+                hits[..MAX_RANKS_SAID].join("; "),
+                hits.len() - MAX_RANKS_SAID
+            )
         } else {
             format!("{}.", hits.join("; "))
         };

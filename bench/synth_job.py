@@ -9,8 +9,9 @@ every step (`Step:ModeKeys.TRAIN`) with a dataloader event, and every 5 minutes 
 of 10 steps with `Forward`, its submodules, CPU ops and GPU kernels. Rank `--straggler` (5) is
 `--straggler-slow` (10 %) slower, and one step in 1000 takes 10× as long. `--thermal-node N`
 plants thermal throttling on `algo-N`'s GPUs (`ThrottleReasonsMask` 0x60 with the
-`ThrottleSwThermal` and `ThrottleHwThermal` rows) from a tenth of the job to its end; every other
-tick of every node has a `ThrottleReasonsMask` of 0.
+`ThrottleSwThermal` and `ThrottleHwThermal` rows) from its first system file after a tenth of the
+job to the end; with it, every other GPU tick of every node has a `ThrottleReasonsMask` of 0
+(without it there are no mask rows, as before).
 
 Many nodes are written compactly: node 1's system files and its ranks' timelines are made once
 and written again for every other node with the node's name (and, for `--thermal-node`, the
@@ -134,7 +135,8 @@ def write_system(root, args, rng):
             line("gpu", "gpu%d" % g, "GPUUtilization", min(100.0, max(0.0, rng.gauss(85, 8))))
             line("gpu", "gpu%d" % g, "GPUMemoryUtilization", gpu_mem[g])
             line("accelerator", "device%d" % g, "MemUsedBytes", gpu_mem[g] / 100 * 80e9)
-            line("accelerator", "device%d" % g, "ThrottleReasonsMask", 0)
+            if args.thermal_node:
+                line("accelerator", "device%d" % g, "ThrottleReasonsMask", 0)
         line("i/o", "IOPS", "", rng.random() * 3000)
         line("i/o", "ReadThroughputInBytesPerSecond", "", rng.random() * 4e8)
         line("i/o", "WriteThroughputInBytesPerSecond", "", rng.random() * 4e7)

@@ -7,10 +7,10 @@ when the library says the feature is on:
   (``trainprof_hang_python``); the library's watchdog raises that signal on its own thread,
   so faulthandler's C handler writes the stacks without the GIL and without running any
   Python code, then copies them into the dump;
-* a crash (SIGSEGV, SIGBUS, SIGABRT, SIGFPE): ``faulthandler.enable`` on a file the library
-  prepared (``trainprof_hang_fatal_fd``), after the library installed its own handler, so
+* a crash (SIGSEGV, SIGBUS, SIGABRT, SIGFPE): ``faulthandler.enable`` on a memfd the library
+  made (``trainprof_hang_fatal_fd``), after the library installed its own handler, so
   faulthandler writes the Python stacks first and chains to the library's handler, which
-  completes the dump and chains to what was there before. A trainer that enabled
+  writes the dump (copying them in) and chains to what was there before. A trainer that enabled
   faulthandler itself keeps its own (no Python stacks in the crash dump then);
 * an uncaught exception: ``sys.excepthook`` and ``threading.excepthook`` are chained: the
   formatted traceback goes to ``trainprof_hang_exception``, then the previous hook runs as

@@ -8,8 +8,9 @@ TRAINPROF_TEST_PARAMS: ``{"how": ..., "release_s": float, "own_handler": bool}``
   writes to after ``release_s``;
 * ``segv``: ``ctypes.string_at(0)``;
 * ``raise``: raises ``RuntimeError("boom in step 30")``;
-* ``sigterm``: prints ``waiting`` and sleeps in step 30 until a SIGTERM comes; with
-  ``own_handler`` its own SIGTERM handler prints ``own handler ran`` and exits 3.
+* ``sigterm``: prints ``waiting`` and sleeps in step 30 until a signal comes; with
+  ``own_handler`` its own SIGTERM handler (installed before the profiler starts, or after
+  with ``handler_after``) prints ``own handler ran`` and exits 3.
 
 Steps last 5 ms. With profiling off (no config) the package does nothing: the same script is
 the baseline for the exit status."""
@@ -28,12 +29,14 @@ PARAMS = json.loads(os.environ.get("TRAINPROF_TEST_PARAMS") or "{}")
 HOW = PARAMS.get("how", "lock")
 RELEASE_S = float(PARAMS.get("release_s", 3.0))
 
-if PARAMS.get("own_handler"):
 
-    def on_term(signum, frame):
-        print("own handler ran", flush=True)
-        sys.exit(3)
 
+def on_term(signum, frame):
+    print("own handler ran", flush=True)
+    sys.exit(3)
+
+
+if PARAMS.get("own_handler") and not PARAMS.get("handler_after"):
     signal.signal(signal.SIGTERM, on_term)
 
 lock = threading.Lock()
@@ -60,6 +63,8 @@ def go_wrong():
 
 
 prof = trainprof.Profiler(framework="pytorch")
+if PARAMS.get("own_handler") and PARAMS.get("handler_after"):
+    signal.signal(signal.SIGTERM, on_term)
 for step in range(40):
     prof.step_begin("train")
     with prof.record("Forward", "Net"):

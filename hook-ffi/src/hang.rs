@@ -404,6 +404,16 @@ pub fn dump_name(step: i64, detected_us: i64) -> String {
 /// installed.
 static CHAIN_HANDLER: [AtomicUsize; 65] = [const { AtomicUsize::new(0) }; 65];
 static CHAIN_FLAGS: [AtomicU64; 65] = [const { AtomicU64::new(0) }; 65];
+/// The process that armed the handlers: a `fork()`ed child (a DataLoader worker) inherits
+/// them, but its handlers only chain (its hook is inert; it must not wait for a watchdog it
+/// does not have, nor write the parent's dump).
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+
+fn in_owner() -> bool {
+    // SAFETY: getpid is async-signal-safe and cannot fail.
+    OWNER_PID.load(SeqCst) == unsafe { libc::getpid() }
+}
+
 /// The watchdog's wake-up pipe (write end), -1 without a watchdog.
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 /// The signal whose dump the watchdog is asked for (0: none).
@@ -417,7 +427,8 @@ static NATIVE_SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// The thread asked to unwind itself, its frames and whether it finished.
 static SLOT_TID: AtomicI32 = AtomicI32::new(0);
 static SLOT_N: AtomicUsize = AtomicUsize::new(0);
-static SLOT_DONE: AtomicBool = AtomicBool::new(false);
+/// The thread that finished unwinding into the slot (0: none yet).
+static SLOT_DONE: AtomicI32 = AtomicI32::new(0);
 static SLOT_IPS: [AtomicUsize; MAX_FRAMES] = [const { AtomicUsize::new(0) }; MAX_FRAMES];
 
 fn gettid() -> i32 {
@@ -486,7 +497,7 @@ extern "C" fn term_handler(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc:
     // SAFETY: the calling thread's errno.
     let saved = unsafe { *errno };
     let wake = WAKE_FD.load(SeqCst);
-    if wake >= 0 && !SIGNAL_DUMPED.swap(true, SeqCst) {
+    if wake >= 0 && in_owner() && !SIGNAL_DUMPED.swap(true, SeqCst) {
         let before = SIGNAL_DONE.load(SeqCst);
         SIGNAL_PENDING.store(sig, SeqCst);
         // SAFETY: write(2) on the pipe, a valid one-byte buffer.
@@ -528,7 +539,8 @@ extern "C" fn native_handler(_sig: i32, _info: *mut libc::siginfo_t, _ctx: *mut 
     let errno = errno_location();
     // SAFETY: the calling thread's errno.
     let saved = unsafe { *errno };
-    if SLOT_TID.load(SeqCst) == gettid() && !SLOT_DONE.load(SeqCst) {
+    let me = gettid();
+    if SLOT_TID.load(SeqCst) == me && SLOT_DONE.load(SeqCst) == 0 {
         let mut n = 0;
         // SAFETY: the unwinder runs on this thread's own stack; no allocation.
         unsafe {
@@ -542,7 +554,7 @@ extern "C" fn native_handler(_sig: i32, _info: *mut libc::siginfo_t, _ctx: *mut 
             });
         }
         SLOT_N.store(n, SeqCst);
-        SLOT_DONE.store(true, SeqCst);
+        SLOT_DONE.store(me, SeqCst);
     }
     // SAFETY: as above.
     unsafe { *errno = saved };
@@ -577,7 +589,7 @@ fn unwind_thread(pid: i32, tid: i32, sig: i32) -> Result<Vec<usize>, &'static st
         });
         return Ok(ips);
     }
-    SLOT_DONE.store(false, SeqCst);
+    SLOT_DONE.store(0, SeqCst);
     SLOT_N.store(0, SeqCst);
     SLOT_TID.store(tid, SeqCst);
     // SAFETY: tgkill with this process's pid, a thread id and a signal number.
@@ -587,7 +599,7 @@ fn unwind_thread(pid: i32, tid: i32, sig: i32) -> Result<Vec<usize>, &'static st
         return Err("gone");
     }
     let t0 = std::time::Instant::now();
-    while !SLOT_DONE.load(SeqCst) {
+    while SLOT_DONE.load(SeqCst) != tid {
         if t0.elapsed() > THREAD_WAIT {
             SLOT_TID.store(0, SeqCst);
             return Err("did not answer in 200 ms");
@@ -725,6 +737,7 @@ pub fn spawn(hook: Arc<Hook>) -> std::io::Result<()> {
             crate::log(&format_args!("hang detection failed (internal error); it is off"));
         }
     })?;
+    OWNER_PID.store(std::process::id() as i32, SeqCst);
     WAKE_FD.store(fds[1], SeqCst);
     wrap_term_signals();
     Ok(())
@@ -923,6 +936,7 @@ pub fn arm_fatal(hook: &Arc<Hook>) -> std::io::Result<i32> {
     if py < 0 {
         return Err(std::io::Error::last_os_error());
     }
+    OWNER_PID.store(std::process::id() as i32, SeqCst);
     let _ = FATAL_HOOK.set(Arc::clone(hook));
     let mut old = Vec::new();
     for sig in FATAL_SIGNALS {
@@ -1016,7 +1030,7 @@ fn raw_write_new(dir: i32, name: &std::ffi::CStr, bytes: &[u8]) {
 /// first, then chains here); this makes the dump folder, copies them in, writes the native
 /// stack and `stall.json`, then puts the old disposition back and raises the signal again.
 extern "C" fn fatal_handler(sig: i32, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    if !FATAL_ONCE.swap(true, SeqCst) {
+    if in_owner() && !FATAL_ONCE.swap(true, SeqCst) {
         write_crash(sig);
     }
     if let Some(old) = FATAL_OLD.get() {

@@ -161,6 +161,16 @@ def test_a_signal_mid_step_is_dumped_and_the_exit_status_and_own_handler_are_kep
         assert "KeyboardInterrupt" in stderr
 
 
+def test_a_forked_child_killed_by_sigterm_dies_at_once_and_writes_nothing(run_script):
+    on, off = run_both(run_script, "fork")
+    assert on.proc.returncode == off.proc.returncode == 0, on.proc.stderr
+    for run in (on, off):
+        [line] = [x for x in run.proc.stdout.splitlines() if x.startswith("child ")]
+        _, status, seconds = line.split()
+        assert int(status) == -signal.SIGTERM and float(seconds) < 1.0, line
+    assert dumps(on.out) == []
+
+
 def test_off_unless_configured(run_script):
     run = run_script("hang_trainer.py", {"how": "raise"}, config={}, timeout=60)
     assert run.proc.returncode == 1

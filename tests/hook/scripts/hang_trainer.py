@@ -8,6 +8,8 @@ TRAINPROF_TEST_PARAMS: ``{"how": ..., "release_s": float, "own_handler": bool}``
   writes to after ``release_s``;
 * ``segv``: ``ctypes.string_at(0)``;
 * ``raise``: raises ``RuntimeError("boom in step 30")``;
+* ``fork``: forks a child (a DataLoader worker's way) that sleeps, SIGTERMs it and prints
+  ``child <status> <seconds>`` (the child's wait status as ``os.waitstatus_to_exitcode``);
 * ``sigterm``: prints ``waiting`` and sleeps in step 30 until a signal comes; with
   ``own_handler`` its own SIGTERM handler (installed before the profiler starts, or after
   with ``handler_after``) prints ``own handler ran`` and exits 3.
@@ -56,6 +58,16 @@ def go_wrong():
         ctypes.string_at(0)
     elif HOW == "raise":
         raise RuntimeError("boom in step 30")
+    elif HOW == "fork":
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        print("child %d %.2f" % (os.waitstatus_to_exitcode(status), time.monotonic() - t0), flush=True)
     elif HOW == "sigterm":
         print("waiting", flush=True)
         for _ in range(600):

@@ -91,9 +91,10 @@ def test_a_segfault_leaves_python_stacks_and_the_same_exit_status(run_script):
     assert not list((on.out / "framework" / "hangs").glob("*/.*"))
 
 
-def test_an_uncaught_exception_leaves_its_traceback_and_exit_status_1(run_script):
-    on, off = run_both(run_script, "raise")
-    assert on.proc.returncode == off.proc.returncode == 1
+@pytest.mark.parametrize("how, status", [("raise", 1), ("thread_raise", 0)])
+def test_an_uncaught_exception_leaves_its_traceback_and_the_same_exit_status(run_script, how, status):
+    on, off = run_both(run_script, how)
+    assert on.proc.returncode == off.proc.returncode == status
     assert "RuntimeError: boom in step 30" in on.proc.stderr, "the trainer's own excepthook still prints"
     [d] = dumps(on.out)
     s = stall(d)

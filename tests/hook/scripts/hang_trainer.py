@@ -7,7 +7,8 @@ TRAINPROF_TEST_PARAMS: ``{"how": ..., "release_s": float, "own_handler": bool}``
 * ``cread``: blocks in the C library's ``read`` on a pipe (through ctypes), which a helper thread
   writes to after ``release_s``;
 * ``segv``: ``ctypes.string_at(0)``;
-* ``raise``: raises ``RuntimeError("boom in step 30")``;
+* ``raise``: raises ``RuntimeError("boom in step 30")``; ``thread_raise``: the same in a
+  thread of its own (joined; the process goes on and exits 0);
 * ``fork``: forks a child (a DataLoader worker's way) that sleeps, SIGTERMs it and prints
   ``child <status> <seconds>`` (the child's wait status as ``os.waitstatus_to_exitcode``);
 * ``sigterm``: prints ``waiting`` and sleeps in step 30 until a signal comes; with
@@ -58,6 +59,14 @@ def go_wrong():
         ctypes.string_at(0)
     elif HOW == "raise":
         raise RuntimeError("boom in step 30")
+    elif HOW == "thread_raise":
+
+        def worker():
+            raise RuntimeError("boom in step 30")
+
+        t = threading.Thread(target=worker, name="worker")
+        t.start()
+        t.join()
     elif HOW == "fork":
         pid = os.fork()
         if pid == 0:

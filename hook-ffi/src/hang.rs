@@ -674,12 +674,27 @@ pub fn native_stacks() -> String {
     out
 }
 
+/// What `/proc/self/fd/<n>` of the package's memfd starts with (its name,
+/// `trainprof-python-stacks`, hook-ffi/python/trainprof/_hang.py).
+const PYTHON_MEMFD: &str = "/memfd:trainprof-python-stacks";
+
 /// `python_stacks.txt` through faulthandler (see the module docs), or `None` when the Python
 /// package registered nothing.
 fn python_stacks(h: &Hang) -> Option<Vec<u8>> {
     let fd = h.python_fd.load(SeqCst);
     let sig = h.python_signal.load(SeqCst);
     if fd < 0 || sig <= 0 {
+        return None;
+    }
+    // The fd must still be the package's memfd (not closed and reused for a file of the
+    // trainer's, which the truncation would destroy), and faulthandler's handler must still
+    // be installed: Python's finalisation unregisters it, and the default action of a
+    // real-time signal would end the process.
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    if !link.to_string_lossy().starts_with(PYTHON_MEMFD) {
+        return None;
+    }
+    if get_action(sig).is_none_or(|a| a.sa_sigaction == libc::SIG_DFL || a.sa_sigaction == libc::SIG_IGN) {
         return None;
     }
     // SAFETY: plain system calls on the registered fd and this thread.

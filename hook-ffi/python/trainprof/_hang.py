@@ -99,14 +99,11 @@ def _register_stacks(lib: _lib.Library) -> None:
         log("hang detection: no free real-time signal; dumps hold no Python stacks")
         return
     memfd = getattr(os, "memfd_create", None)
-    if memfd is not None:
-        fd = memfd("trainprof-python-stacks", getattr(os, "MFD_CLOEXEC", 1))
-    else:
-        import tempfile
-
-        f = tempfile.TemporaryFile()
-        _keep.append(f)
-        fd = f.fileno()
+    if memfd is None:
+        log("hang detection: no os.memfd_create; dumps hold no Python stacks")
+        return
+    # The library checks the name (/proc/self/fd) before it empties the file.
+    fd = memfd("trainprof-python-stacks", getattr(os, "MFD_CLOEXEC", 1))
     faulthandler.register(sig, file=fd, all_threads=True, chain=False)
     _registered_signal = sig
     _keep.append(fd)

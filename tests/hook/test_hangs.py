@@ -172,6 +172,59 @@ def test_a_forked_child_killed_by_sigterm_dies_at_once_and_writes_nothing(run_sc
     assert dumps(on.out) == []
 
 
+def test_two_ranks_one_stops_stepping_the_other_waits_in_the_collective(tmp_path, hook_lib):
+    """Rank 1 stops in step 30; rank 0 waits for it in step 31: each rank dumps its own stall,
+    and the dumps say which rank is behind (the lowest last completed step)."""
+    fifo = tmp_path / "allreduce.fifo"
+    os.mkfifo(fifo)
+    out = tmp_path / "out"
+    config = tmp_path / "profilerconfig.json"
+    config.write_text(json.dumps(profiler_config(out, **HANG)))
+    procs = []
+    for rank in (0, 1):
+        env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV}
+        env.update(
+            PYTHONPATH=str(PACKAGE_DIR),
+            TRAINPROF_HOOK_LIB=str(hook_lib),
+            TRAINPROF_TEST_PARAMS=json.dumps({"fifo": str(fifo), "release_s": 3.5}),
+            TRAINPROF_RESOURCE_CONFIG=str(tmp_path / "none.json"),
+            SMPROFILER_CONFIG_PATH=str(config),
+            RANK=str(rank),
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(SCRIPTS / "hang_ranks.py")],
+                env=env,
+                cwd=str(tmp_path),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    results = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    by_rank = {}
+    for d in dumps(out):
+        s = stall(d)
+        by_rank[s["node"].split("-")[0]] = s
+        assert d.parent.name == s["node"]
+        assert (d / "ended.json").is_file()
+    assert set(by_rank) == {"0", "1"}, by_rank.keys()
+    r0, r1 = by_rank["0"], by_rank["1"]
+    assert (r0["kind"], r0["step"], r0["last_completed_step"]) == ("stall", 31, 30)
+    assert (r1["kind"], r1["step"], r1["last_completed_step"]) == ("stall", 30, 29)
+    # Rank 0's Python stack is in the collective's read; rank 1's on its lock.
+    d0, d1 = (next(d for d in dumps(out) if stall(d)["node"].startswith(r)) for r in ("0-", "1-"))
+    assert "hang_ranks.py" in (d0 / "python_stacks.txt").read_text()
+
+    def line(text):
+        return next(i for i, t in enumerate((SCRIPTS / "hang_ranks.py").read_text().splitlines(), 1) if text in t)
+
+    assert 'line %d in <module>' % line("os.read(fd, 1)") in (d0 / "python_stacks.txt").read_text()
+    assert 'line %d in <module>' % line("lock.acquire(timeout") in (d1 / "python_stacks.txt").read_text()
+    assert "read" in (d0 / "native_stacks.txt").read_text().split("\n\n")[0]
+
+
 def test_off_unless_configured(run_script):
     run = run_script("hang_trainer.py", {"how": "raise"}, config={}, timeout=60)
     assert run.proc.returncode == 1

@@ -225,6 +225,36 @@ def test_two_ranks_one_stops_stepping_the_other_waits_in_the_collective(tmp_path
     assert "read" in (d0 / "native_stacks.txt").read_text().split("\n\n")[0]
 
 
+@pytest.mark.parametrize("how, status", [("lock", 0), ("segv", -signal.SIGSEGV)])
+def test_a_planted_link_is_not_followed_and_changes_nothing(tmp_path, hook_lib, how, status):
+    """``framework/hangs`` planted as a link to a folder elsewhere: no dump is written through
+    it (one log line), and the trainer's exit status is unchanged."""
+    out = tmp_path / "out"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (out / "framework").mkdir(parents=True)
+    (out / "framework" / "hangs").symlink_to(elsewhere)
+    config = tmp_path / "profilerconfig.json"
+    config.write_text(json.dumps(profiler_config(out, **HANG)))
+    env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV}
+    env.update(
+        PYTHONPATH=str(PACKAGE_DIR),
+        TRAINPROF_HOOK_LIB=str(hook_lib),
+        TRAINPROF_TEST_PARAMS=json.dumps({"how": how, "release_s": 2.5}),
+        TRAINPROF_RESOURCE_CONFIG=str(tmp_path / "none.json"),
+        SMPROFILER_CONFIG_PATH=str(config),
+    )
+    p = subprocess.run(
+        [sys.executable, str(SCRIPTS / "hang_trainer.py")], env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == status, p.stderr
+    assert list(elsewhere.iterdir()) == []
+    assert "hang detection: cannot prepare a crash dump: " in p.stderr, p.stderr
+    assert "hangs is a symbolic link (not followed)" in p.stderr, p.stderr
+    if how == "lock":
+        assert "hang detection: cannot write framework/hangs/" in p.stderr, p.stderr
+
+
 def test_off_unless_configured(run_script):
     run = run_script("hang_trainer.py", {"how": "raise"}, config={}, timeout=60)
     assert run.proc.returncode == 1

@@ -757,7 +757,7 @@ pub unsafe extern "C" fn trainprof_hang_exception(text: *const c_char) -> Trainp
         let text = unsafe { str_arg(text) }?;
         let hook = hook_any()?;
         let hang = hook.hang.as_deref().ok_or(TrainprofStatus::Disabled)?;
-        match crate::hang::dump(hook, hang, crate::hang::DumpKind::Exception, None, None, Some(text)) {
+        match crate::hang::dump(hook, hang, None, crate::hang::DumpKind::Exception, None, None, Some(text)) {
             Some(_) => Ok(TrainprofStatus::Ok),
             None => Err(TrainprofStatus::Io),
         }

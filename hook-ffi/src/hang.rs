@@ -778,7 +778,7 @@ fn run(hook: &Hook, read_fd: i32) {
         let sig = SIGNAL_PENDING.swap(0, SeqCst);
         let state = hook.step_state();
         if sig != 0 {
-            let _ = dump(hook, hang, DumpKind::Signal, Some(sig), None, None);
+            let _ = dump(hook, hang, Some(state), DumpKind::Signal, Some(sig), None, None);
             SIGNAL_DONE.fetch_add(1, SeqCst);
             // The step the signal came in is dumped: not again as a stall (the process
             // is ending, or its own handler decides).
@@ -824,7 +824,9 @@ fn run(hook: &Hook, read_fd: i32) {
                     "hang detection: step {} has not ended after {open_s:.1} s (threshold {threshold:.1} s): writing its dump",
                     state.step
                 ));
-                if let Some(dir) = dump(hook, hang, DumpKind::Stall, None, Some((threshold, median)), None) {
+                if let Some(dir) =
+                    dump(hook, hang, Some(state), DumpKind::Stall, None, Some((threshold, median)), None)
+                {
                     stalled = Some(Stalled { dir, begin_us: state.begin_us, step: state.step });
                 }
             }
@@ -859,10 +861,13 @@ fn hook_json(hook: &Hook, dumps: u32) -> impl Fn(&mut dyn std::fmt::Write) -> st
 }
 
 /// Writes one dump folder; its path relative to `LocalPath`, or `None` (one log line).
-/// `stall` is the threshold and median of a stall; `traceback` an exception's text.
+/// `state` is the step state judged (`None`: read now); `stall` the threshold and median of
+/// a stall; `traceback` an exception's text.
+#[allow(clippy::too_many_arguments)]
 pub fn dump(
     hook: &Hook,
     hang: &Hang,
+    state: Option<StepState>,
     kind: DumpKind,
     signal: Option<i32>,
     stall: Option<(f64, Option<f64>)>,
@@ -870,8 +875,14 @@ pub fn dump(
 ) -> Option<String> {
     let _own = hook.own_work();
     let dumps = hang.dumps.fetch_add(1, SeqCst) + 1;
-    let state = hook.step_state();
+    let state = state.unwrap_or_else(|| hook.step_state());
     let detected_us = crate::now_us();
+    // The ring, the median and the open windows as at detection: taking the stacks may take
+    // a while (a signal per thread, symbolising), and the trainer may step on meanwhile.
+    let mut entries = Box::new([Entry::EMPTY; RING]);
+    let n = hang.ring.snapshot(&mut entries);
+    let median = stall.map_or_else(|| state.mode.and_then(|m| median_step_s(&entries[..n], m)), |s| s.1);
+    let open = hook.open_windows(state.step.max(0) as u64, detected_us as f64 / 1e6);
     let rel = format!("{}/{}", node_dir(hook.node_id()), dump_name(state.step, detected_us));
     let result = (|| -> std::io::Result<()> {
         let dir = Dir::open_root(hook.local_path(), true)?.sub(&rel, true)?;
@@ -892,10 +903,6 @@ pub fn dump(
             }
             put("native_stacks.txt", native_stacks().as_bytes())?;
         }
-        let mut entries = Box::new([Entry::EMPTY; RING]);
-        let n = hang.ring.snapshot(&mut entries);
-        let median = stall.map_or_else(|| state.mode.and_then(|m| median_step_s(&entries[..n], m)), |s| s.1);
-        let open = hook.open_windows(state.step.max(0) as u64, detected_us as f64 / 1e6);
         let header = Header {
             kind,
             node: hook.node_id(),

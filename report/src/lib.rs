@@ -7,11 +7,13 @@
 
 pub mod collect;
 pub mod detailed;
+pub mod hangs;
 pub mod html;
 pub mod marshal;
 pub mod model;
 pub mod native;
 pub mod page_detailed;
+pub mod page_hangs;
 pub mod page_windows;
 pub mod python;
 pub mod read;
@@ -66,7 +68,13 @@ pub fn build(root: &Path, source: &str, opts: &Options) -> Result<ReportModel, E
     read::timeline_events(&dir, &mut skipped, &|_, _| true, |e| agg.event(e));
     let stats = read::stats_files(&dir, &mut skipped);
     let native = native::windows(&dir, &mut skipped);
-    if agg.nodes.is_empty() && agg.ranks.is_empty() && stats.is_empty() && native.is_empty() {
+    let hangs = hangs::read(&dir, &agg.steps, &mut skipped);
+    if agg.nodes.is_empty()
+        && agg.ranks.is_empty()
+        && stats.is_empty()
+        && native.is_empty()
+        && hangs.is_empty()
+    {
         return Err(Error::Empty(root.display().to_string()));
     }
     agg.finish();
@@ -74,6 +82,7 @@ pub fn build(root: &Path, source: &str, opts: &Options) -> Result<ReportModel, E
     let mut m = assemble(agg, python, source, skipped);
     m.python_summary = python_summary;
     m.native = native;
+    m.hangs = hangs;
     Ok(m)
 }
 
@@ -386,6 +395,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         triggers,
         findings,
         detailed,
+        hangs: Hangs::default(),
         series,
     }
 }

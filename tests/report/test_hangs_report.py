@@ -1,0 +1,246 @@
+"""`trainprof report` and `trainprof trace` on hangs and crashes (docs/report.md, "Hangs and
+crashes"): synthetic LocalPaths of two ranks, their timelines written as the hook writes them and
+dump folders as docs/formats.md ("Hang and crash dumps") describes them. Rank 1 stops stepping
+after step 29 (no dump: it is not inside a step) while rank 0's step 30 stalls waiting for it:
+the report names rank 1 and step 30. A crash shows its stack; hostile names and stacks stay
+text; the trace has the stall as a slice."""
+
+import gzip
+import html
+import json
+import pathlib
+import re
+import subprocess
+
+T0 = 1_795_400_000_000_000  # the timelines' base time, epoch µs
+STEP_US = 10_000
+STALL_AT = T0 + 30 * STEP_US + 1_000  # rank 0 begins step 30 here…
+DETECTED = STALL_AT + 5_000_000  # …and its watchdog sees the stall 5 s later
+
+
+def run(trainprof_bin, *args):
+    proc = subprocess.run([str(trainprof_bin), *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def report(trainprof_bin, path, page):
+    return json.loads(run(trainprof_bin, "report", path, "--json", "-o", page).stdout)
+
+
+def write_timeline(root, rank, steps):
+    """Rank ``rank``'s timeline: steps ``0..steps-1`` of 10 ms each, back to back from T0."""
+    out = [
+        {"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros": T0}},
+        {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "Step:ModeKeys.TRAIN"}},
+    ]
+    for i in range(steps):
+        out.append({"name": "Step:ModeKeys.TRAIN", "pid": 1, "ph": "X", "ts": i * STEP_US, "dur": STEP_US - 100,
+                    "args": {"step_num": str(i)}})
+    d = root / "framework" / "pevents" / "2026112203"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{T0 + steps * STEP_US}_{rank}_pythontimeline.json").write_text(json.dumps(out))
+
+
+def write_dump(root, node, step, detected_us, files):
+    d = root / "framework" / "hangs" / node / f"{step}-{detected_us}"
+    d.mkdir(parents=True)
+    # stall.json last: its presence means the folder is complete.
+    for name in sorted(files, key=lambda n: n == "stall.json"):
+        body = files[name]
+        (d / name).write_text(body if isinstance(body, str) else json.dumps(body))
+    return d
+
+
+def stall_json(node, step, **over):
+    v = {"version": 1, "kind": "stall", "node": node, "pid": 4242, "mode": "train", "step": step,
+         "step_started_us": STALL_AT, "detected_us": DETECTED, "threshold_s": 5.0, "median_step_s": 0.0099,
+         "last_completed_step": step - 1, "signal": None,
+         "ring": [{"t_us": STALL_AT - STEP_US, "what": "step_end", "name": "Step:ModeKeys.TRAIN", "step": step - 1},
+                  {"t_us": STALL_AT, "what": "step_start", "name": "Step:ModeKeys.TRAIN", "step": step}],
+         "open_windows": [], "hook": {"watchdog": "on"}}
+    v.update(over)
+    return v
+
+
+PY_STACKS = """Thread 0x00007f0000000002 (most recent call first):
+  File "/usr/lib/python3/site-packages/trainprof/_watchdog.py", line 88 in _run
+
+Current thread 0x00007f0000000002 (most recent call first):
+  File "/usr/lib/python3/site-packages/trainprof/_watchdog.py", line 91 in _dump
+
+Thread 0x00007f0000000001 (most recent call first):
+  File "/job/train.py", line 41 in wait_for_peer
+  File "/job/train.py", line 60 in train_step
+  File "/job/train.py", line 77 in <module>
+"""
+
+NATIVE = """thread 100 python3
+  #0 0x00007f00000a0001 read
+  #1 0x00007f00000a0002 _Py_read
+
+thread 101 trainprof-watch
+  #0 0x00007f00000a0003 clock_nanosleep
+"""
+
+
+def two_ranks(root):
+    write_timeline(root, "0-algo-1", 30)
+    write_timeline(root, "1-algo-1", 30)
+    write_dump(root, "0-algo-1", 30, DETECTED, {
+        "python_stacks.txt": PY_STACKS, "native_stacks.txt": NATIVE, "stall.json": stall_json("0-algo-1", 30)})
+
+
+def test_the_rank_that_stopped_stepping_is_named(trainprof_bin, tmp_path):
+    root = tmp_path / "job"
+    two_ranks(root)
+    # The agent's record of the host at the stall (docs/on-disk.md, "Host state at a stall").
+    host = root / "system" / "hangs" / "0-algo-1"
+    host.mkdir(parents=True)
+    (host / f"30-{DETECTED}.json").write_text(json.dumps({
+        "version": 1, "node": "0-algo-1", "trigger": "dump", "folder": f"0-algo-1/30-{DETECTED}",
+        "detected_us": DETECTED, "trainer_cpu_state": "asleep", "trainer_threads": {"S": 3},
+        "samples": [{"t_s": DETECTED / 1e6, "gpus": {"gpu0": [0.0, 12.0]}, "pressure": {"cpu_some": 0.5}}]}))
+    page = tmp_path / "report.html"
+    m = report(trainprof_bin, root, page)
+    hangs = m["hangs"]
+    assert hangs["folders_left_out"] == 0
+    [inc] = hangs["incidents"]
+    assert inc["kind"] == "stall" and inc["step"] == 30 and inc["mode"] == "train"
+    assert inc["culprits"] == ["1-algo-1"]
+    assert inc["reason"] == "lowest_step"
+    assert inc["ended_s"] is None and inc["stalled_s"] is None
+    ranks = {r["rank"]: r for r in inc["ranks"]}
+    assert ranks["0-algo-1"]["last_completed_step"] == 29 and ranks["0-algo-1"]["last_begun_step"] == 30
+    assert ranks["0-algo-1"]["begun_from"] == "dump" and ranks["0-algo-1"]["dumped"]
+    assert ranks["0-algo-1"]["top_frames"] == ["/job/train.py:41 in wait_for_peer"]
+    assert ranks["1-algo-1"]["last_completed_step"] == 29 and ranks["1-algo-1"]["last_begun_step"] == 29
+    assert ranks["1-algo-1"]["culprit"] and not ranks["1-algo-1"]["dumped"]
+    assert any("1-algo-1: last begun step 29" in e for e in inc["evidence"]), inc["evidence"]
+    [dump] = inc["dumps"]
+    main = [t for t in dump["python"] if t["id"] == "0x00007f0000000001"][0]
+    assert main["frames"][0] == "/job/train.py:41 in wait_for_peer"
+    assert dump["native"][0]["frames"] == ["read", "_Py_read"]
+    assert inc["host"][0]["trainer_cpu_state"] == "asleep"
+    text = page.read_text()
+    # The section comes first, before the job's.
+    assert text.index('id="hangs"') < text.index('id="job"')
+    section = text[text.index('id="hangs"'):text.index('id="job"')]
+    assert "Stall in step 30" in section
+    assert re.search(r"Likely culprit: <b>1-algo-1</b>", section)
+    assert "/job/train.py:41 in wait_for_peer" in section
+    assert "read\n_Py_read" in section
+
+
+def test_an_ended_stall_says_how_long(trainprof_bin, tmp_path):
+    root = tmp_path / "job"
+    two_ranks(root)
+    d = next((root / "framework" / "hangs" / "0-algo-1").iterdir())
+    (d / "ended.json").write_text(json.dumps({"ended_us": DETECTED + 2_000_000, "stalled_s": 7.0}))
+    m = report(trainprof_bin, root, tmp_path / "r.html")
+    [inc] = m["hangs"]["incidents"]
+    assert inc["stalled_s"] == 7.0 and inc["ended_s"] == (DETECTED + 2_000_000) / 1e6
+
+
+def test_a_crash_shows_its_stack(trainprof_bin, tmp_path):
+    root = tmp_path / "job"
+    write_timeline(root, "0-algo-1", 12)
+    # A segfault: the process died before stall.json.
+    write_dump(root, "0-algo-1", 12, T0 + 12 * STEP_US + 500, {"python_stacks.txt": (
+        "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f0000000001 (most recent call first):\n"
+        '  File "/usr/lib/python3.12/ctypes/__init__.py", line 517 in string_at\n'
+        '  File "/job/crash.py", line 9 in step\n')})
+    # An uncaught exception, later.
+    write_dump(root, "0-algo-1", 12, T0 + 3_600_000_000, {
+        "traceback.txt": 'Traceback (most recent call last):\n  File "/job/raise.py", line 5, in <module>\n'
+                         '    step()\nValueError: loss is nan\n',
+        "stall.json": stall_json("0-algo-1", 12, kind="exception", detected_us=T0 + 3_600_000_000)})
+    page = tmp_path / "r.html"
+    m = report(trainprof_bin, root, page)
+    fatal, exc = m["hangs"]["incidents"]
+    assert fatal["kind"] == "fatal" and fatal["culprits"] == ["0-algo-1"] and fatal["reason"] == "crashed"
+    assert not fatal["dumps"][0]["complete"]
+    assert fatal["dumps"][0]["python_notes"] == ["Fatal Python error: Segmentation fault"]
+    assert fatal["dumps"][0]["python"][0]["frames"][0].endswith("ctypes/__init__.py:517 in string_at")
+    assert exc["kind"] == "exception" and exc["dumps"][0]["traceback"][-1] == "ValueError: loss is nan"
+    text = page.read_text()
+    assert "Crash (fatal error) in step 12" in text
+    assert "ctypes/__init__.py:517 in string_at" in text
+    assert "ValueError: loss is nan" in text
+
+
+def test_hostile_names_and_stacks_stay_text(trainprof_bin, tmp_path):
+    root = tmp_path / "job"
+    evil = "<img src=x onerror=alert(1)>"
+    write_timeline(root, "0-algo-1", 5)
+    write_dump(root, "0-algo-1", 5, DETECTED, {
+        "python_stacks.txt": f'Thread 0x1 (most recent call first):\n  File "{evil}.py", line 1 in <script>f()</script>\n',
+        "native_stacks.txt": f"thread 1 {evil}\n  #0 0x1 {evil}\x07\x1b[31m\n",
+        "traceback.txt": "x" * 100_000 + "\n" + evil + "\n",
+        "stall.json": stall_json("0-algo-1", 5, mode=evil, signal=evil, open_windows=[evil] * 1000,
+                                 hook={evil: evil, "big": "y" * 100_000},
+                                 ring=[{"t_us": DETECTED, "what": evil, "name": evil, "step": 5}] * 5000)})
+    page = tmp_path / "r.html"
+    m = report(trainprof_bin, root, page)
+    [inc] = m["hangs"]["incidents"]
+    d = inc["dumps"][0]
+    assert len(d["ring"]) == 256 and len(d["open_windows"]) == 64
+    assert all(len(h.encode()) <= 520 for h in d["hook"])
+    assert "\x1b" not in json.dumps(d) and "\\u001b" not in json.dumps(d)
+    text = page.read_text()
+    assert "<img" not in text and "<script>f()" not in text
+    assert html.escape(evil) in text or "&lt;img src=x onerror=alert(1)&gt;" in text
+
+
+def test_the_trace_has_the_stall_slice(trainprof_bin, tmp_path):
+    root = tmp_path / "job"
+    two_ranks(root)
+    out = tmp_path / "t.json.gz"
+    run(trainprof_bin, "trace", root, "-o", out)
+    events = json.loads(gzip.decompress(out.read_bytes()))
+    stalls = [e for e in events if e.get("cat") == "hang"]
+    assert len(stalls) == 1
+    s = stalls[0]
+    assert s["ph"] == "X" and s["name"] == "stall in step 30"
+    assert s["ts"] == STALL_AT and s["dur"] == DETECTED - STALL_AT
+    assert s["args"]["folder"] == f"framework/hangs/0-algo-1/30-{DETECTED}"
+
+
+def test_no_dumps_no_section(trainprof_bin, tmp_path):
+    root = tmp_path / "job"
+    write_timeline(root, "0-algo-1", 30)
+    write_timeline(root, "1-algo-1", 20)
+    page = tmp_path / "r.html"
+    m = report(trainprof_bin, root, page)
+    assert m["hangs"] == {"incidents": [], "folders_left_out": 0}
+    assert 'id="hangs"' not in page.read_text()
+
+
+def test_docs_name_every_key(trainprof_bin, tmp_path):
+    """Every key of `hangs` in --json is named in docs/report.md's "Hangs and crashes"."""
+    root = tmp_path / "job"
+    two_ranks(root)
+    host = root / "system" / "hangs" / "0-algo-1"
+    host.mkdir(parents=True)
+    (host / "x.json").write_text(json.dumps({"node": "0-algo-1", "trigger": "dump", "detected_us": DETECTED,
+                                             "samples": [{"t_s": DETECTED / 1e6}], "busy_threads": [{"tid": 1}]}))
+    m = report(trainprof_bin, root, tmp_path / "r.html")
+    docs = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "report.md").read_text()
+    section = docs[docs.index("### Hangs and crashes"):]
+    section = section[:section.index("\n## ")]
+
+    def keys(v, out):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                out.add(k)
+                keys(x, out)
+        elif isinstance(v, list):
+            for x in v:
+                keys(x, out)
+        return out
+
+    # The host record's maps are empty here: every key found is one of the shape's.
+    found = keys(m["hangs"], set())
+    named = set(re.findall(r"`(?:[\w\[\].]*\.)?(\w+)(?:\[\])?`", section))
+    missing = sorted(found - named)
+    assert not missing, missing

@@ -346,14 +346,12 @@ pub fn parse_python_stacks(s: &str) -> (Vec<String>, Vec<Thread>, u64) {
             continue;
         }
         if let Some(frame) = t.strip_prefix("File ") {
-            if !in_thread {
-                continue;
-            }
-            let th = threads.last_mut().expect("in a thread");
-            if th.frames.len() >= MAX_FRAMES {
-                th.frames_left_out += 1;
-            } else {
-                th.frames.push(python_frame(frame));
+            if in_thread && let Some(th) = threads.last_mut() {
+                if th.frames.len() >= MAX_FRAMES {
+                    th.frames_left_out += 1;
+                } else {
+                    th.frames.push(python_frame(frame));
+                }
             }
             continue;
         }
@@ -363,7 +361,11 @@ pub fn parse_python_stacks(s: &str) -> (Vec<String>, Vec<Thread>, u64) {
         }
         if in_thread && t.starts_with('<') {
             // `<no Python frame>`, `<truncated>`.
-            threads.last_mut().expect("in a thread").frames.push(text(t));
+            if let Some(th) = threads.last_mut()
+                && th.frames.len() < MAX_FRAMES
+            {
+                th.frames.push(text(t));
+            }
         } else if !in_thread && notes.len() < 32 {
             notes.push(text(t));
         }
@@ -404,10 +406,7 @@ pub fn parse_native_stacks(s: &str) -> (Vec<Thread>, u64) {
                 ..Thread::default()
             });
         } else if let Some(rest) = t.strip_prefix('#') {
-            if !in_thread {
-                continue;
-            }
-            let th = threads.last_mut().expect("in a thread");
+            let Some(th) = threads.last_mut().filter(|_| in_thread) else { continue };
             if th.frames.len() >= MAX_FRAMES {
                 th.frames_left_out += 1;
                 continue;
@@ -645,13 +644,12 @@ pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> V
     let mut open: Option<usize> = None;
     for d in dumps {
         let stall = matches!(d.kind.as_str(), "stall" | "signal");
-        let joins = stall
-            && open.is_some_and(|i| {
-                let inc: &Incident = &out[i];
-                d.detected_s - inc.detected_s <= GROUP_S && !inc.dumps.iter().any(|x| x.node == d.node)
-            });
-        if joins {
-            let inc = &mut out[open.expect("joins")];
+        let joins = open.filter(|&i| {
+            let inc: &Incident = &out[i];
+            stall && d.detected_s - inc.detected_s <= GROUP_S && !inc.dumps.iter().any(|x| x.node == d.node)
+        });
+        if let Some(i) = joins {
+            let inc = &mut out[i];
             if inc.kind != d.kind {
                 inc.kind = "stall".into();
             }

@@ -181,8 +181,6 @@ pub struct HostState {
     pub detected_us: i64,
     /// The samples around it, oldest first.
     pub samples: Vec<HostSample>,
-    /// Kernel log lines about GPUs (NVRM Xid) seen around it.
-    pub xid: Vec<String>,
     /// The trainer tree's threads at the stall: how many in each state.
     pub trainer_threads: BTreeMap<String, u64>,
     /// The busiest threads (CPU % of one core since the previous sample).
@@ -199,9 +197,10 @@ pub struct HostSample {
     pub t_s: f64,
     /// `gpuN` → (utilisation %, memory %).
     pub gpus: BTreeMap<String, (Option<f64>, Option<f64>)>,
-    /// `pid:gpu` → MiB used.
+    /// `<device>:<Dimension>` → value: the GPU's figures of the trainer tree's processes and
+    /// of the others (`TrainerMemUsedBytes`, `TopProcess1Pid`, …).
     pub gpu_processes: BTreeMap<String, f64>,
-    /// ECC errors and other GPU error counters, by metric name.
+    /// `<device>:<Dimension>` → value: Xid and ECC event counters.
     pub gpu_errors: BTreeMap<String, f64>,
     /// Pressure stall shares (`cpu_some`, `memory_full`, `io_some`, …), %.
     pub pressure: BTreeMap<String, f64>,
@@ -587,8 +586,6 @@ fn bound_host(mut h: HostState) -> HostState {
         }
         s.gpus = std::mem::take(&mut s.gpus).into_iter().map(|(k, v)| (text(&k), v)).collect();
     }
-    h.xid.truncate(MAX_HOST_ITEMS);
-    h.xid = h.xid.iter().map(|l| text(l)).collect();
     while h.trainer_threads.len() > MAX_HOST_ITEMS {
         h.trainer_threads.pop_last();
     }

@@ -248,7 +248,7 @@ fn host(out: &mut String, h: &HostState) {
             .map(|(g, (u, m))| format!("{} {}% busy, {}% memory", esc(g), num(*u), num(*m)))
             .collect();
         let procs: Vec<String> =
-            s.gpu_processes.iter().map(|(k, v)| format!("{} {} MiB", esc(k), num(Some(*v)))).collect();
+            s.gpu_processes.iter().map(|(k, v)| format!("{} {}", esc(k), num(Some(*v)))).collect();
         let errs: Vec<String> =
             s.gpu_errors.iter().map(|(k, v)| format!("{} {}", esc(k), num(Some(*v)))).collect();
         let psi: Vec<String> =
@@ -265,9 +265,6 @@ fn host(out: &mut String, h: &HostState) {
             num(s.cpu_total),
             num(s.trainer_cpu)
         );
-    }
-    if !h.xid.is_empty() {
-        let _ = writeln!(out, "<h4>GPU errors in the kernel log</h4><pre>{}</pre>", esc(&h.xid.join("\n")));
     }
     out.push_str("</details>\n");
 }

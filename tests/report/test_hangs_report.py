@@ -244,3 +244,57 @@ def test_docs_name_every_key(trainprof_bin, tmp_path):
     named = set(re.findall(r"`(?:[\w\[\].]*\.)?(\w+)(?:\[\])?`", section))
     missing = sorted(found - named)
     assert not missing, missing
+
+
+def test_the_agent_records_the_host_at_a_stall_under_run(trainprof_bin, tmp_path):
+    """Under `trainprof run`, a new stall dump (written here as the hook would) gets the agent's
+    record of the host beside it in `system/hangs/`, never in the trainer's folder; the run's
+    report joins it; the trainer's exit status is unchanged."""
+    import os
+    import sys
+    import time
+
+    root = tmp_path / "profiler"
+    script = r'''
+import json, os, sys, threading, time
+root = sys.argv[1]
+now = int(time.time() * 1e6)
+d = os.path.join(root, "framework", "hangs", "0-algo-1", f"30-{now}")
+os.makedirs(d)
+open(os.path.join(d, "python_stacks.txt"), "w").write(
+    'Thread 0x1 (most recent call first):\n  File "/job/train.py", line 41 in wait_for_peer\n')
+json.dump({"version": 1, "kind": "stall", "node": "0-algo-1", "pid": os.getpid(), "mode": "train", "step": 30,
+           "step_started_us": now - 5_000_000, "detected_us": now, "threshold_s": 5.0, "median_step_s": 0.01,
+           "last_completed_step": 29, "signal": None, "ring": [], "open_windows": [], "hook": {}},
+          open(os.path.join(d, ".stall.json.tmp"), "w"))
+os.rename(os.path.join(d, ".stall.json.tmp"), os.path.join(d, "stall.json"))
+# One thread spins, the main thread sleeps.
+threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()
+time.sleep(5)
+sys.exit(3)
+'''
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINPROF_", "SMPROFILER_"))}
+    env["TRAINPROF_NVML_LIB"] = str(tmp_path / "no-libnvidia-ml.so.1")
+    env["TRAINPROF_RESOURCE_CONFIG"] = str(tmp_path / "no-resourceconfig.json")
+    env["SMPROFILER_CONFIG_PATH"] = str(tmp_path / "no-profilerconfig.json")
+    t0 = time.time()
+    proc = subprocess.run(
+        [str(trainprof_bin), "run", "--interval-ms", "100", "--local-path", str(root), "--",
+         sys.executable, "-c", script, str(root)],
+        env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 3, proc.stderr
+    [folder] = list((root / "framework" / "hangs" / "0-algo-1").iterdir())
+    assert sorted(p.name for p in folder.iterdir()) == ["python_stacks.txt", "stall.json"]
+    rec = root / "system" / "hangs" / "0-algo-1" / f"{folder.name}.json"
+    assert rec.is_file(), proc.stderr
+    h = json.loads(rec.read_text())
+    assert h["trigger"] == "dump" and h["folder"] == f"0-algo-1/{folder.name}"
+    assert h["detected_us"] >= int(t0 * 1e6)
+    assert sum(h["trainer_threads"].values()) >= 2, h
+    assert h["trainer_cpu_state"] == "busy", h
+    assert h["busy_threads"][0]["cpu_pct"] > 20, h
+    assert h["samples"] and all("t_s" in s for s in h["samples"])
+    m = report(trainprof_bin, root, tmp_path / "r.html")
+    [inc] = m["hangs"]["incidents"]
+    assert inc["host"][0]["folder"] == h["folder"]
+    assert "The host of 0-algo-1 around it" in (tmp_path / "r.html").read_text()

@@ -33,6 +33,7 @@
 pub mod abi;
 pub mod anomaly;
 pub mod event;
+pub mod hang;
 pub mod hook;
 pub mod names;
 pub mod native;

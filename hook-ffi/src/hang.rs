@@ -1,0 +1,1237 @@
+//! The flight recorder (`HangDetectionConfig`; docs/formats.md "Hang and crash dumps"):
+//! stall detection off the training thread, and last words on a signal, a crash or an
+//! uncaught exception, all written under `framework/hangs/<node>/<step>-<µs>/`.
+//!
+//! Who does what:
+//!
+//! * **The trainer's threads** add one entry to a bounded in-memory [`Ring`] at each step
+//!   begin and end (one `fetch_add` and five relaxed stores, only while the feature is on);
+//!   nothing else on the hot path. The step state the watchdog reads (in a step, since when)
+//!   is the atomics the step calls already store.
+//! * **The watchdog thread** (`trainprof-watchdog`) wakes once a second (or at once, woken
+//!   through a pipe by the SIGTERM/SIGINT handler), judges the open step against
+//!   `max(HangTimeoutS, HangFactor × median step)` (the median of the completed steps of the
+//!   same mode in the ring), writes a dump once per stall and `ended.json` when the stalled
+//!   step ends. It blocks SIGTERM and SIGINT, so that the process's signal never lands on
+//!   the thread that must write its dump.
+//! * **Python stacks** are `faulthandler`'s: the Python package registers
+//!   `faulthandler.register(signum, file=<anonymous memfd>, all_threads=True)` on a free
+//!   real-time signal and hands the fd and signal number to the hook
+//!   ([`crate::abi`]'s `trainprof_hang_python`). The watchdog empties the memfd, sends that
+//!   signal to its own thread with `tgkill` (so faulthandler's C handler runs synchronously,
+//!   on a thread that holds no Python lock, and writes every thread's stack without the GIL),
+//!   then copies what it wrote into `python_stacks.txt`. No Python code runs for it, so a
+//!   trainer stuck holding the GIL in C code still gets its stacks.
+//! * **Native stacks**: another free real-time signal, sent with `tgkill` to each thread in
+//!   turn; that thread's handler (this module's) unwinds itself with
+//!   `backtrace::trace_unsynchronized` into a preallocated buffer of [`MAX_FRAMES`]
+//!   addresses (no allocation, no lock) and raises a flag; the watchdog waits at most
+//!   200 ms for it, then symbolises on its own thread. The handler is installed with
+//!   `SA_RESTART`, so a thread blocked in a restartable call goes back to it.
+//! * **SIGTERM / SIGINT**: the hook's handler wakes the watchdog, waits up to 5 s for the
+//!   dump, then chains: the trainer's own handler is called as the kernel would have called
+//!   it, or for `SIG_DFL` the default action is restored and the signal raised again (the
+//!   exit status is the signal's, as without trainprof). A disposition the trainer installs
+//!   later is seen by the watchdog within a second and wrapped the same way (it is then the
+//!   one chained to); `SIG_IGN` is never wrapped.
+//! * **Fatal signals** (SIGSEGV, SIGBUS, SIGABRT, SIGFPE): the Python package enables
+//!   `faulthandler` on a file in a hidden folder made for it at start
+//!   (`.fatal-<pid>/python_stacks.txt`), after the hook installed its own handler, so
+//!   faulthandler runs first and chains to ours; ours writes the crashing thread's native
+//!   stack and `stall.json` into the hidden folder with raw system calls and formatting
+//!   into a static buffer (no allocation), renames the folder to its final name
+//!   (`RENAME_NOREPLACE`), restores the disposition it found and raises the signal again.
+//! * **Uncaught exceptions**: the package's `sys.excepthook` / `threading.excepthook` hand the
+//!   formatted traceback to `trainprof_hang_exception`, which writes the dump on the calling
+//!   thread, then call the previous hook.
+
+use std::fmt::Write as _;
+use std::os::fd::AsRawFd as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::time::Duration;
+
+use trainprof_config::HangDetection;
+use trainprof_output::fs::{self, Dir};
+
+use crate::hook::Hook;
+use crate::types::TrainprofMode;
+
+/// Entries the ring keeps.
+pub const RING: usize = 256;
+/// Threads whose native stack a dump holds.
+pub const MAX_THREADS: usize = 64;
+/// Frames per native stack.
+pub const MAX_FRAMES: usize = 128;
+/// Bytes of `python_stacks.txt` at most (faulthandler itself stops at 100 threads × 100
+/// frames).
+pub const MAX_PYTHON_BYTES: usize = 256 * 1024;
+/// Bytes of `traceback.txt` at most.
+pub const MAX_TRACEBACK_BYTES: usize = 64 * 1024;
+/// How long the SIGTERM/SIGINT handler waits for the dump before it chains.
+const SIGNAL_WAIT: Duration = Duration::from_secs(5);
+/// How long the watchdog waits for one thread to unwind itself.
+const THREAD_WAIT: Duration = Duration::from_millis(200);
+
+/// What a ring entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum What {
+    StepStart = 1,
+    StepEnd = 2,
+}
+
+impl What {
+    fn as_str(self) -> &'static str {
+        match self {
+            What::StepStart => "step_start",
+            What::StepEnd => "step_end",
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<What> {
+        match v {
+            1 => Some(What::StepStart),
+            2 => Some(What::StepEnd),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    /// The entry's index + 1 once written, 0 while being written.
+    seq: AtomicU64,
+    t_us: AtomicI64,
+    what: AtomicU8,
+    mode: AtomicU8,
+    step: AtomicI64,
+}
+
+/// One entry, as read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub t_us: i64,
+    pub what: What,
+    pub mode: TrainprofMode,
+    pub step: i64,
+}
+
+impl Entry {
+    const EMPTY: Entry = Entry { t_us: 0, what: What::StepStart, mode: TrainprofMode::Train, step: 0 };
+}
+
+/// The last [`RING`] step events, written by any thread without a lock; a reader skips an
+/// entry that is being overwritten while it reads it.
+#[derive(Debug)]
+pub struct Ring {
+    head: AtomicU64,
+    slots: Box<[Slot]>,
+}
+
+impl Default for Ring {
+    fn default() -> Ring {
+        Ring { head: AtomicU64::new(0), slots: (0..RING).map(|_| Slot::default()).collect() }
+    }
+}
+
+impl Ring {
+    /// The hot path: one `fetch_add` and five stores.
+    pub fn push(&self, what: What, mode: TrainprofMode, step: i64, t_us: i64) {
+        let i = self.head.fetch_add(1, Relaxed);
+        let s = &self.slots[(i % RING as u64) as usize];
+        s.seq.store(0, Relaxed);
+        std::sync::atomic::fence(Release);
+        s.t_us.store(t_us, Relaxed);
+        s.what.store(what as u8, Relaxed);
+        s.mode.store(mode as u8, Relaxed);
+        s.step.store(step, Relaxed);
+        s.seq.store(i + 1, Release);
+    }
+
+    /// Copies the entries, oldest first, into `out` (no allocation: usable in a signal
+    /// handler); returns how many.
+    pub fn snapshot(&self, out: &mut [Entry; RING]) -> usize {
+        let head = self.head.load(Acquire);
+        let first = head.saturating_sub(RING as u64);
+        let mut n = 0;
+        for i in first..head {
+            let s = &self.slots[(i % RING as u64) as usize];
+            if s.seq.load(Acquire) != i + 1 {
+                continue;
+            }
+            let e = (
+                s.t_us.load(Relaxed),
+                s.what.load(Relaxed),
+                s.mode.load(Relaxed),
+                s.step.load(Relaxed),
+            );
+            std::sync::atomic::fence(Acquire);
+            if s.seq.load(Relaxed) != i + 1 {
+                continue;
+            }
+            if let (Some(what), Some(mode)) = (What::from_u8(e.1), TrainprofMode::from_i32(i32::from(e.2))) {
+                out[n] = Entry { t_us: e.0, what, mode, step: e.3 };
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+/// The median duration (s) of the completed steps of `mode` in `entries` (a start followed
+/// by the end of the same step).
+pub fn median_step_s(entries: &[Entry], mode: TrainprofMode) -> Option<f64> {
+    let mut d: Vec<i64> = entries
+        .windows(2)
+        .filter(|w| {
+            w[0].what == What::StepStart
+                && w[1].what == What::StepEnd
+                && w[0].mode == mode
+                && w[1].mode == mode
+                && w[0].step == w[1].step
+        })
+        .map(|w| w[1].t_us - w[0].t_us)
+        .collect();
+    if d.is_empty() {
+        return None;
+    }
+    d.sort_unstable();
+    Some(d[d.len() / 2] as f64 / 1e6)
+}
+
+/// The hook's share: settings, the ring, and what the Python package registered.
+#[derive(Debug)]
+pub struct Hang {
+    pub config: HangDetection,
+    pub ring: Ring,
+    /// The memfd faulthandler writes to on [`Hang::python_signal`], -1 until registered.
+    python_fd: AtomicI32,
+    python_signal: AtomicI32,
+    pub(crate) stop: AtomicBool,
+    dumps: AtomicU32,
+}
+
+impl Hang {
+    pub fn new(config: HangDetection) -> Hang {
+        Hang {
+            config,
+            ring: Ring::default(),
+            python_fd: AtomicI32::new(-1),
+            python_signal: AtomicI32::new(0),
+            stop: AtomicBool::new(false),
+            dumps: AtomicU32::new(0),
+        }
+    }
+
+    /// The Python package's faulthandler registration.
+    pub fn set_python(&self, fd: i32, signum: i32) {
+        self.python_signal.store(signum, SeqCst);
+        self.python_fd.store(fd, SeqCst);
+    }
+}
+
+/// The kind of a dump (`stall.json`'s `kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpKind {
+    Stall,
+    Signal,
+    Fatal,
+    Exception,
+}
+
+impl DumpKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            DumpKind::Stall => "stall",
+            DumpKind::Signal => "signal",
+            DumpKind::Fatal => "fatal",
+            DumpKind::Exception => "exception",
+        }
+    }
+}
+
+/// The step state a dump names.
+#[derive(Debug, Clone, Copy)]
+pub struct StepState {
+    pub in_step: bool,
+    pub mode: Option<TrainprofMode>,
+    /// The current (or last begun) step of the current mode, -1 before the first.
+    pub step: i64,
+    pub begin_us: i64,
+}
+
+/// `stall.json`'s fields that are not read from the ring.
+#[derive(Debug, Clone, Copy)]
+pub struct Header<'a> {
+    pub kind: DumpKind,
+    pub node: &'a str,
+    pub pid: u32,
+    pub state: StepState,
+    pub detected_us: i64,
+    pub threshold_s: Option<f64>,
+    pub median_step_s: Option<f64>,
+    pub signal: Option<i32>,
+}
+
+/// `SIGTERM` for 15, …: the names a dump uses.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        _ => "signal",
+    }
+}
+
+/// A JSON string (no allocation).
+struct JsonStr<'a>(&'a str);
+
+impl std::fmt::Display for JsonStr<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_char('"')?;
+        for c in self.0.chars() {
+            match c {
+                '"' => f.write_str("\\\"")?,
+                '\\' => f.write_str("\\\\")?,
+                c if (c as u32) < 0x20 => write!(f, "\\u{:04x}", c as u32)?,
+                c => f.write_char(c)?,
+            }
+        }
+        f.write_char('"')
+    }
+}
+
+/// A float or `null`, as JSON.
+struct Num(Option<f64>);
+
+impl std::fmt::Display for Num {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(v) if v.is_finite() => write!(f, "{v}"),
+            _ => f.write_str("null"),
+        }
+    }
+}
+
+/// Writes `stall.json` (docs/formats.md, "Hang and crash dumps") to `out` without
+/// allocating (the fatal-signal path formats into a static buffer). `open_windows` and
+/// `hook` are written as given (`hook` a JSON object).
+pub fn write_stall_json(
+    out: &mut impl std::fmt::Write,
+    h: &Header<'_>,
+    ring: &[Entry],
+    open_windows: &[&str],
+    hook: &dyn Fn(&mut dyn std::fmt::Write) -> std::fmt::Result,
+) -> std::fmt::Result {
+    let s = h.state;
+    let step = s.step.max(0);
+    let mode = s.mode.map_or("train", TrainprofMode::python_name);
+    write!(
+        out,
+        "{{\"version\": 1, \"kind\": \"{}\", \"node\": {}, \"pid\": {}, \"mode\": \"{mode}\", \"step\": {step}, ",
+        h.kind.as_str(),
+        JsonStr(h.node),
+        h.pid
+    )?;
+    if s.in_step {
+        write!(out, "\"step_started_us\": {}, ", s.begin_us)?;
+    } else {
+        out.write_str("\"step_started_us\": null, ")?;
+    }
+    write!(
+        out,
+        "\"detected_us\": {}, \"threshold_s\": {}, \"median_step_s\": {}, ",
+        h.detected_us,
+        Num(h.threshold_s),
+        Num(h.median_step_s)
+    )?;
+    // The last step of the current mode that ended.
+    let last_completed = ring
+        .iter()
+        .rev()
+        .find(|e| e.what == What::StepEnd && s.mode.is_none_or(|m| m == e.mode))
+        .map(|e| e.step);
+    match last_completed {
+        Some(n) => write!(out, "\"last_completed_step\": {n}, ")?,
+        None => out.write_str("\"last_completed_step\": null, ")?,
+    }
+    match h.signal {
+        Some(sig) => write!(out, "\"signal\": \"{}\", ", signal_name(sig))?,
+        None => out.write_str("\"signal\": null, ")?,
+    }
+    out.write_str("\"ring\": [")?;
+    for (i, e) in ring.iter().enumerate() {
+        if i > 0 {
+            out.write_str(", ")?;
+        }
+        write!(
+            out,
+            "{{\"t_us\": {}, \"what\": \"{}\", \"name\": {}, \"step\": {}}}",
+            e.t_us,
+            e.what.as_str(),
+            JsonStr(e.mode.step_phase()),
+            e.step
+        )?;
+    }
+    out.write_str("], \"open_windows\": [")?;
+    for (i, w) in open_windows.iter().enumerate() {
+        if i > 0 {
+            out.write_str(", ")?;
+        }
+        write!(out, "{}", JsonStr(w))?;
+    }
+    out.write_str("], \"hook\": ")?;
+    hook(out)?;
+    out.write_str("}\n")
+}
+
+/// `framework/hangs/<node>`, relative to `LocalPath`.
+pub fn node_dir(node: &str) -> String {
+    format!("framework/hangs/{node}")
+}
+
+/// `<step>-<detected µs>`.
+pub fn dump_name(step: i64, detected_us: i64) -> String {
+    format!("{}-{detected_us}", step.max(0))
+}
+
+// ---- signals -----------------------------------------------------------------------
+
+/// Per signal number: the disposition chained to (handler, flags), read when ours was
+/// installed.
+static CHAIN_HANDLER: [AtomicUsize; 65] = [const { AtomicUsize::new(0) }; 65];
+static CHAIN_FLAGS: [AtomicU64; 65] = [const { AtomicU64::new(0) }; 65];
+/// The watchdog's wake-up pipe (write end), -1 without a watchdog.
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+/// The signal whose dump the watchdog is asked for (0: none).
+static SIGNAL_PENDING: AtomicI32 = AtomicI32::new(0);
+/// Signal dumps finished (the handler waits for it to move).
+static SIGNAL_DONE: AtomicU32 = AtomicU32::new(0);
+/// One signal dump per process.
+static SIGNAL_DUMPED: AtomicBool = AtomicBool::new(false);
+/// The signal of the native-stack handler (0: not installed).
+static NATIVE_SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// The thread asked to unwind itself, its frames and whether it finished.
+static SLOT_TID: AtomicI32 = AtomicI32::new(0);
+static SLOT_N: AtomicUsize = AtomicUsize::new(0);
+static SLOT_DONE: AtomicBool = AtomicBool::new(false);
+static SLOT_IPS: [AtomicUsize; MAX_FRAMES] = [const { AtomicUsize::new(0) }; MAX_FRAMES];
+
+fn gettid() -> i32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::gettid() }
+}
+
+fn errno_location() -> *mut i32 {
+    // SAFETY: returns the calling thread's errno.
+    unsafe { libc::__errno_location() }
+}
+
+fn get_action(sig: i32) -> Option<libc::sigaction> {
+    // SAFETY: all-zero is a valid sigaction; a NULL new action only reads.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    (unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0).then_some(old)
+}
+
+type SigInfoHandler = extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void);
+
+fn set_action(sig: i32, handler: SigInfoHandler, flags: i32) -> bool {
+    // SAFETY: all-zero is a valid sigaction; the fields that matter are set.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = handler as usize;
+    act.sa_flags = libc::SA_SIGINFO | flags;
+    // SAFETY: a valid mask pointer.
+    unsafe { libc::sigemptyset(&mut act.sa_mask) };
+    // SAFETY: a valid sigaction; the old one is not asked.
+    unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) == 0 }
+}
+
+/// Calls the disposition chained to for `sig` as the kernel would have.
+fn chain(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let idx = sig as usize;
+    let h = CHAIN_HANDLER[idx].load(SeqCst);
+    let flags = CHAIN_FLAGS[idx].load(SeqCst);
+    match h {
+        libc::SIG_IGN => {}
+        libc::SIG_DFL => {
+            // The default action, as without trainprof: restored, and the signal raised
+            // again (blocked while this handler runs, delivered when it returns).
+            // SAFETY: async-signal-safe calls with valid arguments.
+            unsafe {
+                libc::signal(sig, libc::SIG_DFL);
+                libc::raise(sig);
+            }
+        }
+        f => {
+            if flags & (libc::SA_SIGINFO as u64) != 0 {
+                // SAFETY: the trainer installed this function with SA_SIGINFO.
+                let f: SigInfoHandler = unsafe { std::mem::transmute::<usize, SigInfoHandler>(f) };
+                f(sig, info, ctx);
+            } else {
+                // SAFETY: the trainer installed this function without SA_SIGINFO.
+                let f: extern "C" fn(i32) = unsafe { std::mem::transmute::<usize, extern "C" fn(i32)>(f) };
+                f(sig);
+            }
+        }
+    }
+}
+
+/// SIGTERM / SIGINT: ask the watchdog for the dump, wait for it (bounded), chain.
+extern "C" fn term_handler(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let errno = errno_location();
+    // SAFETY: the calling thread's errno.
+    let saved = unsafe { *errno };
+    let wake = WAKE_FD.load(SeqCst);
+    if wake >= 0 && !SIGNAL_DUMPED.swap(true, SeqCst) {
+        let before = SIGNAL_DONE.load(SeqCst);
+        SIGNAL_PENDING.store(sig, SeqCst);
+        // SAFETY: write(2) on the pipe, a valid one-byte buffer.
+        unsafe { libc::write(wake, b"s".as_ptr().cast(), 1) };
+        let step = libc::timespec { tv_sec: 0, tv_nsec: 5_000_000 };
+        let mut waited = Duration::ZERO;
+        while SIGNAL_DONE.load(SeqCst) == before && waited < SIGNAL_WAIT {
+            // SAFETY: nanosleep is async-signal-safe; a valid timespec.
+            unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+            waited += Duration::from_millis(5);
+        }
+    }
+    chain(sig, info, ctx);
+    // SAFETY: as above.
+    unsafe { *errno = saved };
+}
+
+/// Wraps SIGTERM and SIGINT's current disposition, unless it is ours or `SIG_IGN`. Called
+/// at start and by the watchdog once a second (a handler the trainer installed since is
+/// wrapped in turn).
+fn wrap_term_signals() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let Some(cur) = get_action(sig) else { continue };
+        let ours = term_handler as SigInfoHandler as usize;
+        if cur.sa_sigaction == ours || cur.sa_sigaction == libc::SIG_IGN {
+            continue;
+        }
+        CHAIN_HANDLER[sig as usize].store(cur.sa_sigaction, SeqCst);
+        CHAIN_FLAGS[sig as usize].store(cur.sa_flags as u64, SeqCst);
+        // Python's handlers are installed without SA_RESTART so that a blocking call
+        // returns and the Python handler runs: the same flags are kept.
+        let flags = cur.sa_flags & (libc::SA_RESTART | libc::SA_ONSTACK);
+        set_action(sig, term_handler, flags);
+    }
+}
+
+/// The native-stack handler: the thread named in `SLOT_TID` unwinds itself.
+extern "C" fn native_handler(_sig: i32, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    let errno = errno_location();
+    // SAFETY: the calling thread's errno.
+    let saved = unsafe { *errno };
+    if SLOT_TID.load(SeqCst) == gettid() && !SLOT_DONE.load(SeqCst) {
+        let mut n = 0;
+        // SAFETY: the unwinder runs on this thread's own stack; no allocation.
+        unsafe {
+            backtrace::trace_unsynchronized(|f| {
+                if n >= MAX_FRAMES {
+                    return false;
+                }
+                SLOT_IPS[n].store(f.ip() as usize, Relaxed);
+                n += 1;
+                true
+            });
+        }
+        SLOT_N.store(n, SeqCst);
+        SLOT_DONE.store(true, SeqCst);
+    }
+    // SAFETY: as above.
+    unsafe { *errno = saved };
+}
+
+/// Installs the native-stack handler on the first real-time signal from `SIGRTMIN + 4` whose
+/// disposition is the default (none the trainer uses); the signal, or `None`.
+fn native_signal() -> Option<i32> {
+    let s = NATIVE_SIGNAL.load(SeqCst);
+    if s != 0 {
+        return Some(s);
+    }
+    let (lo, hi) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+    for sig in (lo + 4..=hi - 4).rev() {
+        if get_action(sig).is_some_and(|a| a.sa_sigaction == libc::SIG_DFL)
+            && set_action(sig, native_handler, libc::SA_RESTART | libc::SA_ONSTACK)
+        {
+            NATIVE_SIGNAL.store(sig, SeqCst);
+            return Some(sig);
+        }
+    }
+    None
+}
+
+/// One thread's native stack: its frame addresses, unwound by itself.
+fn unwind_thread(pid: i32, tid: i32, sig: i32) -> Result<Vec<usize>, &'static str> {
+    if tid == gettid() {
+        let mut ips = Vec::new();
+        backtrace::trace(|f| {
+            ips.push(f.ip() as usize);
+            ips.len() < MAX_FRAMES
+        });
+        return Ok(ips);
+    }
+    SLOT_DONE.store(false, SeqCst);
+    SLOT_N.store(0, SeqCst);
+    SLOT_TID.store(tid, SeqCst);
+    // SAFETY: tgkill with this process's pid, a thread id and a signal number.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, sig) };
+    if r != 0 {
+        SLOT_TID.store(0, SeqCst);
+        return Err("gone");
+    }
+    let t0 = std::time::Instant::now();
+    while !SLOT_DONE.load(SeqCst) {
+        if t0.elapsed() > THREAD_WAIT {
+            SLOT_TID.store(0, SeqCst);
+            return Err("did not answer in 200 ms");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    SLOT_TID.store(0, SeqCst);
+    let n = SLOT_N.load(SeqCst).min(MAX_FRAMES);
+    Ok(SLOT_IPS[..n].iter().map(|a| a.load(Relaxed)).collect())
+}
+
+/// Drops the frames of the signal handling itself (ours and the unwinder's, up to the
+/// kernel's signal trampoline), so that a stack starts where the thread was.
+fn strip_handler_frames(frames: &mut Vec<(usize, String)>) {
+    if let Some(i) = frames.iter().position(|(_, s)| s.contains("__restore_rt")) {
+        frames.drain(..=i);
+    } else if let Some(i) = frames.iter().position(|(_, s)| s.contains("hang::native_handler")) {
+        // The trampoline has no symbol of its own: the frame after the handler.
+        frames.drain(..(i + 2).min(frames.len()));
+    }
+}
+
+fn symbol(ip: usize) -> String {
+    let mut name = None;
+    // The address after a call: look up the call itself.
+    backtrace::resolve(ip.saturating_sub(1) as *mut libc::c_void, |s| {
+        if name.is_none() {
+            name = s.name().map(|n| n.to_string());
+        }
+    });
+    name.unwrap_or_else(|| "??".into())
+}
+
+fn thread_name(tid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+        .map(|s| s.trim().chars().filter(|c| !c.is_control()).collect())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// `native_stacks.txt`: every thread (at most [`MAX_THREADS`]), each unwinding itself.
+pub fn native_stacks() -> String {
+    let mut out = String::new();
+    let Some(sig) = native_signal() else {
+        return "no free real-time signal for the native stacks\n".into();
+    };
+    let pid = std::process::id() as i32;
+    let mut tids: Vec<i32> = std::fs::read_dir("/proc/self/task")
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    tids.sort_unstable();
+    for (i, tid) in tids.iter().copied().enumerate() {
+        if i == MAX_THREADS {
+            let _ = writeln!(out, "({} more threads not shown)", tids.len() - MAX_THREADS);
+            break;
+        }
+        let _ = writeln!(out, "thread {tid} {}", thread_name(tid));
+        match unwind_thread(pid, tid, sig) {
+            Ok(ips) => {
+                let mut frames: Vec<(usize, String)> = ips.into_iter().map(|ip| (ip, symbol(ip))).collect();
+                strip_handler_frames(&mut frames);
+                for (k, (ip, s)) in frames.iter().enumerate() {
+                    let _ = writeln!(out, "  #{k} 0x{ip:x} {s}");
+                }
+            }
+            Err(why) => {
+                let _ = writeln!(out, "  ({why})");
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// `python_stacks.txt` through faulthandler (see the module docs), or `None` when the Python
+/// package registered nothing.
+fn python_stacks(h: &Hang) -> Option<Vec<u8>> {
+    let fd = h.python_fd.load(SeqCst);
+    let sig = h.python_signal.load(SeqCst);
+    if fd < 0 || sig <= 0 {
+        return None;
+    }
+    // SAFETY: plain system calls on the registered fd and this thread.
+    unsafe {
+        libc::ftruncate(fd, 0);
+        libc::lseek(fd, 0, libc::SEEK_SET);
+        libc::syscall(libc::SYS_tgkill, std::process::id() as i32, gettid(), sig);
+    }
+    // faulthandler's handler ran on this thread before tgkill returned.
+    let mut buf = vec![0u8; MAX_PYTHON_BYTES];
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: a valid buffer of the given length.
+        let n = unsafe { libc::pread(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got, got as i64) };
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    buf.truncate(got);
+    Some(buf)
+}
+
+// ---- the watchdog --------------------------------------------------------------------
+
+/// A stall dumped, waiting for its step to end.
+struct Stalled {
+    dir: String,
+    begin_us: i64,
+    step: i64,
+}
+
+/// Starts the watchdog thread and wraps SIGTERM / SIGINT.
+pub fn spawn(hook: Arc<Hook>) -> std::io::Result<()> {
+    let mut fds = [0i32; 2];
+    // SAFETY: a valid array of two fds.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let read_fd = fds[0];
+    std::thread::Builder::new().name("trainprof-watchdog".into()).spawn(move || {
+        // The process's SIGTERM / SIGINT never land here: this thread writes their dump.
+        // SAFETY: a valid signal set, the calling thread's mask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&hook, read_fd)));
+        WAKE_FD.store(-1, SeqCst);
+        WATCHDOG_DONE.store(true, SeqCst);
+        if ran.is_err() {
+            crate::log(&format_args!("hang detection failed (internal error); it is off"));
+        }
+    })?;
+    WAKE_FD.store(fds[1], SeqCst);
+    wrap_term_signals();
+    Ok(())
+}
+
+fn run(hook: &Hook, read_fd: i32) {
+    let Some(hang) = hook.hang.as_deref() else { return };
+    let mut stalled: Option<Stalled> = None;
+    // The begin time of the last step dumped: one dump per stall.
+    let mut dumped_begin = i64::MIN;
+    let mut entries = Box::new([Entry::EMPTY; RING]);
+    loop {
+        let mut pfd = libc::pollfd { fd: read_fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, 1000) };
+        let mut sink = [0u8; 64];
+        // SAFETY: a valid buffer; the pipe is non-blocking.
+        while unsafe { libc::read(read_fd, sink.as_mut_ptr().cast(), sink.len()) } > 0 {}
+        let stopping = hang.stop.load(SeqCst);
+        if !stopping {
+            wrap_term_signals();
+        }
+        let sig = SIGNAL_PENDING.swap(0, SeqCst);
+        if sig != 0 {
+            let _ = dump(hook, hang, DumpKind::Signal, Some(sig), None, None);
+            SIGNAL_DONE.fetch_add(1, SeqCst);
+        }
+        let state = hook.step_state();
+        let now = crate::now_us();
+        if let Some(s) = &stalled
+            && (!state.in_step || state.begin_us != s.begin_us)
+        {
+            let n = hang.ring.snapshot(&mut entries);
+            let ended_us = entries[..n]
+                .iter()
+                .find(|e| e.what == What::StepEnd && e.step == s.step && e.t_us >= s.begin_us)
+                .map_or(now, |e| e.t_us);
+            let body = format!(
+                "{{\"ended_us\": {ended_us}, \"stalled_s\": {}}}\n",
+                (ended_us - s.begin_us) as f64 / 1e6
+            );
+            if let Err(e) = write_file(hook, &s.dir, "ended.json", body.as_bytes()) {
+                crate::log(&format_args!("hang detection: cannot write {}/ended.json: {e}", s.dir));
+            } else {
+                crate::log(&format_args!(
+                    "hang detection: step {} ended after {:.1} s",
+                    s.step,
+                    (ended_us - s.begin_us) as f64 / 1e6
+                ));
+            }
+            stalled = None;
+        }
+        if stopping {
+            return;
+        }
+        if state.in_step && stalled.is_none() && dumped_begin != state.begin_us {
+            let n = hang.ring.snapshot(&mut entries);
+            let median = state.mode.and_then(|m| median_step_s(&entries[..n], m));
+            let threshold = hang.config.threshold_s(median);
+            let open_s = (now - state.begin_us) as f64 / 1e6;
+            if open_s > threshold {
+                dumped_begin = state.begin_us;
+                crate::log(&format_args!(
+                    "hang detection: step {} has not ended after {open_s:.1} s (threshold {threshold:.1} s): writing its dump",
+                    state.step
+                ));
+                if let Some(dir) = dump(hook, hang, DumpKind::Stall, None, Some((threshold, median)), None) {
+                    stalled = Some(Stalled { dir, begin_us: state.begin_us, step: state.step });
+                }
+            }
+        }
+    }
+}
+
+fn write_file(hook: &Hook, rel: &str, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = Dir::open_root(hook.local_path(), true)?.sub(rel, true)?;
+    if !fs::write_new(&dir, name, &hook.writer.os_pid.to_string(), bytes)? {
+        return Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, format!("{name} exists")));
+    }
+    Ok(())
+}
+
+/// The hook's state as `stall.json`'s `hook` object.
+fn hook_json(hook: &Hook, dumps: u32) -> impl Fn(&mut dyn std::fmt::Write) -> std::fmt::Result + '_ {
+    move |out| {
+        let s = hook.stats();
+        write!(
+            out,
+            "{{\"enabled\": {}, \"events_written\": {}, \"files_sealed\": {}, \"dropped_queue_full\": {}, \"dropped_writer\": {}, \"dropped_names\": {}, \"open_failures\": {}, \"dumps\": {dumps}}}",
+            hook.is_enabled(),
+            s.written,
+            s.files_sealed,
+            s.dropped_queue_full,
+            s.dropped_writer,
+            s.dropped_names,
+            s.open_failures
+        )
+    }
+}
+
+/// Writes one dump folder; its path relative to `LocalPath`, or `None` (one log line).
+/// `stall` is the threshold and median of a stall; `traceback` an exception's text.
+pub fn dump(
+    hook: &Hook,
+    hang: &Hang,
+    kind: DumpKind,
+    signal: Option<i32>,
+    stall: Option<(f64, Option<f64>)>,
+    traceback: Option<&str>,
+) -> Option<String> {
+    let _own = hook.own_work();
+    let dumps = hang.dumps.fetch_add(1, SeqCst) + 1;
+    let state = hook.step_state();
+    let detected_us = crate::now_us();
+    let rel = format!("{}/{}", node_dir(hook.node_id()), dump_name(state.step, detected_us));
+    let result = (|| -> std::io::Result<()> {
+        let dir = Dir::open_root(hook.local_path(), true)?.sub(&rel, true)?;
+        let tag = hook.writer.os_pid.to_string();
+        let put = |name: &str, bytes: &[u8]| -> std::io::Result<()> {
+            if fs::write_new(&dir, name, &tag, bytes)? {
+                Ok(())
+            } else {
+                Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, format!("{name} exists")))
+            }
+        };
+        if let Some(tb) = traceback {
+            let end = tb.floor_char_boundary(MAX_TRACEBACK_BYTES);
+            put("traceback.txt", &tb.as_bytes()[..end])?;
+        } else {
+            if let Some(py) = python_stacks(hang) {
+                put("python_stacks.txt", &py)?;
+            }
+            put("native_stacks.txt", native_stacks().as_bytes())?;
+        }
+        let mut entries = Box::new([Entry::EMPTY; RING]);
+        let n = hang.ring.snapshot(&mut entries);
+        let median = stall.map_or_else(|| state.mode.and_then(|m| median_step_s(&entries[..n], m)), |s| s.1);
+        let open = hook.open_windows(state.step.max(0) as u64, detected_us as f64 / 1e6);
+        let header = Header {
+            kind,
+            node: hook.node_id(),
+            pid: hook.writer.os_pid,
+            state,
+            detected_us,
+            threshold_s: stall.map(|s| s.0),
+            median_step_s: median,
+            signal,
+        };
+        let mut json = String::new();
+        write_stall_json(&mut json, &header, &entries[..n], &open, &hook_json(hook, dumps))
+            .map_err(std::io::Error::other)?;
+        put("stall.json", json.as_bytes())
+    })();
+    match result {
+        Ok(()) => {
+            crate::log(&format_args!("hang detection: {} dump in {rel}", kind.as_str()));
+            Some(rel)
+        }
+        Err(e) => {
+            crate::log(&format_args!("hang detection: cannot write {rel}: {e}"));
+            None
+        }
+    }
+}
+
+// ---- fatal signals -------------------------------------------------------------------
+
+/// The hidden folder (and its parent) a crash's dump is prepared in; -1 until armed.
+static FATAL_DIR_FD: AtomicI32 = AtomicI32::new(-1);
+static FATAL_PARENT_FD: AtomicI32 = AtomicI32::new(-1);
+static FATAL_ONCE: AtomicBool = AtomicBool::new(false);
+/// The dispositions found before ours, put back before the signal is raised again.
+static FATAL_OLD: std::sync::OnceLock<Vec<(i32, libc::sigaction)>> = std::sync::OnceLock::new();
+/// The hook, for the crash handler (set when armed).
+static FATAL_HOOK: std::sync::OnceLock<Arc<Hook>> = std::sync::OnceLock::new();
+/// The signals a crash dump is written for.
+pub const FATAL_SIGNALS: [i32; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGABRT, libc::SIGFPE];
+
+/// `.fatal-<pid>`: the hidden folder a crash dump is prepared in.
+pub fn fatal_dir_name(pid: u32) -> String {
+    format!(".fatal-{pid}")
+}
+
+/// Makes `framework/hangs/<node>/.fatal-<pid>/python_stacks.txt`, installs the crash
+/// handler, and returns the file's fd for `faulthandler.enable` (kept open for the life of
+/// the process).
+pub fn arm_fatal(hook: &Arc<Hook>) -> std::io::Result<i32> {
+    if FATAL_DIR_FD.load(SeqCst) >= 0 {
+        return Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "armed already"));
+    }
+    let parent = Dir::open_root(hook.local_path(), true)?.sub(&node_dir(hook.node_id()), true)?;
+    let dir = parent.sub(&fatal_dir_name(hook.writer.os_pid), true)?;
+    let file = dir.create_new("python_stacks.txt")?;
+    let _ = FATAL_HOOK.set(Arc::clone(hook));
+    let mut old = Vec::new();
+    for sig in FATAL_SIGNALS {
+        if let Some(a) = get_action(sig) {
+            old.push((sig, a));
+        }
+    }
+    let _ = FATAL_OLD.set(old);
+    // The fds live as long as the process (the handler uses them).
+    let fd = file.as_raw_fd();
+    std::mem::forget(file);
+    FATAL_PARENT_FD.store(dup_forever(&parent)?, SeqCst);
+    FATAL_DIR_FD.store(dup_forever(&dir)?, SeqCst);
+    for sig in FATAL_SIGNALS {
+        set_action(sig, fatal_handler, libc::SA_ONSTACK | libc::SA_NODEFER);
+    }
+    Ok(fd)
+}
+
+/// A copy of `dir`'s fd that is never closed (the crash handler uses it).
+fn dup_forever(dir: &Dir) -> std::io::Result<i32> {
+    use std::os::fd::AsFd as _;
+    // SAFETY: duplicating an open fd.
+    let fd = unsafe { libc::fcntl(dir.as_fd().as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+    if fd < 0 { Err(std::io::Error::last_os_error()) } else { Ok(fd) }
+}
+
+/// Removes the hidden crash folder at a clean exit (or before the default action of a
+/// SIGTERM): raw system calls, no allocation.
+pub fn disarm_fatal() {
+    let dir = FATAL_DIR_FD.swap(-1, SeqCst);
+    let parent = FATAL_PARENT_FD.load(SeqCst);
+    if dir < 0 || parent < 0 {
+        return;
+    }
+    let mut name = [0u8; 32];
+    let n = fmt_into(&mut name, format_args!(".fatal-{}", std::process::id()));
+    // SAFETY: NUL-terminated names, open directory fds.
+    unsafe {
+        libc::unlinkat(dir, c"python_stacks.txt".as_ptr(), 0);
+        if n < name.len() {
+            libc::unlinkat(parent, name.as_ptr().cast(), libc::AT_REMOVEDIR);
+        }
+    }
+}
+
+/// A fixed buffer that `write!` fills without allocating; output past the end is cut.
+struct Fixed<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl std::fmt::Write for Fixed<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = self.buf.len().saturating_sub(self.len);
+        let n = s.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        if n < s.len() { Err(std::fmt::Error) } else { Ok(()) }
+    }
+}
+
+/// Formats into `buf` with a NUL after; the length without it (`buf.len()` when cut).
+fn fmt_into(buf: &mut [u8], args: std::fmt::Arguments<'_>) -> usize {
+    let cap = buf.len().saturating_sub(1);
+    let mut f = Fixed { buf: &mut buf[..cap], len: 0 };
+    if f.write_fmt(args).is_err() {
+        return buf.len();
+    }
+    let n = f.len;
+    buf[n] = 0;
+    n
+}
+
+/// The crash dump's buffers: static, so that the handler allocates nothing.
+struct CrashBuf(std::cell::UnsafeCell<[u8; 96 * 1024]>);
+// SAFETY: used only by the crash handler, once per process (FATAL_ONCE).
+unsafe impl Sync for CrashBuf {}
+static CRASH_BUF: CrashBuf = CrashBuf(std::cell::UnsafeCell::new([0; 96 * 1024]));
+
+struct CrashRing(std::cell::UnsafeCell<[Entry; RING]>);
+// SAFETY: as CrashBuf.
+unsafe impl Sync for CrashRing {}
+static CRASH_RING: CrashRing = CrashRing(std::cell::UnsafeCell::new([Entry::EMPTY; RING]));
+
+/// Writes `bytes` as the new file `name` in the folder `dir` (raw calls; no follow, no
+/// replace).
+fn raw_write_new(dir: i32, name: &std::ffi::CStr, bytes: &[u8]) {
+    // SAFETY: an open directory fd, a NUL-terminated name, a valid buffer.
+    unsafe {
+        let fd = libc::openat(
+            dir,
+            name.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o644,
+        );
+        if fd < 0 {
+            return;
+        }
+        let mut off = 0;
+        while off < bytes.len() {
+            let n = libc::write(fd, bytes[off..].as_ptr().cast(), bytes.len() - off);
+            if n <= 0 {
+                break;
+            }
+            off += n as usize;
+        }
+        libc::close(fd);
+    }
+}
+
+/// The crash handler: faulthandler has written the Python stacks (it runs first, then
+/// chains here); this writes the native stack and `stall.json`, renames the folder to its
+/// final name, then puts the old disposition back and raises the signal again.
+extern "C" fn fatal_handler(sig: i32, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    if !FATAL_ONCE.swap(true, SeqCst) {
+        write_crash(sig);
+    }
+    if let Some(old) = FATAL_OLD.get() {
+        for (s, a) in old {
+            if *s == sig {
+                // SAFETY: a disposition read by sigaction, put back unchanged.
+                unsafe { libc::sigaction(sig, a, std::ptr::null_mut()) };
+            }
+        }
+    }
+    // SAFETY: raise is async-signal-safe. A fault from the hardware happens again when the
+    // handler returns, now with the old disposition.
+    unsafe { libc::raise(sig) };
+}
+
+fn write_crash(sig: i32) {
+    let dir = FATAL_DIR_FD.swap(-1, SeqCst);
+    let parent = FATAL_PARENT_FD.load(SeqCst);
+    let Some(hook) = FATAL_HOOK.get() else { return };
+    let Some(hang) = hook.hang.as_deref() else { return };
+    if dir < 0 || parent < 0 {
+        return;
+    }
+    // SAFETY: once per process (FATAL_ONCE); nothing else touches these buffers.
+    let (buf, ring) = unsafe { (&mut *CRASH_BUF.0.get(), &mut *CRASH_RING.0.get()) };
+    // The crashing thread's native stack.
+    let mut ips = [0usize; MAX_FRAMES];
+    let mut n = 0;
+    // SAFETY: unwinding this thread's own stack into a local array.
+    unsafe {
+        backtrace::trace_unsynchronized(|f| {
+            if n >= MAX_FRAMES {
+                return false;
+            }
+            ips[n] = f.ip() as usize;
+            n += 1;
+            true
+        });
+    }
+    let len = {
+        let mut f = Fixed { buf: &mut buf[..], len: 0 };
+        let _ = writeln!(f, "thread {} (crashed: {})", gettid(), signal_name(sig));
+        for (k, ip) in ips[..n].iter().enumerate() {
+            let _ = write!(f, "  #{k} 0x{ip:x} ");
+            let _ = dladdr_name(&mut f, *ip);
+            let _ = f.write_str("\n");
+        }
+        f.len
+    };
+    raw_write_new(dir, c"native_stacks.txt", &buf[..len]);
+    let state = hook.step_state();
+    let detected_us = crate::now_us();
+    let count = hang.ring.snapshot(ring);
+    let header = Header {
+        kind: DumpKind::Fatal,
+        node: hook.node_id(),
+        pid: hook.writer.os_pid,
+        state,
+        detected_us,
+        threshold_s: None,
+        median_step_s: None,
+        signal: Some(sig),
+    };
+    let dumps = hang.dumps.fetch_add(1, SeqCst) + 1;
+    let stats = |out: &mut dyn std::fmt::Write| {
+        write!(out, "{{\"enabled\": {}, \"dumps\": {dumps}, \"crash\": true}}", hook.is_enabled())
+    };
+    let len = {
+        let mut f = Fixed { buf: &mut buf[..], len: 0 };
+        match write_stall_json(&mut f, &header, &ring[..count], &[], &stats) {
+            Ok(()) => f.len,
+            Err(_) => 0,
+        }
+    };
+    if len > 0 {
+        raw_write_new(dir, c"stall.json", &buf[..len]);
+    }
+    let mut from = [0u8; 32];
+    let mut to = [0u8; 64];
+    let a = fmt_into(&mut from, format_args!(".fatal-{}", std::process::id()));
+    let b = fmt_into(&mut to, format_args!("{}-{detected_us}", state.step.max(0)));
+    if a < from.len() && b < to.len() {
+        // SAFETY: renameat2 with open directory fds and NUL-terminated names.
+        unsafe {
+            libc::syscall(
+                libc::SYS_renameat2,
+                parent,
+                from.as_ptr(),
+                parent,
+                to.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            );
+        }
+    }
+}
+
+/// The symbol `dladdr` finds for `ip` (the exported name, mangled), or `??`.
+fn dladdr_name(f: &mut Fixed<'_>, ip: usize) -> std::fmt::Result {
+    // SAFETY: all-zero is a valid Dl_info.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer; the address is only looked up.
+    if unsafe { libc::dladdr(ip.saturating_sub(1) as *const libc::c_void, &mut info) } != 0
+        && !info.dli_sname.is_null()
+    {
+        // SAFETY: dladdr returns a NUL-terminated name that lives as long as the library.
+        let name = unsafe { std::ffi::CStr::from_ptr(info.dli_sname) };
+        match name.to_str() {
+            Ok(_) => write!(f, "{}", backtrace::SymbolName::new(name.to_bytes())),
+            Err(_) => f.write_str("??"),
+        }
+    } else {
+        f.write_str("??")
+    }
+}
+
+/// The watchdog thread has returned.
+static WATCHDOG_DONE: AtomicBool = AtomicBool::new(false);
+
+/// Stops the watchdog: it writes the `ended.json` of a stall whose step has ended since it
+/// last looked, then returns; waits for that at most 2 s.
+pub fn stop(hang: &Hang) {
+    hang.stop.store(true, SeqCst);
+    let wake = WAKE_FD.load(SeqCst);
+    if wake < 0 {
+        return;
+    }
+    // SAFETY: write(2) on the pipe, a valid one-byte buffer.
+    unsafe { libc::write(wake, b"q".as_ptr().cast(), 1) };
+    let t0 = std::time::Instant::now();
+    while !WATCHDOG_DONE.load(SeqCst) && t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ring_keeps_the_last_entries_oldest_first_and_the_median_pairs_steps() {
+        let r = Ring::default();
+        for s in 0..300 {
+            r.push(What::StepStart, TrainprofMode::Train, s, s * 100);
+            r.push(What::StepEnd, TrainprofMode::Train, s, s * 100 + 10 + (s % 3));
+        }
+        let mut out = [Entry::EMPTY; RING];
+        let n = r.snapshot(&mut out);
+        assert_eq!(n, RING);
+        assert_eq!(out[0].step, 300 - 128);
+        assert_eq!(out[n - 1].what, What::StepEnd);
+        assert_eq!(median_step_s(&out[..n], TrainprofMode::Train), Some(11e-6));
+        assert_eq!(median_step_s(&out[..n], TrainprofMode::Eval), None);
+    }
+
+    #[test]
+    fn stall_json_is_json_and_fits_a_fixed_buffer() {
+        let entries = [
+            Entry { t_us: 5, what: What::StepStart, mode: TrainprofMode::Train, step: 29 },
+            Entry { t_us: 9, what: What::StepEnd, mode: TrainprofMode::Train, step: 29 },
+            Entry { t_us: 10, what: What::StepStart, mode: TrainprofMode::Train, step: 30 },
+        ];
+        let header = Header {
+            kind: DumpKind::Stall,
+            node: "0-h\"x",
+            pid: 7,
+            state: StepState { in_step: true, mode: Some(TrainprofMode::Train), step: 30, begin_us: 10 },
+            detected_us: 2_000_010,
+            threshold_s: Some(1.0),
+            median_step_s: Some(4e-6),
+            signal: None,
+        };
+        let hook = |o: &mut dyn std::fmt::Write| o.write_str("{\"x\": 1}");
+        let mut buf = [0u8; 4096];
+        let mut f = Fixed { buf: &mut buf, len: 0 };
+        write_stall_json(&mut f, &header, &entries, &["detailed"], &hook).unwrap();
+        let len = f.len;
+        let v: serde_json::Value = serde_json::from_slice(&buf[..len]).unwrap();
+        assert_eq!(v["kind"], "stall");
+        assert_eq!(v["node"], "0-h\"x");
+        assert_eq!(v["step"], 30);
+        assert_eq!(v["step_started_us"], 10);
+        assert_eq!(v["last_completed_step"], 29);
+        assert_eq!(v["signal"], serde_json::Value::Null);
+        assert_eq!(v["ring"][2]["what"], "step_start");
+        assert_eq!(v["ring"][2]["name"], "Step:ModeKeys.TRAIN");
+        assert_eq!(v["open_windows"][0], "detailed");
+        assert_eq!(v["hook"]["x"], 1);
+        let mut small = [0u8; 64];
+        let mut f = Fixed { buf: &mut small, len: 0 };
+        assert!(write_stall_json(&mut f, &header, &entries, &[], &hook).is_err(), "cut, not overrun");
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(dump_name(30, 123), "30-123");
+        assert_eq!(dump_name(-1, 5), "0-5");
+        assert_eq!(node_dir("0-h"), "framework/hangs/0-h");
+        assert_eq!(fatal_dir_name(9), ".fatal-9");
+    }
+}

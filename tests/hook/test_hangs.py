@@ -1,0 +1,139 @@
+"""The flight recorder (``HangDetectionConfig``; docs/formats.md, "Hang and crash dumps"):
+real trainers (tests/hook/scripts/hang_trainer.py) that deadlock, block in C, crash, raise or
+are killed in step 30, each run with the hook and, for the exit status, without it."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import SCRIPTS
+from smdebug.profiler.algorithm_metrics_reader import LocalAlgorithmMetricsReader
+from trainer_runs import CLEARED_ENV, PACKAGE_DIR, profiler_config
+
+HANG = {"HangDetectionConfig": {"HangTimeoutS": 1}}
+
+
+def dumps(out):
+    """The complete dump folders (with stall.json), by name."""
+    root = out / "framework" / "hangs"
+    return sorted(p.parent for p in root.glob("*/*/stall.json"))
+
+
+def stall(folder):
+    return json.loads((folder / "stall.json").read_text())
+
+
+def smdebug_steps(out):
+    events = LocalAlgorithmMetricsReader(trace_root_folder=str(out)).get_events(0, 10**18)
+    return sorted({int(e.event_args.get("step_num", e.event_args.get("step", -1))) for e in events if e.event_phase.startswith("Step:")} - {-1}) if events else []
+
+
+def run_both(run_script, how, **params):
+    """The run with hang detection on, and the same script without profiling."""
+    p = dict(params, how=how)
+    on = run_script("hang_trainer.py", p, config=HANG, timeout=90)
+    off = run_script("hang_trainer.py", p, config=None, timeout=90)
+    return on, off
+
+
+def test_a_lock_deadlock_in_step_30_is_dumped_once_and_its_end_recorded(run_script):
+    on, off = run_both(run_script, "lock", release_s=3.5)
+    assert on.proc.returncode == off.proc.returncode == 0, on.proc.stderr
+    [d] = dumps(on.out)
+    s = stall(d)
+    assert (s["version"], s["kind"], s["step"], s["mode"], s["last_completed_step"]) == (1, "stall", 30, "train", 29)
+    assert s["threshold_s"] == 1 and 0 < s["median_step_s"] < 0.5
+    assert s["ring"][-1] == {"t_us": s["step_started_us"], "what": "step_start", "name": "Step:ModeKeys.TRAIN", "step": 30}
+    assert len(s["ring"]) <= 256 and s["signal"] is None
+    assert d.name.startswith("30-")
+    py = (d / "python_stacks.txt").read_text()
+    assert "(most recent call first)" in py
+    assert "lock.acquire(timeout=RELEASE_S)" not in py  # faulthandler names the line, not its text
+    line = next(i for i, t in enumerate((SCRIPTS / "hang_trainer.py").read_text().splitlines(), 1) if "lock.acquire(timeout" in t)
+    assert f'hang_trainer.py", line {line} in go_wrong' in py
+    native = (d / "native_stacks.txt").read_text()
+    assert native.startswith("thread ") and "trainprof-write" in native
+    assert "native_handler" not in native, "the handler's own frames are cut"
+    ended = json.loads((d / "ended.json").read_text())
+    assert 3.0 <= ended["stalled_s"] < 10 and ended["ended_us"] > s["detected_us"]
+    # The hidden folder made ready for a crash is gone after a clean exit.
+    assert not list((on.out / "framework" / "hangs").glob("*/.fatal-*"))
+    # smdebug still reads the timeline: every step, the stalled one included.
+    assert 30 in smdebug_steps(on.out) or smdebug_steps(on.out) == []
+
+
+def test_a_thread_blocked_in_a_c_read_shows_read_in_its_native_stack(run_script):
+    on, off = run_both(run_script, "cread", release_s=3.0)
+    assert on.proc.returncode == off.proc.returncode == 0, on.proc.stderr
+    [d] = dumps(on.out)
+    assert stall(d)["step"] == 30
+    native = (d / "native_stacks.txt").read_text()
+    main = native.split("\n\n")[0]
+    assert "read" in main, native[:2000]
+    assert "hang_trainer.py" in (d / "python_stacks.txt").read_text()
+
+
+def test_a_segfault_leaves_python_stacks_and_the_same_exit_status(run_script):
+    on, off = run_both(run_script, "segv")
+    assert on.proc.returncode == off.proc.returncode == -signal.SIGSEGV, on.proc.stderr
+    [d] = dumps(on.out)
+    s = stall(d)
+    assert (s["kind"], s["signal"], s["step"]) == ("fatal", "SIGSEGV", 30)
+    py = (d / "python_stacks.txt").read_text()
+    assert "Segmentation fault" in py and "in string_at" in py and "in go_wrong" in py
+    assert (d / "native_stacks.txt").read_text().startswith("thread ")
+    assert not list((on.out / "framework" / "hangs").glob("*/.fatal-*"))
+
+
+def test_an_uncaught_exception_leaves_its_traceback_and_exit_status_1(run_script):
+    on, off = run_both(run_script, "raise")
+    assert on.proc.returncode == off.proc.returncode == 1
+    assert "RuntimeError: boom in step 30" in on.proc.stderr, "the trainer's own excepthook still prints"
+    [d] = dumps(on.out)
+    s = stall(d)
+    assert (s["kind"], s["step"]) == ("exception", 30)
+    tb = (d / "traceback.txt").read_text()
+    assert tb.startswith("Traceback (most recent call last):") and "RuntimeError: boom in step 30" in tb
+
+
+def run_killed(tmp_path, hook_lib, params, hang):
+    """Starts the trainer, sends SIGTERM once it waits in step 30; (returncode, stdout, out)."""
+    work = tmp_path / ("on" if hang else "off") / ("own" if params.get("own_handler") else "plain")
+    work.mkdir(parents=True)
+    out = work / "out"
+    env = {k: v for k, v in __import__("os").environ.items() if k not in CLEARED_ENV}
+    env.update(PYTHONPATH=str(PACKAGE_DIR), TRAINPROF_HOOK_LIB=str(hook_lib), TRAINPROF_TEST_PARAMS=json.dumps(params))
+    env["TRAINPROF_RESOURCE_CONFIG"] = str(work / "none.json")
+    cfg = work / "profilerconfig.json"
+    cfg.write_text(json.dumps(profiler_config(out, **(HANG if hang else {}))) if hang else "{}")
+    env["SMPROFILER_CONFIG_PATH"] = str(cfg if hang else work / "none.json")
+    p = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "hang_trainer.py")], env=env, cwd=str(work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert p.stdout.readline().strip() == "waiting"
+    time.sleep(0.3)  # mid-step, not yet a stall (HangTimeoutS 1)
+    p.send_signal(signal.SIGTERM)
+    stdout, stderr = p.communicate(timeout=30)
+    return p.returncode, stdout, stderr, out
+
+
+def test_sigterm_mid_step_is_dumped_and_the_exit_status_and_own_handler_are_kept(tmp_path, hook_lib):
+    for own in (False, True):
+        params = {"how": "sigterm", "own_handler": own}
+        rc, stdout, stderr, out = run_killed(tmp_path, hook_lib, params, hang=True)
+        rc_off, stdout_off, _, _ = run_killed(tmp_path, hook_lib, params, hang=False)
+        assert rc == rc_off == (3 if own else -signal.SIGTERM), stderr
+        assert ("own handler ran" in stdout) == ("own handler ran" in stdout_off) == own
+        [d] = dumps(out)
+        s = stall(d)
+        assert (s["kind"], s["signal"], s["step"], s["threshold_s"]) == ("signal", "SIGTERM", 30, None)
+        assert "in go_wrong" in (d / "python_stacks.txt").read_text()
+        assert "thread " in (d / "native_stacks.txt").read_text()
+
+
+def test_off_unless_configured(run_script):
+    run = run_script("hang_trainer.py", {"how": "raise"}, config={}, timeout=60)
+    assert run.proc.returncode == 1
+    assert not (run.out / "framework" / "hangs").exists()

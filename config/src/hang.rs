@@ -84,7 +84,9 @@ pub(crate) enum HangError {
 
 /// Reads the dict (already checked for unknown keys by the caller): the settings, or the
 /// list of (key, why) for every refused value.
-pub(crate) fn read(get: impl Fn(&str) -> Option<Value>) -> Result<HangDetection, Vec<(&'static str, HangError)>> {
+pub(crate) fn read(
+    get: impl Fn(&str) -> Option<Value>,
+) -> Result<HangDetection, Vec<(&'static str, HangError)>> {
     use crate::convert::py_float;
     let mut h = HangDetection { off: None, ..HangDetection::not_configured() };
     let mut bad = Vec::new();

@@ -27,8 +27,8 @@ mod sources;
 pub mod window;
 
 pub use auto::{AutoFeature, AutoFeatures, AutoProfiling};
-pub use hang::HangDetection;
 pub use feature::{CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler};
+pub use hang::HangDetection;
 pub use native::{DEFAULT_SAMPLING_HZ, NativeFeature, SAMPLING_HZ_RANGE};
 pub use reload::{Loader, ReadError, Reload, read_bytes as read_platform_file};
 pub use sources::{OverrideKey, Sources};

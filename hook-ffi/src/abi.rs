@@ -316,7 +316,10 @@ fn init(framework: &'static str) -> TrainprofStatus {
     ));
     if hook.hang.is_some() {
         match crate::hang::spawn(Arc::clone(&hook)) {
-            Ok(()) => log(&format_args!("hang detection on: dumps go under {}", hook.local_path().join("framework/hangs").display())),
+            Ok(()) => log(&format_args!(
+                "hang detection on: dumps go under {}",
+                hook.local_path().join("framework/hangs").display()
+            )),
             Err(e) => log(&format_args!("cannot start the watchdog thread: {e}; hang detection is off")),
         }
     }

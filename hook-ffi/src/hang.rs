@@ -48,7 +48,9 @@
 use std::fmt::Write as _;
 use std::os::fd::AsRawFd as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering::*,
+};
 use std::time::Duration;
 
 use trainprof_config::HangDetection;
@@ -160,12 +162,7 @@ impl Ring {
             if s.seq.load(Acquire) != i + 1 {
                 continue;
             }
-            let e = (
-                s.t_us.load(Relaxed),
-                s.what.load(Relaxed),
-                s.mode.load(Relaxed),
-                s.step.load(Relaxed),
-            );
+            let e = (s.t_us.load(Relaxed), s.what.load(Relaxed), s.mode.load(Relaxed), s.step.load(Relaxed));
             std::sync::atomic::fence(Acquire);
             if s.seq.load(Relaxed) != i + 1 {
                 continue;

@@ -298,3 +298,88 @@ sys.exit(3)
     [inc] = m["hangs"]["incidents"]
     assert inc["host"][0]["folder"] == h["folder"]
     assert "The host of 0-algo-1 around it" in (tmp_path / "r.html").read_text()
+
+
+RANK_SCRIPT = r'''
+import os, sys, time
+import trainprof
+rank, fd = int(os.environ["RANK"]), int(sys.argv[1])
+prof = trainprof.Profiler(framework="pytorch")
+for step in range(40 if rank == 0 else 30):
+    prof.step_begin("train")
+    time.sleep(0.005)
+    if rank == 0:
+        os.read(fd, 1)  # the "collective": waits for rank 1's byte of this step
+    else:
+        os.write(fd, b"x")
+    prof.step_end()
+if rank == 1:
+    # Rank 1 stops stepping after step 29 (outside a step, so its own watchdog sees nothing),
+    # then lets rank 0 finish.
+    time.sleep(5)
+    os.write(fd, b"x" * 10)
+prof.close()
+'''
+
+LAUNCHER = r'''
+import os, subprocess, sys
+r, w = os.pipe()
+procs = [subprocess.Popen([sys.executable, "-c", sys.argv[1], str(fd)], env=dict(os.environ, RANK=str(rank)),
+                          pass_fds=(fd,)) for rank, fd in ((0, r), (1, w))]
+os.close(r)
+os.close(w)
+codes = [p.wait() for p in procs]
+print("ranks exited", codes, flush=True)
+sys.exit(4 if codes == [0, 0] else 9)
+'''
+
+
+def test_two_ranks_under_run_name_the_one_that_stopped(trainprof_bin, hook_lib, tmp_path):
+    """Two real trainers under `trainprof run`, a pipe standing in for a collective: rank 1
+    stops stepping after step 29, rank 0 waits in its step 30 (the hook's watchdog dumps it,
+    HangTimeoutS 1). The report names rank 1 and step 30; the stall ended; the exit status is
+    the launcher's."""
+    import os
+    import sys
+
+    root = tmp_path / "profiler"
+    cfg = tmp_path / "profilerconfig.json"
+    cfg.write_text(json.dumps({"ProfilingParameters": {
+        "LocalPath": str(root), "HangDetectionConfig": json.dumps({"HangTimeoutS": 1})}}))
+    drop = ("TRAINPROF_", "SMPROFILER_", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK",
+            "SLURM_PROCID", "PYTHONPATH")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env.update(SMPROFILER_CONFIG_PATH=str(cfg), TRAINPROF_HOOK_LIB=str(hook_lib),
+               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2] / "hook-ffi" / "python"),
+               TRAINPROF_NVML_LIB=str(tmp_path / "no-libnvidia-ml.so.1"),
+               TRAINPROF_RESOURCE_CONFIG=str(tmp_path / "no-resourceconfig.json"))
+    proc = subprocess.run([str(trainprof_bin), "run", "--", sys.executable, "-c", LAUNCHER, RANK_SCRIPT],
+                          env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "ranks exited [0, 0]" in proc.stdout
+    [d] = list((root / "framework" / "hangs").glob("*/*/stall.json"))
+    # The node ids are `<rank>-<host>` (the host as the hook names it here).
+    r0 = d.parent.parent.name
+    assert r0.startswith("0-") and d.parent.name.startswith("30-")
+    r1 = "1-" + r0[2:]
+    m = report(trainprof_bin, root, tmp_path / "r.html")
+    [inc] = m["hangs"]["incidents"]
+    assert (inc["kind"], inc["step"]) == ("stall", 30)
+    assert inc["culprits"] == [r1], inc["evidence"]
+    assert inc["reason"] == "lowest_step"
+    assert 2 <= inc["stalled_s"] < 30, inc
+    ranks = {r["rank"]: r for r in inc["ranks"]}
+    assert ranks[r1]["last_completed_step"] == 29 and not ranks[r1]["dumped"]
+    assert ranks[r0]["last_begun_step"] == 30 and ranks[r0]["last_completed_step"] == 29
+    # Where rank 0 waits: the script's `os.read` line (the launcher runs it with `-c`).
+    assert ranks[r0]["top_frames"] == ["<string>:10 in <module>"], ranks[r0]
+    main = [t for t in inc["dumps"][0]["python"] if any("<string>" in f for f in t["frames"])]
+    assert main and main[0]["frames"][0].startswith("<string>:"), inc["dumps"][0]["python"]
+    # The agent recorded the host beside it, in its own output.
+    assert inc["host"] and inc["host"][0]["trigger"] == "dump", proc.stderr
+    assert inc["host"][0]["trainer_threads"], proc.stdout + proc.stderr
+    text = (tmp_path / "r.html").read_text()
+    assert f"Likely culprit: <b>{r1}</b>" in text
+    # The page `run` made at its end says the same.
+    pages = list(root.glob("report*.html"))
+    assert pages and f"Likely culprit: <b>{r1}</b>" in pages[0].read_text()

@@ -13,7 +13,7 @@
 //!
 //! Two parts: a [`Sink`] that copies the tick's few relevant metrics into a bounded ring
 //! (a `try_lock`: a tick never waits; a tick that finds the ring busy is counted and left
-//! out), and a thread that scans LocalPath once a second and writes the records. Everything
+//! out), and a thread that scans LocalPath twice a second and writes the records. Everything
 //! is bounded: the ring's ticks, the dump folders remembered, the threads read, the files
 //! walked.
 
@@ -42,7 +42,7 @@ pub const MAX_TICK_METRICS: usize = 512;
 pub const BEFORE_S: f64 = 10.0;
 /// A record is written this long after the detection: the ticks after it, and the threads'
 /// CPU over that interval.
-pub const AFTER: Duration = Duration::from_secs(2);
+pub const AFTER: Duration = Duration::from_secs(1);
 /// Samples in a record at most.
 pub const MAX_SAMPLES: usize = 256;
 /// Dump folders remembered (seen or written); past it, new ones are not recorded.
@@ -56,7 +56,7 @@ pub const TOP_THREADS: usize = 16;
 /// lives (and one had changed before).
 pub const TIMELINE_QUIET: Duration = Duration::from_secs(120);
 /// How often the watcher looks, and how often it walks the timelines.
-pub const SCAN_EVERY: Duration = Duration::from_secs(1);
+pub const SCAN_EVERY: Duration = Duration::from_millis(500);
 pub const TIMELINE_EVERY: Duration = Duration::from_secs(5);
 /// Timeline files looked at per walk.
 pub const MAX_TIMELINE_FILES: usize = 100_000;
@@ -204,9 +204,10 @@ pub fn thread_stat(pid: u32, tid: u32, text: &[u8]) -> Option<ThreadStat> {
     Some(ThreadStat { pid, tid, name, state, cpu_ticks: st.cpu_ticks })
 }
 
-/// The threads' states counted, the busiest over `[before, after]` (`secs` apart), and the
-/// tree's state: `busy` when a thread ran or used at least a fifth of a core, `asleep` when
-/// none did, `unknown` without threads.
+/// The threads' states at the detection (`before`) counted, the busiest over `[before,
+/// after]` (`secs` apart; without `after`, the threads at the detection with no CPU figure),
+/// and the tree's state: `busy` when a thread was running or used at least a fifth of a core,
+/// `asleep` when none did, `unknown` without threads.
 pub fn summarise(
     before: &[ThreadStat],
     after: &[ThreadStat],
@@ -214,28 +215,31 @@ pub fn summarise(
     hz: f64,
 ) -> (BTreeMap<String, u64>, Vec<ThreadCpu>, String) {
     let mut states = BTreeMap::new();
-    let prev: HashMap<(u32, u32), u64> = before.iter().map(|t| ((t.pid, t.tid), t.cpu_ticks)).collect();
-    let mut busy = Vec::new();
-    for t in after {
+    for t in before {
         *states.entry(t.state.to_string()).or_insert(0) += 1;
-        let pct = prev
-            .get(&(t.pid, t.tid))
-            .filter(|_| secs > 0.0 && hz > 0.0)
-            .map(|p| t.cpu_ticks.saturating_sub(*p) as f64 / hz / secs * 100.0);
-        busy.push(ThreadCpu {
+    }
+    let prev: HashMap<(u32, u32), u64> = before.iter().map(|t| ((t.pid, t.tid), t.cpu_ticks)).collect();
+    let listed = if after.is_empty() { before } else { after };
+    let mut busy: Vec<ThreadCpu> = listed
+        .iter()
+        .map(|t| ThreadCpu {
             pid: i64::from(t.pid),
             tid: i64::from(t.tid),
             name: t.name.clone(),
             state: t.state.to_string(),
-            cpu_pct: pct,
-        });
-    }
+            cpu_pct: prev
+                .get(&(t.pid, t.tid))
+                .filter(|_| !after.is_empty() && secs > 0.0 && hz > 0.0)
+                .map(|p| t.cpu_ticks.saturating_sub(*p) as f64 / hz / secs * 100.0),
+        })
+        .collect();
     busy.sort_by(|a, b| {
         b.cpu_pct.unwrap_or(-1.0).total_cmp(&a.cpu_pct.unwrap_or(-1.0)).then(a.tid.cmp(&b.tid))
     });
-    let state = if after.is_empty() {
+    let running = before.iter().any(|t| t.state == 'R');
+    let state = if before.is_empty() && after.is_empty() {
         "unknown"
-    } else if busy.iter().any(|t| t.state == "R" || t.cpu_pct.is_some_and(|p| p >= 20.0)) {
+    } else if running || busy.iter().any(|t| t.cpu_pct.is_some_and(|p| p >= 20.0)) {
         "busy"
     } else {
         "asleep"
@@ -553,6 +557,9 @@ mod tests {
         assert_eq!((busy[0].tid, busy[0].cpu_pct), (9, Some(100.0)));
         let (_, _, s) = summarise(&before, &before, 2.0, 100.0);
         assert_eq!(s, "asleep");
+        // The trainer gone by the writing: the threads at the detection, no CPU figure.
+        let (states, busy, s) = summarise(&before, &[], 2.0, 100.0);
+        assert_eq!((states["S"], busy.len(), busy[0].cpu_pct, s.as_str()), (2, 2, None, "asleep"));
         assert_eq!(summarise(&[], &[], 2.0, 100.0).2, "unknown");
         assert!(thread_stat(1, 1, b"garbage").is_none());
     }

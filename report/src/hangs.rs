@@ -610,7 +610,7 @@ pub fn top_frames(d: &Dump) -> Vec<String> {
         .filter(|t| !t.current)
         .filter_map(|t| t.frames.first())
         // faulthandler's markers (`<no Python frame>`) are no frames; `<string>:10 in …` is.
-        .filter(|f| !hook(f) && !(f.starts_with('<') && !f.contains(':')))
+        .filter(|f| !hook(f) && (!f.starts_with('<') || f.contains(':')))
         .cloned()
         .collect();
     if !py.is_empty() {

@@ -8,9 +8,12 @@ text; the trace has the stall as a slice."""
 import gzip
 import html
 import json
+import os
 import pathlib
 import re
 import subprocess
+import sys
+import time
 
 T0 = 1_795_400_000_000_000  # the timelines' base time, epoch µs
 STEP_US = 10_000
@@ -250,10 +253,6 @@ def test_the_agent_records_the_host_at_a_stall_under_run(trainprof_bin, tmp_path
     """Under `trainprof run`, a new stall dump (written here as the hook would) gets the agent's
     record of the host beside it in `system/hangs/`, never in the trainer's folder; the run's
     report joins it; the trainer's exit status is unchanged."""
-    import os
-    import sys
-    import time
-
     root = tmp_path / "profiler"
     script = r'''
 import json, os, sys, threading, time
@@ -339,9 +338,6 @@ def test_two_ranks_under_run_name_the_one_that_stopped(trainprof_bin, hook_lib, 
     stops stepping after step 29, rank 0 waits in its step 30 (the hook's watchdog dumps it,
     HangTimeoutS 1). The report names rank 1 and step 30; the stall ended; the exit status is
     the launcher's."""
-    import os
-    import sys
-
     root = tmp_path / "profiler"
     cfg = tmp_path / "profilerconfig.json"
     cfg.write_text(json.dumps({"ProfilingParameters": {
@@ -383,3 +379,51 @@ def test_two_ranks_under_run_name_the_one_that_stopped(trainprof_bin, hook_lib, 
     # The page `run` made at its end says the same.
     pages = list(root.glob("report*.html"))
     assert pages and f"Likely culprit: <b>{r1}</b>" in pages[0].read_text()
+
+
+def hang_trainer(tmp_path, hook_lib, how, **params):
+    """tests/hook/scripts/hang_trainer.py run with HangDetectionConfig (HangTimeoutS 1)."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+    from trainer_runs import run_script
+
+    work = tmp_path / how
+    work.mkdir()
+    script = pathlib.Path(__file__).resolve().parents[1] / "hook" / "scripts" / "hang_trainer.py"
+    return run_script(work, script, hook_lib, dict(params, how=how), {"HangDetectionConfig": {"HangTimeoutS": 1}},
+                      timeout=90)
+
+
+def test_a_real_lock_deadlock_is_named_with_its_acquire_line(trainprof_bin, hook_lib, tmp_path):
+    run = hang_trainer(tmp_path, hook_lib, "lock", release_s=3.0)
+    assert run.proc.returncode == 0, run.proc.stderr
+    page = tmp_path / "r.html"
+    m = report(trainprof_bin, run.out, page)
+    [inc] = m["hangs"]["incidents"]
+    assert (inc["kind"], inc["step"], inc["mode"]) == ("stall", 30, "train")
+    assert 2.0 <= inc["stalled_s"] < 10
+    [rank] = inc["ranks"]
+    assert (rank["last_completed_step"], rank["last_begun_step"]) == (29, 30)
+    assert any("hang_trainer.py" in f and "in go_wrong" in f for f in rank["top_frames"]), rank
+    text = page.read_text()
+    assert "Stall in step 30" in text and "in go_wrong" in text
+
+
+def test_real_crashes_show_their_stacks(trainprof_bin, hook_lib, tmp_path):
+    segv = hang_trainer(tmp_path, hook_lib, "segv")
+    assert segv.proc.returncode == -11
+    page = tmp_path / "segv.html"
+    m = report(trainprof_bin, segv.out, page)
+    [inc] = m["hangs"]["incidents"]
+    assert (inc["kind"], inc["step"], inc["reason"]) == ("fatal", 30, "crashed")
+    assert "SIGSEGV" in inc["evidence"][0]
+    frames = [f for t in inc["dumps"][0]["python"] for f in t["frames"]]
+    assert any("in string_at" in f for f in frames), frames
+    assert "in string_at" in page.read_text()
+    exc = hang_trainer(tmp_path, hook_lib, "raise")
+    assert exc.proc.returncode == 1
+    page = tmp_path / "raise.html"
+    m = report(trainprof_bin, exc.out, page)
+    [inc] = m["hangs"]["incidents"]
+    assert inc["kind"] == "exception"
+    assert inc["dumps"][0]["traceback"][-1] == "RuntimeError: boom in step 30"
+    assert "RuntimeError: boom in step 30" in page.read_text()

@@ -21,8 +21,8 @@ use crate::read::{self, Skipped, plausible_us};
 
 /// Dump folders read per job; more are counted in `folders_left_out`.
 pub const MAX_FOLDERS: usize = 1024;
-/// Agent records (`system/hangs/`) read per job.
-pub const MAX_HOST_FILES: usize = 1024;
+/// Agent records (`system/hangs/`) read per job, at most [`MAX_HOST_BYTES`] in all.
+pub const MAX_HOST_FILES: usize = 256;
 /// Largest `stall.json`, `ended.json` and agent record read.
 pub const MAX_JSON_BYTES: u64 = 1 << 20;
 /// Largest `python_stacks.txt` / `native_stacks.txt` read.
@@ -42,6 +42,14 @@ pub const MAX_HOST_ITEMS: usize = 256;
 /// Any text kept (a frame, a name, a line) is cut to this many bytes, control characters
 /// escaped.
 pub const MAX_TEXT: usize = 512;
+/// The dumps' text kept per job (frames, ring events, traceback lines, the hook's state: the
+/// bytes of their strings): a dump past it keeps its facts but not its stacks, ring and
+/// traceback (`problems` says so). And the bytes of agent records read per job.
+pub const MAX_JOB_TEXT_BYTES: usize = 64 << 20;
+pub const MAX_HOST_BYTES: u64 = 64 << 20;
+/// Rank rows kept over all incidents; past it an incident keeps only the ranks that dumped
+/// and the culprits (`ranks_left_out` counts the rest).
+pub const MAX_RANK_ROWS: usize = 100_000;
 /// Stall and signal dumps detected within this many seconds of an incident's first one (and of
 /// a node not yet in it) are the same incident.
 pub const GROUP_S: f64 = 600.0;
@@ -77,6 +85,8 @@ pub struct Incident {
     pub stalled_s: Option<f64>,
     /// Every rank: its last steps and what it was doing.
     pub ranks: Vec<RankState>,
+    /// Ranks left out of `ranks` past [`MAX_RANK_ROWS`] (0 normally).
+    pub ranks_left_out: u64,
     /// The likely culprit(s): rank names.
     pub culprits: Vec<String>,
     /// `lowest_step`, `outside_collective`, `crashed` or `null` (no rank stands out).
@@ -514,7 +524,10 @@ pub fn read_dumps(dir: &Dir, skipped: &mut Skipped) -> (Vec<Dump>, u64) {
     };
     let w = ofs::walk(dir, "framework/hangs", &want);
     for r in w.refused {
-        skipped.push(r);
+        // The Python windows' walk of `framework/` may have met these links too.
+        if !skipped.0.contains(&r) {
+            skipped.push(r);
+        }
     }
     let mut found: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
     for (rel, _) in w.files {
@@ -530,12 +543,48 @@ pub fn read_dumps(dir: &Dir, skipped: &mut Skipped) -> (Vec<Dump>, u64) {
         skipped.push(format!("framework/hangs: more than {MAX_FOLDERS} dump folders; {left} not read"));
     }
     let mut out = Vec::new();
+    let mut text_bytes = 0usize;
     for ((node, folder), has) in found.into_iter().take(MAX_FOLDERS) {
-        if let Some(d) = read_dump(dir, &node, &folder, &has) {
+        if let Some(mut d) = read_dump(dir, &node, &folder, &has) {
+            let size = dump_text_bytes(&d);
+            if text_bytes + size > MAX_JOB_TEXT_BYTES {
+                d.python.clear();
+                d.native.clear();
+                d.ring.clear();
+                d.traceback.clear();
+                d.hook.clear();
+                d.python_notes.clear();
+                d.problems.push(format!(
+                    "its stacks, ring and traceback left out: the report keeps at most {MAX_JOB_TEXT_BYTES} bytes of dump text per job"
+                ));
+            } else {
+                text_bytes += size;
+            }
             out.push(d);
         }
     }
     (out, left)
+}
+
+/// The bytes of a dump's variable text.
+fn dump_text_bytes(d: &Dump) -> usize {
+    let threads = |ts: &[Thread]| -> usize {
+        ts.iter()
+            .map(|t| {
+                t.id.len()
+                    + t.name.as_ref().map_or(0, String::len)
+                    + t.frames.iter().map(String::len).sum::<usize>()
+            })
+            .sum()
+    };
+    threads(&d.python)
+        + threads(&d.native)
+        + d.ring.iter().map(|e| e.what.len() + e.name.len() + 16).sum::<usize>()
+        + [&d.traceback, &d.hook, &d.python_notes, &d.open_windows]
+            .iter()
+            .flat_map(|v| v.iter())
+            .map(String::len)
+            .sum::<usize>()
 }
 
 /// Every agent record under `system/hangs/<node>/*.json`, at most [`MAX_HOST_FILES`].
@@ -546,6 +595,7 @@ pub fn read_host_states(dir: &Dir, skipped: &mut Skipped) -> Vec<HostState> {
         skipped.push(r);
     }
     let mut out = Vec::new();
+    let mut read_bytes = 0u64;
     for (rel, _) in w.files.into_iter().take(MAX_HOST_FILES) {
         if skipped.1.contains(&rel) || rel.split('/').count() != 4 {
             continue;
@@ -557,6 +607,13 @@ pub fn read_host_states(dir: &Dir, skipped: &mut Skipped) -> Vec<HostState> {
                 continue;
             }
         };
+        read_bytes += bytes.len() as u64;
+        if read_bytes > MAX_HOST_BYTES {
+            skipped.push(format!(
+                "system/hangs: more than {MAX_HOST_BYTES} bytes of host records; the rest not read"
+            ));
+            break;
+        }
         match serde_json::from_slice::<HostState>(&bytes) {
             Ok(h) => out.push(bound_host(h)),
             Err(e) => {
@@ -663,8 +720,15 @@ pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> V
         out.push(inc);
         open = stall.then_some(out.len() - 1);
     }
+    let mut rows = 0usize;
     for inc in &mut out {
         finish(inc, steps);
+        if rows + inc.ranks.len() > MAX_RANK_ROWS {
+            let before = inc.ranks.len();
+            inc.ranks.retain(|r| r.dumped || r.culprit);
+            inc.ranks_left_out = (before - inc.ranks.len()) as u64;
+        }
+        rows += inc.ranks.len();
     }
     for h in host {
         let t = h.detected_us as f64 / 1e6;
@@ -1095,5 +1159,38 @@ mod tests {
         let mut skipped = Skipped::default();
         let (dumps, left) = read_dumps(&d, &mut skipped);
         assert_eq!((dumps.len(), left), (MAX_FOLDERS, 3));
+    }
+
+    #[test]
+    fn the_jobs_dump_text_and_the_page_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        // 256 threads × 30 frames × ~500 bytes ≈ 3.7 MiB a folder: the 18th folder is past the
+        // job's 64 MiB.
+        let mut big = String::new();
+        for i in 0..MAX_THREADS {
+            big += &format!("Thread 0x{i:x} (most recent call first):\n");
+            for _ in 0..30 {
+                big += &format!("  File \"{}\", line 1 in f\n", "a".repeat(480));
+            }
+            big += "\n";
+        }
+        assert!(big.len() as u64 <= MAX_STACKS_BYTES);
+        for k in 0..20 {
+            put(dir.path(), &format!("framework/hangs/{k}-a/1-{T}/python_stacks.txt"), &big);
+        }
+        let d = Dir::open_root(dir.path(), false).unwrap();
+        let mut skipped = Skipped::default();
+        let h = read(&d, &Steps::new(), &mut skipped);
+        let dumps: Vec<&Dump> = h.incidents.iter().flat_map(|i| &i.dumps).collect();
+        assert_eq!(dumps.len(), 20);
+        let kept: usize = dumps.iter().map(|d| dump_text_bytes(d)).sum();
+        assert!(kept <= MAX_JOB_TEXT_BYTES, "{kept}");
+        assert!(
+            dumps.iter().any(|d| d.python.is_empty() && d.problems.iter().any(|p| p.contains("left out")))
+        );
+        let mut page = String::new();
+        crate::page_hangs::section(&mut page, &h);
+        assert!(page.len() < 12 << 20, "{}", page.len());
+        assert!(page.contains("Not drawn here"));
     }
 }

@@ -12,6 +12,11 @@ use crate::html::{duration, esc, int, num, utc};
 const PAGE_FRAMES: usize = 24;
 /// Ring events shown per dump (its last ones).
 const PAGE_RING: usize = 20;
+/// Threads shown per stacks file.
+const PAGE_THREADS: usize = 64;
+/// Bytes of the section past which dumps and host records are no longer drawn (only named):
+/// the page stays a page whatever the trainer wrote; `--json` has everything.
+const PAGE_BUDGET: usize = 8 << 20;
 
 /// The section; nothing when there were no hangs or crashes.
 pub fn section(out: &mut String, h: &Hangs) {
@@ -27,8 +32,9 @@ pub fn section(out: &mut String, h: &Hangs) {
             crate::hangs::MAX_FOLDERS
         );
     }
+    let start = out.len();
     for (i, inc) in h.incidents.iter().enumerate() {
-        incident(out, i, inc);
+        incident(out, i, inc, start);
     }
     out.push_str("</section>\n");
 }
@@ -43,7 +49,7 @@ fn kind_title(kind: &str) -> &'static str {
     }
 }
 
-fn incident(out: &mut String, i: usize, inc: &Incident) {
+fn incident(out: &mut String, i: usize, inc: &Incident, start: usize) {
     let _ = writeln!(
         out,
         "<div class=\"hang\" id=\"hang-{i}\" data-kind=\"{}\"><h3>{} in step {} at {}</h3>",
@@ -100,11 +106,33 @@ fn incident(out: &mut String, i: usize, inc: &Incident) {
         );
     }
     out.push_str("</tbody></table>\n");
+    if inc.ranks_left_out > 0 {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">{} more ranks left out (the report keeps {} rank rows over all incidents).</p>",
+            inc.ranks_left_out,
+            crate::hangs::MAX_RANK_ROWS
+        );
+    }
+    let mut left = Vec::new();
     for d in &inc.dumps {
-        dump(out, d);
+        if out.len() - start > PAGE_BUDGET {
+            left.push(esc(&d.folder));
+        } else {
+            dump(out, d);
+        }
     }
     for h in &inc.host {
-        host(out, h);
+        if out.len() - start <= PAGE_BUDGET {
+            host(out, h);
+        }
+    }
+    if !left.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">Not drawn here (the section is already long; <code>--json</code> has them): {}</p>",
+            left.join(", ")
+        );
     }
     out.push_str("</div>\n");
 }
@@ -191,7 +219,10 @@ fn threads(out: &mut String, title: &str, ts: &[Thread]) {
         return;
     }
     let _ = writeln!(out, "<h4>{title} (most recent call first)</h4>");
-    for t in ts {
+    if ts.len() > PAGE_THREADS {
+        let _ = writeln!(out, "<p class=\"note\">The first {PAGE_THREADS} of {} threads.</p>", ts.len());
+    }
+    for t in ts.iter().take(PAGE_THREADS) {
         let mut head = format!("Thread {}", esc(&t.id));
         if let Some(n) = &t.name {
             let _ = write!(head, " {}", esc(n));

@@ -73,7 +73,8 @@ impl Hangs {
 /// fatal or exception dump).
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct Incident {
-    /// `stall`, `signal` (only signal dumps: the job was stopped), `fatal` or `exception`.
+    /// `stall`, `signal` (only signal dumps: the job was stopped), `fatal`, `exception`, or
+    /// `timeline_stopped` (no dump: the agent saw the timelines stop while the trainer ran).
     pub kind: String,
     /// The first dump's detection, epoch seconds.
     pub detected_s: f64,
@@ -720,16 +721,14 @@ pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> V
         out.push(inc);
         open = stall.then_some(out.len() - 1);
     }
-    let mut rows = 0usize;
     for inc in &mut out {
         finish(inc, steps);
-        if rows + inc.ranks.len() > MAX_RANK_ROWS {
-            let before = inc.ranks.len();
-            inc.ranks.retain(|r| r.dumped || r.culprit);
-            inc.ranks_left_out = (before - inc.ranks.len()) as u64;
-        }
-        rows += inc.ranks.len();
     }
+    // The agent's records: joined to a dump's incident by folder, else to the nearest within
+    // GROUP_S; a `timeline_stopped` record near none is an incident of its own.
+    let mut host = host;
+    host.sort_by_key(|h| h.detected_us);
+    let mut stopped: Vec<Incident> = Vec::new();
     for h in host {
         let t = h.detected_us as f64 / 1e6;
         let by_folder = h.folder.as_ref().and_then(|f| {
@@ -743,11 +742,39 @@ pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> V
                 .min_by(|a, b| (t - a.1.detected_s).abs().total_cmp(&(t - b.1.detected_s).abs()))
                 .map(|(k, _)| k)
         };
-        if let Some(k) = by_folder.or_else(near)
-            && out[k].host.len() < MAX_HOST_ITEMS
-        {
-            out[k].host.push(h);
+        if let Some(k) = by_folder.or_else(near) {
+            if out[k].host.len() < MAX_HOST_ITEMS {
+                out[k].host.push(h);
+            }
+        } else if h.trigger == "timeline_stopped" && plausible_us(h.detected_us) {
+            match stopped.last_mut() {
+                Some(i) if t - i.detected_s <= GROUP_S => {
+                    if i.host.len() < MAX_HOST_ITEMS {
+                        i.host.push(h);
+                    }
+                }
+                _ => stopped.push(Incident {
+                    kind: "timeline_stopped".into(),
+                    detected_s: t,
+                    host: vec![h],
+                    ..Incident::default()
+                }),
+            }
         }
+    }
+    for mut inc in stopped {
+        finish(&mut inc, steps);
+        out.push(inc);
+    }
+    out.sort_by(|a, b| a.detected_s.total_cmp(&b.detected_s));
+    let mut rows = 0usize;
+    for inc in &mut out {
+        if rows + inc.ranks.len() > MAX_RANK_ROWS {
+            let before = inc.ranks.len();
+            inc.ranks.retain(|r| r.dumped || r.culprit);
+            inc.ranks_left_out = (before - inc.ranks.len()) as u64;
+        }
+        rows += inc.ranks.len();
     }
     out
 }
@@ -949,9 +976,6 @@ pub fn utc_time(t: f64) -> String {
 /// Reads the dumps and the agent's records under `dir` and judges them with `steps`.
 pub fn read(dir: &Dir, steps: &Steps, skipped: &mut Skipped) -> Hangs {
     let (dumps, folders_left_out) = read_dumps(dir, skipped);
-    if dumps.is_empty() {
-        return Hangs { incidents: Vec::new(), folders_left_out };
-    }
     let host = read_host_states(dir, skipped);
     Hangs { incidents: incidents(dumps, host, steps), folders_left_out }
 }
@@ -1192,5 +1216,35 @@ mod tests {
         crate::page_hangs::section(&mut page, &h);
         assert!(page.len() < 12 << 20, "{}", page.len());
         assert!(page.contains("Not drawn here"));
+    }
+
+    #[test]
+    fn a_timeline_stopped_record_alone_is_an_incident_judged_by_the_timelines() {
+        let mut steps: Steps = BTreeMap::new();
+        let mut ranks = BTreeMap::new();
+        let recs = |n: i64| {
+            (0..n)
+                .map(|i| StepRec { start_us: T - 9_000_000 + i * 10_000, dur_us: 10_000, step: i })
+                .collect::<Vec<_>>()
+        };
+        ranks.insert("0-a".to_owned(), recs(50));
+        ranks.insert("1-a".to_owned(), recs(42));
+        steps.insert("TRAIN".to_owned(), ranks);
+        let rec = |us: i64, trigger: &str| HostState {
+            trigger: trigger.into(),
+            detected_us: us,
+            node: "algo-1".into(),
+            ..HostState::default()
+        };
+        let host = vec![rec(T + 60_000_000, "timeline_stopped"), rec(T, "timeline_stopped"), rec(T, "dump")];
+        let out = incidents(Vec::new(), host, &steps);
+        assert_eq!(out.len(), 1, "{out:#?}");
+        let i = &out[0];
+        assert_eq!((i.kind.as_str(), i.step, i.host.len()), ("timeline_stopped", None, 2));
+        assert_eq!(i.culprits, ["1-a"]);
+        assert_eq!(i.reason.as_deref(), Some("lowest_step"));
+        let mut page = String::new();
+        crate::page_hangs::section(&mut page, &Hangs { incidents: out, folders_left_out: 0 });
+        assert!(page.contains("The timelines stopped at"));
     }
 }

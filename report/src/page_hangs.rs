@@ -45,6 +45,7 @@ fn kind_title(kind: &str) -> &'static str {
         "signal" => "Stopped by a signal",
         "fatal" => "Crash (fatal error)",
         "exception" => "Crash (uncaught exception)",
+        "timeline_stopped" => "The timelines stopped",
         _ => "Dump",
     }
 }
@@ -52,12 +53,18 @@ fn kind_title(kind: &str) -> &'static str {
 fn incident(out: &mut String, i: usize, inc: &Incident, start: usize) {
     let _ = writeln!(
         out,
-        "<div class=\"hang\" id=\"hang-{i}\" data-kind=\"{}\"><h3>{} in step {} at {}</h3>",
+        "<div class=\"hang\" id=\"hang-{i}\" data-kind=\"{}\"><h3>{}{} at {}</h3>",
         esc(&inc.kind),
         kind_title(&inc.kind),
-        int(inc.step),
+        inc.step.map_or(String::new(), |s| format!(" in step {s}")),
         esc(&utc(Some(inc.detected_s)))
     );
+    if inc.kind == "timeline_stopped" {
+        out.push_str(
+            "<p>No rank wrote a dump: the agent saw no timeline file change for a while as the trainer ran \
+             (the hook's hang detection is off, or no rank was inside a step).</p>\n",
+        );
+    }
     if let Some(s) = inc.stalled_s {
         let _ = writeln!(
             out,

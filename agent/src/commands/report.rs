@@ -601,7 +601,12 @@ fn is_native(rel: &str, name: &str) -> bool {
 /// of the host at a stall (`system/hangs/<node>/<name>.json`).
 fn is_hang(rel: &str, name: &str) -> bool {
     let depth = rel.split('/').count();
-    (rel.starts_with("framework/hangs/") && depth == 5 && trainprof_report::hangs::DUMP_FILES.contains(&name))
+    // Hidden folders (a crash's dump being written) are not the report's.
+    let hidden = rel.split('/').any(|c| c.starts_with('.'));
+    !hidden
+        && (rel.starts_with("framework/hangs/")
+            && depth == 5
+            && trainprof_report::hangs::DUMP_FILES.contains(&name))
         || (rel.starts_with("system/hangs/") && depth == 4 && name.ends_with(".json"))
 }
 
@@ -834,6 +839,7 @@ mod tests {
         assert!(wanted("framework/hangs/0-algo-1/30-1795400001000000/python_stacks.txt"));
         assert!(!wanted("framework/hangs/0-algo-1/30-1795400001000000/core"));
         assert!(!wanted("framework/hangs/0-algo-1/stall.json"));
+        assert!(!wanted("framework/hangs/0-algo-1/.fatal-7/stall.json"));
         assert!(wanted("system/hangs/0-algo-1/30-1795400001000000.json"));
         assert!(!wanted("system/hangs/0-algo-1/x/30-1795400001000000.json"));
     }

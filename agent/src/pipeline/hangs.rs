@@ -609,4 +609,51 @@ mod tests {
         w.step(t0 + AFTER * 3, true);
         assert_eq!(w.written, 1);
     }
+
+    #[test]
+    fn timelines_that_stop_while_the_trainer_runs_get_a_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("out");
+        let tl = root.join("framework/pevents/2026112603");
+        std::fs::create_dir_all(&tl).unwrap();
+        let file = |name: &str, age_s: u64| {
+            let f = std::fs::File::create(tl.join(name)).unwrap();
+            f.set_modified(SystemTime::now() - Duration::from_secs(age_s)).unwrap();
+        };
+        file("1_0-a_pythontimeline.json", 100);
+        let tree = TreePids::default();
+        let mut w = Watcher::new(
+            &root,
+            &dir.path().join("proc"),
+            "algo-1",
+            Arc::new(Mutex::new(Ring::default())),
+            tree.clone(),
+        );
+        let t0 = Instant::now();
+        w.step(t0, false);
+        // Never seen moving: no record however long it stays.
+        w.step(t0 + TIMELINE_QUIET * 2, false);
+        assert!(w.pending.is_empty());
+        file("2_0-a_pythontimeline.json", 50);
+        let t1 = t0 + TIMELINE_QUIET * 2 + TIMELINE_EVERY;
+        w.step(t1, false);
+        assert!(w.timeline_moved_at.is_some());
+        // Quiet, but the trainer is gone: nothing.
+        w.step(t1 + TIMELINE_QUIET + TIMELINE_EVERY, false);
+        assert!(w.pending.is_empty());
+        tree.publish(&[1]);
+        let t2 = t1 + TIMELINE_QUIET + TIMELINE_EVERY * 2;
+        w.step(t2, false);
+        assert_eq!(w.pending.len(), 1);
+        w.step(t2 + AFTER, false);
+        assert_eq!(w.written, 1);
+        let written: Vec<_> =
+            std::fs::read_dir(root.join("system/hangs/algo-1")).unwrap().flatten().collect();
+        assert_eq!(written.len(), 1);
+        let h: HostState = serde_json::from_slice(&std::fs::read(written[0].path()).unwrap()).unwrap();
+        assert_eq!((h.trigger.as_str(), h.folder.as_deref()), ("timeline_stopped", None));
+        // Once per quiet spell.
+        w.step(t2 + TIMELINE_QUIET * 3, false);
+        assert!(w.pending.is_empty());
+    }
 }

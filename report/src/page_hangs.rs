@@ -81,7 +81,7 @@ fn incident(out: &mut String, i: usize, inc: &Incident, start: usize) {
         let names: Vec<String> = inc.culprits.iter().map(|c| format!("<b>{}</b>", esc(c))).collect();
         let _ = writeln!(out, "<p class=\"culprit\">Likely culprit: {}</p>", names.join(", "));
     }
-    out.push_str("<ul class=\"evidence\">\n");
+    out.push_str("<ul class=\"hang-evidence\">\n");
     for e in &inc.evidence {
         let _ = writeln!(out, "<li>{}</li>", esc(e));
     }

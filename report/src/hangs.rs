@@ -852,11 +852,49 @@ fn finish(inc: &mut Incident, steps: &Steps) {
         inc.evidence = vec![format!("{node} died of {what} in step {}.", step_text(inc.step))];
         return;
     }
-    let j = judge(&mut inc.ranks);
+    let mut j = judge(&mut inc.ranks);
+    if inc.kind == "signal" && j.reason.as_deref() == Some("lowest_step") && !behind_long(inc) {
+        // Stopped by a signal with no stall: ranks a step apart are the usual skew.
+        for r in &mut inc.ranks {
+            r.culprit = false;
+        }
+        let begun: Vec<i64> = inc.ranks.iter().filter_map(|r| r.last_begun_step).collect();
+        let (lo, hi) = (begun.iter().min().copied(), begun.iter().max().copied());
+        j = Judgement {
+            evidence: vec![format!(
+                "The job was stopped by a signal with the ranks at steps {}..{}, every one of them busy within the last {} s: the usual skew, no rank stands out.",
+                step_text(lo),
+                step_text(hi),
+                signal_idle_s(inc)
+            )],
+            ..Judgement::default()
+        };
+    }
     inc.culprits = j.culprits;
     inc.reason = j.reason;
     inc.evidence = j.evidence;
     inc.waiting_in = j.waiting_in;
+}
+
+/// How long a rank must have been idle (its step open, or no step since its last one) at a
+/// signal for the lowest step to mean it is behind: 10 median steps, at least 1 s.
+fn signal_idle_s(inc: &Incident) -> f64 {
+    let median = inc.dumps.iter().find_map(|d| d.median_step_s).unwrap_or(0.0);
+    (10.0 * median).max(1.0)
+}
+
+/// Whether every culprit of a signal incident had been idle for [`signal_idle_s`].
+fn behind_long(inc: &Incident) -> bool {
+    let least = signal_idle_s(inc);
+    inc.ranks.iter().filter(|r| r.culprit).all(|r| {
+        let since = inc
+            .dumps
+            .iter()
+            .find(|d| d.node == r.rank)
+            .map(|d| d.step_started_s.map(|s| d.detected_s - s))
+            .unwrap_or_else(|| r.last_step_end_s.map(|e| inc.detected_s - e));
+        since.is_some_and(|s| s >= least)
+    })
 }
 
 fn step_text(s: Option<i64>) -> String {
@@ -1246,5 +1284,40 @@ mod tests {
         let mut page = String::new();
         crate::page_hangs::section(&mut page, &Hangs { incidents: out, folders_left_out: 0 });
         assert!(page.contains("The timelines stopped at"));
+    }
+
+    #[test]
+    fn a_signal_with_the_usual_skew_names_no_one_but_a_long_idle_rank_is_named() {
+        let mut steps: Steps = BTreeMap::new();
+        let mut ranks = BTreeMap::new();
+        // Both ranks step until T; rank 1 is one step behind rank 0 at the kill.
+        let recs = |n: i64| {
+            (0..n)
+                .map(|i| StepRec { start_us: T - n * 10_000 + i * 10_000, dur_us: 10_000, step: i })
+                .collect::<Vec<_>>()
+        };
+        ranks.insert("0-a".to_owned(), recs(100));
+        ranks.insert("1-a".to_owned(), recs(99));
+        steps.insert("TRAIN".to_owned(), ranks);
+        let sig = |node: &str, step: i64, started_us: i64| Dump {
+            node: node.into(),
+            folder: format!("framework/hangs/{node}/{step}-{T}"),
+            kind: "signal".into(),
+            complete: true,
+            step: Some(step),
+            step_started_s: Some(started_us as f64 / 1e6),
+            detected_s: T as f64 / 1e6 + 0.001,
+            median_step_s: Some(0.01),
+            signal: Some("SIGTERM".into()),
+            ..Dump::default()
+        };
+        let out = incidents(vec![sig("0-a", 100, T), sig("1-a", 99, T - 5_000)], Vec::new(), &steps);
+        assert_eq!(out[0].kind, "signal");
+        assert!(out[0].culprits.is_empty(), "{:?}", out[0].evidence);
+        assert!(out[0].evidence[0].contains("usual skew"));
+        assert!(out[0].ranks.iter().all(|r| !r.culprit));
+        // Rank 1 in its step 99 for a minute: behind, named.
+        let out = incidents(vec![sig("0-a", 100, T), sig("1-a", 99, T - 60_000_000)], Vec::new(), &steps);
+        assert_eq!(out[0].culprits, ["1-a"]);
     }
 }

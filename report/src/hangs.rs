@@ -1320,4 +1320,27 @@ mod tests {
         let out = incidents(vec![sig("0-a", 100, T), sig("1-a", 99, T - 60_000_000)], Vec::new(), &steps);
         assert_eq!(out[0].culprits, ["1-a"]);
     }
+
+    #[test]
+    fn every_byte_flipped_still_parses_without_a_panic() {
+        let py = "Fatal Python error: x\n\nThread 0x1 (most recent call first):\n  File \"t.py\", line 20 in f\n  <no Python frame>\n\nCurrent thread 0x2 (most recent call first):\n  File \"u.py\", line 3 in g\n";
+        let nat = "thread 1 python\n  #0 0x7f00 read\n  #1 0x7f01 ??\n\nthread 2 w\n  #0 0x1\n";
+        let js = format!(
+            r#"{{"kind": "stall", "pid": 1, "step": 3, "detected_us": {T}, "ring": [{{"t_us": {T}, "what": "step_end", "step": 2}}], "open_windows": ["a"], "hook": {{"a": [1]}}}}"#
+        );
+        for text in [py, nat, js.as_str()] {
+            for i in 0..text.len() {
+                for b in [b'\n', b' ', b'"', b'#', b'{', 0xff, b'0'] {
+                    let mut bytes = text.as_bytes().to_vec();
+                    bytes[i] = b;
+                    let t = String::from_utf8_lossy(&bytes);
+                    let _ = parse_python_stacks(&t);
+                    let _ = parse_native_stacks(&t);
+                    if let Ok(v) = serde_json::from_str::<Value>(&t) {
+                        stall_fields(&mut Dump::default(), &v);
+                    }
+                }
+            }
+        }
+    }
 }

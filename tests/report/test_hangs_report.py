@@ -249,7 +249,7 @@ def test_docs_name_every_key(trainprof_bin, tmp_path):
     assert not missing, missing
 
 
-def test_the_agent_records_the_host_at_a_stall_under_run(trainprof_bin, tmp_path):
+def test_the_agent_records_the_host_at_a_stall_under_run(trainprof_bin, tmp_path, fake_nvml):
     """Under `trainprof run`, a new stall dump (written here as the hook would) gets the agent's
     record of the host beside it in `system/hangs/`, never in the trainer's folder; the run's
     report joins it; the trainer's exit status is unchanged."""
@@ -273,7 +273,7 @@ time.sleep(5)
 sys.exit(3)
 '''
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINPROF_", "SMPROFILER_"))}
-    env["TRAINPROF_NVML_LIB"] = str(tmp_path / "no-libnvidia-ml.so.1")
+    env["TRAINPROF_NVML_LIB"] = str(fake_nvml)  # two fake GPUs (agent/tests/c/fake_nvml.c)
     env["TRAINPROF_RESOURCE_CONFIG"] = str(tmp_path / "no-resourceconfig.json")
     env["SMPROFILER_CONFIG_PATH"] = str(tmp_path / "no-profilerconfig.json")
     t0 = time.time()
@@ -293,6 +293,12 @@ sys.exit(3)
     assert h["trainer_cpu_state"] == "busy", h
     assert h["busy_threads"][0]["cpu_pct"] > 20, h
     assert h["samples"] and all("t_s" in s for s in h["samples"])
+    last = h["samples"][-1]
+    assert sorted(last["gpus"]) == ["gpu0", "gpu1"], last
+    assert any(k.endswith(":XidEvents") for k in last["gpu_errors"]), last
+    assert last["cpu_total"] is not None, last
+    if pathlib.Path("/proc/pressure/cpu").exists():
+        assert last["pressure"], last
     m = report(trainprof_bin, root, tmp_path / "r.html")
     [inc] = m["hangs"]["incidents"]
     assert inc["host"][0]["folder"] == h["folder"]

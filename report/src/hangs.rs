@@ -693,6 +693,28 @@ fn dedup(mut v: Vec<String>) -> Vec<String> {
 /// The steps of `mode` per rank ([`crate::collect::Agg::steps`]).
 pub type Steps = BTreeMap<String, BTreeMap<String, Vec<StepRec>>>;
 
+/// Per mode and rank, the steps' `(end µs, step)` sorted: an incident's last completed step
+/// per rank is one binary search, not a pass over every step.
+type Ends = BTreeMap<String, BTreeMap<String, Vec<(i64, i64)>>>;
+
+fn ends(steps: &Steps) -> Ends {
+    steps
+        .iter()
+        .map(|(mode, ranks)| {
+            let per = ranks
+                .iter()
+                .map(|(rank, recs)| {
+                    let mut v: Vec<(i64, i64)> =
+                        recs.iter().map(|s| (s.start_us.saturating_add(s.dur_us), s.step)).collect();
+                    v.sort_unstable();
+                    (rank.clone(), v)
+                })
+                .collect();
+            (mode.clone(), per)
+        })
+        .collect()
+}
+
 /// The dumps grouped into incidents, each judged against the ranks' steps.
 pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> Vec<Incident> {
     dumps.sort_by(|a, b| a.detected_s.total_cmp(&b.detected_s).then(a.node.cmp(&b.node)));
@@ -721,8 +743,21 @@ pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> V
         out.push(inc);
         open = stall.then_some(out.len() - 1);
     }
+    let steps = &ends(steps);
+    // Rank rows are trimmed as each incident is judged, so that many incidents of many ranks
+    // never hold more than the cap at once.
+    let mut rows = 0usize;
+    let mut trim = |inc: &mut Incident| {
+        if rows + inc.ranks.len() > MAX_RANK_ROWS {
+            let before = inc.ranks.len();
+            inc.ranks.retain(|r| r.dumped || r.culprit);
+            inc.ranks_left_out = (before - inc.ranks.len()) as u64;
+        }
+        rows += inc.ranks.len();
+    };
     for inc in &mut out {
         finish(inc, steps);
+        trim(inc);
     }
     // The agent's records: joined to a dump's incident by folder, else to the nearest within
     // GROUP_S; a `timeline_stopped` record near none is an incident of its own.
@@ -764,23 +799,15 @@ pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> V
     }
     for mut inc in stopped {
         finish(&mut inc, steps);
+        trim(&mut inc);
         out.push(inc);
     }
     out.sort_by(|a, b| a.detected_s.total_cmp(&b.detected_s));
-    let mut rows = 0usize;
-    for inc in &mut out {
-        if rows + inc.ranks.len() > MAX_RANK_ROWS {
-            let before = inc.ranks.len();
-            inc.ranks.retain(|r| r.dumped || r.culprit);
-            inc.ranks_left_out = (before - inc.ranks.len()) as u64;
-        }
-        rows += inc.ranks.len();
-    }
     out
 }
 
 /// The step, mode, end and ranks of an incident, and its judgement.
-fn finish(inc: &mut Incident, steps: &Steps) {
+fn finish(inc: &mut Incident, steps: &Ends) {
     inc.step = inc.dumps.iter().filter_map(|d| d.step).max();
     inc.mode = inc.dumps.iter().find_map(|d| d.mode.clone());
     let stalls: Vec<&Dump> = inc.dumps.iter().filter(|d| d.kind == "stall").collect();
@@ -790,26 +817,24 @@ fn finish(inc: &mut Incident, steps: &Steps) {
     }
     // The steps of the incident's mode (`train` → `TRAIN`), else of every mode.
     let mode = inc.mode.as_ref().map(|m| m.to_ascii_uppercase());
-    let chosen: Vec<&BTreeMap<String, Vec<StepRec>>> = match mode.as_ref().and_then(|m| steps.get(m)) {
+    let chosen: Vec<&BTreeMap<String, Vec<(i64, i64)>>> = match mode.as_ref().and_then(|m| steps.get(m)) {
         Some(r) => vec![r],
         None => steps.values().collect(),
     };
     let until_us = (inc.dumps.iter().map(|d| d.detected_s).fold(inc.detected_s, f64::max) * 1e6) as i64;
     let mut ranks: BTreeMap<String, RankState> = BTreeMap::new();
     for per_rank in chosen {
-        for (rank, recs) in per_rank {
-            let last = recs
-                .iter()
-                .filter(|s| s.start_us.saturating_add(s.dur_us) <= until_us)
-                .max_by_key(|s| (s.start_us.saturating_add(s.dur_us), s.step));
+        for (rank, ends) in per_rank {
+            // The last (end, step) with end ≤ until.
+            let n = ends.partition_point(|&(end, _)| end <= until_us);
             let r = ranks
                 .entry(rank.clone())
                 .or_insert_with(|| RankState { rank: rank.clone(), ..RankState::default() });
-            if let Some(s) = last {
-                let end = s.start_us.saturating_add(s.dur_us) as f64 / 1e6;
+            if let Some(&(end_us, step)) = n.checked_sub(1).map(|i| &ends[i]) {
+                let end = end_us as f64 / 1e6;
                 if r.last_step_end_s.is_none_or(|e| e < end) {
                     r.last_step_end_s = Some(end);
-                    r.last_completed_step = Some(s.step);
+                    r.last_completed_step = Some(step);
                 }
             }
         }
@@ -1342,5 +1367,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn rank_rows_are_capped_over_the_incidents() {
+        let mut ranks = BTreeMap::new();
+        for r in 0..4096 {
+            ranks.insert(format!("{r}-a"), vec![StepRec { start_us: T - 1000, dur_us: 10, step: 1 }]);
+        }
+        let mut steps: Steps = BTreeMap::new();
+        steps.insert("TRAIN".to_owned(), ranks);
+        let dumps: Vec<Dump> = (0..30)
+            .map(|k| Dump {
+                node: format!("{k}-a"),
+                folder: format!("framework/hangs/{k}-a/2-{T}"),
+                kind: "fatal".into(),
+                step: Some(2),
+                detected_s: T as f64 / 1e6 + f64::from(k),
+                ..Dump::default()
+            })
+            .collect();
+        let out = incidents(dumps, Vec::new(), &steps);
+        assert_eq!(out.len(), 30);
+        let rows: usize = out.iter().map(|i| i.ranks.len()).sum();
+        assert!(rows <= MAX_RANK_ROWS, "{rows}");
+        let last = &out[29];
+        assert_eq!((last.ranks.len(), last.ranks_left_out), (1, 4095));
+        assert!(last.ranks[0].culprit && last.ranks[0].dumped);
     }
 }

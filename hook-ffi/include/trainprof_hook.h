@@ -570,10 +570,11 @@ int32_t trainprof_hang_enabled(void);
 TrainprofStatus trainprof_hang_python(int32_t fd, int32_t signum);
 
 /*
- Prepares a crash's dump (a hidden folder with `python_stacks.txt`), installs the hook's
- handler for SIGSEGV, SIGBUS, SIGABRT and SIGFPE (chaining whatever was there), and
- writes to `*out_fd` the file's descriptor for `faulthandler.enable(file=fd)`, which the
- caller must call after this so that faulthandler runs first and chains to the hook.
+ Prepares a crash's dump: opens the node's dump folder, makes an anonymous memfd,
+ installs the hook's handler for SIGSEGV, SIGBUS, SIGABRT and SIGFPE (chaining whatever
+ was there), and writes to `*out_fd` the memfd for `faulthandler.enable(file=fd)`, which
+ the caller must call after this so that faulthandler runs first and chains to the hook
+ (which copies what it wrote into the dump's `python_stacks.txt`).
  `DISABLED` when hang detection is off; `IO` when the folder cannot be made.
 
  # Safety

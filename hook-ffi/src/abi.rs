@@ -357,9 +357,6 @@ extern "C" fn at_exit() {
         if FORKED.load(Relaxed) {
             return;
         }
-        // A clean exit: the hidden folder prepared for a crash goes (whether or not the
-        // trainer shut the hook down itself).
-        crate::hang::disarm_fatal();
         if STATE.load(Acquire) != RUNNING {
             return;
         }
@@ -720,10 +717,11 @@ pub extern "C" fn trainprof_hang_python(fd: i32, signum: i32) -> TrainprofStatus
     })
 }
 
-/// Prepares a crash's dump (a hidden folder with `python_stacks.txt`), installs the hook's
-/// handler for SIGSEGV, SIGBUS, SIGABRT and SIGFPE (chaining whatever was there), and
-/// writes to `*out_fd` the file's descriptor for `faulthandler.enable(file=fd)`, which the
-/// caller must call after this so that faulthandler runs first and chains to the hook.
+/// Prepares a crash's dump: opens the node's dump folder, makes an anonymous memfd,
+/// installs the hook's handler for SIGSEGV, SIGBUS, SIGABRT and SIGFPE (chaining whatever
+/// was there), and writes to `*out_fd` the memfd for `faulthandler.enable(file=fd)`, which
+/// the caller must call after this so that faulthandler runs first and chains to the hook
+/// (which copies what it wrote into the dump's `python_stacks.txt`).
 /// `DISABLED` when hang detection is off; `IO` when the folder cannot be made.
 ///
 /// # Safety

@@ -35,12 +35,13 @@
 //!   later is seen by the watchdog within a second and wrapped the same way (it is then the
 //!   one chained to); `SIG_IGN` is never wrapped.
 //! * **Fatal signals** (SIGSEGV, SIGBUS, SIGABRT, SIGFPE): the Python package enables
-//!   `faulthandler` on a file in a hidden folder made for it at start
-//!   (`.fatal-<pid>/python_stacks.txt`), after the hook installed its own handler, so
-//!   faulthandler runs first and chains to ours; ours writes the crashing thread's native
-//!   stack and `stall.json` into the hidden folder with raw system calls and formatting
-//!   into a static buffer (no allocation), renames the folder to its final name
-//!   (`RENAME_NOREPLACE`), restores the disposition it found and raises the signal again.
+//!   `faulthandler` on another anonymous memfd the hook made, after the hook installed its
+//!   own handler, so faulthandler runs first and chains to ours; ours makes the dump folder
+//!   (`mkdirat` under the node's folder, opened at start), copies what faulthandler wrote
+//!   into `python_stacks.txt`, writes the crashing thread's native stack and `stall.json`
+//!   with raw system calls and formatting into static buffers (no allocation, no lock),
+//!   restores the disposition it found and raises the signal again. Nothing is on disk
+//!   unless a crash comes.
 //! * **Uncaught exceptions**: the package's `sys.excepthook` / `threading.excepthook` hand the
 //!   formatted traceback to `trainprof_hang_exception`, which writes the dump on the calling
 //!   thread, then call the previous hook.
@@ -403,6 +404,16 @@ pub fn dump_name(step: i64, detected_us: i64) -> String {
 /// installed.
 static CHAIN_HANDLER: [AtomicUsize; 65] = [const { AtomicUsize::new(0) }; 65];
 static CHAIN_FLAGS: [AtomicU64; 65] = [const { AtomicU64::new(0) }; 65];
+/// The process that armed the handlers: a `fork()`ed child (a DataLoader worker) inherits
+/// them, but its handlers only chain (its hook is inert; it must not wait for a watchdog it
+/// does not have, nor write the parent's dump).
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+
+fn in_owner() -> bool {
+    // SAFETY: getpid is async-signal-safe and cannot fail.
+    OWNER_PID.load(SeqCst) == unsafe { libc::getpid() }
+}
+
 /// The watchdog's wake-up pipe (write end), -1 without a watchdog.
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 /// The signal whose dump the watchdog is asked for (0: none).
@@ -416,7 +427,8 @@ static NATIVE_SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// The thread asked to unwind itself, its frames and whether it finished.
 static SLOT_TID: AtomicI32 = AtomicI32::new(0);
 static SLOT_N: AtomicUsize = AtomicUsize::new(0);
-static SLOT_DONE: AtomicBool = AtomicBool::new(false);
+/// The thread that finished unwinding into the slot (0: none yet).
+static SLOT_DONE: AtomicI32 = AtomicI32::new(0);
 static SLOT_IPS: [AtomicUsize; MAX_FRAMES] = [const { AtomicUsize::new(0) }; MAX_FRAMES];
 
 fn gettid() -> i32 {
@@ -485,7 +497,7 @@ extern "C" fn term_handler(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc:
     // SAFETY: the calling thread's errno.
     let saved = unsafe { *errno };
     let wake = WAKE_FD.load(SeqCst);
-    if wake >= 0 && !SIGNAL_DUMPED.swap(true, SeqCst) {
+    if wake >= 0 && in_owner() && !SIGNAL_DUMPED.swap(true, SeqCst) {
         let before = SIGNAL_DONE.load(SeqCst);
         SIGNAL_PENDING.store(sig, SeqCst);
         // SAFETY: write(2) on the pipe, a valid one-byte buffer.
@@ -527,7 +539,8 @@ extern "C" fn native_handler(_sig: i32, _info: *mut libc::siginfo_t, _ctx: *mut 
     let errno = errno_location();
     // SAFETY: the calling thread's errno.
     let saved = unsafe { *errno };
-    if SLOT_TID.load(SeqCst) == gettid() && !SLOT_DONE.load(SeqCst) {
+    let me = gettid();
+    if SLOT_TID.load(SeqCst) == me && SLOT_DONE.load(SeqCst) == 0 {
         let mut n = 0;
         // SAFETY: the unwinder runs on this thread's own stack; no allocation.
         unsafe {
@@ -541,7 +554,7 @@ extern "C" fn native_handler(_sig: i32, _info: *mut libc::siginfo_t, _ctx: *mut 
             });
         }
         SLOT_N.store(n, SeqCst);
-        SLOT_DONE.store(true, SeqCst);
+        SLOT_DONE.store(me, SeqCst);
     }
     // SAFETY: as above.
     unsafe { *errno = saved };
@@ -576,7 +589,7 @@ fn unwind_thread(pid: i32, tid: i32, sig: i32) -> Result<Vec<usize>, &'static st
         });
         return Ok(ips);
     }
-    SLOT_DONE.store(false, SeqCst);
+    SLOT_DONE.store(0, SeqCst);
     SLOT_N.store(0, SeqCst);
     SLOT_TID.store(tid, SeqCst);
     // SAFETY: tgkill with this process's pid, a thread id and a signal number.
@@ -586,7 +599,7 @@ fn unwind_thread(pid: i32, tid: i32, sig: i32) -> Result<Vec<usize>, &'static st
         return Err("gone");
     }
     let t0 = std::time::Instant::now();
-    while !SLOT_DONE.load(SeqCst) {
+    while SLOT_DONE.load(SeqCst) != tid {
         if t0.elapsed() > THREAD_WAIT {
             SLOT_TID.store(0, SeqCst);
             return Err("did not answer in 200 ms");
@@ -645,7 +658,8 @@ pub fn native_stacks() -> String {
         let _ = writeln!(out, "thread {tid} {}", thread_name(tid));
         match unwind_thread(pid, tid, sig) {
             Ok(ips) => {
-                let mut frames: Vec<(usize, String)> = ips.into_iter().map(|ip| (ip, symbol(ip))).collect();
+                let mut frames: Vec<(usize, String)> =
+                    ips.into_iter().filter(|&ip| ip != 0).map(|ip| (ip, symbol(ip))).collect();
                 strip_handler_frames(&mut frames);
                 for (k, (ip, s)) in frames.iter().enumerate() {
                     let _ = writeln!(out, "  #{k} 0x{ip:x} {s}");
@@ -660,12 +674,27 @@ pub fn native_stacks() -> String {
     out
 }
 
+/// What `/proc/self/fd/<n>` of the package's memfd starts with (its name,
+/// `trainprof-python-stacks`, hook-ffi/python/trainprof/_hang.py).
+const PYTHON_MEMFD: &str = "/memfd:trainprof-python-stacks";
+
 /// `python_stacks.txt` through faulthandler (see the module docs), or `None` when the Python
 /// package registered nothing.
 fn python_stacks(h: &Hang) -> Option<Vec<u8>> {
     let fd = h.python_fd.load(SeqCst);
     let sig = h.python_signal.load(SeqCst);
     if fd < 0 || sig <= 0 {
+        return None;
+    }
+    // The fd must still be the package's memfd (not closed and reused for a file of the
+    // trainer's, which the truncation would destroy), and faulthandler's handler must still
+    // be installed: Python's finalisation unregisters it, and the default action of a
+    // real-time signal would end the process.
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    if !link.to_string_lossy().starts_with(PYTHON_MEMFD) {
+        return None;
+    }
+    if get_action(sig).is_none_or(|a| a.sa_sigaction == libc::SIG_DFL || a.sa_sigaction == libc::SIG_IGN) {
         return None;
     }
     // SAFETY: plain system calls on the registered fd and this thread.
@@ -723,6 +752,7 @@ pub fn spawn(hook: Arc<Hook>) -> std::io::Result<()> {
             crate::log(&format_args!("hang detection failed (internal error); it is off"));
         }
     })?;
+    OWNER_PID.store(std::process::id() as i32, SeqCst);
     WAKE_FD.store(fds[1], SeqCst);
     wrap_term_signals();
     Ok(())
@@ -746,11 +776,16 @@ fn run(hook: &Hook, read_fd: i32) {
             wrap_term_signals();
         }
         let sig = SIGNAL_PENDING.swap(0, SeqCst);
+        let state = hook.step_state();
         if sig != 0 {
             let _ = dump(hook, hang, DumpKind::Signal, Some(sig), None, None);
             SIGNAL_DONE.fetch_add(1, SeqCst);
+            // The step the signal came in is dumped: not again as a stall (the process
+            // is ending, or its own handler decides).
+            if state.in_step {
+                dumped_begin = state.begin_us;
+            }
         }
-        let state = hook.step_state();
         let now = crate::now_us();
         if let Some(s) = &stalled
             && (!state.in_step || state.begin_us != s.begin_us)
@@ -890,9 +925,10 @@ pub fn dump(
 
 // ---- fatal signals -------------------------------------------------------------------
 
-/// The hidden folder (and its parent) a crash's dump is prepared in; -1 until armed.
-static FATAL_DIR_FD: AtomicI32 = AtomicI32::new(-1);
+/// The node's dump folder (`framework/hangs/<node>`), opened when armed; -1 until then.
 static FATAL_PARENT_FD: AtomicI32 = AtomicI32::new(-1);
+/// The memfd faulthandler writes a crash's Python stacks to; -1 until armed.
+static FATAL_PY_FD: AtomicI32 = AtomicI32::new(-1);
 static FATAL_ONCE: AtomicBool = AtomicBool::new(false);
 /// The dispositions found before ours, put back before the signal is raised again.
 static FATAL_OLD: std::sync::OnceLock<Vec<(i32, libc::sigaction)>> = std::sync::OnceLock::new();
@@ -901,21 +937,21 @@ static FATAL_HOOK: std::sync::OnceLock<Arc<Hook>> = std::sync::OnceLock::new();
 /// The signals a crash dump is written for.
 pub const FATAL_SIGNALS: [i32; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGABRT, libc::SIGFPE];
 
-/// `.fatal-<pid>`: the hidden folder a crash dump is prepared in.
-pub fn fatal_dir_name(pid: u32) -> String {
-    format!(".fatal-{pid}")
-}
-
-/// Makes `framework/hangs/<node>/.fatal-<pid>/python_stacks.txt`, installs the crash
-/// handler, and returns the file's fd for `faulthandler.enable` (kept open for the life of
-/// the process).
+/// Opens `framework/hangs/<node>` (made if need be) for the crash handler, makes the
+/// anonymous memfd faulthandler is to write a crash's Python stacks to, installs the crash
+/// handler, and returns the memfd (kept open for the life of the process). Nothing is left
+/// on disk unless a crash comes.
 pub fn arm_fatal(hook: &Arc<Hook>) -> std::io::Result<i32> {
-    if FATAL_DIR_FD.load(SeqCst) >= 0 {
+    if FATAL_PY_FD.load(SeqCst) >= 0 {
         return Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "armed already"));
     }
     let parent = Dir::open_root(hook.local_path(), true)?.sub(&node_dir(hook.node_id()), true)?;
-    let dir = parent.sub(&fatal_dir_name(hook.writer.os_pid), true)?;
-    let file = dir.create_new("python_stacks.txt")?;
+    // SAFETY: a NUL-terminated name and flags.
+    let py = unsafe { libc::memfd_create(c"trainprof-crash-python-stacks".as_ptr(), libc::MFD_CLOEXEC) };
+    if py < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    OWNER_PID.store(std::process::id() as i32, SeqCst);
     let _ = FATAL_HOOK.set(Arc::clone(hook));
     let mut old = Vec::new();
     for sig in FATAL_SIGNALS {
@@ -924,15 +960,12 @@ pub fn arm_fatal(hook: &Arc<Hook>) -> std::io::Result<i32> {
         }
     }
     let _ = FATAL_OLD.set(old);
-    // The fds live as long as the process (the handler uses them).
-    let fd = file.as_raw_fd();
-    std::mem::forget(file);
     FATAL_PARENT_FD.store(dup_forever(&parent)?, SeqCst);
-    FATAL_DIR_FD.store(dup_forever(&dir)?, SeqCst);
+    FATAL_PY_FD.store(py, SeqCst);
     for sig in FATAL_SIGNALS {
         set_action(sig, fatal_handler, libc::SA_ONSTACK | libc::SA_NODEFER);
     }
-    Ok(fd)
+    Ok(py)
 }
 
 /// A copy of `dir`'s fd that is never closed (the crash handler uses it).
@@ -941,25 +974,6 @@ fn dup_forever(dir: &Dir) -> std::io::Result<i32> {
     // SAFETY: duplicating an open fd.
     let fd = unsafe { libc::fcntl(dir.as_fd().as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
     if fd < 0 { Err(std::io::Error::last_os_error()) } else { Ok(fd) }
-}
-
-/// Removes the hidden crash folder at a clean exit (or before the default action of a
-/// SIGTERM): raw system calls, no allocation.
-pub fn disarm_fatal() {
-    let dir = FATAL_DIR_FD.swap(-1, SeqCst);
-    let parent = FATAL_PARENT_FD.load(SeqCst);
-    if dir < 0 || parent < 0 {
-        return;
-    }
-    let mut name = [0u8; 32];
-    let n = fmt_into(&mut name, format_args!(".fatal-{}", std::process::id()));
-    // SAFETY: NUL-terminated names, open directory fds.
-    unsafe {
-        libc::unlinkat(dir, c"python_stacks.txt".as_ptr(), 0);
-        if n < name.len() {
-            libc::unlinkat(parent, name.as_ptr().cast(), libc::AT_REMOVEDIR);
-        }
-    }
 }
 
 /// A fixed buffer that `write!` fills without allocating; output past the end is cut.
@@ -991,10 +1005,10 @@ fn fmt_into(buf: &mut [u8], args: std::fmt::Arguments<'_>) -> usize {
 }
 
 /// The crash dump's buffers: static, so that the handler allocates nothing.
-struct CrashBuf(std::cell::UnsafeCell<[u8; 96 * 1024]>);
+struct CrashBuf(std::cell::UnsafeCell<[u8; MAX_PYTHON_BYTES]>);
 // SAFETY: used only by the crash handler, once per process (FATAL_ONCE).
 unsafe impl Sync for CrashBuf {}
-static CRASH_BUF: CrashBuf = CrashBuf(std::cell::UnsafeCell::new([0; 96 * 1024]));
+static CRASH_BUF: CrashBuf = CrashBuf(std::cell::UnsafeCell::new([0; MAX_PYTHON_BYTES]));
 
 struct CrashRing(std::cell::UnsafeCell<[Entry; RING]>);
 // SAFETY: as CrashBuf.
@@ -1027,11 +1041,11 @@ fn raw_write_new(dir: i32, name: &std::ffi::CStr, bytes: &[u8]) {
     }
 }
 
-/// The crash handler: faulthandler has written the Python stacks (it runs first, then
-/// chains here); this writes the native stack and `stall.json`, renames the folder to its
-/// final name, then puts the old disposition back and raises the signal again.
+/// The crash handler: faulthandler has written the Python stacks to the memfd (it runs
+/// first, then chains here); this makes the dump folder, copies them in, writes the native
+/// stack and `stall.json`, then puts the old disposition back and raises the signal again.
 extern "C" fn fatal_handler(sig: i32, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    if !FATAL_ONCE.swap(true, SeqCst) {
+    if in_owner() && !FATAL_ONCE.swap(true, SeqCst) {
         write_crash(sig);
     }
     if let Some(old) = FATAL_OLD.get() {
@@ -1048,15 +1062,52 @@ extern "C" fn fatal_handler(sig: i32, _info: *mut libc::siginfo_t, _ctx: *mut li
 }
 
 fn write_crash(sig: i32) {
-    let dir = FATAL_DIR_FD.swap(-1, SeqCst);
     let parent = FATAL_PARENT_FD.load(SeqCst);
+    let py = FATAL_PY_FD.load(SeqCst);
     let Some(hook) = FATAL_HOOK.get() else { return };
     let Some(hang) = hook.hang.as_deref() else { return };
-    if dir < 0 || parent < 0 {
+    if parent < 0 {
+        return;
+    }
+    let state = hook.step_state();
+    let detected_us = crate::now_us();
+    // The folder: made here (mkdirat does not follow a link in the last component, and
+    // fails on any existing name), then opened without following one.
+    let mut name = [0u8; 64];
+    if fmt_into(&mut name, format_args!("{}-{detected_us}", state.step.max(0))) >= name.len() {
+        return;
+    }
+    // SAFETY: an open directory fd and a NUL-terminated name.
+    let dir = unsafe {
+        if libc::mkdirat(parent, name.as_ptr().cast(), 0o755) != 0 {
+            return;
+        }
+        libc::openat(
+            parent,
+            name.as_ptr().cast(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if dir < 0 {
         return;
     }
     // SAFETY: once per process (FATAL_ONCE); nothing else touches these buffers.
     let (buf, ring) = unsafe { (&mut *CRASH_BUF.0.get(), &mut *CRASH_RING.0.get()) };
+    // What faulthandler wrote (it ran first and chained here).
+    if py >= 0 {
+        let mut got = 0;
+        while got < buf.len() {
+            // SAFETY: a valid buffer of the given length.
+            let n = unsafe { libc::pread(py, buf[got..].as_mut_ptr().cast(), buf.len() - got, got as i64) };
+            if n <= 0 {
+                break;
+            }
+            got += n as usize;
+        }
+        if got > 0 {
+            raw_write_new(dir, c"python_stacks.txt", &buf[..got]);
+        }
+    }
     // The crashing thread's native stack.
     let mut ips = [0usize; MAX_FRAMES];
     let mut n = 0;
@@ -1074,7 +1125,7 @@ fn write_crash(sig: i32) {
     let len = {
         let mut f = Fixed { buf: &mut buf[..], len: 0 };
         let _ = writeln!(f, "thread {} (crashed: {})", gettid(), signal_name(sig));
-        for (k, ip) in ips[..n].iter().enumerate() {
+        for (k, ip) in ips[..n].iter().filter(|ip| **ip != 0).enumerate() {
             let _ = write!(f, "  #{k} 0x{ip:x} ");
             let _ = dladdr_name(&mut f, *ip);
             let _ = f.write_str("\n");
@@ -1082,8 +1133,6 @@ fn write_crash(sig: i32) {
         f.len
     };
     raw_write_new(dir, c"native_stacks.txt", &buf[..len]);
-    let state = hook.step_state();
-    let detected_us = crate::now_us();
     let count = hang.ring.snapshot(ring);
     let header = Header {
         kind: DumpKind::Fatal,
@@ -1107,25 +1156,11 @@ fn write_crash(sig: i32) {
         }
     };
     if len > 0 {
+        // Last: its presence says the folder is complete.
         raw_write_new(dir, c"stall.json", &buf[..len]);
     }
-    let mut from = [0u8; 32];
-    let mut to = [0u8; 64];
-    let a = fmt_into(&mut from, format_args!(".fatal-{}", std::process::id()));
-    let b = fmt_into(&mut to, format_args!("{}-{detected_us}", state.step.max(0)));
-    if a < from.len() && b < to.len() {
-        // SAFETY: renameat2 with open directory fds and NUL-terminated names.
-        unsafe {
-            libc::syscall(
-                libc::SYS_renameat2,
-                parent,
-                from.as_ptr(),
-                parent,
-                to.as_ptr(),
-                libc::RENAME_NOREPLACE,
-            );
-        }
-    }
+    // SAFETY: the fd opened above.
+    unsafe { libc::close(dir) };
 }
 
 /// The symbol `dladdr` finds for `ip` (the exported name, mangled), or `??`.
@@ -1229,6 +1264,5 @@ mod tests {
         assert_eq!(dump_name(30, 123), "30-123");
         assert_eq!(dump_name(-1, 5), "0-5");
         assert_eq!(node_dir("0-h"), "framework/hangs/0-h");
-        assert_eq!(fatal_dir_name(9), ".fatal-9");
     }
 }

@@ -598,4 +598,25 @@ mod tests {
         assert_eq!(v["features"], json!(["detailed", "python"]));
         assert_eq!(v["off_reason"], Value::Null);
     }
+
+    #[test]
+    fn hang_detection_in_words_and_json() {
+        let config = |hang: &str| {
+            let doc = format!(r#"{{"ProfilingParameters": {{"HangDetectionConfig": {hang}}}}}"#);
+            trainprof_config::from_bytes(doc.as_bytes(), &trainprof_config::Sources::new()).hang
+        };
+        assert_eq!(
+            hang_words(&config(r#""{\"HangTimeoutS\": 300, \"HangFactor\": 10}""#)),
+            "a train step not ended after max(300 s, 10 × the median train step) is a stall: every thread's \
+             stacks go to framework/hangs/; so do a SIGTERM/SIGINT, a crash and an uncaught exception"
+        );
+        assert_eq!(hang_words(&config(r#"{"HangTimeoutS": 0}"#)), "off (invalid, see problems)");
+        assert_eq!(hang_words(&config("null")), "off (not configured)");
+        let v = hang_json(&config(r#"{"HangTimeoutS": 1.5}"#));
+        assert_eq!(
+            (v["enabled"].clone(), v["hang_timeout_s"].clone(), v["hang_factor"].clone()),
+            (json!(true), json!(1.5), json!(10.0))
+        );
+        assert_eq!(v["off_reason"], Value::Null);
+    }
 }

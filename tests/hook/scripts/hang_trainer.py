@@ -7,9 +7,13 @@ TRAINPROF_TEST_PARAMS: ``{"how": ..., "release_s": float, "own_handler": bool}``
 * ``cread``: blocks in the C library's ``read`` on a pipe (through ctypes), which a helper thread
   writes to after ``release_s``;
 * ``segv``: ``ctypes.string_at(0)``;
-* ``raise``: raises ``RuntimeError("boom in step 30")``;
-* ``sigterm``: prints ``waiting`` and sleeps in step 30 until a SIGTERM comes; with
-  ``own_handler`` its own SIGTERM handler prints ``own handler ran`` and exits 3.
+* ``raise``: raises ``RuntimeError("boom in step 30")``; ``thread_raise``: the same in a
+  thread of its own (joined; the process goes on and exits 0);
+* ``fork``: forks a child (a DataLoader worker's way) that sleeps, SIGTERMs it and prints
+  ``child <status> <seconds>`` (the child's wait status as ``os.waitstatus_to_exitcode``);
+* ``sigterm``: prints ``waiting`` and sleeps in step 30 until a signal comes; with
+  ``own_handler`` its own SIGTERM handler (installed before the profiler starts, or after
+  with ``handler_after``) prints ``own handler ran`` and exits 3.
 
 Steps last 5 ms. With profiling off (no config) the package does nothing: the same script is
 the baseline for the exit status."""
@@ -28,12 +32,14 @@ PARAMS = json.loads(os.environ.get("TRAINPROF_TEST_PARAMS") or "{}")
 HOW = PARAMS.get("how", "lock")
 RELEASE_S = float(PARAMS.get("release_s", 3.0))
 
-if PARAMS.get("own_handler"):
 
-    def on_term(signum, frame):
-        print("own handler ran", flush=True)
-        sys.exit(3)
 
+def on_term(signum, frame):
+    print("own handler ran", flush=True)
+    sys.exit(3)
+
+
+if PARAMS.get("own_handler") and not PARAMS.get("handler_after"):
     signal.signal(signal.SIGTERM, on_term)
 
 lock = threading.Lock()
@@ -53,6 +59,24 @@ def go_wrong():
         ctypes.string_at(0)
     elif HOW == "raise":
         raise RuntimeError("boom in step 30")
+    elif HOW == "thread_raise":
+
+        def worker():
+            raise RuntimeError("boom in step 30")
+
+        t = threading.Thread(target=worker, name="worker")
+        t.start()
+        t.join()
+    elif HOW == "fork":
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        print("child %d %.2f" % (os.waitstatus_to_exitcode(status), time.monotonic() - t0), flush=True)
     elif HOW == "sigterm":
         print("waiting", flush=True)
         for _ in range(600):
@@ -60,6 +84,8 @@ def go_wrong():
 
 
 prof = trainprof.Profiler(framework="pytorch")
+if PARAMS.get("own_handler") and PARAMS.get("handler_after"):
+    signal.signal(signal.SIGTERM, on_term)
 for step in range(40):
     prof.step_begin("train")
     with prof.record("Forward", "Net"):

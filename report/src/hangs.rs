@@ -428,6 +428,12 @@ pub fn parse_native_stacks(s: &str) -> (Vec<Thread>, u64) {
             th.frames.push(text(sym.unwrap_or(ip)));
         } else if t.is_empty() {
             in_thread = false;
+        } else if t.starts_with('(')
+            && let Some(th) = threads.last_mut().filter(|_| in_thread)
+            && th.frames.len() < MAX_FRAMES
+        {
+            // `(did not answer in 200 ms)`: shown, never a frame of its own.
+            th.frames.push(text(t));
         }
     }
     (threads, left_out)
@@ -679,6 +685,7 @@ pub fn top_frames(d: &Dump) -> Vec<String> {
             .iter()
             .filter(|t| !t.name.as_deref().is_some_and(|n| n.starts_with("trainprof")))
             .filter_map(|t| t.frames.first())
+            .filter(|f| !f.starts_with('('))
             .cloned()
             .collect(),
     )
@@ -1110,9 +1117,10 @@ mod tests {
         assert_eq!(th[1].id, "0x00007f00");
         assert!(th[1].current && !th[0].current);
         assert_eq!(th[1].frames, ["t.py:20 in step", "t.py:40 in <module>"]);
-        let nat = "thread 11 python3\n  #0 0x7f00 read\n  #1 0x7f01 ??\n\nthread 12 trainprof-watch\n  #0 0x7f02 futex_wait\n";
+        let nat = "thread 11 python3\n  #0 0x7f00 read\n  #1 0x7f01 ??\n\nthread 12 trainprof-watch\n  #0 0x7f02 futex_wait\n\nthread 13 worker\n  (did not answer in 200 ms)\n\n(3 more threads not shown)\n";
         let (th, _) = parse_native_stacks(nat);
         assert_eq!(th[0].frames, ["read", "0x7f01"]);
+        assert_eq!(th[2].frames, ["(did not answer in 200 ms)"]);
         assert_eq!(th[1].name.as_deref(), Some("trainprof-watch"));
         let d = Dump { native: th, ..Dump::default() };
         assert_eq!(top_frames(&d), ["read"]);

@@ -8,11 +8,13 @@
 pub mod collect;
 pub mod compare;
 pub mod detailed;
+pub mod hangs;
 pub mod html;
 pub mod marshal;
 pub mod model;
 pub mod native;
 pub mod page_detailed;
+pub mod page_hangs;
 pub mod page_windows;
 pub mod python;
 pub mod read;
@@ -105,7 +107,13 @@ fn build_inner(
     });
     let stats = read::stats_files(&dir, &mut skipped);
     let native = native::windows(&dir, &mut skipped);
-    if agg.nodes.is_empty() && agg.ranks.is_empty() && stats.is_empty() && native.is_empty() {
+    let hangs = hangs::read(&dir, &agg.steps, &mut skipped);
+    if agg.nodes.is_empty()
+        && agg.ranks.is_empty()
+        && stats.is_empty()
+        && native.is_empty()
+        && hangs.is_empty()
+    {
         return Err(Error::Empty(root.display().to_string()));
     }
     agg.finish();
@@ -123,6 +131,7 @@ fn build_inner(
     m.job.profiled.native_windows = native.len() as u64;
     m.python_summary = python_summary;
     m.native = native;
+    m.hangs = hangs;
     Ok((m, raw))
 }
 
@@ -438,6 +447,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         triggers,
         findings,
         detailed,
+        hangs: Hangs::default(),
         series,
     }
 }

@@ -1,6 +1,7 @@
 //! The sampling pipeline: the samplers → the tick → its sinks (the system metrics files)
 //! → the uploader.
 
+pub mod hangs;
 pub mod sample;
 pub mod sink;
 pub mod system_file;

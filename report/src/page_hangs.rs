@@ -253,7 +253,7 @@ fn threads(out: &mut String, title: &str, ts: &[Thread]) {
 fn host(out: &mut String, h: &HostState) {
     let _ = writeln!(
         out,
-        "<details class=\"host\"><summary>The host of {} around it (agent, {})</summary>",
+        "<details class=\"host\"><summary>The host of {} around it (agent, {})</summary>", // not the protocol: a CSS class
         esc(&h.node),
         esc(&h.trigger)
     );

@@ -5,8 +5,9 @@
 //! Who does what:
 //!
 //! * **The trainer's threads** add one entry to a bounded in-memory [`Ring`] at each step
-//!   begin and end (one `fetch_add` and five relaxed stores, only while the feature is on);
-//!   nothing else on the hot path. The step state the watchdog reads (in a step, since when)
+//!   begin and end (one `fetch_add` and five relaxed stores, only while the feature is on),
+//!   and one to a second ring ([`Hang::events`]) at each complete event they record (eight
+//!   stores); nothing else on the hot path. The step state the watchdog reads (in a step, since when)
 //!   is the atomics the step calls already store.
 //! * **The watchdog thread** (`trainprof-watchdog`) wakes once a second (or at once, woken
 //!   through a pipe by the SIGTERM/SIGINT handler), judges the open step against
@@ -82,6 +83,8 @@ const THREAD_WAIT: Duration = Duration::from_millis(200);
 pub enum What {
     StepStart = 1,
     StepEnd = 2,
+    /// A complete event (a phase's span: `record`), in [`Hang::events`].
+    Event = 3,
 }
 
 impl What {
@@ -89,6 +92,7 @@ impl What {
         match self {
             What::StepStart => "step_start",
             What::StepEnd => "step_end",
+            What::Event => "event",
         }
     }
 
@@ -96,6 +100,7 @@ impl What {
         match v {
             1 => Some(What::StepStart),
             2 => Some(What::StepEnd),
+            3 => Some(What::Event),
             _ => None,
         }
     }
@@ -109,6 +114,10 @@ struct Slot {
     what: AtomicU8,
     mode: AtomicU8,
     step: AtomicI64,
+    /// An event's end, phase and name ids ([`What::Event`] only).
+    end_us: AtomicI64,
+    phase: AtomicU32,
+    name: AtomicU32,
 }
 
 /// One entry, as read back.
@@ -118,10 +127,22 @@ pub struct Entry {
     pub what: What,
     pub mode: TrainprofMode,
     pub step: i64,
+    /// [`What::Event`]: its end and its phase and name ids.
+    pub end_us: i64,
+    pub phase: u32,
+    pub name: u32,
 }
 
 impl Entry {
-    const EMPTY: Entry = Entry { t_us: 0, what: What::StepStart, mode: TrainprofMode::Train, step: 0 };
+    const EMPTY: Entry = Entry {
+        t_us: 0,
+        what: What::StepStart,
+        mode: TrainprofMode::Train,
+        step: 0,
+        end_us: 0,
+        phase: 0,
+        name: 0,
+    };
 }
 
 /// The last [`RING`] step events, written by any thread without a lock; a reader skips an
@@ -141,6 +162,16 @@ impl Default for Ring {
 impl Ring {
     /// The hot path: one `fetch_add` and five stores.
     pub fn push(&self, what: What, mode: TrainprofMode, step: i64, t_us: i64) {
+        self.put(what, mode, step, t_us, (0, 0, 0));
+    }
+
+    /// A complete event (`start_us`..`end_us`, phase and name ids): one `fetch_add` and
+    /// eight stores.
+    pub fn push_event(&self, phase: u32, name: u32, start_us: i64, end_us: i64, step: i64) {
+        self.put(What::Event, TrainprofMode::Train, step, start_us, (end_us, phase, name));
+    }
+
+    fn put(&self, what: What, mode: TrainprofMode, step: i64, t_us: i64, event: (i64, u32, u32)) {
         let i = self.head.fetch_add(1, Relaxed);
         let s = &self.slots[(i % RING as u64) as usize];
         s.seq.store(0, Relaxed);
@@ -149,6 +180,11 @@ impl Ring {
         s.what.store(what as u8, Relaxed);
         s.mode.store(mode as u8, Relaxed);
         s.step.store(step, Relaxed);
+        if what == What::Event {
+            s.end_us.store(event.0, Relaxed);
+            s.phase.store(event.1, Relaxed);
+            s.name.store(event.2, Relaxed);
+        }
         s.seq.store(i + 1, Release);
     }
 
@@ -164,12 +200,13 @@ impl Ring {
                 continue;
             }
             let e = (s.t_us.load(Relaxed), s.what.load(Relaxed), s.mode.load(Relaxed), s.step.load(Relaxed));
+            let ev = (s.end_us.load(Relaxed), s.phase.load(Relaxed), s.name.load(Relaxed));
             std::sync::atomic::fence(Acquire);
             if s.seq.load(Relaxed) != i + 1 {
                 continue;
             }
             if let (Some(what), Some(mode)) = (What::from_u8(e.1), TrainprofMode::from_i32(i32::from(e.2))) {
-                out[n] = Entry { t_us: e.0, what, mode, step: e.3 };
+                out[n] = Entry { t_us: e.0, what, mode, step: e.3, end_us: ev.0, phase: ev.1, name: ev.2 };
                 n += 1;
             }
         }
@@ -203,6 +240,9 @@ pub fn median_step_s(entries: &[Entry], mode: TrainprofMode) -> Option<f64> {
 pub struct Hang {
     pub config: HangDetection,
     pub ring: Ring,
+    /// The last [`RING`] complete events (phases, ops: `Hook::record`), apart from the steps
+    /// so that a burst of events cannot push the steps (and the median step) out.
+    pub events: Ring,
     /// The memfd faulthandler writes to on [`Hang::python_signal`], -1 until registered.
     python_fd: AtomicI32,
     python_signal: AtomicI32,
@@ -215,6 +255,7 @@ impl Hang {
         Hang {
             config,
             ring: Ring::default(),
+            events: Ring::default(),
             python_fd: AtomicI32::new(-1),
             python_signal: AtomicI32::new(0),
             stop: AtomicBool::new(false),
@@ -316,13 +357,26 @@ impl std::fmt::Display for Num {
     }
 }
 
+/// A complete event of [`Hang::events`] with its names, for `stall.json`'s ring.
+#[derive(Debug, Clone, Copy)]
+pub struct Span<'a> {
+    pub start_us: i64,
+    pub end_us: i64,
+    pub phase: &'a str,
+    pub name: &'a str,
+    pub step: i64,
+}
+
 /// Writes `stall.json` (docs/formats.md, "Hang and crash dumps") to `out` without
-/// allocating (the fatal-signal path formats into a static buffer). `open_windows` and
-/// `hook` are written as given (`hook` a JSON object).
+/// allocating (the fatal-signal path formats into a static buffer). `ring` is the steps'
+/// entries, `spans` the last complete events (each a `phase_start` and a `phase_end` entry
+/// after the steps'; none on the fatal-signal path); `open_windows` and `hook` are written as
+/// given (`hook` a JSON object).
 pub fn write_stall_json(
     out: &mut impl std::fmt::Write,
     h: &Header<'_>,
     ring: &[Entry],
+    spans: &[Span<'_>],
     open_windows: &[&str],
     hook: &dyn Fn(&mut dyn std::fmt::Write) -> std::fmt::Result,
 ) -> std::fmt::Result {
@@ -375,6 +429,24 @@ pub fn write_stall_json(
             JsonStr(e.mode.step_phase()),
             e.step
         )?;
+    }
+    for (i, sp) in spans.iter().enumerate() {
+        if i > 0 || !ring.is_empty() {
+            out.write_str(", ")?;
+        }
+        for (k, (t, what)) in [(sp.start_us, "phase_start"), (sp.end_us, "phase_end")].into_iter().enumerate()
+        {
+            if k > 0 {
+                out.write_str(", ")?;
+            }
+            write!(
+                out,
+                "{{\"t_us\": {t}, \"what\": \"{what}\", \"name\": {}, \"phase\": {}, \"step\": {}}}",
+                JsonStr(sp.name),
+                JsonStr(sp.phase),
+                sp.step
+            )?;
+        }
     }
     out.write_str("], \"open_windows\": [")?;
     for (i, w) in open_windows.iter().enumerate() {
@@ -883,6 +955,21 @@ pub fn dump(
     let n = hang.ring.snapshot(&mut entries);
     let median = stall.map_or_else(|| state.mode.and_then(|m| median_step_s(&entries[..n], m)), |s| s.1);
     let open = hook.open_windows(state.step.max(0) as u64, detected_us as f64 / 1e6);
+    let mut events = Box::new([Entry::EMPTY; RING]);
+    let m = hang.events.snapshot(&mut events);
+    let mut names = Vec::new();
+    hook.names.copy_new(&mut names);
+    let name_of = |id: u32| names.get(id as usize).map_or("?", |n| &**n);
+    let spans: Vec<Span<'_>> = events[..m]
+        .iter()
+        .map(|e| Span {
+            start_us: e.t_us,
+            end_us: e.end_us,
+            phase: name_of(e.phase),
+            name: name_of(e.name),
+            step: e.step,
+        })
+        .collect();
     let rel = format!("{}/{}", node_dir(hook.node_id()), dump_name(state.step, detected_us));
     let result = (|| -> std::io::Result<()> {
         let dir = Dir::open_root(hook.local_path(), true)?.sub(&rel, true)?;
@@ -914,7 +1001,7 @@ pub fn dump(
             signal,
         };
         let mut json = String::new();
-        write_stall_json(&mut json, &header, &entries[..n], &open, &hook_json(hook, dumps))
+        write_stall_json(&mut json, &header, &entries[..n], &spans, &open, &hook_json(hook, dumps))
             .map_err(std::io::Error::other)?;
         put("stall.json", json.as_bytes())
     })();
@@ -1157,7 +1244,7 @@ fn write_crash(sig: i32) {
     };
     let len = {
         let mut f = Fixed { buf: &mut buf[..], len: 0 };
-        match write_stall_json(&mut f, &header, &ring[..count], &[], &stats) {
+        match write_stall_json(&mut f, &header, &ring[..count], &[], &[], &stats) {
             Ok(()) => f.len,
             Err(_) => 0,
         }
@@ -1230,11 +1317,10 @@ mod tests {
 
     #[test]
     fn stall_json_is_json_and_fits_a_fixed_buffer() {
-        let entries = [
-            Entry { t_us: 5, what: What::StepStart, mode: TrainprofMode::Train, step: 29 },
-            Entry { t_us: 9, what: What::StepEnd, mode: TrainprofMode::Train, step: 29 },
-            Entry { t_us: 10, what: What::StepStart, mode: TrainprofMode::Train, step: 30 },
-        ];
+        let step = |t_us, what, step| Entry { t_us, what, step, ..Entry::EMPTY };
+        let entries =
+            [step(5, What::StepStart, 29), step(9, What::StepEnd, 29), step(10, What::StepStart, 30)];
+        let spans = [Span { start_us: 11, end_us: 12, phase: "Forward", name: "conv\"1", step: 30 }];
         let header = Header {
             kind: DumpKind::Stall,
             node: "0-h\"x",
@@ -1248,7 +1334,7 @@ mod tests {
         let hook = |o: &mut dyn std::fmt::Write| o.write_str("{\"x\": 1}");
         let mut buf = [0u8; 4096];
         let mut f = Fixed { buf: &mut buf, len: 0 };
-        write_stall_json(&mut f, &header, &entries, &["detailed"], &hook).unwrap();
+        write_stall_json(&mut f, &header, &entries, &spans, &["detailed"], &hook).unwrap();
         let len = f.len;
         let v: serde_json::Value = serde_json::from_slice(&buf[..len]).unwrap();
         assert_eq!(v["kind"], "stall");
@@ -1259,11 +1345,36 @@ mod tests {
         assert_eq!(v["signal"], serde_json::Value::Null);
         assert_eq!(v["ring"][2]["what"], "step_start");
         assert_eq!(v["ring"][2]["name"], "Step:ModeKeys.TRAIN");
+        assert_eq!(v["ring"][3]["what"], "phase_start");
+        assert_eq!(v["ring"][3]["t_us"], 11);
+        assert_eq!(v["ring"][4]["what"], "phase_end");
+        assert_eq!(v["ring"][4]["name"], "conv\"1");
+        assert_eq!(v["ring"][4]["phase"], "Forward");
+        assert_eq!(v["ring"][4]["t_us"], 12);
         assert_eq!(v["open_windows"][0], "detailed");
         assert_eq!(v["hook"]["x"], 1);
         let mut small = [0u8; 64];
         let mut f = Fixed { buf: &mut small, len: 0 };
-        assert!(write_stall_json(&mut f, &header, &entries, &[], &hook).is_err(), "cut, not overrun");
+        assert!(write_stall_json(&mut f, &header, &entries, &[], &[], &hook).is_err(), "cut, not overrun");
+    }
+
+    /// Events go to their own ring: a burst of them leaves the steps (and the median) alone.
+    #[test]
+    fn events_keep_their_ids_and_times_and_leave_the_steps_alone() {
+        let (steps, events) = (Ring::default(), Ring::default());
+        steps.push(What::StepStart, TrainprofMode::Train, 3, 100);
+        for i in 0..1000 {
+            events.push_event(7, 8 + i, 100 + i64::from(i), 101 + i64::from(i), 3);
+        }
+        let mut out = [Entry::EMPTY; RING];
+        assert_eq!(steps.snapshot(&mut out), 1);
+        let n = events.snapshot(&mut out);
+        assert_eq!(n, RING);
+        let last = out[n - 1];
+        assert_eq!(
+            (last.what, last.phase, last.name, last.t_us, last.end_us, last.step),
+            (What::Event, 7, 1007, 1099, 1100, 3)
+        );
     }
 
     #[test]

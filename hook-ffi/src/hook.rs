@@ -390,6 +390,9 @@ impl Hook {
             }
             *slot = *a;
         }
+        if let Some(h) = &self.hang {
+            h.events.push_event(phase, name, start_us, end_us, ev.step);
+        }
         self.push(ev)
     }
 

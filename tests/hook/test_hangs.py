@@ -49,8 +49,18 @@ def test_a_lock_deadlock_in_step_30_is_dumped_once_and_its_end_recorded(run_scri
     s = stall(d)
     assert (s["version"], s["kind"], s["step"], s["mode"], s["last_completed_step"]) == (1, "stall", 30, "train", 29)
     assert s["threshold_s"] == 1 and 0 < s["median_step_s"] < 0.5
-    assert s["ring"][-1] == {"t_us": s["step_started_us"], "what": "step_start", "name": "Step:ModeKeys.TRAIN", "step": 30}
-    assert len(s["ring"]) <= 256 and s["signal"] is None
+    steps = [e for e in s["ring"] if e["what"].startswith("step_")]
+    assert steps[-1] == {"t_us": s["step_started_us"], "what": "step_start", "name": "Step:ModeKeys.TRAIN", "step": 30}
+    assert len(steps) <= 256 and s["signal"] is None
+    # The last events recorded (phases, each a start and an end), after the steps: step 30's
+    # Forward ended before its step hung.
+    phases = [e for e in s["ring"] if e["what"].startswith("phase_")]
+    assert 0 < len(phases) <= 512 and len(phases) % 2 == 0
+    assert phases[-2:] == [
+        {"t_us": phases[-2]["t_us"], "what": "phase_start", "name": "Net", "phase": "Forward", "step": 30},
+        {"t_us": phases[-1]["t_us"], "what": "phase_end", "name": "Net", "phase": "Forward", "step": 30},
+    ]
+    assert s["step_started_us"] <= phases[-2]["t_us"] < phases[-1]["t_us"] < s["detected_us"]
     assert d.name.startswith("30-")
     py = (d / "python_stacks.txt").read_text()
     assert "(most recent call first)" in py

@@ -1,0 +1,137 @@
+//! The metrics endpoint (`--metrics-listen ADDR:PORT`, `docs/metrics.md`): the latest tick's
+//! system rows in the Prometheus text exposition format (OpenMetrics when asked for).
+//!
+//! Three parts, so that a scrape can never slow sampling:
+//!
+//! * [`Endpoint`], a [`Sink`] on the sampling thread: copies the tick's rows into a reused
+//!   buffer and swaps it into a [`Slot`] (a mutex held for a pointer swap, never while
+//!   anything is rendered or sent), then wakes the server. It renders nothing.
+//! * the server thread (`trainprof-metrics`, [`server`]): one single-threaded tokio runtime
+//!   with hyper's HTTP/1 server. On each wake it takes the newest tick from the slot and
+//!   keeps the last value of the rows that are not on every tick (the GPU buffers, the
+//!   counters, the clock: [`exposition::Family::sparse`]); a scrape renders that state at
+//!   most once per tick and format (cached), then serves the cached bytes.
+//! * [`exposition`]: names, labels, types and the two formats.
+//!
+//! The listening socket is bound in `prepare` (a bad address or a port in use stops
+//! `agent` / `run` with exit status 2 before anything starts) and handed to [`start`].
+
+pub mod exposition;
+mod server;
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::pipeline::sample::Metric;
+use crate::pipeline::sink::{Sink, Tick};
+
+pub use self::exposition::Labels;
+
+/// One tick as handed over.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Counts the ticks handed over (1 = the first).
+    pub seq: u64,
+    pub wall_s: f64,
+    pub rows: Vec<Metric>,
+}
+
+/// The newest tick, shared by the sampling thread and the server.
+#[derive(Debug, Default)]
+pub struct Slot {
+    latest: Mutex<Option<Arc<Snapshot>>>,
+    /// Wakes the server's merge task; `notify_one` never blocks.
+    wake: tokio::sync::Notify,
+}
+
+impl Slot {
+    /// The newest tick (a pointer copy under the lock).
+    pub fn latest(&self) -> Option<Arc<Snapshot>> {
+        self.latest.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Puts `s` in, returning the tick it replaced.
+    fn put(&self, s: Arc<Snapshot>) -> Option<Arc<Snapshot>> {
+        let old = self.latest.lock().unwrap_or_else(PoisonError::into_inner).replace(s);
+        self.wake.notify_one();
+        old
+    }
+}
+
+/// The sink: hands each tick's rows to the server thread.
+#[derive(Debug)]
+pub struct Endpoint {
+    slot: Arc<Slot>,
+    seq: u64,
+    /// A buffer to fill next: the one the server let go of, so that a tick allocates
+    /// nothing once the buffers have grown.
+    spare: Vec<Metric>,
+}
+
+impl Endpoint {
+    /// A sink that hands its ticks to `slot` (tests; [`start`] makes one with the server).
+    pub fn new(slot: Arc<Slot>) -> Endpoint {
+        Endpoint { slot, seq: 0, spare: Vec::new() }
+    }
+}
+
+impl Sink for Endpoint {
+    fn tick(&mut self, tick: &Tick<'_>) {
+        self.seq += 1;
+        let mut rows = std::mem::take(&mut self.spare);
+        rows.clear();
+        rows.extend_from_slice(tick.metrics);
+        let old = self.slot.put(Arc::new(Snapshot { seq: self.seq, wall_s: tick.wall_s, rows }));
+        // The server may still hold the old one (a scrape in progress): then it is dropped
+        // there, and the next tick allocates.
+        if let Some(old) = old.and_then(|o| Arc::try_unwrap(o).ok()) {
+            self.spare = old.rows;
+        }
+    }
+}
+
+/// Why the endpoint cannot listen.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    #[error("--metrics-listen {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+}
+
+/// Binds `addr` (checked before anything starts: a port in use is the person's mistake).
+pub fn bind(addr: SocketAddr) -> Result<TcpListener, ListenError> {
+    let l = TcpListener::bind(addr).map_err(|source| ListenError::Bind { addr, source })?;
+    l.set_nonblocking(true).map_err(|source| ListenError::Bind { addr, source })?;
+    Ok(l)
+}
+
+/// Starts the server thread on `listener`; the sink to hand ticks to.
+pub fn start(listener: TcpListener, labels: Labels) -> std::io::Result<Endpoint> {
+    let slot = Arc::new(Slot::default());
+    server::spawn(listener, Arc::clone(&slot), labels)?;
+    Ok(Endpoint::new(slot))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::sample::{CPU, Name, dimension};
+
+    #[test]
+    fn the_sink_hands_over_each_tick_and_reuses_the_buffer_the_server_let_go() {
+        let slot = Arc::new(Slot::default());
+        let mut e = Endpoint::new(Arc::clone(&slot));
+        let metrics =
+            [Metric { kind: CPU, name: Name::core(0), dimension: dimension::CPU_UTILIZATION, value: 5.0 }; 3];
+        e.tick(&Tick { wall_s: 10.0, metrics: &metrics, last: false });
+        let held = slot.latest().unwrap();
+        assert_eq!((held.seq, held.wall_s, held.rows.len()), (1, 10.0, 3));
+        // The server still holds tick 1: tick 2 takes a new buffer.
+        e.tick(&Tick { wall_s: 11.0, metrics: &metrics[..2], last: false });
+        assert!(e.spare.is_empty());
+        drop(held);
+        e.tick(&Tick { wall_s: 12.0, metrics: &metrics[..1], last: false });
+        assert!(e.spare.capacity() >= 2, "the buffer of tick 2 comes back");
+        let s = slot.latest().unwrap();
+        assert_eq!((s.seq, s.wall_s, s.rows.len()), (3, 12.0, 1));
+    }
+}

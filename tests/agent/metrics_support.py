@@ -20,16 +20,20 @@ class Agent:
     """`trainprof agent` sampling every `interval_ms` into `root`, serving metrics on a free
     port of 127.0.0.1. Its stderr is collected on a thread."""
 
-    def __init__(self, trainprof_bin, fake_nvml, root, interval_ms=100, extra=()):
+    def __init__(self, trainprof_bin, fake_nvml, root, interval_ms=100, extra=(), run=None, env_extra=None):
+        """`run`: a command for `trainprof run -- CMD` instead of `trainprof agent`."""
         self.root = pathlib.Path(root)
         self.interval_s = interval_ms / 1000
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINPROF_", "SMPROFILER_", "FAKE_NVML_"))}
         env["TRAINPROF_NVML_LIB"] = str(fake_nvml)
         env["TRAINPROF_RESOURCE_CONFIG"] = str(self.root.parent / "no-resourceconfig.json")
         env["SMPROFILER_CONFIG_PATH"] = str(self.root.parent / "no-profilerconfig.json")
+        env.update(env_extra or {})
+        sub = ["run"] if run else ["agent"]
+        tail = ["--", *run] if run else []
         self.proc = subprocess.Popen(
-            [str(trainprof_bin), "agent", "--interval-ms", str(interval_ms), "--local-path", str(self.root),
-             "--metrics-listen", "127.0.0.1:0", *extra],
+            [str(trainprof_bin), *sub, "--interval-ms", str(interval_ms), "--local-path", str(self.root),
+             "--metrics-listen", "127.0.0.1:0", *extra, *tail],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         self.lines = []

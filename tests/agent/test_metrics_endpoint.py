@@ -7,6 +7,7 @@ use stops the agent before it starts; and hostile clients (slowloris, 10,000 con
 The real-Prometheus tier is scripts/test-prometheus (tests/prometheus)."""
 
 import errno
+import pathlib
 import resource
 import socket
 import subprocess
@@ -128,6 +129,56 @@ def test_values_are_the_system_files_rows_of_the_same_tick(scraped):
         assert types.get("trainprof_gpu_xid_events") == "counter", types
         assert types.get("trainprof_gpu_utilization_percent") == "gauge"
     assert matched == len(scrapes)
+
+
+def test_the_trainers_progress_from_the_hooks_timelines(trainprof_bin, fake_nvml, tmp_path):
+    """A trainer through the trainprof package (tests/hook/scripts/loop.py, 60 TRAIN steps of
+    50 ms): its last step, steps per second and step-time quantiles, from the open timeline."""
+    lib = trainprof_bin.parent / "libtrainprof_hook.so"
+    if not lib.is_file():
+        pytest.fail(f"{lib} missing: build the hook (`cargo build -p trainprof-hook`)")
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = {
+        "PYTHONPATH": str(root / "hook-ffi" / "python"),
+        "TRAINPROF_HOOK_LIB": str(lib),
+        "TRAINPROF_TEST_MANIFEST": str(tmp_path / "manifest.json"),
+        "TRAINPROF_TEST_PARAMS": '{"phases": [["train", 60]], "work_ms": 50, "events": false}',
+    }
+    agent = Agent(trainprof_bin, fake_nvml, tmp_path / "profiler", run=[sys.executable, str(root / "tests/hook/scripts/loop.py")], env_extra=env)
+    seen = []
+    try:
+        deadline = time.time() + 60
+        while agent.proc.poll() is None and time.time() < deadline:
+            status, _, body = agent.scrape(timeout=5)
+            if status == 200:
+                values, types = series(body, False)
+                steps = {k: v for k, v in values.items() if k[0] == "trainprof_step_last"}
+                if steps:
+                    seen.append((values, types))
+            time.sleep(0.3)
+    finally:
+        rc = agent.stop()
+    assert rc == 0, agent.stderr
+    assert seen, agent.stderr
+    values, types = seen[-1]
+    (key, last), = [(k, v) for k, v in values.items() if k[0] == "trainprof_step_last"]
+    labels = dict(key[1])
+    # No launcher: the rank is the trainer's pid (docs/formats.md, "Node id").
+    assert labels["mode"] == "TRAIN" and labels["timeline"] == f"{labels['rank']}-{labels['timeline'].split('-', 1)[1]}", labels
+    assert len(seen) >= 2, len(seen)
+    assert 0 <= last <= 59
+    assert types["trainprof_step_duration_seconds"] == "summary"
+    q = {dict(k[1])["quantile"]: v for k, v in values.items() if k[0] == "trainprof_step_duration_seconds"}
+    assert set(q) == {"0.5", "0.9", "0.99"}, q
+    # 50 ms of work a step (a loaded machine may stretch it).
+    assert 0.045 <= q["0.5"] <= 0.5, q
+    assert q["0.5"] <= q["0.9"] <= q["0.99"]
+    sps = [v for k, v in values.items() if k[0] == "trainprof_steps_per_second"]
+    if len(seen) > 1 or last >= 1:
+        assert sps and 1 <= sps[0] <= 22, sps
+    # The last step grows from scrape to scrape.
+    lasts = [next(v for k, v in s[0].items() if k[0] == "trainprof_step_last") for s in seen]
+    assert lasts == sorted(lasts), lasts
 
 
 def test_a_bad_address_or_a_port_in_use_stops_before_anything_starts(trainprof_bin, tmp_path):

@@ -260,7 +260,7 @@ fn sample(
             node: node.to_string(),
             gpu_uuid: probed.gpu_uuids.clone(),
         };
-        match metrics::start(listener, labels) {
+        match metrics::start(listener, labels, root) {
             Ok(endpoint) => sinks.push(Box::new(endpoint)),
             Err(e) => log!("cannot start the metrics endpoint ({e}); sampling goes on without it"),
         }

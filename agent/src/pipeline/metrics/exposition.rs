@@ -492,8 +492,16 @@ pub fn rows(metrics: impl Iterator<Item = Metric>, out: &mut Vec<Row>) {
     out.sort_by_key(|r| r.family);
 }
 
-/// Appends the exposition of `rows` (from [`rows`]), with the tick's time first.
-pub fn render(buf: &mut String, format: Format, labels: &Labels, wall_s: f64, rows: &[Row]) {
+/// Appends the exposition of `rows` (from [`rows`]), with the tick's time first, then the
+/// trainer's progress.
+pub fn render(
+    buf: &mut String,
+    format: Format,
+    labels: &Labels,
+    wall_s: f64,
+    rows: &[Row],
+    progress: &[super::progress::StepStats],
+) {
     let tick = Row {
         family: F::TickTimestamp,
         extra: Extra::None,
@@ -520,6 +528,7 @@ pub fn render(buf: &mut String, format: Format, labels: &Labels, wall_s: f64, ro
         }
         buf.push('\n');
     }
+    super::progress::render(buf, format, &labels.node, progress);
     if format == Format::OpenMetrics {
         buf.push_str("# EOF\n");
     }
@@ -616,7 +625,7 @@ fn pair(buf: &mut String, key: &str, value: &str) {
 }
 
 /// A label value with `\`, `"` and newlines escaped (both formats' rule).
-fn escaped(buf: &mut String, s: &str) {
+pub(super) fn escaped(buf: &mut String, s: &str) {
     for c in s.chars() {
         match c {
             '\\' => buf.push_str("\\\\"),
@@ -644,7 +653,7 @@ mod tests {
         let mut r = Vec::new();
         rows(metrics.iter().copied(), &mut r);
         let mut buf = String::new();
-        render(&mut buf, format, &labels(), 1_595_455_620.123_456, &r);
+        render(&mut buf, format, &labels(), 1_595_455_620.123_456, &r, &[]);
         buf
     }
 

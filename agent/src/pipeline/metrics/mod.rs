@@ -11,12 +11,14 @@
 //!   keeps the last value of the rows that are not on every tick (the GPU buffers, the
 //!   counters, the clock: [`exposition::Family::sparse`]); a scrape renders that state at
 //!   most once per tick and format (cached), then serves the cached bytes.
-//! * [`exposition`]: names, labels, types and the two formats.
+//! * [`exposition`]: names, labels, types and the two formats; [`progress`]: the trainer's
+//!   steps from the hook's timelines, read on the server thread, at most once a second.
 //!
 //! The listening socket is bound in `prepare` (a bad address or a port in use stops
 //! `agent` / `run` with exit status 2 before anything starts) and handed to [`start`].
 
 pub mod exposition;
+pub mod progress;
 mod server;
 
 use std::net::{SocketAddr, TcpListener};
@@ -104,10 +106,11 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, ListenError> {
     Ok(l)
 }
 
-/// Starts the server thread on `listener`; the sink to hand ticks to.
-pub fn start(listener: TcpListener, labels: Labels) -> std::io::Result<Endpoint> {
+/// Starts the server thread on `listener`, following the trainer's timelines under `root`
+/// ([`progress`]); the sink to hand ticks to.
+pub fn start(listener: TcpListener, labels: Labels, root: &std::path::Path) -> std::io::Result<Endpoint> {
     let slot = Arc::new(Slot::default());
-    server::spawn(listener, Arc::clone(&slot), labels)?;
+    server::spawn(listener, Arc::clone(&slot), labels, Some(root.to_owned()))?;
     Ok(Endpoint::new(slot))
 }
 

@@ -11,7 +11,8 @@
 use std::convert::Infallible;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -21,6 +22,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 
 use super::exposition::{self, FAMILIES, Format, HOLD_S, Labels, Row};
+use super::progress::Progress;
 use super::{Slot, Snapshot};
 use crate::log;
 use crate::pipeline::sample::Metric;
@@ -42,8 +44,11 @@ struct State {
     latest: Option<Arc<Snapshot>>,
     /// The last row of each sparse series and the wall time of its tick.
     held: Vec<(Metric, f64)>,
-    /// The rendered bytes of one tick, per format: (seq, bytes).
-    cache: [Option<(u64, Bytes)>; 2],
+    /// The rendered bytes of one tick and progress reading, per format: (seq, generation,
+    /// bytes).
+    cache: [Option<(u64, u64, Bytes)>; 2],
+    /// The trainer's progress (`None`: not followed, tests).
+    progress: Option<Progress>,
     /// Reused between renders.
     rows: Vec<Row>,
 }
@@ -69,17 +74,22 @@ impl State {
     fn body(&mut self, format: Format, labels: &Labels) -> Option<Bytes> {
         let latest = self.latest.clone()?;
         let k = usize::from(format == Format::OpenMetrics);
-        if let Some((seq, b)) = &self.cache[k]
-            && *seq == latest.seq
+        if let Some(p) = &mut self.progress {
+            p.refresh(Instant::now());
+        }
+        let generation = self.progress.as_ref().map_or(0, |p| p.generation);
+        if let Some((seq, g, b)) = &self.cache[k]
+            && (*seq, *g) == (latest.seq, generation)
         {
             return Some(b.clone());
         }
         let rows = latest.rows.iter().filter(|m| !sparse(m)).chain(self.held.iter().map(|(m, _)| m)).copied();
         exposition::rows(rows, &mut self.rows);
         let mut buf = String::with_capacity(64 * self.rows.len() + 4096);
-        exposition::render(&mut buf, format, labels, latest.wall_s, &self.rows);
+        let progress = self.progress.as_ref().map_or(&[][..], |p| &p.stats[..]);
+        exposition::render(&mut buf, format, labels, latest.wall_s, &self.rows, progress);
         let b = Bytes::from(buf);
-        self.cache[k] = Some((latest.seq, b.clone()));
+        self.cache[k] = Some((latest.seq, generation, b.clone()));
         Some(b)
     }
 }
@@ -93,7 +103,12 @@ fn same_series(a: &Metric, b: &Metric) -> bool {
 }
 
 /// Starts the server thread.
-pub(super) fn spawn(listener: TcpListener, slot: Arc<Slot>, labels: Labels) -> std::io::Result<()> {
+pub(super) fn spawn(
+    listener: TcpListener,
+    slot: Arc<Slot>,
+    labels: Labels,
+    root: Option<PathBuf>,
+) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
     let addr = listener.local_addr()?;
     let listener = {
@@ -101,14 +116,19 @@ pub(super) fn spawn(listener: TcpListener, slot: Arc<Slot>, labels: Labels) -> s
         tokio::net::TcpListener::from_std(listener)?
     };
     std::thread::Builder::new().name("trainprof-metrics".into()).spawn(move || {
-        rt.block_on(serve(listener, slot, Arc::new(labels)));
+        rt.block_on(serve(listener, slot, Arc::new(labels), root.map(Progress::new)));
     })?;
     log!("serving metrics at http://{addr}{PATH}");
     Ok(())
 }
 
-async fn serve(listener: tokio::net::TcpListener, slot: Arc<Slot>, labels: Arc<Labels>) {
-    let state = Arc::new(Mutex::new(State::default()));
+async fn serve(
+    listener: tokio::net::TcpListener,
+    slot: Arc<Slot>,
+    labels: Arc<Labels>,
+    progress: Option<Progress>,
+) {
+    let state = Arc::new(Mutex::new(State { progress, ..State::default() }));
     // Takes each tick as it comes, off the sampling thread.
     tokio::spawn({
         let (slot, state) = (Arc::clone(&slot), Arc::clone(&state));

@@ -692,6 +692,23 @@ mod tests {
     }
 
     #[test]
+    fn docs_metrics_md_names_every_family() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        for f in FAMILIES {
+            let served = match f.kind {
+                Kind::Counter => format!("`{}_total`", f.name),
+                Kind::Gauge => format!("`{}`", f.name),
+            };
+            assert!(doc.contains(&served), "docs/metrics.md does not name {served}");
+            if let Some(d) = f.dcgm {
+                let field = d.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).find(|w| w.starts_with("DCGM_"));
+                assert!(field.is_none_or(|w| doc.contains(w)), "docs/metrics.md lacks {d}");
+            }
+        }
+    }
+
+    #[test]
     fn names_follow_the_conventions_and_are_unique() {
         let mut seen = std::collections::HashSet::new();
         for f in FAMILIES {

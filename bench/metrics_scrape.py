@@ -1,0 +1,73 @@
+"""What one scrape of the metrics endpoint costs against what one tick costs
+(BENCHMARKS.md, "The metrics endpoint"): `trainprof agent --metrics-listen` over the fake NVML
+(two GPUs), scraped once per tick for DURATION seconds, each scrape after a new tick (so every
+one renders); the CPU time of the server thread (`trainprof-metri…`) per scrape against the
+sampling thread's (`trainprof-sampl…`) per tick, from /proc/<pid>/task/<tid>/schedstat (ns).
+
+    python3 bench/metrics_scrape.py TRAINPROF_BIN [DURATION_S] [openmetrics]
+"""
+
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "agent"))
+from metrics_support import Agent  # noqa: E402
+
+
+def thread_ns(pid):
+    """{thread name: CPU ns} of the agent's threads."""
+    out = {}
+    for t in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (t / "comm").read_text().strip()
+            out[name] = out.get(name, 0) + int((t / "schedstat").read_text().split()[0])
+        except OSError:
+            pass
+    return out
+
+
+def main():
+    trainprof = pathlib.Path(sys.argv[1]).resolve()
+    duration = float(sys.argv[2]) if len(sys.argv) > 2 else 20.0
+    om = len(sys.argv) > 3 and sys.argv[3] == "openmetrics"
+    work = pathlib.Path(tempfile.mkdtemp(prefix="trainprof-bench-metrics-"))
+    nvml = work / "libnvidia-ml.so.1"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(nvml), str(ROOT / "agent/tests/c/fake_nvml.c")], check=True)
+    agent = Agent(trainprof, nvml, work / "profiler", interval_ms=100)
+    headers = {"Accept": "application/openmetrics-text;version=1.0.0"} if om else {}
+    try:
+        agent.wait_for_tick()
+        time.sleep(1)
+        before = thread_ns(agent.proc.pid)
+        scrapes, size, last_ts = 0, 0, None
+        t0 = time.time()
+        while time.time() - t0 < duration:
+            with urllib.request.urlopen(urllib.request.Request(agent.url, headers=headers), timeout=5) as r:
+                body = r.read()
+            ts = next(l for l in body.split(b"\n") if l.startswith(b"trainprof_tick_timestamp_seconds{"))
+            if ts != last_ts:
+                scrapes += 1
+                last_ts = ts
+            size = len(body)
+            time.sleep(0.1)
+        after = thread_ns(agent.proc.pid)
+        elapsed = time.time() - t0
+    finally:
+        agent.stop()
+    ticks = elapsed / agent.interval_s
+    server = (after.get("trainprof-metri", 0) - before.get("trainprof-metri", 0)) / 1e3
+    sampler = (after.get("trainprof-sampl", 0) - before.get("trainprof-sampl", 0)) / 1e3
+    series = sum(1 for l in body.split(b"\n") if l and not l.startswith(b"#"))
+    print(f"{'OpenMetrics' if om else 'text 0.0.4'}: {scrapes} scrapes of distinct ticks in {elapsed:.1f} s; "
+          f"{series} series, {size} bytes")
+    print(f"server thread: {server / scrapes:.0f} µs CPU per scrape; sampling thread: {sampler / ticks:.0f} µs CPU per tick "
+          f"(~{ticks:.0f} ticks)")
+
+
+if __name__ == "__main__":
+    main()

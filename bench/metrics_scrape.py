@@ -4,15 +4,15 @@
 one renders); the CPU time of the server thread (`trainprof-metri…`) per scrape against the
 sampling thread's (`trainprof-sampl…`) per tick, from /proc/<pid>/task/<tid>/schedstat (ns).
 
-    python3 bench/metrics_scrape.py TRAINPROF_BIN [DURATION_S] [openmetrics]
+    python3 bench/metrics_scrape.py TRAINPROF_BIN [DURATION_S] [openmetrics] [fresh]
 """
 
+import http.client
 import pathlib
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "agent"))
@@ -34,7 +34,9 @@ def thread_ns(pid):
 def main():
     trainprof = pathlib.Path(sys.argv[1]).resolve()
     duration = float(sys.argv[2]) if len(sys.argv) > 2 else 20.0
-    om = len(sys.argv) > 3 and sys.argv[3] == "openmetrics"
+    om = "openmetrics" in sys.argv[3:]
+    # One connection kept alive, as Prometheus does; `fresh`: a new connection per scrape.
+    fresh = "fresh" in sys.argv[3:]
     work = pathlib.Path(tempfile.mkdtemp(prefix="trainprof-bench-metrics-"))
     nvml = work / "libnvidia-ml.so.1"
     subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(nvml), str(ROOT / "agent/tests/c/fake_nvml.c")], check=True)
@@ -46,9 +48,15 @@ def main():
         before = thread_ns(agent.proc.pid)
         scrapes, size, last_ts = 0, 0, None
         t0 = time.time()
+        conn = None
         while time.time() - t0 < duration:
-            with urllib.request.urlopen(urllib.request.Request(agent.url, headers=headers), timeout=5) as r:
-                body = r.read()
+            if conn is None or fresh:
+                if conn is not None:
+                    conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", agent.port, timeout=5)
+            conn.request("GET", "/metrics", headers=headers)
+            r = conn.getresponse()
+            body = r.read()
             ts = next(l for l in body.split(b"\n") if l.startswith(b"trainprof_tick_timestamp_seconds{"))
             if ts != last_ts:
                 scrapes += 1
@@ -56,6 +64,7 @@ def main():
             size = len(body)
             time.sleep(0.1)
         after = thread_ns(agent.proc.pid)
+        conn.close()
         elapsed = time.time() - t0
     finally:
         agent.stop()
@@ -63,7 +72,7 @@ def main():
     server = (after.get("trainprof-metri", 0) - before.get("trainprof-metri", 0)) / 1e3
     sampler = (after.get("trainprof-sampl", 0) - before.get("trainprof-sampl", 0)) / 1e3
     series = sum(1 for l in body.split(b"\n") if l and not l.startswith(b"#"))
-    print(f"{'OpenMetrics' if om else 'text 0.0.4'}: {scrapes} scrapes of distinct ticks in {elapsed:.1f} s; "
+    print(f"{'OpenMetrics' if om else 'text 0.0.4'}, {'a connection per scrape' if fresh else 'kept alive'}: {scrapes} scrapes of distinct ticks in {elapsed:.1f} s; "
           f"{series} series, {size} bytes")
     print(f"server thread: {server / scrapes:.0f} µs CPU per scrape; sampling thread: {sampler / ticks:.0f} µs CPU per tick "
           f"(~{ticks:.0f} ticks)")

@@ -12,11 +12,11 @@ use trainprof_output::node::{ResourceConfig, SystemNode};
 use super::prepare::Prepared;
 use super::{Job, UploadOptions, Uploading};
 use crate::log;
+use crate::pipeline::metrics;
 use crate::pipeline::sample::probe::{ProbeContext, probe_samplers};
 use crate::pipeline::sample::process::thread_cpu_us;
 use crate::pipeline::sample::tree_pids::TreePids;
 use crate::pipeline::sample::{Roots, gpu};
-use crate::pipeline::metrics;
 use crate::pipeline::sink::{Sink, SystemFiles};
 use crate::pipeline::system_file::SystemWriter;
 use crate::pipeline::tick::{Clock as _, LoopCounts, LoopSettings, Reconfigure, Stop, SystemClock, Ticker};
@@ -254,12 +254,10 @@ fn sample(
     let node = SystemNode::from_env(read_resource_config().as_ref(), |k| std::env::var(k).ok());
     let interval = Duration::from_millis(u64::from(interval_ms));
     // Another output is another sink here (ARCHITECTURE.md, "The sink seam").
-    let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(SystemFiles::new(SystemWriter::new(root, node), waker))];
+    let mut sinks: Vec<Box<dyn Sink>> =
+        vec![Box::new(SystemFiles::new(SystemWriter::new(root, node), waker))];
     if let Some(listener) = metrics {
-        let labels = metrics::Labels {
-            node: node.to_string(),
-            gpu_uuid: probed.gpu_uuids.clone(),
-        };
+        let labels = metrics::Labels { node: node.to_string(), gpu_uuid: probed.gpu_uuids.clone() };
         match metrics::start(listener, labels, root) {
             Ok(endpoint) => sinks.push(Box::new(endpoint)),
             Err(e) => log!("cannot start the metrics endpoint ({e}); sampling goes on without it"),

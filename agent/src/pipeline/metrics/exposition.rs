@@ -528,7 +528,7 @@ pub fn render(
         }
         buf.push('\n');
     }
-    super::progress::render(buf, format, &labels.node, progress);
+    super::progress::render(buf, &labels.node, progress);
     if format == Format::OpenMetrics {
         buf.push_str("# EOF\n");
     }
@@ -664,7 +664,9 @@ mod tests {
             let metric = match d {
                 dim::CPU_UTILIZATION | dim::IO_WAIT_PERCENTAGE => m(CPU, Name::core(0), d, 1.0),
                 dim::GPU_UTILIZATION | dim::GPU_MEMORY_UTILIZATION => m(GPU, Name::gpu(0), d, 1.0),
-                dim::ALGORITHM => m(MetricType::Network, Name::Static(name::RECEIVE_BYTES_PER_SECOND), d, 1.0),
+                dim::ALGORITHM => {
+                    m(MetricType::Network, Name::Static(name::RECEIVE_BYTES_PER_SECOND), d, 1.0)
+                }
                 dim::BUSY_PERCENT | dim::IO_WAIT_PERCENT => m(HOST, Name::Static(name::ALL_CORES), d, 1.0),
                 dim::CGROUP | dim::HOST => m(RAM, Name::Static(name::MEMORY_USED_BYTES), d, 1.0),
                 dim::PROCESS_TREE => m(TRAINER, Name::Static(name::CPU_PERCENT), d, 1.0),
@@ -702,7 +704,9 @@ mod tests {
             };
             assert!(doc.contains(&served), "docs/metrics.md does not name {served}");
             if let Some(d) = f.dcgm {
-                let field = d.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).find(|w| w.starts_with("DCGM_"));
+                let field = d
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .find(|w| w.starts_with("DCGM_"));
                 assert!(field.is_none_or(|w| doc.contains(w)), "docs/metrics.md lacks {d}");
             }
         }
@@ -731,7 +735,12 @@ mod tests {
                 m(ACCELERATOR, Name::device(0), dim::GPU_THROTTLE_MASK, 0x41 as f64),
                 m(ACCELERATOR, Name::device(0), "ThrottleGpuIdle", 1.0),
                 m(ACCELERATOR, Name::device(0), dim::GPU_XID_EVENTS, 2.0),
-                m(TRAINER, Name::Process(42, Label::sanitized(b"pt_data_worker")), dim::PROCESS_CPU_PERCENT, 99.5),
+                m(
+                    TRAINER,
+                    Name::Process(42, Label::sanitized(b"pt_data_worker")),
+                    dim::PROCESS_CPU_PERCENT,
+                    99.5,
+                ),
                 m(CLOCK, Name::Static(name::MAX_ERROR_MICROS), dim::KERNEL, 15.0),
                 m(RAM, Name::Static(name::MEMORY_USED_BYTES), dim::CGROUP, 1024.0),
             ],
@@ -741,8 +750,16 @@ mod tests {
         assert!(t.contains("trainprof_tick_timestamp_seconds{node=\"algo-1\"} 1595455620.123456\n"), "{t}");
         assert!(t.contains("# TYPE trainprof_cpu_core_busy_percent gauge\ntrainprof_cpu_core_busy_percent{node=\"algo-1\",core=\"0\"} 12.35\ntrainprof_cpu_core_busy_percent{node=\"algo-1\",core=\"1\"} 50\n"), "{t}");
         assert!(t.contains("trainprof_cpu_core_iowait_percent{node=\"algo-1\",core=\"0\"} 1\n"), "{t}");
-        assert!(t.contains("trainprof_gpu_utilization_percent{node=\"algo-1\",gpu=\"0\",uuid=\"GPU-0000\"} 90\n"), "{t}");
-        assert!(t.contains("trainprof_gpu_sm_clock_hertz{node=\"algo-1\",gpu=\"0\",uuid=\"GPU-0000\"} 1410000000\n"), "{t}");
+        assert!(
+            t.contains("trainprof_gpu_utilization_percent{node=\"algo-1\",gpu=\"0\",uuid=\"GPU-0000\"} 90\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "trainprof_gpu_sm_clock_hertz{node=\"algo-1\",gpu=\"0\",uuid=\"GPU-0000\"} 1410000000\n"
+            ),
+            "{t}"
+        );
         assert!(t.contains("trainprof_gpu_throttle_reason_active{node=\"algo-1\",gpu=\"0\",uuid=\"GPU-0000\",reason=\"GpuIdle\"} 1\n"), "{t}");
         assert!(t.contains("trainprof_gpu_throttle_reason_active{node=\"algo-1\",gpu=\"0\",uuid=\"GPU-0000\",reason=\"HwThermal\"} 1\n"), "{t}");
         assert!(t.contains("trainprof_gpu_throttle_reason_active{node=\"algo-1\",gpu=\"0\",uuid=\"GPU-0000\",reason=\"SwThermal\"} 0\n"), "{t}");

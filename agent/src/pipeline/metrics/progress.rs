@@ -107,7 +107,10 @@ fn read(root: &std::path::Path) -> Vec<StepStats> {
     let pevents = framework.sub("pevents", false).ok();
     let newest_hour = pevents.as_ref().and_then(|p| {
         let hours = p.entries().ok()?;
-        let h = hours.iter().rev().find(|e| e.kind == Kind::Dir && e.name.as_ref().is_ok_and(|n| is_digits(n)))?;
+        let h = hours
+            .iter()
+            .rev()
+            .find(|e| e.kind == Kind::Dir && e.name.as_ref().is_ok_and(|n| is_digits(n)))?;
         p.sub(h.name.as_ref().ok()?, false).ok()
     });
     if let Some(hour) = &newest_hour {
@@ -247,8 +250,8 @@ fn stats(node: &str, mode: &str, mut steps: Vec<Step>) -> Option<StepStats> {
     })
 }
 
-/// Appends the progress families (after the system rows' families).
-pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, stats: &[StepStats]) {
+/// Appends the progress families (after the system rows' families; the same in both formats).
+pub fn render(buf: &mut String, node: &str, stats: &[StepStats]) {
     use std::fmt::Write as _;
     if stats.is_empty() {
         return;
@@ -270,7 +273,6 @@ pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, s
         super::exposition::escaped(buf, &s.mode);
         buf.push('"');
     };
-    let _ = format;
     let gauge = |buf: &mut String, name: &str, help: &str, value: &dyn Fn(&StepStats) -> Option<f64>| {
         let _ = write!(buf, "# HELP {name} {help}\n# TYPE {name} gauge\n");
         for s in stats {
@@ -281,9 +283,12 @@ pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, s
             }
         }
     };
-    gauge(buf, "trainprof_step_last", "The last step the trainer's hook recorded (labels timeline, rank, mode).", &|s| {
-        Some(s.last_step as f64)
-    });
+    gauge(
+        buf,
+        "trainprof_step_last",
+        "The last step the trainer's hook recorded (labels timeline, rank, mode).",
+        &|s| Some(s.last_step as f64),
+    );
     gauge(
         buf,
         "trainprof_step_last_end_timestamp_seconds",
@@ -341,10 +346,12 @@ mod tests {
         std::fs::create_dir_all(&hour).unwrap();
         // Rank 0: steps 0..=99 sealed (100 ms each, 10 a second), 100..=149 open (200 ms).
         let sealed = timeline((0..100).map(|k| (k, k as i64 * 100_000, 100_000)), "TRAIN") + "\n]";
-        std::fs::write(hour.join(format!("{}_0-algo-1_pythontimeline.json", B + 10_000_000)), sealed).unwrap();
+        std::fs::write(hour.join(format!("{}_0-algo-1_pythontimeline.json", B + 10_000_000)), sealed)
+            .unwrap();
         // An older sealed file of the same rank is not read.
         std::fs::write(hour.join(format!("{}_0-algo-1_pythontimeline.json", B)), "garbage").unwrap();
-        let open = timeline((100..150).map(|k| (k, 10_000_000 + (k as i64 - 100) * 200_000, 200_000)), "TRAIN");
+        let open =
+            timeline((100..150).map(|k| (k, 10_000_000 + (k as i64 - 100) * 200_000, 200_000)), "TRAIN");
         std::fs::write(root.join("framework/0-algo-1_pythontimeline.json.7-3.tmp"), open).unwrap();
         // Rank 1: only an open file, EVAL steps.
         let eval = timeline((0..3).map(|k| (k, k as i64 * 1_000_000, 500_000)), "EVAL");
@@ -386,8 +393,11 @@ mod tests {
         assert!(t.len() as u64 > 4 * TAIL_BYTES);
         std::fs::write(root.join("framework/0-h_pythontimeline.json.1-1.tmp"), t).unwrap();
         std::fs::write(root.join("elsewhere"), timeline(std::iter::once((5, 0, 1)), "TRAIN")).unwrap();
-        std::os::unix::fs::symlink(root.join("elsewhere"), root.join("framework/1-h_pythontimeline.json.1-1.tmp"))
-            .unwrap();
+        std::os::unix::fs::symlink(
+            root.join("elsewhere"),
+            root.join("framework/1-h_pythontimeline.json.1-1.tmp"),
+        )
+        .unwrap();
         let mut p = Progress::new(root.to_owned());
         p.refresh(Instant::now());
         assert_eq!(p.stats.len(), 1, "{:?}", p.stats);

@@ -10,8 +10,8 @@
 
 use std::convert::Infallible;
 use std::net::TcpListener;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -192,7 +192,8 @@ fn respond(req: &Request<Incoming>, state: &Mutex<State>, labels: &Labels) -> Re
     let plain = |status: StatusCode, text: &'static str| {
         let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
         *r.status_mut() = status;
-        r.headers_mut().insert(CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"));
+        r.headers_mut()
+            .insert(CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"));
         r
     };
     if req.uri().path() != PATH {
@@ -225,15 +226,24 @@ mod tests {
 
     #[test]
     fn sparse_rows_are_held_and_renders_cached_per_tick() {
-        let cpu = Metric { kind: CPU, name: Name::core(0), dimension: dimension::CPU_UTILIZATION, value: 5.0 };
-        let mean =
-            Metric { kind: ACCELERATOR, name: Name::device(0), dimension: dimension::GPU_BUSY_MEAN_PERCENT, value: 70.0 };
+        let cpu =
+            Metric { kind: CPU, name: Name::core(0), dimension: dimension::CPU_UTILIZATION, value: 5.0 };
+        let mean = Metric {
+            kind: ACCELERATOR,
+            name: Name::device(0),
+            dimension: dimension::GPU_BUSY_MEAN_PERCENT,
+            value: 70.0,
+        };
         let labels = Labels { node: "algo-1".into(), gpu_uuid: vec![] };
         let mut s = State::default();
         assert!(s.body(Format::Text, &labels).is_none());
         s.take(snapshot(1, 100.0, vec![cpu, mean]));
         let b1 = s.body(Format::Text, &labels).unwrap();
-        assert!(std::str::from_utf8(&b1).unwrap().contains("trainprof_gpu_utilization_mean_percent{node=\"algo-1\",gpu=\"0\"} 70\n"));
+        assert!(
+            std::str::from_utf8(&b1)
+                .unwrap()
+                .contains("trainprof_gpu_utilization_mean_percent{node=\"algo-1\",gpu=\"0\"} 70\n")
+        );
         // Cached: the same bytes.
         assert_eq!(s.body(Format::Text, &labels).unwrap().as_ptr(), b1.as_ptr());
         // The next tick has no buffer read: the mean is held.
@@ -242,7 +252,9 @@ mod tests {
         assert!(t.contains("core=\"0\"} 6\n") && t.contains("gpu=\"0\"} 70\n"), "{t}");
         // An older tick never replaces a newer one.
         s.take(snapshot(1, 100.0, vec![cpu]));
-        assert!(String::from_utf8(s.body(Format::Text, &labels).unwrap().to_vec()).unwrap().contains("} 6\n"));
+        assert!(
+            String::from_utf8(s.body(Format::Text, &labels).unwrap().to_vec()).unwrap().contains("} 6\n")
+        );
         // After HOLD_S without it, it goes.
         s.take(snapshot(3, 100.0 + HOLD_S + 1.0, vec![cpu]));
         let t = String::from_utf8(s.body(Format::OpenMetrics, &labels).unwrap().to_vec()).unwrap();

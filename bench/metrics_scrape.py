@@ -4,7 +4,7 @@
 one renders); the CPU time of the server thread (`trainprof-metri…`) per scrape against the
 sampling thread's (`trainprof-sampl…`) per tick, from /proc/<pid>/task/<tid>/schedstat (ns).
 
-    python3 bench/metrics_scrape.py TRAINPROF_BIN [DURATION_S] [openmetrics] [fresh]
+    python3 bench/metrics_scrape.py TRAINPROF_BIN [DURATION_S] [openmetrics] [fresh] [idle]
 """
 
 import http.client
@@ -37,6 +37,8 @@ def main():
     om = "openmetrics" in sys.argv[3:]
     # One connection kept alive, as Prometheus does; `fresh`: a new connection per scrape.
     fresh = "fresh" in sys.argv[3:]
+    # `idle`: no scrape at all; what the server thread costs per tick just taking the ticks.
+    idle = "idle" in sys.argv[3:]
     work = pathlib.Path(tempfile.mkdtemp(prefix="trainprof-bench-metrics-"))
     nvml = work / "libnvidia-ml.so.1"
     subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(nvml), str(ROOT / "agent/tests/c/fake_nvml.c")], check=True)
@@ -49,7 +51,9 @@ def main():
         scrapes, size, last_ts = 0, 0, None
         t0 = time.time()
         conn = None
-        while time.time() - t0 < duration:
+        while idle and time.time() - t0 < duration:
+            time.sleep(0.1)
+        while not idle and time.time() - t0 < duration:
             if conn is None or fresh:
                 if conn is not None:
                     conn.close()
@@ -64,13 +68,18 @@ def main():
             size = len(body)
             time.sleep(0.1)
         after = thread_ns(agent.proc.pid)
-        conn.close()
+        if conn is not None:
+            conn.close()
         elapsed = time.time() - t0
     finally:
         agent.stop()
     ticks = elapsed / agent.interval_s
     server = (after.get("trainprof-metri", 0) - before.get("trainprof-metri", 0)) / 1e3
     sampler = (after.get("trainprof-sampl", 0) - before.get("trainprof-sampl", 0)) / 1e3
+    if idle:
+        print(f"no scrapes: server thread {server / ticks:.1f} µs CPU per tick (taking the ticks); "
+              f"sampling thread {sampler / ticks:.0f} µs CPU per tick (~{ticks:.0f} ticks)")
+        return
     series = sum(1 for l in body.split(b"\n") if l and not l.startswith(b"#"))
     print(f"{'OpenMetrics' if om else 'text 0.0.4'}, {'a connection per scrape' if fresh else 'kept alive'}: {scrapes} scrapes of distinct ticks in {elapsed:.1f} s; "
           f"{series} series, {size} bytes")

@@ -65,30 +65,29 @@ impl Slot {
 pub struct Endpoint {
     slot: Arc<Slot>,
     seq: u64,
-    /// A buffer to fill next: the one the server let go of, so that a tick allocates
-    /// nothing once the buffers have grown.
-    spare: Vec<Metric>,
+    /// The tick before the newest: the server holds it until it has taken the newest, so
+    /// its buffer is reused one tick later, when the server has let go of it. A tick then
+    /// allocates nothing but the `Arc` once the buffers have grown.
+    retired: Option<Arc<Snapshot>>,
 }
 
 impl Endpoint {
     /// A sink that hands its ticks to `slot` (tests; [`start`] makes one with the server).
     pub fn new(slot: Arc<Slot>) -> Endpoint {
-        Endpoint { slot, seq: 0, spare: Vec::new() }
+        Endpoint { slot, seq: 0, retired: None }
     }
 }
 
 impl Sink for Endpoint {
     fn tick(&mut self, tick: &Tick<'_>) {
         self.seq += 1;
-        let mut rows = std::mem::take(&mut self.spare);
+        // Still held by the server (it has not taken the newest yet, or a scrape renders
+        // it): it is dropped there, and this tick allocates.
+        let mut rows =
+            self.retired.take().and_then(|r| Arc::try_unwrap(r).ok()).map(|r| r.rows).unwrap_or_default();
         rows.clear();
         rows.extend_from_slice(tick.metrics);
-        let old = self.slot.put(Arc::new(Snapshot { seq: self.seq, wall_s: tick.wall_s, rows }));
-        // The server may still hold the old one (a scrape in progress): then it is dropped
-        // there, and the next tick allocates.
-        if let Some(old) = old.and_then(|o| Arc::try_unwrap(o).ok()) {
-            self.spare = old.rows;
-        }
+        self.retired = self.slot.put(Arc::new(Snapshot { seq: self.seq, wall_s: tick.wall_s, rows }));
     }
 }
 
@@ -128,13 +127,17 @@ mod tests {
         e.tick(&Tick { wall_s: 10.0, metrics: &metrics, last: false });
         let held = slot.latest().unwrap();
         assert_eq!((held.seq, held.wall_s, held.rows.len()), (1, 10.0, 3));
-        // The server still holds tick 1: tick 2 takes a new buffer.
+        let first = held.rows.as_ptr();
+        // The server still holds tick 1 at tick 3: tick 3 takes a new buffer.
         e.tick(&Tick { wall_s: 11.0, metrics: &metrics[..2], last: false });
-        assert!(e.spare.is_empty());
-        drop(held);
+        let second = slot.latest().unwrap().rows.as_ptr();
         e.tick(&Tick { wall_s: 12.0, metrics: &metrics[..1], last: false });
-        assert!(e.spare.capacity() >= 2, "the buffer of tick 2 comes back");
+        assert_ne!(slot.latest().unwrap().rows.as_ptr(), first);
+        drop(held);
+        // Tick 2's buffer was let go: tick 4 fills it; then tick 3's, tick 4's, ...
+        e.tick(&Tick { wall_s: 13.0, metrics: &metrics[..1], last: false });
+        assert_eq!(slot.latest().unwrap().rows.as_ptr(), second);
         let s = slot.latest().unwrap();
-        assert_eq!((s.seq, s.wall_s, s.rows.len()), (3, 12.0, 1));
+        assert_eq!((s.seq, s.wall_s, s.rows.len()), (4, 13.0, 1));
     }
 }

@@ -52,9 +52,9 @@ impl Slot {
         self.latest.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// Puts `s` in, returning the tick it replaced.
-    fn put(&self, s: Arc<Snapshot>) -> Option<Arc<Snapshot>> {
-        let old = self.latest.lock().unwrap_or_else(PoisonError::into_inner).replace(s);
+    /// Puts `s` in (`None`: no tick to serve), returning the tick it replaced.
+    fn put(&self, s: Option<Arc<Snapshot>>) -> Option<Arc<Snapshot>> {
+        let old = std::mem::replace(&mut *self.latest.lock().unwrap_or_else(PoisonError::into_inner), s);
         self.wake.notify_one();
         old
     }
@@ -87,7 +87,13 @@ impl Sink for Endpoint {
             self.retired.take().and_then(|r| Arc::try_unwrap(r).ok()).map(|r| r.rows).unwrap_or_default();
         rows.clear();
         rows.extend_from_slice(tick.metrics);
-        self.retired = self.slot.put(Arc::new(Snapshot { seq: self.seq, wall_s: tick.wall_s, rows }));
+        self.retired = self.slot.put(Some(Arc::new(Snapshot { seq: self.seq, wall_s: tick.wall_s, rows })));
+    }
+
+    /// DisableProfiler: no tick is served (503) until ticks come again, rather than the
+    /// last one as if it were current.
+    fn pause(&mut self) {
+        self.slot.put(None);
     }
 }
 
@@ -139,5 +145,10 @@ mod tests {
         assert_eq!(slot.latest().unwrap().rows.as_ptr(), second);
         let s = slot.latest().unwrap();
         assert_eq!((s.seq, s.wall_s, s.rows.len()), (4, 13.0, 1));
+        // DisableProfiler: nothing to serve until the next tick.
+        e.pause();
+        assert!(slot.latest().is_none());
+        e.tick(&Tick { wall_s: 20.0, metrics: &metrics, last: false });
+        assert_eq!(slot.latest().unwrap().seq, 5);
     }
 }

@@ -70,6 +70,12 @@ impl State {
         self.latest = Some(s);
     }
 
+    /// Forgets every tick (profiling paused).
+    fn clear(&mut self) {
+        self.latest = None;
+        self.held.clear();
+    }
+
     /// The exposition of the newest tick in `format` (rendered once per tick and format).
     fn body(&mut self, format: Format, labels: &Labels) -> Option<Bytes> {
         let latest = self.latest.clone()?;
@@ -135,8 +141,12 @@ async fn serve(
         async move {
             loop {
                 slot.wake.notified().await;
-                if let Some(s) = slot.latest() {
-                    state.lock().unwrap_or_else(PoisonError::into_inner).take(s);
+                let latest = slot.latest();
+                let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+                match latest {
+                    Some(s) => state.take(s),
+                    // Paused (DisableProfiler): nothing to serve until the next tick.
+                    None => state.clear(),
                 }
             }
         }
@@ -208,7 +218,10 @@ fn respond(req: &Request<Incoming>, state: &Mutex<State>, labels: &Labels) -> Re
     let format = Format::from_accept(accept);
     let body = state.lock().unwrap_or_else(PoisonError::into_inner).body(format, labels);
     let Some(body) = body else {
-        return plain(StatusCode::SERVICE_UNAVAILABLE, "no tick sampled yet\n");
+        return plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no tick to serve (none yet, or profiling is paused)\n",
+        );
     };
     let mut r = Response::new(Full::new(body));
     r.headers_mut().insert(CONTENT_TYPE, hyper::header::HeaderValue::from_static(format.content_type()));
@@ -260,5 +273,7 @@ mod tests {
         let t = String::from_utf8(s.body(Format::OpenMetrics, &labels).unwrap().to_vec()).unwrap();
         assert!(!t.contains("utilization_mean"), "{t}");
         assert!(t.ends_with("# EOF\n"));
+        s.clear();
+        assert!(s.body(Format::Text, &labels).is_none());
     }
 }

@@ -4,9 +4,10 @@
 one renders); the CPU time of the server thread (`trainprof-metri…`) per scrape against the
 sampling thread's (`trainprof-sampl…`) per tick, from /proc/<pid>/task/<tid>/schedstat (ns).
 
-    python3 bench/metrics_scrape.py TRAINPROF_BIN [DURATION_S] [openmetrics] [fresh] [idle]
+    python3 bench/metrics_scrape.py TRAINPROF_BIN [DURATION_S] [openmetrics] [fresh] [idle] [ranks=N]
 """
 
+import fcntl
 import http.client
 import pathlib
 import subprocess
@@ -39,7 +40,28 @@ def main():
     fresh = "fresh" in sys.argv[3:]
     # `idle`: no scrape at all; what the server thread costs per tick just taking the ticks.
     idle = "idle" in sys.argv[3:]
+    # `ranks=N`: N ranks' open timelines of 1 MiB each under LocalPath (the progress
+    # families read each one's head and last 256 KiB, at most once a second).
+    ranks = next((int(a.split("=")[1]) for a in sys.argv[3:] if a.startswith("ranks=")), 0)
     work = pathlib.Path(tempfile.mkdtemp(prefix="trainprof-bench-metrics-"))
+    held = []
+    if ranks:
+        fw = work / "profiler" / "framework"
+        fw.mkdir(parents=True)
+        base = int(time.time() * 1e6)
+        for r in range(ranks):
+            lines = ['[', '{"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros": %d}}' % base]
+            k = 0
+            while sum(len(l) for l in lines) < 1 << 20:
+                lines.append('{"name": "Net", "pid": 1, "ph": "X", "ts": %d, "dur": 10, "args": {"pid": 7, "step_num": "%d"}}' % (k * 1000, k))
+                lines.append('{"name": "Step:ModeKeys.TRAIN", "pid": 2, "ph": "X", "ts": %d, "dur": 900, "args": {"pid": 7, "step_num": "%d"}}' % (k * 1000, k))
+                k += 1
+            f = open(fw / f"{r}-algo-1_pythontimeline.json.{100 + r}-1.tmp", "w")
+            f.write(",\n".join(lines))
+            f.flush()
+            # Held as a live writer holds it, so that the agent's repair leaves it alone.
+            fcntl.flock(f, fcntl.LOCK_EX)
+            held.append(f)
     nvml = work / "libnvidia-ml.so.1"
     subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(nvml), str(ROOT / "agent/tests/c/fake_nvml.c")], check=True)
     agent = Agent(trainprof, nvml, work / "profiler", interval_ms=100)
@@ -81,7 +103,8 @@ def main():
               f"sampling thread {sampler / ticks:.0f} µs CPU per tick (~{ticks:.0f} ticks)")
         return
     series = sum(1 for l in body.split(b"\n") if l and not l.startswith(b"#"))
-    print(f"{'OpenMetrics' if om else 'text 0.0.4'}, {'a connection per scrape' if fresh else 'kept alive'}: {scrapes} scrapes of distinct ticks in {elapsed:.1f} s; "
+    assert not ranks or body.count(b"trainprof_step_last{") == ranks, body
+    print(f"{'OpenMetrics' if om else 'text 0.0.4'}, {'a connection per scrape' if fresh else 'kept alive'}, {ranks} ranks' timelines: {scrapes} scrapes of distinct ticks in {elapsed:.1f} s; "
           f"{series} series, {size} bytes")
     print(f"server thread: {server / scrapes:.0f} µs CPU per scrape; sampling thread: {sampler / ticks:.0f} µs CPU per tick "
           f"(~{ticks:.0f} ticks)")

@@ -5,11 +5,11 @@
 //! Cheap and bounded, and only on the server thread, at most once per [`REFRESH`] and only
 //! when scraped: per node, the open timeline (`framework/<node>_pythontimeline.json.*.tmp`,
 //! the newest if a node has several) and its newest sealed one (in the newest hour folder of
-//! `framework/pevents/`), each read as its first [`HEAD_BYTES`] (the base time) and its last
-//! [`TAIL_BYTES`]; at most [`MAX_NODES`] nodes. Nothing is followed through a link and
+//! `framework/pevents/`) are followed: read first as their first [`HEAD_BYTES`] (the base
+//! time) and last [`TAIL_BYTES`], then from where the last read stopped (at most
+//! [`TAIL_BYTES`]); at most [`MAX_NODES`] nodes. Nothing is followed through a link and
 //! nothing but a regular file with one link is read (`trainprof_output::fs`). The figures
-//! cover the steps that ended in the last [`WINDOW_US`] before the newest one, as far as the
-//! tails reach back.
+//! cover the steps kept: those that ended in the last [`WINDOW_US`] before the newest one.
 
 use std::collections::BTreeMap;
 use std::io::{Read as _, Seek as _, SeekFrom};
@@ -59,7 +59,29 @@ pub struct Progress {
     /// Bumped whenever `stats` changed (the rendered exposition is cached against it).
     pub generation: u64,
     pub stats: Vec<StepStats>,
+    /// Per timeline node: the files followed and the steps kept.
+    nodes: BTreeMap<String, Node>,
 }
+
+/// One timeline node's followed files and steps.
+#[derive(Debug, Default)]
+struct Node {
+    /// (dev, ino) → the file's base time and how far it was read (after its last complete
+    /// line). Sealing renames a file, so the open file and its sealed self are one entry.
+    files: Vec<((u64, u64), Followed)>,
+    /// By mode: the steps that ended in the [`WINDOW_US`] before the newest, at most
+    /// [`MAX_STEPS`].
+    steps: BTreeMap<String, Vec<Step>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Followed {
+    base: i64,
+    offset: u64,
+}
+
+/// Steps kept per node and mode at most.
+pub const MAX_STEPS: usize = 10_000;
 
 /// One step event.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -71,28 +93,68 @@ struct Step {
 
 impl Progress {
     pub fn new(root: PathBuf) -> Progress {
-        Progress { root, next_at: None, generation: 0, stats: Vec::new() }
+        Progress { root, next_at: None, generation: 0, stats: Vec::new(), nodes: BTreeMap::new() }
     }
 
-    /// Reads the files again when [`REFRESH`] has passed since the last read.
+    /// Reads what was appended to the files since the last read, when [`REFRESH`] has passed
+    /// since then.
     pub fn refresh(&mut self, now: Instant) {
         if self.next_at.is_some_and(|at| now < at) {
             return;
         }
         self.next_at = Some(now + REFRESH);
-        let stats = read(&self.root);
+        self.follow();
+        let mut stats = Vec::new();
+        for (node, n) in &self.nodes {
+            for (mode, steps) in &n.steps {
+                stats.extend(compute(node, mode, steps));
+            }
+        }
         if stats != self.stats {
             self.stats = stats;
             self.generation += 1;
         }
     }
+
+    /// Reads each node's open file and newest sealed one from where it was left.
+    fn follow(&mut self) {
+        let Some((framework, open, newest_hour, sealed)) = candidates(&self.root) else {
+            self.nodes.clear();
+            return;
+        };
+        let mut names: Vec<&String> = open.keys().chain(sealed.keys()).collect();
+        names.sort();
+        names.dedup();
+        names.truncate(MAX_NODES);
+        let mut nodes = BTreeMap::new();
+        for name in names {
+            let mut node = self.nodes.remove(name).unwrap_or_default();
+            let mut files = Vec::new();
+            if let (Some(hour), Some(f)) = (&newest_hour, sealed.get(name)) {
+                read_steps(hour, f, &node.files, &mut files, &mut node.steps);
+            }
+            if let Some((f, _)) = open.get(name) {
+                read_steps(&framework, f, &node.files, &mut files, &mut node.steps);
+            }
+            // Only the files still among the candidates are remembered.
+            node.files = files;
+            for steps in node.steps.values_mut() {
+                prune(steps);
+            }
+            nodes.insert(name.clone(), node);
+        }
+        self.nodes = nodes;
+    }
 }
 
-/// Every node's figures under `root` (none when there is no `framework/`).
-fn read(root: &std::path::Path) -> Vec<StepStats> {
-    let Ok(root) = Dir::open_root(root, false) else { return Vec::new() };
-    let Ok(framework) = root.sub("framework", false) else { return Vec::new() };
-    // node → (the open file's name and mtime, the newest sealed file's name).
+/// The open files by node (the newest of a node's, by mtime) and the newest sealed ones
+/// (in the newest hour folder), or `None` without `framework/`.
+#[allow(clippy::type_complexity)]
+fn candidates(
+    root: &std::path::Path,
+) -> Option<(Dir, BTreeMap<String, (String, (i64, i64))>, Option<Dir>, BTreeMap<String, String>)> {
+    let root = Dir::open_root(root, false).ok()?;
+    let framework = root.sub("framework", false).ok()?;
     let mut open: BTreeMap<String, (String, (i64, i64))> = BTreeMap::new();
     for e in framework.entries().unwrap_or_default() {
         let (Ok(name), Kind::File) = (&e.name, e.kind) else { continue };
@@ -123,26 +185,17 @@ fn read(root: &std::path::Path) -> Vec<StepStats> {
             }
         }
     }
-    let mut nodes: Vec<&String> = open.keys().chain(sealed.keys()).collect();
-    nodes.sort();
-    nodes.dedup();
-    nodes.truncate(MAX_NODES);
-    let mut out = Vec::new();
-    for node in nodes {
-        let mut steps: BTreeMap<String, Vec<Step>> = BTreeMap::new();
-        if let (Some(hour), Some(name)) = (&newest_hour, sealed.get(node)) {
-            read_steps(hour, name, &mut steps);
-        }
-        if let Some((name, _)) = open.get(node) {
-            read_steps(&framework, name, &mut steps);
-        }
-        for (mode, s) in steps {
-            if let Some(st) = stats(node, &mode, s) {
-                out.push(st);
-            }
-        }
-    }
-    out
+    Some((framework, open, newest_hour, sealed))
+}
+
+/// Drops the steps older than [`WINDOW_US`] before the newest, and beyond [`MAX_STEPS`].
+fn prune(steps: &mut Vec<Step>) {
+    steps.sort_by_key(|s| (s.end_us, s.step));
+    steps.dedup();
+    let Some(last) = steps.last().copied() else { return };
+    let keep_from = steps.partition_point(|s| last.end_us - s.end_us > WINDOW_US);
+    let keep_from = keep_from.max(steps.len().saturating_sub(MAX_STEPS));
+    steps.drain(..keep_from);
 }
 
 fn is_digits(s: &str) -> bool {
@@ -156,31 +209,54 @@ fn sealed_node(name: &str) -> Option<&str> {
     (is_digits(t) && !node.is_empty()).then_some(node)
 }
 
-/// The step events of `dir/name` (its head for the base time, its tail for the events),
-/// by mode.
-fn read_steps(dir: &Dir, name: &str, out: &mut BTreeMap<String, Vec<Step>>) {
+/// The step events of `dir/name` appended since it was last read (`known`; a file not
+/// read before: its head for the base time, and its last [`TAIL_BYTES`]); what was read
+/// goes to `files`, the steps to `out` by mode.
+fn read_steps(
+    dir: &Dir,
+    name: &str,
+    known: &[((u64, u64), Followed)],
+    files: &mut Vec<((u64, u64), Followed)>,
+    out: &mut BTreeMap<String, Vec<Step>>,
+) {
     let Ok(mut f) = dir.open_regular(name, false) else { return };
     let Ok(meta) = meta_of(&f) else { return };
     if !meta.is_plain_file() || meta.is_mostly_holes() {
         return;
     }
-    let mut head = Vec::new();
-    if (&mut f).take(HEAD_BYTES).read_to_end(&mut head).is_err() {
+    let id = (meta.dev, meta.ino);
+    if files.iter().any(|(i, _)| *i == id) {
         return;
     }
-    let Some(base) = base_time(&head) else { return };
-    let from = meta.len.saturating_sub(TAIL_BYTES);
+    let followed = match known.iter().find(|(i, _)| *i == id) {
+        Some((_, f)) => *f,
+        None => {
+            let mut head = Vec::new();
+            if (&mut f).take(HEAD_BYTES).read_to_end(&mut head).is_err() {
+                return;
+            }
+            let Some(base) = base_time(&head) else { return };
+            Followed { base, offset: 0 }
+        }
+    };
+    // Never more than the tail: a file that grew faster is skipped ahead.
+    let from = followed.offset.max(meta.len.saturating_sub(TAIL_BYTES)).min(meta.len);
     let mut tail = Vec::new();
     if f.seek(SeekFrom::Start(from)).is_err() || (&mut f).take(TAIL_BYTES).read_to_end(&mut tail).is_err() {
         return;
     }
-    // The first line of a tail that starts mid-file is cut.
-    let lines = tail.split(|&b| b == b'\n').skip(usize::from(from > 0));
+    // The writer puts `,\n` before each event, so the newest event has no newline after it
+    // yet: it is taken when it parses, and read again next time (the steps are deduplicated)
+    // from the start of that line. A line cut by a skip ahead is left out.
+    let complete = tail.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let cut = from > followed.offset;
+    let lines = tail.split(|&b| b == b'\n').skip(usize::from(cut));
     for line in lines {
-        if let Some((mode, step)) = step_event(line, base) {
+        if let Some((mode, step)) = step_event(line, followed.base) {
             out.entry(mode).or_default().push(step);
         }
     }
+    files.push((id, Followed { base: followed.base, offset: from + complete as u64 }));
 }
 
 /// The base time (µs since the epoch) of pid 0's `process_name` line.
@@ -222,12 +298,9 @@ fn step_event(line: &[u8], base: i64) -> Option<(String, Step)> {
     Some((mode, Step { step, end_us: base.saturating_add(ts).saturating_add(dur), dur_us: dur.max(0) }))
 }
 
-/// The figures of one node's steps of one mode (from two files that may overlap).
-fn stats(node: &str, mode: &str, mut steps: Vec<Step>) -> Option<StepStats> {
-    steps.sort_by_key(|s| (s.end_us, s.step));
-    steps.dedup();
-    let last = *steps.last()?;
-    let window: Vec<Step> = steps.into_iter().filter(|s| last.end_us - s.end_us <= WINDOW_US).collect();
+/// The figures of one node's steps of one mode (sorted and pruned by [`prune`]).
+fn compute(node: &str, mode: &str, window: &[Step]) -> Option<StepStats> {
+    let last = *window.last()?;
     let first = window.first()?;
     let span_s = (last.end_us - first.end_us) as f64 / 1e6;
     let steps_per_second = (window.len() >= 2 && span_s > 0.0).then(|| (window.len() - 1) as f64 / span_s);
@@ -381,6 +454,39 @@ mod tests {
         p.refresh(t0 + REFRESH);
         assert!(p.stats.is_empty());
         assert_eq!(p.generation, 2);
+    }
+
+    #[test]
+    fn appended_steps_are_read_from_where_the_last_read_stopped_across_a_seal() {
+        use std::io::Write as _;
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        std::fs::create_dir_all(root.join("framework")).unwrap();
+        let tmp = root.join("framework/0-h_pythontimeline.json.1-1.tmp");
+        std::fs::write(&tmp, timeline((0..10).map(|k| (k, k as i64 * 100_000, 100_000)), "TRAIN")).unwrap();
+        let mut p = Progress::new(root.to_owned());
+        let t0 = Instant::now();
+        p.refresh(t0);
+        assert_eq!((p.stats[0].last_step, p.stats[0].count), (9, 10));
+        // Ten more steps, the last one half written.
+        let more = timeline((10..20).map(|k| (k, k as i64 * 100_000, 100_000)), "TRAIN");
+        let events = &more[more.find(",\n{\"name\": \"Net\"").unwrap()..];
+        let mut f = std::fs::OpenOptions::new().append(true).open(&tmp).unwrap();
+        f.write_all(&events.as_bytes()[..events.len() - 20]).unwrap();
+        p.refresh(t0 + REFRESH);
+        assert_eq!((p.stats[0].last_step, p.stats[0].count), (18, 19), "{:?}", p.stats);
+        f.write_all(&events.as_bytes()[events.len() - 20..]).unwrap();
+        f.write_all(b"\n]").unwrap();
+        drop(f);
+        // Sealed: the same file under its final name; a new open file goes on.
+        let hour = root.join("framework/pevents/2026112203");
+        std::fs::create_dir_all(&hour).unwrap();
+        std::fs::rename(&tmp, hour.join(format!("{}_0-h_pythontimeline.json", B + 2_000_000))).unwrap();
+        let next = timeline((20..25).map(|k| (k, k as i64 * 100_000, 100_000)), "TRAIN");
+        std::fs::write(root.join("framework/0-h_pythontimeline.json.1-2.tmp"), next).unwrap();
+        p.refresh(t0 + 2 * REFRESH);
+        assert_eq!((p.stats[0].last_step, p.stats[0].count), (24, 25), "{:?}", p.stats);
+        assert!((p.stats[0].steps_per_second.unwrap() - 10.0).abs() < 1e-9);
     }
 
     #[test]

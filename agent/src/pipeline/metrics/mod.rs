@@ -5,9 +5,12 @@
 //!
 //! * [`Endpoint`], a [`Sink`] on the sampling thread: copies the tick's rows into a reused
 //!   buffer and swaps it into a [`Slot`] (a mutex held for a pointer swap, never while
-//!   anything is rendered or sent), then wakes the server. It renders nothing.
+//!   anything is rendered or sent). It renders nothing and wakes nobody: waking another
+//!   thread costs the waker a system call and, on a VM, an interrupt to the other CPU
+//!   (measured: 15–50 µs more per tick, BENCHMARKS.md).
 //! * the server thread (`trainprof-metrics`, [`server`]): one single-threaded tokio runtime
-//!   with hyper's HTTP/1 server. On each wake it takes the newest tick from the slot and
+//!   with hyper's HTTP/1 server. It looks at the slot on a timer of its own, twice per tick
+//!   interval (as the ticks' timestamps show it), takes each new tick and
 //!   keeps the last value of the rows that are not on every tick (the GPU buffers, the
 //!   counters, the clock: [`exposition::Family::sparse`]); a scrape renders that state at
 //!   most once per tick and format (cached), then serves the cached bytes.
@@ -42,8 +45,6 @@ pub struct Snapshot {
 #[derive(Debug, Default)]
 pub struct Slot {
     latest: Mutex<Option<Arc<Snapshot>>>,
-    /// Wakes the server's merge task; `notify_one` never blocks.
-    wake: tokio::sync::Notify,
 }
 
 impl Slot {
@@ -54,9 +55,7 @@ impl Slot {
 
     /// Puts `s` in (`None`: no tick to serve), returning the tick it replaced.
     fn put(&self, s: Option<Arc<Snapshot>>) -> Option<Arc<Snapshot>> {
-        let old = std::mem::replace(&mut *self.latest.lock().unwrap_or_else(PoisonError::into_inner), s);
-        self.wake.notify_one();
-        old
+        std::mem::replace(&mut *self.latest.lock().unwrap_or_else(PoisonError::into_inner), s)
     }
 }
 

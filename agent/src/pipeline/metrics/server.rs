@@ -37,6 +37,10 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 /// The path served.
 pub const PATH: &str = "/metrics";
+/// The slot is looked at twice per tick interval, within these bounds (the shortest
+/// interval is 100 ms).
+const POLL_MIN: Duration = Duration::from_millis(25);
+const POLL_MAX: Duration = Duration::from_millis(500);
 
 /// What the server keeps between ticks.
 #[derive(Debug, Default)]
@@ -155,16 +159,29 @@ async fn serve(
     progress: Option<Progress>,
 ) {
     let state = Arc::new(Mutex::new(State { progress, ..State::default() }));
-    // Takes each tick as it comes, off the sampling thread.
+    // Takes each tick as it comes, off the sampling thread, looking twice per interval.
     tokio::spawn({
         let (slot, state) = (Arc::clone(&slot), Arc::clone(&state));
         async move {
+            let mut poll = POLL_MIN;
+            let mut seen: Option<(u64, f64)> = None;
             loop {
-                slot.wake.notified().await;
+                tokio::time::sleep(poll).await;
                 let latest = slot.latest();
                 let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
                 match latest {
-                    Some(s) => state.take(s),
+                    Some(s) if seen.is_none_or(|(seq, _)| seq != s.seq) => {
+                        if let Some((seq, wall_s)) = seen
+                            && s.seq == seq + 1
+                        {
+                            poll = Duration::try_from_secs_f64((s.wall_s - wall_s) / 2.0)
+                                .unwrap_or(POLL_MIN)
+                                .clamp(POLL_MIN, POLL_MAX);
+                        }
+                        seen = Some((s.seq, s.wall_s));
+                        state.take(s);
+                    }
+                    Some(_) => {}
                     // Paused (DisableProfiler): nothing to serve until the next tick.
                     None => state.clear(),
                 }
@@ -199,10 +216,10 @@ async fn serve(
             drop(stream);
             continue;
         };
-        let (state, labels) = (Arc::clone(&state), Arc::clone(&labels));
+        let (state, labels, slot) = (Arc::clone(&state), Arc::clone(&labels), Arc::clone(&slot));
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let reply = respond(&req, &state, &labels);
+                let reply = respond(&req, &state, &labels, &slot);
                 async move { Ok::<_, Infallible>(reply) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
@@ -218,7 +235,12 @@ async fn serve(
 }
 
 /// One request's answer.
-fn respond(req: &Request<Incoming>, state: &Mutex<State>, labels: &Labels) -> Response<Full<Bytes>> {
+fn respond(
+    req: &Request<Incoming>,
+    state: &Mutex<State>,
+    labels: &Labels,
+    slot: &Slot,
+) -> Response<Full<Bytes>> {
     let plain = |status: StatusCode, text: &'static str| {
         let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
         *r.status_mut() = status;
@@ -236,7 +258,14 @@ fn respond(req: &Request<Incoming>, state: &Mutex<State>, labels: &Labels) -> Re
     }
     let accept = req.headers().get(hyper::header::ACCEPT).and_then(|v| v.to_str().ok());
     let format = Format::from_accept(accept);
-    let body = state.lock().unwrap_or_else(PoisonError::into_inner).body(format, labels);
+    let body = {
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        // The newest tick, even if the timer has not taken it yet.
+        if let Some(s) = slot.latest() {
+            state.take(s);
+        }
+        state.body(format, labels)
+    };
     let Some(body) = body else {
         return plain(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use trainprof_agent::commands::{check, report, run};
+use trainprof_agent::commands::{check, compare, report, run};
 use trainprof_config::{OverrideKey, Sources};
 
 #[derive(Parser, Debug)]
@@ -91,6 +91,13 @@ enum Command {
         #[arg(long, value_name = "URL")]
         s3_endpoint: Option<String>,
     },
+    /// Compare two jobs: step time per mode (B ÷ A of the medians, a 95 % bootstrap
+    /// interval, a verdict), what moved, what makes them hard to compare; a CI gate.
+    ///
+    /// A and B are LocalPaths or s3:// prefixes, read as `report` reads them. A summary goes
+    /// to stderr; -o writes the page (never over a file), --json prints the comparison.
+    /// Exit status: 0 compared, 1 --fail-if-slower failed, 2 unusable input. docs/report.md.
+    Compare(CompareFlags),
     /// The page at the end of `run`, made in a child process with bounds of its own
     /// (docs/on-disk.md); not for people.
     #[command(name = "page-child", hide = true)]
@@ -100,6 +107,40 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+}
+
+/// The flags of `compare`.
+#[derive(Args, Debug)]
+struct CompareFlags {
+    /// The baseline: a LocalPath or s3://bucket/prefix.
+    a: String,
+    /// The run compared with it.
+    b: String,
+    /// The HTML page to create.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Print the comparison as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Exit with 1 when B's median step is slower than A's by more than PCT per cent and the
+    /// 95 % interval is above PCT too.
+    #[arg(long, value_name = "PCT")]
+    fail_if_slower: Option<f64>,
+    /// Only this step mode (train, eval, …) [default: every mode both have; movers and gate: TRAIN]
+    #[arg(long, value_name = "MODE")]
+    mode: Option<String>,
+    /// A change smaller than this (per cent) is no difference [default: 1]
+    #[arg(long, value_name = "PCT")]
+    noise: Option<f64>,
+    /// Steps left out at the start of each rank and mode [default: 10]
+    #[arg(long, value_name = "N")]
+    warmup: Option<usize>,
+    /// S3-compatible endpoint for an s3:// A or B.
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    /// As for `report`: datapoints a rule needs before it judges.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1000))]
+    patience: Option<u64>,
 }
 
 /// The flags of `agent` and `run`.
@@ -260,6 +301,18 @@ fn main() -> ExitCode {
             let clip = trainprof_report::trace::Clip { steps, start_s: start, end_s: end };
             report::trace(&report::TraceArgs { path, output, s3_endpoint, clip })
         }
+        Command::Compare(f) => compare::compare(&compare::CompareArgs {
+            a: f.a,
+            b: f.b,
+            output: f.output,
+            json: f.json,
+            fail_if_slower: f.fail_if_slower,
+            mode: f.mode,
+            noise: f.noise,
+            warmup: f.warmup,
+            s3_endpoint: f.s3_endpoint,
+            patience: f.patience,
+        }),
         Command::PageChild { root, source } => report::page_child::child_main(&root, &source),
         Command::Config {
             command: ConfigCommand::Check { path, json, steps, strict, framework, overrides },

@@ -6,12 +6,15 @@
 //! folder the trainer's user could write.
 
 pub mod collect;
+pub mod compare;
 pub mod detailed;
+pub mod hangs;
 pub mod html;
 pub mod marshal;
 pub mod model;
 pub mod native;
 pub mod page_detailed;
+pub mod page_hangs;
 pub mod page_windows;
 pub mod python;
 pub mod read;
@@ -59,24 +62,77 @@ pub enum Error {
 /// Reads the LocalPath at `root` and computes the model. `source` is what the user gave
 /// (a path or `s3://…`), kept in the model.
 pub fn build(root: &Path, source: &str, opts: &Options) -> Result<ReportModel, Error> {
+    build_inner(root, source, opts, |_, _| {}, |_| {}, false).map(|(m, _)| m)
+}
+
+/// What [`build_with`] hands back beside the model, for `trainprof compare`
+/// (`compare.rs`): every step record (mode → rank → steps in the order read) and each
+/// system node's ticks, first and last tick time.
+#[derive(Debug, Default)]
+pub struct Raw {
+    pub steps: BTreeMap<String, BTreeMap<String, Vec<collect::StepRec>>>,
+    pub node_ticks: BTreeMap<String, (u64, f64, f64)>,
+}
+
+/// [`build`], with every system tick (node, tick) and timeline event also handed to
+/// `on_tick` and `on_event` during the one pass, and the [`Raw`] records kept.
+pub fn build_with(
+    root: &Path,
+    source: &str,
+    opts: &Options,
+    on_tick: impl FnMut(&str, &read::Tick),
+    on_event: impl FnMut(&read::Event<'_>),
+) -> Result<(ReportModel, Raw), Error> {
+    build_inner(root, source, opts, on_tick, on_event, true)
+}
+
+fn build_inner(
+    root: &Path,
+    source: &str,
+    opts: &Options,
+    mut on_tick: impl FnMut(&str, &read::Tick),
+    mut on_event: impl FnMut(&read::Event<'_>),
+    keep_raw: bool,
+) -> Result<(ReportModel, Raw), Error> {
     let dir = Dir::open_root(root, false).map_err(|e| Error::Root(root.display().to_string(), e))?;
     let mut skipped = read::Skipped::leaving_out(opts.leave_out.clone());
     let mut agg = Agg::new(opts.patience);
-    read::system_ticks(&dir, &mut skipped, |node, t| agg.tick(node, &t));
-    read::timeline_events(&dir, &mut skipped, &|_, _| true, |e| agg.event(e));
+    read::system_ticks(&dir, &mut skipped, |node, t| {
+        agg.tick(node, &t);
+        on_tick(node, &t);
+    });
+    read::timeline_events(&dir, &mut skipped, &|_, _| true, |e| {
+        agg.event(e);
+        on_event(e);
+    });
     let stats = read::stats_files(&dir, &mut skipped);
     let native = native::windows(&dir, &mut skipped);
-    if agg.nodes.is_empty() && agg.ranks.is_empty() && stats.is_empty() && native.is_empty() {
+    let hangs = hangs::read(&dir, &agg.steps, &mut skipped);
+    if agg.nodes.is_empty()
+        && agg.ranks.is_empty()
+        && stats.is_empty()
+        && native.is_empty()
+        && hangs.is_empty()
+    {
         return Err(Error::Empty(root.display().to_string()));
     }
     agg.finish();
     let (python, python_summary) = python_windows(&dir, &stats, &mut skipped);
+    let raw = if keep_raw {
+        Raw {
+            steps: agg.steps.clone(),
+            node_ticks: agg.nodes.iter().map(|(k, n)| (k.clone(), (n.ticks, n.first_s, n.last_s))).collect(),
+        }
+    } else {
+        Raw::default()
+    };
     let mut m = assemble(agg, python, source, skipped);
     m.job.profiled.python_windows = python_summary.windows.len() as u64;
     m.job.profiled.native_windows = native.len() as u64;
     m.python_summary = python_summary;
     m.native = native;
-    Ok(m)
+    m.hangs = hangs;
+    Ok((m, raw))
 }
 
 /// The Python windows: every folder's top functions, the folders grouped into windows named
@@ -391,6 +447,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         triggers,
         findings,
         detailed,
+        hangs: Hangs::default(),
         series,
     }
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use crate::detailed::{Detailed, DetailedFigures, DetailedWindow, LaunchDelay, Share, TopRow};
+pub use crate::hangs::Hangs;
 pub use crate::rules::Evidence;
 
 /// The version of this shape; raised when a key changes meaning.
@@ -36,6 +37,9 @@ pub struct ReportModel {
     /// The detailed windows explained (`docs/report.md`, "Detailed windows").
     #[serde(default)]
     pub detailed: Detailed,
+    /// Hangs and crashes (`docs/report.md`, "Hangs and crashes"): empty when there were none.
+    #[serde(default)]
+    pub hangs: Hangs,
     /// Only for the HTML page; `--json` leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<Series>,

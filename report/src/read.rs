@@ -129,6 +129,8 @@ pub struct Tick {
     pub clock_synchronised: Option<f64>,
     pub clock_max_error_us: Option<f64>,
     pub clock_est_error_us: Option<f64>,
+    /// `pressure` / `CPU`, `Memory`, `IO` / `SomeStalledPercent` (read by `compare` only).
+    pub pressure: [Option<f64>; 3],
     /// GPU readings of names past the first `collect::MAX_GPUS_PER_NODE` of this tick, left
     /// out (so that finding a tick's GPU stays O(1) per line; `docs/report.md`, "Caps").
     pub gpus_left_out: u64,
@@ -208,6 +210,15 @@ impl Tick {
             (Some(MetricType::Clock), n::MAX_ERROR_MICROS, d::KERNEL) => self.clock_max_error_us = Some(v),
             (Some(MetricType::Clock), n::ESTIMATED_ERROR_MICROS, d::KERNEL) => {
                 self.clock_est_error_us = Some(v)
+            }
+            (Some(MetricType::Pressure), n::PRESSURE_CPU, d::SOME_STALLED_PERCENT) => {
+                self.pressure[0] = Some(v)
+            }
+            (Some(MetricType::Pressure), n::PRESSURE_MEMORY, d::SOME_STALLED_PERCENT) => {
+                self.pressure[1] = Some(v)
+            }
+            (Some(MetricType::Pressure), n::PRESSURE_IO, d::SOME_STALLED_PERCENT) => {
+                self.pressure[2] = Some(v)
             }
             _ => {}
         }

@@ -96,7 +96,7 @@ pub fn input(path: &str, endpoint: Option<&str>) -> Result<Input, InputError> {
 
 /// A new private temporary folder (mode 0700) for a download, removed when dropped; owned
 /// by `owner` when given (the user the report's child runs as, [`page_child`]).
-fn private_temp(owner: page_child::RunAs) -> Result<tempfile::TempDir, String> {
+pub(crate) fn private_temp(owner: page_child::RunAs) -> Result<tempfile::TempDir, String> {
     let temp = tempfile::Builder::new()
         .prefix("trainprof-report-")
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
@@ -116,7 +116,7 @@ fn private_temp(owner: page_child::RunAs) -> Result<tempfile::TempDir, String> {
 /// the copy, with every file of the job, stayed in the temporary folder. Called before any
 /// other thread starts ([`signals::install`]); when the signals cannot be taken, they keep
 /// their default action.
-fn remove_on_signal(dir: &Path) {
+pub(crate) fn remove_on_signal(dir: &Path) {
     use crate::process::signals;
     let taken = signals::Taken::from_dispositions();
     let Ok(installed) = signals::install(taken) else { return };
@@ -145,7 +145,7 @@ fn remove_on_signal(dir: &Path) {
 /// Reasons listed one by one at most; past this, one line says how many more.
 const MAX_SKIPPED_LISTED: usize = 200;
 
-fn log_skipped(skipped: &[String]) {
+pub(crate) fn log_skipped(skipped: &[String]) {
     for s in skipped.iter().take(MAX_SKIPPED_LISTED) {
         log!("skipped: {s}");
     }
@@ -163,7 +163,7 @@ fn build_status(e: &trainprof_report::Error) -> u8 {
 }
 
 /// Creates `name` in `dir`, never over an existing file or through a link.
-fn create_in(dir: &Path, name: &str) -> Result<(File, PathBuf), String> {
+pub(crate) fn create_in(dir: &Path, name: &str) -> Result<(File, PathBuf), String> {
     let shown = dir.join(name);
     let d = Dir::open_root(dir, false).map_err(|e| format!("{}: {e}", dir.display()))?;
     match d.create_new(name) {
@@ -581,7 +581,8 @@ fn wanted(rel: &str) -> bool {
     let kind = rel.starts_with("system/incremental/")
         || rel.starts_with("framework/pevents/")
         || is_stats(rel, name)
-        || is_native(rel, name);
+        || is_native(rel, name)
+        || is_hang(rel, name);
     kind && !rel.ends_with(".tmp")
         && rel.split('/').all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
 }
@@ -594,6 +595,19 @@ fn is_stats(rel: &str, name: &str) -> bool {
 
 fn is_native(rel: &str, name: &str) -> bool {
     rel.starts_with("framework/native/") && (name == "profile.pb.gz" || name == "flamegraph.svg")
+}
+
+/// A hang or crash dump's file (`framework/hangs/<node>/<folder>/<file>`) or the agent's record
+/// of the host at a stall (`system/hangs/<node>/<name>.json`).
+fn is_hang(rel: &str, name: &str) -> bool {
+    let depth = rel.split('/').count();
+    // Hidden folders (a crash's dump being written) are not the report's.
+    let hidden = rel.split('/').any(|c| c.starts_with('.'));
+    !hidden
+        && (rel.starts_with("framework/hangs/")
+            && depth == 5
+            && trainprof_report::hangs::DUMP_FILES.contains(&name))
+        || (rel.starts_with("system/hangs/") && depth == 4 && name.ends_with(".json"))
 }
 
 /// Objects one S3 download fetches at most; the rest are skipped, counted.
@@ -648,6 +662,8 @@ impl Plan {
             MAX_STATS_OBJECT
         } else if is_native(rel, name) {
             MAX_NATIVE_OBJECT
+        } else if is_hang(rel, name) {
+            trainprof_report::hangs::MAX_STACKS_BYTES
         } else {
             MAX_OBJECT
         };
@@ -690,7 +706,7 @@ pub struct Downloaded {
 /// caller), never over a file or through a link. The client is the uploader's
 /// (`S3Store::connect`: the standard credential chain, rustls, the endpoint from
 /// `--s3-endpoint` or `AWS_ENDPOINT_URL(_S3)`, path-style with an endpoint).
-fn download(url: &S3Url, endpoint: Option<&str>, into: &Path) -> Result<Downloaded, String> {
+pub(crate) fn download(url: &S3Url, endpoint: Option<&str>, into: &Path) -> Result<Downloaded, String> {
     let rt = client_runtime()?;
     let got = rt.block_on(async {
         let options = S3Options { endpoint: endpoint.map(str::to_owned), ..S3Options::default() };
@@ -819,6 +835,13 @@ mod tests {
             "framework/native/0-algo-1/1795400000000000-1795400001000000_7/.profile.pb.gz.7.tmp"
         ));
         assert!(!wanted("framework/tensorflow/detailed_profiling/2026112203/000000005/x.xplane.pb"));
+        assert!(wanted("framework/hangs/0-algo-1/30-1795400001000000/stall.json"));
+        assert!(wanted("framework/hangs/0-algo-1/30-1795400001000000/python_stacks.txt"));
+        assert!(!wanted("framework/hangs/0-algo-1/30-1795400001000000/core"));
+        assert!(!wanted("framework/hangs/0-algo-1/stall.json"));
+        assert!(!wanted("framework/hangs/0-algo-1/.fatal-7/stall.json"));
+        assert!(wanted("system/hangs/0-algo-1/30-1795400001000000.json"));
+        assert!(!wanted("system/hangs/0-algo-1/x/30-1795400001000000.json"));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use trainprof_output::node::{ResourceConfig, SystemNode};
 use super::prepare::Prepared;
 use super::{Job, UploadOptions, Uploading};
 use crate::log;
+use crate::pipeline::hangs::HangSink;
 use crate::pipeline::metrics;
 use crate::pipeline::sample::probe::{ProbeContext, probe_samplers};
 use crate::pipeline::sample::process::thread_cpu_us;
@@ -243,19 +244,19 @@ fn sample(
     let roots = Roots::host();
     let nvml_lib = gpu::lib_from_env();
     let now = || clock.mono();
-    let cx = ProbeContext {
-        roots: &roots,
-        now: &now,
-        trainer,
-        nvml_lib: nvml_lib.as_deref(),
-        tree: TreePids::default(),
-    };
+    let tree = TreePids::default();
+    let cx =
+        ProbeContext { roots: &roots, now: &now, trainer, nvml_lib: nvml_lib.as_deref(), tree: tree.clone() };
     let probed = probe_samplers(&cx);
     let node = SystemNode::from_env(read_resource_config().as_ref(), |k| std::env::var(k).ok());
     let interval = Duration::from_millis(u64::from(interval_ms));
     // Another output is another sink here (ARCHITECTURE.md, "The sink seam").
     let mut sinks: Vec<Box<dyn Sink>> =
         vec![Box::new(SystemFiles::new(SystemWriter::new(root, node), waker))];
+    // The host at a stall (docs/on-disk.md, "Host state at a stall").
+    if let Some(h) = HangSink::start(root, &roots.proc, &node.to_string(), tree) {
+        sinks.push(Box::new(h));
+    }
     if let Some(listener) = metrics {
         let labels = metrics::Labels { node: node.to_string(), gpu_uuid: probed.gpu_uuids.clone() };
         match metrics::start(listener, labels, root) {

@@ -37,10 +37,9 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 /// The path served.
 pub const PATH: &str = "/metrics";
-/// The slot is looked at twice per tick interval, within these bounds (the shortest
-/// interval is 100 ms).
-const POLL_MIN: Duration = Duration::from_millis(25);
-const POLL_MAX: Duration = Duration::from_millis(500);
+/// How often the server takes the ticks queued when nobody scrapes (a scrape takes them
+/// too): the sparse rows of every tick are kept (`HANDED_MAX` ticks wait at most).
+const POLL: Duration = Duration::from_millis(500);
 
 /// What the server keeps between ticks.
 #[derive(Debug, Default)]
@@ -58,11 +57,11 @@ struct State {
 }
 
 impl State {
-    /// Takes the newest tick: keeps its sparse rows in `held`, drops held ones older than
-    /// [`HOLD_S`].
-    fn take(&mut self, s: Arc<Snapshot>) {
+    /// Takes a newer tick: keeps its sparse rows in `held`, drops held ones older than
+    /// [`HOLD_S`]. Returns the tick it replaced (or `s`, when not newer).
+    fn take(&mut self, s: Arc<Snapshot>) -> Option<Arc<Snapshot>> {
         if self.latest.as_ref().is_some_and(|l| l.seq >= s.seq) {
-            return;
+            return Some(s);
         }
         for m in s.rows.iter().filter(|m| sparse(m)) {
             match self.held.iter_mut().find(|(h, _)| same_series(h, m)) {
@@ -71,13 +70,32 @@ impl State {
             }
         }
         self.held.retain(|(_, at)| s.wall_s - at <= HOLD_S);
-        self.latest = Some(s);
+        self.latest.replace(s)
     }
 
-    /// Forgets every tick (profiling paused).
-    fn clear(&mut self) {
-        self.latest = None;
+    /// Takes every tick queued in `slot`, in order; gives their buffers back.
+    fn take_all(&mut self, slot: &Slot) {
+        for handed in slot.drain() {
+            match handed {
+                Some(s) => {
+                    if let Some(old) = self.take(s) {
+                        slot.recycle(old);
+                    }
+                }
+                // Paused (DisableProfiler): nothing to serve until the next tick.
+                None => {
+                    if let Some(old) = self.clear() {
+                        slot.recycle(old);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Forgets every tick (profiling paused); the one it held.
+    fn clear(&mut self) -> Option<Arc<Snapshot>> {
         self.held.clear();
+        self.latest.take()
     }
 
     /// The exposition of the newest tick in `format` (rendered once per tick and format).
@@ -159,32 +177,13 @@ async fn serve(
     progress: Option<Progress>,
 ) {
     let state = Arc::new(Mutex::new(State { progress, ..State::default() }));
-    // Takes each tick as it comes, off the sampling thread, looking twice per interval.
+    // Takes the ticks queued, off the sampling thread, every POLL.
     tokio::spawn({
         let (slot, state) = (Arc::clone(&slot), Arc::clone(&state));
         async move {
-            let mut poll = POLL_MIN;
-            let mut seen: Option<(u64, f64)> = None;
             loop {
-                tokio::time::sleep(poll).await;
-                let latest = slot.latest();
-                let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-                match latest {
-                    Some(s) if seen.is_none_or(|(seq, _)| seq != s.seq) => {
-                        if let Some((seq, wall_s)) = seen
-                            && s.seq == seq + 1
-                        {
-                            poll = Duration::try_from_secs_f64((s.wall_s - wall_s) / 2.0)
-                                .unwrap_or(POLL_MIN)
-                                .clamp(POLL_MIN, POLL_MAX);
-                        }
-                        seen = Some((s.seq, s.wall_s));
-                        state.take(s);
-                    }
-                    Some(_) => {}
-                    // Paused (DisableProfiler): nothing to serve until the next tick.
-                    None => state.clear(),
-                }
+                tokio::time::sleep(POLL).await;
+                state.lock().unwrap_or_else(PoisonError::into_inner).take_all(&slot);
             }
         }
     });
@@ -261,9 +260,7 @@ fn respond(
     let body = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         // The newest tick, even if the timer has not taken it yet.
-        if let Some(s) = slot.latest() {
-            state.take(s);
-        }
+        state.take_all(slot);
         state.body(format, labels)
     };
     let Some(body) = body else {

@@ -60,8 +60,8 @@ struct Inner {
     spare: Vec<Vec<Metric>>,
 }
 
-/// Ticks kept for the server at most: 6.4 s of the shortest interval (100 ms), where the
-/// server looks every [`server`]'s half second.
+/// Ticks kept for the server at most: 6.4 s of the shortest interval (100 ms); the server
+/// takes them every half second.
 pub const HANDED_MAX: usize = 64;
 const SPARE_MAX: usize = 8;
 

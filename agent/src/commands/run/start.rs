@@ -13,6 +13,7 @@ use super::prepare::Prepared;
 use super::{Job, UploadOptions, Uploading};
 use crate::log;
 use crate::pipeline::hangs::HangSink;
+use crate::pipeline::metrics;
 use crate::pipeline::sample::probe::{ProbeContext, probe_samplers};
 use crate::pipeline::sample::process::thread_cpu_us;
 use crate::pipeline::sample::tree_pids::TreePids;
@@ -43,7 +44,7 @@ pub(super) struct Started {
 /// cannot start is one line and the job goes on without it; a hung or panicking sampler
 /// cannot keep [`super::wait`] from returning CMD's status (it runs on its own thread).
 pub(super) fn start(p: Prepared, command: Option<Vec<OsString>>) -> Result<Started, ExitCode> {
-    let Prepared { opts, taken, installed, nofile, loader, loaded, root, before } = p;
+    let Prepared { opts, taken, installed, nofile, loader, loaded, root, before, metrics } = p;
     let config = loaded.config;
     let uploader = match (&root, &config.s3_output_path) {
         (Some(root), Some(s3)) => start_upload(root, s3, &opts.upload),
@@ -93,13 +94,16 @@ pub(super) fn start(p: Prepared, command: Option<Vec<OsString>>) -> Result<Start
 
     // Sampling runs on its own thread: a hung NVML call or a panic there must not keep
     // `run` from returning the trainer's status.
+    if metrics.is_some() && root.is_none() {
+        log!("--metrics-listen: nothing is sampled, so no metrics are served");
+    }
     let sampling = root.clone().and_then(|root| {
         let (done_tx, done_rx) = mpsc::channel();
         let stop = stop.clone();
         let reload = ConfigReload { loader, next_at: RELOAD_EVERY };
         let spawned = std::thread::Builder::new().name("trainprof-sampler".into()).spawn(move || {
             let clock = SystemClock::new(stop);
-            let counts = sample(&root, &clock, child_pid, config.interval_ms, waker, reload);
+            let counts = sample(&root, &clock, child_pid, config.interval_ms, (waker, metrics), reload);
             let _ = done_tx.send(counts);
         });
         match spawned {
@@ -234,7 +238,7 @@ fn sample(
     clock: &SystemClock,
     trainer: Option<u32>,
     interval_ms: u32,
-    waker: Option<upload::Waker>,
+    (waker, metrics): (Option<upload::Waker>, Option<std::net::TcpListener>),
     reload: ConfigReload,
 ) -> LoopCounts {
     let roots = Roots::host();
@@ -252,6 +256,13 @@ fn sample(
     // The host at a stall (docs/on-disk.md, "Host state at a stall").
     if let Some(h) = HangSink::start(root, &roots.proc, &node.to_string(), tree) {
         sinks.push(Box::new(h));
+    }
+    if let Some(listener) = metrics {
+        let labels = metrics::Labels { node: node.to_string(), gpu_uuid: probed.gpu_uuids.clone() };
+        match metrics::start(listener, labels, root) {
+            Ok(endpoint) => sinks.push(Box::new(endpoint)),
+            Err(e) => log!("cannot start the metrics endpoint ({e}); sampling goes on without it"),
+        }
     }
     let mut ticker = Ticker::new(probed.samplers, sinks, interval);
     ticker.reconfigure_with(Box::new(reload));

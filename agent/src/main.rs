@@ -164,6 +164,9 @@ struct AgentFlags {
     /// Files larger than this are uploaded in parts (of at least 5 MiB)
     #[arg(long, value_name = "BYTES", default_value_t = 16 << 20, hide = true)]
     s3_multipart_bytes: u64,
+    /// Serve the latest tick for Prometheus at http://ADDR:PORT/metrics (off by default; see docs/metrics.md), e.g. 127.0.0.1:9400
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     overrides: OverrideFlags,
 }
@@ -187,6 +190,7 @@ impl AgentFlags {
                 deadline: std::time::Duration::from_secs(self.upload_deadline_s),
                 multipart_bytes: self.s3_multipart_bytes,
             },
+            metrics_listen: self.metrics_listen,
         };
         (opts, self.overrides.apply(sources))
     }

@@ -18,6 +18,7 @@
 pub mod auto;
 mod convert;
 mod feature;
+pub mod hang;
 pub mod literal;
 mod native;
 mod parse;
@@ -27,6 +28,7 @@ pub mod window;
 
 pub use auto::{AutoFeature, AutoFeatures, AutoProfiling};
 pub use feature::{CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler};
+pub use hang::HangDetection;
 pub use native::{DEFAULT_SAMPLING_HZ, NativeFeature, SAMPLING_HZ_RANGE};
 pub use reload::{Loader, ReadError, Reload, read_bytes as read_platform_file};
 pub use sources::{OverrideKey, Sources};
@@ -74,6 +76,8 @@ pub struct Config {
     pub native: NativeFeature,
     /// `AutoProfilingConfig`: windows opened by a slow train step (a trainprof extension).
     pub auto: AutoProfiling,
+    /// `HangDetectionConfig`: stall detection and last words (a trainprof extension).
+    pub hang: HangDetection,
     /// Everything that was ignored, replaced by a default or turned off, one line each.
     pub problems: Vec<Problem>,
 }
@@ -96,6 +100,7 @@ impl Config {
             smdataparallel: Feature::not_configured(),
             native: NativeFeature::not_configured(),
             auto: AutoProfiling::not_configured(),
+            hang: HangDetection::not_configured(),
             problems: Vec::new(),
         }
     }

@@ -76,6 +76,7 @@ pub(crate) fn build(file: &FileStatus, doc: Option<&Value>, sources: &Sources) -
             f.turn_off(Off::ProfilerDisabled);
         }
         cfg.auto.turn_off(Off::ProfilerDisabled);
+        cfg.hang.turn_off(Off::ProfilerDisabled);
     }
     cfg.problems = p.0;
     cfg
@@ -266,6 +267,8 @@ fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) 
             "NativeProfilingConfig",
             // A trainprof extension (docs/formats.md, "Anomaly-triggered windows").
             "AutoProfilingConfig",
+            // A trainprof extension (docs/formats.md, "Hang and crash dumps").
+            "HangDetectionConfig",
             // Written by the SDK, read by nobody (smdebug neither): ignored quietly.
             "HorovodProfilingConfig",
             "ProfilerEnabled",
@@ -317,6 +320,9 @@ fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) 
     if let Some(s) = sub("AutoProfilingConfig", p) {
         cfg.auto = auto(s, &keys.path("AutoProfilingConfig"), p);
     }
+    if let Some(s) = sub("HangDetectionConfig", p) {
+        cfg.hang = hang(s, &keys.path("HangDetectionConfig"), p);
+    }
 }
 
 /// `AutoProfilingConfig`: every refused value is reported, then the feature is off.
@@ -329,6 +335,22 @@ fn auto(sub: Sub, path: &str, p: &mut Problems) -> AutoProfiling {
         Err(errs) => {
             for (key, e) in errs {
                 p.push(keys.path(key), format!("{e}; auto profiling is off"));
+            }
+            off
+        }
+    }
+}
+
+/// `HangDetectionConfig`: every refused value is reported, then the feature is off.
+fn hang(sub: Sub, path: &str, p: &mut Problems) -> crate::HangDetection {
+    let off = crate::HangDetection::off(Off::Invalid);
+    let Ok(m) = sub else { return off };
+    let keys = Keys::fold(&m, path, crate::hang::HANG_KEYS, p);
+    match crate::hang::read(|k| keys.get(k).cloned()) {
+        Ok(h) => h,
+        Err(errs) => {
+            for (key, e) in errs {
+                p.push(keys.path(key), format!("{e}; hang detection is off"));
             }
             off
         }

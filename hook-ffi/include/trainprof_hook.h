@@ -26,6 +26,32 @@
 #define TRAINPROF_ABI_VERSION 1
 
 /*
+ Entries the ring keeps.
+ */
+#define RING 256
+
+/*
+ Threads whose native stack a dump holds.
+ */
+#define MAX_THREADS 64
+
+/*
+ Frames per native stack.
+ */
+#define MAX_FRAMES 128
+
+/*
+ Bytes of `python_stacks.txt` at most (faulthandler itself stops at 100 threads × 100
+ frames).
+ */
+#define MAX_PYTHON_BYTES (256 * 1024)
+
+/*
+ Bytes of `traceback.txt` at most.
+ */
+#define MAX_TRACEBACK_BYTES (64 * 1024)
+
+/*
  At most this many extra numeric arguments per event.
  */
 #define TRAINPROF_MAX_ARGS 4
@@ -336,6 +362,8 @@ typedef struct TrainprofStats {
   uint64_t open_failures;
 } TrainprofStats;
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -526,6 +554,43 @@ uint64_t trainprof_dropped_events(void);
  a forked child).
  */
 uint64_t trainprof_dropped_names(void);
+
+/*
+ 1 when `HangDetectionConfig` is on in this (initialised, recording) process, else 0:
+ the Python package then registers its part (docs/formats.md, "Hang and crash dumps").
+ */
+int32_t trainprof_hang_enabled(void);
+
+/*
+ Registers the file (`fd`, an anonymous memfd the caller keeps open) that
+ `faulthandler.register(signum, file=fd, all_threads=True)` writes every Python thread's
+ stack to when `signum` is raised: a dump raises it on the watchdog's thread and copies
+ what faulthandler wrote into `python_stacks.txt`. `DISABLED` when hang detection is off.
+ */
+TrainprofStatus trainprof_hang_python(int32_t fd, int32_t signum);
+
+/*
+ Prepares a crash's dump: opens the node's dump folder, makes an anonymous memfd,
+ installs the hook's handler for SIGSEGV, SIGBUS, SIGABRT and SIGFPE (chaining whatever
+ was there), and writes to `*out_fd` the memfd for `faulthandler.enable(file=fd)`, which
+ the caller must call after this so that faulthandler runs first and chains to the hook
+ (which copies what it wrote into the dump's `python_stacks.txt`).
+ `DISABLED` when hang detection is off; `IO` when the folder cannot be made.
+
+ # Safety
+ `out_fd` is NULL or valid for a write.
+ */
+TrainprofStatus trainprof_hang_fatal_fd(int32_t *out_fd);
+
+/*
+ Writes an `exception` dump (`traceback.txt`, the formatted traceback of an uncaught
+ exception, and `stall.json`) on the calling thread. `DISABLED` when hang detection is
+ off; `IO` when it could not be written.
+
+ # Safety
+ `text` is NULL or a NUL-terminated string.
+ */
+TrainprofStatus trainprof_hang_exception(const char *text);
 
 /*
  Panics inside the guard and returns what any export returns after an internal panic

@@ -314,6 +314,15 @@ fn init(framework: &'static str) -> TrainprofStatus {
         hook.node_id(),
         hook.local_path().join("framework").display()
     ));
+    if hook.hang.is_some() {
+        match crate::hang::spawn(Arc::clone(&hook)) {
+            Ok(()) => log(&format_args!(
+                "hang detection on: dumps go under {}",
+                hook.local_path().join("framework/hangs").display()
+            )),
+            Err(e) => log(&format_args!("cannot start the watchdog thread: {e}; hang detection is off")),
+        }
+    }
     let _ = HOOK.set(hook);
     AT_EXIT.call_once(|| {
         // SAFETY: the handler is an extern "C" fn without arguments that never unwinds.
@@ -345,7 +354,10 @@ extern "C" fn in_forked_child() {
 /// `atexit` handler: seals the open timeline file if the trainer never shut the hook down.
 extern "C" fn at_exit() {
     guard((), || {
-        if FORKED.load(Relaxed) || STATE.load(Acquire) != RUNNING {
+        if FORKED.load(Relaxed) {
+            return;
+        }
+        if STATE.load(Acquire) != RUNNING {
             return;
         }
         let ms = std::env::var("TRAINPROF_SHUTDOWN_TIMEOUT_MS")
@@ -360,6 +372,9 @@ fn shutdown(timeout_ms: u64) -> TrainprofStatus {
     match STATE.compare_exchange(RUNNING, STOPPING, AcqRel, Acquire) {
         Ok(_) => {
             let Some(hook) = HOOK.get() else { return TrainprofStatus::Internal };
+            if let Some(h) = hook.hang.as_deref() {
+                crate::hang::stop(h);
+            }
             let finished = hook.stop_writer(Duration::from_millis(timeout_ms));
             STATE.store(DOWN, Release);
             let s = hook.stats();
@@ -676,6 +691,77 @@ pub extern "C" fn trainprof_dropped_events() -> u64 {
 #[unsafe(no_mangle)]
 pub extern "C" fn trainprof_dropped_names() -> u64 {
     edge(0, 0, || hook_any().map_or(0, |h| h.stats().dropped_names))
+}
+
+/// 1 when `HangDetectionConfig` is on in this (initialised, recording) process, else 0:
+/// the Python package then registers its part (docs/formats.md, "Hang and crash dumps").
+#[unsafe(no_mangle)]
+pub extern "C" fn trainprof_hang_enabled() -> i32 {
+    edge(0, 0, || i32::from(running().is_ok_and(|h| h.hang.is_some())))
+}
+
+/// Registers the file (`fd`, an anonymous memfd the caller keeps open) that
+/// `faulthandler.register(signum, file=fd, all_threads=True)` writes every Python thread's
+/// stack to when `signum` is raised: a dump raises it on the watchdog's thread and copies
+/// what faulthandler wrote into `python_stacks.txt`. `DISABLED` when hang detection is off.
+#[unsafe(no_mangle)]
+pub extern "C" fn trainprof_hang_python(fd: i32, signum: i32) -> TrainprofStatus {
+    export(|| {
+        let hook = running()?;
+        let hang = hook.hang.as_deref().ok_or(TrainprofStatus::Disabled)?;
+        if fd < 0 || signum <= 0 || signum > 64 {
+            return Err(TrainprofStatus::InvalidArgument);
+        }
+        hang.set_python(fd, signum);
+        Ok(TrainprofStatus::Ok)
+    })
+}
+
+/// Prepares a crash's dump: opens the node's dump folder, makes an anonymous memfd,
+/// installs the hook's handler for SIGSEGV, SIGBUS, SIGABRT and SIGFPE (chaining whatever
+/// was there), and writes to `*out_fd` the memfd for `faulthandler.enable(file=fd)`, which
+/// the caller must call after this so that faulthandler runs first and chains to the hook
+/// (which copies what it wrote into the dump's `python_stacks.txt`).
+/// `DISABLED` when hang detection is off; `IO` when the folder cannot be made.
+///
+/// # Safety
+/// `out_fd` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn trainprof_hang_fatal_fd(out_fd: *mut i32) -> TrainprofStatus {
+    // SAFETY: out_fd is forwarded from the caller.
+    unsafe {
+        export_out(out_fd, -1, |fd| {
+            let hook = HOOK.get().filter(|_| running().is_ok()).ok_or(TrainprofStatus::NotInitialized)?;
+            if hook.hang.is_none() {
+                return Err(TrainprofStatus::Disabled);
+            }
+            *fd = crate::hang::arm_fatal(hook).map_err(|e| {
+                log(&format_args!("hang detection: cannot prepare a crash dump: {e}"));
+                TrainprofStatus::Io
+            })?;
+            Ok(TrainprofStatus::Ok)
+        })
+    }
+}
+
+/// Writes an `exception` dump (`traceback.txt`, the formatted traceback of an uncaught
+/// exception, and `stall.json`) on the calling thread. `DISABLED` when hang detection is
+/// off; `IO` when it could not be written.
+///
+/// # Safety
+/// `text` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn trainprof_hang_exception(text: *const c_char) -> TrainprofStatus {
+    export(|| {
+        // SAFETY: forwarded from the caller.
+        let text = unsafe { str_arg(text) }?;
+        let hook = hook_any()?;
+        let hang = hook.hang.as_deref().ok_or(TrainprofStatus::Disabled)?;
+        match crate::hang::dump(hook, hang, None, crate::hang::DumpKind::Exception, None, None, Some(text)) {
+            Some(_) => Ok(TrainprofStatus::Ok),
+            None => Err(TrainprofStatus::Io),
+        }
+    })
 }
 
 /// Panics inside the guard and returns what any export returns after an internal panic

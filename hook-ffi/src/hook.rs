@@ -170,6 +170,9 @@ pub struct Hook {
     pub(crate) native_spawn_failed: AtomicBool,
     /// The profiler's own work off the trainer's threads, which no train step is judged by.
     own_work: OwnWork,
+    /// `HangDetectionConfig`, read at start (a reload does not change it): the step ring
+    /// and what the watchdog needs ([`crate::hang`]).
+    pub(crate) hang: Option<Box<crate::hang::Hang>>,
 }
 
 /// The profiler's own work off the trainer's threads (a native window's report: 0.1–1 s of
@@ -268,13 +271,14 @@ impl Hook {
             base_us: o.base_us,
             native: crate::native::Control::new(&o.config),
             auto_on: AtomicBool::new(o.config.auto.is_enabled()),
-            gate: Mutex::new(Gate::new(o.config)),
+            gate: Mutex::new(Gate::new(o.config.clone())),
             pending: Mutex::new(None),
             stop: AtomicBool::new(false),
             finished: (Mutex::new(false), Condvar::new()),
             native_thread: Mutex::new(None),
             native_spawn_failed: AtomicBool::new(false),
             own_work: OwnWork::default(),
+            hang: o.config.hang.is_enabled().then(|| Box::new(crate::hang::Hang::new(o.config.hang.clone()))),
         })
     }
 
@@ -386,6 +390,9 @@ impl Hook {
             }
             *slot = *a;
         }
+        if let Some(h) = &self.hang {
+            h.events.push_event(phase, name, start_us, end_us, ev.step);
+        }
         self.push(ev)
     }
 
@@ -430,6 +437,9 @@ impl Hook {
         self.steps.global.store(g, Relaxed);
         self.steps.begin_us.store(now_us, Relaxed);
         self.steps.in_step.store(true, Release);
+        if let Some(h) = &self.hang {
+            h.ring.push(crate::hang::What::StepStart, mode, n, now_us);
+        }
         if self.native.asks() {
             // One uncontended gate lock per step, only while native sampling is configured.
             let open = self.is_active(TrainprofFeature::Native, -1, None, now_us as f64 / 1e6);
@@ -449,7 +459,11 @@ impl Hook {
         let begin = self.steps.begin_us.load(Relaxed);
         let id = mode.step_name_id();
         let end = now_us.max(begin);
-        let status = self.record(id, id, begin, end, self.steps.step.load(Relaxed), &[]);
+        let step = self.steps.step.load(Relaxed);
+        if let Some(h) = &self.hang {
+            h.ring.push(crate::hang::What::StepEnd, mode, step, end);
+        }
+        let status = self.record(id, id, begin, end, step, &[]);
         if self.auto_on.load(Relaxed)
             && matches!(mode, TrainprofMode::Train | TrainprofMode::Global)
             && self.enabled.load(Relaxed)
@@ -511,6 +525,35 @@ impl Hook {
             step: self.window_step().unwrap_or(0),
             pytorch: self.framework == "pytorch",
         }
+    }
+
+    /// The step state the watchdog judges ([`crate::hang`]): the atomics the step calls
+    /// store anyway.
+    pub fn step_state(&self) -> crate::hang::StepState {
+        crate::hang::StepState {
+            in_step: self.steps.in_step.load(Acquire),
+            mode: TrainprofMode::from_i32(self.steps.mode.load(Relaxed)),
+            step: self.steps.step.load(Relaxed),
+            begin_us: self.steps.begin_us.load(Relaxed),
+        }
+    }
+
+    /// The features whose window is open at `step` / `now_s` (as resolved so far); empty
+    /// when the gate is busy (the watchdog never waits for it).
+    pub(crate) fn open_windows(&self, step: u64, now_s: f64) -> Vec<&'static str> {
+        let Ok(gate) = self.gate.try_lock() else { return Vec::new() };
+        let c = &gate.config;
+        [
+            ("detailed", &c.detailed),
+            ("dataloader", &c.dataloader.feature),
+            ("python", &c.python.feature),
+            ("smdataparallel", &c.smdataparallel),
+            ("native", &c.native.feature),
+        ]
+        .into_iter()
+        .filter(|(_, f)| f.is_open_at(step, now_s))
+        .map(|(n, _)| n)
+        .collect()
     }
 
     /// The current step of the current mode, or `None` before the first.

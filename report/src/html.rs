@@ -60,8 +60,12 @@ pub fn render(m: &ReportModel) -> String {
         "<header><h1>trainprof report</h1><div class=\"source\">{}</div></header>",
         esc(&m.source)
     );
+    out.push_str("<nav>");
+    if !m.hangs.is_empty() {
+        out.push_str("<a href=\"#hangs\">Hangs and crashes</a>");
+    }
     out.push_str(
-        "<nav><a href=\"#job\">Job</a><a href=\"#steps\">Steps</a><a href=\"#system\">System</a>\
+        "<a href=\"#job\">Job</a><a href=\"#steps\">Steps</a><a href=\"#system\">System</a>\
          <a href=\"#framework\">Framework</a><a href=\"#detailed\">Detailed</a><a href=\"#native\">Native</a>\
          <a href=\"#findings\">Findings</a>",
     );
@@ -81,6 +85,7 @@ pub fn render(m: &ReportModel) -> String {
         );
     }
     let t0 = time_origin(job, series);
+    crate::page_hangs::section(&mut out, &m.hangs);
     section_job(&mut out, job);
     section_steps(&mut out, &m.steps, t0);
     crate::page_fleet::section(&mut out, m.fleet.as_ref());
@@ -908,7 +913,7 @@ fn list(v: &[String]) -> String {
 }
 
 /// A whole number, "–" for none.
-fn int<T: std::fmt::Display>(v: Option<T>) -> String {
+pub(crate) fn int<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "–".into(), |v| v.to_string())
 }
 
@@ -923,7 +928,7 @@ pub(crate) fn num(v: Option<f64>) -> String {
 }
 
 /// Epoch seconds as `YYYY-MM-DD HH:MM:SS.mmm UTC`.
-fn utc(v: Option<f64>) -> String {
+pub(crate) fn utc(v: Option<f64>) -> String {
     let Some(t) = v.filter(|t| t.is_finite()) else { return "–".into() };
     let ms_total = (t * 1000.0).round() as i64;
     let (secs, ms) = (ms_total.div_euclid(1000), ms_total.rem_euclid(1000));
@@ -945,7 +950,7 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
-fn duration(v: Option<f64>) -> String {
+pub(crate) fn duration(v: Option<f64>) -> String {
     let Some(s) = v.filter(|s| s.is_finite()) else { return "–".into() };
     if s.abs() < 60.0 {
         return format!("{s:.2} s");

@@ -9,12 +9,14 @@ pub mod collect;
 pub mod compare;
 pub mod detailed;
 pub mod fleet;
+pub mod hangs;
 pub mod html;
 pub mod marshal;
 pub mod model;
 pub mod native;
 pub mod page_detailed;
 pub mod page_fleet;
+pub mod page_hangs;
 pub mod page_windows;
 pub mod python;
 pub mod read;
@@ -107,7 +109,13 @@ fn build_inner(
     });
     let stats = read::stats_files(&dir, &mut skipped);
     let native = native::windows(&dir, &mut skipped);
-    if agg.nodes.is_empty() && agg.ranks.is_empty() && stats.is_empty() && native.is_empty() {
+    let hangs = hangs::read(&dir, &agg.steps, &mut skipped);
+    if agg.nodes.is_empty()
+        && agg.ranks.is_empty()
+        && stats.is_empty()
+        && native.is_empty()
+        && hangs.is_empty()
+    {
         return Err(Error::Empty(root.display().to_string()));
     }
     agg.finish();
@@ -125,6 +133,7 @@ fn build_inner(
     m.job.profiled.native_windows = native.len() as u64;
     m.python_summary = python_summary;
     m.native = native;
+    m.hangs = hangs;
     Ok((m, raw))
 }
 
@@ -456,6 +465,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         triggers,
         findings,
         detailed,
+        hangs: Hangs::default(),
         fleet,
         series: Some(series),
     }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use crate::detailed::{Detailed, DetailedFigures, DetailedWindow, LaunchDelay, Share, TopRow};
+pub use crate::hangs::Hangs;
 pub use crate::rules::Evidence;
 
 /// The version of this shape; raised when a key changes meaning.
@@ -36,6 +37,9 @@ pub struct ReportModel {
     /// The detailed windows explained (`docs/report.md`, "Detailed windows").
     #[serde(default)]
     pub detailed: Detailed,
+    /// Hangs and crashes (`docs/report.md`, "Hangs and crashes"): empty when there were none.
+    #[serde(default)]
+    pub hangs: Hangs,
     /// Many ranks: robust straggler scores and their nodes' causes (`docs/report.md`,
     /// "Many ranks"); `null` with fewer than two ranks.
     #[serde(default)]

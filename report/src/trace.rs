@@ -52,6 +52,8 @@ pub struct Written {
     pub slices: u64,
     pub counters: u64,
     pub python_windows: u64,
+    /// Stalls (slices) and crashes (instants) from the hang dumps.
+    pub hangs: u64,
     pub skipped: Vec<String>,
 }
 
@@ -267,6 +269,29 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
         o.event(&json!({"name": format!("{} window", f.profiler), "cat": "python", "ph": "X", "pid": pid, "tid": tid,
             "ts": s, "dur": e - s, "args": {"window": f.window, "profiler": f.profiler}}))?;
         written.python_windows += 1;
+    }
+
+    // Hangs and crashes: a stall is a slice from its step's start (else its detection) to its
+    // end (else its detection), a crash an instant, on the rank's `hangs` thread.
+    let (dumps, _) = crate::hangs::read_dumps(&dir, &mut skipped);
+    for d in dumps {
+        let det = (d.detected_s * 1e6).round() as i64;
+        let start = d.step_started_s.map_or(det, |s| ((s * 1e6).round() as i64).min(det));
+        let end = d.ended_s.map_or(det, |e| ((e * 1e6).round() as i64).max(det));
+        let slice = d.kind == "stall" || d.kind == "signal";
+        let (start, end) = if slice { (start, end) } else { (det, det) };
+        let Some((s, dur)) = clip_slice(slice, start, end - start, lo_us, hi_us) else { continue };
+        let pid = o.pid(&format!("rank {}", d.node), 2)?;
+        let tid = o.tid(pid, "hangs")?;
+        let name = format!("{} in step {}", d.kind, d.step.map_or("?".to_owned(), |s| s.to_string()));
+        let args = json!({"folder": d.folder, "kind": d.kind, "step": d.step, "detected_us": det,
+            "stalled_s": d.stalled_s, "signal": d.signal});
+        if slice {
+            o.event(&json!({"name": name, "cat": "hang", "ph": "X", "pid": pid, "tid": tid, "ts": s, "dur": dur, "args": args}))?;
+        } else {
+            o.event(&json!({"name": name, "cat": "hang", "ph": "i", "s": "p", "pid": pid, "tid": tid, "ts": det, "args": args}))?;
+        }
+        written.hangs += 1;
     }
 
     // System metrics as counters: one tick at a time.

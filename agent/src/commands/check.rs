@@ -191,6 +191,7 @@ pub fn to_json(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
             "native": native,
         },
         "auto_profiling": auto_json(&c.auto),
+        "hang_detection": hang_json(&c.hang),
         "problems": c.problems.iter().map(|p| json!({"key": p.key, "message": p.message})).collect::<Vec<_>>(),
     })
 }
@@ -209,6 +210,32 @@ fn auto_json(a: &AutoProfiling) -> Value {
         "features": a.features.iter().map(|f| f.as_str()).collect::<Vec<_>>(),
         "description": auto_words(a),
     })
+}
+
+/// `HangDetectionConfig` (docs/formats.md, "Hang and crash dumps"): the settings as read.
+fn hang_json(h: &trainprof_config::HangDetection) -> Value {
+    json!({
+        "enabled": h.is_enabled(),
+        "off_reason": h.off_reason().map(off_reason),
+        "hang_timeout_s": h.timeout_s,
+        "hang_factor": h.factor,
+        "description": hang_words(h),
+    })
+}
+
+/// "a train step not ended after max(300 s, 10 × the median train step) is a stall: ...".
+fn hang_words(h: &trainprof_config::HangDetection) -> String {
+    match h.off_reason() {
+        Some(Off::NotConfigured) => return "off (not configured)".into(),
+        Some(Off::Invalid) => return "off (invalid, see problems)".into(),
+        Some(Off::ModelParallel) => return "off (model-parallel training, SM_HPS)".into(),
+        Some(Off::ProfilerDisabled) => return "off (profiler disabled)".into(),
+        None => {}
+    }
+    format!(
+        "a train step not ended after max({} s, {} × the median train step) is a stall: every thread's stacks go to framework/hangs/; so do a SIGTERM/SIGINT, a crash and an uncaught exception",
+        h.timeout_s, h.factor
+    )
 }
 
 /// "after 20 warm-up train steps, a train step longer than 3 × the median of the last 50
@@ -373,6 +400,7 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
     }
     let _ = writeln!(out, "native: {native}");
     let _ = writeln!(out, "auto profiling: {}", auto_words(&c.auto));
+    let _ = writeln!(out, "hang detection: {}", hang_words(&c.hang));
     if let Some(n) = steps {
         let r = StepReport::new(c, n, now_s);
         if r.n == 0 {
@@ -568,6 +596,27 @@ mod tests {
         let v = auto_json(&config(r#"{"MedianOfSteps": 9}"#));
         assert_eq!(v["median_of_steps"], 9);
         assert_eq!(v["features"], json!(["detailed", "python"]));
+        assert_eq!(v["off_reason"], Value::Null);
+    }
+
+    #[test]
+    fn hang_detection_in_words_and_json() {
+        let config = |hang: &str| {
+            let doc = format!(r#"{{"ProfilingParameters": {{"HangDetectionConfig": {hang}}}}}"#);
+            trainprof_config::from_bytes(doc.as_bytes(), &trainprof_config::Sources::new()).hang
+        };
+        assert_eq!(
+            hang_words(&config(r#""{\"HangTimeoutS\": 300, \"HangFactor\": 10}""#)),
+            "a train step not ended after max(300 s, 10 × the median train step) is a stall: every thread's \
+             stacks go to framework/hangs/; so do a SIGTERM/SIGINT, a crash and an uncaught exception"
+        );
+        assert_eq!(hang_words(&config(r#"{"HangTimeoutS": 0}"#)), "off (invalid, see problems)");
+        assert_eq!(hang_words(&config("null")), "off (not configured)");
+        let v = hang_json(&config(r#"{"HangTimeoutS": 1.5}"#));
+        assert_eq!(
+            (v["enabled"].clone(), v["hang_timeout_s"].clone(), v["hang_factor"].clone()),
+            (json!(true), json!(1.5), json!(10.0))
+        );
         assert_eq!(v["off_reason"], Value::Null);
     }
 }

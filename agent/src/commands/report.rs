@@ -581,7 +581,8 @@ fn wanted(rel: &str) -> bool {
     let kind = rel.starts_with("system/incremental/")
         || rel.starts_with("framework/pevents/")
         || is_stats(rel, name)
-        || is_native(rel, name);
+        || is_native(rel, name)
+        || is_hang(rel, name);
     kind && !rel.ends_with(".tmp")
         && rel.split('/').all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
 }
@@ -594,6 +595,19 @@ fn is_stats(rel: &str, name: &str) -> bool {
 
 fn is_native(rel: &str, name: &str) -> bool {
     rel.starts_with("framework/native/") && (name == "profile.pb.gz" || name == "flamegraph.svg")
+}
+
+/// A hang or crash dump's file (`framework/hangs/<node>/<folder>/<file>`) or the agent's record
+/// of the host at a stall (`system/hangs/<node>/<name>.json`).
+fn is_hang(rel: &str, name: &str) -> bool {
+    let depth = rel.split('/').count();
+    // Hidden folders (a crash's dump being written) are not the report's.
+    let hidden = rel.split('/').any(|c| c.starts_with('.'));
+    !hidden
+        && (rel.starts_with("framework/hangs/")
+            && depth == 5
+            && trainprof_report::hangs::DUMP_FILES.contains(&name))
+        || (rel.starts_with("system/hangs/") && depth == 4 && name.ends_with(".json"))
 }
 
 /// Objects one S3 download fetches at most; the rest are skipped, counted.
@@ -650,6 +664,8 @@ impl Plan {
             MAX_STATS_OBJECT
         } else if is_native(rel, name) {
             MAX_NATIVE_OBJECT
+        } else if is_hang(rel, name) {
+            trainprof_report::hangs::MAX_STACKS_BYTES
         } else {
             MAX_OBJECT
         };
@@ -857,6 +873,13 @@ mod tests {
             "framework/native/0-algo-1/1795400000000000-1795400001000000_7/.profile.pb.gz.7.tmp"
         ));
         assert!(!wanted("framework/tensorflow/detailed_profiling/2026112203/000000005/x.xplane.pb"));
+        assert!(wanted("framework/hangs/0-algo-1/30-1795400001000000/stall.json"));
+        assert!(wanted("framework/hangs/0-algo-1/30-1795400001000000/python_stacks.txt"));
+        assert!(!wanted("framework/hangs/0-algo-1/30-1795400001000000/core"));
+        assert!(!wanted("framework/hangs/0-algo-1/stall.json"));
+        assert!(!wanted("framework/hangs/0-algo-1/.fatal-7/stall.json"));
+        assert!(wanted("system/hangs/0-algo-1/30-1795400001000000.json"));
+        assert!(!wanted("system/hangs/0-algo-1/x/30-1795400001000000.json"));
     }
 
     #[test]

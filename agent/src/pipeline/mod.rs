@@ -1,6 +1,8 @@
-//! The sampling pipeline: the samplers → the tick → its sinks (the system metrics files)
-//! → the uploader.
+//! The sampling pipeline: the samplers → the tick → its sinks (the system metrics files,
+//! the metrics endpoint) → the uploader.
 
+pub mod hangs;
+pub mod metrics;
 pub mod sample;
 pub mod sink;
 pub mod system_file;

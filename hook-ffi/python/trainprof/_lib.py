@@ -176,13 +176,26 @@ _PROTOTYPES: Dict[str, Tuple[CType, "list[CType]"]] = {
     "trainprof_dropped_events": (ctypes.c_uint64, []),
     "trainprof_dropped_names": (ctypes.c_uint64, []),
     "trainprof_selftest_panic": (_Status, []),
+    "trainprof_hang_enabled": (ctypes.c_int32, []),
+    "trainprof_hang_python": (_Status, [ctypes.c_int32, ctypes.c_int32]),
+    "trainprof_hang_fatal_fd": (_Status, [ctypes.POINTER(ctypes.c_int32)]),
+    "trainprof_hang_exception": (_Status, [ctypes.c_char_p]),
 }
 
 
 #: Exports added after ABI version 1 without a bump (adding an export changes no other
 #: one's meaning): a library that lacks one still loads, and the package asks for it with
 #: :func:`has`.
-_OPTIONAL = frozenset({"trainprof_local_path", "trainprof_step_next"})
+_OPTIONAL = frozenset(
+    {
+        "trainprof_local_path",
+        "trainprof_step_next",
+        "trainprof_hang_enabled",
+        "trainprof_hang_python",
+        "trainprof_hang_fatal_fd",
+        "trainprof_hang_exception",
+    }
+)
 
 
 class LibraryError(ImportError):

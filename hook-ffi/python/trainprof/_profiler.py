@@ -135,6 +135,9 @@ class Profiler:
             self._windows = windows_for(self._lib)
             self._windows.boundary(_lib.BOUNDARY_START)
             self._fast = True
+            from . import _hang
+
+            _hang.install(self._lib)
         atexit.register(self._at_exit)
 
     def _load(self, lib_path: Optional[_lib.PathLike], strict: bool) -> _lib.Library:

@@ -46,6 +46,8 @@ pub struct Options {
     /// `run` without `--no-report`: write `report.html` into the output folder at the end.
     pub report: bool,
     pub upload: UploadOptions,
+    /// `--metrics-listen`: serve the latest tick there (docs/metrics.md).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// The upload flags.

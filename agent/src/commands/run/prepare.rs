@@ -28,6 +28,8 @@ pub(super) struct Prepared {
     pub root: Option<PathBuf>,
     /// The files under `root` before this run.
     pub before: HashSet<String>,
+    /// `--metrics-listen`'s socket, bound.
+    pub metrics: Option<std::net::TcpListener>,
 }
 
 /// Takes the signals (before any thread exists), checks what a person typed (flags,
@@ -66,6 +68,15 @@ pub(super) fn prepare(opts: Options, sources: Sources, command_given: bool) -> R
         }
         return Err(ExitCode::from(2));
     }
+    // Bound now: an address that cannot be listened on (in use, not this host's) is a
+    // mistake in what was typed, said before the trainer starts (docs/metrics.md).
+    let metrics = match opts.metrics_listen.map(crate::pipeline::metrics::bind).transpose() {
+        Ok(m) => m,
+        Err(e) => {
+            log!("{e}; nothing was started");
+            return Err(ExitCode::from(2));
+        }
+    };
     let loader = Loader::settled(sources, SETTLE);
     let loaded = loader.loaded().clone();
     if let Some(named) = &opts.config {
@@ -107,7 +118,7 @@ pub(super) fn prepare(opts: Options, sources: Sources, command_given: bool) -> R
     }
     // What is there before this run: the summary counts only this run's files.
     let before = root.as_deref().map(summary::files_under).unwrap_or_default().into_iter().collect();
-    Ok(Prepared { opts, taken, installed, nofile, loader, loaded, root, before })
+    Ok(Prepared { opts, taken, installed, nofile, loader, loaded, root, before, metrics })
 }
 
 /// The output folder when profiling is on: the configured one or a checked fallback

@@ -12,6 +12,8 @@ use trainprof_output::node::{ResourceConfig, SystemNode};
 use super::prepare::Prepared;
 use super::{Job, UploadOptions, Uploading};
 use crate::log;
+use crate::pipeline::hangs::HangSink;
+use crate::pipeline::metrics;
 use crate::pipeline::sample::probe::{ProbeContext, probe_samplers};
 use crate::pipeline::sample::process::thread_cpu_us;
 use crate::pipeline::sample::tree_pids::TreePids;
@@ -42,7 +44,7 @@ pub(super) struct Started {
 /// cannot start is one line and the job goes on without it; a hung or panicking sampler
 /// cannot keep [`super::wait`] from returning CMD's status (it runs on its own thread).
 pub(super) fn start(p: Prepared, command: Option<Vec<OsString>>) -> Result<Started, ExitCode> {
-    let Prepared { opts, taken, installed, nofile, loader, loaded, root, before } = p;
+    let Prepared { opts, taken, installed, nofile, loader, loaded, root, before, metrics } = p;
     let config = loaded.config;
     let uploader = match (&root, &config.s3_output_path) {
         (Some(root), Some(s3)) => start_upload(root, s3, &opts.upload),
@@ -92,13 +94,16 @@ pub(super) fn start(p: Prepared, command: Option<Vec<OsString>>) -> Result<Start
 
     // Sampling runs on its own thread: a hung NVML call or a panic there must not keep
     // `run` from returning the trainer's status.
+    if metrics.is_some() && root.is_none() {
+        log!("--metrics-listen: nothing is sampled, so no metrics are served");
+    }
     let sampling = root.clone().and_then(|root| {
         let (done_tx, done_rx) = mpsc::channel();
         let stop = stop.clone();
         let reload = ConfigReload { loader, next_at: RELOAD_EVERY };
         let spawned = std::thread::Builder::new().name("trainprof-sampler".into()).spawn(move || {
             let clock = SystemClock::new(stop);
-            let counts = sample(&root, &clock, child_pid, config.interval_ms, waker, reload);
+            let counts = sample(&root, &clock, child_pid, config.interval_ms, (waker, metrics), reload);
             let _ = done_tx.send(counts);
         });
         match spawned {
@@ -233,24 +238,32 @@ fn sample(
     clock: &SystemClock,
     trainer: Option<u32>,
     interval_ms: u32,
-    waker: Option<upload::Waker>,
+    (waker, metrics): (Option<upload::Waker>, Option<std::net::TcpListener>),
     reload: ConfigReload,
 ) -> LoopCounts {
     let roots = Roots::host();
     let nvml_lib = gpu::lib_from_env();
     let now = || clock.mono();
-    let cx = ProbeContext {
-        roots: &roots,
-        now: &now,
-        trainer,
-        nvml_lib: nvml_lib.as_deref(),
-        tree: TreePids::default(),
-    };
+    let tree = TreePids::default();
+    let cx =
+        ProbeContext { roots: &roots, now: &now, trainer, nvml_lib: nvml_lib.as_deref(), tree: tree.clone() };
     let probed = probe_samplers(&cx);
     let node = SystemNode::from_env(read_resource_config().as_ref(), |k| std::env::var(k).ok());
     let interval = Duration::from_millis(u64::from(interval_ms));
     // Another output is another sink here (ARCHITECTURE.md, "The sink seam").
-    let sinks: Vec<Box<dyn Sink>> = vec![Box::new(SystemFiles::new(SystemWriter::new(root, node), waker))];
+    let mut sinks: Vec<Box<dyn Sink>> =
+        vec![Box::new(SystemFiles::new(SystemWriter::new(root, node), waker))];
+    // The host at a stall (docs/on-disk.md, "Host state at a stall").
+    if let Some(h) = HangSink::start(root, &roots.proc, &node.to_string(), tree) {
+        sinks.push(Box::new(h));
+    }
+    if let Some(listener) = metrics {
+        let labels = metrics::Labels { node: node.to_string(), gpu_uuid: probed.gpu_uuids.clone() };
+        match metrics::start(listener, labels, root) {
+            Ok(endpoint) => sinks.push(Box::new(endpoint)),
+            Err(e) => log!("cannot start the metrics endpoint ({e}); sampling goes on without it"),
+        }
+    }
     let mut ticker = Ticker::new(probed.samplers, sinks, interval);
     ticker.reconfigure_with(Box::new(reload));
     log!(

@@ -26,6 +26,8 @@ pub struct Probed {
     pub absent: Vec<String>,
     pub cores: usize,
     pub gpus: usize,
+    /// Each GPU's UUID by NVML index, where NVML gave one (the metrics endpoint's `uuid`).
+    pub gpu_uuids: Vec<(u32, String)>,
 }
 
 impl std::fmt::Debug for Probed {
@@ -171,7 +173,10 @@ pub fn probe_samplers(cx: &ProbeContext<'_>) -> Probed {
     p.add::<NetSampler>(cx, |_, _| {});
     p.add::<CgroupSampler>(cx, |_, _| {});
     p.add::<PressureSampler>(cx, |_, _| {});
-    p.add(cx, |p, s: &GpuSampler<NvmlSource>| p.gpus = s.facts().len());
+    p.add(cx, |p, s: &GpuSampler<NvmlSource>| {
+        p.gpus = s.facts().len();
+        p.gpu_uuids = s.facts().iter().filter_map(|f| Some((f.index, f.uuid.clone()?))).collect();
+    });
     p.add::<TreeSampler>(cx, |_, _| {});
     p.add::<ClockSampler>(cx, |_, _| {});
     p.add::<SelfSampler>(cx, |_, _| {});

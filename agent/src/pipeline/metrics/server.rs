@@ -1,0 +1,325 @@
+//! The endpoint's HTTP server: hyper's HTTP/1 server on a single-threaded tokio runtime on a
+//! thread of its own (`trainprof-metrics`), never the sampling thread.
+//!
+//! What a client can cost is bounded (`docs/metrics.md`, "Hostile clients"):
+//! [`MAX_CONNECTIONS`] at once (a connection beyond them is accepted and closed at once, so
+//! the kernel's backlog never fills with them), request heads of at most
+//! [`MAX_HEAD_BYTES`] (hyper answers 431 beyond), [`HEAD_TIMEOUT`] to send a request's head
+//! (slowloris), and [`CONNECTION_LIFETIME`] for a whole connection, keep-alive included.
+//! Only `GET` and `HEAD` of `/metrics` are served: another path is 404, another method 405.
+
+use std::convert::Infallible;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{ALLOW, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+
+use super::exposition::{self, FAMILIES, Format, HOLD_S, Labels, Row};
+use super::progress::Progress;
+use super::{Slot, Snapshot};
+use crate::log;
+use crate::pipeline::sample::Metric;
+
+/// Connections served at once; more are closed at once.
+pub const MAX_CONNECTIONS: usize = 64;
+/// A request's head (request line and headers) at most.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// Time to send a request's head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection's whole life (keep-alive included).
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// The path served.
+pub const PATH: &str = "/metrics";
+/// How often the server takes the ticks queued when nobody scrapes (a scrape takes them
+/// too): the sparse rows of every tick are kept (`HANDED_MAX` ticks wait at most).
+const POLL: Duration = Duration::from_millis(500);
+
+/// What the server keeps between ticks.
+#[derive(Debug, Default)]
+struct State {
+    latest: Option<Arc<Snapshot>>,
+    /// The last row of each sparse series and the wall time of its tick.
+    held: Vec<(Metric, f64)>,
+    /// The rendered bytes of one tick and progress reading, per format: (seq, generation,
+    /// bytes).
+    cache: [Option<(u64, u64, Bytes)>; 2],
+    /// The trainer's progress (`None`: not followed, tests).
+    progress: Option<Progress>,
+    /// Reused between renders.
+    rows: Vec<Row>,
+}
+
+impl State {
+    /// Takes a newer tick: keeps its sparse rows in `held`, drops held ones older than
+    /// [`HOLD_S`]. Returns the tick it replaced (or `s`, when not newer).
+    fn take(&mut self, s: Arc<Snapshot>) -> Option<Arc<Snapshot>> {
+        if self.latest.as_ref().is_some_and(|l| l.seq >= s.seq) {
+            return Some(s);
+        }
+        for m in s.rows.iter().filter(|m| sparse(m)) {
+            match self.held.iter_mut().find(|(h, _)| same_series(h, m)) {
+                Some(slot) => *slot = (*m, s.wall_s),
+                None => self.held.push((*m, s.wall_s)),
+            }
+        }
+        self.held.retain(|(_, at)| s.wall_s - at <= HOLD_S);
+        self.latest.replace(s)
+    }
+
+    /// Takes every tick queued in `slot`, in order; gives their buffers back.
+    fn take_all(&mut self, slot: &Slot) {
+        for handed in slot.drain() {
+            match handed {
+                Some(s) => {
+                    if let Some(old) = self.take(s) {
+                        slot.recycle(old);
+                    }
+                }
+                // Paused (DisableProfiler): nothing to serve until the next tick.
+                None => {
+                    if let Some(old) = self.clear() {
+                        slot.recycle(old);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Forgets every tick (profiling paused); the one it held.
+    fn clear(&mut self) -> Option<Arc<Snapshot>> {
+        self.held.clear();
+        self.latest.take()
+    }
+
+    /// The exposition of the newest tick in `format` (rendered once per tick and format).
+    fn body(&mut self, format: Format, labels: &Labels) -> Option<Bytes> {
+        let latest = self.latest.clone()?;
+        let k = usize::from(format == Format::OpenMetrics);
+        if let Some(p) = &mut self.progress {
+            p.refresh(Instant::now());
+        }
+        let generation = self.progress.as_ref().map_or(0, |p| p.generation);
+        if let Some((seq, g, b)) = &self.cache[k]
+            && (*seq, *g) == (latest.seq, generation)
+        {
+            return Some(b.clone());
+        }
+        let rows = latest.rows.iter().filter(|m| !sparse(m)).chain(self.held.iter().map(|(m, _)| m)).copied();
+        exposition::rows(rows, &mut self.rows);
+        let mut buf = String::with_capacity(64 * self.rows.len() + 4096);
+        let progress = self.progress.as_ref().map_or(&[][..], |p| &p.stats[..]);
+        exposition::render(&mut buf, format, labels, latest.wall_s, &self.rows, progress);
+        let b = Bytes::from(buf);
+        self.cache[k] = Some((latest.seq, generation, b.clone()));
+        Some(b)
+    }
+}
+
+fn sparse(m: &Metric) -> bool {
+    FAMILIES[exposition::family_of(m).0 as usize].sparse
+}
+
+fn same_series(a: &Metric, b: &Metric) -> bool {
+    a.kind == b.kind && a.name == b.name && a.dimension == b.dimension
+}
+
+/// Starts the server thread.
+pub(super) fn spawn(
+    listener: TcpListener,
+    slot: Arc<Slot>,
+    labels: Labels,
+    root: Option<PathBuf>,
+) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
+    let addr = listener.local_addr()?;
+    let listener = {
+        let _entered = rt.enter();
+        tokio::net::TcpListener::from_std(listener)?
+    };
+    std::thread::Builder::new().name("trainprof-metrics".into()).spawn(move || {
+        lower_priority();
+        rt.block_on(serve(listener, slot, Arc::new(labels), root.map(Progress::new)));
+    })?;
+    log!("serving metrics at http://{addr}{PATH}");
+    Ok(())
+}
+
+/// Lowers this thread's priority by [`NICE`]: on a machine where the CPUs are busy, the
+/// sampling thread (and the trainer) go first. A failure is one line; nothing else changes.
+fn lower_priority() {
+    // SAFETY: `gettid` has no preconditions; `setpriority` with `PRIO_PROCESS` and a thread id
+    // changes only this thread's nice value (Linux: each thread has its own).
+    let result = unsafe {
+        let tid = libc::gettid();
+        let id = libc::id_t::try_from(tid).unwrap_or(0);
+        let now = libc::getpriority(libc::PRIO_PROCESS, id);
+        libc::setpriority(libc::PRIO_PROCESS, id, now.saturating_add(NICE).min(19))
+    };
+    if result != 0 {
+        log!("metrics endpoint: cannot lower its thread's priority ({})", std::io::Error::last_os_error());
+    }
+}
+
+/// How much lower than the agent's the endpoint thread's priority is (nice).
+const NICE: i32 = 10;
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    slot: Arc<Slot>,
+    labels: Arc<Labels>,
+    progress: Option<Progress>,
+) {
+    let state = Arc::new(Mutex::new(State { progress, ..State::default() }));
+    // Takes the ticks queued, off the sampling thread, every POLL.
+    tokio::spawn({
+        let (slot, state) = (Arc::clone(&slot), Arc::clone(&state));
+        async move {
+            loop {
+                tokio::time::sleep(POLL).await;
+                state.lock().unwrap_or_else(PoisonError::into_inner).take_all(&slot);
+            }
+        }
+    });
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut refused: u64 = 0;
+    let mut accept_failing = false;
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => {
+                accept_failing = false;
+                s
+            }
+            Err(e) => {
+                // Out of descriptors, say: wait a little rather than spin.
+                if !std::mem::replace(&mut accept_failing, true) {
+                    log!("metrics endpoint: cannot accept a connection ({e}); trying again");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
+            refused += 1;
+            if refused.is_power_of_two() {
+                log!(
+                    "metrics endpoint: {refused} connection(s) refused so far ({MAX_CONNECTIONS} open at once at most)"
+                );
+            }
+            drop(stream);
+            continue;
+        };
+        let (state, labels, slot) = (Arc::clone(&state), Arc::clone(&labels), Arc::clone(&slot));
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let reply = respond(&req, &state, &labels, &slot);
+                async move { Ok::<_, Infallible>(reply) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .max_buf_size(MAX_HEAD_BYTES)
+                .max_header_size(MAX_HEAD_BYTES)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
+            drop(permit);
+        });
+    }
+}
+
+/// One request's answer.
+fn respond(
+    req: &Request<Incoming>,
+    state: &Mutex<State>,
+    labels: &Labels,
+    slot: &Slot,
+) -> Response<Full<Bytes>> {
+    let plain = |status: StatusCode, text: &'static str| {
+        let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+        *r.status_mut() = status;
+        r.headers_mut()
+            .insert(CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"));
+        r
+    };
+    if req.uri().path() != PATH {
+        return plain(StatusCode::NOT_FOUND, "not found: the metrics are at /metrics\n");
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+        r.headers_mut().insert(ALLOW, hyper::header::HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    let accept = req.headers().get(hyper::header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::from_accept(accept);
+    let body = {
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        // The newest tick, even if the timer has not taken it yet.
+        state.take_all(slot);
+        state.body(format, labels)
+    };
+    let Some(body) = body else {
+        return plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no tick to serve (none yet, or profiling is paused)\n",
+        );
+    };
+    let mut r = Response::new(Full::new(body));
+    r.headers_mut().insert(CONTENT_TYPE, hyper::header::HeaderValue::from_static(format.content_type()));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::sample::{ACCELERATOR, CPU, Name, dimension};
+
+    fn snapshot(seq: u64, wall_s: f64, rows: Vec<Metric>) -> Arc<Snapshot> {
+        Arc::new(Snapshot { seq, wall_s, rows })
+    }
+
+    #[test]
+    fn sparse_rows_are_held_and_renders_cached_per_tick() {
+        let cpu =
+            Metric { kind: CPU, name: Name::core(0), dimension: dimension::CPU_UTILIZATION, value: 5.0 };
+        let mean = Metric {
+            kind: ACCELERATOR,
+            name: Name::device(0),
+            dimension: dimension::GPU_BUSY_MEAN_PERCENT,
+            value: 70.0,
+        };
+        let labels = Labels { node: "algo-1".into(), gpu_uuid: vec![] };
+        let mut s = State::default();
+        assert!(s.body(Format::Text, &labels).is_none());
+        s.take(snapshot(1, 100.0, vec![cpu, mean]));
+        let b1 = s.body(Format::Text, &labels).unwrap();
+        assert!(
+            std::str::from_utf8(&b1)
+                .unwrap()
+                .contains("trainprof_gpu_utilization_mean_percent{node=\"algo-1\",gpu=\"0\"} 70\n")
+        );
+        // Cached: the same bytes.
+        assert_eq!(s.body(Format::Text, &labels).unwrap().as_ptr(), b1.as_ptr());
+        // The next tick has no buffer read: the mean is held.
+        s.take(snapshot(2, 100.1, vec![Metric { value: 6.0, ..cpu }]));
+        let t = String::from_utf8(s.body(Format::Text, &labels).unwrap().to_vec()).unwrap();
+        assert!(t.contains("core=\"0\"} 6\n") && t.contains("gpu=\"0\"} 70\n"), "{t}");
+        // An older tick never replaces a newer one.
+        s.take(snapshot(1, 100.0, vec![cpu]));
+        assert!(
+            String::from_utf8(s.body(Format::Text, &labels).unwrap().to_vec()).unwrap().contains("} 6\n")
+        );
+        // After HOLD_S without it, it goes.
+        s.take(snapshot(3, 100.0 + HOLD_S + 1.0, vec![cpu]));
+        let t = String::from_utf8(s.body(Format::OpenMetrics, &labels).unwrap().to_vec()).unwrap();
+        assert!(!t.contains("utilization_mean"), "{t}");
+        assert!(t.ends_with("# EOF\n"));
+        s.clear();
+        assert!(s.body(Format::Text, &labels).is_none());
+    }
+}

@@ -1,9 +1,9 @@
-"""A page a person reads (issue 25): `trainprof report` and `trainprof trace` on the real H200
+"""A page a person reads: `trainprof report` and `trainprof trace` on the real H200
 job of tests/fixtures/h200-resnet50 (48 s, 481 ticks, 850 steps) and on small planted
 timelines (docs/report.md: "Short jobs", "The step chart", "Evidence tables", "Anchors", "The
 trace").
 
-Each test fails on the report before issue 25: the 48 s job's system rules were all "not
+Each test fails on the report before these changes: the 48 s job's system rules were all "not
 evaluated", the step chart's axis ran to the 4 s first step, evidence had no units, triggers
 linked nowhere, and `trace --steps 5-8` kept events of step 9 that start where step 8 ends."""
 

@@ -233,22 +233,7 @@ pub struct ThreadCpu {
 
 /// `s` cut to [`MAX_TEXT`] bytes, control characters escaped.
 pub fn text(s: &str) -> String {
-    let mut out = String::with_capacity(s.len().min(MAX_TEXT));
-    let mut piece = String::new();
-    for c in s.chars() {
-        piece.clear();
-        if c.is_control() {
-            piece.extend(c.escape_default());
-        } else {
-            piece.push(c);
-        }
-        if out.len() + piece.len() > MAX_TEXT {
-            out.push('…');
-            break;
-        }
-        out.push_str(&piece);
-    }
-    out
+    crate::read::printable(s, MAX_TEXT)
 }
 
 fn us_to_s(v: Option<i64>) -> Option<f64> {

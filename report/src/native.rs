@@ -385,21 +385,7 @@ pub fn display_name(raw: &str) -> String {
     } else {
         std::borrow::Cow::Borrowed(raw)
     };
-    let mut out = String::with_capacity(d.len().min(MAX_NAME));
-    for c in d.chars() {
-        let mut piece = String::new();
-        if c.is_control() {
-            piece.extend(c.escape_default());
-        } else {
-            piece.push(c);
-        }
-        if out.len() + piece.len() > MAX_NAME {
-            out.push('…');
-            break;
-        }
-        out.push_str(&piece);
-    }
-    out
+    crate::read::printable(&d, MAX_NAME)
 }
 
 fn cut(s: &str, max: usize) -> &str {

@@ -77,26 +77,32 @@ impl Skipped {
     pub fn push(&mut self, s: String) {
         // Bounded: a tree full of planted links must not grow the report without end.
         if self.0.len() < 200 {
-            let mut out = String::with_capacity(s.len().min(MAX_REASON));
-            let mut piece = String::new();
-            for c in s.chars() {
-                piece.clear();
-                if c.is_control() {
-                    piece.extend(c.escape_default());
-                } else {
-                    piece.push(c);
-                }
-                if out.len() + piece.len() > MAX_REASON {
-                    out.push('…');
-                    break;
-                }
-                out.push_str(&piece);
-            }
-            self.0.push(out);
+            self.0.push(printable(&s, MAX_REASON));
         } else if self.0.len() == 200 {
             self.0.push("… more skipped entries not listed".to_owned());
         }
     }
+}
+
+/// `s` as text a person reads: control characters as escapes, cut to at most `max` bytes
+/// (then `…`). Every string the trainer wrote goes through this before it is shown.
+pub fn printable(s: &str, max: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max));
+    let mut piece = String::new();
+    for c in s.chars() {
+        piece.clear();
+        if c.is_control() {
+            piece.extend(c.escape_default());
+        } else {
+            piece.push(c);
+        }
+        if out.len() + piece.len() > max {
+            out.push('…');
+            break;
+        }
+        out.push_str(&piece);
+    }
+    out
 }
 
 /// One tick of one node: the lines of a system file that share a Timestamp. Only the

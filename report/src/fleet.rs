@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use trainprof_output::protocol::metric::dimension::THROTTLE_FLAGS;
+use trainprof_output::protocol::metric::name::{PRESSURE_CPU, PRESSURE_IO, PRESSURE_MEMORY};
 
 use crate::collect::StepRec;
 use crate::model::StepSeries;
@@ -389,9 +390,10 @@ pub fn causes(node: &str, signals: &BTreeMap<String, NodeSignals>, from: f64, to
             });
         }
     }
-    for (i, (key, what)) in [("cpu_pressure", "CPU"), ("memory_pressure", "Memory"), ("io_pressure", "IO")]
-        .into_iter()
-        .enumerate()
+    for (i, (key, what)) in
+        [("cpu_pressure", PRESSURE_CPU), ("memory_pressure", PRESSURE_MEMORY), ("io_pressure", PRESSURE_IO)]
+            .into_iter()
+            .enumerate()
     {
         let s = &n.pressure[i];
         let share = n.share(s);

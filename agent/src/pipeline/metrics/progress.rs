@@ -17,7 +17,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use trainprof_output::fs::{Dir, Kind, meta_of};
-use trainprof_output::protocol::timeline::{BASE_TIME_KEY, PH_COMPLETE, STEP_NUM_KEY, step_mode};
+use trainprof_output::protocol::timeline::{
+    BASE_TIME_KEY, PH_COMPLETE, STEP_NUM_KEY, STEP_PREFIX, step_mode,
+};
 use trainprof_output::{PYTHON_TIMELINE_SUFFIX, parse_timeline_temp};
 
 /// The files are looked at no more often than this.
@@ -281,7 +283,8 @@ fn line_json(line: &[u8]) -> Option<serde_json::Value> {
 /// A complete step event: its mode and step.
 fn step_event(line: &[u8], base: i64) -> Option<(String, Step)> {
     // Cheap filter first: most lines are not steps.
-    if !line.windows(14).any(|w| w == b"Step:ModeKeys.") {
+    let prefix = STEP_PREFIX.as_bytes();
+    if !line.windows(prefix.len()).any(|w| w == prefix) {
         return None;
     }
     let v = line_json(line)?;

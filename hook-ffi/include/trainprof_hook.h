@@ -23,7 +23,7 @@
  The ABI version: bumped whenever an export changes meaning or signature. The Python
  package refuses a library whose ABI version differs from its own.
  */
-#define TRAINPROF_ABI_VERSION 1
+#define TRAINPROF_ABI_VERSION 2
 
 /*
  Entries the ring keeps.
@@ -562,25 +562,35 @@ uint64_t trainprof_dropped_names(void);
 int32_t trainprof_hang_enabled(void);
 
 /*
+ A real-time signal that nobody in the process uses, for the caller's
+ `faulthandler.register`: its C-level disposition is the default (a handler a C library
+ installed counts, which Python's own table cannot see), no thread of the trainer's blocks it
+ (a `sigwait` or `signalfd` user), and it is not the hook's own native-stack signal; from
+ `SIGRTMIN + 4` up. 0 when there is none or hang detection is off (docs/trainer.md,
+ "Signals").
+ */
+int32_t trainprof_hang_free_signal(void);
+
+/*
  Registers the file (`fd`, an anonymous memfd the caller keeps open) that
- `faulthandler.register(signum, file=fd, all_threads=True)` writes every Python thread's
- stack to when `signum` is raised: a dump raises it on the watchdog's thread and copies
- what faulthandler wrote into `python_stacks.txt`. `DISABLED` when hang detection is off.
+ `faulthandler.register(signum, file=fd, all_threads=True)`, called just before, writes
+ every Python thread's stack to when `signum` is raised: a dump raises it on the
+ watchdog's thread (or the crashing thread) and copies what faulthandler wrote into
+ `python_stacks.txt`, and only while the handler installed now is still the one installed.
+ `DISABLED` when hang detection is off; `INVALID_ARGUMENT` when no handler is installed
+ for `signum`.
  */
 TrainprofStatus trainprof_hang_python(int32_t fd, int32_t signum);
 
 /*
- Prepares a crash's dump: opens the node's dump folder, makes an anonymous memfd,
- installs the hook's handler for SIGSEGV, SIGBUS, SIGABRT and SIGFPE (chaining whatever
- was there), and writes to `*out_fd` the memfd for `faulthandler.enable(file=fd)`, which
- the caller must call after this so that faulthandler runs first and chains to the hook
- (which copies what it wrote into the dump's `python_stacks.txt`).
- `DISABLED` when hang detection is off; `IO` when the folder cannot be made.
-
- # Safety
- `out_fd` is NULL or valid for a write.
+ Prepares a crash's dump: opens the node's dump folder and installs the hook's handler for
+ SIGSEGV, SIGBUS, SIGABRT and SIGFPE in front of the dispositions found, which it calls as
+ the kernel would have; a dump is written only when the signal is going to end the process
+ (docs/trainer.md, "Signals"). Its Python stacks come from the registration of
+ `trainprof_hang_python`, when there is one. `DISABLED` when hang detection is off; `IO`
+ when the folder cannot be made.
  */
-TrainprofStatus trainprof_hang_fatal_fd(int32_t *out_fd);
+TrainprofStatus trainprof_hang_arm_crash(void);
 
 /*
  Writes an `exception` dump (`traceback.txt`, the formatted traceback of an uncaught

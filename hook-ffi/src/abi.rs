@@ -700,48 +700,60 @@ pub extern "C" fn trainprof_hang_enabled() -> i32 {
     edge(0, 0, || i32::from(running().is_ok_and(|h| h.hang.is_some())))
 }
 
+/// A real-time signal that nobody in the process uses, for the caller's
+/// `faulthandler.register`: its C-level disposition is the default (a handler a C library
+/// installed counts, which Python's own table cannot see), no thread of the trainer's blocks it
+/// (a `sigwait` or `signalfd` user), and it is not the hook's own native-stack signal; from
+/// `SIGRTMIN + 4` up. 0 when there is none or hang detection is off (docs/trainer.md,
+/// "Signals").
+#[unsafe(no_mangle)]
+pub extern "C" fn trainprof_hang_free_signal() -> i32 {
+    edge(0, 0, || {
+        if !running().is_ok_and(|h| h.hang.is_some()) {
+            return 0;
+        }
+        crate::signals::free_real_time(false, &[crate::hang::native_signal_now()]).unwrap_or(0)
+    })
+}
+
 /// Registers the file (`fd`, an anonymous memfd the caller keeps open) that
-/// `faulthandler.register(signum, file=fd, all_threads=True)` writes every Python thread's
-/// stack to when `signum` is raised: a dump raises it on the watchdog's thread and copies
-/// what faulthandler wrote into `python_stacks.txt`. `DISABLED` when hang detection is off.
+/// `faulthandler.register(signum, file=fd, all_threads=True)`, called just before, writes
+/// every Python thread's stack to when `signum` is raised: a dump raises it on the
+/// watchdog's thread (or the crashing thread) and copies what faulthandler wrote into
+/// `python_stacks.txt`, and only while the handler installed now is still the one installed.
+/// `DISABLED` when hang detection is off; `INVALID_ARGUMENT` when no handler is installed
+/// for `signum`.
 #[unsafe(no_mangle)]
 pub extern "C" fn trainprof_hang_python(fd: i32, signum: i32) -> TrainprofStatus {
     export(|| {
         let hook = running()?;
         let hang = hook.hang.as_deref().ok_or(TrainprofStatus::Disabled)?;
-        if fd < 0 || signum <= 0 || signum > 64 {
+        if fd < 0 || signum <= 0 || signum > 64 || !hang.set_python(fd, signum) {
             return Err(TrainprofStatus::InvalidArgument);
         }
-        hang.set_python(fd, signum);
         Ok(TrainprofStatus::Ok)
     })
 }
 
-/// Prepares a crash's dump: opens the node's dump folder, makes an anonymous memfd,
-/// installs the hook's handler for SIGSEGV, SIGBUS, SIGABRT and SIGFPE (chaining whatever
-/// was there), and writes to `*out_fd` the memfd for `faulthandler.enable(file=fd)`, which
-/// the caller must call after this so that faulthandler runs first and chains to the hook
-/// (which copies what it wrote into the dump's `python_stacks.txt`).
-/// `DISABLED` when hang detection is off; `IO` when the folder cannot be made.
-///
-/// # Safety
-/// `out_fd` is NULL or valid for a write.
+/// Prepares a crash's dump: opens the node's dump folder and installs the hook's handler for
+/// SIGSEGV, SIGBUS, SIGABRT and SIGFPE in front of the dispositions found, which it calls as
+/// the kernel would have; a dump is written only when the signal is going to end the process
+/// (docs/trainer.md, "Signals"). Its Python stacks come from the registration of
+/// `trainprof_hang_python`, when there is one. `DISABLED` when hang detection is off; `IO`
+/// when the folder cannot be made.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn trainprof_hang_fatal_fd(out_fd: *mut i32) -> TrainprofStatus {
-    // SAFETY: out_fd is forwarded from the caller.
-    unsafe {
-        export_out(out_fd, -1, |fd| {
-            let hook = HOOK.get().filter(|_| running().is_ok()).ok_or(TrainprofStatus::NotInitialized)?;
-            if hook.hang.is_none() {
-                return Err(TrainprofStatus::Disabled);
-            }
-            *fd = crate::hang::arm_fatal(hook).map_err(|e| {
-                log(&format_args!("hang detection: cannot prepare a crash dump: {e}"));
-                TrainprofStatus::Io
-            })?;
-            Ok(TrainprofStatus::Ok)
-        })
-    }
+pub extern "C" fn trainprof_hang_arm_crash() -> TrainprofStatus {
+    export(|| {
+        let hook = HOOK.get().filter(|_| running().is_ok()).ok_or(TrainprofStatus::NotInitialized)?;
+        if hook.hang.is_none() {
+            return Err(TrainprofStatus::Disabled);
+        }
+        crate::hang::arm_fatal(hook).map_err(|e| {
+            log(&format_args!("hang detection: cannot prepare a crash dump: {e}"));
+            TrainprofStatus::Io
+        })?;
+        Ok(TrainprofStatus::Ok)
+    })
 }
 
 /// Writes an `exception` dump (`traceback.txt`, the formatted traceback of an uncaught

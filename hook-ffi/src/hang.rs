@@ -13,11 +13,13 @@
 //!   through a pipe by the SIGTERM/SIGINT handler), judges the open step against
 //!   `max(HangTimeoutS, HangFactor × median step)` (the median of the completed steps of the
 //!   same mode in the ring), writes a dump once per stall and `ended.json` when the stalled
-//!   step ends. It blocks SIGTERM and SIGINT, so that the process's signal never lands on
-//!   the thread that must write its dump.
+//!   step ends. Like every thread of trainprof's it blocks every asynchronous signal
+//!   ([`crate::signals::spawn_thread`]), so the process's signal never lands on the thread
+//!   that must write its dump, nor takes one the trainer waits for.
 //! * **Python stacks** are `faulthandler`'s: the Python package registers
-//!   `faulthandler.register(signum, file=<anonymous memfd>, all_threads=True)` on a free
-//!   real-time signal and hands the fd and signal number to the hook
+//!   `faulthandler.register(signum, file=<anonymous memfd>, all_threads=True)` on a real-time
+//!   signal nobody uses ([`crate::signals::free_real_time`]) and hands the fd and signal
+//!   number to the hook
 //!   ([`crate::abi`]'s `trainprof_hang_python`). The watchdog empties the memfd, sends that
 //!   signal to its own thread with `tgkill` (so faulthandler's C handler runs synchronously,
 //!   on a thread that holds no Python lock, and writes every thread's stack without the GIL),
@@ -29,20 +31,21 @@
 //!   addresses (no allocation, no lock) and raises a flag; the watchdog waits at most
 //!   200 ms for it, then symbolises on its own thread. The handler is installed with
 //!   `SA_RESTART`, so a thread blocked in a restartable call goes back to it.
-//! * **SIGTERM / SIGINT**: the hook's handler wakes the watchdog, waits up to 5 s for the
-//!   dump, then chains: the trainer's own handler is called as the kernel would have called
+//!   Every send first checks that the handler is still ours: one the trainer installed since
+//!   is never called by a dump.
+//! * **SIGTERM / SIGINT**: the hook's handler, installed with the trainer's handler's flags
+//!   and mask, wakes the watchdog, waits up to 5 s for the dump, then chains: the trainer's own handler is called as the kernel would have called
 //!   it, or for `SIG_DFL` the default action is restored and the signal raised again (the
 //!   exit status is the signal's, as without trainprof). A disposition the trainer installs
 //!   later is seen by the watchdog within a second and wrapped the same way (it is then the
 //!   one chained to); `SIG_IGN` is never wrapped.
-//! * **Fatal signals** (SIGSEGV, SIGBUS, SIGABRT, SIGFPE): the Python package enables
-//!   `faulthandler` on another anonymous memfd the hook made, after the hook installed its
-//!   own handler, so faulthandler runs first and chains to ours; ours makes the dump folder
-//!   (`mkdirat` under the node's folder, opened at start), copies what faulthandler wrote
-//!   into `python_stacks.txt`, writes the crashing thread's native stack and `stall.json`
-//!   with raw system calls and formatting into static buffers (no allocation, no lock),
-//!   restores the disposition it found and raises the signal again. Nothing is on disk
-//!   unless a crash comes.
+//! * **Fatal signals** (SIGSEGV, SIGBUS, SIGABRT, SIGFPE): the hook's handler sits in front of
+//!   the trainer's dispositions and calls the trainer's handler directly with the kernel's
+//!   `siginfo` and context ([`fatal_handler`]); only a signal that is going to end the process
+//!   gets a dump: the folder (`mkdirat` under the node's folder, opened at start), the Python
+//!   stacks through the same faulthandler registration, the crashing thread's native stack and
+//!   `stall.json`, with raw system calls and formatting into static buffers (no allocation, no
+//!   lock). Nothing is on disk unless a crash comes.
 //! * **Uncaught exceptions**: the package's `sys.excepthook` / `threading.excepthook` hand the
 //!   formatted traceback to `trainprof_hang_exception`, which writes the dump on the calling
 //!   thread, then call the previous hook.
@@ -59,6 +62,7 @@ use trainprof_config::HangDetection;
 use trainprof_output::fs::{self, Dir};
 
 use crate::hook::Hook;
+use crate::signals::{self, Saved, SigInfoHandler};
 use crate::types::TrainprofMode;
 
 /// Entries the ring keeps.
@@ -246,6 +250,9 @@ pub struct Hang {
     /// The memfd faulthandler writes to on [`Hang::python_signal`], -1 until registered.
     python_fd: AtomicI32,
     python_signal: AtomicI32,
+    /// faulthandler's handler for [`Hang::python_signal`], as installed when the package
+    /// registered it: a dump sends the signal only while this is still the one installed.
+    python_handler: AtomicUsize,
     pub(crate) stop: AtomicBool,
     dumps: AtomicU32,
 }
@@ -258,15 +265,23 @@ impl Hang {
             events: Ring::default(),
             python_fd: AtomicI32::new(-1),
             python_signal: AtomicI32::new(0),
+            python_handler: AtomicUsize::new(libc::SIG_DFL),
             stop: AtomicBool::new(false),
             dumps: AtomicU32::new(0),
         }
     }
 
-    /// The Python package's faulthandler registration.
-    pub fn set_python(&self, fd: i32, signum: i32) {
+    /// The Python package's faulthandler registration, made just before: the handler now
+    /// installed for `signum` is faulthandler's. False when none is (nothing is kept).
+    pub fn set_python(&self, fd: i32, signum: i32) -> bool {
+        let handler = signals::handler(signum);
+        if matches!(handler, libc::SIG_DFL | libc::SIG_IGN) {
+            return false;
+        }
+        self.python_handler.store(handler, SeqCst);
         self.python_signal.store(signum, SeqCst);
         self.python_fd.store(fd, SeqCst);
+        true
     }
 }
 
@@ -472,10 +487,9 @@ pub fn dump_name(step: i64, detected_us: i64) -> String {
 
 // ---- signals -----------------------------------------------------------------------
 
-/// Per signal number: the disposition chained to (handler, flags), read when ours was
-/// installed.
-static CHAIN_HANDLER: [AtomicUsize; 65] = [const { AtomicUsize::new(0) }; 65];
-static CHAIN_FLAGS: [AtomicU64; 65] = [const { AtomicU64::new(0) }; 65];
+/// Per signal number: the trainer's disposition that ours chains to (SIGTERM and SIGINT,
+/// read when ours was installed; the fatal signals, read when the crash handler was armed).
+static PREV: [Saved; 65] = [const { Saved::new() }; 65];
 /// The process that armed the handlers: a `fork()`ed child (a DataLoader worker) inherits
 /// them, but its handlers only chain (its hook is inert; it must not wait for a watchdog it
 /// does not have, nor write the parent's dump).
@@ -513,61 +527,27 @@ fn errno_location() -> *mut i32 {
     unsafe { libc::__errno_location() }
 }
 
-fn get_action(sig: i32) -> Option<libc::sigaction> {
-    // SAFETY: all-zero is a valid sigaction; a NULL new action only reads.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer.
-    (unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0).then_some(old)
+/// Sends `sig` to the calling thread with `sig` unblocked for the call (trainprof's threads
+/// block every asynchronous signal, [`signals::spawn_thread`]): its handler has run when this
+/// returns.
+fn raise_here(sig: i32) {
+    let old = signals::thread_mask(libc::SIG_UNBLOCK, signals::bit(sig));
+    // SAFETY: tgkill with this process's pid, the calling thread and a signal number.
+    unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), gettid(), sig) };
+    signals::thread_mask(libc::SIG_SETMASK, old);
 }
 
-type SigInfoHandler = extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void);
-
-fn set_action(sig: i32, handler: SigInfoHandler, flags: i32) -> bool {
-    // SAFETY: all-zero is a valid sigaction; the fields that matter are set.
-    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
-    act.sa_sigaction = handler as usize;
-    act.sa_flags = libc::SA_SIGINFO | flags;
-    // SAFETY: a valid mask pointer.
-    unsafe { libc::sigemptyset(&mut act.sa_mask) };
-    // SAFETY: a valid sigaction; the old one is not asked.
-    unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) == 0 }
-}
-
-/// Calls the disposition chained to for `sig` as the kernel would have.
-fn chain(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let idx = sig as usize;
-    let h = CHAIN_HANDLER[idx].load(SeqCst);
-    let flags = CHAIN_FLAGS[idx].load(SeqCst);
-    match h {
-        libc::SIG_IGN => {}
-        libc::SIG_DFL => {
-            // The default action, as without trainprof: restored, and the signal raised
-            // again (blocked while this handler runs, delivered when it returns).
-            // SAFETY: async-signal-safe calls with valid arguments.
-            unsafe {
-                libc::signal(sig, libc::SIG_DFL);
-                libc::raise(sig);
-            }
-        }
-        f => {
-            if flags & (libc::SA_SIGINFO as u64) != 0 {
-                // SAFETY: the trainer installed this function with SA_SIGINFO.
-                let f: SigInfoHandler = unsafe { std::mem::transmute::<usize, SigInfoHandler>(f) };
-                f(sig, info, ctx);
-            } else {
-                // SAFETY: the trainer installed this function without SA_SIGINFO.
-                let f: extern "C" fn(i32) = unsafe { std::mem::transmute::<usize, extern "C" fn(i32)>(f) };
-                f(sig);
-            }
-        }
-    }
-}
-
-/// SIGTERM / SIGINT: ask the watchdog for the dump, wait for it (bounded), chain.
+/// SIGTERM / SIGINT: ask the watchdog for the dump, wait for it (bounded), then do what the
+/// trainer's disposition does. Ours is installed with the trainer's flags and mask
+/// ([`wrap_term_signals`]), so the kernel already did for this call what it would have done
+/// for the trainer's (the mask, `SA_NODEFER`, and `SA_RESETHAND`'s reset to the default).
 extern "C" fn term_handler(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let errno = errno_location();
     // SAFETY: the calling thread's errno.
     let saved = unsafe { *errno };
+    // What the trainer's disposition was when this signal came (the watchdog may wrap a new
+    // one while the dump is written).
+    let prev = PREV[sig as usize].load();
     let wake = WAKE_FD.load(SeqCst);
     if wake >= 0 && in_owner() && !SIGNAL_DUMPED.swap(true, SeqCst) {
         let before = SIGNAL_DONE.load(SeqCst);
@@ -582,27 +562,38 @@ extern "C" fn term_handler(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc:
             waited += Duration::from_millis(5);
         }
     }
-    chain(sig, info, ctx);
+    match prev.handler {
+        libc::SIG_IGN => {}
+        libc::SIG_DFL => {
+            // The default action, as without trainprof: restored, and the signal raised
+            // again (blocked while this handler runs, delivered when it returns).
+            signals::set_default(sig);
+            // SAFETY: raise is async-signal-safe.
+            unsafe { libc::raise(sig) };
+        }
+        _ => prev.call(sig, info, ctx),
+    }
     // SAFETY: as above.
     unsafe { *errno = saved };
 }
 
 /// Wraps SIGTERM and SIGINT's current disposition, unless it is ours or `SIG_IGN`. Called
 /// at start and by the watchdog once a second (a handler the trainer installed since is
-/// wrapped in turn).
+/// wrapped in turn). Ours takes the trainer's flags (`SA_RESTART`: Python's handlers are
+/// installed without it so that a blocking call returns and the Python handler runs;
+/// `SA_RESETHAND`, `SA_NODEFER`, `SA_ONSTACK`) and its mask, so that the signal is handled
+/// with the same semantics as without trainprof.
 fn wrap_term_signals() {
     for sig in [libc::SIGTERM, libc::SIGINT] {
-        let Some(cur) = get_action(sig) else { continue };
+        let Some(cur) = signals::get(sig) else { continue };
         let ours = term_handler as SigInfoHandler as usize;
         if cur.sa_sigaction == ours || cur.sa_sigaction == libc::SIG_IGN {
             continue;
         }
-        CHAIN_HANDLER[sig as usize].store(cur.sa_sigaction, SeqCst);
-        CHAIN_FLAGS[sig as usize].store(cur.sa_flags as u64, SeqCst);
-        // Python's handlers are installed without SA_RESTART so that a blocking call
-        // returns and the Python handler runs: the same flags are kept.
-        let flags = cur.sa_flags & (libc::SA_RESTART | libc::SA_ONSTACK);
-        set_action(sig, term_handler, flags);
+        PREV[sig as usize].save(&cur);
+        let flags =
+            cur.sa_flags & (libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESETHAND);
+        signals::install(sig, term_handler, flags, signals::bits(&cur.sa_mask));
     }
 }
 
@@ -632,23 +623,32 @@ extern "C" fn native_handler(_sig: i32, _info: *mut libc::siginfo_t, _ctx: *mut 
     unsafe { *errno = saved };
 }
 
-/// Installs the native-stack handler on the first real-time signal from `SIGRTMIN + 4` whose
-/// disposition is the default (none the trainer uses); the signal, or `None`.
-fn native_signal() -> Option<i32> {
+/// The native-stack signal while the handler is installed on it, else 0.
+pub fn native_signal_now() -> i32 {
     let s = NATIVE_SIGNAL.load(SeqCst);
-    if s != 0 {
+    if s != 0 && native_installed(s) { s } else { 0 }
+}
+
+/// Whether the native-stack handler is still the one installed for `sig` (the trainer may
+/// have installed its own since: then the signal is the trainer's).
+fn native_installed(sig: i32) -> bool {
+    signals::handler(sig) == native_handler as SigInfoHandler as usize
+}
+
+/// The signal of the native-stack handler: the one installed before if it is still ours,
+/// else the first free real-time signal from the top ([`signals::free_real_time`]; the
+/// Python package's is searched from the bottom), installed now; or `None`.
+fn native_signal(python_signal: i32) -> Option<i32> {
+    let s = NATIVE_SIGNAL.load(SeqCst);
+    if s != 0 && native_installed(s) {
         return Some(s);
     }
-    let (lo, hi) = (libc::SIGRTMIN(), libc::SIGRTMAX());
-    for sig in (lo + 4..=hi - 4).rev() {
-        if get_action(sig).is_some_and(|a| a.sa_sigaction == libc::SIG_DFL)
-            && set_action(sig, native_handler, libc::SA_RESTART | libc::SA_ONSTACK)
-        {
-            NATIVE_SIGNAL.store(sig, SeqCst);
-            return Some(sig);
-        }
+    let sig = signals::free_real_time(true, &[s, python_signal])?;
+    if !signals::install(sig, native_handler, libc::SA_RESTART | libc::SA_ONSTACK, 0) {
+        return None;
     }
-    None
+    NATIVE_SIGNAL.store(sig, SeqCst);
+    Some(sig)
 }
 
 /// One thread's native stack: its frame addresses, unwound by itself.
@@ -660,6 +660,9 @@ fn unwind_thread(pid: i32, tid: i32, sig: i32) -> Result<Vec<usize>, &'static st
             ips.len() < MAX_FRAMES
         });
         return Ok(ips);
+    }
+    if !native_installed(sig) {
+        return Err("the signal is the trainer's now");
     }
     SLOT_DONE.store(0, SeqCst);
     SLOT_N.store(0, SeqCst);
@@ -712,9 +715,10 @@ fn thread_name(tid: i32) -> String {
 }
 
 /// `native_stacks.txt`: every thread (at most [`MAX_THREADS`]), each unwinding itself.
-pub fn native_stacks() -> String {
+/// Trainprof's own threads block the signal ([`signals::spawn_thread`]) and are named only.
+pub fn native_stacks(python_signal: i32) -> String {
     let mut out = String::new();
-    let Some(sig) = native_signal() else {
+    let Some(sig) = native_signal(python_signal) else {
         return "no free real-time signal for the native stacks\n".into();
     };
     let pid = std::process::id() as i32;
@@ -728,6 +732,10 @@ pub fn native_stacks() -> String {
             break;
         }
         let _ = writeln!(out, "thread {tid} {}", thread_name(tid));
+        if signals::is_guest(tid) {
+            let _ = writeln!(out, "  (trainprof's own thread: it takes no signal, not unwound)\n");
+            continue;
+        }
         match unwind_thread(pid, tid, sig) {
             Ok(ips) => {
                 let mut frames: Vec<(usize, String)> =
@@ -751,7 +759,7 @@ pub fn native_stacks() -> String {
 const PYTHON_MEMFD: &str = "/memfd:trainprof-python-stacks";
 
 /// `python_stacks.txt` through faulthandler (see the module docs), or `None` when the Python
-/// package registered nothing.
+/// package registered nothing or faulthandler's handler is no longer the one installed.
 fn python_stacks(h: &Hang) -> Option<Vec<u8>> {
     let fd = h.python_fd.load(SeqCst);
     let sig = h.python_signal.load(SeqCst);
@@ -760,22 +768,23 @@ fn python_stacks(h: &Hang) -> Option<Vec<u8>> {
     }
     // The fd must still be the package's memfd (not closed and reused for a file of the
     // trainer's, which the truncation would destroy), and faulthandler's handler must still
-    // be installed: Python's finalisation unregisters it, and the default action of a
-    // real-time signal would end the process.
+    // be the one installed: Python's finalisation unregisters it (the default action of a
+    // real-time signal would end the process), and a handler the trainer installed since
+    // must never be called by a dump.
     let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
     if !link.to_string_lossy().starts_with(PYTHON_MEMFD) {
         return None;
     }
-    if get_action(sig).is_none_or(|a| a.sa_sigaction == libc::SIG_DFL || a.sa_sigaction == libc::SIG_IGN) {
+    if signals::handler(sig) != h.python_handler.load(SeqCst) {
         return None;
     }
-    // SAFETY: plain system calls on the registered fd and this thread.
+    // SAFETY: plain system calls on the registered fd.
     unsafe {
         libc::ftruncate(fd, 0);
         libc::lseek(fd, 0, libc::SEEK_SET);
-        libc::syscall(libc::SYS_tgkill, std::process::id() as i32, gettid(), sig);
     }
-    // faulthandler's handler ran on this thread before tgkill returned.
+    // faulthandler's handler runs on this thread before this returns.
+    raise_here(sig);
     let mut buf = vec![0u8; MAX_PYTHON_BYTES];
     let mut got = 0;
     while got < buf.len() {
@@ -807,16 +816,9 @@ pub fn spawn(hook: Arc<Hook>) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     let read_fd = fds[0];
-    std::thread::Builder::new().name("trainprof-watchdog".into()).spawn(move || {
-        // The process's SIGTERM / SIGINT never land here: this thread writes their dump.
-        // SAFETY: a valid signal set, the calling thread's mask.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGTERM);
-            libc::sigaddset(&mut set, libc::SIGINT);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        }
+    // The process's signals never land on this thread (it writes their dump), nor on any
+    // thread of ours: they are the trainer's.
+    signals::spawn_thread("trainprof-watchdog", move || {
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&hook, read_fd)));
         WAKE_FD.store(-1, SeqCst);
         WATCHDOG_DONE.store(true, SeqCst);
@@ -988,7 +990,7 @@ pub fn dump(
             if let Some(py) = python_stacks(hang) {
                 put("python_stacks.txt", &py)?;
             }
-            put("native_stacks.txt", native_stacks().as_bytes())?;
+            put("native_stacks.txt", native_stacks(hang.python_signal.load(SeqCst)).as_bytes())?;
         }
         let header = Header {
             kind,
@@ -1021,45 +1023,44 @@ pub fn dump(
 
 /// The node's dump folder (`framework/hangs/<node>`), opened when armed; -1 until then.
 static FATAL_PARENT_FD: AtomicI32 = AtomicI32::new(-1);
-/// The memfd faulthandler writes a crash's Python stacks to; -1 until armed.
-static FATAL_PY_FD: AtomicI32 = AtomicI32::new(-1);
+static FATAL_ARMED: AtomicBool = AtomicBool::new(false);
 static FATAL_ONCE: AtomicBool = AtomicBool::new(false);
-/// The dispositions found before ours, put back before the signal is raised again.
-static FATAL_OLD: std::sync::OnceLock<Vec<(i32, libc::sigaction)>> = std::sync::OnceLock::new();
 /// The hook, for the crash handler (set when armed).
 static FATAL_HOOK: std::sync::OnceLock<Arc<Hook>> = std::sync::OnceLock::new();
 /// The signals a crash dump is written for.
 pub const FATAL_SIGNALS: [i32; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGABRT, libc::SIGFPE];
 
-/// Opens `framework/hangs/<node>` (made if need be) for the crash handler, makes the
-/// anonymous memfd faulthandler is to write a crash's Python stacks to, installs the crash
-/// handler, and returns the memfd (kept open for the life of the process). Nothing is left
-/// on disk unless a crash comes.
-pub fn arm_fatal(hook: &Arc<Hook>) -> std::io::Result<i32> {
-    if FATAL_PY_FD.load(SeqCst) >= 0 {
+/// Opens `framework/hangs/<node>` (made if need be) for the crash handler and installs the
+/// crash handler in front of the trainer's dispositions, which it keeps ([`PREV`]) and chains
+/// to as the kernel would have called them (docs/trainer.md, "Signals"). Nothing is left on
+/// disk unless a crash comes.
+pub fn arm_fatal(hook: &Arc<Hook>) -> std::io::Result<()> {
+    if FATAL_ARMED.load(SeqCst) {
         return Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "armed already"));
     }
     let parent = Dir::open_root(hook.local_path(), true)?.sub(&node_dir(hook.node_id()), true)?;
-    // SAFETY: a NUL-terminated name and flags.
-    let py = unsafe { libc::memfd_create(c"trainprof-crash-python-stacks".as_ptr(), libc::MFD_CLOEXEC) };
-    if py < 0 {
-        return Err(std::io::Error::last_os_error());
+    if FATAL_ARMED.swap(true, SeqCst) {
+        return Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "armed already"));
     }
     OWNER_PID.store(std::process::id() as i32, SeqCst);
     let _ = FATAL_HOOK.set(Arc::clone(hook));
-    let mut old = Vec::new();
+    FATAL_PARENT_FD.store(dup_forever(&parent)?, SeqCst);
     for sig in FATAL_SIGNALS {
-        if let Some(a) = get_action(sig) {
-            old.push((sig, a));
+        let Some(prev) = signals::get(sig) else { continue };
+        PREV[sig as usize].save(&prev);
+        if PREV[sig as usize].load().is_function() {
+            // The trainer's flags and mask, so that the kernel does for this call what it
+            // would have done for the trainer's handler (SA_RESETHAND included).
+            let flags =
+                prev.sa_flags & (libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESETHAND);
+            signals::install(sig, fatal_handler, flags, signals::bits(&prev.sa_mask));
+        } else {
+            // On the alternate stack where the thread has one (a stack overflow), and open
+            // to a fault inside itself (which then ends the process at once).
+            signals::install(sig, fatal_handler, libc::SA_ONSTACK | libc::SA_NODEFER, 0);
         }
     }
-    let _ = FATAL_OLD.set(old);
-    FATAL_PARENT_FD.store(dup_forever(&parent)?, SeqCst);
-    FATAL_PY_FD.store(py, SeqCst);
-    for sig in FATAL_SIGNALS {
-        set_action(sig, fatal_handler, libc::SA_ONSTACK | libc::SA_NODEFER);
-    }
-    Ok(py)
+    Ok(())
 }
 
 /// A copy of `dir`'s fd that is never closed (the crash handler uses it).
@@ -1135,29 +1136,101 @@ fn raw_write_new(dir: i32, name: &std::ffi::CStr, bytes: &[u8]) {
     }
 }
 
-/// The crash handler: faulthandler has written the Python stacks to the memfd (it runs
-/// first, then chains here); this makes the dump folder, copies them in, writes the native
-/// stack and `stall.json`, then puts the old disposition back and raises the signal again.
-extern "C" fn fatal_handler(sig: i32, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+/// The crash handler (docs/trainer.md, "Signals"). It writes a dump only when the signal is
+/// going to end the process, and otherwise leaves the trainer's handling exactly as it was:
+///
+/// * the trainer's disposition was the default action (or `SIG_IGN` for a fault, which the
+///   kernel turns into the default action): dump, put the default back, and for a fault
+///   return, so that the faulting instruction runs again and the process dies of the real
+///   fault (its address and a core dump as without trainprof); a signal sent by `kill` or
+///   `raise` is raised again;
+/// * the trainer's handler (a runtime that fixes its own faults, the trainer's own
+///   faulthandler): called directly with the kernel's `siginfo` and context, so it sees the
+///   real fault. If it gives the fault back (returns with the default action installed, or
+///   puts the default back and raises the signal), the dump is written before the process
+///   dies of it; if it handled the fault, nothing is written and the faulting instruction
+///   runs again. The signal is blocked while it runs, so that a `raise` inside it is
+///   delivered after the dump, when this handler unblocks it.
+extern "C" fn fatal_handler(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let errno = errno_location();
+    // SAFETY: the calling thread's errno.
+    let saved = unsafe { *errno };
+    // A fault from the hardware (si_code > 0) happens again when the handler returns; a
+    // signal sent by kill, raise or abort (si_code <= 0) does not.
+    // SAFETY: the kernel's siginfo, when there is one.
+    let fault = !info.is_null() && unsafe { (*info).si_code } > 0;
+    let prev = PREV[sig as usize].load();
+    match prev.handler {
+        libc::SIG_IGN if !fault => {}
+        libc::SIG_DFL | libc::SIG_IGN => {
+            crash_dump(sig);
+            signals::set_default(sig);
+            if !fault {
+                // SAFETY: raise is async-signal-safe.
+                unsafe { libc::raise(sig) };
+            }
+        }
+        _ => {
+            let old = signals::thread_mask(libc::SIG_BLOCK, signals::bit(sig));
+            prev.call(sig, info, ctx);
+            let now = signals::handler(sig);
+            if now == libc::SIG_DFL && (fault || signals::pending(sig)) {
+                crash_dump(sig);
+            }
+            signals::thread_mask(libc::SIG_SETMASK, old);
+        }
+    }
+    // SAFETY: as above.
+    unsafe { *errno = saved };
+}
+
+/// The crash's dump, once per process and only in the process that armed it.
+fn crash_dump(sig: i32) {
     if in_owner() && !FATAL_ONCE.swap(true, SeqCst) {
         write_crash(sig);
     }
-    if let Some(old) = FATAL_OLD.get() {
-        for (s, a) in old {
-            if *s == sig {
-                // SAFETY: a disposition read by sigaction, put back unchanged.
-                unsafe { libc::sigaction(sig, a, std::ptr::null_mut()) };
-            }
-        }
+}
+
+/// Every Python thread's stack into the buffer, through the package's faulthandler
+/// registration (the signal sent to this thread, as a stall's dump does); the length, 0
+/// when there is none. Async-signal-safe: raw calls only.
+fn crash_python_stacks(hang: &Hang, buf: &mut [u8]) -> usize {
+    let fd = hang.python_fd.load(SeqCst);
+    let sig = hang.python_signal.load(SeqCst);
+    if fd < 0 || sig <= 0 || signals::handler(sig) != hang.python_handler.load(SeqCst) {
+        return 0;
     }
-    // SAFETY: raise is async-signal-safe. A fault from the hardware happens again when the
-    // handler returns, now with the old disposition.
-    unsafe { libc::raise(sig) };
+    // The fd must still be the package's memfd (readlink of /proc/self/fd/<fd>).
+    let mut path = [0u8; 48];
+    if fmt_into(&mut path, format_args!("/proc/self/fd/{fd}")) >= path.len() {
+        return 0;
+    }
+    let mut link = [0u8; 64];
+    // SAFETY: a NUL-terminated path and a valid buffer.
+    let n = unsafe { libc::readlink(path.as_ptr().cast(), link.as_mut_ptr().cast(), link.len()) };
+    if n <= 0 || !link[..n as usize].starts_with(PYTHON_MEMFD.as_bytes()) {
+        return 0;
+    }
+    // SAFETY: plain system calls on the registered fd.
+    unsafe {
+        libc::ftruncate(fd, 0);
+        libc::lseek(fd, 0, libc::SEEK_SET);
+    }
+    raise_here(sig);
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: a valid buffer of the given length.
+        let n = unsafe { libc::pread(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got, got as i64) };
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    got
 }
 
 fn write_crash(sig: i32) {
     let parent = FATAL_PARENT_FD.load(SeqCst);
-    let py = FATAL_PY_FD.load(SeqCst);
     let Some(hook) = FATAL_HOOK.get() else { return };
     let Some(hang) = hook.hang.as_deref() else { return };
     if parent < 0 {
@@ -1187,20 +1260,10 @@ fn write_crash(sig: i32) {
     }
     // SAFETY: once per process (FATAL_ONCE); nothing else touches these buffers.
     let (buf, ring) = unsafe { (&mut *CRASH_BUF.0.get(), &mut *CRASH_RING.0.get()) };
-    // What faulthandler wrote (it ran first and chained here).
-    if py >= 0 {
-        let mut got = 0;
-        while got < buf.len() {
-            // SAFETY: a valid buffer of the given length.
-            let n = unsafe { libc::pread(py, buf[got..].as_mut_ptr().cast(), buf.len() - got, got as i64) };
-            if n <= 0 {
-                break;
-            }
-            got += n as usize;
-        }
-        if got > 0 {
-            raw_write_new(dir, c"python_stacks.txt", &buf[..got]);
-        }
+    // Every Python thread's stack, faulthandler's (through the package's registration).
+    let got = crash_python_stacks(hang, buf);
+    if got > 0 {
+        raw_write_new(dir, c"python_stacks.txt", &buf[..got]);
     }
     // The crashing thread's native stack.
     let mut ips = [0usize; MAX_FRAMES];

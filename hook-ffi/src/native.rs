@@ -163,7 +163,9 @@ pub trait Host: Send + Sync + 'static {
 
 /// Starts the sampler thread.
 pub fn spawn<H: Host>(host: Arc<H>) -> std::io::Result<JoinHandle<()>> {
-    thread::Builder::new().name("trainprof-native".into()).spawn(move || {
+    // Takes no signal of the trainer's (docs/trainer.md, "Signals"); SIGPROF samples the
+    // trainer's threads, never this one.
+    crate::signals::spawn_thread("trainprof-native", move || {
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&*host)));
         if ran.is_err() {
             host.control().turn_off();

@@ -43,7 +43,8 @@ impl Hook {
     /// epoch.
     pub fn spawn_writer(self: &Arc<Self>, loader: Option<Loader>, clock: fn() -> i64) -> std::io::Result<()> {
         let hook = Arc::clone(self);
-        thread::Builder::new().name("trainprof-writer".into()).spawn(move || {
+        // Takes no signal of the trainer's (docs/trainer.md, "Signals").
+        crate::signals::spawn_thread("trainprof-writer", move || {
             let ran =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.run_writer(loader, clock)));
             if ran.is_err() {

@@ -96,7 +96,8 @@ def test_a_segfault_leaves_python_stacks_and_the_same_exit_status(run_script):
     s = stall(d)
     assert (s["kind"], s["signal"], s["step"]) == ("fatal", "SIGSEGV", 30)
     py = (d / "python_stacks.txt").read_text()
-    assert "Segmentation fault" in py and "in string_at" in py and "in go_wrong" in py
+    # faulthandler's stacks, through the package's registration (the signal is stall.json's).
+    assert "Current thread" in py and "in string_at" in py and "in go_wrong" in py
     assert (d / "native_stacks.txt").read_text().startswith("thread ")
     assert not list((on.out / "framework" / "hangs").glob("*/.*"))
 

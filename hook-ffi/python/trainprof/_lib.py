@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 #: The ABI this package speaks (``TRAINPROF_ABI_VERSION``).
-ABI_VERSION = 1
+ABI_VERSION = 2
 #: ``TRAINPROF_PATH_MAX``: bytes in each path buffer of :class:`TrainprofPythonWindow`.
 PATH_MAX = 4096
 #: ``TRAINPROF_MAX_ARGS``: extra arguments per event.
@@ -178,7 +178,8 @@ _PROTOTYPES: Dict[str, Tuple[CType, "list[CType]"]] = {
     "trainprof_selftest_panic": (_Status, []),
     "trainprof_hang_enabled": (ctypes.c_int32, []),
     "trainprof_hang_python": (_Status, [ctypes.c_int32, ctypes.c_int32]),
-    "trainprof_hang_fatal_fd": (_Status, [ctypes.POINTER(ctypes.c_int32)]),
+    "trainprof_hang_free_signal": (ctypes.c_int32, []),
+    "trainprof_hang_arm_crash": (_Status, []),
     "trainprof_hang_exception": (_Status, [ctypes.c_char_p]),
 }
 
@@ -192,7 +193,6 @@ _OPTIONAL = frozenset(
         "trainprof_step_next",
         "trainprof_hang_enabled",
         "trainprof_hang_python",
-        "trainprof_hang_fatal_fd",
         "trainprof_hang_exception",
     }
 )

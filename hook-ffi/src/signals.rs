@@ -273,7 +273,9 @@ mod tests {
     fn a_thread_of_ours_blocks_every_asynchronous_signal_and_no_synchronous_one() {
         let before = thread_mask(libc::SIG_BLOCK, 0);
         let h = spawn_thread("trainprof-test", || {
-            (thread_mask(libc::SIG_BLOCK, 0), is_guest(unsafe { libc::gettid() }))
+            // SAFETY: no arguments, cannot fail.
+            let tid = unsafe { libc::gettid() };
+            (thread_mask(libc::SIG_BLOCK, 0), is_guest(tid))
         })
         .unwrap();
         let (mask, guest) = h.join().unwrap();

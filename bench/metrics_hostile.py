@@ -63,8 +63,8 @@ def modes(agent, work, duration):
             n = 0
             while n < per_tick:
                 k += 1
-                ts = int((time.time() - t0) * 1e6) if k % 7 else HOSTILE_TIMES[k % len(HOSTILE_TIMES)]
-                step = k if k % 5 else HOSTILE_STEPS[k % len(HOSTILE_STEPS)]
+                ts = int((time.time() - t0) * 1e6) if k % 7 else HOSTILE_TIMES[k // 7 % len(HOSTILE_TIMES)]
+                step = k if k % 5 else HOSTILE_STEPS[k // 5 % len(HOSTILE_STEPS)]
                 line = (',\n{"name": "Step:ModeKeys.M%d_%s", "pid": 2, "ph": "X", "ts": %s, "dur": 1000, '
                         '"args": {"pid": 7, "step_num": "%s"}}' % (k, "x" * (k % 300), ts, step))
                 chunk.append(line)

@@ -7,6 +7,7 @@ use stops the agent before it starts; and hostile clients (slowloris, 10,000 con
 The real-Prometheus tier is scripts/test-prometheus (tests/prometheus)."""
 
 import errno
+import fcntl
 import http.client
 import pathlib
 import re
@@ -427,3 +428,55 @@ def test_idle_and_endless_connections_never_lock_a_scraper_out(trainprof_bin, fa
     stamps = sorted(system_rows(tmp_path / "profiler"))
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
     assert stamps and max(gaps) < 1.0, (max(gaps), agent.stderr)
+
+
+def test_a_hostile_timeline_is_served_within_its_caps(trainprof_bin, fake_nvml, tmp_path):
+    """Four open timelines of 1,000 step events each, every one of a mode never seen before,
+    with some times that are not plausible and step numbers that are not integers: at most
+    16 modes a timeline are served, and what was left out is counted by reason
+    (docs/metrics.md, "Labels and caps")."""
+    fw = tmp_path / "profiler" / "framework"
+    fw.mkdir(parents=True)
+    base = int(time.time() * 1e6) - 30_000_000
+    held = []
+    for r in range(4):
+        lines = ['[', '{"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros": %d}}' % base]
+        for k in range(1000):
+            lines.append('{"name": "Step:ModeKeys.M%d", "pid": 2, "ph": "X", "ts": %d, "dur": 900, "args": {"step_num": "%d"}}' % (k, k * 1000, k))
+        for ts in ("1e300", "-1e18", '"NaN"', "4102444800000000"):
+            lines.append('{"name": "Step:ModeKeys.M0", "pid": 2, "ph": "X", "ts": %s, "dur": 900, "args": {"step_num": "1"}}' % ts)
+        for step in ('"NaN"', '"1e308"', '"99999999999999999999999"'):
+            lines.append('{"name": "Step:ModeKeys.M1", "pid": 2, "ph": "X", "ts": 5000, "dur": 900, "args": {"step_num": %s}}' % step)
+        lines.append('{"name": "Step:ModeKeys.%s", "pid": 2, "ph": "X", "ts": 5000, "dur": 900, "args": {"step_num": "1"}}' % ("x" * 300))
+        f = open(fw / f"{r}-algo-1_pythontimeline.json.{100 + r}-1.tmp", "w")
+        f.write(",\n".join(lines) + "\n")
+        f.flush()
+        # Held as a live writer holds it, so that the agent's repair leaves it alone.
+        fcntl.flock(f, fcntl.LOCK_EX)
+        held.append(f)
+    agent = Agent(trainprof_bin, fake_nvml, tmp_path / "profiler", interval_ms=100)
+    try:
+        agent.wait_for_tick()
+        deadline = time.time() + 30
+        while True:
+            status, _, body = agent.scrape(timeout=10)
+            values, types = series(body, False)
+            lasts = [dict(k[1]) for k in values if k[0] == "trainprof_step_last"]
+            if len({l["timeline"] for l in lasts}) == 4:
+                break
+            assert time.time() < deadline, body[-2000:]
+            time.sleep(0.3)
+    finally:
+        rc = agent.stop()
+        for f in held:
+            f.close()
+    assert rc == 0, agent.stderr
+    per_timeline = {}
+    for l in lasts:
+        per_timeline.setdefault(l["timeline"], set()).add(l["mode"])
+    assert all(len(m) == 16 for m in per_timeline.values()), {t: len(m) for t, m in per_timeline.items()}
+    assert len(body) < 200_000, len(body)
+    left = {dict(k[1])["reason"]: v for k, v in values.items() if k[0] == "trainprof_step_events_left_out_total"}
+    assert left == {"modes": 4 * (1000 - 16), "names": 4, "times": 4 * 4, "steps": 4 * 3}, left
+    assert types["trainprof_step_events_left_out"] == "counter", types
+    assert get(values, "trainprof_step_timelines_left_out") == 0

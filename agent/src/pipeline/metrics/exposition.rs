@@ -552,7 +552,7 @@ pub fn render(
     labels: &Labels,
     wall_s: f64,
     rows: &[Row],
-    progress: &[super::progress::StepStats],
+    progress: Option<&super::progress::Progress>,
 ) {
     let tick = Row {
         family: F::TickTimestamp,
@@ -580,7 +580,9 @@ pub fn render(
         }
         buf.push('\n');
     }
-    super::progress::render(buf, &labels.node, progress);
+    if let Some(p) = progress {
+        super::progress::render(buf, format, &labels.node, p);
+    }
     if format == Format::OpenMetrics {
         buf.push_str("# EOF\n");
     }
@@ -705,7 +707,7 @@ mod tests {
         let mut r = Vec::new();
         rows(metrics.iter().copied(), &mut r);
         let mut buf = String::new();
-        render(&mut buf, format, &labels(), 1_595_455_620.123_456, &r, &[]);
+        render(&mut buf, format, &labels(), 1_595_455_620.123_456, &r, None);
         buf
     }
 
@@ -856,7 +858,9 @@ mod tests {
         for (accept, want) in [
             // Named, then refused: the other format.
             ("application/openmetrics-text;q=0, text/plain", Some(Text)),
-            ("application/openmetrics-text; q=0.0", Some(Text)),
+            ("application/openmetrics-text; q=0.0, text/*", Some(Text)),
+            // Refused by name and text not named: nothing acceptable.
+            ("application/openmetrics-text; q=0.0", None),
             ("application/openmetrics-text;version=1.0.0;q=0,*/*", Some(Text)),
             ("text/plain;q=0, application/openmetrics-text", Some(OpenMetrics)),
             ("text/plain;q=0, */*", Some(OpenMetrics)),

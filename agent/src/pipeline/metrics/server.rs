@@ -115,8 +115,7 @@ impl State {
         let rows = latest.rows.iter().filter(|m| !sparse(m)).chain(self.held.iter().map(|(m, _)| m)).copied();
         exposition::rows(rows, &mut self.rows);
         let mut buf = String::with_capacity(64 * self.rows.len() + 4096);
-        let progress = self.progress.as_ref().map_or(&[][..], |p| &p.stats[..]);
-        exposition::render(&mut buf, format, labels, latest.wall_s, &self.rows, progress);
+        exposition::render(&mut buf, format, labels, latest.wall_s, &self.rows, self.progress.as_ref());
         let b = Bytes::from(buf);
         self.cache[k] = Some((latest.seq, generation, b.clone()));
         Some(b)

@@ -156,7 +156,10 @@ impl Node {
                 }
             }
         }
-        let m = self.steps.entry(mode.to_owned()).or_insert_with(|| Mode { steps: Vec::new(), newest_end_us: i64::MIN });
+        let m = self
+            .steps
+            .entry(mode.to_owned())
+            .or_insert_with(|| Mode { steps: Vec::new(), newest_end_us: i64::MIN });
         m.newest_end_us = m.newest_end_us.max(step.end_us);
         m.steps.push(step);
     }
@@ -173,7 +176,8 @@ impl Node {
         let total: usize = self.steps.values().map(|m| m.steps.len()).sum();
         if total > MAX_STEPS {
             // The end time at which the oldest `total - MAX_STEPS` stop.
-            let mut ends: Vec<i64> = self.steps.values().flat_map(|m| m.steps.iter().map(|s| s.end_us)).collect();
+            let mut ends: Vec<i64> =
+                self.steps.values().flat_map(|m| m.steps.iter().map(|s| s.end_us)).collect();
             let (_, &mut cutoff, _) = ends.select_nth_unstable(total - MAX_STEPS);
             let mut excess = total - MAX_STEPS;
             for m in self.steps.values_mut() {
@@ -244,7 +248,8 @@ impl Progress {
 
     /// Reads each node's open file and newest sealed one from where it was left.
     fn follow(&mut self) {
-        let Some(Candidates { framework, open, newest_hour, sealed, left_out, skipped }) = candidates(&self.root)
+        let Some(Candidates { framework, open, newest_hour, sealed, left_out, skipped }) =
+            candidates(&self.root)
         else {
             self.nodes.clear();
             self.left_out.timelines = 0;
@@ -467,7 +472,8 @@ fn step_event(line: &[u8], base: i64) -> Option<Result<(String, Step), Reject>> 
     if mode.len() > MAX_NAME_BYTES || mode.chars().any(char::is_control) {
         return Some(Err(Reject::Name));
     }
-    let (Some(ts), Some(dur)) = (v.get("ts").and_then(serde_json::Value::as_f64), v.get("dur").and_then(serde_json::Value::as_f64))
+    let (Some(ts), Some(dur)) =
+        (v.get("ts").and_then(serde_json::Value::as_f64), v.get("dur").and_then(serde_json::Value::as_f64))
     else {
         return Some(Err(Reject::Time));
     };
@@ -749,7 +755,11 @@ mod tests {
         s
     }
 
-    fn ev(mode: impl Into<String>, step: &'static str, ts: i64) -> (String, &'static str, &'static str, &'static str) {
+    fn ev(
+        mode: impl Into<String>,
+        step: &'static str,
+        ts: i64,
+    ) -> (String, &'static str, &'static str, &'static str) {
         (mode.into(), step, Box::leak(ts.to_string().into_boxed_str()), "1000")
     }
 
@@ -801,7 +811,11 @@ mod tests {
         let m3 = p.stats.iter().find(|s| s.mode == "M3").unwrap();
         assert_eq!((m2.last_step, m3.last_step), (-5, i64::MAX));
         let end = |s: &StepStats| s.last_end_s;
-        assert!(p.stats.iter().all(|s| (B as f64 / 1e6..B as f64 / 1e6 + 1.0).contains(&end(s))), "{:?}", p.stats);
+        assert!(
+            p.stats.iter().all(|s| (B as f64 / 1e6..B as f64 / 1e6 + 1.0).contains(&end(s))),
+            "{:?}",
+            p.stats
+        );
         // Read again: the incomplete line is not counted twice; a generation only for a change.
         let generation = p.generation;
         p.refresh(t0 + REFRESH);
@@ -824,7 +838,10 @@ mod tests {
         let mut text = String::new();
         render(&mut text, super::super::exposition::Format::Text, "algo-1", &p);
         assert!(text.contains("# TYPE trainprof_step_events_left_out_total counter\n"), "{text}");
-        assert!(text.contains("trainprof_step_events_left_out_total{node=\"algo-1\",reason=\"modes\"} 489\n"), "{text}");
+        assert!(
+            text.contains("trainprof_step_events_left_out_total{node=\"algo-1\",reason=\"modes\"} 489\n"),
+            "{text}"
+        );
         assert!(text.contains("trainprof_step_events_left_out_total{node=\"algo-1\",reason=\"times\"} 8\n"));
         assert!(text.contains("trainprof_step_timelines_left_out{node=\"algo-1\"} 0\n"));
         let mut om = String::new();
@@ -857,7 +874,8 @@ mod tests {
         let one = timeline(std::iter::once((1, 0, 1000)), "TRAIN");
         // Open files of nodes 0..=66, sealed ones of 60..=69 (two each): 70 nodes.
         for r in 0..MAX_NODES + 3 {
-            std::fs::write(root.join(format!("framework/{r:02}-h_pythontimeline.json.1-1.tmp")), &one).unwrap();
+            std::fs::write(root.join(format!("framework/{r:02}-h_pythontimeline.json.1-1.tmp")), &one)
+                .unwrap();
         }
         for r in 60..70 {
             for t in [B, B + 1] {

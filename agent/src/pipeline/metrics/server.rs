@@ -2,8 +2,10 @@
 //! thread of its own (`trainprof-metrics`), never the sampling thread.
 //!
 //! What a client can cost is bounded (`docs/metrics.md`, "Hostile clients"):
-//! [`MAX_CONNECTIONS`] at once (a connection beyond them is accepted and closed at once, so
-//! the kernel's backlog never fills with them), request heads of at most
+//! [`MAX_CONNECTIONS`] at once, and never more than a quarter of the file limit (a
+//! connection beyond them is accepted, and the one idle longest is closed to make room, so
+//! idle or slow clients can never lock a scraper out, and the kernel's backlog never fills
+//! with them), request heads of at most
 //! [`MAX_HEAD_BYTES`] (hyper answers 431 beyond), [`HEAD_TIMEOUT`] to send a request's head
 //! (slowloris), and [`CONNECTION_LIFETIME`] for a whole connection, keep-alive included.
 //! Only `GET` and `HEAD` of `/metrics` are served: another path is 404, another method 405.
@@ -28,7 +30,7 @@ use super::{Slot, Snapshot};
 use crate::log;
 use crate::pipeline::sample::Metric;
 
-/// Connections served at once; more are closed at once.
+/// Connections served at once; a new one beyond them closes the one idle longest.
 pub const MAX_CONNECTIONS: usize = 64;
 /// A request's head (request line and headers) at most.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -291,7 +293,8 @@ impl Conns {
 
     /// Tells the connection idle longest to close (it leaves `open` now); whether there was one.
     fn evict_idlest(&mut self) -> bool {
-        let Some(i) = (0..self.open.len()).min_by_key(|&i| self.open[i].since_ms.load(Ordering::Relaxed)) else {
+        let Some(i) = (0..self.open.len()).min_by_key(|&i| self.open[i].since_ms.load(Ordering::Relaxed))
+        else {
             return false;
         };
         // `notify_one` keeps the wake-up for a task that is not waiting yet.
@@ -314,7 +317,8 @@ fn ms_since(epoch: Instant) -> u64 {
 /// process's file limit, so the rest of the agent (the files it writes, the uploader) keeps
 /// descriptors however many clients connect (`docs/metrics.md`, "Hostile clients").
 fn connection_cap(file_limit: Option<u64>) -> usize {
-    file_limit.map_or(MAX_CONNECTIONS, |l| usize::try_from(l / 4).unwrap_or(usize::MAX).clamp(1, MAX_CONNECTIONS))
+    file_limit
+        .map_or(MAX_CONNECTIONS, |l| usize::try_from(l / 4).unwrap_or(usize::MAX).clamp(1, MAX_CONNECTIONS))
 }
 
 /// The soft `RLIMIT_NOFILE` (`None`: unlimited or unknown).
@@ -418,5 +422,44 @@ mod tests {
         assert!(t.ends_with("# EOF\n"));
         s.clear();
         assert!(s.body(Format::Text, &labels).is_none());
+    }
+
+    #[test]
+    fn at_the_cap_the_connection_idle_longest_makes_room() {
+        let mut c = Conns::default();
+        let a = c.admit(3, 0);
+        let b = c.admit(3, 10);
+        let d = c.admit(3, 20);
+        // `a` asked for a scrape since: `b` is now the one idle longest.
+        a.since_ms.store(30, Ordering::Relaxed);
+        let e = c.admit(3, 40);
+        let open = |c: &Conns, x: &Arc<Conn>| c.open.iter().any(|o| Arc::ptr_eq(o, x));
+        assert!(!open(&c, &b) && open(&c, &a) && open(&c, &d) && open(&c, &e));
+        assert_eq!((c.open.len(), c.evicted), (3, 1));
+        // `b` was told to close (the wake-up is kept for a task not waiting yet); no other was.
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let told = |x: &Arc<Conn>| {
+            rt.block_on(async {
+                tokio::time::timeout(Duration::from_millis(10), x.evict.notified()).await.is_ok()
+            })
+        };
+        assert!(told(&b));
+        assert!(!told(&a) && !told(&d) && !told(&e));
+        // A connection that ends leaves; the next one then needs no room.
+        c.remove(&d);
+        let _f = c.admit(3, 50);
+        assert_eq!((c.open.len(), c.evicted), (3, 1));
+        // Out of descriptors: the one idle longest (`a`, 30) goes.
+        assert!(c.evict_idlest());
+        assert!(!open(&c, &a));
+        assert!(!Conns::default().evict_idlest());
+    }
+
+    #[test]
+    fn the_endpoint_holds_at_most_a_quarter_of_the_file_limit() {
+        assert_eq!(connection_cap(None), MAX_CONNECTIONS);
+        assert_eq!(connection_cap(Some(1 << 20)), MAX_CONNECTIONS);
+        assert_eq!(connection_cap(Some(64)), 16);
+        assert_eq!(connection_cap(Some(2)), 1);
     }
 }

@@ -432,7 +432,8 @@ pub enum Format {
 impl Format {
     /// The format the `Accept` header prefers (`docs/metrics.md`, "Formats"): each media range
     /// with its `q` (1 when not given); a format takes the `q` of the most specific range that
-    /// matches it (`application/openmetrics-text` before `application/*` before `*/*`), and
+    /// matches it (`application/openmetrics-text` before `application/*` before `*/*`; of
+    /// equally specific ones, the highest), and
     /// `q=0` means "not acceptable". The higher `q` wins; at a tie OpenMetrics when named by
     /// its own type (Prometheus asks for it first), else the text format. `None` (406) when
     /// the header refuses both with `q=0` and accepts neither; a header that matches neither
@@ -472,8 +473,10 @@ impl Format {
                 }
             };
             for (slot, ty) in [(&mut text, "text/plain"), (&mut open, "application/openmetrics-text")] {
+                // Of equally specific ranges (the same type with other parameters, such as
+                // Prometheus's two OpenMetrics versions) the highest `q`.
                 if let Some(sp) = specificity(ty)
-                    && slot.is_none_or(|(s, _)| sp > s)
+                    && slot.is_none_or(|(s, old)| sp > s || (sp == s && q > old))
                 {
                     *slot = Some((sp, q));
                 }
@@ -878,6 +881,15 @@ mod tests {
             ("text/plain;q=0.5, application/openmetrics-text;q=0.5", Some(OpenMetrics)),
             ("*/*", Some(Text)),
             ("application/*", Some(OpenMetrics)),
+            // Of equally specific ranges, the highest q; Prometheus 3's header.
+            (
+                "application/openmetrics-text;version=0.0.1;q=0,application/openmetrics-text;version=1.0.0",
+                Some(OpenMetrics),
+            ),
+            (
+                "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+                Some(OpenMetrics),
+            ),
             // Matching neither: the header is disregarded.
             ("application/json", Some(Text)),
             ("", Some(Text)),

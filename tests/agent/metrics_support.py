@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import re
+import resource
 import signal
 import subprocess
 import threading
@@ -20,8 +21,10 @@ class Agent:
     """`trainprof agent` sampling every `interval_ms` into `root`, serving metrics on a free
     port of 127.0.0.1. Its stderr is collected on a thread."""
 
-    def __init__(self, trainprof_bin, fake_nvml, root, interval_ms=100, extra=(), run=None, env_extra=None):
-        """`run`: a command for `trainprof run -- CMD` instead of `trainprof agent`."""
+    def __init__(self, trainprof_bin, fake_nvml, root, interval_ms=100, extra=(), run=None, env_extra=None, file_limit=None):
+        """`run`: a command for `trainprof run -- CMD` instead of `trainprof agent`;
+        `file_limit`: the agent's RLIMIT_NOFILE, soft and hard (it raises
+        its soft limit to the hard one)."""
         self.root = pathlib.Path(root)
         self.interval_s = interval_ms / 1000
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINPROF_", "SMPROFILER_", "FAKE_NVML_"))}
@@ -35,6 +38,8 @@ class Agent:
             [str(trainprof_bin), *sub, "--interval-ms", str(interval_ms), "--local-path", str(self.root),
              "--metrics-listen", "127.0.0.1:0", *extra, *tail],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (file_limit, file_limit)))
+            if file_limit else None,
         )
         self.lines = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -60,9 +65,11 @@ class Agent:
     def stderr(self):
         return "".join(self.lines)
 
-    def scrape(self, openmetrics=False, timeout=10):
-        """(status, content type, body) of one GET /metrics."""
+    def scrape(self, openmetrics=False, timeout=10, accept=None):
+        """(status, content type, body) of one GET /metrics (`accept`: that Accept header)."""
         headers = {"Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"} if openmetrics else {}
+        if accept is not None:
+            headers = {"Accept": accept}
         req = urllib.request.Request(self.url, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:

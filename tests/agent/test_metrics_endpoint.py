@@ -7,6 +7,8 @@ use stops the agent before it starts; and hostile clients (slowloris, 10,000 con
 The real-Prometheus tier is scripts/test-prometheus (tests/prometheus)."""
 
 import errno
+import fcntl
+import http.client
 import pathlib
 import re
 import resource
@@ -320,6 +322,161 @@ def test_hostile_clients_cost_bounded_memory_and_no_ticks(trainprof_bin, fake_nv
     # two of the ~90 are tolerated, more are not.
     skipped = int(re.search(r"ticks: \d+ written, (\d+) skipped", agent.stderr).group(1))
     assert skipped <= 2, agent.stderr
-    # The connections beyond the bound were refused, and said so.
-    assert "connection(s) refused so far (64 open at once at most)" in agent.stderr, agent.stderr
+    # The connections beyond the bound closed the ones idle longest, and said so.
+    assert "connection(s) closed so far to make room (64 open at once at most" in agent.stderr, agent.stderr
     print(f"rss {rss0} -> {rss_many} (10,000 connections) -> {rss1}; {len(stamps)} ticks, max gap {max(gaps):.3f} s")
+
+
+def test_q_zero_in_accept_is_honoured(trainprof_bin, fake_nvml, tmp_path):
+    """A media type with `q=0` is not acceptable (RFC 9110, "Accept"): OpenMetrics refused
+    by name gets the text format, text refused gets OpenMetrics, both refused get 406."""
+    agent = Agent(trainprof_bin, fake_nvml, tmp_path / "profiler", interval_ms=100)
+    try:
+        agent.wait_for_tick()
+        got = {accept: agent.scrape(accept=accept)[:2] for accept in (
+            "application/openmetrics-text;version=1.0.0;q=0,text/plain;version=0.0.4",
+            "application/openmetrics-text;q=0,*/*;q=0.1",
+            "text/plain;q=0,application/openmetrics-text",
+            "text/plain;q=0",
+            "*/*;q=0",
+        )}
+    finally:
+        rc = agent.stop()
+    assert rc == 0, agent.stderr
+    kinds = {a: (status, (ctype or "").split(";")[0]) for a, (status, ctype) in got.items()}
+    assert kinds == {
+        "application/openmetrics-text;version=1.0.0;q=0,text/plain;version=0.0.4": (200, "text/plain"),
+        "application/openmetrics-text;q=0,*/*;q=0.1": (200, "text/plain"),
+        "text/plain;q=0,application/openmetrics-text": (200, "application/openmetrics-text"),
+        "text/plain;q=0": (406, "text/plain"),
+        "*/*;q=0": (406, "text/plain"),
+    }, kinds
+
+
+def hold_idle_and_endless(port, idle, endless):
+    """`idle` keep-alive connections, each after one request whose answer is left unread, and
+    `endless` connections sending a header that never ends (a line every 100 ms, for 1 s);
+    all left open, returned."""
+    held = []
+    deadline = time.time() + 60
+    for k in range(idle):
+        # A server that stops accepting fails here rather than after 2,000 timeouts.
+        assert time.time() < deadline, f"only {k} of {idle} connections in 60 s"
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        except OSError:
+            pass  # closed already to make room: as good as held, for the client
+        held.append(s)
+    slow = []
+    for _ in range(endless):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        slow.append(s)
+    for _ in range(10):
+        for s in slow:
+            try:
+                s.send(b"X-Endless: more\r\n")
+            except OSError:
+                pass
+        time.sleep(0.1)
+    return held + slow
+
+
+@pytest.mark.parametrize("file_limit", [None, 64])
+def test_idle_and_endless_connections_never_lock_a_scraper_out(trainprof_bin, fake_nvml, tmp_path, file_limit):
+    """2,000 idle keep-alive connections and 20 endless headers held: a scrape on a new
+    connection is still answered (the connection idle longest is closed to make room,
+    docs/metrics.md, "Hostile clients"). Waited for 10 s at most so that a lock-out fails
+    rather than hangs; the time it took is printed (the 1 s goal is measured in
+    BENCHMARKS.md). This process needs a descriptor per connection: its soft file limit is
+    raised to its hard one, and with a hard limit under 2,400 it holds that less 400 idle
+    ones. `file_limit=64`: the agent's own limit (soft and hard) is 64, so it can hold only 16 connections
+    (a quarter of it) and must not run out of descriptors for its files meanwhile."""
+    agent = Agent(trainprof_bin, fake_nvml, tmp_path / "profiler", interval_ms=100, file_limit=file_limit)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    try:
+        agent.wait_for_tick()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        idle = min(2000, hard - 400)
+        held = hold_idle_and_endless(agent.port, idle, 20)
+        t0 = time.time()
+        status, _, body = agent.scrape(timeout=10)
+        took = time.time() - t0
+        assert status == 200 and "trainprof_tick_timestamp_seconds" in body, (status, agent.stderr)
+        # And again, over a connection kept alive meanwhile by a scraper.
+        conn = http.client.HTTPConnection("127.0.0.1", agent.port, timeout=10)
+        for _ in range(3):
+            conn.request("GET", "/metrics")
+            r = conn.getresponse()
+            assert r.status == 200 and r.read()
+            time.sleep(0.2)
+        conn.close()
+        print(f"{idle} idle and 20 endless connections held (agent's file limit {file_limit}): scrape answered in {took:.3f} s")
+    finally:
+        for s in held:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        rc = agent.stop()
+    assert rc == 0, agent.stderr
+    assert "connection(s) closed so far to make room" in agent.stderr, agent.stderr
+    cap = 16 if file_limit else 64
+    assert f"({cap} open at once at most" in agent.stderr, agent.stderr
+    assert "cannot accept a connection" not in agent.stderr, agent.stderr
+    # The agent's own files were written throughout: no tick skipped for want of a descriptor.
+    stamps = sorted(system_rows(tmp_path / "profiler"))
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert stamps and max(gaps) < 1.0, (max(gaps), agent.stderr)
+
+
+def test_a_hostile_timeline_is_served_within_its_caps(trainprof_bin, fake_nvml, tmp_path):
+    """Four open timelines of 1,000 step events each, every one of a mode never seen before,
+    with some times that are not plausible and step numbers that are not integers: at most
+    16 modes a timeline are served, and what was left out is counted by reason
+    (docs/metrics.md, "Labels and caps")."""
+    fw = tmp_path / "profiler" / "framework"
+    fw.mkdir(parents=True)
+    base = int(time.time() * 1e6) - 30_000_000
+    held = []
+    for r in range(4):
+        lines = ['[', '{"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros": %d}}' % base]
+        for k in range(1000):
+            lines.append('{"name": "Step:ModeKeys.M%d", "pid": 2, "ph": "X", "ts": %d, "dur": 900, "args": {"step_num": "%d"}}' % (k, k * 1000, k))
+        for ts in ("1e300", "-1e18", '"NaN"', "4102444800000000"):
+            lines.append('{"name": "Step:ModeKeys.M0", "pid": 2, "ph": "X", "ts": %s, "dur": 900, "args": {"step_num": "1"}}' % ts)
+        for step in ('"NaN"', '"1e308"', '"99999999999999999999999"'):
+            lines.append('{"name": "Step:ModeKeys.M1", "pid": 2, "ph": "X", "ts": 5000, "dur": 900, "args": {"step_num": %s}}' % step)
+        lines.append('{"name": "Step:ModeKeys.%s", "pid": 2, "ph": "X", "ts": 5000, "dur": 900, "args": {"step_num": "1"}}' % ("x" * 300))
+        f = open(fw / f"{r}-algo-1_pythontimeline.json.{100 + r}-1.tmp", "w")
+        f.write(",\n".join(lines) + "\n")
+        f.flush()
+        # Held as a live writer holds it, so that the agent's repair leaves it alone.
+        fcntl.flock(f, fcntl.LOCK_EX)
+        held.append(f)
+    agent = Agent(trainprof_bin, fake_nvml, tmp_path / "profiler", interval_ms=100)
+    try:
+        agent.wait_for_tick()
+        deadline = time.time() + 30
+        while True:
+            status, _, body = agent.scrape(timeout=10)
+            values, types = series(body, False)
+            lasts = [dict(k[1]) for k in values if k[0] == "trainprof_step_last"]
+            if len({l["timeline"] for l in lasts}) == 4:
+                break
+            assert time.time() < deadline, body[-2000:]
+            time.sleep(0.3)
+    finally:
+        rc = agent.stop()
+        for f in held:
+            f.close()
+    assert rc == 0, agent.stderr
+    per_timeline = {}
+    for l in lasts:
+        per_timeline.setdefault(l["timeline"], set()).add(l["mode"])
+    assert all(len(m) == 16 for m in per_timeline.values()), {t: len(m) for t, m in per_timeline.items()}
+    assert len(body) < 200_000, len(body)
+    left = {dict(k[1])["reason"]: v for k, v in values.items() if k[0] == "trainprof_step_events_left_out_total"}
+    assert left == {"modes": 4 * (1000 - 16), "names": 4, "times": 4 * 4, "steps": 4 * 3}, left
+    assert types["trainprof_step_events_left_out"] == "counter", types
+    assert get(values, "trainprof_step_timelines_left_out") == 0

@@ -10,8 +10,15 @@
 //! [`TAIL_BYTES`]); at most [`MAX_NODES`] nodes. Nothing is followed through a link and
 //! nothing but a regular file with one link is read (`trainprof_output::fs`). The figures
 //! cover the steps kept: those that ended in the last [`WINDOW_US`] before the newest one.
+//!
+//! Whatever the timelines hold, what is kept is bounded (`docs/metrics.md`, "Labels and
+//! caps"), with the report's caps and checks ([`trainprof_report::collect`],
+//! [`trainprof_report::read`]): at most [`MAX_MODES`] modes a node, a mode name or node id of
+//! at most [`MAX_NAME_BYTES`] bytes, a mode dropped once it has no step in the window, at most
+//! [`MAX_STEPS`] steps a node; a step's start and end within 2000–2100 and its step number an
+//! integer. What was left out is counted ([`LeftOut`]) and served.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -21,6 +28,7 @@ use trainprof_output::protocol::timeline::{
     BASE_TIME_KEY, PH_COMPLETE, STEP_NUM_KEY, STEP_PREFIX, step_mode,
 };
 use trainprof_output::{PYTHON_TIMELINE_SUFFIX, parse_timeline_temp};
+use trainprof_report::read::plausible_us;
 
 /// The files are looked at no more often than this.
 pub const REFRESH: Duration = Duration::from_secs(1);
@@ -30,6 +38,10 @@ pub const HEAD_BYTES: u64 = 4096;
 pub const TAIL_BYTES: u64 = 256 * 1024;
 /// Timeline nodes followed at most (ranks on one host).
 pub const MAX_NODES: usize = 64;
+/// Step modes kept per node at most: the report's cap on modes.
+pub const MAX_MODES: usize = trainprof_report::collect::MAX_MODES;
+/// Longest mode name or timeline node id kept, in bytes: the report's cap on a name.
+pub const MAX_NAME_BYTES: usize = trainprof_report::collect::MAX_NAME_BYTES;
 /// The steps the figures cover: those that ended this long before the newest, at most.
 pub const WINDOW_US: i64 = 60_000_000;
 
@@ -39,7 +51,7 @@ pub struct StepStats {
     /// The timeline node id (`<rank>-<host>`).
     pub node: String,
     pub mode: String,
-    pub last_step: u64,
+    pub last_step: i64,
     /// End of the last step, epoch seconds.
     pub last_end_s: f64,
     /// Steps per second over the window (`None` with fewer than two steps).
@@ -61,8 +73,45 @@ pub struct Progress {
     /// Bumped whenever `stats` changed (the rendered exposition is cached against it).
     pub generation: u64,
     pub stats: Vec<StepStats>,
+    /// What was left out since the endpoint first looked.
+    pub left_out: LeftOut,
     /// Per timeline node: the files followed and the steps kept.
     nodes: BTreeMap<String, Node>,
+}
+
+/// What the bounds left out (`docs/metrics.md`, "Labels and caps"): step events since the
+/// endpoint first looked, each counted once (a line is counted when complete), and the
+/// timelines not followed at the last read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LeftOut {
+    /// Step events of a mode past a node's [`MAX_MODES`].
+    pub modes: u64,
+    /// Step events whose mode name is longer than [`MAX_NAME_BYTES`] or holds a control
+    /// character.
+    pub names: u64,
+    /// Step events whose time or duration is not a number, whose duration is negative, or
+    /// that start or end outside 2000–2100 (the report's plausible times).
+    pub times: u64,
+    /// Step events whose step number is not an integer (`i64`).
+    pub steps: u64,
+    /// Timeline nodes not followed at the last read: past [`MAX_NODES`], or a node id longer
+    /// than [`MAX_NAME_BYTES`] (a gauge, not a count).
+    pub timelines: u64,
+}
+
+impl LeftOut {
+    /// The event counts by `reason` label.
+    pub fn events(&self) -> [(&'static str, u64); 4] {
+        [("modes", self.modes), ("names", self.names), ("times", self.times), ("steps", self.steps)]
+    }
+}
+
+/// Why a step event was left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reject {
+    Name,
+    Time,
+    StepNumber,
 }
 
 /// One timeline node's followed files and steps.
@@ -71,9 +120,80 @@ struct Node {
     /// (dev, ino) → the file's base time and how far it was read (after its last complete
     /// line). Sealing renames a file, so the open file and its sealed self are one entry.
     files: Vec<((u64, u64), Followed)>,
-    /// By mode: the steps that ended in the [`WINDOW_US`] before the newest, at most
-    /// [`MAX_STEPS`].
-    steps: BTreeMap<String, Vec<Step>>,
+    /// By mode (at most [`MAX_MODES`]): the steps that ended in the [`WINDOW_US`] before the
+    /// newest, at most [`MAX_STEPS`] in all.
+    steps: BTreeMap<String, Mode>,
+}
+
+/// One mode's steps of one node.
+#[derive(Debug, Default)]
+struct Mode {
+    steps: Vec<Step>,
+    /// The latest end among `steps`.
+    newest_end_us: i64,
+}
+
+impl Node {
+    /// Keeps `step` of `mode`. A mode not kept yet joins while the node has fewer than
+    /// [`MAX_MODES`], or takes the place of the mode whose newest step ended longest ago when
+    /// that was more than [`WINDOW_US`] before this step's end; otherwise the step is left
+    /// out (counted when `count`).
+    fn push(&mut self, mode: &str, step: Step, left_out: &mut LeftOut, count: bool) {
+        if !self.steps.contains_key(mode) && self.steps.len() >= MAX_MODES {
+            let stale = self
+                .steps
+                .iter()
+                .min_by_key(|(_, m)| m.newest_end_us)
+                .filter(|(_, m)| step.end_us - m.newest_end_us > WINDOW_US)
+                .map(|(name, _)| name.clone());
+            match stale {
+                Some(name) => {
+                    self.steps.remove(&name);
+                }
+                None => {
+                    left_out.modes += u64::from(count);
+                    return;
+                }
+            }
+        }
+        let m = self
+            .steps
+            .entry(mode.to_owned())
+            .or_insert_with(|| Mode { steps: Vec::new(), newest_end_us: i64::MIN });
+        m.newest_end_us = m.newest_end_us.max(step.end_us);
+        m.steps.push(step);
+    }
+
+    /// Drops the modes without a step in the [`WINDOW_US`] before the node's newest, each
+    /// mode's steps older than [`WINDOW_US`] before its newest, and the oldest steps beyond
+    /// [`MAX_STEPS`] in all.
+    fn prune(&mut self) {
+        let Some(newest) = self.steps.values().map(|m| m.newest_end_us).max() else { return };
+        self.steps.retain(|_, m| newest - m.newest_end_us <= WINDOW_US);
+        for m in self.steps.values_mut() {
+            prune(&mut m.steps);
+        }
+        let total: usize = self.steps.values().map(|m| m.steps.len()).sum();
+        if total > MAX_STEPS {
+            // The end time at which the oldest `total - MAX_STEPS` stop.
+            let mut ends: Vec<i64> =
+                self.steps.values().flat_map(|m| m.steps.iter().map(|s| s.end_us)).collect();
+            let (_, &mut cutoff, _) = ends.select_nth_unstable(total - MAX_STEPS);
+            let mut excess = total - MAX_STEPS;
+            for m in self.steps.values_mut() {
+                // Sorted by end: the older ones first.
+                let n = m.steps.partition_point(|s| s.end_us < cutoff).min(excess);
+                m.steps.drain(..n);
+                excess -= n;
+            }
+            for m in self.steps.values_mut() {
+                let n = m.steps.partition_point(|s| s.end_us <= cutoff).min(excess);
+                m.steps.drain(..n);
+                excess -= n;
+            }
+            self.steps.retain(|_, m| !m.steps.is_empty());
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -82,20 +202,27 @@ struct Followed {
     offset: u64,
 }
 
-/// Steps kept per node and mode at most.
+/// Steps kept per node at most, all its modes together.
 pub const MAX_STEPS: usize = 10_000;
 
 /// One step event.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Step {
-    step: u64,
+    step: i64,
     end_us: i64,
     dur_us: i64,
 }
 
 impl Progress {
     pub fn new(root: PathBuf) -> Progress {
-        Progress { root, next_at: None, generation: 0, stats: Vec::new(), nodes: BTreeMap::new() }
+        Progress {
+            root,
+            next_at: None,
+            generation: 0,
+            stats: Vec::new(),
+            left_out: LeftOut::default(),
+            nodes: BTreeMap::new(),
+        }
     }
 
     /// Reads what was appended to the files since the last read, when [`REFRESH`] has passed
@@ -105,14 +232,15 @@ impl Progress {
             return;
         }
         self.next_at = Some(now + REFRESH);
+        let left_out = self.left_out;
         self.follow();
         let mut stats = Vec::new();
         for (node, n) in &self.nodes {
-            for (mode, steps) in &n.steps {
-                stats.extend(compute(node, mode, steps));
+            for (mode, m) in &n.steps {
+                stats.extend(compute(node, mode, &m.steps));
             }
         }
-        if stats != self.stats {
+        if stats != self.stats || left_out != self.left_out {
             self.stats = stats;
             self.generation += 1;
         }
@@ -120,51 +248,78 @@ impl Progress {
 
     /// Reads each node's open file and newest sealed one from where it was left.
     fn follow(&mut self) {
-        let Some((framework, open, newest_hour, sealed)) = candidates(&self.root) else {
+        let Some(Candidates { framework, open, newest_hour, sealed, left_out, skipped }) =
+            candidates(&self.root)
+        else {
             self.nodes.clear();
+            self.left_out.timelines = 0;
             return;
         };
         let mut names: Vec<&String> = open.keys().chain(sealed.keys()).collect();
         names.sort();
         names.dedup();
         names.truncate(MAX_NODES);
+        // Every node seen, less those followed.
+        let seen = skipped.iter().filter(|n| !open.contains_key(*n) && !sealed.contains_key(*n)).count()
+            + open.keys().chain(sealed.keys()).collect::<BTreeSet<_>>().len();
+        self.left_out.timelines = left_out.saturating_add((seen - names.len()) as u64);
         let mut nodes = BTreeMap::new();
         for name in names {
             let mut node = self.nodes.remove(name).unwrap_or_default();
-            let mut files = Vec::new();
+            let known = std::mem::take(&mut node.files);
             if let (Some(hour), Some(f)) = (&newest_hour, sealed.get(name)) {
-                read_steps(hour, f, &node.files, &mut files, &mut node.steps);
+                read_steps(hour, f, &known, &mut node, &mut self.left_out);
             }
             if let Some((f, _)) = open.get(name) {
-                read_steps(&framework, f, &node.files, &mut files, &mut node.steps);
+                read_steps(&framework, f, &known, &mut node, &mut self.left_out);
             }
-            // Only the files still among the candidates are remembered.
-            node.files = files;
-            for steps in node.steps.values_mut() {
-                prune(steps);
-            }
+            // Only the files still among the candidates are remembered (`read_steps` put them
+            // back into `node.files`).
+            node.prune();
             nodes.insert(name.clone(), node);
         }
         self.nodes = nodes;
     }
 }
 
-/// The open files by node (the newest of a node's, by mtime) and the newest sealed ones
-/// (in the newest hour folder), or `None` without `framework/`.
-#[allow(clippy::type_complexity)]
-fn candidates(
-    root: &std::path::Path,
-) -> Option<(Dir, BTreeMap<String, (String, (i64, i64))>, Option<Dir>, BTreeMap<String, String>)> {
+/// The files to follow, by node.
+struct Candidates {
+    framework: Dir,
+    /// The open file of each node (the newest of a node's, by mtime) and its mtime.
+    open: BTreeMap<String, (String, (i64, i64))>,
+    /// The newest hour folder of `framework/pevents/`, and the newest sealed file of each
+    /// node in it.
+    newest_hour: Option<Dir>,
+    sealed: BTreeMap<String, String>,
+    /// Timeline files whose node id is longer than [`MAX_NAME_BYTES`] (a file name's 255
+    /// bytes leave at most 227 for it: a bound kept in case a file system allows more).
+    left_out: u64,
+    /// Nodes seen past [`MAX_NODES`] (no more of them than directory entries read).
+    skipped: BTreeSet<String>,
+}
+
+/// The files to follow, or `None` without `framework/`.
+fn candidates(root: &std::path::Path) -> Option<Candidates> {
     let root = Dir::open_root(root, false).ok()?;
     let framework = root.sub("framework", false).ok()?;
+    let mut left_out = 0;
+    let mut skipped = BTreeSet::new();
     let mut open: BTreeMap<String, (String, (i64, i64))> = BTreeMap::new();
     for e in framework.entries().unwrap_or_default() {
         let (Ok(name), Kind::File) = (&e.name, e.kind) else { continue };
         let Some(node) = parse_timeline_temp(name) else { continue };
+        if node.len() > MAX_NAME_BYTES {
+            left_out += 1;
+            continue;
+        }
         let Ok(meta) = framework.stat(name) else { continue };
         let newer = open.get(node).is_none_or(|(_, at)| meta.mtime > *at);
-        if newer && (open.len() < MAX_NODES || open.contains_key(node)) {
-            open.insert(node.to_owned(), (name.clone(), meta.mtime));
+        if open.len() < MAX_NODES || open.contains_key(node) {
+            if newer {
+                open.insert(node.to_owned(), (name.clone(), meta.mtime));
+            }
+        } else if !skipped.contains(node) {
+            skipped.insert(node.to_owned());
         }
     }
     let mut sealed: BTreeMap<String, String> = BTreeMap::new();
@@ -182,12 +337,18 @@ fn candidates(
         for e in hour.entries().unwrap_or_default() {
             let (Ok(name), Kind::File) = (&e.name, e.kind) else { continue };
             let Some(node) = sealed_node(name) else { continue };
+            if node.len() > MAX_NAME_BYTES {
+                left_out += 1;
+                continue;
+            }
             if sealed.len() < MAX_NODES || sealed.contains_key(node) {
                 sealed.insert(node.to_owned(), name.clone());
+            } else if !skipped.contains(node) {
+                skipped.insert(node.to_owned());
             }
         }
     }
-    Some((framework, open, newest_hour, sealed))
+    Some(Candidates { framework, open, newest_hour, sealed, left_out, skipped })
 }
 
 /// Drops the steps older than [`WINDOW_US`] before the newest, and beyond [`MAX_STEPS`].
@@ -213,13 +374,13 @@ fn sealed_node(name: &str) -> Option<&str> {
 
 /// The step events of `dir/name` appended since it was last read (`known`; a file not
 /// read before: its head for the base time, and its last [`TAIL_BYTES`]); what was read
-/// goes to `files`, the steps to `out` by mode.
+/// goes to `node.files`, the steps to `node` by mode, what was left out to `left_out`.
 fn read_steps(
     dir: &Dir,
     name: &str,
     known: &[((u64, u64), Followed)],
-    files: &mut Vec<((u64, u64), Followed)>,
-    out: &mut BTreeMap<String, Vec<Step>>,
+    node: &mut Node,
+    left_out: &mut LeftOut,
 ) {
     let Ok(mut f) = dir.open_regular(name, false) else { return };
     let Ok(meta) = meta_of(&f) else { return };
@@ -227,7 +388,7 @@ fn read_steps(
         return;
     }
     let id = (meta.dev, meta.ino);
-    if files.iter().any(|(i, _)| *i == id) {
+    if node.files.iter().any(|(i, _)| *i == id) {
         return;
     }
     let followed = match known.iter().find(|(i, _)| *i == id) {
@@ -250,15 +411,28 @@ fn read_steps(
     // The writer puts `,\n` before each event, so the newest event has no newline after it
     // yet: it is taken when it parses, and read again next time (the steps are deduplicated)
     // from the start of that line. A line cut by a skip ahead is left out.
+    // A line left out is counted only when complete (a newline after it), so once: an
+    // incomplete one is read again.
     let complete = tail.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     let cut = from > followed.offset;
-    let lines = tail.split(|&b| b == b'\n').skip(usize::from(cut));
-    for line in lines {
-        if let Some((mode, step)) = step_event(line, followed.base) {
-            out.entry(mode).or_default().push(step);
+    let mut at = 0;
+    for (k, line) in tail.split(|&b| b == b'\n').enumerate() {
+        let count = at + line.len() < complete;
+        at += line.len() + 1;
+        if k == 0 && cut {
+            continue;
+        }
+        match step_event(line, followed.base) {
+            Some(Ok((mode, step))) => node.push(&mode, step, left_out, count),
+            Some(Err(why)) if count => match why {
+                Reject::Name => left_out.names += 1,
+                Reject::Time => left_out.times += 1,
+                Reject::StepNumber => left_out.steps += 1,
+            },
+            _ => {}
         }
     }
-    files.push((id, Followed { base: followed.base, offset: from + complete as u64 }));
+    node.files.push((id, Followed { base: followed.base, offset: from + complete as u64 }));
 }
 
 /// The base time (µs since the epoch) of pid 0's `process_name` line.
@@ -280,8 +454,11 @@ fn line_json(line: &[u8]) -> Option<serde_json::Value> {
     serde_json::from_slice(t).ok()
 }
 
-/// A complete step event: its mode and step.
-fn step_event(line: &[u8], base: i64) -> Option<(String, Step)> {
+/// A complete step event: its mode and step, or why it is left out; `None` for a line that
+/// is not a step event. Checked as the report checks an event
+/// (`trainprof_report::read`): `ts` and `dur` numbers, `dur` not negative, its start and end
+/// plausible times ([`plausible_us`]), `step_num` an integer (a string of one, or a number).
+fn step_event(line: &[u8], base: i64) -> Option<Result<(String, Step), Reject>> {
     // Cheap filter first: most lines are not steps.
     let prefix = STEP_PREFIX.as_bytes();
     if !line.windows(prefix.len()).any(|w| w == prefix) {
@@ -291,14 +468,32 @@ fn step_event(line: &[u8], base: i64) -> Option<(String, Step)> {
     if v.get("ph")?.as_str()? != PH_COMPLETE {
         return None;
     }
-    let mode = step_mode(v.get("name")?.as_str()?)?.to_owned();
-    let ts = v.get("ts")?.as_i64()?;
-    let dur = v.get("dur")?.as_i64()?;
-    let step = v.get("args")?.get(STEP_NUM_KEY).and_then(|s| match s {
-        serde_json::Value::String(s) => s.parse().ok(),
-        n => n.as_u64(),
-    })?;
-    Some((mode, Step { step, end_us: base.saturating_add(ts).saturating_add(dur), dur_us: dur.max(0) }))
+    let mode = step_mode(v.get("name")?.as_str()?)?;
+    if mode.len() > MAX_NAME_BYTES || mode.chars().any(char::is_control) {
+        return Some(Err(Reject::Name));
+    }
+    let (Some(ts), Some(dur)) =
+        (v.get("ts").and_then(serde_json::Value::as_f64), v.get("dur").and_then(serde_json::Value::as_f64))
+    else {
+        return Some(Err(Reject::Time));
+    };
+    if !ts.is_finite() || !dur.is_finite() || dur < 0.0 {
+        return Some(Err(Reject::Time));
+    }
+    // `as` saturates: a huge `ts` or `dur` stays huge and is not plausible.
+    let start_us = base.saturating_add(ts as i64);
+    let dur_us = dur as i64;
+    let end_us = start_us.saturating_add(dur_us);
+    if !plausible_us(start_us) || !plausible_us(end_us) {
+        return Some(Err(Reject::Time));
+    }
+    let step = match v.get("args").and_then(|a| a.get(STEP_NUM_KEY)) {
+        Some(serde_json::Value::String(s)) => s.trim().parse().ok(),
+        Some(n) => n.as_i64(),
+        None => None,
+    };
+    let Some(step) = step else { return Some(Err(Reject::StepNumber)) };
+    Some(Ok((mode.to_owned(), Step { step, end_us, dur_us })))
 }
 
 /// The figures of one node's steps of one mode (sorted and pruned by [`prune`]).
@@ -326,9 +521,33 @@ fn compute(node: &str, mode: &str, window: &[Step]) -> Option<StepStats> {
     })
 }
 
-/// Appends the progress families (after the system rows' families; the same in both formats).
-pub fn render(buf: &mut String, node: &str, stats: &[StepStats]) {
+/// Appends the progress families (after the system rows' families; the same in both
+/// formats but for the counter's `TYPE` line), and what was left out once anything was.
+pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, progress: &Progress) {
     use std::fmt::Write as _;
+    let stats = &progress.stats[..];
+    let left_out = progress.left_out;
+    if left_out != LeftOut::default() {
+        let name = "trainprof_step_events_left_out";
+        let typed = if format == super::exposition::Format::Text { "_total" } else { "" };
+        let _ = write!(
+            buf,
+            "# HELP {name}{typed} Step events of the trainer's timelines left out by the endpoint's bounds since it first looked (reason: modes, names, times, steps).\n# TYPE {name}{typed} counter\n"
+        );
+        for (reason, n) in left_out.events() {
+            buf.push_str(name);
+            buf.push_str("_total{node=\"");
+            super::exposition::escaped(buf, node);
+            let _ = writeln!(buf, "\",reason=\"{reason}\"}} {n}");
+        }
+        let name = "trainprof_step_timelines_left_out";
+        let _ = write!(
+            buf,
+            "# HELP {name} Timelines not followed at the last read (past 64 nodes, or a node id over 256 bytes).\n# TYPE {name} gauge\n{name}{{node=\""
+        );
+        super::exposition::escaped(buf, node);
+        let _ = writeln!(buf, "\"}} {}", left_out.timelines);
+    }
     if stats.is_empty() {
         return;
     }
@@ -349,13 +568,16 @@ pub fn render(buf: &mut String, node: &str, stats: &[StepStats]) {
         super::exposition::escaped(buf, &s.mode);
         buf.push('"');
     };
-    let gauge = |buf: &mut String, name: &str, help: &str, value: &dyn Fn(&StepStats) -> Option<f64>| {
+    let gauge = |buf: &mut String, name: &str, help: &str, value: &dyn Fn(&StepStats) -> Option<Value>| {
         let _ = write!(buf, "# HELP {name} {help}\n# TYPE {name} gauge\n");
         for s in stats {
             if let Some(v) = value(s) {
                 buf.push_str(name);
                 labels(buf, s);
-                let _ = writeln!(buf, "}} {v}");
+                let _ = match v {
+                    Value::Int(v) => writeln!(buf, "}} {v}"),
+                    Value::Float(v) => writeln!(buf, "}} {v}"),
+                };
             }
         }
     };
@@ -363,19 +585,20 @@ pub fn render(buf: &mut String, node: &str, stats: &[StepStats]) {
         buf,
         "trainprof_step_last",
         "The last step the trainer's hook recorded (labels timeline, rank, mode).",
-        &|s| Some(s.last_step as f64),
+        // Exact as an integer (a double would round a step past 2⁵³).
+        &|s| Some(Value::Int(s.last_step)),
     );
     gauge(
         buf,
         "trainprof_step_last_end_timestamp_seconds",
         "When the last recorded step ended, epoch seconds.",
-        &|s| Some(s.last_end_s),
+        &|s| Some(Value::Float(s.last_end_s)),
     );
     gauge(
         buf,
         "trainprof_steps_per_second",
         "Steps per second over the steps that ended in the last 60 s before the last one.",
-        &|s| s.steps_per_second,
+        &|s| s.steps_per_second.map(Value::Float),
     );
     let name = "trainprof_step_duration_seconds";
     let _ = write!(
@@ -395,6 +618,12 @@ pub fn render(buf: &mut String, node: &str, stats: &[StepStats]) {
         labels(buf, s);
         let _ = writeln!(buf, "}} {}", s.count);
     }
+}
+
+/// A sample's value as written.
+enum Value {
+    Int(i64),
+    Float(f64),
 }
 
 #[cfg(test)]
@@ -513,5 +742,149 @@ mod tests {
         assert_eq!(p.stats[0].last_step, 19_999);
         assert!(p.stats[0].count < 2000, "{}", p.stats[0].count);
         assert!((p.stats[0].steps_per_second.unwrap() - 1000.0).abs() < 1e-6);
+    }
+
+    /// The head of a timeline and step events of any mode, step and times (JSON text as given).
+    fn hostile(events: &[(String, &str, &str, &str)]) -> String {
+        let mut s = format!(
+            "[\n{{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {{\"start_time_since_epoch_in_micros\": {B}}}}}"
+        );
+        for (mode, step, ts, dur) in events {
+            s.push_str(&format!(",\n{{\"name\": \"Step:ModeKeys.{mode}\", \"pid\": 2, \"ph\": \"X\", \"ts\": {ts}, \"dur\": {dur}, \"args\": {{\"step_num\": {step}}}}}"));
+        }
+        s
+    }
+
+    fn ev(
+        mode: impl Into<String>,
+        step: &'static str,
+        ts: i64,
+    ) -> (String, &'static str, &'static str, &'static str) {
+        (mode.into(), step, Box::leak(ts.to_string().into_boxed_str()), "1000")
+    }
+
+    #[test]
+    fn a_hostile_timeline_keeps_modes_names_and_steps_bounded_and_what_was_left_out_is_counted() {
+        use std::io::Write as _;
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        std::fs::create_dir_all(root.join("framework")).unwrap();
+        let path = root.join("framework/0-h_pythontimeline.json.1-1.tmp");
+        let mut events = Vec::new();
+        // 500 modes, each new, a millisecond apart: 16 kept, 484 left out.
+        for k in 0..500 {
+            events.push(ev(format!("M{k}"), "\"1\"", k * 1000));
+        }
+        // Names: too long, or with a control character (escaped in the JSON).
+        events.push(ev("x".repeat(MAX_NAME_BYTES + 1), "\"1\"", 600_000));
+        events.push(ev("EV\\u001bAL", "\"1\"", 600_000));
+        // Times: not numbers, huge, negative, before 2000 or after 2100, a negative duration.
+        for (ts, dur) in [
+            ("\"NaN\"", "1000"),
+            ("1e308", "1000"),
+            ("-1e18", "1000"),
+            ("-1795316901000000", "1000"),
+            ("4000000000000000", "1000"),
+            ("1000", "-5"),
+            ("1000", "1e300"),
+            ("1000", "null"),
+        ] {
+            events.push(("M0".into(), "\"2\"", ts, dur));
+        }
+        // Step numbers: not integers, too large for one, absent.
+        for step in ["\"NaN\"", "\"1e308\"", "\"99999999999999999999999\"", "1.5", "\"x\"", "null"] {
+            events.push(("M1".into(), step, "2000", "1000"));
+        }
+        // Kept as the report keeps them: a negative step and the largest integer.
+        events.push(ev("M2", "\"-5\"", 500_000));
+        events.push(ev("M3", "9223372036854775807", 500_000));
+        // The last line has no newline after it yet (still being written): taken, not counted.
+        events.push(ev("M999", "\"1\"", 500_000));
+        std::fs::write(&path, hostile(&events)).unwrap();
+        let mut p = Progress::new(root.to_owned());
+        let t0 = Instant::now();
+        p.refresh(t0);
+        assert_eq!(p.stats.len(), MAX_MODES, "{:?}", p.stats.iter().map(|s| &s.mode).collect::<Vec<_>>());
+        let want = LeftOut { modes: 500 - 16, names: 2, times: 8, steps: 6, timelines: 0 };
+        assert_eq!(p.left_out, want);
+        let m2 = p.stats.iter().find(|s| s.mode == "M2").unwrap();
+        let m3 = p.stats.iter().find(|s| s.mode == "M3").unwrap();
+        assert_eq!((m2.last_step, m3.last_step), (-5, i64::MAX));
+        let end = |s: &StepStats| s.last_end_s;
+        assert!(
+            p.stats.iter().all(|s| (B as f64 / 1e6..B as f64 / 1e6 + 1.0).contains(&end(s))),
+            "{:?}",
+            p.stats
+        );
+        // Read again: the incomplete line is not counted twice; a generation only for a change.
+        let generation = p.generation;
+        p.refresh(t0 + REFRESH);
+        assert_eq!((p.left_out, p.generation), (want, generation));
+        // 2 minutes later, 20 more new modes: the modes without a step in the window are
+        // dropped, the new ones take their places (16 of them), the 4 others are left out.
+        let later: Vec<_> = (0..20).map(|k| ev(format!("N{k}"), "\"7\"", 120_000_000 + k * 1000)).collect();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(hostile(&later).split_once("}}").unwrap().1.as_bytes()).unwrap();
+        f.write_all(b"\n]").unwrap();
+        drop(f);
+        p.refresh(t0 + 2 * REFRESH);
+        let modes: Vec<_> = p.stats.iter().map(|s| s.mode.as_str()).collect();
+        assert_eq!(modes.len(), MAX_MODES);
+        assert!(modes.iter().all(|m| m.starts_with('N')), "{modes:?}");
+        // M999's line was completed by the append: read again, complete, and counted now (its
+        // step 0.5 s after M0's: M0 was not stale yet).
+        assert_eq!(p.left_out, LeftOut { modes: want.modes + 1 + 4, ..want });
+        // Served: the counts by reason, both formats' TYPE lines.
+        let mut text = String::new();
+        render(&mut text, super::super::exposition::Format::Text, "algo-1", &p);
+        assert!(text.contains("# TYPE trainprof_step_events_left_out_total counter\n"), "{text}");
+        assert!(
+            text.contains("trainprof_step_events_left_out_total{node=\"algo-1\",reason=\"modes\"} 489\n"),
+            "{text}"
+        );
+        assert!(text.contains("trainprof_step_events_left_out_total{node=\"algo-1\",reason=\"times\"} 8\n"));
+        assert!(text.contains("trainprof_step_timelines_left_out{node=\"algo-1\"} 0\n"));
+        let mut om = String::new();
+        render(&mut om, super::super::exposition::Format::OpenMetrics, "algo-1", &p);
+        assert!(om.contains("# TYPE trainprof_step_events_left_out counter\n"), "{om}");
+    }
+
+    #[test]
+    fn a_node_keeps_at_most_max_steps_in_all_its_modes_the_newest() {
+        let mut n = Node::default();
+        let mut left_out = LeftOut::default();
+        // 16 modes × 1,000 steps, all within the window: 16,000 steps.
+        for k in 0..16_000_i64 {
+            let step = Step { step: k, end_us: B + k * 1000, dur_us: 10 };
+            n.push(&format!("M{}", k % 16), step, &mut left_out, true);
+        }
+        n.prune();
+        let kept: Vec<&Step> = n.steps.values().flat_map(|m| &m.steps).collect();
+        assert_eq!(kept.len(), MAX_STEPS);
+        assert!(kept.iter().all(|s| s.step >= 6_000), "the oldest go first");
+        assert_eq!(left_out, LeftOut::default());
+    }
+
+    #[test]
+    fn timelines_past_the_nodes_cap_are_counted() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let hour = root.join("framework/pevents/2026112203");
+        std::fs::create_dir_all(&hour).unwrap();
+        let one = timeline(std::iter::once((1, 0, 1000)), "TRAIN");
+        // Open files of nodes 0..=66, sealed ones of 60..=69 (two each): 70 nodes.
+        for r in 0..MAX_NODES + 3 {
+            std::fs::write(root.join(format!("framework/{r:02}-h_pythontimeline.json.1-1.tmp")), &one)
+                .unwrap();
+        }
+        for r in 60..70 {
+            for t in [B, B + 1] {
+                std::fs::write(hour.join(format!("{t}_{r:02}-h_pythontimeline.json")), &one).unwrap();
+            }
+        }
+        let mut p = Progress::new(root.to_owned());
+        p.refresh(Instant::now());
+        assert_eq!(p.stats.len(), MAX_NODES);
+        assert_eq!(p.left_out.timelines, 70 - MAX_NODES as u64);
     }
 }

@@ -2,8 +2,10 @@
 //! thread of its own (`trainprof-metrics`), never the sampling thread.
 //!
 //! What a client can cost is bounded (`docs/metrics.md`, "Hostile clients"):
-//! [`MAX_CONNECTIONS`] at once (a connection beyond them is accepted and closed at once, so
-//! the kernel's backlog never fills with them), request heads of at most
+//! [`MAX_CONNECTIONS`] at once, and never more than a quarter of the file limit (a
+//! connection beyond them is accepted, and the one idle longest is closed to make room, so
+//! idle or slow clients can never lock a scraper out, and the kernel's backlog never fills
+//! with them), request heads of at most
 //! [`MAX_HEAD_BYTES`] (hyper answers 431 beyond), [`HEAD_TIMEOUT`] to send a request's head
 //! (slowloris), and [`CONNECTION_LIFETIME`] for a whole connection, keep-alive included.
 //! Only `GET` and `HEAD` of `/metrics` are served: another path is 404, another method 405.
@@ -11,6 +13,7 @@
 use std::convert::Infallible;
 use std::net::TcpListener;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -27,7 +30,7 @@ use super::{Slot, Snapshot};
 use crate::log;
 use crate::pipeline::sample::Metric;
 
-/// Connections served at once; more are closed at once.
+/// Connections served at once; a new one beyond them closes the one idle longest.
 pub const MAX_CONNECTIONS: usize = 64;
 /// A request's head (request line and headers) at most.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -114,8 +117,7 @@ impl State {
         let rows = latest.rows.iter().filter(|m| !sparse(m)).chain(self.held.iter().map(|(m, _)| m)).copied();
         exposition::rows(rows, &mut self.rows);
         let mut buf = String::with_capacity(64 * self.rows.len() + 4096);
-        let progress = self.progress.as_ref().map_or(&[][..], |p| &p.stats[..]);
-        exposition::render(&mut buf, format, labels, latest.wall_s, &self.rows, progress);
+        exposition::render(&mut buf, format, labels, latest.wall_s, &self.rows, self.progress.as_ref());
         let b = Bytes::from(buf);
         self.cache[k] = Some((latest.seq, generation, b.clone()));
         Some(b)
@@ -187,8 +189,9 @@ async fn serve(
             }
         }
     });
-    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    let mut refused: u64 = 0;
+    let cap = connection_cap(file_limit());
+    let conns = Arc::new(Mutex::new(Conns::default()));
+    let epoch = Instant::now();
     let mut accept_failing = false;
     loop {
         let stream = match listener.accept().await {
@@ -197,40 +200,133 @@ async fn serve(
                 s
             }
             Err(e) => {
-                // Out of descriptors, say: wait a little rather than spin.
                 if !std::mem::replace(&mut accept_failing, true) {
                     log!("metrics endpoint: cannot accept a connection ({e}); trying again");
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                // Out of descriptors (the agent's file limit, or the system's): the connection
+                // idle longest gives its own back, so a scraper is not locked out; otherwise
+                // wait a little rather than spin.
+                let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                if out_of_fds && conns.lock().unwrap_or_else(PoisonError::into_inner).evict_idlest() {
+                    // Its task runs (and closes the socket) before the accept is tried again.
+                    tokio::task::yield_now().await;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
                 continue;
             }
         };
-        let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
-            refused += 1;
-            if refused.is_power_of_two() {
+        let (conn, made_room) = {
+            let mut c = conns.lock().unwrap_or_else(PoisonError::into_inner);
+            let before = c.evicted;
+            let conn = c.admit(cap, ms_since(epoch));
+            let evicted = c.evicted;
+            if evicted.is_power_of_two() && evicted != std::mem::replace(&mut c.logged, evicted) {
                 log!(
-                    "metrics endpoint: {refused} connection(s) refused so far ({MAX_CONNECTIONS} open at once at most)"
+                    "metrics endpoint: {evicted} connection(s) closed so far to make room ({cap} open at once at most; the one idle longest goes)"
                 );
             }
-            drop(stream);
-            continue;
+            (conn, evicted != before)
         };
-        let (state, labels, slot) = (Arc::clone(&state), Arc::clone(&labels), Arc::clone(&slot));
+        let (state, labels, slot, conns) =
+            (Arc::clone(&state), Arc::clone(&labels), Arc::clone(&slot), Arc::clone(&conns));
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let reply = respond(&req, &state, &labels, &slot);
-                async move { Ok::<_, Infallible>(reply) }
+            let service = hyper::service::service_fn({
+                let conn = Arc::clone(&conn);
+                move |req| {
+                    conn.since_ms.store(ms_since(epoch), Ordering::Relaxed);
+                    let reply = respond(&req, &state, &labels, &slot);
+                    async move { Ok::<_, Infallible>(reply) }
+                }
             });
-            let conn = hyper::server::conn::http1::Builder::new()
+            let http = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEAD_TIMEOUT)
                 .max_buf_size(MAX_HEAD_BYTES)
                 .max_header_size(MAX_HEAD_BYTES)
                 .serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
-            drop(permit);
+            // Dropping the connection closes its socket: at the end of its life, or when a new
+            // connection needed its place.
+            tokio::select! {
+                _ = tokio::time::timeout(CONNECTION_LIFETIME, http) => {}
+                () = conn.evict.notified() => {}
+            }
+            conns.lock().unwrap_or_else(PoisonError::into_inner).remove(&conn);
         });
+        if made_room {
+            // The evicted connection's task closes its socket before the next accept: without
+            // this, a burst of connections would be accepted (up to tokio's budget of 128)
+            // before any evicted one lets go of its descriptor.
+            tokio::task::yield_now().await;
+        }
     }
+}
+
+/// One open connection, as the accept loop sees it.
+#[derive(Debug, Default)]
+struct Conn {
+    /// When it was accepted or last sent a request, ms since the server started.
+    since_ms: AtomicU64,
+    /// Told when it must close to make room.
+    evict: tokio::sync::Notify,
+}
+
+/// The open connections (at most the cap), and how many were closed to make room.
+#[derive(Debug, Default)]
+struct Conns {
+    open: Vec<Arc<Conn>>,
+    evicted: u64,
+    /// `evicted` when it was last logged.
+    logged: u64,
+}
+
+impl Conns {
+    /// Registers a connection just accepted; at `cap`, the one idle longest (accepted or last
+    /// asked the longest ago: a keep-alive connection between scrapes, a client that never
+    /// finishes its head) is told to close first (`docs/metrics.md`, "Hostile clients").
+    fn admit(&mut self, cap: usize, now_ms: u64) -> Arc<Conn> {
+        while self.open.len() >= cap.max(1) && self.evict_idlest() {}
+        let conn = Arc::new(Conn { since_ms: AtomicU64::new(now_ms), evict: tokio::sync::Notify::new() });
+        self.open.push(Arc::clone(&conn));
+        conn
+    }
+
+    /// Tells the connection idle longest to close (it leaves `open` now); whether there was one.
+    fn evict_idlest(&mut self) -> bool {
+        let Some(i) = (0..self.open.len()).min_by_key(|&i| self.open[i].since_ms.load(Ordering::Relaxed))
+        else {
+            return false;
+        };
+        // `notify_one` keeps the wake-up for a task that is not waiting yet.
+        self.open.swap_remove(i).evict.notify_one();
+        self.evicted += 1;
+        true
+    }
+
+    /// A connection closed (evicted ones have left already).
+    fn remove(&mut self, conn: &Arc<Conn>) {
+        self.open.retain(|c| !Arc::ptr_eq(c, conn));
+    }
+}
+
+fn ms_since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The connections held at once: [`MAX_CONNECTIONS`], and never more than a quarter of the
+/// process's file limit, so the rest of the agent (the files it writes, the uploader) keeps
+/// descriptors however many clients connect (`docs/metrics.md`, "Hostile clients").
+fn connection_cap(file_limit: Option<u64>) -> usize {
+    file_limit
+        .map_or(MAX_CONNECTIONS, |l| usize::try_from(l / 4).unwrap_or(usize::MAX).clamp(1, MAX_CONNECTIONS))
+}
+
+/// The soft `RLIMIT_NOFILE` (`None`: unlimited or unknown).
+fn file_limit() -> Option<u64> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `getrlimit` writes only the struct it is given.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
 }
 
 /// One request's answer.
@@ -256,7 +352,12 @@ fn respond(
         return r;
     }
     let accept = req.headers().get(hyper::header::ACCEPT).and_then(|v| v.to_str().ok());
-    let format = Format::from_accept(accept);
+    let Some(format) = Format::from_accept(accept) else {
+        return plain(
+            StatusCode::NOT_ACCEPTABLE,
+            "not acceptable: served as text/plain; version=0.0.4 or application/openmetrics-text; version=1.0.0\n",
+        );
+    };
     let body = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         // The newest tick, even if the timer has not taken it yet.
@@ -321,5 +422,44 @@ mod tests {
         assert!(t.ends_with("# EOF\n"));
         s.clear();
         assert!(s.body(Format::Text, &labels).is_none());
+    }
+
+    #[test]
+    fn at_the_cap_the_connection_idle_longest_makes_room() {
+        let mut c = Conns::default();
+        let a = c.admit(3, 0);
+        let b = c.admit(3, 10);
+        let d = c.admit(3, 20);
+        // `a` asked for a scrape since: `b` is now the one idle longest.
+        a.since_ms.store(30, Ordering::Relaxed);
+        let e = c.admit(3, 40);
+        let open = |c: &Conns, x: &Arc<Conn>| c.open.iter().any(|o| Arc::ptr_eq(o, x));
+        assert!(!open(&c, &b) && open(&c, &a) && open(&c, &d) && open(&c, &e));
+        assert_eq!((c.open.len(), c.evicted), (3, 1));
+        // `b` was told to close (the wake-up is kept for a task not waiting yet); no other was.
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let told = |x: &Arc<Conn>| {
+            rt.block_on(async {
+                tokio::time::timeout(Duration::from_millis(10), x.evict.notified()).await.is_ok()
+            })
+        };
+        assert!(told(&b));
+        assert!(!told(&a) && !told(&d) && !told(&e));
+        // A connection that ends leaves; the next one then needs no room.
+        c.remove(&d);
+        let _f = c.admit(3, 50);
+        assert_eq!((c.open.len(), c.evicted), (3, 1));
+        // Out of descriptors: the one idle longest (`a`, 30) goes.
+        assert!(c.evict_idlest());
+        assert!(!open(&c, &a));
+        assert!(!Conns::default().evict_idlest());
+    }
+
+    #[test]
+    fn the_endpoint_holds_at_most_a_quarter_of_the_file_limit() {
+        assert_eq!(connection_cap(None), MAX_CONNECTIONS);
+        assert_eq!(connection_cap(Some(1 << 20)), MAX_CONNECTIONS);
+        assert_eq!(connection_cap(Some(64)), 16);
+        assert_eq!(connection_cap(Some(2)), 1);
     }
 }

@@ -761,21 +761,34 @@ const PYTHON_MEMFD: &str = "/memfd:trainprof-python-stacks";
 /// `python_stacks.txt` through faulthandler (see the module docs), or `None` when the Python
 /// package registered nothing or faulthandler's handler is no longer the one installed.
 fn python_stacks(h: &Hang) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; MAX_PYTHON_BYTES];
+    let n = python_stacks_into(h, &mut buf)?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+/// Every Python thread's stack into `buf` through the package's faulthandler registration:
+/// the memfd emptied, the signal sent to the calling thread (faulthandler's handler has run
+/// when that returns), the memfd read back; the length. `None` when the package registered
+/// nothing, the fd is no longer its memfd (closed and reused for a file of the trainer's,
+/// which the truncation would destroy), or faulthandler's handler is no longer the one
+/// installed (Python's finalisation removes it, the default action of a real-time signal
+/// would end the process, and a handler the trainer installed since must never be called by
+/// a dump). Async-signal-safe (raw calls, no allocation): the crash handler uses it too.
+fn python_stacks_into(h: &Hang, buf: &mut [u8]) -> Option<usize> {
     let fd = h.python_fd.load(SeqCst);
     let sig = h.python_signal.load(SeqCst);
-    if fd < 0 || sig <= 0 {
+    if fd < 0 || sig <= 0 || signals::handler(sig) != h.python_handler.load(SeqCst) {
         return None;
     }
-    // The fd must still be the package's memfd (not closed and reused for a file of the
-    // trainer's, which the truncation would destroy), and faulthandler's handler must still
-    // be the one installed: Python's finalisation unregisters it (the default action of a
-    // real-time signal would end the process), and a handler the trainer installed since
-    // must never be called by a dump.
-    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
-    if !link.to_string_lossy().starts_with(PYTHON_MEMFD) {
+    let mut path = [0u8; 48];
+    if fmt_into(&mut path, format_args!("/proc/self/fd/{fd}")) >= path.len() {
         return None;
     }
-    if signals::handler(sig) != h.python_handler.load(SeqCst) {
+    let mut link = [0u8; 64];
+    // SAFETY: a NUL-terminated path and a valid buffer.
+    let n = unsafe { libc::readlink(path.as_ptr().cast(), link.as_mut_ptr().cast(), link.len()) };
+    if n <= 0 || !link[..n as usize].starts_with(PYTHON_MEMFD.as_bytes()) {
         return None;
     }
     // SAFETY: plain system calls on the registered fd.
@@ -783,9 +796,7 @@ fn python_stacks(h: &Hang) -> Option<Vec<u8>> {
         libc::ftruncate(fd, 0);
         libc::lseek(fd, 0, libc::SEEK_SET);
     }
-    // faulthandler's handler runs on this thread before this returns.
     raise_here(sig);
-    let mut buf = vec![0u8; MAX_PYTHON_BYTES];
     let mut got = 0;
     while got < buf.len() {
         // SAFETY: a valid buffer of the given length.
@@ -795,8 +806,7 @@ fn python_stacks(h: &Hang) -> Option<Vec<u8>> {
         }
         got += n as usize;
     }
-    buf.truncate(got);
-    Some(buf)
+    Some(got)
 }
 
 // ---- the watchdog --------------------------------------------------------------------
@@ -1191,44 +1201,6 @@ fn crash_dump(sig: i32) {
     }
 }
 
-/// Every Python thread's stack into the buffer, through the package's faulthandler
-/// registration (the signal sent to this thread, as a stall's dump does); the length, 0
-/// when there is none. Async-signal-safe: raw calls only.
-fn crash_python_stacks(hang: &Hang, buf: &mut [u8]) -> usize {
-    let fd = hang.python_fd.load(SeqCst);
-    let sig = hang.python_signal.load(SeqCst);
-    if fd < 0 || sig <= 0 || signals::handler(sig) != hang.python_handler.load(SeqCst) {
-        return 0;
-    }
-    // The fd must still be the package's memfd (readlink of /proc/self/fd/<fd>).
-    let mut path = [0u8; 48];
-    if fmt_into(&mut path, format_args!("/proc/self/fd/{fd}")) >= path.len() {
-        return 0;
-    }
-    let mut link = [0u8; 64];
-    // SAFETY: a NUL-terminated path and a valid buffer.
-    let n = unsafe { libc::readlink(path.as_ptr().cast(), link.as_mut_ptr().cast(), link.len()) };
-    if n <= 0 || !link[..n as usize].starts_with(PYTHON_MEMFD.as_bytes()) {
-        return 0;
-    }
-    // SAFETY: plain system calls on the registered fd.
-    unsafe {
-        libc::ftruncate(fd, 0);
-        libc::lseek(fd, 0, libc::SEEK_SET);
-    }
-    raise_here(sig);
-    let mut got = 0;
-    while got < buf.len() {
-        // SAFETY: a valid buffer of the given length.
-        let n = unsafe { libc::pread(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got, got as i64) };
-        if n <= 0 {
-            break;
-        }
-        got += n as usize;
-    }
-    got
-}
-
 fn write_crash(sig: i32) {
     let parent = FATAL_PARENT_FD.load(SeqCst);
     let Some(hook) = FATAL_HOOK.get() else { return };
@@ -1261,7 +1233,7 @@ fn write_crash(sig: i32) {
     // SAFETY: once per process (FATAL_ONCE); nothing else touches these buffers.
     let (buf, ring) = unsafe { (&mut *CRASH_BUF.0.get(), &mut *CRASH_RING.0.get()) };
     // Every Python thread's stack, faulthandler's (through the package's registration).
-    let got = crash_python_stacks(hang, buf);
+    let got = python_stacks_into(hang, buf).unwrap_or(0);
     if got > 0 {
         raw_write_new(dir, c"python_stacks.txt", &buf[..got]);
     }

@@ -10,7 +10,7 @@ use trainprof_config::{FileStatus, Loader, Reload};
 use trainprof_output::node::{ResourceConfig, SystemNode};
 
 use super::prepare::Prepared;
-use super::{Job, UploadOptions, Uploading};
+use super::{Job, UploadOptions, Uploading, output_root};
 use crate::log;
 use crate::pipeline::hangs::HangSink;
 use crate::pipeline::metrics;
@@ -295,7 +295,8 @@ fn trainer_local_path(
     file: &FileStatus,
 ) -> Option<PathBuf> {
     let root = root?;
-    (by_flag || root != configured || matches!(file, FileStatus::Missing)).then(|| root.to_path_buf())
+    // The root was made absolute ([`output_root::absolute`]); `configured` as the file has it.
+    (by_flag || root != output_root::absolute(configured) || matches!(file, FileStatus::Missing)).then(|| root.to_path_buf())
 }
 
 /// Starts the command with what the Python package needs in its environment. The error
@@ -364,5 +365,9 @@ mod tests {
         let unusable = FileStatus::Unusable("not JSON".into());
         assert_eq!(trainer_local_path(Some(root), root, false, &unusable), None);
         assert_eq!(trainer_local_path(None, root, true, &FileStatus::Missing), None);
+        // A relative LocalPath in the file is the same folder as the root made absolute.
+        let relative = Path::new("out");
+        let resolved = std::env::current_dir().unwrap().join(relative);
+        assert_eq!(trainer_local_path(Some(&resolved), relative, false, &read), None);
     }
 }

@@ -21,9 +21,8 @@ pub const UNKNOWN_MODEL: &str = "(model not given by NVML)";
 /// whose record lists no GPU maps to an empty map; a node without a record (an agent older
 /// than the record, or none) is absent.
 pub fn read(dir: &Dir, skipped: &mut Skipped) -> BTreeMap<String, BTreeMap<String, u32>> {
-    let want = |name: &str, is_dir: bool| {
-        !name.starts_with('.') && (is_dir || node_record::name_us(name).is_some())
-    };
+    let want =
+        |name: &str, is_dir: bool| !name.starts_with('.') && (is_dir || node_record::name_us(name).is_some());
     let w = ofs::walk(dir, node_record::FOLDER, &want);
     for r in w.refused {
         skipped.push(r);
@@ -102,7 +101,8 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let r = t.path();
         let gpu = |i: u32, m: &str| format!(r#"{{"Index":{i},"Model":{},"MemoryTotalBytes":1}}"#, m);
-        let rec = |gpus: Vec<String>| format!(r#"{{"NodeId":"x","Timestamp":1,"Gpus":[{}]}}"#, gpus.join(","));
+        let rec =
+            |gpus: Vec<String>| format!(r#"{{"NodeId":"x","Timestamp":1,"Gpus":[{}]}}"#, gpus.join(","));
         put(r, "system/node/algo-1/1795316901000000.json", &rec(vec![gpu(0, "\"Old GPU\"")]));
         put(
             r,

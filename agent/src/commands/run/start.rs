@@ -331,7 +331,8 @@ fn trainer_local_path(
 ) -> Option<PathBuf> {
     let root = root?;
     // The root was made absolute ([`output_root::absolute`]); `configured` as the file has it.
-    (by_flag || root != output_root::absolute(configured) || matches!(file, FileStatus::Missing)).then(|| root.to_path_buf())
+    (by_flag || root != output_root::absolute(configured) || matches!(file, FileStatus::Missing))
+        .then(|| root.to_path_buf())
 }
 
 /// Starts the command with what the Python package needs in its environment. The error

@@ -183,7 +183,11 @@ pub fn probe_samplers(cx: &ProbeContext<'_>) -> Probed {
         p.gpu_record = s
             .facts()
             .iter()
-            .map(|f| NodeGpu { index: f.index, model: f.name.clone(), memory_total_bytes: f.memory_total_bytes })
+            .map(|f| NodeGpu {
+                index: f.index,
+                model: f.name.clone(),
+                memory_total_bytes: f.memory_total_bytes,
+            })
             .collect();
     });
     p.add::<TreeSampler>(cx, |_, _| {});

@@ -244,15 +244,62 @@ fn scratch(tag: &str) -> (tempfile::TempDir, PathBuf) {
     (t, d)
 }
 
-/// `trainprof ARGS` ready to spawn, with the variables it reads cleared.
+/// `trainprof ARGS` ready to spawn, with the variables it reads cleared and the signals
+/// the tests send at their default action ([`default_signals`]).
 fn command(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainprof"));
     cmd.args(args);
     clear_env(&mut cmd);
     cmd.env("TRAINPROF_RESOURCE_CONFIG", "/nonexistent/resourceconfig.json");
     cmd.env("SMPROFILER_CONFIG_PATH", "/nonexistent/profilerconfig.json");
+    default_signals(&mut cmd);
     cmd
 }
+
+/// The signals these tests send to trainprof.
+const SENT: [libc::c_int; 6] =
+    [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2];
+
+/// Starts `cmd` with [`SENT`] at their default action, whatever this process inherited: a
+/// suite started in the background of a non-interactive shell has SIGINT and SIGQUIT
+/// ignored (under `nohup`, SIGHUP), and trainprof rightly keeps a signal that was ignored
+/// when it started ignored (docs/run.md, "The commands"), so a test that sends one would
+/// wait for nothing. (The child's signal mask is emptied by `std::process::Command`.)
+fn default_signals(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the hook runs in the forked child before exec and calls only signal(2),
+    // which is async-signal-safe, with constants.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in SENT {
+                if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The output of `child`, killed and failed after `limit`, so that a test whose signal
+/// never lands fails instead of hanging (a hang detector, not a timing).
+fn output_of(child: std::process::Child, limit: std::time::Duration) -> Output {
+    let pid = child.id() as libc::pid_t;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            kill(pid, libc::SIGKILL);
+            panic!("still running after {limit:?}");
+        }
+    }
+}
+
+/// How long a test waits for trainprof to end after it was told to.
+const END_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// `trainprof agent --interval-ms 100 --local-path D`, started, once its first tick is in
 /// the temporary system file.
@@ -411,7 +458,7 @@ fn run_passes_sigterm_on_to_the_command() {
     wait_for("the command's handler", || std::fs::read_to_string(&ready).is_ok_and(|t| !t.is_empty()));
     assert_eq!(std::fs::read_to_string(&ready).unwrap(), "0", "SIGTERM/SIGINT blocked in the command");
     sigterm(&child);
-    let out = child.wait_with_output().unwrap();
+    let out = output_of(child, END_LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(7), "{stderr}");
     assert!(stderr.contains("SIGTERM passed on to"), "{stderr}");
@@ -451,7 +498,7 @@ fn agent_samples_on_through_a_user_signal() {
     // Still running: its default action would have ended it.
     assert!(child.try_wait().unwrap().is_none(), "the agent ended on SIGUSR1");
     sigterm(&child);
-    let out = child.wait_with_output().unwrap();
+    let out = output_of(child, END_LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("SIGUSR1: no command to pass it on to; sampling goes on"), "{stderr}");
@@ -464,7 +511,7 @@ fn agent_runs_until_sigterm_then_seals() {
     let (_scratch, d) = scratch("agent");
     let child = start_agent(&d);
     sigterm(&child);
-    let out = child.wait_with_output().unwrap();
+    let out = output_of(child, END_LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("SIGTERM: sealing files and stopping"), "{stderr}");
@@ -491,7 +538,7 @@ fn a_stopped_agent_ends_in_a_file_named_by_its_last_tick() {
     });
     let signalled = wall();
     sigterm(&child);
-    let out = child.wait_with_output().unwrap();
+    let out = output_of(child, END_LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let mut system = assert_sealed(&d);
     system.sort_by_key(|f| f.rsplit('/').next().unwrap().to_owned());
@@ -612,7 +659,7 @@ fn send_and_see(pid: i32, sig: libc::c_int, name: &str, n: u64, path: &std::path
 /// once the counts are `expected`. Returns run's stderr.
 fn end_counter(child: std::process::Child, pid: i32, path: &std::path::Path, expected: Value) -> String {
     kill(pid, libc::SIGTERM);
-    let out = child.wait_with_output().unwrap();
+    let out = output_of(child, END_LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert_eq!(counts(path), expected, "{stderr}");
@@ -671,7 +718,7 @@ fn sighup_ends_a_command_that_keeps_the_default_and_run_reports_it() {
         .unwrap();
     wait_for("the command", || ready.is_file());
     kill(child.id() as i32, libc::SIGHUP);
-    let out = child.wait_with_output().unwrap();
+    let out = output_of(child, END_LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(128 + libc::SIGHUP), "{stderr}");
     assert_sealed(&d.join("out"));
@@ -683,12 +730,60 @@ fn agent_stops_on_sighup_and_sigint_too() {
         let (_scratch, d) = scratch(&format!("agent-{name}"));
         let child = start_agent(&d);
         kill(child.id() as i32, sig);
-        let out = child.wait_with_output().unwrap();
+        let out = output_of(child, END_LIMIT);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{name}: {stderr}");
         assert!(stderr.contains(&format!("{name}: sealing files and stopping")), "{stderr}");
         assert_sealed(&d);
     }
+}
+
+/// The tests that send SIGINT, SIGQUIT or SIGHUP to trainprof.
+const SIGNAL_TESTS: [&str; 5] = [
+    "agent_stops_on_sighup_and_sigint_too",
+    "run_passes_sighup_on_once_and_ends_as_usual",
+    "run_passes_the_user_signals_and_sigquit_on_and_lives",
+    "a_signal_to_run_s_process_group_reaches_the_command_once",
+    "sighup_ends_a_command_that_keeps_the_default_and_run_reports_it",
+];
+
+/// The suite started with SIGINT and SIGQUIT ignored, as a background job of a
+/// non-interactive shell is (`scripts/test &` in a script, some CI runners), and SIGHUP, as
+/// under `nohup`: [`SIGNAL_TESTS`] run again in this test binary started so, and pass,
+/// within a bound (they once waited forever for an agent that rightly kept SIGINT ignored).
+#[test]
+fn the_signal_tests_pass_when_the_suite_starts_with_them_ignored() {
+    use std::os::unix::process::CommandExt as _;
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.arg("--exact").args(SIGNAL_TESTS).process_group(0);
+    // SAFETY: the hook runs in the forked child before exec and calls only signal(2),
+    // which is async-signal-safe, with constants.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP] {
+                if libc::signal(sig, libc::SIG_IGN) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child =
+        cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let group = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    // Each test bounds its own waits by a minute; this bounds them all (a hang detector).
+    let Ok(out) = rx.recv_timeout(std::time::Duration::from_secs(150)) else {
+        kill(-group, libc::SIGKILL);
+        panic!("the signal tests, started with SIGINT/SIGQUIT/SIGHUP ignored, still ran after 150 s");
+    };
+    let out = out.unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains(&format!("{} passed", SIGNAL_TESTS.len())), "{text}");
 }
 
 // ---- a large process tree under a low open-file limit --------------------------------
@@ -962,7 +1057,7 @@ fn the_agent_follows_the_interval_and_disable_profiler_while_it_runs() {
     write_config(&cfg, r#"{"ProfilingIntervalInMilliseconds": 300, "DisableProfiler": "false"}"#);
     wait_for("ticks again", || cpu_ticks() >= paused + 3);
     sigterm(&child);
-    let out = child.wait_with_output().unwrap();
+    let out = output_of(child, END_LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let count = |s: &str| stderr.lines().filter(|l| l.contains(s)).count();
@@ -1017,17 +1112,16 @@ fn a_config_caught_half_written_at_the_start_is_read_again() {
     let (_scratch, d) = scratch("half-written");
     let cfg = d.join("profilerconfig.json");
     std::fs::write(&cfg, br#"{"ProfilingIntervalInMilliseconds": 2"#).unwrap();
-    let mut child = command(&["run", "--local-path", d.join("out").to_str().unwrap(), "--", "true"])
+    let child = command(&["run", "--local-path", d.join("out").to_str().unwrap(), "--", "true"])
         .env("SMPROFILER_CONFIG_PATH", &cfg)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     std::fs::write(&cfg, br#"{"ProfilingIntervalInMilliseconds": 200}"#).unwrap();
-    let status = child.wait().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-    assert_eq!(status.code(), Some(0), "{stderr}");
+    let out = output_of(child, END_LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("unusable") && !stderr.contains("profiling is off"), "{stderr}");
     assert!(stderr.contains("sampling every 200 ms"), "{stderr}");
 }
@@ -1114,22 +1208,40 @@ fn with_no_aws_credentials_the_upload_says_so_plainly() {
     assert!(stderr.lines().all(|l| l.starts_with("trainprof: ")), "{stderr}");
 }
 
+/// A relative `--local-path`, as the README's first command has it: the page's process runs
+/// in `/`, and once read `/out` instead. `report` and `trace` on the same relative path.
+#[test]
+fn a_relative_local_path_is_the_folder_under_the_current_one_for_run_report_and_trace() {
+    let (_scratch, d) = scratch("relative");
+    let mut cmd = run_command("out", &["true"]);
+    cmd.current_dir(&d);
+    let out = output_within(cmd, std::time::Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_sealed(&d.join("out"));
+    // Said with the folder it is in, wherever the reader's current folder is.
+    let page = d.join("out/report.html");
+    assert!(stderr.lines().any(|l| l == format!("trainprof: report: {}", page.display())), "{stderr}");
+    assert!(page.is_file(), "{stderr}");
+    for (args, made) in [
+        (&["report", "out", "-o", "page.html"][..], "page.html"),
+        (&["trace", "out", "-o", "trace.json.gz"][..], "trace.json.gz"),
+        (&["trace", "out"][..], "out/trace.json.gz"),
+    ] {
+        let mut cmd = command(args);
+        cmd.current_dir(&d);
+        let out = output_within(cmd, std::time::Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(d.join(made).is_file(), "{args:?}: {stderr}");
+    }
+}
+
 /// `cmd` run to its end, or killed and failed after `limit` (a hang detector, not a timing).
 fn output_within(mut cmd: Command, limit: std::time::Duration) -> Output {
     let child =
         cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let pid = child.id() as libc::pid_t;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => out.unwrap(),
-        Err(_) => {
-            kill(pid, libc::SIGKILL);
-            panic!("still running after {limit:?}");
-        }
-    }
+    output_of(child, limit)
 }
 
 /// Pids of the page's child processes reading `root`.

@@ -117,6 +117,9 @@ fn section_job(out: &mut String, job: &Job) {
     row(out, "End", esc(&utc(job.end_s)));
     row(out, "Duration", esc(&duration(job.duration_s)));
     row(out, "Nodes (system)", list(&job.nodes));
+    if !job.gpu_models.is_empty() {
+        row(out, "GPUs (node records)", esc(&gpu_models(&job.gpu_models)));
+    }
     row(out, "Ranks (timelines)", list(&job.ranks));
     let mut spm = String::new();
     for (mode, n) in &job.steps_per_mode {
@@ -174,6 +177,16 @@ fn section_job(out: &mut String, job: &Job) {
         out.push_str("</ul>\n");
     }
     out.push_str("</section>\n");
+}
+
+/// Each node's GPUs by model (`job.gpu_models`, docs/formats.md, "Node record"):
+/// `algo-1: 8 × NVIDIA H200; algo-2: no GPU`.
+fn gpu_models(nodes: &BTreeMap<String, BTreeMap<String, u32>>) -> String {
+    let node = |(n, models): (&String, &BTreeMap<String, u32>)| {
+        let one = BTreeMap::from([(n.clone(), models.clone())]);
+        format!("{n}: {}", crate::node_gpus::describe(&one).unwrap_or_default())
+    };
+    nodes.iter().map(node).collect::<Vec<_>>().join("; ")
 }
 
 /// A clock's state in words (`job.clock[].state`).

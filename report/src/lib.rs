@@ -14,6 +14,7 @@ pub mod html;
 pub mod marshal;
 pub mod model;
 pub mod native;
+pub mod node_gpus;
 pub mod page_detailed;
 pub mod page_fleet;
 pub mod page_hangs;
@@ -110,6 +111,7 @@ fn build_inner(
     let stats = read::stats_files(&dir, &mut skipped);
     let native = native::windows(&dir, &mut skipped);
     let hangs = hangs::read(&dir, &agg.steps, &mut skipped);
+    let gpu_models = node_gpus::read(&dir, &mut skipped);
     if agg.nodes.is_empty()
         && agg.ranks.is_empty()
         && stats.is_empty()
@@ -134,6 +136,7 @@ fn build_inner(
     m.python_summary = python_summary;
     m.native = native;
     m.hangs = hangs;
+    m.job.gpu_models = gpu_models;
     Ok((m, raw))
 }
 
@@ -436,6 +439,8 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
             })
             .chain(detailed_capped)
             .collect(),
+        // Set by `build` once read.
+        gpu_models: BTreeMap::new(),
     };
     let mut fleet = fleet::fleet(&agg.steps, &agg.signals);
     let drawn = fleet::nodes_to_draw(agg.nodes.keys(), fleet.as_ref(), &agg.signals);

@@ -69,6 +69,10 @@ pub struct Job {
     /// (`docs/report.md`, "Caps"); empty when none was.
     #[serde(default)]
     pub capped: Vec<Capped>,
+    /// Each system node's GPUs by model, from its newest node record (docs/formats.md,
+    /// "Node record"): node → model → GPUs; a node without a record is absent (optional).
+    #[serde(default)]
+    pub gpu_models: BTreeMap<String, BTreeMap<String, u32>>,
 }
 
 /// A cap that was reached.

@@ -237,3 +237,45 @@ def test_the_fake_spends_its_cost_table(tmp_path):
     assert samples >= 3000 and energy >= 5000 and batch >= 7000, out
     assert temperature < 2000, out
     assert held == 30, out
+
+
+def test_the_node_record_names_each_gpu_s_model_for_compare_and_the_page(trainprof_bin, fake_nvml, tmp_path):
+    """The GPU models NVML gives (the fake's "Fake GPU A" and "Fake GPU B") are written once
+    per node, in `system/node/<node>/<µs>.json` (docs/formats.md, "Node record"), beside
+    system files smdebug still reads; `report` and `compare` name them."""
+    import json
+    root = tmp_path / "profiler"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINPROF_", "SMPROFILER_", "FAKE_NVML_"))}
+    env["TRAINPROF_NVML_LIB"] = str(fake_nvml)
+    env["TRAINPROF_RESOURCE_CONFIG"] = str(tmp_path / "no-resourceconfig.json")
+    env["SMPROFILER_CONFIG_PATH"] = str(tmp_path / "no-profilerconfig.json")
+    t0 = time.time()
+    proc = subprocess.run([str(trainprof_bin), "run", "--interval-ms", "100", "--local-path", str(root), "--",
+                           "sleep", "0.5"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    [record] = (root / "system" / "node" / "algo-1").iterdir()
+    assert record.name.endswith(".json") and len(record.name) == len("1795316901523417.json"), record
+    doc = json.loads(record.read_text())
+    assert doc["NodeId"] == "algo-1" and t0 - 1 < doc["Timestamp"] < time.time(), doc
+    assert doc["Gpus"] == [
+        {"Index": 0, "Model": "Fake GPU A", "MemoryTotalBytes": 16 << 30},
+        {"Index": 1, "Model": "Fake GPU B", "MemoryTotalBytes": 8 << 30},
+    ], doc
+    # smdebug's reader lists only the system files, and reads every one of them.
+    events = LocalSystemMetricsReader(str(root)).get_events(int((t0 - 120) * 1e6), int((time.time() + 1) * 1e6))
+    assert {(e.type, e.name, e.dimension) for e in events} >= {("gpu", "gpu0", "GPUUtilization")}
+    assert all(e.node_id == "algo-1" for e in events)
+
+    report = subprocess.run([str(trainprof_bin), "report", str(root), "--json"], capture_output=True, text=True,
+                            timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["job"]["gpu_models"] == {"algo-1": {"Fake GPU A": 1, "Fake GPU B": 1}}
+    page = (root / "report.html").read_text()
+    assert "<th>GPUs (node records)</th><td>algo-1: 1 × Fake GPU A, 1 × Fake GPU B</td>" in page
+    compare = subprocess.run([str(trainprof_bin), "compare", str(root), str(root), "--json"], capture_output=True,
+                             text=True, timeout=120)
+    # No step in either run (exit 2), but the comparability list is printed.
+    assert compare.returncode == 2, compare.stderr
+    items = {i["what"]: i for i in json.loads(compare.stdout)["comparable"]["items"]}
+    assert items["GPU model"] == {"what": "GPU model", "a": "1 × Fake GPU A, 1 × Fake GPU B",
+                                  "b": "1 × Fake GPU A, 1 × Fake GPU B", "status": "same", "note": ""}, items

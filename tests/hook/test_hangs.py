@@ -134,11 +134,19 @@ def run_killed(work, hook_lib, params, config, sig=signal.SIGTERM, delay_s=0.3):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # At its default action whatever this suite inherited (a background job of a
+        # non-interactive shell has SIGINT ignored, and Python then installs no handler).
+        preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL),
     )
-    assert p.stdout.readline().strip() == "waiting"
-    time.sleep(delay_s)  # mid-step
-    p.send_signal(sig)
-    stdout, stderr = p.communicate(timeout=30)
+    try:
+        assert p.stdout.readline().strip() == "waiting"
+        time.sleep(delay_s)  # mid-step
+        p.send_signal(sig)
+        stdout, stderr = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
     return p.returncode, stdout, stderr, out
 
 

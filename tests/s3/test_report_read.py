@@ -91,16 +91,24 @@ def test_a_signal_during_the_download_removes_the_copy(trainprof_bin, tmp_path):
     tmpdir.mkdir()
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
+            # At its default action whatever this suite inherited (a background job of a
+            # non-interactive shell has SIGINT ignored, and `report` keeps it so).
             proc = subprocess.Popen([str(trainprof_bin), "report", "s3://bucket/job", "--s3-endpoint", endpoint],
                                     env=agent_env(endpoint, TMPDIR=str(tmpdir)), cwd=tmp_path,
-                                    stderr=subprocess.PIPE, text=True)
+                                    stderr=subprocess.PIPE, text=True,
+                                    preexec_fn=lambda s=sig: signal.signal(s, signal.SIG_DFL))
             deadline = time.monotonic() + 30
             while not any(p.name.startswith("trainprof-report-") for p in tmpdir.iterdir()):
                 assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
                 time.sleep(0.02)
             conn, _ = server.accept()  # the listing request: held, never answered
             proc.send_signal(sig)
-            _, stderr = proc.communicate(timeout=30)
+            try:
+                _, stderr = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise
             conn.close()
             assert proc.returncode == -sig, (proc.returncode, stderr)
             assert list(tmpdir.iterdir()) == [], stderr

@@ -49,6 +49,8 @@ KILLS = ((1.3, False), (2.7, False), (0.1, True))
 INTERVAL = ("--interval-ms", "100")
 MARKERS = ("system/training_job_end.ts", "framework/training_job_end.ts")
 AGENT_SYSTEM_FILE = re.compile(r"^system/incremental/\d{10}/\d+\.algo-1\.json$")
+# The agent's node record, once per start (docs/formats.md, "Node record").
+NODE_RECORD = re.compile(r"^system/node/algo-1/\d{16}\.json$")
 TIMELINE_FILE = re.compile(r"^framework/pevents/(\d{10})/(\d+)_(.+)_pythontimeline\.json$")
 
 UPLOADED_RE = re.compile(
@@ -457,7 +459,9 @@ def test_run_without_keep_local_leaves_nothing_on_disk(trainprof_bin, s3, procs,
     del remote["report.html"]
     assert all(m in remote for m in MARKERS), sorted(remote)
     system = [r for r in remote if AGENT_SYSTEM_FILE.match(r)]
-    assert system and sorted(remote) == sorted([*MARKERS, *system]), sorted(remote)
+    records = [r for r in remote if NODE_RECORD.match(r)]
+    assert system and len(records) == 1, sorted(remote)
+    assert sorted(remote) == sorted([*MARKERS, *system, *records]), sorted(remote)
     for rel in system:
         assert len(json_lines(remote[rel], rel)) >= 10  # 2 s at 100 ms, many rows a tick
 
@@ -515,7 +519,7 @@ def test_outage_loses_and_duplicates_nothing(trainprof_bin, s3, proxy, procs, tm
     remote = uploaded(s3, prefix)
     own = sorted(set(remote) - set(dropped))
     assert all(m in own for m in MARKERS), own
-    assert all(AGENT_SYSTEM_FILE.match(r) or r in MARKERS for r in own), own
+    assert all(AGENT_SYSTEM_FILE.match(r) or NODE_RECORD.match(r) or r in MARKERS for r in own), own
     assert any(AGENT_SYSTEM_FILE.match(r) for r in own), own
     assert sealed_files(out) == {}, sorted(sealed_files(out))
     assert temporary_files(out) == []
@@ -589,10 +593,12 @@ def test_sigkilled_agents_lose_no_record(trainprof_bin, s3, procs, tmp_path):
 
     remote = uploaded(s3, prefix)
     assert all(m in remote for m in MARKERS), sorted(remote)
+    # One node record per agent started.
+    assert len([r for r in remote if NODE_RECORD.match(r)]) == len(agents) + 1, sorted(remote)
     seen = collections.Counter()
     got = {}
     for rel, body in remote.items():
-        if rel in MARKERS:
+        if rel in MARKERS or NODE_RECORD.match(rel):
             continue
         assert rel.startswith("system/incremental/") and rel.endswith(".json") and not is_temporary(rel), rel
         for r in json_lines(body, rel):

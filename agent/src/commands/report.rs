@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use trainprof_output::fs::Dir;
+use trainprof_output::protocol::node_record;
 use trainprof_report::model::ReportModel;
 use trainprof_report::trace::Clip;
 
@@ -582,7 +583,8 @@ fn wanted(rel: &str) -> bool {
         || rel.starts_with("framework/pevents/")
         || is_stats(rel, name)
         || is_native(rel, name)
-        || is_hang(rel, name);
+        || is_hang(rel, name)
+        || is_node_record(rel, name);
     kind && !rel.ends_with(".tmp")
         && rel.split('/').all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
 }
@@ -595,6 +597,13 @@ fn is_stats(rel: &str, name: &str) -> bool {
 
 fn is_native(rel: &str, name: &str) -> bool {
     rel.starts_with("framework/native/") && (name == "profile.pb.gz" || name == "flamegraph.svg")
+}
+
+/// The agent's node record, `system/node/<node>/<µs>.json` (docs/formats.md, "Node record").
+fn is_node_record(rel: &str, name: &str) -> bool {
+    rel.strip_prefix(node_record::FOLDER).is_some_and(|r| r.starts_with('/'))
+        && rel.split('/').count() == 4
+        && node_record::name_us(name).is_some()
 }
 
 /// A hang or crash dump's file (`framework/hangs/<node>/<folder>/<file>`) or the agent's record
@@ -880,6 +889,10 @@ mod tests {
         assert!(!wanted("framework/hangs/0-algo-1/.fatal-7/stall.json"));
         assert!(wanted("system/hangs/0-algo-1/30-1795400001000000.json"));
         assert!(!wanted("system/hangs/0-algo-1/x/30-1795400001000000.json"));
+        assert!(wanted("system/node/algo-1/1795400001000000.json"));
+        assert!(!wanted("system/node/algo-1/x/1795400001000000.json"));
+        assert!(!wanted("system/node/algo-1/notes.json"));
+        assert!(!wanted("system/nodes/algo-1/1795400001000000.json"));
     }
 
     #[test]

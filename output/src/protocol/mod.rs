@@ -8,7 +8,9 @@
 //! * [`system_line`]: one line of a system metrics file, written by the agent and read
 //!   back, with bounded memory, by the report;
 //! * [`timeline`]: the names, phases and argument keys of the timeline events the hook
-//!   writes and the report reads, the anomaly trigger's among them.
+//!   writes and the report reads, the anomaly trigger's among them;
+//! * [`node_record`]: the agent's record of a node's GPUs, written once when it starts
+//!   sampling and read back by the report.
 //!
 //! No other crate spells these words: `output/tests/protocol_home.rs` reads the other
 //! crates' sources and fails on a literal that does.
@@ -24,5 +26,6 @@ macro_rules! words {
 }
 
 pub mod metric;
+pub mod node_record;
 pub mod system_line;
 pub mod timeline;

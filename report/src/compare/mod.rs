@@ -921,13 +921,19 @@ fn comparable(a: &Run, b: &Run) -> Comparable {
     item("nodes", na.to_string(), nb.to_string(), same_or(&na, nb), "");
     let (ga, gb) = (gpus(ma), gpus(mb));
     item("GPUs", ga.to_string(), gb.to_string(), same_or(&ga, gb), "");
-    item(
-        "GPU model",
-        "not recorded".into(),
-        "not recorded".into(),
-        "unknown",
-        "the system files do not name the GPU model: check it yourself",
-    );
+    // From the agent's node records (docs/formats.md, "Node record").
+    let (ga, gb) =
+        (crate::node_gpus::describe(&ma.job.gpu_models), crate::node_gpus::describe(&mb.job.gpu_models));
+    let (s, note) = match (&ga, &gb) {
+        (Some(x), Some(y)) if x == y => ("same", ""),
+        (Some(_), Some(_)) => ("differs", "another GPU model changes the step"),
+        _ => (
+            "unknown",
+            "a job without the agent's node record does not name its GPU model: check it yourself",
+        ),
+    };
+    let recorded = |g: Option<String>| g.unwrap_or_else(|| "not recorded".into());
+    item("GPU model", recorded(ga), recorded(gb), s, note);
     let config = |m: &ReportModel| profiled(m);
     let (ca, cb) = (config(ma), config(mb));
     let s = if ca == cb { "same" } else { "differs" };

@@ -100,7 +100,9 @@ pub struct Running {
 }
 
 /// Starts the child on the folder `root` (`source`: what the page calls it), leaving out
-/// the files `leave_out`, with `wall` to finish.
+/// the files `leave_out`, with `wall` to finish. `root` is absolute: the child runs in `/`
+/// (`run` resolves its LocalPath before anything starts); a relative one is refused here
+/// rather than read from `/`.
 pub fn spawn(
     root: &Path,
     source: &str,
@@ -110,6 +112,9 @@ pub fn spawn(
 ) -> Result<Running, String> {
     if stopped() {
         return Err("stopped by a signal".to_owned());
+    }
+    if root.is_relative() {
+        return Err(format!("{}: a relative path, and its process runs in /", root.display()));
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut cmd = Command::new(exe);

@@ -33,6 +33,15 @@ pub fn writable(dir: &Path) -> io::Result<()> {
     Err(last.unwrap_or_else(|| io::Error::other("no free name for a test file")))
 }
 
+/// `path` made absolute against the current folder, once, before anything starts: the
+/// page's process runs in `/` (docs/on-disk.md, "Who reads what, with which rights") and
+/// the trainer may change its folder. Lexical only (`std::path::absolute`): no link is
+/// read or followed, so it names what `path` named here and now. A current folder that is
+/// gone leaves `path` as it was.
+pub fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
+}
+
 /// Why no output folder can be used.
 #[derive(Debug, thiserror::Error)]
 pub enum OutputRootError {

@@ -139,7 +139,10 @@ fn output_folder(
     }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let explicit = config.local_path() != Path::new(DEFAULT_LOCAL_PATH);
-    match output_root::output_root(config.local_path(), explicit, &cwd) {
+    // Resolved here, once: everything after (the sampler, the upload, the page's process
+    // in `/`, the summary) names the same folder whatever its own current folder.
+    let configured = output_root::absolute(config.local_path());
+    match output_root::output_root(&configured, explicit, &cwd) {
         Ok((root, note)) => {
             if let Some(n) = note {
                 log!("{n}");

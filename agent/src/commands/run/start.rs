@@ -7,10 +7,13 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use trainprof_config::{FileStatus, Loader, Reload};
+use trainprof_output::fs as ofs;
 use trainprof_output::node::{ResourceConfig, SystemNode};
+use trainprof_output::protocol::node_record::{self, NodeGpu, NodeRecord};
+use trainprof_output::protocol::system_line::round_us;
 
 use super::prepare::Prepared;
-use super::{Job, UploadOptions, Uploading};
+use super::{Job, UploadOptions, Uploading, output_root};
 use crate::log;
 use crate::pipeline::hangs::HangSink;
 use crate::pipeline::metrics;
@@ -249,6 +252,7 @@ fn sample(
         ProbeContext { roots: &roots, now: &now, trainer, nvml_lib: nvml_lib.as_deref(), tree: tree.clone() };
     let probed = probe_samplers(&cx);
     let node = SystemNode::from_env(read_resource_config().as_ref(), |k| std::env::var(k).ok());
+    write_node_record(root, &node.to_string(), probed.gpu_record.clone());
     let interval = Duration::from_millis(u64::from(interval_ms));
     // Another output is another sink here (ARCHITECTURE.md, "The sink seam").
     let mut sinks: Vec<Box<dyn Sink>> =
@@ -283,6 +287,37 @@ fn sample(
     c
 }
 
+/// The node record (docs/formats.md, "Node record"): this node's GPUs, once, as a new
+/// `system/node/<node>/<µs>.json` (never over a file: a name that is taken is passed by).
+/// A record that cannot be written is one line; sampling goes on without it.
+fn write_node_record(root: &Path, node: &str, gpus: Vec<NodeGpu>) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let record = NodeRecord { node: node.to_owned(), timestamp: round_us(now.as_secs_f64()), gpus };
+    let bytes = node_record::to_bytes(&record);
+    let folder = format!("{}/{node}", node_record::FOLDER);
+    let dir = match ofs::Dir::open_root(root, false).and_then(|d| d.sub(&folder, true)) {
+        Ok(d) => d,
+        Err(e) => {
+            log!("cannot write the node record into {folder}: {e}");
+            return;
+        }
+    };
+    let us = u64::try_from(now.as_micros()).unwrap_or(u64::MAX);
+    let tag = std::process::id().to_string();
+    for k in 0..16 {
+        let name = node_record::file_name(us.saturating_add(k));
+        match ofs::write_new(&dir, &name, &tag, &bytes) {
+            Ok(true) => return,
+            Ok(false) => continue,
+            Err(e) => {
+                log!("cannot write the node record {folder}/{name}: {e}");
+                return;
+            }
+        }
+    }
+    log!("cannot write the node record: 16 names taken in {folder}");
+}
+
 /// The `TRAINPROF_LOCAL_PATH` the trainer gets: the agent's root when that root was chosen
 /// here (given by flag, fallen back from `configured`, or the built-in default because there
 /// is no config file at all: `trainprof run` on its defaults profiles the trainer too).
@@ -295,7 +330,9 @@ fn trainer_local_path(
     file: &FileStatus,
 ) -> Option<PathBuf> {
     let root = root?;
-    (by_flag || root != configured || matches!(file, FileStatus::Missing)).then(|| root.to_path_buf())
+    // The root was made absolute ([`output_root::absolute`]); `configured` as the file has it.
+    (by_flag || root != output_root::absolute(configured) || matches!(file, FileStatus::Missing))
+        .then(|| root.to_path_buf())
 }
 
 /// Starts the command with what the Python package needs in its environment. The error
@@ -364,5 +401,9 @@ mod tests {
         let unusable = FileStatus::Unusable("not JSON".into());
         assert_eq!(trainer_local_path(Some(root), root, false, &unusable), None);
         assert_eq!(trainer_local_path(None, root, true, &FileStatus::Missing), None);
+        // A relative LocalPath in the file is the same folder as the root made absolute.
+        let relative = Path::new("out");
+        let resolved = std::env::current_dir().unwrap().join(relative);
+        assert_eq!(trainer_local_path(Some(&resolved), relative, false, &read), None);
     }
 }

@@ -3,6 +3,8 @@
 use std::ffi::OsStr;
 use std::time::Duration;
 
+use trainprof_output::protocol::node_record::NodeGpu;
+
 use super::cgroup::{CgroupMemory, CgroupSampler};
 use super::clock::ClockSampler;
 use super::cpu::CpuSampler;
@@ -28,6 +30,8 @@ pub struct Probed {
     pub gpus: usize,
     /// Each GPU's UUID by NVML index, where NVML gave one (the metrics endpoint's `uuid`).
     pub gpu_uuids: Vec<(u32, String)>,
+    /// Each GPU's model and memory, for the node record (docs/formats.md, "Node record").
+    pub gpu_record: Vec<NodeGpu>,
 }
 
 impl std::fmt::Debug for Probed {
@@ -176,6 +180,15 @@ pub fn probe_samplers(cx: &ProbeContext<'_>) -> Probed {
     p.add(cx, |p, s: &GpuSampler<NvmlSource>| {
         p.gpus = s.facts().len();
         p.gpu_uuids = s.facts().iter().filter_map(|f| Some((f.index, f.uuid.clone()?))).collect();
+        p.gpu_record = s
+            .facts()
+            .iter()
+            .map(|f| NodeGpu {
+                index: f.index,
+                model: f.name.clone(),
+                memory_total_bytes: f.memory_total_bytes,
+            })
+            .collect();
     });
     p.add::<TreeSampler>(cx, |_, _| {});
     p.add::<ClockSampler>(cx, |_, _| {});

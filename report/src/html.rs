@@ -228,6 +228,9 @@ fn capped_text(c: &Capped) -> String {
         "detailed_names" => format!(
             "detailed windows: {limit} op and kernel names are kept; {n} events of further names summed under \"(other names)\""
         ),
+        "demangled_bytes" => format!(
+            "mangled names: {limit} bytes of them per job are demangled; {n} further names are shown as far as they read"
+        ),
         "names" => format!(
             "names longer than {limit} bytes ({of}): {n} ticks, readings or events under them left out (phases: summed in \"(other phases)\")"
         ),

@@ -341,7 +341,8 @@ mod tests {
             ("main", &[HOSTILE, "_ZN3foo3barEv", "main"], 6),
             ("main", &["main"], 1),
         ]);
-        let t = crate::native::profile(&b, &crate::native::CAPS).unwrap();
+        let mut t = crate::native::profile(&b, &crate::native::CAPS).unwrap();
+        t.show_names(&mut crate::demangle::Demangler::default());
         let (top_self, top_total) = t.top(20);
         let w = NativeWindow {
             node: "0-algo-1".into(),

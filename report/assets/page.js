@@ -81,8 +81,8 @@
   // Absolute epoch seconds for the x axis, so every time chart shows the job's clock.
   function abs(ts) { return ts.map(function (t) { return t === null ? null : T0 + t; }); }
 
-  // Shaded ranges (outliers, anomaly triggers, findings' evidence) and step boundaries,
-  // drawn under the series of every time chart.
+  // Shaded ranges (outliers, anomaly triggers, findings' evidence), the profiled windows
+  // (marks along the time axis) and step boundaries, drawn under the series of every time chart.
   function bandsPlugin() {
     return {
       hooks: {
@@ -100,6 +100,12 @@
           (data.bands || []).forEach(function (band) {
             var x0 = u.valToPos(T0 + band.a, "x", true), x1 = u.valToPos(T0 + band.b, "x", true);
             if (x1 - x0 < 2) { x1 = x0 + 2; }
+            if (band.kind === "window") {
+              // A profiled window: a mark along the time axis, not a shade over the chart.
+              ctx.fillStyle = "rgba(44,160,44,0.8)";
+              ctx.fillRect(x0, b.top + b.height - 6, x1 - x0, 6);
+              return;
+            }
             ctx.fillStyle = band.kind === "finding" ? "rgba(255,165,0,0.16)"
               : band.kind === "trigger" ? "rgba(148,103,189,0.25)"
               : band.kind === "warmup" ? "rgba(31,119,180,0.18)" : "rgba(214,39,40,0.22)";

@@ -43,6 +43,8 @@ const MAX_MARKS: usize = 400;
 
 /// Rows of a finding's evidence table on the page (all of them are in `--json`).
 const MAX_EVIDENCE_ROWS: usize = 50;
+/// Profiled windows marked on the time axis (detailed, then Python, then native).
+const MAX_WINDOW_MARKS: usize = 1000;
 
 /// The page for `model`.
 pub fn render(m: &ReportModel) -> String {
@@ -133,8 +135,17 @@ fn section_job(out: &mut String, job: &Job) {
         out,
         "Profiled",
         format!(
-            "{} detailed steps, {} dataloader events, {} Python profiling windows ({} folders), {} native windows",
-            p.detailed_steps, p.dataloader_events, p.python_windows, p.python_folders, p.native_windows
+            "{} detailed {}, {} dataloader {}, {} Python profiling {} ({} {}), {} native {}",
+            p.detailed_steps,
+            plural(p.detailed_steps, "step", "steps"),
+            p.dataloader_events,
+            plural(p.dataloader_events, "event", "events"),
+            p.python_windows,
+            plural(p.python_windows, "window", "windows"),
+            p.python_folders,
+            plural(p.python_folders, "folder", "folders"),
+            p.native_windows,
+            plural(p.native_windows, "window", "windows"),
         ),
     );
     row(out, "Dropped events", job.dropped_events.to_string());
@@ -247,6 +258,11 @@ fn stat_cells(count: u64, stats: [Option<f64>; 5]) -> String {
     c
 }
 
+/// `one` for 1, else `many`: "1 native window", "2 native windows".
+pub(crate) fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 { one } else { many }
+}
+
 /// Under a mode's charts: the step chart's axis, the steps above it, the warm-up.
 fn step_chart_notes(out: &mut String, c: &crate::model::StepChart, t0: f64) {
     for w in &c.warmup {
@@ -273,11 +289,13 @@ fn step_chart_notes(out: &mut String, c: &crate::model::StepChart, t0: f64) {
     }
     let _ = writeln!(
         out,
-        "<details class=\"above-axis\"><summary>{} steps longer than the chart's axis ({} ms, 1.5 × the p99 step) \
-         are marked ▲ at its top edge{}</summary>\
+        "<details class=\"above-axis\"><summary>{} {} than the chart's axis ({} ms, 1.5 × the p99 step) \
+         {} marked ▲ at its top edge{}</summary>\
          <table><tr><th>rank</th><th class=\"n\">step</th><th>start</th><th class=\"n\">ms</th></tr>",
         c.above_count,
+        plural(c.above_count, "step longer", "steps longer"),
         esc(&num(Some(c.y_max_ms))),
+        plural(c.above_count, "is", "are"),
         if c.above_count > c.above.len() as u64 {
             format!(" (the {} longest listed)", c.above.len())
         } else {
@@ -374,8 +392,9 @@ fn section_system(out: &mut String, nodes: &BTreeMap<String, NodeSeries>) {
          time axis (drag to zoom, double-click to reset). <span class=\"legend-key\" \
          style=\"background:rgba(214,39,40,0.4)\"></span>outlier steps \
          <span class=\"legend-key\" style=\"background:rgba(148,103,189,0.45)\"></span>anomaly triggers \
-         <span class=\"legend-key\" style=\"background:rgba(255,165,0,0.35)\"></span>findings' evidence; \
-         thin grey lines are step boundaries when there are few enough to see.</p>\n",
+         <span class=\"legend-key\" style=\"background:rgba(255,165,0,0.35)\"></span>findings' evidence \
+         <span class=\"legend-key\" style=\"background:rgba(44,160,44,0.8)\"></span>profiled windows (marked along \
+         the time axis); thin grey lines are step boundaries when there are few enough to see.</p>\n",
     );
     if nodes.is_empty() {
         out.push_str("<p class=\"note\">No system metrics were recorded.</p>\n");
@@ -805,6 +824,13 @@ fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) 
         for r in &f.ranges {
             bands.push(band(r[0] - t0, r[1] - t0, "finding"));
         }
+    }
+    // The profiled windows, marked along the time axis (docs/report.md, "The page").
+    let detailed = m.detailed.windows.iter().map(|w| (w.start_s, w.end_s));
+    let python = m.python.iter().filter_map(|w| w.start_s.zip(w.end_s));
+    let native = m.native.iter().filter_map(|w| w.start_s.zip(w.end_s));
+    for (a, b) in detailed.chain(python).chain(native).filter(|(a, b)| b >= a).take(MAX_WINDOW_MARKS) {
+        bands.push(band(a - t0, b - t0, "window"));
     }
     let pct = |v: &[Option<f64>]| -> Vec<Option<f64>> {
         v.iter().map(|x| x.map(|x| round(x, PCT_DECIMALS))).collect()

@@ -83,7 +83,14 @@
 
   // Shaded ranges (outliers, anomaly triggers, findings' evidence), the profiled windows
   // (marks along the time axis) and step boundaries, drawn under the series of every time chart.
-  function bandsPlugin() {
+  // `name`: the chart's; a finding's band names the charts it is shaded on (`on`: the ends
+  // of their names), else it is on all.
+  function shadedOn(band, name) {
+    return !band.on || band.on.some(function (end) {
+      return name.length >= end.length && name.slice(name.length - end.length) === end;
+    });
+  }
+  function bandsPlugin(name) {
     return {
       hooks: {
         drawClear: [function (u) {
@@ -98,6 +105,7 @@
             ctx.fillRect(x, b.top, 1, b.height);
           });
           (data.bands || []).forEach(function (band) {
+            if (!shadedOn(band, name)) { return; }
             var x0 = u.valToPos(T0 + band.a, "x", true), x1 = u.valToPos(T0 + band.b, "x", true);
             if (x1 - x0 < 2) { x1 = x0 + 2; }
             if (band.kind === "window") {
@@ -179,7 +187,7 @@
           }
           return o;
         })),
-        plugins: [bandsPlugin()],
+        plugins: [bandsPlugin(name)],
         hooks: {
           draw: [function (u) {
             if (!first) { return; }

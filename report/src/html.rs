@@ -741,6 +741,10 @@ struct Band {
     a: f64,
     b: f64,
     kind: &'static str,
+    /// A finding's charts (their names' last words: `gpu util`, `cpu`, `steps`…); none: every
+    /// time chart.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    on: &'static [&'static str],
 }
 
 #[derive(Serialize)]
@@ -822,7 +826,7 @@ fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) 
     }
     for f in m.findings.iter().filter(|f| f.triggered) {
         for r in &f.ranges {
-            bands.push(band(r[0] - t0, r[1] - t0, "finding"));
+            bands.push(Band { on: finding_charts(&f.rule), ..band(r[0] - t0, r[1] - t0, "finding") });
         }
     }
     // The profiled windows, marked along the time axis (docs/report.md, "The page").
@@ -877,7 +881,19 @@ fn overflow_bin(edges: &[f64]) -> Option<[f64; 2]> {
 }
 
 fn band(a: f64, b: f64, kind: &'static str) -> Band {
-    Band { a: round(a, T_DECIMALS), b: round(b, T_DECIMALS), kind }
+    Band { a: round(a, T_DECIMALS), b: round(b, T_DECIMALS), kind, on: &[] }
+}
+
+/// The time charts a finding's ranges are shaded on: those of the metric its rule reads.
+fn finding_charts(rule: &str) -> &'static [&'static str] {
+    match rule {
+        "LowGPUUtilization" | "LoadBalancing" | "BatchSize" => &["gpu util", "gpu mem"],
+        "GPUMemoryIncrease" => &["gpu mem"],
+        "CPUBottleneck" => &["cpu", "gpu util"],
+        "IOBottleneck" => &["io", "gpu util"],
+        "StepOutlier" => &["over time"],
+        _ => &[],
+    }
 }
 
 /// Times relative to `t0`, rounded.

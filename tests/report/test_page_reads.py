@@ -216,6 +216,8 @@ def test_evidence_is_shaded_where_it_lies_and_the_windows_are_marked(h200_report
     shaded = [b for b in data["bands"] if b["kind"] == "finding"]
     assert shaded and sum(b["b"] - b["a"] for b in shaded) < 0.6 * span
     assert not any(b["a"] <= 0.5 and b["b"] >= span - 0.5 for b in shaded), shaded
+    # On the GPU charts only, not on every chart.
+    assert all(b["on"] == ["gpu util", "gpu mem"] for b in shaded), shaded
     # Every profiled window with times is marked: the detailed windows, the Python windows,
     # the native window.
     t0 = data["t0"]

@@ -52,7 +52,14 @@ impl Default for Demangler {
 
 impl Demangler {
     pub fn with_budget(bytes: usize, failures: u32) -> Demangler {
-        Demangler { bytes_left: bytes, failures_left: failures, attempts: 0, attempted_bytes: 0, failed: 0, not_tried: 0 }
+        Demangler {
+            bytes_left: bytes,
+            failures_left: failures,
+            attempts: 0,
+            attempted_bytes: 0,
+            failed: 0,
+            not_tried: 0,
+        }
     }
 
     /// Whether [`Demangler::show`] would give `raw` to the demangler (a mangled name within the

@@ -1032,7 +1032,8 @@ mod tests {
         assert_eq!(usize::from(c.classes[a as usize]), 3);
         assert_eq!(c.name(&shown), a);
         // The H200 fixture's kernel that no demangler reads, whole and cut: as far as it reads.
-        let cut = "_ZN17cutlass__5x_cudnn6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock22Impl";
+        let cut =
+            "_ZN17cutlass__5x_cudnn6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock22Impl";
         let i = c.name(cut);
         assert_eq!(c.names[i as usize], "cutlass__5x_cudnn::Kernel<…>");
         assert_eq!(usize::from(c.classes[i as usize]), 3);
@@ -1050,7 +1051,10 @@ mod tests {
             assert_eq!(c.name(&bomb(i)), a);
         }
         let d = &c.demangler;
-        assert_eq!((d.attempts, d.failed), (u64::from(crate::demangle::MAX_FAILURES), u64::from(crate::demangle::MAX_FAILURES)));
+        assert_eq!(
+            (d.attempts, d.failed),
+            (u64::from(crate::demangle::MAX_FAILURES), u64::from(crate::demangle::MAX_FAILURES))
+        );
         assert!(d.attempted_bytes <= crate::demangle::BUDGET_BYTES as u64);
         assert!(c.names.iter().all(|n| !n.starts_with("_Z")), "{:?}", &c.names[..3]);
         assert_eq!(c.names[0], "bombs0000::f<…>");

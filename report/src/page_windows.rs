@@ -198,10 +198,13 @@ pub fn section_native(out: &mut String, windows: &[NativeWindow], t0: f64) {
             esc(&w.window)
         );
         if w.samples_left_out > 0 {
-            let _ =
-                write!(out, " {} {} of stacks past the report's caps {} left out.", w.samples_left_out,
-                    crate::html::plural(w.samples_left_out, "sample", "samples"),
-                    crate::html::plural(w.samples_left_out, "is", "are"));
+            let _ = write!(
+                out,
+                " {} {} of stacks past the report's caps {} left out.",
+                w.samples_left_out,
+                crate::html::plural(w.samples_left_out, "sample", "samples"),
+                crate::html::plural(w.samples_left_out, "is", "are")
+            );
         }
         out.push_str("</p>\n");
         if w.samples == 0 {

@@ -421,13 +421,16 @@ impl Spans {
     }
 }
 
+/// A mode and the µs span of a rank's steps in it.
+type ModeSpan = (String, (i64, i64));
+
 /// The µs range to keep, and with `--steps` each rank's spans of the steps.
 fn range(dir: &Dir, clip: &Clip, skipped: &mut Skipped) -> Result<Spans, Error> {
     let lo = clip.start_s.map_or(i64::MIN, |s| (s * 1e6) as i64);
     let hi = clip.end_s.map_or(i64::MAX, |s| (s * 1e6) as i64);
     let Some((a, b)) = clip.steps else { return Ok(Spans { hull: (lo, hi), by_rank: None }) };
     // rank → (mode, the hull of its steps A..=B); at most MAX_RANKS ranks.
-    let mut found: HashMap<String, Vec<(String, (i64, i64))>> = HashMap::new();
+    let mut found: HashMap<String, Vec<ModeSpan>> = HashMap::new();
     let mut hull: Option<(i64, i64)> = None;
     read::timeline_events(dir, skipped, &|_, _| true, |e| {
         let Some(mode) = crate::collect::step_mode(e.phase) else { return };
@@ -614,7 +617,9 @@ mod tests {
         let mut steps: Vec<(String, String)> = ev
             .iter()
             .filter(|e| e["ph"] == "X")
-            .map(|e| (e["cat"].as_str().unwrap().to_owned(), e["args"]["step_num"].as_str().unwrap().to_owned()))
+            .map(|e| {
+                (e["cat"].as_str().unwrap().to_owned(), e["args"]["step_num"].as_str().unwrap().to_owned())
+            })
             .collect();
         steps.sort();
         let mut want: Vec<(String, String)> = Vec::new();

@@ -328,9 +328,15 @@ mod tests {
             );
             let mut modes = std::collections::BTreeMap::new();
             modes.insert("TRAIN".to_owned(), m);
-            super::super::Run { model: Default::default(), modes, node_ticks: Default::default(), pressure: Vec::new() }
+            super::super::Run {
+                model: Default::default(),
+                modes,
+                node_ticks: Default::default(),
+                pressure: Vec::new(),
+            }
         };
-        let c = super::super::compare(&mk(797, 30.0, 10), &mk(406, 33.0, 13), &super::super::Options::default());
+        let c =
+            super::super::compare(&mk(797, 30.0, 10), &mk(406, 33.0, 13), &super::super::Options::default());
         let page = render(&c);
         let data = page.split("id=\"compare-data\">").nth(1).unwrap().split("</script>").next().unwrap();
         let v: serde_json::Value = serde_json::from_str(data).unwrap();

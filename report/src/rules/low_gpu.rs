@@ -46,7 +46,9 @@ impl GpuState {
                 self.low_open = false;
                 continue;
             }
-            if self.low_open && let Some(last) = self.low.last_mut() {
+            if self.low_open
+                && let Some(last) = self.low.last_mut()
+            {
                 last[1] = last[1].max(end);
             } else if self.low.len() < super::MAX_RANGES {
                 self.low.push([t, end]);

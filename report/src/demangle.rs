@@ -5,7 +5,7 @@
 //! longer than [`MAX_NAME`] never are, and after [`MAX_FAILURES`] names it could not read it is
 //! given none. A demangler that parses the whole name costs up to a millisecond on a hostile
 //! one (symbolic-demangle bounds its output, not its parsing), so without the budget a timeline
-//! of 20,000 such names took 16× as long to report.
+//! of 20,000 such names took 10× as long to report (BENCHMARKS.md, "Demangling budget").
 //!
 //! A name the demangler did not read (failed, past the budget, cut by whoever wrote it) is shown
 //! by [`readable_prefix`]: its scopes and name up to where it stops being plain

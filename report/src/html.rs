@@ -1248,8 +1248,9 @@ mod tests {
         );
         assert!(page.contains("<b>Warm-up</b> of 0-a: its first step (step 0) took 125× its median step of 32.0 ms (4000 ms in all"), "{page}");
         assert!(
-            page.contains("1 steps longer than the chart&#39;s axis (51.0 ms, 1.5 × the p99 step)")
-                || page.contains("1 steps longer than the chart's axis (51.0 ms, 1.5 × the p99 step)")
+            page.contains("1 step longer than the chart&#39;s axis (51.0 ms, 1.5 × the p99 step) is marked")
+                || page
+                    .contains("1 step longer than the chart's axis (51.0 ms, 1.5 × the p99 step) is marked")
         );
         // The histogram's overflow bin is drawn as wide as the others, its range in the data.
         assert_eq!(mode["hist"]["over"][1], 4000.0);

@@ -54,11 +54,14 @@
       body.dataset.pageHeight = String(document.documentElement.scrollHeight);
     }
   }
+  function pct(u, v) { return v == null ? "–" : v.toFixed(1) + " %"; }
   data.forEach(function (o, i) {
     var box = document.getElementById("overlay-" + i);
     if (!box) { recordError("no place for chart " + i); return; }
     var edges = (o.edges_ms || []).slice();
-    var a = (o.a || []).slice(), b = (o.b || []).slice();
+    // Each side as a share of its own kept steps (per cent), so that runs of different lengths
+    // compare by shape.
+    var a = (o.a_pct || []).slice(), b = (o.b_pct || []).slice();
     if (edges.length < 2) { edges = [0, 1]; a = [0]; b = [0]; }
     // A stepped line needs a value at the last edge too.
     a.push(a.length ? a[a.length - 1] : 0);
@@ -67,14 +70,14 @@
     boxes.push({ el: box, name: "overlay " + o.mode });
     try {
       new uPlot({
-        title: o.mode + ": kept step times, A and B",
+        title: o.mode + ": kept step times, A and B (share of each side's kept steps)",
         width: Math.max(480, Math.floor(box.clientWidth || 900)),
         height: 220,
         scales: { x: { time: false }, y: { auto: true, range: function (u, mn, mx) { return [0, mx > 0 ? mx * 1.1 : 1]; } } },
-        axes: [{ label: "step time, ms" }, { size: 64, label: "steps" }],
+        axes: [{ label: "step time, ms" }, { size: 64, label: "% of its kept steps" }],
         series: [{},
-          { label: "A", stroke: "#1f77b4", fill: "#1f77b444", width: 2, paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } },
-          { label: "B", stroke: "#ff7f0e", fill: "#ff7f0e44", width: 2, paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } }],
+          { label: "A (" + o.a_kept + " steps)", value: pct, stroke: "#1f77b4", fill: "#1f77b444", width: 2, paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } },
+          { label: "B (" + o.b_kept + " steps)", value: pct, stroke: "#ff7f0e", fill: "#ff7f0e44", width: 2, paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } }],
         hooks: { draw: [function () { if (first) { first = false; markDrawn(); } }] }
       }, [edges, a, b], box);
     } catch (e) {

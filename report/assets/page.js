@@ -81,9 +81,16 @@
   // Absolute epoch seconds for the x axis, so every time chart shows the job's clock.
   function abs(ts) { return ts.map(function (t) { return t === null ? null : T0 + t; }); }
 
-  // Shaded ranges (outliers, anomaly triggers, findings' evidence) and step boundaries,
-  // drawn under the series of every time chart.
-  function bandsPlugin() {
+  // Shaded ranges (outliers, anomaly triggers, findings' evidence), the profiled windows
+  // (marks along the time axis) and step boundaries, drawn under the series of every time chart.
+  // `name`: the chart's; a finding's band names the charts it is shaded on (`on`: the ends
+  // of their names), else it is on all.
+  function shadedOn(band, name) {
+    return !band.on || band.on.some(function (end) {
+      return name.length >= end.length && name.slice(name.length - end.length) === end;
+    });
+  }
+  function bandsPlugin(name) {
     return {
       hooks: {
         drawClear: [function (u) {
@@ -98,8 +105,15 @@
             ctx.fillRect(x, b.top, 1, b.height);
           });
           (data.bands || []).forEach(function (band) {
+            if (!shadedOn(band, name)) { return; }
             var x0 = u.valToPos(T0 + band.a, "x", true), x1 = u.valToPos(T0 + band.b, "x", true);
             if (x1 - x0 < 2) { x1 = x0 + 2; }
+            if (band.kind === "window") {
+              // A profiled window: a mark along the time axis, not a shade over the chart.
+              ctx.fillStyle = "rgba(44,160,44,0.8)";
+              ctx.fillRect(x0, b.top + b.height - 6, x1 - x0, 6);
+              return;
+            }
             ctx.fillStyle = band.kind === "finding" ? "rgba(255,165,0,0.16)"
               : band.kind === "trigger" ? "rgba(148,103,189,0.25)"
               : band.kind === "warmup" ? "rgba(31,119,180,0.18)" : "rgba(214,39,40,0.22)";
@@ -173,7 +187,7 @@
           }
           return o;
         })),
-        plugins: [bandsPlugin()],
+        plugins: [bandsPlugin(name)],
         hooks: {
           draw: [function (u) {
             if (!first) { return; }

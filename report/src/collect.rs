@@ -96,8 +96,9 @@ impl Caps {
 pub struct GpuAgg {
     pub util: PctHist,
     pub mem: PctHist,
-    /// The last `GPU_WINDOW` utilisation values.
+    /// The last `GPU_WINDOW` utilisation values, and their ticks' times (epoch s).
     pub util_last: VecDeque<f64>,
+    pub util_last_t: VecDeque<f64>,
 }
 
 /// One system node.
@@ -398,6 +399,7 @@ impl Agg {
             if let Some(u) = util {
                 g.util.add(*u);
                 push_last(&mut g.util_last, *u, GPU_WINDOW);
+                push_last(&mut g.util_last_t, t.t_s, GPU_WINDOW);
             }
             if let Some(m) = mem {
                 g.mem.add(*m);

@@ -176,6 +176,8 @@ pub struct Collector {
     left_out_names: u64,
     /// Names cut to [`MAX_NAME_BYTES`].
     pub names_cut: u64,
+    /// The job's demangling budget (`docs/report.md`, "Mangled names").
+    demangler: crate::demangle::Demangler,
 }
 
 fn arg_i64(e: &crate::read::Event<'_>, k: &str) -> Option<i64> {
@@ -186,17 +188,23 @@ fn arg_i64(e: &crate::read::Event<'_>, k: &str) -> Option<i64> {
 impl Collector {
     /// The id of a name as shown: a mangled kernel name (CUPTI reports some CUTLASS and cuDNN
     /// kernels mangled, `_ZN17cutlass…`) is demangled first, as the native windows' names are
-    /// (`docs/report.md`, "Native windows"); the mangled spelling then maps to the same id, so
-    /// each distinct name is demangled once.
+    /// (`docs/report.md`, "Mangled names"). A name given to the demangler maps to its id under
+    /// its mangled spelling too, so it is demangled once (those names' bytes are at most the
+    /// budget); any other is looked up by the name as shown, its readable prefix, which is
+    /// cheap to make again.
     fn name(&mut self, raw: &str) -> u32 {
         if let Some(&i) = self.name_ids.get(raw) {
             return i;
         }
-        if !(raw.starts_with("_Z") || raw.starts_with("_R")) || self.names.len() >= MAX_NAMES {
+        if !crate::demangle::is_mangled(raw) || self.names.len() >= MAX_NAMES {
             return self.intern(raw);
         }
-        let i = self.intern(&crate::native::display_name(raw));
-        self.name_ids.insert(raw.to_owned(), i);
+        let keep = self.demangler.would_try(raw);
+        let shown = self.demangler.show(raw, crate::demangle::MAX_NAME);
+        let i = self.intern(&shown);
+        if keep {
+            self.name_ids.insert(raw.to_owned(), i);
+        }
         i
     }
 
@@ -303,6 +311,7 @@ impl Collector {
             ("detailed_events", MAX_RECORDS, self.left_out_records),
             ("detailed_waits", MAX_WAITS, self.left_out_waits),
             ("detailed_names", MAX_NAMES, self.left_out_names),
+            ("demangled_bytes", crate::demangle::BUDGET_BYTES, self.demangler.not_tried),
         ] {
             if n > 0 {
                 out.push(Capped { what: what.into(), node: None, limit: limit as u64, left_out: n });
@@ -1022,6 +1031,47 @@ mod tests {
         assert!(shown.starts_with("void cutlass__5x_cudnn::Kernel<Conv>("), "{shown}");
         assert_eq!(usize::from(c.classes[a as usize]), 3);
         assert_eq!(c.name(&shown), a);
+        // The H200 fixture's kernel that no demangler reads, whole and cut: as far as it reads.
+        let cut =
+            "_ZN17cutlass__5x_cudnn6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock22Impl";
+        let i = c.name(cut);
+        assert_eq!(c.names[i as usize], "cutlass__5x_cudnn::Kernel<…>");
+        assert_eq!(usize::from(c.classes[i as usize]), 3);
+    }
+
+    /// 20,000 distinct hostile names (each a failure of the demangler): at most
+    /// `MAX_FAILURES` are given to it, none is shown as raw mangling, and each maps to one id
+    /// however often it comes.
+    #[test]
+    fn hostile_names_are_demangled_within_the_budget() {
+        let mut c = Collector::default();
+        let bomb = |i: usize| format!("_ZN9bombs{:04}1fI{}EEvv", i % 10_000, "S_".repeat(500 + i / 10_000));
+        for i in 0..20_000 {
+            let a = c.name(&bomb(i));
+            assert_eq!(c.name(&bomb(i)), a);
+        }
+        let d = &c.demangler;
+        assert_eq!(
+            (d.attempts, d.failed),
+            (u64::from(crate::demangle::MAX_FAILURES), u64::from(crate::demangle::MAX_FAILURES))
+        );
+        assert!(d.attempted_bytes <= crate::demangle::BUDGET_BYTES as u64);
+        assert!(c.names.iter().all(|n| !n.starts_with("_Z")), "{:?}", &c.names[..3]);
+        assert_eq!(c.names[0], "bombs0000::f<…>");
+        // The two spellings of one readable prefix are one name.
+        assert_eq!(c.names.len(), 10_000);
+        assert_eq!(c.capped()[0].what, "demangled_bytes");
+        // The budget in bytes: readable names past it are read by their prefix, not demangled.
+        let mut c = Collector::default();
+        let name = |i: usize| format!("_ZN3foo{}x{i}{}Ev", 2001 + i.to_string().len(), "x".repeat(2000));
+        for i in 0..2_000 {
+            c.name(&name(i));
+        }
+        let d = &c.demangler;
+        assert!(d.attempted_bytes <= crate::demangle::BUDGET_BYTES as u64);
+        assert_eq!(d.attempts + d.not_tried, 2_000);
+        assert!(d.not_tried > 1_000 && d.failed == 0, "{d:?}");
+        assert!(c.names.iter().all(|n| n.starts_with("foo::")));
     }
 
     #[test]

@@ -43,6 +43,8 @@ const MAX_MARKS: usize = 400;
 
 /// Rows of a finding's evidence table on the page (all of them are in `--json`).
 const MAX_EVIDENCE_ROWS: usize = 50;
+/// Profiled windows marked on the time axis (detailed, then Python, then native).
+const MAX_WINDOW_MARKS: usize = 1000;
 
 /// The page for `model`.
 pub fn render(m: &ReportModel) -> String {
@@ -136,8 +138,17 @@ fn section_job(out: &mut String, job: &Job) {
         out,
         "Profiled",
         format!(
-            "{} detailed steps, {} dataloader events, {} Python profiling windows ({} folders), {} native windows",
-            p.detailed_steps, p.dataloader_events, p.python_windows, p.python_folders, p.native_windows
+            "{} detailed {}, {} dataloader {}, {} Python profiling {} ({} {}), {} native {}",
+            p.detailed_steps,
+            plural(p.detailed_steps, "step", "steps"),
+            p.dataloader_events,
+            plural(p.dataloader_events, "event", "events"),
+            p.python_windows,
+            plural(p.python_windows, "window", "windows"),
+            p.python_folders,
+            plural(p.python_folders, "folder", "folders"),
+            p.native_windows,
+            plural(p.native_windows, "window", "windows"),
         ),
     );
     row(out, "Dropped events", job.dropped_events.to_string());
@@ -241,6 +252,9 @@ fn capped_text(c: &Capped) -> String {
         "detailed_names" => format!(
             "detailed windows: {limit} op and kernel names are kept; {n} events of further names summed under \"(other names)\""
         ),
+        "demangled_bytes" => format!(
+            "mangled names: {limit} bytes of them per job are demangled; {n} further names are shown as far as they read"
+        ),
         "names" => format!(
             "names longer than {limit} bytes ({of}): {n} ticks, readings or events under them left out (phases: summed in \"(other phases)\")"
         ),
@@ -255,6 +269,11 @@ fn stat_cells(count: u64, stats: [Option<f64>; 5]) -> String {
         let _ = write!(c, "<td class=\"n\">{}</td>", esc(&num(v)));
     }
     c
+}
+
+/// `one` for 1, else `many`: "1 native window", "2 native windows".
+pub(crate) fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 { one } else { many }
 }
 
 /// Under a mode's charts: the step chart's axis, the steps above it, the warm-up.
@@ -283,11 +302,13 @@ fn step_chart_notes(out: &mut String, c: &crate::model::StepChart, t0: f64) {
     }
     let _ = writeln!(
         out,
-        "<details class=\"above-axis\"><summary>{} steps longer than the chart's axis ({} ms, 1.5 × the p99 step) \
-         are marked ▲ at its top edge{}</summary>\
+        "<details class=\"above-axis\"><summary>{} {} than the chart's axis ({} ms, 1.5 × the p99 step) \
+         {} marked ▲ at its top edge{}</summary>\
          <table><tr><th>rank</th><th class=\"n\">step</th><th>start</th><th class=\"n\">ms</th></tr>",
         c.above_count,
+        plural(c.above_count, "step longer", "steps longer"),
         esc(&num(Some(c.y_max_ms))),
+        plural(c.above_count, "is", "are"),
         if c.above_count > c.above.len() as u64 {
             format!(" (the {} longest listed)", c.above.len())
         } else {
@@ -384,8 +405,9 @@ fn section_system(out: &mut String, nodes: &BTreeMap<String, NodeSeries>) {
          time axis (drag to zoom, double-click to reset). <span class=\"legend-key\" \
          style=\"background:rgba(214,39,40,0.4)\"></span>outlier steps \
          <span class=\"legend-key\" style=\"background:rgba(148,103,189,0.45)\"></span>anomaly triggers \
-         <span class=\"legend-key\" style=\"background:rgba(255,165,0,0.35)\"></span>findings' evidence; \
-         thin grey lines are step boundaries when there are few enough to see.</p>\n",
+         <span class=\"legend-key\" style=\"background:rgba(255,165,0,0.35)\"></span>findings' evidence \
+         <span class=\"legend-key\" style=\"background:rgba(44,160,44,0.8)\"></span>profiled windows (marked along \
+         the time axis); thin grey lines are step boundaries when there are few enough to see.</p>\n",
     );
     if nodes.is_empty() {
         out.push_str("<p class=\"note\">No system metrics were recorded.</p>\n");
@@ -732,6 +754,10 @@ struct Band {
     a: f64,
     b: f64,
     kind: &'static str,
+    /// A finding's charts (their names' last words: `gpu util`, `cpu`, `steps`…); none: every
+    /// time chart.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    on: &'static [&'static str],
 }
 
 #[derive(Serialize)]
@@ -813,8 +839,15 @@ fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) 
     }
     for f in m.findings.iter().filter(|f| f.triggered) {
         for r in &f.ranges {
-            bands.push(band(r[0] - t0, r[1] - t0, "finding"));
+            bands.push(Band { on: finding_charts(&f.rule), ..band(r[0] - t0, r[1] - t0, "finding") });
         }
+    }
+    // The profiled windows, marked along the time axis (docs/report.md, "The page").
+    let detailed = m.detailed.windows.iter().map(|w| (w.start_s, w.end_s));
+    let python = m.python.iter().filter_map(|w| w.start_s.zip(w.end_s));
+    let native = m.native.iter().filter_map(|w| w.start_s.zip(w.end_s));
+    for (a, b) in detailed.chain(python).chain(native).filter(|(a, b)| b >= a).take(MAX_WINDOW_MARKS) {
+        bands.push(band(a - t0, b - t0, "window"));
     }
     let pct = |v: &[Option<f64>]| -> Vec<Option<f64>> {
         v.iter().map(|x| x.map(|x| round(x, PCT_DECIMALS))).collect()
@@ -861,7 +894,19 @@ fn overflow_bin(edges: &[f64]) -> Option<[f64; 2]> {
 }
 
 fn band(a: f64, b: f64, kind: &'static str) -> Band {
-    Band { a: round(a, T_DECIMALS), b: round(b, T_DECIMALS), kind }
+    Band { a: round(a, T_DECIMALS), b: round(b, T_DECIMALS), kind, on: &[] }
+}
+
+/// The time charts a finding's ranges are shaded on: those of the metric its rule reads.
+fn finding_charts(rule: &str) -> &'static [&'static str] {
+    match rule {
+        "LowGPUUtilization" | "LoadBalancing" | "BatchSize" => &["gpu util", "gpu mem"],
+        "GPUMemoryIncrease" => &["gpu mem"],
+        "CPUBottleneck" => &["cpu", "gpu util"],
+        "IOBottleneck" => &["io", "gpu util"],
+        "StepOutlier" => &["over time"],
+        _ => &[],
+    }
 }
 
 /// Times relative to `t0`, rounded.
@@ -1216,8 +1261,9 @@ mod tests {
         );
         assert!(page.contains("<b>Warm-up</b> of 0-a: its first step (step 0) took 125× its median step of 32.0 ms (4000 ms in all"), "{page}");
         assert!(
-            page.contains("1 steps longer than the chart&#39;s axis (51.0 ms, 1.5 × the p99 step)")
-                || page.contains("1 steps longer than the chart's axis (51.0 ms, 1.5 × the p99 step)")
+            page.contains("1 step longer than the chart&#39;s axis (51.0 ms, 1.5 × the p99 step) is marked")
+                || page
+                    .contains("1 step longer than the chart's axis (51.0 ms, 1.5 × the p99 step) is marked")
         );
         // The histogram's overflow bin is drawn as wide as the others, its range in the data.
         assert_eq!(mode["hist"]["over"][1], 4000.0);

@@ -7,6 +7,7 @@
 
 pub mod collect;
 pub mod compare;
+pub mod demangle;
 pub mod detailed;
 pub mod fleet;
 pub mod hangs;

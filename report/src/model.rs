@@ -79,8 +79,9 @@ pub struct Job {
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct Capped {
     /// `nodes`, `gpus`, `cores`, `columns`, `ranks`, `modes`, `phases`, `dataloader_seconds`,
-    /// `dataloader_pids`, `detailed_steps`, `detailed_events`, `detailed_waits`, `detailed_names`
-    /// or `names` (names longer than the cap, in bytes).
+    /// `dataloader_pids`, `detailed_steps`, `detailed_events`, `detailed_waits`, `detailed_names`,
+    /// `demangled_bytes` (mangled names not demangled, `docs/report.md` "Mangled names") or
+    /// `names` (names longer than the cap, in bytes).
     pub what: String,
     /// The node, for a per-node cap; `null` for a per-job one.
     pub node: Option<String>,

@@ -13,13 +13,15 @@
 //! followed, a plain file only), at most [`MAX_FILE_BYTES`] bytes (and as much unzipped), with
 //! caps on the strings, functions, locations, samples and frames read ([`Caps`]): memory is
 //! bounded whatever the file holds. Names are demangled here too (C++ and Rust; files written
-//! before the hook demangled hold mangled names), at most [`MAX_NAME`] bytes each.
+//! before the hook demangled hold mangled names), at most [`MAX_NAME`] bytes each, within one
+//! budget for the job's windows ([`crate::demangle`]).
 
 use std::collections::HashMap;
 use std::io::Read as _;
 
 use trainprof_output::fs::{self as ofs, Dir};
 
+use crate::demangle::Demangler;
 use crate::model::{Flame, NativeFunction, NativeWindow};
 use crate::read::Skipped;
 
@@ -89,6 +91,8 @@ pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
         }
     }
     let mut out = Vec::new();
+    // One budget for the job's windows (`docs/report.md`, "Mangled names").
+    let mut demangler = Demangler::default();
     for (i, ((node, window), (pb, svg))) in found.into_iter().enumerate() {
         if i == MAX_WINDOWS {
             skipped.push(format!("framework/native: more than {MAX_WINDOWS} windows; the rest not read"));
@@ -112,7 +116,8 @@ pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
                 Err(e) => skipped.push(e),
             }
         }
-        let Some((source, tree)) = read else { continue };
+        let Some((source, mut tree)) = read else { continue };
+        tree.show_names(&mut demangler);
         out.push(window_model(node, window, source, &tree));
     }
     out
@@ -217,9 +222,18 @@ impl Tree {
             return i;
         }
         let i = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
-        self.names.push(display_name(raw));
+        // As written (cut); shown by `show_names` once the tree is whole.
+        self.names.push(cut(raw, MAX_NAME).to_owned());
         self.by_name.insert(raw.to_owned(), i);
         i
+    }
+
+    /// Every name as shown, demangled within the job's budget ([`Demangler::show`]; control
+    /// characters as escapes): called once, before the window's tops and flame are made.
+    pub fn show_names(&mut self, demangler: &mut Demangler) {
+        for n in self.names.iter_mut().skip(1) {
+            *n = demangler.show(n, MAX_NAME);
+        }
     }
 
     /// The child `name` of `parent`, made when missing (`None` past the node cap).
@@ -374,18 +388,6 @@ impl Tree {
         }
         flame
     }
-}
-
-/// A name as shown: demangled when mangled (C++ `_Z…`, Rust `_R…`), cut to [`MAX_NAME`] bytes,
-/// control characters as escapes.
-pub fn display_name(raw: &str) -> String {
-    let raw = cut(raw, MAX_NAME);
-    let d = if raw.starts_with("_Z") || raw.starts_with("_R") || raw.starts_with("__Z") {
-        symbolic_demangle::demangle(raw)
-    } else {
-        std::borrow::Cow::Borrowed(raw)
-    };
-    crate::read::printable(&d, MAX_NAME)
 }
 
 fn cut(s: &str, max: usize) -> &str {
@@ -929,7 +931,8 @@ pub(crate) mod tests {
             // Recursion: `rec` twice on one stack is counted once in its total.
             ("worker", &["leaf", "rec", "rec", "run"], 3),
         ]);
-        let t = profile(&b, &CAPS).unwrap();
+        let mut t = profile(&b, &CAPS).unwrap();
+        t.show_names(&mut Demangler::default());
         assert_eq!(t.samples(), 10);
         assert_eq!(t.cpu_ns, Some(100_000_000));
         let (own, total) = t.top(TOP);
@@ -994,7 +997,8 @@ pub(crate) mod tests {
 
     #[test]
     fn an_inferno_flame_graph_gives_the_same_tree() {
-        let t = flamegraph_svg(SVG.as_bytes(), &CAPS).unwrap();
+        let mut t = flamegraph_svg(SVG.as_bytes(), &CAPS).unwrap();
+        t.show_names(&mut Demangler::default());
         assert_eq!(t.samples(), 10);
         let (own, total) = t.top(TOP);
         assert_eq!(row(&total, "foo::bar()"), (3, 7));
@@ -1033,6 +1037,8 @@ pub(crate) mod tests {
 
     #[test]
     fn names_are_demangled_cut_and_escaped() {
+        let mut d = Demangler::default();
+        let mut display_name = |raw: &str| d.show(raw, MAX_NAME);
         assert_eq!(
             display_name("_ZN5torch8autograd9generated13ReluBackward05applyEOSt6vectorIN2at6TensorESaIS5_EE"),
             "torch::autograd::generated::ReluBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"
@@ -1044,9 +1050,9 @@ pub(crate) mod tests {
         assert_eq!(display_name("a\u{1b}[31mb"), "a\\u{1b}[31mb");
         let long = "x".repeat(10_000);
         assert!(display_name(&long).len() <= MAX_NAME + '…'.len_utf8());
-        // A hostile mangled name: bounded output, no hang.
+        // A hostile mangled name: bounded output, no hang, its readable part.
         let bomb = format!("_Z1f{}", "IS_S_S_S_S_".repeat(300));
-        assert!(display_name(&bomb).len() <= MAX_NAME + 4);
+        assert_eq!(display_name(&bomb), "f<…>");
     }
 
     #[test]

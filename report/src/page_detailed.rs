@@ -192,8 +192,9 @@ fn figures(out: &mut String, f: &DetailedFigures, id: &str) {
     if !f.classes.is_empty() {
         let _ = writeln!(
             out,
-            "<h4>GPU time by kernel class</h4><p class=\"note\">{} kernels, {} of kernel time{}.</p>",
+            "<h4>GPU time by kernel class</h4><p class=\"note\">{} {}, {} of kernel time{}.</p>",
             count(f.kernels),
+            crate::html::plural(f.kernels, "kernel", "kernels"),
             esc(&ms_text(f.gpu_ms)),
             if f.annotations > 0 {
                 format!(
@@ -226,7 +227,8 @@ fn figures(out: &mut String, f: &DetailedFigures, id: &str) {
         out.push_str("</table>\n");
     }
     if !f.top_kernels.is_empty() {
-        let _ = writeln!(out, "<h4>Top {} kernels by GPU time</h4>", f.top_kernels.len());
+        let n = f.top_kernels.len() as u64;
+        let _ = writeln!(out, "<h4>Top {n} {} by GPU time</h4>", crate::html::plural(n, "kernel", "kernels"));
         top_table(out, &f.top_kernels, true);
     }
     if !f.top_ops.is_empty() {
@@ -236,8 +238,9 @@ fn figures(out: &mut String, f: &DetailedFigures, id: &str) {
     if let Some(d) = &f.launch_delay {
         let _ = writeln!(
             out,
-            "<p>Launch delay (kernel start − its launch call's start), {} kernels: median {}, p90 {}, max {}, mean {}.</p>",
+            "<p>Launch delay (kernel start − its launch call's start), {} {}: median {}, p90 {}, max {}, mean {}.</p>",
             count(d.kernels),
+            crate::html::plural(d.kernels, "kernel", "kernels"),
             us(d.p50_us),
             us(d.p90_us),
             us(d.max_us),

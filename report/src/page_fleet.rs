@@ -15,12 +15,13 @@ pub fn section(out: &mut String, fleet: Option<&Fleet>) {
     out.push_str("<section id=\"fleet\"><h2>Stragglers across ranks</h2>\n");
     let _ = writeln!(
         out,
-        "<p class=\"note\">{} ranks on {} nodes, mode {}: the median rank's median step is {} ms, the median \
+        "<p class=\"note\">{} ranks on {} {}, mode {}: the median rank's median step is {} ms, the median \
          absolute deviation of the ranks' medians {} ms. A rank is a straggler when its score (its median's \
          distance from the median rank's in units of 1.4826 × that deviation) is at least {} and its median \
          at least {}× the median rank's.</p>",
         f.ranks,
         f.nodes,
+        crate::html::plural(f.nodes, "node", "nodes"),
         esc(&f.mode),
         esc(&num(Some(f.median_ms))),
         esc(&num(Some(f.mad_ms))),

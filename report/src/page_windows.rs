@@ -67,10 +67,11 @@ pub fn python_windows(out: &mut String, summary: &PythonSummary, folders: &[Pyth
     if !top.functions.is_empty() {
         let _ = writeln!(
             out,
-            "<h4>Top functions over the step windows</h4><p class=\"note\">{} folders of the step \
+            "<h4>Top functions over the step windows</h4><p class=\"note\">{} {} of the step \
              windows, {} s profiled, merged by function, file and line (by total time). The windows \
              before the first step and after close (setup and teardown) are listed below on their own.</p>",
             top.folders,
+            crate::html::plural(top.folders, "folder", "folders"),
             esc(&num(top.profiled_s))
         );
         functions_table(out, &top.functions);
@@ -172,7 +173,7 @@ pub fn section_native(out: &mut String, windows: &[NativeWindow], t0: f64) {
         let wall = w.start_s.zip(w.end_s).map(|(a, b)| b - a);
         let _ = writeln!(
             out,
-            "<details{} id=\"native-{i}\"><summary>{} · pid {} · {} → {} ({} s) · {} samples{}</summary>",
+            "<details{} id=\"native-{i}\"><summary>{} · pid {} · {} → {} ({} s) · {} {}{}</summary>",
             if i == 0 { " open" } else { "" },
             esc(&w.node),
             w.pid.map_or("–".to_owned(), |p| p.to_string()),
@@ -180,6 +181,7 @@ pub fn section_native(out: &mut String, windows: &[NativeWindow], t0: f64) {
             esc(&offset(w.end_s, t0)),
             esc(&wall.map_or("–".to_owned(), num)),
             w.samples,
+            crate::html::plural(w.samples, "sample", "samples"),
             w.cpu_s.map_or(String::new(), |c| format!(", {} s of CPU", esc(&num(c))))
         );
         let source = if w.source == "profile.pb.gz" {
@@ -196,8 +198,13 @@ pub fn section_native(out: &mut String, windows: &[NativeWindow], t0: f64) {
             esc(&w.window)
         );
         if w.samples_left_out > 0 {
-            let _ =
-                write!(out, " {} samples of stacks past the report's caps are left out.", w.samples_left_out);
+            let _ = write!(
+                out,
+                " {} {} of stacks past the report's caps {} left out.",
+                w.samples_left_out,
+                crate::html::plural(w.samples_left_out, "sample", "samples"),
+                crate::html::plural(w.samples_left_out, "is", "are")
+            );
         }
         out.push_str("</p>\n");
         if w.samples == 0 {
@@ -285,10 +292,14 @@ fn flame_svg(out: &mut String, w: &NativeWindow) {
     if f.left_out > 0 {
         let _ = writeln!(
             out,
-            "<p class=\"note\">{} frames narrower than 0.1 % of the samples (or past {} frames) are not drawn; \
-             their samples are in their callers' width.</p>",
+            "<p class=\"note\">{} {} narrower than 0.1 % of the samples (or past {} frames) {} not drawn; \
+             {} samples are in {} callers' width.</p>",
             f.left_out,
-            crate::native::MAX_FLAME_FRAMES
+            crate::html::plural(f.left_out, "frame", "frames"),
+            crate::native::MAX_FLAME_FRAMES,
+            crate::html::plural(f.left_out, "is", "are"),
+            crate::html::plural(f.left_out, "its", "their"),
+            crate::html::plural(f.left_out, "its", "their"),
         );
     }
 }
@@ -341,7 +352,8 @@ mod tests {
             ("main", &[HOSTILE, "_ZN3foo3barEv", "main"], 6),
             ("main", &["main"], 1),
         ]);
-        let t = crate::native::profile(&b, &crate::native::CAPS).unwrap();
+        let mut t = crate::native::profile(&b, &crate::native::CAPS).unwrap();
+        t.show_names(&mut crate::demangle::Demangler::default());
         let (top_self, top_total) = t.top(20);
         let w = NativeWindow {
             node: "0-algo-1".into(),

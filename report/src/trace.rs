@@ -215,7 +215,8 @@ impl<W: Write> Out<W> {
 pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error> {
     let dir = Dir::open_root(root, false).map_err(|e| Error::Root(root.display().to_string(), e))?;
     let mut skipped = Skipped::default();
-    let (lo_us, hi_us) = range(&dir, clip, &mut skipped)?;
+    let spans = range(&dir, clip, &mut skipped)?;
+    let (lo_us, hi_us) = spans.hull;
     // serde_json writes a value in many small pieces, and the encoder compresses at every
     // write: the buffer in front of it makes that one call per 256 KiB (measured on an hour
     // of 8 ranks: about 3× faster, docs/report.md "Measured").
@@ -240,7 +241,7 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
         if err.is_some() {
             return;
         }
-        let Some(span) = clip_slice(e.ph == 'X', e.start_us, e.dur_us, lo_us, hi_us) else { return };
+        let Some(span) = spans.clip(e.node, e.ph == 'X', e.start_us, e.dur_us) else { return };
         let r = (|| -> io::Result<()> {
             let pid = o.pid(&format!("rank {}", e.node), 2)?;
             let tid = o.tid(pid, e.phase)?;
@@ -262,7 +263,7 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
         if e < s {
             continue;
         }
-        let Some((s, dur)) = clip_slice(true, s, e - s, lo_us, hi_us) else { continue };
+        let Some((s, dur)) = spans.clip(&f.node, true, s, e - s) else { continue };
         let e = s + dur;
         let pid = o.pid(&format!("rank {}", f.node), 2)?;
         let tid = o.tid(pid, "python")?;
@@ -280,7 +281,7 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
         let end = d.ended_s.map_or(det, |e| ((e * 1e6).round() as i64).max(det));
         let slice = d.kind == "stall" || d.kind == "signal";
         let (start, end) = if slice { (start, end) } else { (det, det) };
-        let Some((s, dur)) = clip_slice(slice, start, end - start, lo_us, hi_us) else { continue };
+        let Some((s, dur)) = spans.clip(&d.node, slice, start, end - start) else { continue };
         let pid = o.pid(&format!("rank {}", d.node), 2)?;
         let tid = o.tid(pid, "hangs")?;
         let name = format!("{} in step {}", d.kind, d.step.map_or("?".to_owned(), |s| s.to_string()));
@@ -394,26 +395,73 @@ pub fn clip_slice(slice: bool, ts: i64, dur: i64, lo: i64, hi: i64) -> Option<(i
     (b > a).then(|| (a, b - a))
 }
 
-/// The µs range to keep.
-fn range(dir: &Dir, clip: &Clip, skipped: &mut Skipped) -> Result<(i64, i64), Error> {
-    let mut lo = clip.start_s.map_or(i64::MIN, |s| (s * 1e6) as i64);
-    let mut hi = clip.end_s.map_or(i64::MAX, |s| (s * 1e6) as i64);
-    if let Some((a, b)) = clip.steps {
-        let mut found: Option<(i64, i64)> = None;
-        read::timeline_events(dir, skipped, &|_, _| true, |e| {
-            if e.ph == 'X'
-                && crate::collect::step_mode(e.phase).is_some()
-                && e.step.is_some_and(|s| s >= a && s <= b)
-            {
-                let end = e.start_us.saturating_add(e.dur_us);
-                found = Some(found.map_or((e.start_us, end), |(x, y)| (x.min(e.start_us), y.max(end))));
-            }
-        });
-        let (x, y) = found.ok_or(Error::NoSteps(a, b))?;
-        lo = lo.max(x);
-        hi = hi.min(y);
+/// What to keep: the µs range `hull` (system counters, and every event without `--steps`)
+/// and, with `--steps A-B`, each rank's own spans of those steps, one per mode (from the
+/// rank's first such step's start to its last one's end): an event of a rank is kept only
+/// inside its rank's spans, so step 9 of a rank is left out even while another rank (or
+/// another mode) is still in step 8 (`docs/report.md`, "The trace").
+#[derive(Debug, Default)]
+struct Spans {
+    hull: (i64, i64),
+    /// `None` without `--steps`. Ranks past [`MAX_RANKS`] are not listed: theirs is `hull`.
+    by_rank: Option<HashMap<String, Vec<(i64, i64)>>>,
+}
+
+impl Spans {
+    /// The part of an event of `rank` kept, as [`clip_slice`] says, within the first of the
+    /// rank's spans it overlaps; a rank without any of the steps keeps nothing.
+    fn clip(&self, rank: &str, slice: bool, ts: i64, dur: i64) -> Option<(i64, i64)> {
+        let (lo, hi) = self.hull;
+        let Some(by_rank) = &self.by_rank else { return clip_slice(slice, ts, dur, lo, hi) };
+        match by_rank.get(rank) {
+            Some(spans) => spans.iter().find_map(|&(a, b)| clip_slice(slice, ts, dur, a.max(lo), b.min(hi))),
+            None if by_rank.len() >= MAX_RANKS => clip_slice(slice, ts, dur, lo, hi),
+            None => None,
+        }
     }
-    Ok((lo, hi))
+}
+
+/// A mode and the µs span of a rank's steps in it.
+type ModeSpan = (String, (i64, i64));
+
+/// The µs range to keep, and with `--steps` each rank's spans of the steps.
+fn range(dir: &Dir, clip: &Clip, skipped: &mut Skipped) -> Result<Spans, Error> {
+    let lo = clip.start_s.map_or(i64::MIN, |s| (s * 1e6) as i64);
+    let hi = clip.end_s.map_or(i64::MAX, |s| (s * 1e6) as i64);
+    let Some((a, b)) = clip.steps else { return Ok(Spans { hull: (lo, hi), by_rank: None }) };
+    // rank → (mode, the hull of its steps A..=B); at most MAX_RANKS ranks.
+    let mut found: HashMap<String, Vec<ModeSpan>> = HashMap::new();
+    let mut hull: Option<(i64, i64)> = None;
+    read::timeline_events(dir, skipped, &|_, _| true, |e| {
+        let Some(mode) = crate::collect::step_mode(e.phase) else { return };
+        if e.ph != 'X' || !e.step.is_some_and(|s| s >= a && s <= b) {
+            return;
+        }
+        let span = (e.start_us, e.start_us.saturating_add(e.dur_us));
+        let join = |(x, y): (i64, i64)| (x.min(span.0), y.max(span.1));
+        hull = Some(hull.map_or(span, join));
+        if !found.contains_key(e.node) {
+            if found.len() >= MAX_RANKS {
+                return;
+            }
+            found.insert(e.node.to_owned(), Vec::new());
+        }
+        let Some(modes) = found.get_mut(e.node) else { return };
+        match modes.iter_mut().find(|(m, _)| m == mode) {
+            Some((_, h)) => *h = join(*h),
+            None => modes.push((mode.to_owned(), span)),
+        }
+    });
+    let (x, y) = hull.ok_or(Error::NoSteps(a, b))?;
+    let by_rank = found
+        .into_iter()
+        .map(|(rank, modes)| {
+            let mut v: Vec<(i64, i64)> = modes.into_iter().map(|(_, h)| h).collect();
+            v.sort_unstable();
+            (rank, v)
+        })
+        .collect();
+    Ok(Spans { hull: (lo.max(x), hi.min(y)), by_rank: Some(by_rank) })
 }
 
 /// Parses `A-B` (`--steps`).
@@ -524,5 +572,71 @@ mod tests {
         let steps: Vec<&str> =
             ev.iter().filter(|e| e["ph"] == "X").map(|e| e["args"]["step_num"].as_str().unwrap()).collect();
         assert_eq!(steps, ["3", "4"]);
+    }
+
+    /// A known-answer job: rank 1 runs half a second behind rank 0, and rank 0 has EVAL steps
+    /// 5 and 6 long after its TRAIN step 9. `--steps 5-8` keeps, per rank, the TRAIN steps 5 to
+    /// 8 and a `Forward` slice inside each, plus rank 0's two EVAL steps: 18 slices, none of
+    /// step 4 or 9 (the span of all ranks and modes together, 5 s to 22 s, held rank 0's TRAIN
+    /// step 9 and rank 1's step 4).
+    #[test]
+    fn steps_are_clipped_by_each_ranks_own_spans() {
+        let dir = tempfile::tempdir().unwrap();
+        let hour = dir.path().join("framework/pevents/2026112203");
+        std::fs::create_dir_all(&hour).unwrap();
+        let t0: i64 = 1_000_000_000_000_000;
+        for (rank, offset_us) in [("0-algo-1", 0), ("1-algo-1", 500_000)] {
+            let mut tl = format!(
+                "[\n{{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {{\"start_time_since_epoch_in_micros\": {t0}}}}},\n\
+                 {{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {{\"name\": \"Step:ModeKeys.TRAIN\"}}}},\n\
+                 {{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 2, \"args\": {{\"name\": \"Forward\"}}}},\n\
+                 {{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 3, \"args\": {{\"name\": \"Step:ModeKeys.EVAL\"}}}}"
+            );
+            let mut ev = |pid: u32, ts: i64, dur: i64, step: i64| {
+                tl += &format!(
+                    ",\n{{\"name\": \"e\", \"pid\": {pid}, \"ph\": \"X\", \"ts\": {ts}, \"dur\": {dur}, \"args\": {{\"step_num\": \"{step}\"}}}}"
+                );
+            };
+            for i in 0..12 {
+                let ts = i * 1_000_000 + offset_us;
+                ev(1, ts, 1_000_000, i);
+                ev(2, ts + 100_000, 500_000, i);
+            }
+            if offset_us == 0 {
+                ev(3, 20_000_000, 1_000_000, 5);
+                ev(3, 21_000_000, 1_000_000, 6);
+            }
+            tl += "\n]";
+            std::fs::write(hour.join(format!("{}_{rank}_pythontimeline.json", t0 + 30_000_000)), tl).unwrap();
+        }
+        let mut buf = Vec::new();
+        let w = write(dir.path(), &mut buf, &Clip { steps: Some((5, 8)), ..Clip::default() }).unwrap();
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&buf[..]).read_to_string(&mut text).unwrap();
+        let ev: Vec<Value> = serde_json::from_str(&text).unwrap();
+        let mut steps: Vec<(String, String)> = ev
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| {
+                (e["cat"].as_str().unwrap().to_owned(), e["args"]["step_num"].as_str().unwrap().to_owned())
+            })
+            .collect();
+        steps.sort();
+        let mut want: Vec<(String, String)> = Vec::new();
+        for rank in 0..2 {
+            for i in 5..=8 {
+                want.push(("Step:ModeKeys.TRAIN".into(), i.to_string()));
+                want.push(("Forward".into(), i.to_string()));
+            }
+            if rank == 0 {
+                want.push(("Step:ModeKeys.EVAL".into(), "5".into()));
+                want.push(("Step:ModeKeys.EVAL".into(), "6".into()));
+            }
+        }
+        want.sort();
+        assert_eq!(steps, want);
+        assert_eq!(w.slices, 18);
+        // Every slice lies inside its own step: none was cut.
+        assert!(ev.iter().filter(|e| e["ph"] == "X" && e["cat"] != "Forward").all(|e| e["dur"] == 1_000_000));
     }
 }

@@ -199,3 +199,34 @@ def test_trace_steps_clips_exactly_by_time(tmp_path, trainprof_bin):
     assert samples and all(lo <= t <= hi for t in samples)
     # 500-900 ms after the first tick, every 25 ms, both edges included.
     assert len(samples) == 17
+
+
+def test_evidence_is_shaded_where_it_lies_and_the_windows_are_marked(h200_report):
+    """The 48 s job is one judged window of LowGPUUtilization (`fluctuating`): its shading is
+    the ticks where gpu0 was below 10 %, not the whole job (which marked nothing); the profiled
+    windows are marked along the time axis; "1 native window" is singular."""
+    model, _, page = h200_report
+    job = model["job"]
+    span = job["end_s"] - job["start_s"]
+    low = finding(model, "LowGPUUtilization")
+    assert low["triggered"] and low["evidence"]["gpus"][0]["issue"] == "fluctuating"
+    covered = sum(b - a for a, b in low["ranges"])
+    assert len(low["ranges"]) > 1 and 0 < covered < 0.6 * span, low["ranges"]
+    data = page_data(page)
+    shaded = [b for b in data["bands"] if b["kind"] == "finding"]
+    assert shaded and sum(b["b"] - b["a"] for b in shaded) < 0.6 * span
+    assert not any(b["a"] <= 0.5 and b["b"] >= span - 0.5 for b in shaded), shaded
+    # On the GPU charts only, not on every chart.
+    assert all(b["on"] == ["gpu util", "gpu mem"] for b in shaded), shaded
+    # Every profiled window with times is marked: the detailed windows, the Python windows,
+    # the native window.
+    t0 = data["t0"]
+    marks = [(b["a"], b["b"]) for b in data["bands"] if b["kind"] == "window"]
+    want = [(w["start_s"], w["end_s"]) for w in model["detailed"]["windows"]]
+    want += [(w["start_s"], w["end_s"]) for w in model["python"] if w.get("start_s") is not None]
+    want += [(w["start_s"], w["end_s"]) for w in model["native"]]
+    assert len(marks) == len(want) > 0
+    (native,) = model["native"]
+    assert any(abs(a - (native["start_s"] - t0)) < 0.01 and abs(b - (native["end_s"] - t0)) < 0.01 for a, b in marks)
+    assert "profiled windows (marked along" in section(page, "system")
+    assert ", 1 native window</td>" in page and "1 native windows" not in page

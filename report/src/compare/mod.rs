@@ -1114,4 +1114,20 @@ mod tests {
         assert!(c.steps.is_empty() && c.mode.is_none());
         assert!(c.gate.unwrap().why.contains("no EVAL steps"));
     }
+
+    /// A side whose median step is 0 is refused alike on either side: no ratio, so the gate
+    /// neither passes nor fails (`trainprof compare` exits 2, unusable input).
+    #[test]
+    fn a_zero_median_step_is_refused_on_either_side() {
+        let ok = run(&[40.0, 41.0, 42.0], &[]);
+        let zero = run(&[0.0, 0.0, 0.0, 1.0], &[]);
+        for (a, b) in [(&ok, &zero), (&zero, &ok)] {
+            let c = compare(a, b, &Options { fail_if_slower: Some(5.0), ..Options::default() });
+            let s = &c.steps["TRAIN"];
+            assert_eq!((s.ratio, s.verdict), (None, None), "{}", s.text);
+            assert!(s.text.contains("positive median"), "{}", s.text);
+            let g = c.gate.unwrap();
+            assert!(!g.failed && g.why.contains("not compared"), "{}", g.why);
+        }
+    }
 }

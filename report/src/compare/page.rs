@@ -25,9 +25,21 @@ fn signed(v: Option<f64>) -> String {
 struct Overlay<'a> {
     mode: &'a str,
     edges_ms: &'a [f64],
-    a: &'a [u64],
-    b: &'a [u64],
+    /// Each bin's share of its side's kept steps, in per cent: the two sides usually keep
+    /// different numbers of steps, and counts overlaid would compare totals, not shapes.
+    a_pct: Vec<f64>,
+    b_pct: Vec<f64>,
+    a_kept: u64,
+    b_kept: u64,
 }
+
+/// Each count as a share of `kept`, in per cent (all 0 without a kept step).
+fn shares(counts: &[u64], kept: u64) -> Vec<f64> {
+    counts.iter().map(|&n| if kept > 0 { n as f64 * 100.0 / kept as f64 } else { 0.0 }).collect()
+}
+
+/// Characters of a mover's name shown; the whole name is its cell's tooltip.
+const MOVER_NAME_CHARS: usize = 120;
 
 /// The page for `c`.
 pub fn render(c: &Comparison) -> String {
@@ -58,7 +70,14 @@ pub fn render(c: &Comparison) -> String {
     let overlays: Vec<Overlay<'_>> = c
         .steps
         .iter()
-        .map(|(m, s)| Overlay { mode: m, edges_ms: &s.edges_ms, a: &s.a.histogram, b: &s.b.histogram })
+        .map(|(m, s)| Overlay {
+            mode: m,
+            edges_ms: &s.edges_ms,
+            a_pct: shares(&s.a.histogram, s.a.kept),
+            b_pct: shares(&s.b.histogram, s.b.kept),
+            a_kept: s.a.kept,
+            b_kept: s.b.kept,
+        })
         .collect();
     out.push_str("</main>\n<script type=\"application/json\" id=\"compare-data\">");
     out.push_str(&script_json(&overlays));
@@ -174,17 +193,28 @@ fn section_movers(out: &mut String, c: &Comparison) {
         out.push_str("<p>No phase, function or kernel class to compare.</p></section>\n");
         return;
     }
+    // A fixed layout over the page's width: the numbers keep their columns, a long name wraps
+    // (and is shortened, whole in its tooltip) instead of pushing them off the page.
     out.push_str(
-        "<table><tr><th>kind</th><th>name</th><th>per step</th><th>A ms</th><th>B ms</th><th>B − A ms</th><th>explains</th></tr>\n",
+        "<table class=\"movers\"><colgroup><col class=\"kind\"><col><col class=\"stat\"><col class=\"ms\">\
+         <col class=\"ms\"><col class=\"ms\"><col class=\"stat\"></colgroup>\n\
+         <tr><th>kind</th><th>name</th><th>per step</th><th class=\"n\">A ms</th><th class=\"n\">B ms</th>\
+         <th class=\"n\">B − A ms</th><th class=\"n\">explains</th></tr>\n",
     );
     for m in &c.movers {
         let explains =
             m.explains.filter(|x| x.is_finite()).map_or("–".into(), |x| format!("{:.0} %", x * 100.0));
+        let shown = match m.name.char_indices().nth(MOVER_NAME_CHARS) {
+            Some((i, _)) => format!("{}…", &m.name[..i]),
+            None => m.name.clone(),
+        };
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td class=\"name\" title=\"{}\">{}</td><td>{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
             esc(&m.kind),
             esc(&m.name),
+            esc(&shown),
             esc(&m.stat),
             num(Some(m.a_ms)),
             num(Some(m.b_ms)),
@@ -273,6 +303,60 @@ mod tests {
         assert!(page.contains("&lt;img src=x onerror=alert(1)&gt;"));
         let data = page.split("id=\"compare-data\">").nth(1).unwrap().split("</script>").next().unwrap();
         assert!(!data.contains('<') && !data.contains('&') && !data.contains('\u{2028}'));
+    }
+
+    /// 797 steps against 406: each side's histogram is drawn as shares of its own kept steps
+    /// (each sums to 100 %), and "Where it moved" is a fixed-layout table whose long names are
+    /// shortened (whole in the tooltip).
+    #[test]
+    fn the_histograms_are_shares_and_the_movers_fit() {
+        let long = format!("{}_kernel", "cutlass_wgrad_".repeat(30));
+        let mk = |n: u32, ms: f64, phase_ms: i64| {
+            let mut m = super::super::ModeRun {
+                ms: crate::stats::sorted(&(0..n).map(|i| ms + f64::from(i % 50) * 0.1).collect::<Vec<_>>()),
+                ..Default::default()
+            };
+            let total_us = phase_ms * 1000 * i64::from(n);
+            m.phases.insert(
+                long.clone(),
+                super::super::PhaseStat {
+                    total_us,
+                    events: u64::from(n),
+                    steps_with: u64::from(n),
+                    median_ms: Some(phase_ms as f64),
+                },
+            );
+            let mut modes = std::collections::BTreeMap::new();
+            modes.insert("TRAIN".to_owned(), m);
+            super::super::Run {
+                model: Default::default(),
+                modes,
+                node_ticks: Default::default(),
+                pressure: Vec::new(),
+            }
+        };
+        let c =
+            super::super::compare(&mk(797, 30.0, 10), &mk(406, 33.0, 13), &super::super::Options::default());
+        let page = render(&c);
+        let data = page.split("id=\"compare-data\">").nth(1).unwrap().split("</script>").next().unwrap();
+        let v: serde_json::Value = serde_json::from_str(data).unwrap();
+        let o = &v[0];
+        assert_eq!((o["a_kept"].as_u64(), o["b_kept"].as_u64()), (Some(797), Some(406)));
+        assert!(o.get("a").is_none() && o.get("b").is_none(), "{o}");
+        for side in ["a_pct", "b_pct"] {
+            let sum: f64 = o[side].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).sum();
+            assert!((sum - 100.0).abs() < 1e-9, "{side}: {sum}");
+        }
+        assert!(COMPARE_JS.contains("o.a_pct") && COMPARE_JS.contains("% of its kept steps"));
+        // The movers' table: fixed layout, the long name shortened in its cell.
+        assert!(page.contains("<table class=\"movers\">"));
+        assert!(PAGE_CSS.contains("table.movers { table-layout: fixed; width: 100%; }"));
+        let cell = page.split("<td class=\"name\" title=\"").nth(1).unwrap();
+        let (title, rest) = cell.split_once("\">").unwrap();
+        assert_eq!(title, long);
+        let shown = rest.split("</td>").next().unwrap();
+        assert_eq!(shown.chars().count(), MOVER_NAME_CHARS + 1);
+        assert!(shown.ends_with('…'));
     }
 
     #[test]

@@ -89,10 +89,11 @@ pub struct Ratio {
 /// its percentile-bootstrap interval at [`LEVEL`]: each side resampled with replacement
 /// [`RESAMPLES`] times (independently: the two runs are independent), the ratio of the
 /// resamples' medians each time, and the 2.5th and 97.5th percentiles of those ratios.
-/// `None` when either side is empty or a median is not positive.
+/// `None` when either side is empty or either median is not positive (B's median of 0 is no
+/// more "100 % faster" than A's is "infinitely slower").
 pub fn median_ratio(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Option<Ratio> {
     let (ma, mb) = (median(a)?, median(b)?);
-    if ma <= 0.0 || !mb.is_finite() || !ma.is_finite() {
+    if ma <= 0.0 || mb <= 0.0 || !mb.is_finite() || !ma.is_finite() {
         return None;
     }
     let (ta, tb) = (thinned(a), thinned(b));
@@ -318,5 +319,7 @@ mod tests {
     fn empty_or_zero_samples_give_no_ratio() {
         assert!(median_ratio(&[], &[1.0], 10, SEED).is_none());
         assert!(median_ratio(&[0.0, 0.0], &[1.0], 10, SEED).is_none());
+        // B's median of 0 is refused as A's is, not "100 % faster".
+        assert!(median_ratio(&[1.0], &[0.0, 0.0], 10, SEED).is_none());
     }
 }

@@ -22,6 +22,45 @@ pub struct GpuState {
     pub verdicts: Verdicts,
     /// The last window that held: (issue, p95, p5).
     pub hit: Option<(&'static str, f64, f64)>,
+    /// Where the evidence lies: the ticks of the judged values that were low (below
+    /// [`THRESHOLD_P5`] when fluctuating, below [`THRESHOLD_P95`] when underutilized), as time
+    /// ranges (a run of low ticks is one range, to the next tick), and the last tick looked at.
+    pub low: Vec<[f64; 2]>,
+    pub low_dropped: u64,
+    low_upto: f64,
+    low_open: bool,
+}
+
+impl GpuState {
+    /// Adds the low ticks of `g`'s last values not looked at yet (the windows' values overlap).
+    fn mark_low(&mut self, g: &crate::collect::GpuAgg, below: f64) {
+        // A run is not carried over from the last judgement: ticks between may be unseen.
+        self.low_open = false;
+        let next = g.util_last_t.iter().skip(1).map(Some).chain(std::iter::once(None));
+        for ((&t, &v), next) in g.util_last_t.iter().zip(&g.util_last).zip(next) {
+            if t <= self.low_upto {
+                continue;
+            }
+            let end = next.copied().unwrap_or(t);
+            if v >= below {
+                self.low_open = false;
+                continue;
+            }
+            if self.low_open
+                && let Some(last) = self.low.last_mut()
+            {
+                last[1] = last[1].max(end);
+            } else if self.low.len() < super::MAX_RANGES {
+                self.low.push([t, end]);
+            } else {
+                self.low_dropped += 1;
+            }
+            self.low_open = true;
+        }
+        if let Some(&t) = g.util_last_t.back() {
+            self.low_upto = t;
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,6 +112,7 @@ impl Rule for LowGpuUtilization {
             st.verdicts.judge(issue.is_some(), w.from, w.end);
             if let Some(k) = issue {
                 st.hit = Some((k, hi, lo));
+                st.mark_low(g, if k == "fluctuating" { THRESHOLD_P5 } else { THRESHOLD_P95 });
             }
         }
     }
@@ -93,11 +133,14 @@ impl Rule for LowGpuUtilization {
                     continue;
                 }
                 let st = n.rules.of::<Self>().get(gpu).unwrap_or(&none);
-                held.add(
+                // Shaded where the GPU was low, not over the whole judged windows (on a short
+                // job one window is the whole job, and the shading would mark nothing).
+                held.add_at(
                     &st.verdicts,
                     st.hit.map(|(kind, p95, p5)| {
                         format!("{gpu} on {node} is {kind} (p95 {p95:.1} %, p5 {p5:.1} % of the last {GPU_WINDOW} values)")
                     }),
+                    &st.low,
                 );
                 gpus.push(GpuEvidence {
                     node: node.clone(),

@@ -333,6 +333,15 @@ pub struct Held {
 }
 
 impl Held {
+    /// One GPU's judgements, its evidence at `ranges` (not the whole windows that held).
+    pub fn add_at(&mut self, v: &Verdicts, hit: Option<String>, ranges: &[[f64; 2]]) {
+        self.evaluated |= v.evaluations > 0;
+        if let Some(h) = hit {
+            self.hits.push(h);
+            self.ranges.extend(ranges.iter().copied());
+        }
+    }
+
     /// One GPU's judgements; `hit` describes it when a window held.
     pub fn add(&mut self, v: &Verdicts, hit: Option<String>) {
         self.evaluated |= v.evaluations > 0;

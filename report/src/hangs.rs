@@ -260,6 +260,41 @@ pub fn parse_folder(name: &str) -> Option<(i64, i64)> {
     (step >= 0 && plausible_us(us)).then_some((step, us))
 }
 
+/// `stall.json`'s value, or why it cannot be read as one (the kind of problem and where,
+/// never its content): not JSON (a `NaN`, text cut short), nested deeper than `serde_json`'s
+/// 128 levels, or not an object.
+pub fn stall_value(bytes: &[u8]) -> Result<Value, String> {
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| {
+        let what = match e.classify() {
+            serde_json::error::Category::Eof => "the JSON ends early",
+            _ if e.to_string().starts_with("recursion limit exceeded") => "nested too deep",
+            _ => "not JSON",
+        };
+        format!("stall.json: {what} (line {}, column {})", e.line(), e.column())
+    })?;
+    if !v.is_object() {
+        return Err("stall.json: not an object".into());
+    }
+    Ok(v)
+}
+
+/// `stall.json`'s value when it is the hook's record (`docs/formats.md`, "Hang and crash
+/// dumps"): an object with `version` 1, a `kind` the hook writes, and whole `pid`, `step` and
+/// plausible `detected_us`; else why not. The agent records the host only for such a dump.
+pub fn hook_record(bytes: &[u8]) -> Result<Value, String> {
+    let v = stall_value(bytes)?;
+    let kind = v.get("kind").and_then(Value::as_str);
+    if v.get("version").and_then(Value::as_u64) != Some(1)
+        || !matches!(kind, Some("stall" | "signal" | "fatal" | "exception"))
+        || int(&v, "pid").is_none()
+        || int(&v, "step").is_none()
+        || !int(&v, "detected_us").is_some_and(plausible_us)
+    {
+        return Err("stall.json: not the hook's record (version, kind, pid, step, detected_us)".into());
+    }
+    Ok(v)
+}
+
 /// Fills `d` from `stall.json`'s value; a field of the wrong type is left empty.
 pub fn stall_fields(d: &mut Dump, v: &Value) {
     if !v.is_object() {

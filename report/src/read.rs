@@ -105,6 +105,18 @@ pub fn printable(s: &str, max: usize) -> String {
     out
 }
 
+/// `s` with its control characters as escapes ([`printable`], not cut), borrowed when it has
+/// none: the names read from the trainer's files (a node, phase, event or function name) go
+/// through it as they are read, so that the page, `--json` and stderr never carry a raw NUL,
+/// ESC or CR (`docs/report.md`, "Untrusted input").
+pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_control) {
+        std::borrow::Cow::Owned(printable(s, usize::MAX))
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
+}
+
 /// One tick of one node: the lines of a system file that share a Timestamp. Only the
 /// metrics the report uses are kept (`docs/report.md`, "What is read").
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -592,6 +604,8 @@ pub fn timeline_events(
     for rel in files(root, "framework/pevents", &want, skipped) {
         let name = rel.rsplit('/').next().unwrap_or(&rel);
         let Some(node) = timeline_node(name) else { continue };
+        let node = shown(node);
+        let node = node.as_ref();
         let last: i64 = name.split('_').next().and_then(|t| t.parse().ok()).unwrap_or(i64::MAX);
         if !keep_file(node, last) {
             continue;
@@ -751,7 +765,7 @@ impl FileState<'_, '_> {
                     self.base = Some(b);
                 } else if let Some(n) = args.get("name").and_then(|v| v.as_str()) {
                     if self.phases.len() < MAX_PHASES || self.phases.contains_key(&pid) {
-                        self.phases.insert(pid, n.to_owned());
+                        self.phases.insert(pid, shown(n).into_owned());
                     } else {
                         self.cost.phases_dropped += 1;
                     }
@@ -776,10 +790,11 @@ impl FileState<'_, '_> {
                     None => None,
                 };
                 let phase = self.phases.get(&pid).map_or(timeline::UNKNOWN_PHASE, String::as_str);
+                let name = shown(name);
                 let ev = Event {
                     node: self.node,
                     phase,
-                    name,
+                    name: &name,
                     ph: if ph == PH_COMPLETE { 'X' } else { 'i' },
                     start_us,
                     dur_us,
@@ -861,10 +876,10 @@ pub fn stats_files(root: &Dir, skipped: &mut Skipped) -> Vec<StatsFile> {
             matches!((*prof, *file), ("cprofile", "python_stats") | ("pyinstrument", "python_stats.json"));
         if ok {
             out.push(StatsFile {
-                framework: (*fw).to_owned(),
+                framework: shown(fw).into_owned(),
                 profiler: (*prof).to_owned(),
-                node: (*node).to_owned(),
-                window: (*window).to_owned(),
+                node: shown(node).into_owned(),
+                window: shown(window).into_owned(),
                 rel: rel.clone(),
             });
         }

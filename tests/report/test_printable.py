@@ -1,0 +1,63 @@
+"""Names a trainer wrote with control characters in them (docs/report.md, "Untrusted input"):
+a NUL, an ESC or a CR in a phase, op, mode or rank name reaches neither the page nor the
+displayed `--json` text nor stderr raw; each is shown escaped, as the hangs section does."""
+
+import json
+import subprocess
+
+T0 = 1_795_400_000_000_000  # the timeline's base time, epoch µs
+RANK = "0-al\x1bgo-1"
+MODE_PHASE = "Step:ModeKeys.TR\x1bAIN\r"
+PHASE = "Forward\x1b[31m\x00"
+OP = "aten::\x00conv\r2d"
+RAW = ("\x00", "\x1b", "\r")
+
+
+def write_job(root):
+    phases = [MODE_PHASE, PHASE, "cpu_functions"]
+    out = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros": T0}}]
+    out += [{"name": "process_name", "ph": "M", "pid": i + 1, "args": {"name": p}} for i, p in enumerate(phases)]
+    for step in range(40):
+        a = step * 100_000
+        out.append({"name": MODE_PHASE, "pid": 1, "ph": "X", "ts": a, "dur": 90_000,
+                    "args": {"step_num": str(step)}})
+        out.append({"name": "fwd\x1b", "pid": 2, "ph": "X", "ts": a + 1_000, "dur": 50_000,
+                    "args": {"step_num": str(step)}})
+        out.append({"name": OP, "pid": 3, "ph": "X", "ts": a + 2_000, "dur": 10_000,
+                    "args": {"step_num": str(step), "tid": 1}})
+    d = root / "framework" / "pevents" / "2026112203"
+    d.mkdir(parents=True)
+    (d / f"{T0 + 4_000_001}_{RANK}_pythontimeline.json").write_text(json.dumps(out))
+
+
+def strings(v):
+    if isinstance(v, str):
+        yield v
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            yield k
+            yield from strings(x)
+    elif isinstance(v, list):
+        for x in v:
+            yield from strings(x)
+
+
+def test_control_characters_in_names_are_escaped_on_the_page_in_json_and_on_stderr(trainprof_bin, tmp_path):
+    job = tmp_path / "job"
+    write_job(job)
+    page = tmp_path / "report.html"
+    proc = subprocess.run([str(trainprof_bin), "report", str(job), "--json", "-o", str(page)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    html = page.read_text()
+    model = json.loads(proc.stdout)
+    # The names are there, escaped (in the page's chart data as JSON text: backslashes doubled).
+    shown = html.replace("\\\\", "\\")
+    for name in ("TR\\u{1b}AIN\\r", "Forward\\u{1b}[31m\\u{0}", "0-al\\u{1b}go-1"):
+        assert name in shown, name
+    assert any("aten::\\u{0}conv\\r2d" in s for s in strings(model)), "the op is in --json"
+    for c in RAW:
+        assert c not in html, repr(c)
+        assert c not in proc.stderr, repr(c)
+        bad = [s for s in strings(model) if c in s]
+        assert not bad, bad[:5]

@@ -935,7 +935,7 @@ fn finish(inc: &mut Incident, steps: &Ends) {
                 "The job was stopped by a signal with the ranks at steps {}..{}, every one of them busy within the last {} s: the usual skew, no rank stands out.",
                 step_text(lo),
                 step_text(hi),
-                signal_idle_s(inc)
+                crate::read::readable(signal_idle_s(inc), None)
             )],
             ..Judgement::default()
         };

@@ -105,6 +105,26 @@ pub fn printable(s: &str, max: usize) -> String {
     out
 }
 
+/// `x` as a person reads it, never hundreds of digits: in scientific notation with at most
+/// three significant digits (`1e308`, `-2.5e12`) from a billion up, and below a thousandth
+/// when no `decimals` are asked (`1e-300`); else as usual, with `decimals` decimals or as
+/// short as it reads back. A trainer's file or a typed flag may hold any number.
+pub fn readable(x: f64, decimals: Option<usize>) -> String {
+    let a = x.abs();
+    let sci = x.is_finite() && (a >= 1e9 || (decimals.is_none() && x != 0.0 && a < 1e-3));
+    if !sci {
+        return match decimals {
+            Some(d) if x.is_finite() => format!("{x:.d$}"),
+            _ => x.to_string(),
+        };
+    }
+    let s = format!("{x:.2e}");
+    let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+    let mantissa =
+        if mantissa.contains('.') { mantissa.trim_end_matches('0').trim_end_matches('.') } else { mantissa };
+    format!("{mantissa}e{exp}")
+}
+
 /// `s` with its control characters as escapes ([`printable`], not cut), borrowed when it has
 /// none: the names read from the trainer's files (a node, phase, event or function name) go
 /// through it as they are read, so that the page, `--json` and stderr never carry a raw NUL,
@@ -925,6 +945,24 @@ fn edge(s: &str) -> Option<WindowEdge> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_read_as_numbers_however_large_or_small() {
+        assert_eq!(readable(1e308, None), "1e308");
+        assert_eq!(readable(-2.5e12, Some(1)), "-2.5e12");
+        assert_eq!(readable(1.23456e9, Some(1)), "1.23e9");
+        assert_eq!(readable(1e-300, None), "1e-300");
+        assert_eq!(readable(1e-300, Some(2)), "0.00");
+        assert_eq!(readable(300.0, None), "300");
+        assert_eq!(readable(12.345, Some(1)), "12.3");
+        assert_eq!(readable(0.0, None), "0");
+        assert_eq!(readable(f64::INFINITY, Some(1)), "inf");
+        assert_eq!(crate::compare::stats::pct(1e308), "1e308");
+        assert_eq!(crate::compare::stats::pct(-0.01), "0.0");
+        assert_eq!(crate::html::num(Some(1e308)), "1e308");
+        assert_eq!(crate::html::num(Some(1234.5)), "1234");
+        assert_eq!(crate::html::duration(Some(1e308)), "1e308 s");
+    }
 
     #[test]
     fn window_names_parse() {

@@ -161,7 +161,8 @@ mod tests {
         assert!(py_int(&json!(1e300)).is_err());
         assert!(py_int(&json!("99999999999999999999")).is_err());
         assert_eq!(py_int(&json!(u64::MAX)).unwrap_err().to_string(), "18446744073709551615 is out of range");
-        assert_eq!(py_int(&json!(1e300)).unwrap_err().to_string(), format!("{} is out of range", 1e300));
+        // Not 301 digits.
+        assert_eq!(py_int(&json!(1e300)).unwrap_err().to_string(), "1e300 is out of range");
         assert_eq!(py_int(&json!("2.0")).unwrap_err().to_string(), r#""2.0" is not an integer"#);
         assert_eq!(py_int(&json!(true)).unwrap_err().to_string(), "expected a number, got a boolean");
     }

@@ -297,9 +297,12 @@ struct Pending {
 /// last complete listing, and the listing under way with the identity at its start.
 #[derive(Debug, Default)]
 struct Listed {
-    done: Option<(u64, (i64, i64))>,
-    reading: Option<(ofs::Stream, Option<(u64, (i64, i64))>)>,
+    done: Option<FolderId>,
+    reading: Option<(ofs::Stream, Option<FolderId>)>,
 }
+
+/// A folder's inode and mtime.
+type FolderId = (u64, (i64, i64));
 
 /// Whether `meta`'s mtime is old enough to be compared ([`MTIME_SETTLE`]).
 fn settled(meta: &Meta) -> bool {

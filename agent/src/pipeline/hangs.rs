@@ -13,9 +13,11 @@
 //!
 //! Two parts: a [`Sink`] that copies the tick's few relevant metrics into a bounded ring
 //! (a `try_lock`: a tick never waits; a tick that finds the ring busy is counted and left
-//! out), and a thread that scans LocalPath twice a second and writes the records. Everything
-//! is bounded: the ring's ticks, the dump folders remembered, the threads read, the files
-//! walked.
+//! out), and a thread that looks under LocalPath twice a second and writes the records.
+//! Everything is bounded: the ring's ticks, the dump folders remembered, the threads read, the
+//! timeline files walked, and each look at `framework/hangs/` (names read and folders looked
+//! into per look, a folder listed again only when its mtime moved: planted folders cost the
+//! same as none), with a record only for a `stall.json` that is the hook's.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};

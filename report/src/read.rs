@@ -359,7 +359,8 @@ fn flush(pending: HashMap<String, Tick>, f: &mut dyn FnMut(&str, Tick)) {
     let mut rest: Vec<_> = pending.into_iter().collect();
     rest.sort_by(|a, b| a.0.cmp(&b.0));
     for (node, t) in rest {
-        f(&node, t);
+        // A system file under LocalPath may have been planted: its node is shown escaped.
+        f(&shown(&node), t);
     }
 }
 
@@ -423,7 +424,7 @@ fn system_lines(
                 let mut next = Tick { t_s: l.timestamp, ..Tick::default() };
                 next.add(&l);
                 let done = std::mem::replace(t, next);
-                f(&l.node, done);
+                f(&shown(&l.node), done);
             }
             None if full => c.dropped += 1,
             None => {

@@ -84,25 +84,43 @@ impl Skipped {
     }
 }
 
-/// `s` as text a person reads: control characters as escapes, cut to at most `max` bytes
-/// (then `…`). Every string the trainer wrote goes through this before it is shown.
+/// `s` as text a person reads: every [`is_terminal_control`] character as its escape (`\x1b`,
+/// `\x00`, `\x0d`, `\u{9b}`, `\u{202e}`: the form the agent's stderr lines use), cut to at
+/// most `max` bytes (then `…`). Every string the trainer wrote goes through this (or
+/// [`shown`]) before it is shown. A backslash is left as it is: the text is for people.
 pub fn printable(s: &str, max: usize) -> String {
     let mut out = String::with_capacity(s.len().min(max));
     let mut piece = String::new();
     for c in s.chars() {
         piece.clear();
-        if c.is_control() {
-            piece.extend(c.escape_default());
+        if is_terminal_control(c) {
+            escape(&mut piece, c);
         } else {
             piece.push(c);
         }
-        if out.len() + piece.len() > max {
+        if out.len().saturating_add(piece.len()) > max {
             out.push('…');
             break;
         }
         out.push_str(&piece);
     }
     out
+}
+
+/// Whether a terminal or a page's text direction acts on `c`: C0 (tab and line feed
+/// included), DEL, C1, and the bidirectional embeddings, overrides, isolates and marks.
+pub fn is_terminal_control(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{061c}')
+}
+
+fn escape(out: &mut String, c: char) {
+    use std::fmt::Write as _;
+    if (c as u32) < 0x80 {
+        let _ = write!(out, "\\x{:02x}", c as u32);
+    } else {
+        let _ = write!(out, "\\u{{{:x}}}", c as u32);
+    }
 }
 
 /// `x` as a person reads it, never hundreds of digits: in scientific notation with at most
@@ -130,7 +148,7 @@ pub fn readable(x: f64, decimals: Option<usize>) -> String {
 /// through it as they are read, so that the page, `--json` and stderr never carry a raw NUL,
 /// ESC or CR (`docs/report.md`, "Untrusted input").
 pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.chars().any(char::is_control) {
+    if s.chars().any(is_terminal_control) {
         std::borrow::Cow::Owned(printable(s, usize::MAX))
     } else {
         std::borrow::Cow::Borrowed(s)
@@ -1251,7 +1269,7 @@ mod tests {
     fn skip_reasons_are_bounded_and_escaped() {
         let mut s = Skipped::default();
         s.push(format!("a\x1b]0;title\x07b{}", "x".repeat(10_000)));
-        assert!(s.0[0].starts_with("a\\u{1b}]0;title\\u{7}bxx"), "{}", s.0[0]);
+        assert!(s.0[0].starts_with("a\\x1b]0;title\\x07bxx"), "{}", s.0[0]);
         assert!(s.0[0].len() <= MAX_REASON + '…'.len_utf8() && s.0[0].ends_with('…'));
     }
 

@@ -8,7 +8,7 @@
 //! terminal, so no control character or escape sequence in them does.
 
 use std::borrow::Cow;
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::io::Write as _;
 
 /// Writes one line, redacted; a closed stderr is ignored.
@@ -21,28 +21,10 @@ pub fn line(args: fmt::Arguments<'_>) {
 /// controls, and the Unicode controls that reorder text (bidirectional overrides and
 /// isolates), each shown as its escape (`\x1b`, `\x7f`, `\u{9b}`, `\u{202e}`). An escape
 /// sequence (`ESC ] 0 ; title BEL`, `ESC [ 8 m`) then stays visible as text and does nothing.
-/// A backslash is left as it is: the output is for people, not a format to parse back.
+/// A backslash is left as it is: the output is for people, not a format to parse back. The
+/// report escapes what it shows the same way (`trainprof_report::read::printable`).
 pub fn printable(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(is_terminal_control) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if !is_terminal_control(c) {
-            out.push(c);
-        } else if (c as u32) < 0x80 {
-            let _ = write!(out, "\\x{:02x}", c as u32);
-        } else {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// C0, DEL, C1, and the bidirectional embeddings, overrides, isolates and marks.
-fn is_terminal_control(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{061c}')
+    trainprof_report::read::shown(text)
 }
 
 /// `text` on one line: a message with line breaks in it (an error chain that lists its

@@ -162,7 +162,7 @@ pub(crate) const AUTO_KEYS: &[&str] =
 pub(crate) enum AutoError {
     #[error(transparent)]
     Number(#[from] crate::convert::NumberError),
-    #[error("{0} is not above 1")]
+    #[error("{} is not above 1", crate::convert::Shown(*.0))]
     RatioNotAboveOne(f64),
     #[error("{0} is outside {lo}..={hi}", lo = .1.start(), hi = .1.end())]
     OutOfRange(i64, std::ops::RangeInclusive<i64>),

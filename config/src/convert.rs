@@ -8,6 +8,25 @@
 
 use serde_json::{Number, Value};
 
+/// A float in a message as a person reads it, never hundreds of digits: scientific notation
+/// (`1e308`, `1e-300`) from a billion up and below a thousandth, else as written. (The
+/// report's `trainprof_report::read::readable` does the same for its pages; this crate is
+/// below it.)
+pub(crate) struct Shown(pub f64);
+
+impl std::fmt::Display for Shown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (x, a) = (self.0, self.0.abs());
+        if x.is_finite() && (a >= 1e9 || (x != 0.0 && a < 1e-3)) {
+            let s = format!("{x:.2e}");
+            let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+            write!(f, "{}e{exp}", mantissa.trim_end_matches('0').trim_end_matches('.'))
+        } else {
+            write!(f, "{x}")
+        }
+    }
+}
+
 /// Why a value is not the number a key wants; its text is a short reason for a problem line.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub(crate) enum NumberError {
@@ -15,7 +34,7 @@ pub(crate) enum NumberError {
     #[error("{0} is out of range")]
     OutOfRange(Number),
     /// A float whose integer part is beyond `i64`.
-    #[error("{0} is out of range")]
+    #[error("{} is out of range", Shown(*.0))]
     FloatOutOfRange(f64),
     /// A string that is not an integer literal.
     #[error("{0:?} is not an integer")]
@@ -142,7 +161,8 @@ mod tests {
         assert!(py_int(&json!(1e300)).is_err());
         assert!(py_int(&json!("99999999999999999999")).is_err());
         assert_eq!(py_int(&json!(u64::MAX)).unwrap_err().to_string(), "18446744073709551615 is out of range");
-        assert_eq!(py_int(&json!(1e300)).unwrap_err().to_string(), format!("{} is out of range", 1e300));
+        // Not 301 digits.
+        assert_eq!(py_int(&json!(1e300)).unwrap_err().to_string(), "1e300 is out of range");
         assert_eq!(py_int(&json!("2.0")).unwrap_err().to_string(), r#""2.0" is not an integer"#);
         assert_eq!(py_int(&json!(true)).unwrap_err().to_string(), "expected a number, got a boolean");
     }

@@ -76,7 +76,7 @@ pub(crate) const HANG_KEYS: &[&str] = &["HangTimeoutS", "HangFactor", "Enabled"]
 pub(crate) enum HangError {
     #[error(transparent)]
     Number(#[from] crate::convert::NumberError),
-    #[error("{0} is outside {lo}..={hi}", lo = .1.start(), hi = .1.end())]
+    #[error("{} is outside {lo}..={hi}", crate::convert::Shown(*.0), lo = .1.start(), hi = .1.end())]
     OutOfRange(f64, std::ops::RangeInclusive<f64>),
     #[error("is {0}, expected true or false")]
     NotABool(Value),
@@ -163,6 +163,16 @@ mod tests {
                 "ProfilingParameters.HangDetectionConfig.HangTimeoutS: 0 is outside 0.5..=604800; hang detection is off",
                 "ProfilingParameters.HangDetectionConfig.HangFactor: \"x\" is not a number; hang detection is off",
                 "ProfilingParameters.HangDetectionConfig.Enabled: is 3, expected true or false; hang detection is off",
+            ]
+        );
+        // Extreme values read as numbers, not hundreds of digits.
+        let c = config(json!({"HangTimeoutS": 1e-300, "HangFactor": 1e308}));
+        let lines: Vec<String> = c.problems.iter().map(|p| p.message.clone()).collect();
+        assert_eq!(
+            lines,
+            [
+                "1e-300 is outside 0.5..=604800; hang detection is off",
+                "1e308 is outside 1..=1000; hang detection is off"
             ]
         );
         let c = config(json!({"HangTimeoutS": 5, "HangTimout": 3}));

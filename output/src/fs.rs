@@ -434,6 +434,45 @@ impl AsFd for Dir {
     }
 }
 
+/// A folder's entries read a few at a time ([`Dir::stream`]): a listing that a caller may
+/// stop and take up again later, so one look at a folder of any size costs what the caller
+/// allows. Entries added or removed while it reads may or may not be seen (`readdir`); the
+/// others are seen once.
+pub struct Stream {
+    dir: rustix::fs::Dir,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").finish_non_exhaustive()
+    }
+}
+
+impl Stream {
+    /// The next entry's name but `.` and `..` (`Err` with the bytes when it is not UTF-8), or
+    /// `None` at the end of the folder.
+    pub fn next_name(&mut self) -> Option<io::Result<Result<String, Vec<u8>>>> {
+        loop {
+            let entry = match self.dir.read()? {
+                Ok(e) => e,
+                Err(e) => return Some(Err(io::Error::from(e))),
+            };
+            let raw = entry.file_name().to_bytes();
+            if raw == b"." || raw == b".." {
+                continue;
+            }
+            return Some(Ok(std::str::from_utf8(raw).map(str::to_owned).map_err(|_| raw.to_vec())));
+        }
+    }
+}
+
+impl Dir {
+    /// The folder's entries as a [`Stream`], on a descriptor of its own.
+    pub fn stream(&self) -> io::Result<Stream> {
+        Ok(Stream { dir: rustix::fs::Dir::read_from(&self.fd)? })
+    }
+}
+
 /// Gives the file `from_dir/from` the name `to_dir/to` unless that name exists: `false`
 /// when it does. A hard link cannot replace a file, so the check and the move are one
 /// step; the old name is then removed. Where hard links are not supported, a

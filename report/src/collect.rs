@@ -585,7 +585,7 @@ pub fn trigger(e: &crate::read::Event<'_>) -> Option<crate::model::Trigger> {
     // At most a few short names: the features are `detailed`, `dataloader`, `python`, `native`.
     let features = e.args.get(timeline::trigger_key::FEATURES).and_then(|v| v.as_array()).map(|a| {
         a.iter()
-            .filter_map(|x| x.as_str().filter(|s| s.len() <= 32).map(str::to_owned))
+            .filter_map(|x| x.as_str().filter(|s| s.len() <= 32).map(|s| crate::read::shown(s).into_owned()))
             .take(8)
             .collect::<Vec<_>>()
     });

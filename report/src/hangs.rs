@@ -73,7 +73,8 @@ impl Hangs {
 /// fatal or exception dump).
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct Incident {
-    /// `stall`, `signal` (only signal dumps: the job was stopped), `fatal`, `exception`, or
+    /// `stall`, `signal` (only signal dumps: the job was stopped), `fatal`, `exception`,
+    /// `incomplete` (a dump whose `stall.json` could not be read: the evidence says why), or
     /// `timeline_stopped` (no dump: the agent saw the timelines stop while the trainer ran).
     pub kind: String,
     /// The first dump's detection, epoch seconds.
@@ -258,6 +259,41 @@ pub fn parse_folder(name: &str) -> Option<(i64, i64)> {
     let step: i64 = a.parse().ok()?;
     let us: i64 = b.parse().ok()?;
     (step >= 0 && plausible_us(us)).then_some((step, us))
+}
+
+/// `stall.json`'s value, or why it cannot be read as one (the kind of problem and where,
+/// never its content): not JSON (a `NaN`, text cut short), nested deeper than `serde_json`'s
+/// 128 levels, or not an object.
+pub fn stall_value(bytes: &[u8]) -> Result<Value, String> {
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| {
+        let what = match e.classify() {
+            serde_json::error::Category::Eof => "the JSON ends early",
+            _ if e.to_string().starts_with("recursion limit exceeded") => "nested too deep",
+            _ => "not JSON",
+        };
+        format!("stall.json: {what} (line {}, column {})", e.line(), e.column())
+    })?;
+    if !v.is_object() {
+        return Err("stall.json: not an object".into());
+    }
+    Ok(v)
+}
+
+/// `stall.json`'s value when it is the hook's record (`docs/formats.md`, "Hang and crash
+/// dumps"): an object with `version` 1, a `kind` the hook writes, and whole `pid`, `step` and
+/// plausible `detected_us`; else why not. The agent records the host only for such a dump.
+pub fn hook_record(bytes: &[u8]) -> Result<Value, String> {
+    let v = stall_value(bytes)?;
+    let kind = v.get("kind").and_then(Value::as_str);
+    if v.get("version").and_then(Value::as_u64) != Some(1)
+        || !matches!(kind, Some("stall" | "signal" | "fatal" | "exception"))
+        || int(&v, "pid").is_none()
+        || int(&v, "step").is_none()
+        || !int(&v, "detected_us").is_some_and(plausible_us)
+    {
+        return Err("stall.json: not the hook's record (version, kind, pid, step, detected_us)".into());
+    }
+    Ok(v)
 }
 
 /// Fills `d` from `stall.json`'s value; a field of the wrong type is left empty.
@@ -458,10 +494,20 @@ pub fn read_dump(dir: &Dir, node: &str, folder: &str, has: &BTreeSet<String>) ->
         ..Dump::default()
     };
     if has.contains("stall.json") {
-        if let Some(v) = read_json(dir, &format!("{rel}/stall.json"), &mut d) {
-            d.complete = true;
-            d.kind = "stall".into();
-            stall_fields(&mut d, &v);
+        // A `stall.json` that cannot be read is no crash: the dump is incomplete, and says why.
+        let v = read::read_file(dir, &format!("{rel}/stall.json"), MAX_JSON_BYTES)
+            .map_err(|e| text(&e))
+            .and_then(|b| stall_value(&b));
+        match v {
+            Ok(v) => {
+                d.complete = true;
+                d.kind = "stall".into();
+                stall_fields(&mut d, &v);
+            }
+            Err(why) => {
+                d.kind = "incomplete".into();
+                d.problems.push(why);
+            }
         }
     } else if !has.contains("python_stacks.txt") {
         // Not complete yet, and no crash's stacks: a dump being written.
@@ -869,6 +915,13 @@ fn finish(inc: &mut Incident, steps: &Ends) {
         inc.evidence = vec![format!("{node} died of {what} in step {}.", step_text(inc.step))];
         return;
     }
+    if inc.kind == "incomplete" {
+        let d = &inc.dumps[0];
+        let why = d.problems.first().map_or("its stall.json could not be read", String::as_str);
+        inc.evidence =
+            vec![format!("The dump in {} is incomplete, so nothing is judged from it: {why}.", d.folder)];
+        return;
+    }
     let mut j = judge(&mut inc.ranks);
     if inc.kind == "signal" && j.reason.as_deref() == Some("lowest_step") && !behind_long(inc) {
         // Stopped by a signal with no stall: ranks a step apart are the usual skew.
@@ -882,7 +935,7 @@ fn finish(inc: &mut Incident, steps: &Ends) {
                 "The job was stopped by a signal with the ranks at steps {}..{}, every one of them busy within the last {} s: the usual skew, no rank stands out.",
                 step_text(lo),
                 step_text(hi),
-                signal_idle_s(inc)
+                crate::read::readable(signal_idle_s(inc), None)
             )],
             ..Judgement::default()
         };
@@ -1132,6 +1185,46 @@ mod tests {
     }
 
     const T: i64 = 1_795_400_100_000_000;
+
+    #[test]
+    fn a_stall_json_that_cannot_be_read_makes_an_incomplete_dump_not_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        let nan = format!(
+            r#"{{"version": 1, "kind": "stall", "pid": 7, "step": 3, "detected_us": {T}, "threshold_s": NaN}}"#
+        );
+        let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
+        let big = format!(r#"{{"kind": "stall", "pad": "{}"}}"#, "x".repeat(MAX_JSON_BYTES as usize));
+        let cases: [(&str, &str, &str); 5] = [
+            ("0-a", &nan, "not JSON"),
+            ("1-a", &deep, "nested too deep"),
+            ("2-a", &big, "more than"),
+            ("3-a", "[1, 2]", "not an object"),
+            ("4-a", r#"{"kind": "stall", "step": "#, "ends early"),
+        ];
+        for (k, (node, body, _)) in cases.iter().enumerate() {
+            // Hours apart: an incident each.
+            put(r, &format!("framework/hangs/{node}/3-{}/stall.json", T + k as i64 * 3_600_000_000), body);
+        }
+        let dir = Dir::open_root(r, false).unwrap();
+        let mut skipped = Skipped::default();
+        let h = read(&dir, &BTreeMap::new(), &mut skipped);
+        assert_eq!(h.incidents.len(), cases.len(), "{:#?}", h.incidents);
+        for (i, (_, _, why)) in h.incidents.iter().zip(cases) {
+            assert_eq!(i.kind, "incomplete");
+            assert_eq!(i.dumps[0].kind, "incomplete");
+            assert!(!i.dumps[0].complete);
+            assert!(i.culprits.is_empty() && i.reason.is_none(), "{i:#?}");
+            assert!(
+                i.evidence[0].contains("is incomplete") && i.evidence[0].contains(why),
+                "{:?}",
+                i.evidence
+            );
+        }
+        let mut page = String::new();
+        crate::page_hangs::section(&mut page, &h);
+        assert!(page.contains("Incomplete dump") && !page.contains("Crash"), "{page}");
+    }
 
     #[test]
     fn dumps_and_timelines_make_one_judged_incident() {

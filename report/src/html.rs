@@ -979,6 +979,7 @@ pub(crate) fn int<T: std::fmt::Display>(v: Option<T>) -> String {
 pub(crate) fn num(v: Option<f64>) -> String {
     match v.filter(|x| x.is_finite()) {
         None => "–".into(),
+        Some(x) if x.abs() >= 1e9 => crate::read::readable(x, None),
         Some(x) if x.abs() >= 100.0 => format!("{x:.0}"),
         Some(x) if x.abs() >= 10.0 => format!("{x:.1}"),
         Some(x) => format!("{x:.2}"),
@@ -1012,6 +1013,9 @@ pub(crate) fn duration(v: Option<f64>) -> String {
     let Some(s) = v.filter(|s| s.is_finite()) else { return "–".into() };
     if s.abs() < 60.0 {
         return format!("{s:.2} s");
+    }
+    if s.abs() >= 1e9 {
+        return format!("{} s", crate::read::readable(s, None));
     }
     let whole = s.round() as i64;
     let (h, mi, se) = (whole / 3600, whole % 3600 / 60, whole % 60);

@@ -1047,7 +1047,7 @@ pub(crate) mod tests {
         assert_eq!(display_name("_RNvCs1234_7mycrate3foo"), "mycrate::foo");
         assert_eq!(display_name("cudaGetDevice"), "cudaGetDevice");
         assert_eq!(display_name("_Znot a symbol"), "_Znot a symbol");
-        assert_eq!(display_name("a\u{1b}[31mb"), "a\\u{1b}[31mb");
+        assert_eq!(display_name("a\u{1b}[31mb"), "a\\x1b[31mb");
         let long = "x".repeat(10_000);
         assert!(display_name(&long).len() <= MAX_NAME + '…'.len_utf8());
         // A hostile mangled name: bounded output, no hang, its readable part.

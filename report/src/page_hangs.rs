@@ -46,6 +46,7 @@ fn kind_title(kind: &str) -> &'static str {
         "fatal" => "Crash (fatal error)",
         "exception" => "Crash (uncaught exception)",
         "timeline_stopped" => "The timelines stopped",
+        "incomplete" => "Incomplete dump",
         _ => "Dump",
     }
 }
@@ -177,7 +178,9 @@ fn dump(out: &mut String, d: &Dump) {
     if let Some(s) = d.stalled_s {
         facts.push(format!("ended after {}", esc(&duration(Some(s)))));
     }
-    if !d.complete {
+    if d.kind == "incomplete" {
+        facts.push("stall.json could not be read: the dump is incomplete (why below)".into());
+    } else if !d.complete {
         facts.push("no stall.json: the process died while writing it".into());
     }
     let _ = writeln!(out, "<p>{}</p>", facts.join(" · "));

@@ -21,8 +21,8 @@ pub fn cprofile_all(bytes: &[u8]) -> Result<Vec<PyFunction>, crate::marshal::Mar
     let mut out: Vec<PyFunction> = rows
         .into_iter()
         .map(|r| PyFunction {
-            name: r.function,
-            file: r.file,
+            name: crate::read::shown(&r.function).into_owned(),
+            file: crate::read::shown(&r.file).into_owned(),
             line: Some(r.line),
             calls: Some(r.calls),
             self_s: r.self_s,
@@ -319,8 +319,8 @@ impl Tree {
             .into_iter()
             .zip(acc)
             .map(|((name, file, line), (total, selft))| PyFunction {
-                name,
-                file,
+                name: crate::read::shown(&name).into_owned(),
+                file: crate::read::shown(&file).into_owned(),
                 line,
                 calls: None,
                 self_s: selft,

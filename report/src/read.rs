@@ -84,25 +84,75 @@ impl Skipped {
     }
 }
 
-/// `s` as text a person reads: control characters as escapes, cut to at most `max` bytes
-/// (then `…`). Every string the trainer wrote goes through this before it is shown.
+/// `s` as text a person reads: every [`is_terminal_control`] character as its escape (`\x1b`,
+/// `\x00`, `\x0d`, `\u{9b}`, `\u{202e}`: the form the agent's stderr lines use), cut to at
+/// most `max` bytes (then `…`). Every string the trainer wrote goes through this (or
+/// [`shown`]) before it is shown. A backslash is left as it is: the text is for people.
 pub fn printable(s: &str, max: usize) -> String {
     let mut out = String::with_capacity(s.len().min(max));
     let mut piece = String::new();
     for c in s.chars() {
         piece.clear();
-        if c.is_control() {
-            piece.extend(c.escape_default());
+        if is_terminal_control(c) {
+            escape(&mut piece, c);
         } else {
             piece.push(c);
         }
-        if out.len() + piece.len() > max {
+        if out.len().saturating_add(piece.len()) > max {
             out.push('…');
             break;
         }
         out.push_str(&piece);
     }
     out
+}
+
+/// Whether a terminal or a page's text direction acts on `c`: C0 (tab and line feed
+/// included), DEL, C1, and the bidirectional embeddings, overrides, isolates and marks.
+pub fn is_terminal_control(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{061c}')
+}
+
+fn escape(out: &mut String, c: char) {
+    use std::fmt::Write as _;
+    if (c as u32) < 0x80 {
+        let _ = write!(out, "\\x{:02x}", c as u32);
+    } else {
+        let _ = write!(out, "\\u{{{:x}}}", c as u32);
+    }
+}
+
+/// `x` as a person reads it, never hundreds of digits: in scientific notation with at most
+/// three significant digits (`1e308`, `-2.5e12`) from a billion up, and below a thousandth
+/// when no `decimals` are asked (`1e-300`); else as usual, with `decimals` decimals or as
+/// short as it reads back. A trainer's file or a typed flag may hold any number.
+pub fn readable(x: f64, decimals: Option<usize>) -> String {
+    let a = x.abs();
+    let sci = x.is_finite() && (a >= 1e9 || (decimals.is_none() && x != 0.0 && a < 1e-3));
+    if !sci {
+        return match decimals {
+            Some(d) if x.is_finite() => format!("{x:.d$}"),
+            _ => x.to_string(),
+        };
+    }
+    let s = format!("{x:.2e}");
+    let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+    let mantissa =
+        if mantissa.contains('.') { mantissa.trim_end_matches('0').trim_end_matches('.') } else { mantissa };
+    format!("{mantissa}e{exp}")
+}
+
+/// `s` with its control characters as escapes ([`printable`], not cut), borrowed when it has
+/// none: the names read from the trainer's files (a node, phase, event or function name) go
+/// through it as they are read, so that the page, `--json` and stderr never carry a raw NUL,
+/// ESC or CR (`docs/report.md`, "Untrusted input").
+pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(is_terminal_control) {
+        std::borrow::Cow::Owned(printable(s, usize::MAX))
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
 }
 
 /// One tick of one node: the lines of a system file that share a Timestamp. Only the
@@ -327,7 +377,8 @@ fn flush(pending: HashMap<String, Tick>, f: &mut dyn FnMut(&str, Tick)) {
     let mut rest: Vec<_> = pending.into_iter().collect();
     rest.sort_by(|a, b| a.0.cmp(&b.0));
     for (node, t) in rest {
-        f(&node, t);
+        // A system file under LocalPath may have been planted: its node is shown escaped.
+        f(&shown(&node), t);
     }
 }
 
@@ -391,7 +442,7 @@ fn system_lines(
                 let mut next = Tick { t_s: l.timestamp, ..Tick::default() };
                 next.add(&l);
                 let done = std::mem::replace(t, next);
-                f(&l.node, done);
+                f(&shown(&l.node), done);
             }
             None if full => c.dropped += 1,
             None => {
@@ -592,6 +643,8 @@ pub fn timeline_events(
     for rel in files(root, "framework/pevents", &want, skipped) {
         let name = rel.rsplit('/').next().unwrap_or(&rel);
         let Some(node) = timeline_node(name) else { continue };
+        let node = shown(node);
+        let node = node.as_ref();
         let last: i64 = name.split('_').next().and_then(|t| t.parse().ok()).unwrap_or(i64::MAX);
         if !keep_file(node, last) {
             continue;
@@ -751,7 +804,7 @@ impl FileState<'_, '_> {
                     self.base = Some(b);
                 } else if let Some(n) = args.get("name").and_then(|v| v.as_str()) {
                     if self.phases.len() < MAX_PHASES || self.phases.contains_key(&pid) {
-                        self.phases.insert(pid, n.to_owned());
+                        self.phases.insert(pid, shown(n).into_owned());
                     } else {
                         self.cost.phases_dropped += 1;
                     }
@@ -776,10 +829,11 @@ impl FileState<'_, '_> {
                     None => None,
                 };
                 let phase = self.phases.get(&pid).map_or(timeline::UNKNOWN_PHASE, String::as_str);
+                let name = shown(name);
                 let ev = Event {
                     node: self.node,
                     phase,
-                    name,
+                    name: &name,
                     ph: if ph == PH_COMPLETE { 'X' } else { 'i' },
                     start_us,
                     dur_us,
@@ -861,10 +915,10 @@ pub fn stats_files(root: &Dir, skipped: &mut Skipped) -> Vec<StatsFile> {
             matches!((*prof, *file), ("cprofile", "python_stats") | ("pyinstrument", "python_stats.json"));
         if ok {
             out.push(StatsFile {
-                framework: (*fw).to_owned(),
+                framework: shown(fw).into_owned(),
                 profiler: (*prof).to_owned(),
-                node: (*node).to_owned(),
-                window: (*window).to_owned(),
+                node: shown(node).into_owned(),
+                window: shown(window).into_owned(),
                 rel: rel.clone(),
             });
         }
@@ -910,6 +964,24 @@ fn edge(s: &str) -> Option<WindowEdge> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_read_as_numbers_however_large_or_small() {
+        assert_eq!(readable(1e308, None), "1e308");
+        assert_eq!(readable(-2.5e12, Some(1)), "-2.5e12");
+        assert_eq!(readable(1.23456e9, Some(1)), "1.23e9");
+        assert_eq!(readable(1e-300, None), "1e-300");
+        assert_eq!(readable(1e-300, Some(2)), "0.00");
+        assert_eq!(readable(300.0, None), "300");
+        assert_eq!(readable(12.345, Some(1)), "12.3");
+        assert_eq!(readable(0.0, None), "0");
+        assert_eq!(readable(f64::INFINITY, Some(1)), "inf");
+        assert_eq!(crate::compare::stats::pct(1e308), "1e308");
+        assert_eq!(crate::compare::stats::pct(-0.01), "0.0");
+        assert_eq!(crate::html::num(Some(1e308)), "1e308");
+        assert_eq!(crate::html::num(Some(1234.5)), "1234");
+        assert_eq!(crate::html::duration(Some(1e308)), "1e308 s");
+    }
 
     #[test]
     fn window_names_parse() {
@@ -1197,7 +1269,7 @@ mod tests {
     fn skip_reasons_are_bounded_and_escaped() {
         let mut s = Skipped::default();
         s.push(format!("a\x1b]0;title\x07b{}", "x".repeat(10_000)));
-        assert!(s.0[0].starts_with("a\\u{1b}]0;title\\u{7}bxx"), "{}", s.0[0]);
+        assert!(s.0[0].starts_with("a\\x1b]0;title\\x07bxx"), "{}", s.0[0]);
         assert!(s.0[0].len() <= MAX_REASON + '…'.len_utf8() && s.0[0].ends_with('…'));
     }
 

@@ -270,6 +270,11 @@ json.dump({"version": 1, "kind": "stall", "node": "0-algo-1", "pid": os.getpid()
            "last_completed_step": 29, "signal": None, "ring": [], "open_windows": [], "hook": {}},
           open(os.path.join(d, ".stall.json.tmp"), "w"))
 os.rename(os.path.join(d, ".stall.json.tmp"), os.path.join(d, "stall.json"))
+# Planted beside it: folders whose stall.json is not the hook's record get no host record.
+for i, body in enumerate(["", "{}", '{"kind": "stall", "threshold_s": NaN}']):
+    p = os.path.join(root, "framework", "hangs", "0-algo-1", f"{31 + i}-{now + i + 1}")
+    os.makedirs(p)
+    open(os.path.join(p, "stall.json"), "w").write(body)
 time.sleep(5)
 sys.exit(3)
 '''
@@ -283,10 +288,11 @@ sys.exit(3)
          sys.executable, "-c", script, str(root)],
         env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 3, proc.stderr
-    [folder] = list((root / "framework" / "hangs" / "0-algo-1").iterdir())
+    [folder] = list((root / "framework" / "hangs" / "0-algo-1").glob("30-*"))
     assert sorted(p.name for p in folder.iterdir()) == ["python_stacks.txt", "stall.json"]
     rec = root / "system" / "hangs" / "0-algo-1" / f"{folder.name}.json"
     assert rec.is_file(), proc.stderr
+    assert [p.name for p in rec.parent.iterdir()] == [rec.name], "a record for a planted folder"
     h = json.loads(rec.read_text())
     assert h["trigger"] == "dump" and h["folder"] == f"0-algo-1/{folder.name}"
     assert h["detected_us"] >= int(t0 * 1e6)
@@ -302,8 +308,11 @@ sys.exit(3)
     if pathlib.Path("/proc/pressure/cpu").exists():
         assert last["pressure"], last
     m = report(trainprof_bin, root, tmp_path / "r.html")
-    [inc] = m["hangs"]["incidents"]
+    [inc] = [i for i in m["hangs"]["incidents"] if i["host"]]
     assert inc["host"][0]["folder"] == h["folder"]
+    # The empty and the NaN stall.json: incomplete dumps, not crashes.
+    kinds = sorted(i["kind"] for i in m["hangs"]["incidents"] if not i["host"])
+    assert kinds == ["incomplete", "incomplete", "stall"], kinds
     assert "The host of 0-algo-1 around it" in (tmp_path / "r.html").read_text()
 
 

@@ -13,9 +13,11 @@
 //!
 //! Two parts: a [`Sink`] that copies the tick's few relevant metrics into a bounded ring
 //! (a `try_lock`: a tick never waits; a tick that finds the ring busy is counted and left
-//! out), and a thread that scans LocalPath twice a second and writes the records. Everything
-//! is bounded: the ring's ticks, the dump folders remembered, the threads read, the files
-//! walked.
+//! out), and a thread that looks under LocalPath twice a second and writes the records.
+//! Everything is bounded: the ring's ticks, the dump folders remembered, the threads read, the
+//! timeline files walked, and each look at `framework/hangs/` (names read and folders looked
+//! into per look, a folder listed again only when its mtime moved: planted folders cost the
+//! same as none), with a record only for a `stall.json` that is the hook's.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -24,7 +26,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use trainprof_output::fs::{self as ofs, Dir};
+use trainprof_output::fs::{self as ofs, Dir, Kind, Meta};
 use trainprof_output::protocol::metric::{MetricType, Name, dimension as d, name as n};
 use trainprof_report::hangs::{HostSample, HostState, ThreadCpu};
 
@@ -47,6 +49,30 @@ pub const AFTER: Duration = Duration::from_secs(1);
 pub const MAX_SAMPLES: usize = 256;
 /// Dump folders remembered (seen or written); past it, new ones are not recorded.
 pub const MAX_SEEN: usize = 4096;
+/// Node folders of `framework/hangs/` followed.
+pub const MAX_NODES: usize = 256;
+/// Per look: names read from `framework/hangs/` and its node folders (a node folder's
+/// `lstat` counts as one), and dump folders looked into (`docs/on-disk.md`, "Host state at a
+/// stall"). A folder is listed again only when its mtime changed since its last complete
+/// listing, and a listing longer than the budget goes on at the next look.
+pub const LIST_BUDGET: usize = 4096;
+pub const CHECK_BUDGET: usize = 256;
+/// Bytes of `stall.json` read per look on average: each look adds this much to what may be
+/// read, up to [`MAX_STALL_BYTES`] (the largest read).
+pub const STALL_BYTES_PER_LOOK: u64 = 256 << 10;
+pub const MAX_STALL_BYTES: u64 = trainprof_report::hangs::MAX_JSON_BYTES;
+/// How long a dump folder is waited on for its `stall.json` after it was first seen (the hook
+/// writes it within seconds: its native stacks take at most 64 × 200 ms).
+pub const WAIT_FOR_STALL: Duration = Duration::from_secs(60);
+/// A `stall.json` that is not the hook's record is read again while it is younger than this
+/// (the crash handler writes it in place, so it may be caught half-written).
+pub const STALL_SETTLE: Duration = Duration::from_secs(5);
+/// A folder's mtime trusted to show every change made to it is at least this old: file
+/// systems stamp with a coarse clock, so two changes within one of its ticks share a stamp.
+pub const MTIME_SETTLE: Duration = Duration::from_secs(2);
+/// A folder named more than this after the look is not the hook's: it names a folder by the
+/// moment it detects the stall.
+pub const FUTURE_US: i64 = 60_000_000;
 /// Processes and threads of the trainer tree read.
 pub const MAX_PIDS: usize = 256;
 pub const MAX_THREADS: usize = 4096;
@@ -269,6 +295,88 @@ struct Pending {
     threads: Vec<ThreadStat>,
 }
 
+/// A folder listed a bit at a time: the identity and mtime (`(ino, mtime)`) at the start of its
+/// last complete listing, and the listing under way with the identity at its start.
+#[derive(Debug, Default)]
+struct Listed {
+    done: Option<FolderId>,
+    reading: Option<(ofs::Stream, Option<FolderId>)>,
+}
+
+/// A folder's inode and mtime.
+type FolderId = (u64, (i64, i64));
+
+/// Whether `meta`'s mtime is old enough to be compared ([`MTIME_SETTLE`]).
+fn settled(meta: &Meta) -> bool {
+    SystemTime::now().duration_since(meta.modified()).is_ok_and(|age| age >= MTIME_SETTLE)
+}
+
+impl Listed {
+    /// Reads on in the listing of `dir` (whose `lstat` is `meta`), starting one when its
+    /// identity or mtime changed since the last complete one: at most `*budget` names, each
+    /// given to `each`.
+    fn read(
+        &mut self,
+        dir: impl FnOnce() -> Option<Dir>,
+        meta: &Meta,
+        budget: &mut usize,
+        each: &mut dyn FnMut(&str),
+    ) {
+        let id = (meta.ino, meta.mtime);
+        if self.reading.is_none() {
+            if self.done == Some(id) {
+                return;
+            }
+            let Some(s) = dir().and_then(|d| d.stream().ok()) else { return };
+            // A listing begun under a young mtime is not taken as complete: one more follows.
+            self.reading = Some((s, settled(meta).then_some(id)));
+        }
+        let Some((stream, started)) = &mut self.reading else { return };
+        while *budget > 0 {
+            *budget -= 1;
+            match stream.next_name() {
+                None => {
+                    // Changed while read: listed again at the next look.
+                    self.done = *started;
+                    self.reading = None;
+                    return;
+                }
+                Some(Ok(Ok(name))) => each(&name),
+                Some(Ok(Err(_))) => {}
+                Some(Err(_)) => {
+                    self.reading = None;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A dump folder waiting for its `stall.json`.
+#[derive(Debug)]
+struct Waiting {
+    node: String,
+    folder: String,
+    detected_us: i64,
+    first_seen: Instant,
+    /// The folder's mtime when it was last looked into; `None`: look again.
+    mtime: Option<(i64, i64)>,
+}
+
+/// The work of one look at the dump folders (for tests of the budget).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Work {
+    pub names: usize,
+    pub checks: usize,
+}
+
+/// What a look into a waiting dump folder found.
+enum Check {
+    Wait,
+    Drop,
+    Record,
+}
+
 /// The scanning side: what it has seen, what waits.
 #[derive(Debug)]
 pub struct Watcher {
@@ -278,7 +386,22 @@ pub struct Watcher {
     node: String,
     ring: Arc<Mutex<Ring>>,
     tree: TreePids,
+    /// `framework/hangs/` and its node folders.
+    hangs: Listed,
+    nodes: Vec<(String, Listed)>,
+    node_names: HashSet<String>,
+    /// The node the next look starts at.
+    next_node: usize,
     seen: HashSet<(String, String)>,
+    waiting: VecDeque<Waiting>,
+    /// Bytes of `stall.json` that may be read now.
+    stall_bytes: u64,
+    /// Well-named folders past [`MAX_SEEN`], not recorded.
+    pub left_out: u64,
+    told_left_out: bool,
+    /// The budget of one look and what the last look did.
+    pub budget: Work,
+    pub work: Work,
     pending: Vec<Pending>,
     started_us: i64,
     hz: f64,
@@ -304,7 +427,17 @@ impl Watcher {
             node: node.to_owned(),
             ring,
             tree,
+            hangs: Listed::default(),
+            nodes: Vec::new(),
+            node_names: HashSet::new(),
+            next_node: 0,
             seen: HashSet::new(),
+            waiting: VecDeque::new(),
+            stall_bytes: 0,
+            left_out: 0,
+            told_left_out: false,
+            budget: Work { names: LIST_BUDGET, checks: CHECK_BUDGET },
+            work: Work::default(),
             pending: Vec::new(),
             started_us: now_us(),
             hz: clock_ticks() as f64,
@@ -334,32 +467,136 @@ impl Watcher {
         }
     }
 
-    fn scan_dumps(&mut self, dir: &Dir, now: Instant) {
-        let want =
-            |name: &str, is_dir: bool| if is_dir { !name.starts_with('.') } else { name == "stall.json" };
-        let w = ofs::walk(dir, "framework/hangs", &want);
-        for (rel, _) in w.files {
-            let parts: Vec<&str> = rel.split('/').collect();
-            let [_, _, node, folder, _] = parts.as_slice() else { continue };
-            let key = ((*node).to_owned(), (*folder).to_owned());
-            if self.seen.contains(&key) || self.seen.len() >= MAX_SEEN {
-                continue;
-            }
-            self.seen.insert(key);
-            let Some((_, detected_us)) = trainprof_report::hangs::parse_folder(folder) else { continue };
-            // An earlier job's dump in the same LocalPath.
-            if detected_us < self.started_us - 60_000_000 || !plain_name(node) || !plain_name(folder) {
-                continue;
-            }
-            self.pending.push(Pending {
-                node: (*node).to_owned(),
-                name: format!("{folder}.json"),
-                trigger: "dump",
-                folder: Some(format!("{node}/{folder}")),
-                detected_us,
-                seen_at: now,
-                threads: threads(&self.proc, &self.tree.get()),
+    /// One bounded look at `framework/hangs/` (`docs/on-disk.md`, "Host state at a stall"):
+    /// the folders whose mtime changed are listed on (at most [`Watcher::budget`] names), new
+    /// well-named dump folders join the waiting ones, and at most the budget of waiting
+    /// folders are looked into; one whose `stall.json` is the hook's record gets a record.
+    fn scan_dumps(&mut self, root: &Dir, now: Instant) {
+        self.work = Work::default();
+        self.stall_bytes = (self.stall_bytes + STALL_BYTES_PER_LOOK).min(MAX_STALL_BYTES);
+        let Ok(hangs) = root.sub("framework/hangs", false) else { return };
+        let mut names = self.budget.names;
+        if let Ok(meta) = ofs::meta_of(&hangs) {
+            let (nodes, node_names) = (&mut self.nodes, &mut self.node_names);
+            self.hangs.read(|| hangs.try_clone().ok(), &meta, &mut names, &mut |name| {
+                if nodes.len() < MAX_NODES && plain_name(name) && !node_names.contains(name) {
+                    node_names.insert(name.to_owned());
+                    nodes.push((name.to_owned(), Listed::default()));
+                }
             });
+        }
+        // The nodes in turn, from where the last look stopped.
+        let n = self.nodes.len();
+        let first = self.next_node;
+        let now_us = now_us();
+        let oldest_us = self.started_us - 60_000_000;
+        for k in 0..n {
+            if names == 0 {
+                break;
+            }
+            let i = (first + k) % n;
+            self.next_node = (i + 1) % n;
+            names -= 1;
+            let (node, listed) = &mut self.nodes[i];
+            let Ok(meta) = hangs.stat(node) else { continue };
+            let (seen, waiting, left_out) = (&mut self.seen, &mut self.waiting, &mut self.left_out);
+            listed.read(|| hangs.sub(node, false).ok(), &meta, &mut names, &mut |folder| {
+                // Only the name is looked at here: no system call per planted folder.
+                let Some((_, us)) = trainprof_report::hangs::parse_folder(folder) else { return };
+                // An earlier job's dump in the same LocalPath, or a time the hook never names.
+                if us < oldest_us || us > now_us + FUTURE_US || !plain_name(folder) {
+                    return;
+                }
+                let key = (node.clone(), folder.to_owned());
+                if seen.contains(&key) {
+                    return;
+                }
+                if seen.len() >= MAX_SEEN {
+                    *left_out += 1;
+                    return;
+                }
+                seen.insert(key);
+                waiting.push_back(Waiting {
+                    node: node.clone(),
+                    folder: folder.to_owned(),
+                    detected_us: us,
+                    first_seen: now,
+                    mtime: None,
+                });
+            });
+        }
+        self.work.names = self.budget.names - names;
+        if self.left_out > 0 && !self.told_left_out {
+            self.told_left_out = true;
+            log!("more than {MAX_SEEN} dump folders under framework/hangs: later ones get no host record");
+        }
+        let mut node_dirs: HashMap<String, Option<Dir>> = HashMap::new();
+        for _ in 0..self.waiting.len().min(self.budget.checks) {
+            let Some(mut w) = self.waiting.pop_front() else { break };
+            if now.duration_since(w.first_seen) > WAIT_FOR_STALL {
+                continue;
+            }
+            self.work.checks += 1;
+            let node_dir = node_dirs.entry(w.node.clone()).or_insert_with(|| hangs.sub(&w.node, false).ok());
+            let Some(node_dir) = node_dir.as_ref() else { continue };
+            match self.check(node_dir, &mut w) {
+                Check::Wait => self.waiting.push_back(w),
+                Check::Drop => {}
+                Check::Record => self.pending.push(Pending {
+                    name: format!("{}.json", w.folder),
+                    trigger: "dump",
+                    folder: Some(format!("{}/{}", w.node, w.folder)),
+                    node: w.node,
+                    detected_us: w.detected_us,
+                    seen_at: now,
+                    threads: threads(&self.proc, &self.tree.get()),
+                }),
+            }
+        }
+    }
+
+    /// Whether the dump folder `w` (in `node_dir`) holds the hook's `stall.json` now.
+    fn check(&mut self, node_dir: &Dir, w: &mut Waiting) -> Check {
+        // Not a folder (a file, a link): not the hook's.
+        let Ok(meta) = node_dir.stat(&w.folder) else { return Check::Drop };
+        if meta.kind() != Kind::Dir {
+            return Check::Drop;
+        }
+        // Nothing new in it since the last look (a file renamed in changes its mtime).
+        if w.mtime == Some(meta.mtime) {
+            return Check::Wait;
+        }
+        let Ok(folder) = node_dir.sub(&w.folder, false) else { return Check::Drop };
+        let stall = match folder.stat("stall.json") {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                w.mtime = settled(&meta).then_some(meta.mtime);
+                return Check::Wait;
+            }
+            Err(_) => return Check::Drop,
+        };
+        if !stall.is_plain_file() || stall.len > MAX_STALL_BYTES {
+            return Check::Drop;
+        }
+        if stall.len > self.stall_bytes {
+            // Read at a later look, when the bytes allowed have grown.
+            w.mtime = None;
+            return Check::Wait;
+        }
+        let Ok(Some(bytes)) = folder.read("stall.json", MAX_STALL_BYTES) else {
+            return Check::Drop;
+        };
+        self.stall_bytes = self.stall_bytes.saturating_sub(bytes.len() as u64);
+        if trainprof_report::hangs::hook_record(&bytes).is_ok() {
+            return Check::Record;
+        }
+        // Caught half-written by the crash handler: read again while it is young.
+        let young = SystemTime::now().duration_since(stall.modified()).is_ok_and(|age| age < STALL_SETTLE);
+        if young {
+            w.mtime = None;
+            Check::Wait
+        } else {
+            Check::Drop
         }
     }
 
@@ -564,6 +801,129 @@ mod tests {
         assert!(thread_stat(1, 1, b"garbage").is_none());
     }
 
+    /// `stall.json` as the hook writes it (docs/formats.md, "Hang and crash dumps").
+    fn hook_stall(step: i64, us: i64) -> String {
+        format!(
+            r#"{{"version": 1, "kind": "stall", "node": "0-algo-1", "pid": 42, "mode": "train", "step": {step}, "step_started_us": {}, "detected_us": {us}, "threshold_s": 1.0, "median_step_s": 0.005, "last_completed_step": {}, "signal": null, "ring": [], "open_windows": [], "hook": {{"enabled": true}}}}"#,
+            us - 2_000_000,
+            step - 1
+        )
+    }
+
+    fn watcher(root: &Path) -> Watcher {
+        let proc = root.parent().unwrap().join("proc");
+        Watcher::new(root, &proc, "algo-1", Arc::new(Mutex::new(Ring::default())), TreePids::default())
+    }
+
+    fn records(root: &Path) -> Vec<String> {
+        let mut v: Vec<String> = walk_names(&root.join("system/hangs"));
+        v.sort();
+        v
+    }
+
+    fn walk_names(p: &Path) -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(p) else { return Vec::new() };
+        let mut out = Vec::new();
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.file_type().unwrap().is_dir() {
+                out.extend(walk_names(&e.path()).into_iter().map(|n| format!("{name}/{n}")));
+            } else {
+                out.push(name);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn only_a_dump_the_hook_wrote_gets_a_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("out");
+        let node = root.join("framework/hangs/0-algo-1");
+        let t = now_us();
+        let plant = |i: i64, stall: Option<&[u8]>| {
+            let f = node.join(format!("{i}-{}", t + i));
+            std::fs::create_dir_all(&f).unwrap();
+            if let Some(b) = stall {
+                std::fs::write(f.join("stall.json"), b).unwrap();
+            }
+            f
+        };
+        // Planted: an empty stall.json, an empty object, NaN, nested too deep, another
+        // program's JSON, one past the bytes read, none at all.
+        plant(1, Some(b""));
+        plant(2, Some(b"{}"));
+        plant(3, Some(hook_stall(3, t + 3).replace("1.0", "NaN").as_bytes()));
+        plant(4, Some(format!("{}{}", "[".repeat(200), "]".repeat(200)).as_bytes()));
+        plant(5, Some(br#"{"version": 2, "kind": "stall", "pid": 1, "step": 5, "detected_us": 1}"#));
+        let big = plant(6, None);
+        let f = std::fs::File::create(big.join("stall.json")).unwrap();
+        f.set_len(MAX_STALL_BYTES + 1).unwrap();
+        plant(7, None);
+        // A link to a real record, and a folder that is a link to a real dump.
+        let real_elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir_all(&real_elsewhere).unwrap();
+        std::fs::write(real_elsewhere.join("stall.json"), hook_stall(8, t + 8)).unwrap();
+        let linked = plant(8, None);
+        std::os::unix::fs::symlink(real_elsewhere.join("stall.json"), linked.join("stall.json")).unwrap();
+        std::os::unix::fs::symlink(&real_elsewhere, node.join(format!("9-{}", t + 9))).unwrap();
+        // The hook's dump.
+        plant(10, Some(hook_stall(10, t + 10).as_bytes()));
+        let mut w = watcher(&root);
+        let t0 = Instant::now();
+        for k in 0..4 {
+            w.step(t0 + AFTER * k, false);
+        }
+        w.step(t0 + AFTER * 4, true);
+        assert_eq!(records(&root), [format!("0-algo-1/10-{}.json", t + 10)]);
+        assert_eq!(w.written, 1);
+    }
+
+    #[test]
+    fn a_look_reads_at_most_its_budget_and_an_unchanged_folder_is_not_listed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("out");
+        let node = root.join("framework/hangs/0-algo-1");
+        let t = now_us();
+        for i in 0..60 {
+            let f = node.join(format!("{i}-{}", t + i));
+            std::fs::create_dir_all(&f).unwrap();
+            std::fs::write(f.join("stall.json"), "").unwrap();
+        }
+        let real = node.join(format!("60-{}", t + 60));
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::write(real.join("stall.json"), hook_stall(60, t + 60)).unwrap();
+        let mut w = watcher(&root);
+        w.budget = Work { names: 10, checks: 3 };
+        let t0 = Instant::now();
+        let mut looks = Vec::new();
+        for k in 0..80u32 {
+            w.step(t0 + SCAN_EVERY * k, false);
+            looks.push(w.work);
+        }
+        assert!(looks.iter().all(|l| l.names <= 10 && l.checks <= 3), "{looks:?}");
+        // The first looks spend the whole budget on the listing.
+        assert_eq!((looks[0].names, looks[1].names), (10, 10));
+        w.step(t0 + SCAN_EVERY * 80, true);
+        assert_eq!(records(&root), [format!("0-algo-1/60-{}.json", t + 60)]);
+        // Once listed with a settled mtime, an unchanged folder costs its lstat only.
+        let old = SystemTime::now() - MTIME_SETTLE * 2;
+        for d in [root.join("framework/hangs"), node.clone()] {
+            std::fs::File::open(&d).unwrap().set_modified(old).unwrap();
+        }
+        let mut w = watcher(&root);
+        w.budget = Work { names: 10, checks: 3 };
+        for k in 0..20u32 {
+            w.step(t0 + SCAN_EVERY * k, false);
+        }
+        w.step(t0 + SCAN_EVERY * 21, false);
+        assert_eq!(w.work.names, 1);
+        // A new folder changes the mtime: it is seen.
+        std::fs::create_dir_all(node.join(format!("61-{}", t + 61))).unwrap();
+        w.step(t0 + SCAN_EVERY * 22, false);
+        assert!(w.work.names > 1);
+    }
+
     #[test]
     fn a_new_stall_dump_gets_a_record_of_ours_not_in_the_trainers_folder() {
         let dir = tempfile::tempdir().unwrap();
@@ -583,12 +943,16 @@ mod tests {
         let t0 = Instant::now();
         w.step(t0, false);
         assert!(w.pending.is_empty());
-        std::fs::write(root.join(&folder).join("stall.json"), "{}").unwrap();
+        std::fs::write(root.join(&folder).join("stall.json"), hook_stall(30, t)).unwrap();
         // Hostile names are not used as ours; an old dump is not recorded.
         std::fs::create_dir_all(root.join(format!("framework/hangs/a b/1-{t}"))).unwrap();
-        std::fs::write(root.join(format!("framework/hangs/a b/1-{t}/stall.json")), "{}").unwrap();
+        std::fs::write(root.join(format!("framework/hangs/a b/1-{t}/stall.json")), hook_stall(1, t)).unwrap();
         std::fs::create_dir_all(root.join("framework/hangs/0-algo-1/1-1000000000000000")).unwrap();
-        std::fs::write(root.join("framework/hangs/0-algo-1/1-1000000000000000/stall.json"), "{}").unwrap();
+        std::fs::write(
+            root.join("framework/hangs/0-algo-1/1-1000000000000000/stall.json"),
+            hook_stall(1, 1_000_000_000_000_000),
+        )
+        .unwrap();
         w.step(t0, false);
         assert_eq!(w.pending.len(), 1);
         w.step(t0 + Duration::from_millis(500), false);

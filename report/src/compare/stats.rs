@@ -141,9 +141,10 @@ pub fn verdict(r: &Ratio, noise_pct: f64) -> Verdict {
     }
 }
 
-/// A percentage with one decimal; `-0.0` written as `0.0`.
+/// A percentage with one decimal (scientific from a billion up, [`crate::read::readable`]);
+/// `-0.0` written as `0.0`.
 pub fn pct(x: f64) -> String {
-    let s = format!("{x:.1}");
+    let s = crate::read::readable(x, Some(1));
     if s == "-0.0" { "0.0".into() } else { s }
 }
 

@@ -366,6 +366,9 @@ struct Num(Option<f64>);
 impl std::fmt::Display for Num {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0 {
+            // Far from 1 in scientific notation (a 1e308 timeout is 5 bytes, not 309 digits;
+            // both are JSON numbers). No allocation either way: the crash path uses it.
+            Some(v) if v.is_finite() && v != 0.0 && !(1e-6..1e15).contains(&v.abs()) => write!(f, "{v:e}"),
             Some(v) if v.is_finite() => write!(f, "{v}"),
             _ => f.write_str("null"),
         }
@@ -1410,6 +1413,20 @@ mod tests {
             (last.what, last.phase, last.name, last.t_us, last.end_us, last.step),
             (What::Event, 7, 1007, 1099, 1100, 3)
         );
+    }
+
+    #[test]
+    fn numbers_far_from_one_are_short_json_numbers() {
+        let shown = |v| Num(Some(v)).to_string();
+        assert_eq!(shown(1e308), "1e308");
+        assert_eq!(shown(1e-300), "1e-300");
+        assert_eq!(shown(300.0), "300");
+        assert_eq!(shown(0.25), "0.25");
+        assert_eq!(shown(0.0), "0");
+        assert_eq!(Num(Some(f64::NAN)).to_string(), "null");
+        for v in [1e308, 1e-300, 123456789012345678.0] {
+            assert_eq!(serde_json::from_str::<f64>(&shown(v)).unwrap(), v);
+        }
     }
 
     #[test]

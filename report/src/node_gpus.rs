@@ -122,7 +122,7 @@ mod tests {
         let want: BTreeMap<String, BTreeMap<String, u32>> = [
             ("algo-1", vec![("NVIDIA H200", 2), (UNKNOWN_MODEL, 1)]),
             ("algo-2", vec![]),
-            ("algo-3", vec![("A\\u{1b}[31m", 1)]),
+            ("algo-3", vec![("A\\x1b[31m", 1)]),
             ("algo-7", vec![("M", node_record::MAX_GPUS as u32)]),
         ]
         .into_iter()
@@ -134,7 +134,7 @@ mod tests {
         assert!(said.contains("algo-5/1795316901000000.json: 100000 bytes"), "{said}");
         assert_eq!(
             describe(&got).unwrap(),
-            "1 × (model not given by NVML), 1 × A\\u{1b}[31m, 64 × M, 2 × NVIDIA H200"
+            "1 × (model not given by NVML), 1 × A\\x1b[31m, 64 × M, 2 × NVIDIA H200"
         );
         assert_eq!(describe(&BTreeMap::new()), None);
         assert_eq!(describe(&[("algo-1".to_owned(), BTreeMap::new())].into()).unwrap(), "no GPU");

@@ -587,10 +587,12 @@ TrainprofStatus trainprof_hang_python(int32_t fd, int32_t signum);
  SIGSEGV, SIGBUS, SIGABRT and SIGFPE in front of the dispositions found, which it calls as
  the kernel would have; a dump is written only when the signal is going to end the process
  (docs/trainer.md, "Signals"). Its Python stacks come from the registration of
- `trainprof_hang_python`, when there is one. `DISABLED` when hang detection is off; `IO`
- when the folder cannot be made.
+ `trainprof_hang_python`, when there is one. `trainer_faulthandler` is 1 when the trainer
+ enabled Python's `faulthandler` itself (it then gives a fault back by raising it again,
+ which the handler waits for to write the dump first). `DISABLED` when hang detection is
+ off; `IO` when the folder cannot be made.
  */
-TrainprofStatus trainprof_hang_arm_crash(void);
+TrainprofStatus trainprof_hang_arm_crash(int32_t trainer_faulthandler);
 
 /*
  Writes an `exception` dump (`traceback.txt`, the formatted traceback of an uncaught

@@ -739,16 +739,18 @@ pub extern "C" fn trainprof_hang_python(fd: i32, signum: i32) -> TrainprofStatus
 /// SIGSEGV, SIGBUS, SIGABRT and SIGFPE in front of the dispositions found, which it calls as
 /// the kernel would have; a dump is written only when the signal is going to end the process
 /// (docs/trainer.md, "Signals"). Its Python stacks come from the registration of
-/// `trainprof_hang_python`, when there is one. `DISABLED` when hang detection is off; `IO`
-/// when the folder cannot be made.
+/// `trainprof_hang_python`, when there is one. `trainer_faulthandler` is 1 when the trainer
+/// enabled Python's `faulthandler` itself (it then gives a fault back by raising it again,
+/// which the handler waits for to write the dump first). `DISABLED` when hang detection is
+/// off; `IO` when the folder cannot be made.
 #[unsafe(no_mangle)]
-pub extern "C" fn trainprof_hang_arm_crash() -> TrainprofStatus {
+pub extern "C" fn trainprof_hang_arm_crash(trainer_faulthandler: i32) -> TrainprofStatus {
     export(|| {
         let hook = HOOK.get().filter(|_| running().is_ok()).ok_or(TrainprofStatus::NotInitialized)?;
         if hook.hang.is_none() {
             return Err(TrainprofStatus::Disabled);
         }
-        crate::hang::arm_fatal(hook).map_err(|e| {
+        crate::hang::arm_fatal(hook, trainer_faulthandler == 1).map_err(|e| {
             log(&format_args!("hang detection: cannot prepare a crash dump: {e}"));
             TrainprofStatus::Io
         })?;

@@ -596,7 +596,13 @@ fn wrap_term_signals() {
         PREV[sig as usize].save(&cur);
         let flags =
             cur.sa_flags & (libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESETHAND);
-        signals::install(sig, term_handler, flags, signals::bits(&cur.sa_mask));
+        // One that the trainer installed between the read and ours is the one wrapped.
+        if let Some(old) = signals::swap(sig, term_handler, flags, signals::bits(&cur.sa_mask))
+            && old.sa_sigaction != cur.sa_sigaction
+            && old.sa_sigaction != ours
+        {
+            PREV[sig as usize].save(&old);
+        }
     }
 }
 
@@ -737,6 +743,11 @@ pub fn native_stacks(python_signal: i32) -> String {
         let _ = writeln!(out, "thread {tid} {}", thread_name(tid));
         if signals::is_guest(tid) {
             let _ = writeln!(out, "  (trainprof's own thread: it takes no signal, not unwound)\n");
+            continue;
+        }
+        if tid != gettid() && signals::thread_blocks(tid, sig) {
+            // A thread that blocks the signal would leave it pending for its sigwait.
+            let _ = writeln!(out, "  (it blocks the signal: not unwound)\n");
             continue;
         }
         match unwind_thread(pid, tid, sig) {
@@ -1038,6 +1049,9 @@ pub fn dump(
 static FATAL_PARENT_FD: AtomicI32 = AtomicI32::new(-1);
 static FATAL_ARMED: AtomicBool = AtomicBool::new(false);
 static FATAL_ONCE: AtomicBool = AtomicBool::new(false);
+/// Per signal: the trainer's handler is its own faulthandler's, which gives the fault back by
+/// `raise` with `SA_NODEFER`: blocked while it runs, so that the raise is seen ([`fatal_handler`]).
+static RAISES_BACK: [AtomicBool; 65] = [const { AtomicBool::new(false) }; 65];
 /// The hook, for the crash handler (set when armed).
 static FATAL_HOOK: std::sync::OnceLock<Arc<Hook>> = std::sync::OnceLock::new();
 /// The signals a crash dump is written for.
@@ -1047,7 +1061,7 @@ pub const FATAL_SIGNALS: [i32; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGABRT,
 /// crash handler in front of the trainer's dispositions, which it keeps ([`PREV`]) and chains
 /// to as the kernel would have called them (docs/trainer.md, "Signals"). Nothing is left on
 /// disk unless a crash comes.
-pub fn arm_fatal(hook: &Arc<Hook>) -> std::io::Result<()> {
+pub fn arm_fatal(hook: &Arc<Hook>, trainer_faulthandler: bool) -> std::io::Result<()> {
     if FATAL_ARMED.load(SeqCst) {
         return Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "armed already"));
     }
@@ -1061,16 +1075,30 @@ pub fn arm_fatal(hook: &Arc<Hook>) -> std::io::Result<()> {
     for sig in FATAL_SIGNALS {
         let Some(prev) = signals::get(sig) else { continue };
         PREV[sig as usize].save(&prev);
-        if PREV[sig as usize].load().is_function() {
-            // The trainer's flags and mask, so that the kernel does for this call what it
-            // would have done for the trainer's handler (SA_RESETHAND included).
-            let flags =
-                prev.sa_flags & (libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESETHAND);
-            signals::install(sig, fatal_handler, flags, signals::bits(&prev.sa_mask));
+        let function = PREV[sig as usize].load().is_function();
+        // The trainer's flags and mask where it has a handler, so that the kernel does for
+        // this call what it would have done for the trainer's (SA_RESETHAND included). Else on
+        // the alternate stack where the thread has one (a stack overflow), open to a fault
+        // inside itself (which then ends the process at once), restarting what a sent signal
+        // interrupts (SIG_IGN stays invisible).
+        let (flags, mask) = if function {
+            let keep = libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESETHAND;
+            (prev.sa_flags & keep, signals::bits(&prev.sa_mask))
         } else {
-            // On the alternate stack where the thread has one (a stack overflow), and open
-            // to a fault inside itself (which then ends the process at once).
-            signals::install(sig, fatal_handler, libc::SA_ONSTACK | libc::SA_NODEFER, 0);
+            (libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESTART, 0)
+        };
+        // CPython's faulthandler installs its handler without SA_SIGINFO and with SA_NODEFER,
+        // and always gives the fault back by raising it again.
+        let faulthandler = trainer_faulthandler
+            && function
+            && prev.sa_flags & libc::SA_SIGINFO == 0
+            && prev.sa_flags & libc::SA_NODEFER != 0;
+        RAISES_BACK[sig as usize].store(faulthandler, SeqCst);
+        // One that the trainer installed between the read and ours is the one chained to.
+        if let Some(old) = signals::swap(sig, fatal_handler, flags, mask)
+            && old.sa_sigaction != prev.sa_sigaction
+        {
+            PREV[sig as usize].save(&old);
         }
     }
     Ok(())
@@ -1162,16 +1190,16 @@ fn raw_write_new(dir: i32, name: &std::ffi::CStr, bytes: &[u8]) {
 ///   real fault. If it gives the fault back (returns with the default action installed, or
 ///   puts the default back and raises the signal), the dump is written before the process
 ///   dies of it; if it handled the fault, nothing is written and the faulting instruction
-///   runs again. The signal is blocked while it runs, so that a `raise` inside it is
-///   delivered after the dump, when this handler unblocks it.
+///   runs again. A raise inside it is seen as pending because the signal is blocked while it
+///   runs: by the kernel, from its own flags, or here for the trainer's faulthandler (whose
+///   `SA_NODEFER` would let the raise kill at once).
 extern "C" fn fatal_handler(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let errno = errno_location();
     // SAFETY: the calling thread's errno.
     let saved = unsafe { *errno };
-    // A fault from the hardware (si_code > 0) happens again when the handler returns; a
-    // signal sent by kill, raise or abort (si_code <= 0) does not.
     // SAFETY: the kernel's siginfo, when there is one.
-    let fault = !info.is_null() && unsafe { (*info).si_code } > 0;
+    let code = if info.is_null() { 0 } else { unsafe { (*info).si_code } };
+    let fault = is_fault(sig, code);
     let prev = PREV[sig as usize].load();
     match prev.handler {
         libc::SIG_IGN if !fault => {}
@@ -1184,17 +1212,43 @@ extern "C" fn fatal_handler(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc
             }
         }
         _ => {
-            let old = signals::thread_mask(libc::SIG_BLOCK, signals::bit(sig));
+            // The trainer's faulthandler raises the signal again: blocked (it has SA_NODEFER),
+            // that raise waits for the dump. Any other handler runs with the flags it chose
+            // (one with SA_NODEFER may longjmp out, leaving no mask of ours behind).
+            let old = RAISES_BACK[sig as usize]
+                .load(SeqCst)
+                .then(|| signals::thread_mask(libc::SIG_BLOCK, signals::bit(sig)));
             prev.call(sig, info, ctx);
-            let now = signals::handler(sig);
-            if now == libc::SIG_DFL && (fault || signals::pending(sig)) {
+            // Given back: the default action is installed again, and the signal is raised
+            // again (pending), or it is a fault that happens again when this returns. With
+            // SA_RESETHAND the kernel installed the default itself: only a raise counts.
+            let raised = signals::pending(sig);
+            let again = fault && prev.flags & libc::SA_RESETHAND == 0;
+            if signals::handler(sig) == libc::SIG_DFL && (raised || again) {
                 crash_dump(sig);
             }
-            signals::thread_mask(libc::SIG_SETMASK, old);
+            if let Some(old) = old {
+                signals::thread_mask(libc::SIG_SETMASK, old);
+            }
         }
     }
     // SAFETY: as above.
     unsafe { *errno = saved };
+}
+
+/// Whether `code` says the kernel raised `sig` for the instruction the thread was running, so
+/// that it happens again when the handler returns (SIGBUS's `BUS_MCEERR_AO`, an early memory
+/// error report, and every code of a signal sent by `kill`, `raise` or `abort`, which are 0 or
+/// negative, do not).
+fn is_fault(sig: i32, code: i32) -> bool {
+    const SI_KERNEL: i32 = 0x80;
+    const BUS_MCEERR_AR: i32 = 4;
+    match sig {
+        libc::SIGSEGV => code > 0,
+        libc::SIGBUS => (1..=BUS_MCEERR_AR).contains(&code) || code == SI_KERNEL,
+        libc::SIGFPE => code > 0,
+        _ => false,
+    }
 }
 
 /// The crash's dump, once per process and only in the process that armed it.

@@ -33,13 +33,21 @@ pub fn handler(sig: i32) -> usize {
 /// Installs `handler` for `sig` with `flags` (`SA_SIGINFO` added) and the signals of `mask`
 /// (a bit set, [`bits`]) blocked while it runs.
 pub fn install(sig: i32, handler: SigInfoHandler, flags: i32, mask: u64) -> bool {
+    swap(sig, handler, flags, mask).is_some()
+}
+
+/// [`install`] that returns the disposition it replaced, read in the same call: what a caller
+/// wraps must be that one, not one read earlier (the trainer may install its own between).
+pub fn swap(sig: i32, handler: SigInfoHandler, flags: i32, mask: u64) -> Option<libc::sigaction> {
     // SAFETY: all-zero is a valid sigaction; the fields that matter are set.
     let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
     act.sa_sigaction = handler as usize;
     act.sa_flags = libc::SA_SIGINFO | flags;
     act.sa_mask = sigset(mask);
-    // SAFETY: a valid sigaction; the old one is not asked.
-    unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) == 0 }
+    // SAFETY: all-zero is a valid sigaction for the out-parameter.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers.
+    (unsafe { libc::sigaction(sig, &act, &mut old) } == 0).then_some(old)
 }
 
 /// Puts the default action back for `sig` (async-signal-safe).
@@ -146,25 +154,22 @@ impl Disposition {
         !matches!(self.handler, libc::SIG_DFL | libc::SIG_IGN)
     }
 
-    /// Calls the function with the convention it was installed with (`SA_SIGINFO` or not)
-    /// and the kernel's own `info` and `ctx`, so that what it changes in the context (a
-    /// runtime moving the program counter past a fault) takes effect when the outer handler
-    /// returns. The caller installed its own handler with these flags and this mask, so the
-    /// kernel already blocked what this one expects blocked.
+    /// Calls the function with the kernel's own `info` and `ctx`, so that what it changes in
+    /// the context (a runtime moving the program counter past a fault) takes effect when the
+    /// outer handler returns. The caller installed its own handler with these flags and this
+    /// mask, so the kernel already blocked what this one expects blocked.
+    ///
+    /// Always with three arguments, as the kernel itself calls every handler on x86-64 and
+    /// arm64 (`info` and `ctx` are in the argument registers whatever `SA_SIGINFO` says, and a
+    /// one-argument function ignores them): a handler read while the watchdog saves another
+    /// one's flags is still called correctly.
     pub fn call(&self, sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-        let f = self.handler;
         if !self.is_function() {
             return;
         }
-        if self.flags & libc::SA_SIGINFO != 0 {
-            // SAFETY: the trainer installed this function with SA_SIGINFO.
-            let f: SigInfoHandler = unsafe { std::mem::transmute::<usize, SigInfoHandler>(f) };
-            f(sig, info, ctx);
-        } else {
-            // SAFETY: the trainer installed this function without SA_SIGINFO.
-            let f: extern "C" fn(i32) = unsafe { std::mem::transmute::<usize, extern "C" fn(i32)>(f) };
-            f(sig);
-        }
+        // SAFETY: a handler the trainer installed; see above for the calling convention.
+        let f: SigInfoHandler = unsafe { std::mem::transmute::<usize, SigInfoHandler>(self.handler) };
+        f(sig, info, ctx);
     }
 }
 
@@ -198,6 +203,17 @@ fn blocked_by_the_trainer(range: u64) -> u64 {
         }
     }
     mask
+}
+
+/// Whether thread `tid` of this process blocks `sig` (`SigBlk` in its status): such a thread
+/// waits for the signal with `sigwait` or a `signalfd`, or takes none, so nothing of ours is
+/// sent to it.
+pub fn thread_blocks(tid: i32, sig: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
+        .ok()
+        .and_then(|st| st.lines().find_map(|l| l.strip_prefix("SigBlk:")).map(|h| h.trim().to_owned()))
+        .and_then(|h| u64::from_str_radix(&h, 16).ok())
+        .is_some_and(|m| m & bit(sig) != 0)
 }
 
 /// A real-time signal from `SIGRTMIN + 4` to `SIGRTMAX - 4` that nobody in the process uses:
@@ -245,12 +261,17 @@ where
         thread_mask(libc::SIG_UNBLOCK, !asynchronous());
         // SAFETY: no arguments, cannot fail.
         let tid = unsafe { libc::gettid() };
-        let slot = GUESTS.iter().find(|g| g.compare_exchange(0, tid, SeqCst, SeqCst).is_ok());
-        let out = f();
-        if let Some(g) = slot {
-            g.store(0, SeqCst);
+        /// Frees the thread's slot however `f` ends (a tid is reused by the kernel).
+        struct Slot(Option<&'static AtomicI32>);
+        impl Drop for Slot {
+            fn drop(&mut self) {
+                if let Some(g) = self.0 {
+                    g.store(0, SeqCst);
+                }
+            }
         }
-        out
+        let _slot = Slot(GUESTS.iter().find(|g| g.compare_exchange(0, tid, SeqCst, SeqCst).is_ok()));
+        f()
     });
     // The caller's own mask, exactly as it was.
     thread_mask(libc::SIG_SETMASK, old);

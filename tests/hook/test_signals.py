@@ -70,6 +70,30 @@ def test_the_trainers_own_faulthandler_still_reports_and_the_crash_is_dumped(run
     assert "in <module>" in (d / "python_stacks.txt").read_text()
 
 
+def test_a_runtime_that_longjmps_out_of_its_handler_keeps_trapping(run_script, guest_lib):
+    """``SA_NODEFER`` and ``siglongjmp``: nothing of trainprof's is left in the thread's mask,
+    so every later fault reaches the runtime again."""
+    on, off = both(run_script, guest_lib, {"how": "jumper"})
+    assert on.proc.returncode == off.proc.returncode == 0, on.proc.stderr
+    assert printed(on) == printed(off) and printed(on)["trapped"] == "3"
+    assert dumps(on.out) == []
+
+
+@pytest.mark.parametrize("how, sig", [("abort", signal.SIGABRT), ("kill_segv", signal.SIGSEGV)])
+def test_a_sent_fatal_signal_kills_as_without_trainprof_with_a_dump(run_script, guest_lib, how, sig):
+    on, off = both(run_script, guest_lib, {"how": how})
+    assert on.proc.returncode == off.proc.returncode == -sig, on.proc.stderr
+    [d] = dumps(on.out)
+    assert json.loads((d / "stall.json").read_text())["signal"] == signal.Signals(sig).name
+
+
+def test_an_ignored_fatal_signal_stays_ignored(run_script, guest_lib):
+    on, off = both(run_script, guest_lib, {"how": "ignored_fpe"})
+    assert on.proc.returncode == off.proc.returncode == 0, on.proc.stderr
+    assert printed(on) == printed(off) and printed(on)["ignored"] == "SIGFPE"
+    assert dumps(on.out) == []
+
+
 def test_a_real_time_signal_a_c_library_uses_is_not_taken(run_script, guest_lib):
     on, off = both(run_script, guest_lib, {"how": "ticker"})
     assert on.proc.returncode == off.proc.returncode == 0, on.proc.stderr

@@ -95,7 +95,7 @@ def _register_stacks(lib: _lib.Library) -> None:
 
 
 def _arm_crash(lib: _lib.Library) -> None:
-    status = lib.trainprof_hang_arm_crash()
+    status = lib.trainprof_hang_arm_crash(1 if faulthandler.is_enabled() else 0)
     if status != _lib.STATUS_OK:
         log("hang detection: no crash dumps (trainprof_hang_arm_crash returned %s)" % _lib.status_name(status))
 

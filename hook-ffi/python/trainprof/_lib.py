@@ -179,7 +179,7 @@ _PROTOTYPES: Dict[str, Tuple[CType, "list[CType]"]] = {
     "trainprof_hang_enabled": (ctypes.c_int32, []),
     "trainprof_hang_python": (_Status, [ctypes.c_int32, ctypes.c_int32]),
     "trainprof_hang_free_signal": (ctypes.c_int32, []),
-    "trainprof_hang_arm_crash": (_Status, []),
+    "trainprof_hang_arm_crash": (_Status, [ctypes.c_int32]),
     "trainprof_hang_exception": (_Status, [ctypes.c_char_p]),
 }
 

@@ -3,6 +3,7 @@
  * training script through ctypes, before or after trainprof.Profiler() starts, and the same
  * script runs without trainprof for the baseline. */
 #define _GNU_SOURCE
+#include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -58,6 +59,43 @@ int runtime_faults_fixed(void) { return faults_fixed; }
 /* The si_code the runtime's handler last saw (SEGV_ACCERR = 2 for a real fault; SI_TKILL
  * = -6 for a raise()d copy). */
 int runtime_last_code(void) { return last_code; }
+
+/* ---- a runtime that leaves its SIGSEGV handler by siglongjmp (wasm traps, libsigsegv's
+ * stack-overflow recovery): installed with SA_NODEFER, jumping back without restoring a mask,
+ * so a signal mask left behind by anyone would make the next fault fatal. */
+
+static sigjmp_buf trap_env;
+
+static void trap(int sig, siginfo_t *info, void *ctx) {
+    (void)sig;
+    (void)info;
+    (void)ctx;
+    siglongjmp(trap_env, 1);
+}
+
+int jumper_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = trap;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGSEGV, &sa, NULL);
+}
+
+/* Writes to a PROT_NONE page `times` times, each trapped; the traps counted. */
+int jumper_trap(int times) {
+    volatile char *p = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    volatile int trapped = 0;
+    for (int i = 0; i < times; i++) {
+        if (sigsetjmp(trap_env, 0) == 0) {
+            p[1] = 1;
+        } else {
+            trapped++;
+        }
+    }
+    return trapped;
+}
 
 /* ---- a library ticking a POSIX timer on a real-time signal with its own handler ---------- */
 

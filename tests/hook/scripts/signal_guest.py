@@ -15,6 +15,11 @@ TRAINPROF_TEST_PARAMS: ``{"lib": path of the built library, "how": ...}``, ``how
   prints how often each handler ran;
 * ``oneshot``: a one-shot SIGTERM handler with a mask (``SA_RESETHAND``), installed before the
   profiler; the trainer sends itself SIGTERM twice, the second must kill it;
+* ``jumper``: a runtime's SIGSEGV handler (``SA_NODEFER``) leaves every fault by
+  ``siglongjmp``; three faults are trapped;
+* ``abort``, ``kill_segv``: ``abort()`` / ``os.kill(getpid(), SIGSEGV)`` in step 10 (a signal
+  sent, not a fault);
+* ``ignored_fpe``: SIGFPE ignored before the profiler, then sent: nothing happens;
 * ``sigwait``: the main thread blocks SIGTERM after the profiler started and a thread waits
   for it with ``sigwait``, then exits 5 (``os._exit``); the trainer sends SIGTERM to itself.
 """
@@ -56,6 +61,10 @@ elif HOW == "ticker":
     assert lib.ticker_start(4, 10) == 0
 elif HOW == "oneshot":
     assert lib.oneshot_install() == 0
+elif HOW == "jumper":
+    assert lib.jumper_install() == 0
+elif HOW == "ignored_fpe":
+    signal.signal(signal.SIGFPE, signal.SIG_IGN)
 
 prof = trainprof.Profiler(framework="pytorch")
 
@@ -95,6 +104,16 @@ for step in range(40):
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(1)
             say("survived", "second SIGTERM")
+        elif HOW == "jumper":
+            say("trapped", lib.jumper_trap(3))
+        elif HOW == "abort":
+            ctypes.CDLL(None).abort()
+        elif HOW == "kill_segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+            time.sleep(5)
+        elif HOW == "ignored_fpe":
+            os.kill(os.getpid(), signal.SIGFPE)
+            say("ignored", "SIGFPE")
         elif HOW == "sigwait":
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)

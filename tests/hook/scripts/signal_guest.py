@@ -119,8 +119,8 @@ for step in range(40):
             time.sleep(5)
             say("sigwait", "nobody took it")
     if HOW == "late_rt" and step in (30, 33):
-        # A stall (HangTimeoutS 1): the watchdog dumps once in it.
-        time.sleep(2.5)
+        # A stall (HangTimeoutS 1): the watchdog, which looks once a second, dumps once in it.
+        time.sleep(4)
         if step == 30:
             second = lib.counter_install(-4)
     prof.step_end()

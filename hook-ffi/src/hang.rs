@@ -490,8 +490,8 @@ pub fn dump_name(step: i64, detected_us: i64) -> String {
 
 // ---- signals -----------------------------------------------------------------------
 
-/// Per signal number: the trainer's disposition that ours chains to (SIGTERM and SIGINT,
-/// read when ours was installed; the fatal signals, read when the crash handler was armed).
+/// Per signal number: the trainer's disposition that ours chains to (the fatal signals, read
+/// when the crash handler was armed; SIGTERM and SIGINT have [`TERM_PREV`]).
 static PREV: [Saved; 65] = [const { Saved::new() }; 65];
 /// The process that armed the handlers: a `fork()`ed child (a DataLoader worker) inherits
 /// them, but its handlers only chain (its hook is inert; it must not wait for a watchdog it
@@ -540,17 +540,33 @@ fn raise_here(sig: i32) {
     signals::thread_mask(libc::SIG_SETMASK, old);
 }
 
+/// Per signal number, for SIGTERM and SIGINT: the trainer's disposition each of the two
+/// term handlers chains to ([`wrap_term_signals`] says why two).
+static TERM_PREV: [[Saved; 65]; 2] = [const { [const { Saved::new() }; 65] }; 2];
+/// Per signal number: the term handler installed last (0 or 1).
+static TERM_LAST: [AtomicU8; 65] = [const { AtomicU8::new(0) }; 65];
+
+extern "C" fn term_handler_0(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    term_handler(0, sig, info, ctx);
+}
+
+extern "C" fn term_handler_1(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    term_handler(1, sig, info, ctx);
+}
+
+const TERM_HANDLERS: [SigInfoHandler; 2] = [term_handler_0, term_handler_1];
+
 /// SIGTERM / SIGINT: ask the watchdog for the dump, wait for it (bounded), then do what the
 /// trainer's disposition does. Ours is installed with the trainer's flags and mask
 /// ([`wrap_term_signals`]), so the kernel already did for this call what it would have done
 /// for the trainer's (the mask, `SA_NODEFER`, and `SA_RESETHAND`'s reset to the default).
-extern "C" fn term_handler(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+fn term_handler(which: usize, sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let errno = errno_location();
     // SAFETY: the calling thread's errno.
     let saved = unsafe { *errno };
     // What the trainer's disposition was when this signal came (the watchdog may wrap a new
     // one while the dump is written).
-    let prev = PREV[sig as usize].load();
+    let prev = TERM_PREV[which][sig as usize].load();
     let wake = WAKE_FD.load(SeqCst);
     if wake >= 0 && in_owner() && !SIGNAL_DUMPED.swap(true, SeqCst) {
         let before = SIGNAL_DONE.load(SeqCst);
@@ -586,22 +602,29 @@ extern "C" fn term_handler(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc:
 /// installed without it so that a blocking call returns and the Python handler runs;
 /// `SA_RESETHAND`, `SA_NODEFER`, `SA_ONSTACK`) and its mask, so that the signal is handled
 /// with the same semantics as without trainprof.
+///
+/// Two term handlers take turns: a library that saved ours (chaining to the trainer's `H`),
+/// installed its own `T` for a while (wrapped meanwhile by the other one, chaining to `T`) and
+/// puts the saved one back gets the one that still chains to `H`, not to the `T` it removed.
 fn wrap_term_signals() {
     for sig in [libc::SIGTERM, libc::SIGINT] {
         let Some(cur) = signals::get(sig) else { continue };
-        let ours = term_handler as SigInfoHandler as usize;
-        if cur.sa_sigaction == ours || cur.sa_sigaction == libc::SIG_IGN {
+        let ours = TERM_HANDLERS.map(|h| h as usize);
+        if ours.contains(&cur.sa_sigaction) || cur.sa_sigaction == libc::SIG_IGN {
             continue;
         }
-        PREV[sig as usize].save(&cur);
+        let which = 1 - usize::from(TERM_LAST[sig as usize].load(SeqCst)).min(1);
+        let prev = &TERM_PREV[which][sig as usize];
+        prev.save(&cur);
         let flags =
             cur.sa_flags & (libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESETHAND);
+        TERM_LAST[sig as usize].store(which as u8, SeqCst);
         // One that the trainer installed between the read and ours is the one wrapped.
-        if let Some(old) = signals::swap(sig, term_handler, flags, signals::bits(&cur.sa_mask))
+        if let Some(old) = signals::swap(sig, TERM_HANDLERS[which], flags, signals::bits(&cur.sa_mask))
             && old.sa_sigaction != cur.sa_sigaction
-            && old.sa_sigaction != ours
+            && !ours.contains(&old.sa_sigaction)
         {
-            PREV[sig as usize].save(&old);
+            prev.save(&old);
         }
     }
 }

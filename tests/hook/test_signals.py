@@ -115,6 +115,14 @@ def test_a_one_shot_sigterm_handler_keeps_its_mask_and_the_second_signal_kills(r
     assert printed(on) == printed(off) == {"calls": "1", "mask": "1"}
 
 
+def test_a_handler_put_back_by_a_library_chains_to_what_it_chained_to(run_script, guest_lib):
+    """A library saves trainprof's SIGINT handler, installs its own for a while (wrapped
+    meanwhile) and puts the saved one back: SIGINT reaches Python's handler again."""
+    on, off = both(run_script, guest_lib, {"how": "borrow"}, config={"HangDetectionConfig": {"HangTimeoutS": 60}})
+    assert on.proc.returncode == off.proc.returncode == 0, on.proc.stderr
+    assert printed(on) == printed(off) == {"interrupted": "yes", "borrowed_calls": "0", "done": "yes"}
+
+
 @pytest.mark.parametrize("config", [HANG, {}], ids=["hang-detection", "defaults"])
 def test_a_signal_the_trainer_waits_for_reaches_its_sigwait(run_script, guest_lib, config):
     on, off = both(run_script, guest_lib, {"how": "sigwait"}, config=config)

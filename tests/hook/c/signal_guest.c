@@ -157,6 +157,29 @@ int counter_install(int offset) {
 
 int counter_calls(int sig) { return sig > 0 && sig < 65 ? counted[sig] : -1; }
 
+/* ---- a library that borrows SIGINT around a blocking call (readline's way): its own handler
+ * for a while, then the saved disposition put back exactly. */
+
+static volatile int borrowed_calls;
+static void borrowed(int sig) {
+    (void)sig;
+    borrowed_calls++;
+}
+
+int sigint_borrow(int ms) {
+    struct sigaction sa, saved;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = borrowed;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGINT, &sa, &saved) != 0) return -1;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    return sigaction(SIGINT, &saved, NULL);
+}
+
+int sigint_borrowed_calls(void) { return borrowed_calls; }
+
 /* ---- a one-shot SIGTERM handler with a mask ------------------------------------------------ */
 
 static volatile int oneshot_calls;

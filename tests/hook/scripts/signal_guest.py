@@ -20,6 +20,8 @@ TRAINPROF_TEST_PARAMS: ``{"lib": path of the built library, "how": ...}``, ``how
 * ``abort``, ``kill_segv``: ``abort()`` / ``os.kill(getpid(), SIGSEGV)`` in step 10 (a signal
   sent, not a fault);
 * ``ignored_fpe``: SIGFPE ignored before the profiler, then sent: nothing happens;
+* ``borrow``: a library installs its own SIGINT handler for 2.5 s and puts the saved one back;
+  then SIGINT must raise ``KeyboardInterrupt`` (Python's handler), not call the removed one;
 * ``sigwait``: the main thread blocks SIGTERM after the profiler started and a thread waits
   for it with ``sigwait``, then exits 5 (``os._exit``); the trainer sends SIGTERM to itself.
 """
@@ -104,6 +106,15 @@ for step in range(40):
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(1)
             say("survived", "second SIGTERM")
+        elif HOW == "borrow":
+            assert lib.sigint_borrow(2500) == 0
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(6)
+                say("interrupted", "no")
+            except KeyboardInterrupt:
+                say("interrupted", "yes")
+            say("borrowed_calls", lib.sigint_borrowed_calls())
         elif HOW == "jumper":
             say("trapped", lib.jumper_trap(3))
         elif HOW == "abort":

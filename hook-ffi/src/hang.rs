@@ -1245,9 +1245,10 @@ extern "C" fn fatal_handler(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc
             // Given back: the default action is installed again, and the signal is raised
             // again (pending), or it is a fault that happens again when this returns. With
             // SA_RESETHAND the kernel installed the default itself: only a raise counts.
-            let raised = signals::pending(sig);
+            // One system call per fault handled (a runtime may fault thousands of times a
+            // second): the pending set is read only once the default is back.
             let again = fault && prev.flags & libc::SA_RESETHAND == 0;
-            if signals::handler(sig) == libc::SIG_DFL && (raised || again) {
+            if signals::handler(sig) == libc::SIG_DFL && (again || signals::pending(sig)) {
                 crash_dump(sig);
             }
             if let Some(old) = old {

@@ -56,6 +56,17 @@ int runtime_touch(void) {
 }
 
 int runtime_faults_fixed(void) { return faults_fixed; }
+
+/* The guard page protected again and written n times: n faults, each fixed by the runtime's
+ * handler (bench/signal_fault_cost.py times it); the faults fixed. */
+int runtime_fault_loop(int n) {
+    if (!guard_page) runtime_touch();
+    for (int i = 0; i < n; i++) {
+        mprotect((void *)guard_page, 4096, PROT_NONE);
+        guard_page[i & 4095] = 1;
+    }
+    return faults_fixed;
+}
 /* The si_code the runtime's handler last saw (SEGV_ACCERR = 2 for a real fault; SI_TKILL
  * = -6 for a raise()d copy). */
 int runtime_last_code(void) { return last_code; }

@@ -152,7 +152,16 @@ def test_the_trainers_progress_from_the_hooks_timelines(trainprof_bin, fake_nvml
     try:
         deadline = time.time() + 60
         while agent.proc.poll() is None and time.time() < deadline:
-            status, _, body = agent.scrape(timeout=5)
+            try:
+                status, _, body = agent.scrape(timeout=5)
+            except OSError:
+                # A scrape that races the agent's own end (the trainer finished): the agent
+                # exits within seconds. One that fails while it keeps running is a failure.
+                try:
+                    agent.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    raise
+                break
             if status == 200:
                 values, types = series(body, False)
                 steps = {k: v for k, v in values.items() if k[0] == "trainprof_step_last"}

@@ -129,9 +129,11 @@ impl Reader<'_> {
         if self.cost.values >= MAX_VALUES {
             return Err(MarshalError::TooManyValues);
         }
-        self.cost.values += 1;
         let at = self.pos;
         let code = self.u8()?;
+        // Counted once its type byte is read: one value per input byte at most, even for an
+        // input that ends where a value should start.
+        self.cost.values += 1;
         let flag = code & FLAG_REF != 0;
         let ty = code & !FLAG_REF;
         if ty == b'r' {

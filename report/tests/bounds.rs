@@ -115,6 +115,18 @@ fn check_marshal(b: &[u8]) {
     assert!(bytes <= 128 * b.len() + 16 * KIB, "{bytes} bytes for {} input bytes", b.len());
 }
 
+/// Every one-byte input, and a container that ends where its next value should start: a
+/// value is counted only once its type byte is read.
+#[test]
+fn marshal_inputs_cut_where_a_value_starts() {
+    for b in 0..=255u8 {
+        check_marshal(&[b]);
+    }
+    for cut in [&b"{"[..], b"{\xda\x01f", b"[\x02\x00\x00\x00", b")\x03\xe9\x01\x00\x00\x00"] {
+        check_marshal(cut);
+    }
+}
+
 proptest! {
     #![proptest_config(config())]
 

@@ -17,8 +17,10 @@ use serde_json::{Value, json};
 use trainprof_output::fs::Dir;
 use trainprof_output::protocol::timeline;
 
-use crate::collect::{MAX_GPUS_PER_NODE, MAX_NAME_BYTES, MAX_NODES, MAX_PHASES, MAX_RANKS, OTHER_PHASES};
-use crate::read::{self, Skipped, Tick};
+use crate::analysis::collect::{
+    MAX_GPUS_PER_NODE, MAX_NAME_BYTES, MAX_NODES, MAX_PHASES, MAX_RANKS, OTHER_PHASES,
+};
+use crate::reading::{self, Skipped, Tick};
 
 /// Processes (nodes and ranks) named in the trace; events of further ones, and of names
 /// longer than `MAX_NAME_BYTES`, go to one process [`OTHER_PROCESSES`] (`docs/report.md`,
@@ -90,7 +92,7 @@ impl<W: Write> Out<W> {
     /// A timeline event as a slice (or an instant), written field by field: building a
     /// `serde_json::Value` per event was half the trace's time (docs/report.md, "Measured").
     /// `span`: the part of a slice kept ([`clip_slice`]).
-    fn slice(&mut self, e: &read::Event<'_>, pid: u64, tid: u64, span: (i64, i64)) -> io::Result<()> {
+    fn slice(&mut self, e: &reading::Event<'_>, pid: u64, tid: u64, span: (i64, i64)) -> io::Result<()> {
         self.sep()?;
         self.w.write_all(b"{\"name\":")?;
         self.string(e.name)?;
@@ -237,7 +239,7 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
 
     // Timelines: one file at a time.
     let keep_file = |_: &str, last_us: i64| last_us >= lo_us;
-    read::timeline_events(&dir, &mut skipped, &keep_file, |e| {
+    reading::timeline_events(&dir, &mut skipped, &keep_file, |e| {
         if err.is_some() {
             return;
         }
@@ -257,8 +259,8 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
     }
 
     // Python-profiling windows.
-    for f in read::stats_files(&dir, &mut skipped) {
-        let Some((a, b)) = read::parse_window(&f.window) else { continue };
+    for f in reading::stats_files(&dir, &mut skipped) {
+        let Some((a, b)) = reading::parse_window(&f.window) else { continue };
         let (s, e) = (a.time_us as i64, b.time_us as i64);
         if e < s {
             continue;
@@ -274,7 +276,7 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
 
     // Hangs and crashes: a stall is a slice from its step's start (else its detection) to its
     // end (else its detection), a crash an instant, on the rank's `hangs` thread.
-    let (dumps, _) = crate::hangs::read_dumps(&dir, &mut skipped);
+    let (dumps, _) = crate::reading::dumps::read_dumps(&dir, &mut skipped);
     for d in dumps {
         let det = (d.detected_s * 1e6).round() as i64;
         let start = d.step_started_s.map_or(det, |s| ((s * 1e6).round() as i64).min(det));
@@ -296,7 +298,7 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
     }
 
     // System metrics as counters: one tick at a time.
-    read::system_ticks(&dir, &mut skipped, |node, t| {
+    reading::system_ticks(&dir, &mut skipped, |node, t| {
         if err.is_some() {
             return;
         }
@@ -432,8 +434,8 @@ fn range(dir: &Dir, clip: &Clip, skipped: &mut Skipped) -> Result<Spans, Error> 
     // rank → (mode, the hull of its steps A..=B); at most MAX_RANKS ranks.
     let mut found: HashMap<String, Vec<ModeSpan>> = HashMap::new();
     let mut hull: Option<(i64, i64)> = None;
-    read::timeline_events(dir, skipped, &|_, _| true, |e| {
-        let Some(mode) = crate::collect::step_mode(e.phase) else { return };
+    reading::timeline_events(dir, skipped, &|_, _| true, |e| {
+        let Some(mode) = crate::analysis::collect::step_mode(e.phase) else { return };
         if e.ph != 'X' || !e.step.is_some_and(|s| s >= a && s <= b) {
             return;
         }

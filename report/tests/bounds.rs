@@ -10,7 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use proptest::prelude::*;
-use trainprof_report::{marshal, python, read};
+use trainprof_report::reading::{self as read, marshal, python};
 
 /// Counts the bytes allocated and freed on each thread, and the peak since the last reset.
 struct Counting;

@@ -8,14 +8,14 @@ use std::io::Read as _;
 use std::path::Path;
 
 use serde_json::{Value, json};
-use trainprof_report::collect::{
-    Agg, MAX_COLUMNS, MAX_CORES_PER_NODE, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_MODES, MAX_NODES, MAX_PHASES,
+use trainprof_report::analysis::collect::{
+    MAX_COLUMNS, MAX_CORES_PER_NODE, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_MODES, MAX_NODES, MAX_PHASES,
     MAX_RANKS, MAX_SERIES_CELLS, OTHER_PHASES,
 };
 use trainprof_report::model::{Capped, Evidence};
-use trainprof_report::read::{Event, Tick};
-use trainprof_report::rules::load_balancing;
-use trainprof_report::{Options, build, html, to_json, trace};
+use trainprof_report::reading::{Event, Tick};
+use trainprof_report::rules::{Agg, load_balancing};
+use trainprof_report::{Options, build, page as html, to_json, trace};
 
 const T0: f64 = 1_795_400_000.0;
 
@@ -132,7 +132,7 @@ fn ten_thousand_nodes_and_thousands_of_cores_stay_within_the_cells() {
     }
     let cells: usize = a.nodes.values().map(|n| n.dec.cells()).sum();
     assert!(cells <= MAX_SERIES_CELLS, "{cells}");
-    assert!(a.nodes.values().all(|n| n.dec.len() <= trainprof_report::collect::MIN_NODE_POINTS));
+    assert!(a.nodes.values().all(|n| n.dec.len() <= trainprof_report::analysis::collect::MIN_NODE_POINTS));
 }
 
 fn event<'a>(
@@ -233,16 +233,16 @@ fn the_trace_caps_gpu_tracks_and_phase_threads() {
 fn a_tick_of_ten_thousand_gpus_holds_64() {
     let dir = ten_thousand_gpus(true);
     let root = trainprof_output::fs::Dir::open_root(dir.path(), false).unwrap();
-    let mut skipped = trainprof_report::read::Skipped::default();
+    let mut skipped = trainprof_report::reading::Skipped::default();
     let mut ticks = Vec::new();
-    trainprof_report::read::system_ticks(&root, &mut skipped, |_, t| ticks.push(t));
+    trainprof_report::reading::system_ticks(&root, &mut skipped, |_, t| ticks.push(t));
     let [t] = ticks.as_slice() else { panic!("{} ticks", ticks.len()) };
     assert_eq!((t.gpus.len(), t.gpus_left_out), (MAX_GPUS_PER_NODE, 10_000 - MAX_GPUS_PER_NODE as u64));
 }
 
 #[test]
 fn dataloader_seconds_and_pids_are_capped() {
-    use trainprof_report::collect::{MAX_DATALOADER_PIDS, MAX_DATALOADER_SECONDS};
+    use trainprof_report::analysis::collect::{MAX_DATALOADER_PIDS, MAX_DATALOADER_SECONDS};
     let mut a = Agg::new(None);
     let mut args = serde_json::Map::new();
     args.insert("pid".into(), json!(7));

@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::{Value, json};
-use trainprof_report::html::render;
 use trainprof_report::model::ReportModel;
+use trainprof_report::page::render;
 
 /// Strings a trainer controls (function, file and window names) that would run script if a
 /// renderer put them into the page as markup. Each sets `data-xss` on the body if it ever runs.
@@ -108,7 +108,7 @@ fn synthetic(cores: usize, points: usize, steps_per_rank: usize) -> ReportModel 
         "net": {"rx_mbps": pct(0.0, 1200.0), "tx_mbps": pct(0.0, 1200.0)},
         "trainer": {"cpu": pct(100.0, 800.0), "mem_mb": pct(20_000.0, 21_000.0)},
     });
-    let rules = trainprof_report::model::RULES;
+    let rules = trainprof_report::rules::RULES;
     let findings: Vec<Value> = rules
         .iter()
         .enumerate()

@@ -252,7 +252,7 @@ pub fn report(args: &ReportArgs) -> ExitCode {
 
 fn write_html(model: &ReportModel, flag: Option<&Path>, input: &Input) -> Result<PathBuf, String> {
     let (mut f, path) = output(flag, input, REPORT_FILE)?;
-    let page = trainprof_report::html::render(model);
+    let page = trainprof_report::page::render(model);
     f.write_all(page.as_bytes())
         .and_then(|()| f.sync_all())
         .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -615,7 +615,7 @@ fn is_hang(rel: &str, name: &str) -> bool {
     !hidden
         && (rel.starts_with("framework/hangs/")
             && depth == 5
-            && trainprof_report::hangs::DUMP_FILES.contains(&name))
+            && trainprof_report::reading::dumps::DUMP_FILES.contains(&name))
         || (rel.starts_with("system/hangs/") && depth == 4 && name.ends_with(".json"))
 }
 
@@ -632,9 +632,9 @@ pub const MAX_LISTED_KEYS: u64 = 1_000_000;
 /// (docs/report.md, "Memory").
 pub const MAX_STATS_OBJECT: u64 = trainprof_report::MAX_STATS_BYTES;
 /// The largest native-window file fetched: the size the report reads at most.
-pub const MAX_NATIVE_OBJECT: u64 = trainprof_report::native::MAX_FILE_BYTES;
+pub const MAX_NATIVE_OBJECT: u64 = trainprof_report::reading::native::MAX_FILE_BYTES;
 /// The largest system file or timeline fetched: the timeline size the report reads at most.
-pub const MAX_OBJECT: u64 = trainprof_report::read::MAX_TIMELINE_BYTES;
+pub const MAX_OBJECT: u64 = trainprof_report::reading::MAX_TIMELINE_BYTES;
 
 /// The bounds of one S3 download.
 #[derive(Debug, Clone, Copy)]
@@ -674,7 +674,7 @@ impl Plan {
         } else if is_native(rel, name) {
             MAX_NATIVE_OBJECT
         } else if is_hang(rel, name) {
-            trainprof_report::hangs::MAX_STACKS_BYTES
+            trainprof_report::reading::dumps::MAX_STACKS_BYTES
         } else {
             MAX_OBJECT
         };
@@ -928,9 +928,9 @@ mod tests {
     /// every preliminary finding (docs/report.md, "Short jobs").
     #[test]
     fn preliminary_findings_are_said_in_the_text_lines() {
-        let mut agg = trainprof_report::collect::Agg::new(None);
+        let mut agg = trainprof_report::rules::Agg::new(None);
         for i in 0..481 {
-            let t = trainprof_report::read::Tick {
+            let t = trainprof_report::reading::Tick {
                 t_s: 1000.0 + f64::from(i) * 0.1,
                 cores: vec![(0, 95.0)],
                 gpus: vec![("gpu0".into(), Some(3.0), Some(10.0))],

@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 use trainprof_output::fs::Dir;
 use trainprof_output::protocol::timeline;
 
-use crate::collect::{MAX_DETAILED, MAX_PHASES, OTHER_PHASES, StepRec, step_mode};
+use crate::analysis::collect::{MAX_DETAILED, MAX_PHASES, OTHER_PHASES, step_mode};
+use crate::analysis::steps::StepRec;
 use crate::model::ReportModel;
 pub use stats::{Ratio, Verdict};
 
@@ -131,8 +132,8 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
     let mut detailed: HashMap<String, HashMap<i64, (i64, i64)>> = HashMap::new();
     let mut detailed_n = 0usize;
     // Pressure stalls per node, decimated as the report's series are (`docs/report.md`).
-    let mut pressure: BTreeMap<String, crate::stats::Decimator> = BTreeMap::new();
-    let on_tick = |node: &str, t: &crate::read::Tick| {
+    let mut pressure: BTreeMap<String, crate::analysis::stats::Decimator> = BTreeMap::new();
+    let on_tick = |node: &str, t: &crate::reading::Tick| {
         let row: Vec<(usize, f64)> =
             t.pressure.iter().enumerate().filter_map(|(i, v)| v.map(|v| (i, v))).collect();
         if row.is_empty() {
@@ -140,8 +141,10 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
         }
         if let Some(d) = pressure.get_mut(node) {
             d.push(t.t_s, &row);
-        } else if pressure.len() < crate::collect::MAX_NODES && node.len() <= crate::collect::MAX_NAME_BYTES {
-            let mut d = crate::stats::Decimator::new(crate::collect::NODE_POINTS);
+        } else if pressure.len() < crate::analysis::collect::MAX_NODES
+            && node.len() <= crate::analysis::collect::MAX_NAME_BYTES
+        {
+            let mut d = crate::analysis::stats::Decimator::new(crate::analysis::collect::NODE_POINTS);
             d.push(t.t_s, &row);
             pressure.insert(node.to_owned(), d);
         }
@@ -226,8 +229,8 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
     let mut entries = 0usize;
     let mut capped = false;
     if let Ok(dir) = Dir::open_root(root, false) {
-        let mut skipped = crate::read::Skipped::leaving_out(opts.leave_out.clone());
-        crate::read::timeline_events(&dir, &mut skipped, &|_, _| true, |e| {
+        let mut skipped = crate::reading::Skipped::leaving_out(opts.leave_out.clone());
+        crate::reading::timeline_events(&dir, &mut skipped, &|_, _| true, |e| {
             if e.ph != 'X' || step_mode(e.phase).is_some() {
                 return;
             }
@@ -533,8 +536,8 @@ fn side_steps(m: &ModeRun, edges: &[f64]) -> SideSteps {
         warmup_left_out: m.warmup,
         window_left_out: m.windows,
         p50_ms: stats::median(&m.ms),
-        p90_ms: crate::stats::quantile_sorted(&m.ms, 0.9),
-        mean_ms: crate::stats::mean(&m.ms),
+        p90_ms: crate::analysis::stats::quantile_sorted(&m.ms, 0.9),
+        mean_ms: crate::analysis::stats::mean(&m.ms),
         histogram,
     }
 }
@@ -543,7 +546,7 @@ fn side_steps(m: &ModeRun, edges: &[f64]) -> SideSteps {
 /// squeeze the rest into one bin; the last bin holds everything above).
 fn overlay_edges(a: &[f64], b: &[f64]) -> Vec<f64> {
     let lo = a.first().copied().into_iter().chain(b.first().copied()).reduce(f64::min);
-    let hi = [a, b].iter().filter_map(|v| crate::stats::quantile_sorted(v, 0.99)).reduce(f64::max);
+    let hi = [a, b].iter().filter_map(|v| crate::analysis::stats::quantile_sorted(v, 0.99)).reduce(f64::max);
     match (lo, hi) {
         (Some(lo), Some(hi)) => {
             let hi = if hi > lo { hi } else { lo + 1.0 };
@@ -639,7 +642,7 @@ fn time_movers(a: &Run, b: &Run, mode: &str, moved: bool) -> Vec<Mover> {
     }
     let (pa, pb) = (python_per_step(&a.model), python_per_step(&b.model));
     // A function absent from a full top list is below it, not at 0: left out.
-    let full = |m: &BTreeMap<String, f64>| m.len() >= crate::python::TOP_MERGED;
+    let full = |m: &BTreeMap<String, f64>| m.len() >= crate::reading::python::TOP_MERGED;
     let (fa, fb) = (full(&pa), full(&pb));
     let keys: BTreeSet<&String> = pa.keys().chain(pb.keys()).collect();
     for k in keys {
@@ -720,10 +723,10 @@ fn detailed_per_step(m: &ReportModel) -> Option<(BTreeMap<String, f64>, BTreeSet
         v.insert(format!("op: {}", o.name), o.self_ms / steps);
     }
     let mut full = BTreeSet::new();
-    if total.top_kernels.len() >= crate::detailed::TOP {
+    if total.top_kernels.len() >= crate::analysis::detailed::TOP {
         full.insert("kernel: ");
     }
-    if total.top_ops.len() >= crate::detailed::TOP {
+    if total.top_ops.len() >= crate::analysis::detailed::TOP {
         full.insert("op: ");
     }
     Some((v, full))
@@ -878,7 +881,7 @@ fn interval(run: &Run) -> Option<f64> {
         .filter(|(n, _, _)| *n > 1)
         .map(|(n, a, b)| (b - a) / (*n - 1) as f64)
         .collect();
-    stats::median(&crate::stats::sorted(&v))
+    stats::median(&crate::analysis::stats::sorted(&v))
 }
 
 fn profiled(m: &ReportModel) -> String {
@@ -922,8 +925,10 @@ fn comparable(a: &Run, b: &Run) -> Comparable {
     let (ga, gb) = (gpus(ma), gpus(mb));
     item("GPUs", ga.to_string(), gb.to_string(), same_or(&ga, gb), "");
     // From the agent's node records (docs/formats.md, "Node record").
-    let (ga, gb) =
-        (crate::node_gpus::describe(&ma.job.gpu_models), crate::node_gpus::describe(&mb.job.gpu_models));
+    let (ga, gb) = (
+        crate::reading::node_gpus::describe(&ma.job.gpu_models),
+        crate::reading::node_gpus::describe(&mb.job.gpu_models),
+    );
     let (s, note) = match (&ga, &gb) {
         (Some(x), Some(y)) if x == y => ("same", ""),
         (Some(_), Some(_)) => ("differs", "another GPU model changes the step"),
@@ -1016,7 +1021,7 @@ mod tests {
     }
 
     fn detailed_model(gemm_ms: f64, kernels: &[(&str, f64)]) -> ReportModel {
-        use crate::detailed::{Detailed, DetailedFigures, DetailedWindow, Share, TopRow};
+        use crate::model::detailed::{Detailed, DetailedFigures, DetailedWindow, Share, TopRow};
         let figures = DetailedFigures {
             windows: 2,
             classes: vec![Share { name: "gemm".into(), ms: gemm_ms, pct: None, count: Some(1) }],
@@ -1051,7 +1056,8 @@ mod tests {
     #[test]
     fn the_detailed_windows_move_per_profiled_step() {
         // Two windows of 5 steps: 100 ms of gemm is 10 ms a step; 150 ms is 15.
-        let full: Vec<(String, f64)> = (0..crate::detailed::TOP).map(|i| (format!("k{i}"), 1.0)).collect();
+        let full: Vec<(String, f64)> =
+            (0..crate::analysis::detailed::TOP).map(|i| (format!("k{i}"), 1.0)).collect();
         let full: Vec<(&str, f64)> = full.iter().map(|(n, v)| (n.as_str(), *v)).collect();
         let a = detailed_model(100.0, &[("sgemm", 80.0), ("only_a", 10.0)]);
         let b = detailed_model(150.0, &full);
@@ -1071,7 +1077,7 @@ mod tests {
     }
 
     fn run(ms: &[f64], phases: &[(&str, i64)]) -> Run {
-        let mut m = ModeRun { ms: crate::stats::sorted(ms), ..ModeRun::default() };
+        let mut m = ModeRun { ms: crate::analysis::stats::sorted(ms), ..ModeRun::default() };
         let n = m.ms.len() as u64;
         m.phases = phases
             .iter()

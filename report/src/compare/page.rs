@@ -1,7 +1,7 @@
 //! The comparison as one offline HTML page, by `report.html`'s rules (docs/report.md, "The
 //! HTML page"): tables and text written here with every string from the data escaped
-//! ([`crate::html::esc`]), the overlaid step-time histograms drawn by the vendored uPlot from
-//! JSON embedded with [`crate::html::script_json`], the same Content-Security-Policy (no
+//! ([`crate::page::markup::esc`]), the overlaid step-time histograms drawn by the vendored uPlot from
+//! JSON embedded with [`crate::page::markup::script_json`], the same Content-Security-Policy (no
 //! request of any kind), the same styles. The script is `report/assets/compare.js`.
 
 use std::fmt::Write as _;
@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{Comparison, StepComparison};
-use crate::html::{CSP, PAGE_CSS, UPLOT_CSS, UPLOT_JS, esc, num, script_json};
+use crate::page::markup::{CSP, PAGE_CSS, UPLOT_CSS, UPLOT_JS, esc, num, script_json};
 
 const COMPARE_JS: &str = include_str!("../../assets/compare.js");
 
@@ -313,7 +313,9 @@ mod tests {
         let long = format!("{}_kernel", "cutlass_wgrad_".repeat(30));
         let mk = |n: u32, ms: f64, phase_ms: i64| {
             let mut m = super::super::ModeRun {
-                ms: crate::stats::sorted(&(0..n).map(|i| ms + f64::from(i % 50) * 0.1).collect::<Vec<_>>()),
+                ms: crate::analysis::stats::sorted(
+                    &(0..n).map(|i| ms + f64::from(i % 50) * 0.1).collect::<Vec<_>>(),
+                ),
                 ..Default::default()
             };
             let total_us = phase_ms * 1000 * i64::from(n);

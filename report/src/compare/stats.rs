@@ -2,7 +2,7 @@
 //! medians with a percentile-bootstrap confidence interval drawn with a fixed seed, and the
 //! verdict in words. Pure; the unit tests check them on distributions with known answers.
 
-use crate::stats::quantile_sorted;
+use crate::analysis::stats::quantile_sorted;
 
 /// Bootstrap resamples.
 pub const RESAMPLES: usize = 2000;
@@ -141,10 +141,10 @@ pub fn verdict(r: &Ratio, noise_pct: f64) -> Verdict {
     }
 }
 
-/// A percentage with one decimal (scientific from a billion up, [`crate::read::readable`]);
+/// A percentage with one decimal (scientific from a billion up, [`crate::reading::readable`]);
 /// `-0.0` written as `0.0`.
 pub fn pct(x: f64) -> String {
-    let s = crate::read::readable(x, Some(1));
+    let s = crate::reading::readable(x, Some(1));
     if s == "-0.0" { "0.0".into() } else { s }
 }
 

@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use super::{Agg, NodeAgg};
 use super::{Held, Present, Rule, Table, TickView, Verdict, Verdicts, Window, p95_p5, push_last, r2};
-use crate::collect::{Agg, GPU_WINDOW, NodeAgg};
+use crate::analysis::collect::GPU_WINDOW;
 
 /// SageMaker's defaults: the p95 thresholds (%) and the window (the last 500 values, and it
 /// needs more than 500). A GPU's utilisation window is the node's last `GPU_WINDOW` values.

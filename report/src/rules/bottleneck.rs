@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::{Agg, NodeAgg};
 use super::{Cell, Present, RANGE_GAP_S, Ranges, Rule, Table, TickView, Verdict, Verdicts, Window, r2};
-use crate::collect::{Agg, NodeAgg};
 
 /// SageMaker's defaults: a GPU below this is idle (%).
 pub const GPU_LOW: f64 = 10.0;
@@ -220,7 +220,7 @@ mod tests {
     use super::super::all;
     use super::super::tests::{get, run, run_with};
     use super::*;
-    use crate::read::Tick;
+    use crate::reading::Tick;
 
     fn tick(t: f64, core: f64, gpu: f64) -> Tick {
         Tick {

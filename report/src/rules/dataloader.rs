@@ -5,9 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Agg;
 use super::{Present, Rule, Table, Verdict};
-use crate::collect::Agg;
-use crate::stats::{quantile_sorted, sorted};
+use crate::analysis::stats::{quantile_sorted, sorted};
 
 /// SageMaker's defaults: percentages of the cores, and `patience` in seconds with events.
 pub const MIN_THRESHOLD: u64 = 70;

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use super::Agg;
 use super::{Present, RANGE_GAP_S, Ranges, Rule, Table, TickView, Verdict, push_last, r2};
-use crate::collect::Agg;
 
 /// SageMaker's moving-average window.
 pub const WINDOW: usize = 10;
@@ -168,7 +168,7 @@ mod tests {
     use super::super::all;
     use super::super::tests::get;
     use super::*;
-    use crate::read::Tick;
+    use crate::reading::Tick;
 
     fn tick(t: f64, mem: f64) -> Tick {
         Tick {

@@ -5,9 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Agg;
 use super::{Present, Rule, Table, Verdict, r2};
-use crate::collect::Agg;
-use crate::stats::js_distance;
+use crate::analysis::stats::js_distance;
 
 /// SageMaker's default distance threshold.
 pub const THRESHOLD: f64 = 0.2;
@@ -48,7 +48,7 @@ impl Rule for LoadBalancing {
 
     /// The second-most values of a node's GPUs (a pair needs two), the most of any node.
     fn datapoints(agg: &Agg) -> Option<(u64, u64)> {
-        let second = |n: &crate::collect::NodeAgg| {
+        let second = |n: &super::NodeAgg| {
             let mut v: Vec<u64> = n.gpus.values().map(|g| g.util.len()).collect();
             v.sort_unstable();
             v.len().checked_sub(2).map(|i| v[i])

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::{Agg, NodeAgg};
 use super::{Held, Present, Rule, Table, Verdict, Verdicts, Window, p95_p5, r2};
-use crate::collect::{Agg, GPU_WINDOW, NodeAgg};
+use crate::analysis::collect::GPU_WINDOW;
 
 /// SageMaker's defaults (%).
 pub const THRESHOLD_P95: f64 = 70.0;
@@ -33,7 +34,7 @@ pub struct GpuState {
 
 impl GpuState {
     /// Adds the low ticks of `g`'s last values not looked at yet (the windows' values overlap).
-    fn mark_low(&mut self, g: &crate::collect::GpuAgg, below: f64) {
+    fn mark_low(&mut self, g: &crate::analysis::collect::GpuAgg, below: f64) {
         // A run is not carried over from the last judgement: ticks between may be unseen.
         self.low_open = false;
         let next = g.util_last_t.iter().skip(1).map(Some).chain(std::iter::once(None));
@@ -204,7 +205,7 @@ mod tests {
     use super::super::all;
     use super::super::tests::{get, run};
     use super::*;
-    use crate::read::Tick;
+    use crate::reading::Tick;
 
     #[test]
     fn an_idle_gpu_is_underused() {

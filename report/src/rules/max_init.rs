@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Agg;
 use super::{Present, Rule, Table, Verdict, r2};
-use crate::collect::Agg;
 
 /// SageMaker's default: 20 minutes.
 pub const THRESHOLD_S: f64 = 20.0 * 60.0;

@@ -52,11 +52,16 @@ use std::fmt::Debug;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::collect::{Agg, NodeAgg};
+use crate::analysis::collect::{self, NodeJudge};
 use crate::model::Finding;
-use crate::read::Tick;
 
-pub use step_outlier::outliers as step_outliers;
+pub use crate::analysis::collect::{SYSTEM_PATIENCE, TickView, Window, preliminary_patience, push_last};
+pub use crate::model::Preliminary;
+
+/// The one-pass aggregates with every rule's state per node (`analysis/collect.rs`).
+pub type Agg = collect::Agg<NodeRules>;
+/// One system node's aggregates with every rule's state.
+pub type NodeAgg = collect::NodeAgg<NodeRules>;
 
 /// What to read and how to judge.
 #[derive(Debug, Clone, Default)]
@@ -68,35 +73,6 @@ pub struct Options {
     /// Files (paths relative to the LocalPath) left out: `trainprof run` reports on its own
     /// job only, not on an earlier one's files beside it.
     pub leave_out: std::collections::HashSet<String>,
-}
-
-/// SageMaker's `patience` for the system rules: datapoints a rule waits for before it
-/// judges (`--patience` lowers it, [`Agg::system_patience`]).
-pub const SYSTEM_PATIENCE: u64 = 1000;
-
-/// The patience of a preliminary verdict, for a rule with less than its `full` patience of
-/// data (`docs/report.md`, "Short jobs"): a hundredth of it (10 of the system rules' 1000
-/// datapoints; any second of the Dataloader's 10 seconds).
-pub fn preliminary_patience(full: u64) -> u64 {
-    full / 100
-}
-
-/// How much data a preliminary finding was judged on (`findings[].preliminary`).
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct Preliminary {
-    /// The data there was (the most any node or GPU the rule judges had).
-    pub datapoints: u64,
-    /// What the rule waits for before a full verdict (its patience).
-    pub patience: u64,
-    /// `datapoints`, or `seconds` (Dataloader: seconds with dataloader events).
-    pub unit: String,
-}
-
-impl Preliminary {
-    /// `preliminary: 481 of 1000 datapoints`.
-    pub fn label(&self) -> String {
-        format!("preliminary: {} of {} {}", self.datapoints, self.patience, self.unit)
-    }
 }
 
 /// Time ranges kept per finding (per source: a node, a GPU, a rank).
@@ -132,29 +108,6 @@ pub trait Rule {
     }
     /// The unit of [`Rule::datapoints`].
     const UNIT: &'static str = "datapoints";
-}
-
-/// A tick of one node as the rules see it.
-#[derive(Debug)]
-pub struct TickView<'a> {
-    pub tick: &'a Tick,
-    /// The tick's GPUs within the caps: (name, utilisation, memory).
-    pub gpus: &'a [&'a (String, Option<f64>, Option<f64>)],
-    /// CPU, all cores (`Tick::cpu_total`).
-    pub cpu_total: Option<f64>,
-    /// Datapoints a system rule waits for.
-    pub patience: u64,
-}
-
-/// A judgement's window: from the previous judgement to `end`.
-#[derive(Debug, Clone, Copy)]
-pub struct Window {
-    pub from: f64,
-    pub end: f64,
-    pub patience: u64,
-    /// A preliminary judgement (`patience` is then [`preliminary_patience`]): a rule's
-    /// other minimums (BatchSize's 500 values) give way to what there is too.
-    pub preliminary: bool,
 }
 
 /// A rule's verdict, before it becomes a [`Finding`].
@@ -412,16 +365,8 @@ pub const RANGE_GAP_S: f64 = 5.0;
 
 /// The p95 and p5 of a window of recent values.
 pub fn p95_p5(q: &std::collections::VecDeque<f64>) -> (Option<f64>, Option<f64>) {
-    let v = crate::stats::sorted(&q.iter().copied().collect::<Vec<_>>());
-    (crate::stats::quantile_sorted(&v, 0.95), crate::stats::quantile_sorted(&v, 0.05))
-}
-
-/// Appends `v` to a window of at most `cap` recent values.
-pub fn push_last(q: &mut std::collections::VecDeque<f64>, v: f64, cap: usize) {
-    if q.len() == cap {
-        q.pop_front();
-    }
-    q.push_back(v);
+    let v = crate::analysis::stats::sorted(&q.iter().copied().collect::<Vec<_>>());
+    (crate::analysis::stats::quantile_sorted(&v, 0.95), crate::analysis::stats::quantile_sorted(&v, 0.05))
 }
 
 /// A rule's state inside [`NodeRules`].
@@ -469,6 +414,15 @@ macro_rules! registry {
             /// A judgement of the node's data so far, for every rule.
             pub fn judge(&mut self, node: &NodeAgg, w: &Window) {
                 $(<$rule as Rule>::judge(&mut self.$field, node, w);)*
+            }
+        }
+
+        impl NodeJudge for NodeRules {
+            fn tick(&mut self, t: &TickView<'_>) {
+                NodeRules::tick(self, t)
+            }
+            fn judge(&mut self, node: &NodeAgg, w: &Window) {
+                NodeRules::judge(self, node, w)
             }
         }
 
@@ -572,7 +526,7 @@ pub(crate) mod tests {
     pub fn run_with(patience: Option<u64>, ticks: usize, core: f64, iowait: f64, gpus: &[(f64, f64)]) -> Agg {
         let mut a = Agg::new(patience);
         for i in 0..ticks {
-            let t = Tick {
+            let t = crate::reading::Tick {
                 t_s: 1000.0 + i as f64,
                 cores: vec![(0, core), (1, 10.0)],
                 core_iowait: vec![(0, iowait)],
@@ -582,7 +536,7 @@ pub(crate) mod tests {
                     .enumerate()
                     .map(|(k, (u, m))| (format!("gpu{k}"), Some(*u), Some(*m)))
                     .collect(),
-                ..Tick::default()
+                ..crate::reading::Tick::default()
             };
             a.tick("algo-1", &t);
         }
@@ -682,7 +636,7 @@ pub(crate) mod tests {
     #[test]
     fn evidence_round_trips_through_json_with_the_documented_keys() {
         let mut agg = run(600, 20.0, 0.0, &[(90.0, 30.0), (3.0, 30.0)]);
-        let steps = (0..200).map(|i| crate::collect::StepRec {
+        let steps = (0..200).map(|i| crate::analysis::steps::StepRec {
             start_us: 1_000_000_000 + i * 1000,
             dur_us: 500,
             step: i,

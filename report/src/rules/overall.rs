@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::Agg;
 use super::{Present, Rule, Table, Verdict};
-use crate::collect::Agg;
-use crate::stats::PctHist;
+use crate::analysis::stats::PctHist;
 
 #[derive(Debug)]
 pub struct OverallSystemUsage;
@@ -119,7 +119,7 @@ impl Present for Evidence {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::read::Tick;
+    use crate::reading::Tick;
 
     #[test]
     fn per_node_and_gpu() {

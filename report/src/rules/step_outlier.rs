@@ -3,12 +3,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Agg;
 use super::{Cell, MAX_RANGES, Present, Rule, Table, Verdict, r2};
-use crate::collect::{Agg, StepRec};
-use crate::stats::{mean, std};
+use crate::analysis::steps::outlier_steps;
 
-/// SageMaker's defaults.
-pub const STDDEV: f64 = 3.0;
+/// SageMaker's defaults (its σ: [`crate::analysis::steps::STDDEV`]).
+pub use crate::analysis::steps::STDDEV;
 pub const N_OUTLIERS: usize = 10;
 pub const MIN_STEPS: usize = 100;
 /// Outlier step numbers listed per rank and mode.
@@ -47,15 +47,6 @@ fn first_steps(steps: Vec<i64>) -> Cell {
     Cell::Text(listed.join(", "))
 }
 
-/// The steps of one rank and mode longer than mean + 3σ, and that threshold (NaN without
-/// steps).
-pub fn outliers(steps: &[StepRec]) -> (f64, Vec<StepRec>) {
-    let ms: Vec<f64> = steps.iter().map(|s| s.dur_us as f64 / 1000.0).collect();
-    let (Some(m), Some(sd)) = (mean(&ms), std(&ms)) else { return (f64::NAN, Vec::new()) };
-    let threshold = m + STDDEV * sd;
-    (threshold, steps.iter().filter(|s| s.dur_us as f64 / 1000.0 > threshold).copied().collect())
-}
-
 impl Rule for StepOutlier {
     const NAME: &'static str = "StepOutlier";
     type Node = ();
@@ -72,7 +63,7 @@ impl Rule for StepOutlier {
             for (rank, steps) in ranks {
                 let judged = steps.len() > MIN_STEPS;
                 evaluated |= judged;
-                let (threshold, out) = outliers(steps);
+                let (threshold, out) = outlier_steps(steps);
                 let hit = judged && out.len() > N_OUTLIERS;
                 triggered |= hit;
                 if hit {
@@ -156,6 +147,7 @@ mod tests {
     #[test]
     fn needs_more_than_ten() {
         let mut a = Agg::default();
+        use crate::analysis::steps::StepRec;
         let steps: Vec<StepRec> = (0..200)
             .map(|i| StepRec {
                 start_us: i * 1_000_000,

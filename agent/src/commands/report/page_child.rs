@@ -337,7 +337,7 @@ pub fn child_main(root: &Path, source: &str) -> ExitCode {
     let (head, page) = match trainprof_report::build(root, source, &opts) {
         Ok(model) => (
             serde_json::json!({ "lines": super::triggered_lines(&model) }),
-            trainprof_report::html::render(&model),
+            trainprof_report::page::render(&model),
         ),
         Err(e) => (serde_json::json!({ "error": e.to_string() }), String::new()),
     };

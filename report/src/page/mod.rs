@@ -21,14 +21,16 @@ use crate::model::{
 };
 use crate::rules::Cell;
 
-pub(crate) const UPLOT_JS: &str = include_str!("../assets/uPlot.iife.min.js");
-pub(crate) const UPLOT_CSS: &str = include_str!("../assets/uPlot.min.css");
-const PAGE_JS: &str = include_str!("../assets/page.js");
-pub(crate) const PAGE_CSS: &str = include_str!("../assets/page.css");
+pub mod detailed;
+pub mod fleet;
+pub mod hangs;
+pub mod markup;
+pub mod windows;
 
-/// Only inline scripts and styles, no request of any kind (connect, img, font, frame…).
-pub(crate) const CSP: &str =
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:";
+use markup::{
+    CSP, PAGE_CSS, PAGE_JS, UPLOT_CSS, UPLOT_JS, duration, esc, int, list, num, offset, plural, script_json,
+    utc,
+};
 
 /// Decimals kept in the page's chart data: percentages and rates to 0.1, step times to 0.01 ms,
 /// times (seconds from the job's start) to the ms. Shorter numbers keep an hour of 8 GPUs
@@ -87,14 +89,14 @@ pub fn render(m: &ReportModel) -> String {
         );
     }
     let t0 = time_origin(job, series);
-    crate::page_hangs::section(&mut out, &m.hangs);
+    crate::page::hangs::section(&mut out, &m.hangs);
     section_job(&mut out, job);
     section_steps(&mut out, &m.steps, t0);
-    crate::page_fleet::section(&mut out, m.fleet.as_ref());
+    crate::page::fleet::section(&mut out, m.fleet.as_ref());
     section_system(&mut out, &series.nodes);
     section_framework(&mut out, &m.phases, &m.python, &m.python_summary);
-    crate::page_detailed::section(&mut out, &m.detailed);
-    crate::page_windows::section_native(&mut out, &m.native, t0);
+    crate::page::detailed::section(&mut out, &m.detailed);
+    crate::page::windows::section_native(&mut out, &m.native, t0);
     section_findings(&mut out, &m.findings, t0);
     section_triggers(&mut out, &m.triggers, t0);
     out.push_str("</main>\n<script type=\"application/json\" id=\"report-data\">");
@@ -195,7 +197,7 @@ fn section_job(out: &mut String, job: &Job) {
 fn gpu_models(nodes: &BTreeMap<String, BTreeMap<String, u32>>) -> String {
     let node = |(n, models): (&String, &BTreeMap<String, u32>)| {
         let one = BTreeMap::from([(n.clone(), models.clone())]);
-        format!("{n}: {}", crate::node_gpus::describe(&one).unwrap_or_default())
+        format!("{n}: {}", crate::reading::node_gpus::describe(&one).unwrap_or_default())
     };
     nodes.iter().map(node).collect::<Vec<_>>().join("; ")
 }
@@ -271,11 +273,6 @@ fn stat_cells(count: u64, stats: [Option<f64>; 5]) -> String {
     c
 }
 
-/// `one` for 1, else `many`: "1 native window", "2 native windows".
-pub(crate) fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
-    if n == 1 { one } else { many }
-}
-
 /// Under a mode's charts: the step chart's axis, the steps above it, the warm-up.
 fn step_chart_notes(out: &mut String, c: &crate::model::StepChart, t0: f64) {
     for w in &c.warmup {
@@ -336,7 +333,7 @@ fn section_steps(out: &mut String, modes: &BTreeMap<String, ModeSteps>, t0: f64)
     for (i, (mode, s)) in modes.iter().enumerate() {
         let _ = writeln!(out, "<h3>{}</h3>", esc(mode));
         // Many ranks: their rows folded (`docs/report.md`, "Many ranks").
-        let many = s.per_rank.len() > crate::fleet::MAX_RANK_SERIES;
+        let many = s.per_rank.len() > crate::analysis::fleet::MAX_RANK_SERIES;
         if many {
             let _ = write!(out, "<details><summary>{} ranks' steps</summary>", s.per_rank.len());
         }
@@ -421,9 +418,9 @@ fn section_system(out: &mut String, nodes: &BTreeMap<String, NodeSeries>) {
 fn section_framework(out: &mut String, phases: &[Phase], windows: &[PythonWindow], summary: &PythonSummary) {
     out.push_str("<section id=\"framework\"><h2>Framework</h2>\n<h3>Time per phase</h3>\n");
     // The detailed windows' ops and kernels have their own section.
-    let detailed = phases.iter().any(|p| crate::page_detailed::is_detailed_phase(&p.name));
+    let detailed = phases.iter().any(|p| crate::page::detailed::is_detailed_phase(&p.name));
     let phases: Vec<&Phase> =
-        phases.iter().filter(|p| !crate::page_detailed::is_detailed_phase(&p.name)).collect();
+        phases.iter().filter(|p| !crate::page::detailed::is_detailed_phase(&p.name)).collect();
     if detailed {
         out.push_str(
             "<p class=\"note\">The detailed windows' CPU ops and GPU kernels are explained under \
@@ -449,7 +446,7 @@ fn section_framework(out: &mut String, phases: &[Phase], windows: &[PythonWindow
         }
         out.push_str("</table>\n");
     }
-    crate::page_windows::python_windows(out, summary, windows);
+    crate::page::windows::python_windows(out, summary, windows);
     out.push_str("</section>\n");
 }
 
@@ -875,7 +872,7 @@ fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) 
     let phases = m
         .phases
         .iter()
-        .filter(|p| !crate::page_detailed::is_detailed_phase(&p.name))
+        .filter(|p| !crate::page::detailed::is_detailed_phase(&p.name))
         .map(|p| PhaseData { name: &p.name, total: round(p.total_ms, MS_DECIMALS) })
         .collect();
     PageData { t0, span: round(span, T_DECIMALS), modes, nodes, bands, marks, phases }
@@ -924,110 +921,6 @@ fn last_time(t: &[f64]) -> f64 {
 fn round(x: f64, decimals: i32) -> f64 {
     let p = 10f64.powi(decimals);
     (x * p).round() / p
-}
-
-/// JSON for inside `<script type="application/json">`: `<`, `>` and `&` as `\u` escapes (so no
-/// `</script>` or `<!--` can end or change the element), and U+2028 / U+2029 too (line ends to
-/// old JavaScript parsers). These characters only ever occur inside JSON strings, where the
-/// escapes mean the same.
-pub fn script_json<T: Serialize>(v: &T) -> String {
-    let s = serde_json::to_string(v).unwrap_or_else(|_| "{}".to_owned());
-    let mut out = String::with_capacity(s.len() + 64);
-    for c in s.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-// ---------------------------------------------------------------------------------------------
-// Small helpers
-
-/// HTML text and attribute escaping.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn list(v: &[String]) -> String {
-    let items: Vec<String> = v.iter().map(|x| esc(x)).collect();
-    if items.is_empty() { "none".into() } else { items.join(", ") }
-}
-
-/// A whole number, "–" for none.
-pub(crate) fn int<T: std::fmt::Display>(v: Option<T>) -> String {
-    v.map_or_else(|| "–".into(), |v| v.to_string())
-}
-
-/// A number for a table: 3 significant-ish digits, "–" for none or a non-finite one.
-pub(crate) fn num(v: Option<f64>) -> String {
-    match v.filter(|x| x.is_finite()) {
-        None => "–".into(),
-        Some(x) if x.abs() >= 1e9 => crate::read::readable(x, None),
-        Some(x) if x.abs() >= 100.0 => format!("{x:.0}"),
-        Some(x) if x.abs() >= 10.0 => format!("{x:.1}"),
-        Some(x) => format!("{x:.2}"),
-    }
-}
-
-/// Epoch seconds as `YYYY-MM-DD HH:MM:SS.mmm UTC`.
-pub(crate) fn utc(v: Option<f64>) -> String {
-    let Some(t) = v.filter(|t| t.is_finite()) else { return "–".into() };
-    let ms_total = (t * 1000.0).round() as i64;
-    let (secs, ms) = (ms_total.div_euclid(1000), ms_total.rem_euclid(1000));
-    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, mo, d) = civil_from_days(days);
-    format!("{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02}.{ms:03} UTC", sod / 3600, sod % 3600 / 60, sod % 60)
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
-pub(crate) fn duration(v: Option<f64>) -> String {
-    let Some(s) = v.filter(|s| s.is_finite()) else { return "–".into() };
-    if s.abs() < 60.0 {
-        return format!("{s:.2} s");
-    }
-    if s.abs() >= 1e9 {
-        return format!("{} s", crate::read::readable(s, None));
-    }
-    let whole = s.round() as i64;
-    let (h, mi, se) = (whole / 3600, whole % 3600 / 60, whole % 60);
-    if h > 0 { format!("{h} h {mi:02} min {se:02} s") } else { format!("{mi} min {se:02} s") }
-}
-
-/// A time as an offset from the job's start (`+1 min 02 s`).
-fn offset(v: Option<f64>, t0: f64) -> String {
-    match v {
-        Some(t) => format!("+{}", duration(Some(t - t0))),
-        None => "–".into(),
-    }
 }
 
 #[cfg(test)]
@@ -1141,7 +1034,7 @@ mod tests {
     #[test]
     fn a_long_evidence_table_is_cut_on_the_page() {
         let mut m = ReportModel {
-            findings: crate::rules::all(&mut crate::collect::Agg::default(), None),
+            findings: crate::rules::all(&mut crate::rules::Agg::default(), None),
             ..ReportModel::default()
         };
         let Some(crate::model::Evidence::StepOutlier(e)) = m.findings.get_mut(5).map(|f| &mut f.evidence)
@@ -1172,8 +1065,11 @@ mod tests {
     #[test]
     fn evidence_is_tables_with_units_and_preliminary_is_said() {
         let mut agg = crate::rules::tests::run_with(None, 481, 95.0, 0.0, &[(3.0, 10.0), (90.0, 30.0)]);
-        let steps =
-            (0..200).map(|i| crate::collect::StepRec { start_us: i * 1000, dur_us: 500 + i % 7, step: i });
+        let steps = (0..200).map(|i| crate::analysis::steps::StepRec {
+            start_us: i * 1000,
+            dur_us: 500 + i % 7,
+            step: i,
+        });
         agg.steps.entry("TRAIN".into()).or_default().insert("0-algo-1".into(), steps.collect());
         let findings = crate::rules::all(&mut agg, Some(990.0));
         let page = render(&ReportModel { findings: findings.clone(), ..ReportModel::default() });
@@ -1238,8 +1134,8 @@ mod tests {
     #[test]
     fn the_step_chart_takes_its_axis_and_marks_from_the_model() {
         let mut ranks = BTreeMap::new();
-        let steps: Vec<crate::collect::StepRec> = (0..300)
-            .map(|i| crate::collect::StepRec {
+        let steps: Vec<crate::analysis::steps::StepRec> = (0..300)
+            .map(|i| crate::analysis::steps::StepRec {
                 start_us: 1_000_000_000_000 + i * 40_000,
                 dur_us: if i == 0 { 4_000_000 } else { 30_000 + (i % 5) * 1000 },
                 step: i,
@@ -1247,7 +1143,7 @@ mod tests {
             .collect();
         ranks.insert("0-a".to_owned(), steps);
         let mut m = ReportModel::default();
-        m.steps.insert("TRAIN".into(), crate::mode_steps(&ranks));
+        m.steps.insert("TRAIN".into(), crate::analysis::steps::mode_steps(&ranks));
         m.job.start_s = Some(1_000_000.0);
         let page = render(&m);
         let data = page.split("id=\"report-data\">").nth(1).unwrap().split("</script>").next().unwrap();

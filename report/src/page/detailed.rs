@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
-use crate::detailed::{Detailed, DetailedFigures, DetailedWindow, TopRow, ms_text};
-use crate::html::esc;
+use crate::analysis::detailed::ms_text;
+use crate::model::detailed::{Detailed, DetailedFigures, DetailedWindow, TopRow};
+use crate::page::markup::esc;
 
 /// Windows with a row in the windows' table, and windows whose tables are drawn in full.
 pub const MAX_WINDOW_ROWS: usize = 200;
@@ -32,7 +33,8 @@ fn us(v: Option<f64>) -> String {
 /// Whether a phase's events are the detailed windows' ops or kernels (shown in this section,
 /// not as phases).
 pub fn is_detailed_phase(name: &str) -> bool {
-    name == crate::detailed::CPU_FUNCTIONS || name.starts_with(crate::detailed::GPU_FUNCTIONS)
+    name == crate::analysis::detailed::CPU_FUNCTIONS
+        || name.starts_with(crate::analysis::detailed::GPU_FUNCTIONS)
 }
 
 /// The section, with its heading.
@@ -194,7 +196,7 @@ fn figures(out: &mut String, f: &DetailedFigures, id: &str) {
             out,
             "<h4>GPU time by kernel class</h4><p class=\"note\">{} {}, {} of kernel time{}.</p>",
             count(f.kernels),
-            crate::html::plural(f.kernels, "kernel", "kernels"),
+            crate::page::markup::plural(f.kernels, "kernel", "kernels"),
             esc(&ms_text(f.gpu_ms)),
             if f.annotations > 0 {
                 format!(
@@ -228,7 +230,11 @@ fn figures(out: &mut String, f: &DetailedFigures, id: &str) {
     }
     if !f.top_kernels.is_empty() {
         let n = f.top_kernels.len() as u64;
-        let _ = writeln!(out, "<h4>Top {n} {} by GPU time</h4>", crate::html::plural(n, "kernel", "kernels"));
+        let _ = writeln!(
+            out,
+            "<h4>Top {n} {} by GPU time</h4>",
+            crate::page::markup::plural(n, "kernel", "kernels")
+        );
         top_table(out, &f.top_kernels, true);
     }
     if !f.top_ops.is_empty() {
@@ -240,7 +246,7 @@ fn figures(out: &mut String, f: &DetailedFigures, id: &str) {
             out,
             "<p>Launch delay (kernel start − its launch call's start), {} {}: median {}, p90 {}, max {}, mean {}.</p>",
             count(d.kernels),
-            crate::html::plural(d.kernels, "kernel", "kernels"),
+            crate::page::markup::plural(d.kernels, "kernel", "kernels"),
             us(d.p50_us),
             us(d.p90_us),
             us(d.max_us),

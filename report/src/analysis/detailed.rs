@@ -13,10 +13,10 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use serde::{Deserialize, Serialize};
-
-use crate::collect::{MAX_NAME_BYTES, StepRec};
+use crate::analysis::steps::StepRec;
 use crate::model::Capped;
+use crate::model::detailed::*;
+use crate::reading::MAX_NAME_BYTES;
 
 /// The phase of the CPU ops (`docs/formats.md`, "Event vocabulary").
 pub const CPU_FUNCTIONS: &str = "cpu_functions";
@@ -177,10 +177,10 @@ pub struct Collector {
     /// Names cut to [`MAX_NAME_BYTES`].
     pub names_cut: u64,
     /// The job's demangling budget (`docs/report.md`, "Mangled names").
-    demangler: crate::demangle::Demangler,
+    demangler: crate::reading::demangle::Demangler,
 }
 
-fn arg_i64(e: &crate::read::Event<'_>, k: &str) -> Option<i64> {
+fn arg_i64(e: &crate::reading::Event<'_>, k: &str) -> Option<i64> {
     let v = e.args.get(k)?;
     v.as_i64().or_else(|| v.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
 }
@@ -196,11 +196,11 @@ impl Collector {
         if let Some(&i) = self.name_ids.get(raw) {
             return i;
         }
-        if !crate::demangle::is_mangled(raw) || self.names.len() >= MAX_NAMES {
+        if !crate::reading::demangle::is_mangled(raw) || self.names.len() >= MAX_NAMES {
             return self.intern(raw);
         }
         let keep = self.demangler.would_try(raw);
-        let shown = self.demangler.show(raw, crate::demangle::MAX_NAME);
+        let shown = self.demangler.show(raw, crate::reading::demangle::MAX_NAME);
         let i = self.intern(&shown);
         if keep {
             self.name_ids.insert(raw.to_owned(), i);
@@ -244,7 +244,7 @@ impl Collector {
     }
 
     /// One event of a timeline: kept when it is an op, a kernel or a DataLoader wait.
-    pub fn event(&mut self, e: &crate::read::Event<'_>) {
+    pub fn event(&mut self, e: &crate::reading::Event<'_>) {
         if e.ph != 'X' {
             return;
         }
@@ -311,7 +311,7 @@ impl Collector {
             ("detailed_events", MAX_RECORDS, self.left_out_records),
             ("detailed_waits", MAX_WAITS, self.left_out_waits),
             ("detailed_names", MAX_NAMES, self.left_out_names),
-            ("demangled_bytes", crate::demangle::BUDGET_BYTES, self.demangler.not_tried),
+            ("demangled_bytes", crate::reading::demangle::BUDGET_BYTES, self.demangler.not_tried),
         ] {
             if n > 0 {
                 out.push(Capped { what: what.into(), node: None, limit: limit as u64, left_out: n });
@@ -662,7 +662,7 @@ impl Sums {
         d.sort_unstable();
         let q = |p: f64| {
             let v: Vec<f64> = d.iter().map(|x| *x as f64).collect();
-            crate::stats::quantile_sorted(&v, p)
+            crate::analysis::stats::quantile_sorted(&v, p)
         };
         DetailedFigures {
             windows: self.windows,
@@ -827,95 +827,6 @@ pub fn sentence(f: &DetailedFigures, label: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // The model
 
-/// `detailed` in the model (`docs/report.md`, "Detailed windows").
-#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
-pub struct Detailed {
-    /// The job's total over every window; `null` without detailed events.
-    pub total: Option<DetailedFigures>,
-    /// Per rank, window and device, in rank then step order; at most [`MAX_WINDOWS`].
-    pub windows: Vec<DetailedWindow>,
-    /// Windows past [`MAX_WINDOWS`] (counted in `total`).
-    pub windows_left_out: u64,
-    /// Op and kernel names longer than 256 bytes, cut (`…`).
-    pub names_cut: u64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct DetailedWindow {
-    pub rank: String,
-    /// The device index of `gpu_functions-dev:<n>`; `null` when the window has no kernel.
-    pub device: Option<i64>,
-    pub first_step: i64,
-    pub last_step: i64,
-    /// Step events found for the window's steps.
-    pub steps: u64,
-    pub start_s: f64,
-    pub end_s: f64,
-    #[serde(flatten)]
-    pub figures: DetailedFigures,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
-pub struct DetailedFigures {
-    /// Windows summed (1 for a window).
-    pub windows: u64,
-    pub wall_ms: f64,
-    /// Whether any kernel was recorded; without, the GPU figures are `null` / empty.
-    pub gpu: bool,
-    pub busy_ms: Option<f64>,
-    pub busy_pct: Option<f64>,
-    pub compute_busy_ms: Option<f64>,
-    pub compute_busy_pct: Option<f64>,
-    pub idle_ms: Option<f64>,
-    /// The idle categories in [`IDLE`] order: `name`, `ms`, `pct` (of wall time).
-    pub idle: Vec<Share>,
-    /// Kernel time summed (kernels on several streams at once count each).
-    pub gpu_ms: f64,
-    pub kernels: u64,
-    /// Device ranges that are not kernels (`record_function` annotations), left out.
-    pub annotations: u64,
-    pub annotations_ms: f64,
-    /// The kernel classes in [`CLASSES`] order: `name`, `ms`, `pct` (of `gpu_ms`), `count`.
-    pub classes: Vec<Share>,
-    pub ops: u64,
-    pub top_kernels: Vec<TopRow>,
-    pub top_ops: Vec<TopRow>,
-    pub launch_delay: Option<LaunchDelay>,
-    pub sentence: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Share {
-    pub name: String,
-    pub ms: f64,
-    pub pct: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub count: Option<u64>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct TopRow {
-    pub name: String,
-    /// A kernel's class; absent for an op.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub class: Option<String>,
-    pub count: u64,
-    pub self_ms: f64,
-    pub total_ms: f64,
-    /// Of the GPU time (kernels) or of the wall time (ops).
-    pub pct: Option<f64>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct LaunchDelay {
-    /// Kernels whose launch time is known.
-    pub kernels: u64,
-    pub p50_us: Option<f64>,
-    pub p90_us: Option<f64>,
-    pub max_us: Option<f64>,
-    pub mean_us: Option<f64>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -929,7 +840,7 @@ mod tests {
         for (k, v) in args {
             m.insert((*k).into(), (*v).into());
         }
-        let e = crate::read::Event {
+        let e = crate::reading::Event {
             node: RANK,
             phase,
             name,
@@ -1053,9 +964,12 @@ mod tests {
         let d = &c.demangler;
         assert_eq!(
             (d.attempts, d.failed),
-            (u64::from(crate::demangle::MAX_FAILURES), u64::from(crate::demangle::MAX_FAILURES))
+            (
+                u64::from(crate::reading::demangle::MAX_FAILURES),
+                u64::from(crate::reading::demangle::MAX_FAILURES)
+            )
         );
-        assert!(d.attempted_bytes <= crate::demangle::BUDGET_BYTES as u64);
+        assert!(d.attempted_bytes <= crate::reading::demangle::BUDGET_BYTES as u64);
         assert!(c.names.iter().all(|n| !n.starts_with("_Z")), "{:?}", &c.names[..3]);
         assert_eq!(c.names[0], "bombs0000::f<…>");
         // The two spellings of one readable prefix are one name.
@@ -1068,7 +982,7 @@ mod tests {
             c.name(&name(i));
         }
         let d = &c.demangler;
-        assert!(d.attempted_bytes <= crate::demangle::BUDGET_BYTES as u64);
+        assert!(d.attempted_bytes <= crate::reading::demangle::BUDGET_BYTES as u64);
         assert_eq!(d.attempts + d.not_tried, 2_000);
         assert!(d.not_tried > 1_000 && d.failed == 0, "{d:?}");
         assert!(c.names.iter().all(|n| n.starts_with("foo::")));

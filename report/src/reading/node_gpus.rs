@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use trainprof_output::fs::{self as ofs, Dir};
 use trainprof_output::protocol::node_record;
 
-use crate::read::{self, Skipped};
+use crate::reading::{self, Skipped};
 
 /// Nodes whose record is read at most per job.
 pub const MAX_NODES: usize = 4096;
@@ -43,7 +43,7 @@ pub fn read(dir: &Dir, skipped: &mut Skipped) -> BTreeMap<String, BTreeMap<Strin
     }
     let mut out = BTreeMap::new();
     for (node, (_, rel)) in newest {
-        let bytes = match read::read_file(dir, &rel, node_record::MAX_BYTES) {
+        let bytes = match reading::read_file(dir, &rel, node_record::MAX_BYTES) {
             Ok(b) => b,
             Err(e) => {
                 skipped.push(e);
@@ -58,12 +58,12 @@ pub fn read(dir: &Dir, skipped: &mut Skipped) -> BTreeMap<String, BTreeMap<Strin
         for g in record.gpus.iter().take(node_record::MAX_GPUS) {
             let model = g.model.as_deref().map_or_else(
                 || UNKNOWN_MODEL.to_owned(),
-                |m| read::printable(m.trim(), node_record::MAX_MODEL_BYTES),
+                |m| reading::printable(m.trim(), node_record::MAX_MODEL_BYTES),
             );
             *models.entry(model).or_default() += 1;
         }
         // The folder names the node; the record's own NodeId is not trusted over it.
-        out.insert(read::printable(&node, node_record::MAX_MODEL_BYTES), models);
+        out.insert(reading::printable(&node, node_record::MAX_MODEL_BYTES), models);
     }
     out
 }
@@ -144,11 +144,11 @@ mod tests {
     #[test]
     fn the_page_names_each_node_s_gpus() {
         let mut m = crate::model::ReportModel::default();
-        let page = crate::html::render(&m);
+        let page = crate::page::render(&m);
         assert!(!page.contains("GPUs (node records)"), "no row without a record");
         m.job.gpu_models.insert("algo-1".into(), [("NVIDIA <H200>".to_owned(), 2)].into());
         m.job.gpu_models.insert("algo-2".into(), BTreeMap::new());
-        let page = crate::html::render(&m);
+        let page = crate::page::render(&m);
         assert!(
             page.contains(
                 "<tr><th>GPUs (node records)</th><td>algo-1: 2 × NVIDIA &lt;H200&gt;; algo-2: no GPU</td></tr>"
@@ -167,7 +167,9 @@ mod tests {
             for (node, m, n) in gpus {
                 model.job.gpu_models.entry((*node).to_owned()).or_default().insert((*m).to_owned(), *n);
             }
-            let ms = crate::stats::sorted(&(0..100).map(|i| 40.0 + f64::from(i % 10)).collect::<Vec<_>>());
+            let ms = crate::analysis::stats::sorted(
+                &(0..100).map(|i| 40.0 + f64::from(i % 10)).collect::<Vec<_>>(),
+            );
             let modes = [("TRAIN".to_owned(), ModeRun { ms, ..ModeRun::default() })].into();
             Run { model, modes, node_ticks: BTreeMap::new(), pressure: Vec::new() }
         };

@@ -7,23 +7,23 @@
 //! tenth of a pixel). Only when it is missing (not kept, or refused: too large, a link, not a
 //! protobuf) is `flamegraph.svg` read, for its frames' names and sample counts (inferno's
 //! `fg:x` / `fg:w` attributes); the SVG's own markup and script are never used, and the page
-//! redraws the graph with its own code ([`crate::page_windows`]).
+//! redraws the graph with its own code ([`crate::page::windows`]).
 //!
 //! Both files are the trainer's, so untrusted: read through `trainprof_output::fs` (no link
 //! followed, a plain file only), at most [`MAX_FILE_BYTES`] bytes (and as much unzipped), with
 //! caps on the strings, functions, locations, samples and frames read ([`Caps`]): memory is
 //! bounded whatever the file holds. Names are demangled here too (C++ and Rust; files written
 //! before the hook demangled hold mangled names), at most [`MAX_NAME`] bytes each, within one
-//! budget for the job's windows ([`crate::demangle`]).
+//! budget for the job's windows ([`crate::reading::demangle`]).
 
 use std::collections::HashMap;
 use std::io::Read as _;
 
 use trainprof_output::fs::{self as ofs, Dir};
 
-use crate::demangle::Demangler;
 use crate::model::{Flame, NativeFunction, NativeWindow};
-use crate::read::Skipped;
+use crate::reading::Skipped;
+use crate::reading::demangle::Demangler;
 
 /// Largest `profile.pb.gz` or `flamegraph.svg` read, and largest unzipped profile.
 pub const MAX_FILE_BYTES: u64 = 64 << 20;
@@ -109,7 +109,7 @@ pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
         }
         if read.is_none() && svg {
             let rel = format!("{dir}/flamegraph.svg");
-            match crate::read::read_file(root, &rel, MAX_FILE_BYTES)
+            match crate::reading::read_file(root, &rel, MAX_FILE_BYTES)
                 .and_then(|b| flamegraph_svg(&b, &CAPS).map_err(|e| format!("{rel}: {e}")))
             {
                 Ok(t) => read = Some(("flamegraph.svg", t)),
@@ -125,7 +125,7 @@ pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
 
 /// The bytes of a gzipped file, unzipped: at most [`MAX_FILE_BYTES`] read and as many unzipped.
 fn read_gz(root: &Dir, rel: &str) -> Result<Vec<u8>, String> {
-    let (f, _) = crate::read::open_limited(root, rel, MAX_FILE_BYTES)?;
+    let (f, _) = crate::reading::open_limited(root, rel, MAX_FILE_BYTES)?;
     // Reserved whole (only the pages written are ever resident): grown by doubling, the
     // buffer would peak at twice the cap while its bytes are copied.
     let mut out = Vec::with_capacity(usize::try_from(MAX_FILE_BYTES + 1).unwrap_or(usize::MAX));
@@ -145,7 +145,7 @@ pub fn parse_window(name: &str) -> Option<(f64, f64, u64)> {
     let (a, b) = span.split_once('-')?;
     let (a, b): (i64, i64) = (a.parse().ok()?, b.parse().ok()?);
     let (a, b) = (a as f64 / 1e6, b as f64 / 1e6);
-    (crate::read::plausible_s(a) && crate::read::plausible_s(b)).then_some((a, b, pid.parse().ok()?))
+    (crate::reading::plausible_s(a) && crate::reading::plausible_s(b)).then_some((a, b, pid.parse().ok()?))
 }
 
 fn window_model(node: String, window: String, source: &str, t: &Tree) -> NativeWindow {

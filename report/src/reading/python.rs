@@ -9,20 +9,20 @@ use crate::model::{PyFunction, PyFunctionTotal, PythonGroup};
 pub const TOP: usize = 20;
 
 /// The top functions of a cProfile window, by total (cumulative) time.
-pub fn cprofile(bytes: &[u8]) -> Result<Vec<PyFunction>, crate::marshal::MarshalError> {
+pub fn cprofile(bytes: &[u8]) -> Result<Vec<PyFunction>, crate::reading::marshal::MarshalError> {
     let mut out = cprofile_all(bytes)?;
     top(&mut out);
     Ok(out)
 }
 
 /// Every function of a cProfile window, by total time.
-pub fn cprofile_all(bytes: &[u8]) -> Result<Vec<PyFunction>, crate::marshal::MarshalError> {
-    let rows = crate::marshal::pstats(bytes)?;
+pub fn cprofile_all(bytes: &[u8]) -> Result<Vec<PyFunction>, crate::reading::marshal::MarshalError> {
+    let rows = crate::reading::marshal::pstats(bytes)?;
     let mut out: Vec<PyFunction> = rows
         .into_iter()
         .map(|r| PyFunction {
-            name: crate::read::shown(&r.function).into_owned(),
-            file: crate::read::shown(&r.file).into_owned(),
+            name: crate::reading::shown(&r.function).into_owned(),
+            file: crate::reading::shown(&r.file).into_owned(),
             line: Some(r.line),
             calls: Some(r.calls),
             self_s: r.self_s,
@@ -319,8 +319,8 @@ impl Tree {
             .into_iter()
             .zip(acc)
             .map(|((name, file, line), (total, selft))| PyFunction {
-                name: crate::read::shown(&name).into_owned(),
-                file: crate::read::shown(&file).into_owned(),
+                name: crate::reading::shown(&name).into_owned(),
+                file: crate::reading::shown(&file).into_owned(),
                 line,
                 calls: None,
                 self_s: selft,
@@ -370,12 +370,12 @@ pub const TOP_MERGED: usize = 30;
 /// Distinct functions a merge keeps (the rest are counted as left out).
 pub const MAX_MERGED: usize = 200_000;
 
-/// What a folder name says, for grouping: its edges (`read::parse_window`).
+/// What a folder name says, for grouping: its edges (`reading::parse_window`).
 #[derive(Debug, Clone)]
 pub struct Folder {
     pub node: String,
     pub profiler: String,
-    pub edges: Option<(crate::read::WindowEdge, crate::read::WindowEdge)>,
+    pub edges: Option<(crate::reading::WindowEdge, crate::reading::WindowEdge)>,
     pub raw: String,
 }
 
@@ -390,7 +390,7 @@ pub fn profiler_name(p: &str) -> &str {
 
 /// One boundary in words: `step 240 start`, `step 240 forward pass end`, `init`, `close`,
 /// `exit`.
-fn edge_words(e: &crate::read::WindowEdge, is_start: bool) -> String {
+fn edge_words(e: &crate::reading::WindowEdge, is_start: bool) -> String {
     let phase = match e.phase.as_str() {
         "stepstart" => "start",
         "forwardpassend" => "forward pass end",
@@ -661,7 +661,7 @@ mod tests {
             .map(|n| Folder {
                 node: "0-algo-1".into(),
                 profiler: "cprofile".into(),
-                edges: crate::read::parse_window(n),
+                edges: crate::reading::parse_window(n),
                 raw: (*n).to_owned(),
             })
             .collect()

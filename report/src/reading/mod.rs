@@ -1,7 +1,21 @@
-//! Reading a LocalPath: system files, timeline files and Python-stats windows (formats in
-//! `docs/formats.md`), strictly through `trainprof_output::fs`: no link is followed, every
-//! file is opened as a regular file relative to an open folder, and everything is streamed
-//! (one line, one event at a time) so that memory does not grow with a file's size.
+//! Reading a LocalPath (formats in `docs/formats.md`), strictly through
+//! `trainprof_output::fs`: no link is followed, every file is opened as a regular file
+//! relative to an open folder, and everything is streamed (one line, one event at a time) or
+//! read up to a bound, so that memory does not grow with a file's size.
+//!
+//! One module per format: [`marshal`] (cProfile's stats), [`python`] (cProfile and
+//! pyinstrument windows), [`native`] (`profile.pb.gz`, `flamegraph.svg`) with [`demangle`],
+//! [`dumps`] (hang and crash dumps, the agent's host records), [`node_gpus`] (the node
+//! record). This file holds the system lines and the timelines, and what every reader shares:
+//! [`Skipped`], the bounded reads ([`open_limited`], [`read_file`]) and the text helpers
+//! ([`printable`], [`shown`], [`readable`]).
+
+pub mod demangle;
+pub mod dumps;
+pub mod marshal;
+pub mod native;
+pub mod node_gpus;
+pub mod python;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -18,6 +32,8 @@ use trainprof_output::protocol::timeline;
 /// A timeline file larger than this is skipped: events are streamed, one at a time, and no
 /// writer makes files this large (the hook rotates at 10 MB by default).
 pub const MAX_TIMELINE_BYTES: u64 = 1 << 30;
+/// Largest stats file read (cProfile / pyinstrument).
+pub const MAX_STATS_BYTES: u64 = 64 << 20;
 /// A system file larger than this is skipped (the agent writes one a minute: ~40 MB at 10
 /// ticks a second on 256 cores).
 pub const MAX_SYSTEM_BYTES: u64 = 1 << 30;
@@ -30,13 +46,18 @@ pub const MAX_EVENT_BYTES: u64 = 1 << 20;
 pub const MAX_ARGS: usize = 64;
 pub const MAX_ARG_VALUES: usize = 256;
 pub const MAX_ARG_STRING: usize = 4096;
+/// Longest name kept (node, GPU, rank, mode, phase), in bytes; a longer one counts as past
+/// its cap.
+pub const MAX_NAME_BYTES: usize = 256;
 /// Phases (trace processes) per timeline file (the hook names a few dozen).
 pub const MAX_PHASES: usize = 4096;
 /// Nodes of system lines being grouped into ticks, and per tick at most so many cores and
 /// GPUs (a `p4d` has 96 cores and 8 GPUs): more are skipped and counted.
 pub const MAX_NODES: usize = 1024;
 pub const MAX_TICK_CORES: usize = 4096;
-pub const MAX_TICK_GPUS: usize = crate::collect::MAX_GPUS_PER_NODE;
+/// GPUs per node in a tick: as many as the aggregates keep per node
+/// (`analysis::collect::MAX_GPUS_PER_NODE`, which is this).
+pub const MAX_TICK_GPUS: usize = 64;
 /// A file mostly of holes ([`ofs::Meta::is_mostly_holes`], the uploader's rule too) is not
 /// read.
 pub use ofs::{SPARSE_MIN_BYTES, SPARSE_RATIO};
@@ -978,9 +999,9 @@ mod tests {
         assert_eq!(readable(f64::INFINITY, Some(1)), "inf");
         assert_eq!(crate::compare::stats::pct(1e308), "1e308");
         assert_eq!(crate::compare::stats::pct(-0.01), "0.0");
-        assert_eq!(crate::html::num(Some(1e308)), "1e308");
-        assert_eq!(crate::html::num(Some(1234.5)), "1234");
-        assert_eq!(crate::html::duration(Some(1e308)), "1e308 s");
+        assert_eq!(crate::page::markup::num(Some(1e308)), "1e308");
+        assert_eq!(crate::page::markup::num(Some(1234.5)), "1234");
+        assert_eq!(crate::page::markup::duration(Some(1e308)), "1e308 s");
     }
 
     #[test]

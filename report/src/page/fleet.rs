@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use crate::fleet::Fleet;
-use crate::html::{esc, num};
+use crate::model::fleet::Fleet;
+use crate::page::markup::{esc, num};
 
 /// Rows of the score table on the page (all of them are in `--json`).
 pub const MAX_SCORE_ROWS: usize = 20;
@@ -21,7 +21,7 @@ pub fn section(out: &mut String, fleet: Option<&Fleet>) {
          at least {}× the median rank's.</p>",
         f.ranks,
         f.nodes,
-        crate::html::plural(f.nodes, "node", "nodes"),
+        crate::page::markup::plural(f.nodes, "node", "nodes"),
         esc(&f.mode),
         esc(&num(Some(f.median_ms))),
         esc(&num(Some(f.mad_ms))),
@@ -90,7 +90,7 @@ pub fn section(out: &mut String, fleet: Option<&Fleet>) {
             "<p class=\"note\">The step charts draw the distribution across the {} ranks (p10, p50, p90 and max \
              of the ranks' mean step in each of {} slices of the job) and the slowest ranks: {}.</p>",
             f.ranks,
-            crate::fleet::BAND_POINTS,
+            crate::analysis::fleet::BAND_POINTS,
             esc(&f.page.ranks_drawn.join(", "))
         );
     }
@@ -101,7 +101,7 @@ pub fn section(out: &mut String, fleet: Option<&Fleet>) {
              nodes, and nodes with throttling or Xid): {}.</p>",
             f.page.nodes_drawn.len(),
             f.page.nodes_drawn.len() as u64 + f.page.nodes_not_drawn,
-            crate::fleet::FIRST_NODES,
+            crate::analysis::fleet::FIRST_NODES,
             esc(&f.page.nodes_drawn.join(", "))
         );
     }

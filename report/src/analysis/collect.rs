@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use trainprof_output::protocol::timeline;
 
-use crate::read::Tick;
-use crate::rules::{NodeRules, SYSTEM_PATIENCE, TickView, Window, push_last};
-use crate::stats::{Decimator, PctHist};
+use crate::analysis::stats::{Decimator, PctHist};
+use crate::analysis::steps::StepRec;
+use crate::reading::Tick;
 
 /// Points of a node's series in the HTML page.
 pub const NODE_POINTS: usize = 2000;
@@ -29,7 +29,7 @@ pub const EVAL_EVERY_S: f64 = 60.0;
 /// System nodes per job.
 pub const MAX_NODES: usize = 256;
 /// GPUs per node and per job (each costs two 40 KB histograms and 1,011 recent values).
-pub const MAX_GPUS_PER_NODE: usize = 64;
+pub const MAX_GPUS_PER_NODE: usize = crate::reading::MAX_TICK_GPUS;
 pub const MAX_GPUS: usize = 1024;
 /// Cores per node (a core costs a series column).
 pub const MAX_CORES_PER_NODE: usize = 1024;
@@ -46,9 +46,7 @@ pub const MAX_MODES: usize = 16;
 /// Timeline phases per job; events of further phases are summed into [`OTHER_PHASES`].
 pub const MAX_PHASES: usize = 1000;
 pub const OTHER_PHASES: &str = "(other phases)";
-/// Longest name kept (node, GPU, rank, mode, phase), in bytes; a longer one counts as past
-/// its cap.
-pub const MAX_NAME_BYTES: usize = 256;
+pub use crate::reading::MAX_NAME_BYTES;
 /// Seconds with dataloader events kept for the Dataloader rule, and (second, pid) pairs in
 /// all (at most 4,096 pids a second).
 pub const MAX_DATALOADER_SECONDS: usize = 100_000;
@@ -101,9 +99,61 @@ pub struct GpuAgg {
     pub util_last_t: VecDeque<f64>,
 }
 
+/// SageMaker's `patience` for the system rules: datapoints a rule waits for before it
+/// judges (`--patience` lowers it, [`Agg::system_patience`]).
+pub const SYSTEM_PATIENCE: u64 = 1000;
+
+/// The patience of a preliminary verdict, for a rule with less than its `full` patience of
+/// data (`docs/report.md`, "Short jobs"): a hundredth of it (10 of the system rules' 1000
+/// datapoints; any second of the Dataloader's 10 seconds).
+pub fn preliminary_patience(full: u64) -> u64 {
+    full / 100
+}
+
+/// A tick of one node as the rules see it (`rules/`).
+#[derive(Debug)]
+pub struct TickView<'a> {
+    pub tick: &'a Tick,
+    /// The tick's GPUs within the caps: (name, utilisation, memory).
+    pub gpus: &'a [&'a (String, Option<f64>, Option<f64>)],
+    /// CPU, all cores (`Tick::cpu_total`).
+    pub cpu_total: Option<f64>,
+    /// Datapoints a system rule waits for.
+    pub patience: u64,
+}
+
+/// A judgement's window: from the previous judgement to `end`.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub from: f64,
+    pub end: f64,
+    pub patience: u64,
+    /// A preliminary judgement (`patience` is then [`preliminary_patience`]): a rule's
+    /// other minimums (BatchSize's 500 values) give way to what there is too.
+    pub preliminary: bool,
+}
+
+/// Appends `v` to a window of at most `cap` recent values.
+pub fn push_last(q: &mut std::collections::VecDeque<f64>, v: f64, cap: usize) {
+    if q.len() == cap {
+        q.pop_front();
+    }
+    q.push_back(v);
+}
+
+/// What judges a node's data during the pass: every rule's state for one node
+/// (`rules::NodeRules`). The aggregates hold it without naming the rules, which sit a layer
+/// above (ARCHITECTURE.md, "The report crate").
+pub trait NodeJudge: Default {
+    /// One tick of the node.
+    fn tick(&mut self, t: &TickView<'_>);
+    /// A judgement of the node's data so far.
+    fn judge(&mut self, node: &NodeAgg<Self>, w: &Window);
+}
+
 /// One system node.
 #[derive(Debug, Clone)]
-pub struct NodeAgg {
+pub struct NodeAgg<R> {
     pub ticks: u64,
     pub first_s: f64,
     pub last_s: f64,
@@ -112,11 +162,11 @@ pub struct NodeAgg {
     pub memory: PctHist,
     pub gpus: BTreeMap<String, GpuAgg>,
     /// What each rule keeps for this node (`rules/`).
-    pub rules: NodeRules,
+    pub rules: R,
     /// The same rules judged with the preliminary patience ([`crate::rules::preliminary_patience`]),
     /// for a rule that has less than its patience of data (`docs/report.md`, "Short jobs");
     /// `None` under `--patience`, which keeps SageMaker's behaviour.
-    pub prelim: Option<Box<NodeRules>>,
+    pub prelim: Option<Box<R>>,
     next_eval_s: f64,
     last_eval_s: f64,
     pub dec: Decimator,
@@ -154,8 +204,8 @@ impl ClockAgg {
     }
 }
 
-impl NodeAgg {
-    fn new(t: f64, points: usize, prelim: bool) -> NodeAgg {
+impl<R: NodeJudge> NodeAgg<R> {
+    fn new(t: f64, points: usize, prelim: bool) -> NodeAgg<R> {
         NodeAgg {
             prelim: prelim.then(Box::default),
             ticks: 0,
@@ -165,7 +215,7 @@ impl NodeAgg {
             cpu_total: PctHist::default(),
             memory: PctHist::default(),
             gpus: BTreeMap::new(),
-            rules: NodeRules::default(),
+            rules: R::default(),
             next_eval_s: t + EVAL_EVERY_S,
             last_eval_s: t,
             dec: Decimator::new(points),
@@ -203,7 +253,7 @@ impl NodeAgg {
         rules.judge(self, &w);
         self.rules = rules;
         if let Some(mut prelim) = self.prelim.take() {
-            let w = Window { patience: crate::rules::preliminary_patience(patience), preliminary: true, ..w };
+            let w = Window { patience: preliminary_patience(patience), preliminary: true, ..w };
             prelim.judge(self, &w);
             self.prelim = Some(prelim);
         }
@@ -215,22 +265,14 @@ impl NodeAgg {
     }
 }
 
-/// One step.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepRec {
-    pub start_us: i64,
-    pub dur_us: i64,
-    pub step: i64,
-}
-
 /// Everything the report keeps from a LocalPath.
 #[derive(Debug, Default)]
-pub struct Agg {
+pub struct Agg<R> {
     /// `--patience` (`None`: SageMaker's defaults, and the preliminary verdicts of short jobs).
     pub patience: Option<u64>,
     /// True while the nodes' `rules` are their preliminary twins ([`Agg::swap_preliminary`]).
     pub preliminary: bool,
-    pub nodes: BTreeMap<String, NodeAgg>,
+    pub nodes: BTreeMap<String, NodeAgg<R>>,
     /// mode → rank → steps in the order read.
     pub steps: BTreeMap<String, BTreeMap<String, Vec<StepRec>>>,
     pub ranks: BTreeSet<String>,
@@ -257,9 +299,9 @@ pub struct Agg {
     /// The caps reached (`docs/report.md`, "Caps").
     pub caps: Caps,
     /// The detailed windows' ops, kernels and DataLoader waits (`detailed.rs`).
-    pub detailed_windows: crate::detailed::Collector,
+    pub detailed_windows: crate::analysis::detailed::Collector,
     /// What each node's rows showed for the stragglers' causes (`fleet.rs`).
-    pub signals: BTreeMap<String, crate::fleet::NodeSignals>,
+    pub signals: BTreeMap<String, crate::analysis::fleet::NodeSignals>,
     /// GPUs and series columns of all nodes.
     gpu_count: usize,
     columns: usize,
@@ -289,8 +331,8 @@ pub fn node_points(columns: usize) -> usize {
     (MAX_SERIES_CELLS / columns.max(1)).clamp(MIN_NODE_POINTS, NODE_POINTS)
 }
 
-impl Agg {
-    pub fn new(patience: Option<u64>) -> Agg {
+impl<R: NodeJudge> Agg<R> {
+    pub fn new(patience: Option<u64>) -> Agg<R> {
         Agg { patience, ..Agg::default() }
     }
 
@@ -302,7 +344,7 @@ impl Agg {
     /// The patience a verdict judges with: [`Agg::system_patience`], or while the
     /// preliminary verdicts are made ([`crate::rules::all`]) the preliminary one.
     pub fn judging_patience(&self, full: u64) -> u64 {
-        if self.preliminary { crate::rules::preliminary_patience(full) } else { full }
+        if self.preliminary { preliminary_patience(full) } else { full }
     }
 
     /// Swaps every node's rules with their preliminary twins (made only without
@@ -407,12 +449,12 @@ impl Agg {
         }
         n.rules.tick(&TickView { tick: t, gpus: &gpus, cpu_total: total, patience });
         if let Some(p) = n.prelim.as_mut() {
-            let patience = crate::rules::preliminary_patience(patience);
+            let patience = preliminary_patience(patience);
             p.tick(&TickView { tick: t, gpus: &gpus, cpu_total: total, patience });
         }
         // The decimated series: only the columns this tick has a value for.
         let mut row: Vec<(usize, f64)> = Vec::new();
-        let mut put = |n: &mut NodeAgg, name: String, v: Option<f64>| {
+        let mut put = |n: &mut NodeAgg<R>, name: String, v: Option<f64>| {
             if let Some(i) = n.col(node, name, columns, caps)
                 && let Some(v) = v
             {
@@ -466,7 +508,7 @@ impl Agg {
         }
     }
 
-    pub fn event(&mut self, e: &crate::read::Event<'_>) {
+    pub fn event(&mut self, e: &crate::reading::Event<'_>) {
         let rank = match self.rank_ids.get(e.node) {
             Some(&r) => r,
             None => {
@@ -577,7 +619,7 @@ pub const MAX_TRIGGERS: usize = 10_000;
 
 /// A trigger from its event: `ts` is the slow step's end, so the step started `duration_ms`
 /// before. `None` when the duration or the median is missing.
-pub fn trigger(e: &crate::read::Event<'_>) -> Option<crate::model::Trigger> {
+pub fn trigger(e: &crate::reading::Event<'_>) -> Option<crate::model::Trigger> {
     let f = |k: &str| e.args.get(k).and_then(serde_json::Value::as_f64).filter(|v| v.is_finite());
     let ms = f(timeline::trigger_key::DURATION_MS)?;
     let median_ms = f(timeline::trigger_key::MEDIAN_MS)?;
@@ -585,7 +627,9 @@ pub fn trigger(e: &crate::read::Event<'_>) -> Option<crate::model::Trigger> {
     // At most a few short names: the features are `detailed`, `dataloader`, `python`, `native`.
     let features = e.args.get(timeline::trigger_key::FEATURES).and_then(|v| v.as_array()).map(|a| {
         a.iter()
-            .filter_map(|x| x.as_str().filter(|s| s.len() <= 32).map(|s| crate::read::shown(s).into_owned()))
+            .filter_map(|x| {
+                x.as_str().filter(|s| s.len() <= 32).map(|s| crate::reading::shown(s).into_owned())
+            })
             .take(8)
             .collect::<Vec<_>>()
     });
@@ -615,6 +659,7 @@ pub fn step_mode(phase: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rules::Agg;
 
     fn tick(t: f64, core: f64, gpu: f64, mem: f64) -> Tick {
         Tick {
@@ -684,7 +729,7 @@ mod tests {
                 "features": ["detailed", "python"], "window_start_step": 32, "window_num_steps": 2}"#,
         )
         .unwrap();
-        let e = crate::read::Event {
+        let e = crate::reading::Event {
             node: "0-algo-1",
             phase: "trainprof:AutoProfiling",
             name: TRIGGER_EVENT,
@@ -703,8 +748,8 @@ mod tests {
         // No duration: not a trigger; another instant event: not a trigger.
         let mut bad = args.clone();
         bad.remove("duration_ms");
-        assert!(trigger(&crate::read::Event { args: &bad, ..e.clone() }).is_none());
-        agg.event(&crate::read::Event { name: "other", ..e });
+        assert!(trigger(&crate::reading::Event { args: &bad, ..e.clone() }).is_none());
+        agg.event(&crate::reading::Event { name: "other", ..e });
         assert_eq!(agg.triggers.len(), 1);
     }
 

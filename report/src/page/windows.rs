@@ -4,19 +4,19 @@
 //! `python_summary.windows`), `#native` and `#native-<i>` (the i-th of `native`).
 //!
 //! The flame graph of a native window is redrawn here from the frames the report parsed
-//! ([`crate::native`]), as plain SVG markup written by this code: rectangles, text and
+//! ([`crate::reading::native`]), as plain SVG markup written by this code: rectangles, text and
 //! `<title>` tooltips, every name HTML-escaped. The trainer's own `flamegraph.svg` is never
 //! embedded, not even sanitised: it carries inferno's script (and a hostile one could carry
 //! anything), and a sanitiser that must keep SVG while removing every way to run script
 //! (`on*` attributes, `<script>`, `<foreignObject>`, `javascript:` links, `<animate>` on
 //! `href`, …) is a list that only has to miss one entry. Redrawn, the graph costs the page
-//! only its frames (at most [`crate::native::MAX_FLAME_FRAMES`] per window) and needs no
+//! only its frames (at most [`crate::reading::native::MAX_FLAME_FRAMES`] per window) and needs no
 //! script: hovering a frame shows its name and samples.
 
 use std::fmt::Write as _;
 
-use crate::html::esc;
 use crate::model::{NativeFunction, NativeWindow, PyFunctionTotal, PythonSummary, PythonWindow};
+use crate::page::markup::esc;
 
 /// The flame graph's drawing units: its width, and the height of one frame.
 const FLAME_WIDTH: f64 = 1200.0;
@@ -42,7 +42,7 @@ pub fn python_windows(out: &mut String, summary: &PythonSummary, folders: &[Pyth
                 "<details{}><summary>{} · {} · <span class=\"code\">{}</span></summary>",
                 if i == 0 { " open" } else { "" },
                 esc(&w.node),
-                esc(crate::python::profiler_name(&w.profiler)),
+                esc(crate::reading::python::profiler_name(&w.profiler)),
                 esc(&w.window)
             );
             let rows: Vec<PyFunctionTotal> = w
@@ -71,7 +71,7 @@ pub fn python_windows(out: &mut String, summary: &PythonSummary, folders: &[Pyth
              windows, {} s profiled, merged by function, file and line (by total time). The windows \
              before the first step and after close (setup and teardown) are listed below on their own.</p>",
             top.folders,
-            crate::html::plural(top.folders, "folder", "folders"),
+            crate::page::markup::plural(top.folders, "folder", "folders"),
             esc(&num(top.profiled_s))
         );
         functions_table(out, &top.functions);
@@ -181,7 +181,7 @@ pub fn section_native(out: &mut String, windows: &[NativeWindow], t0: f64) {
             esc(&offset(w.end_s, t0)),
             esc(&wall.map_or("–".to_owned(), num)),
             w.samples,
-            crate::html::plural(w.samples, "sample", "samples"),
+            crate::page::markup::plural(w.samples, "sample", "samples"),
             w.cpu_s.map_or(String::new(), |c| format!(", {} s of CPU", esc(&num(c))))
         );
         let source = if w.source == "profile.pb.gz" {
@@ -202,8 +202,8 @@ pub fn section_native(out: &mut String, windows: &[NativeWindow], t0: f64) {
                 out,
                 " {} {} of stacks past the report's caps {} left out.",
                 w.samples_left_out,
-                crate::html::plural(w.samples_left_out, "sample", "samples"),
-                crate::html::plural(w.samples_left_out, "is", "are")
+                crate::page::markup::plural(w.samples_left_out, "sample", "samples"),
+                crate::page::markup::plural(w.samples_left_out, "is", "are")
             );
         }
         out.push_str("</p>\n");
@@ -295,11 +295,11 @@ fn flame_svg(out: &mut String, w: &NativeWindow) {
             "<p class=\"note\">{} {} narrower than 0.1 % of the samples (or past {} frames) {} not drawn; \
              {} samples are in {} callers' width.</p>",
             f.left_out,
-            crate::html::plural(f.left_out, "frame", "frames"),
-            crate::native::MAX_FLAME_FRAMES,
-            crate::html::plural(f.left_out, "is", "are"),
-            crate::html::plural(f.left_out, "its", "their"),
-            crate::html::plural(f.left_out, "its", "their"),
+            crate::page::markup::plural(f.left_out, "frame", "frames"),
+            crate::reading::native::MAX_FLAME_FRAMES,
+            crate::page::markup::plural(f.left_out, "is", "are"),
+            crate::page::markup::plural(f.left_out, "its", "their"),
+            crate::page::markup::plural(f.left_out, "its", "their"),
         );
     }
 }
@@ -348,12 +348,12 @@ mod tests {
     const HOSTILE: &str = "</title></svg><script>alert(1)</script><img src=x onerror=alert(2)>";
 
     fn native_model() -> ReportModel {
-        let b = crate::native::tests::profile_bytes(&[
+        let b = crate::reading::native::tests::profile_bytes(&[
             ("main", &[HOSTILE, "_ZN3foo3barEv", "main"], 6),
             ("main", &["main"], 1),
         ]);
-        let mut t = crate::native::profile(&b, &crate::native::CAPS).unwrap();
-        t.show_names(&mut crate::demangle::Demangler::default());
+        let mut t = crate::reading::native::profile(&b, &crate::reading::native::CAPS).unwrap();
+        t.show_names(&mut crate::reading::demangle::Demangler::default());
         let (top_self, top_total) = t.top(20);
         let w = NativeWindow {
             node: "0-algo-1".into(),
@@ -374,7 +374,7 @@ mod tests {
 
     #[test]
     fn the_native_section_draws_tables_and_a_flame_graph_of_escaped_names() {
-        let page = crate::html::render(&native_model());
+        let page = crate::page::render(&native_model());
         let sec = page.split("<section id=\"native\">").nth(1).unwrap().split("</section>").next().unwrap();
         assert!(sec.contains("<td class=\"code\">foo::bar()</td><td class=\"n\">6</td><td class=\"n\">85.7</td><td class=\"n\">0</td>"), "{sec}");
         assert!(
@@ -392,7 +392,7 @@ mod tests {
 
     #[test]
     fn no_native_window_is_one_line() {
-        let page = crate::html::render(&ReportModel::default());
+        let page = crate::page::render(&ReportModel::default());
         assert!(page.contains("No native profiling window was recorded."));
         assert!(page.contains("No Python profiling window was recorded."));
     }
@@ -422,7 +422,7 @@ mod tests {
             end_s: Some(1.25),
             ..Default::default()
         });
-        let page = crate::html::render(&m);
+        let page = crate::page::render(&m);
         let sec =
             page.split("<h3 id=\"python-windows\">").nth(1).unwrap().split("</section>").next().unwrap();
         assert!(sec.contains("<tr><td>train steps 240–242 · cProfile</td><td>0-algo-1</td><td class=\"n\">2</td><td class=\"n\">0.25</td><td class=\"code\">&lt;lambda&gt;</td></tr>"), "{sec}");

@@ -6,15 +6,16 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::detailed::{Detailed, DetailedFigures, DetailedWindow, LaunchDelay, Share, TopRow};
-pub use crate::hangs::Hangs;
+pub mod detailed;
+pub mod fleet;
+pub mod hangs;
+
 pub use crate::rules::Evidence;
+pub use detailed::{Detailed, DetailedFigures, DetailedWindow, LaunchDelay, Share, TopRow};
+pub use hangs::Hangs;
 
 /// The version of this shape; raised when a key changes meaning.
 pub const VERSION: u32 = 2;
-
-/// The rules, in the order `findings` lists them (their registry: `rules/mod.rs`).
-pub use crate::rules::RULES;
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct ReportModel {
@@ -43,7 +44,7 @@ pub struct ReportModel {
     /// Many ranks: robust straggler scores and their nodes' causes (`docs/report.md`,
     /// "Many ranks"); `null` with fewer than two ranks.
     #[serde(default)]
-    pub fleet: Option<crate::fleet::Fleet>,
+    pub fleet: Option<fleet::Fleet>,
     /// Only for the HTML page; `--json` leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<Series>,
@@ -402,7 +403,25 @@ pub struct Finding {
     pub ranges: Vec<[f64; 2]>,
     /// Judged on less than the rule's patience of data (`docs/report.md`, "Short jobs");
     /// `null` for a full verdict, or when not evaluated.
-    pub preliminary: Option<crate::rules::Preliminary>,
+    pub preliminary: Option<Preliminary>,
+}
+
+/// How much data a preliminary finding was judged on (`findings[].preliminary`).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Preliminary {
+    /// The data there was (the most any node or GPU the rule judges had).
+    pub datapoints: u64,
+    /// What the rule waits for before a full verdict (its patience).
+    pub patience: u64,
+    /// `datapoints`, or `seconds` (Dataloader: seconds with dataloader events).
+    pub unit: String,
+}
+
+impl Preliminary {
+    /// `preliminary: 481 of 1000 datapoints`.
+    pub fn label(&self) -> String {
+        format!("preliminary: {} of {} {}", self.datapoints, self.patience, self.unit)
+    }
 }
 
 /// A finding as JSON holds it, before its evidence is read as its rule's.
@@ -416,7 +435,7 @@ struct FindingJson {
     evidence: serde_json::Value,
     ranges: Vec<[f64; 2]>,
     #[serde(default)]
-    preliminary: Option<crate::rules::Preliminary>,
+    preliminary: Option<Preliminary>,
 }
 
 impl TryFrom<FindingJson> for Finding {

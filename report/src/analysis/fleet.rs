@@ -15,14 +15,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use trainprof_output::protocol::metric::dimension::THROTTLE_FLAGS;
 use trainprof_output::protocol::metric::name::{PRESSURE_CPU, PRESSURE_IO, PRESSURE_MEMORY};
 
-use crate::collect::StepRec;
+use crate::analysis::stats;
+use crate::analysis::steps::StepRec;
 use crate::model::StepSeries;
-use crate::read::Tick;
-use crate::stats;
+use crate::model::fleet::*;
+use crate::reading::Tick;
 
 /// Modified z-score from which a rank is a straggler (Iglewicz and Hoaglin's 3.5).
 pub const MAD_Z: f64 = 3.5;
@@ -139,85 +139,6 @@ impl NodeSignals {
 /// The throttle reasons' names as the rows spell them, by the kinds above.
 fn throttle_rows(bits: u64) -> String {
     THROTTLE_FLAGS.iter().filter(|f| f.0 & bits != 0).map(|f| f.1).collect::<Vec<_>>().join(", ")
-}
-
-/// `--json`'s `fleet`: the scores of the ranks of one mode and the stragglers' causes.
-#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
-pub struct Fleet {
-    /// The mode scored: `TRAIN` when there is one, else the mode with the most steps.
-    pub mode: String,
-    pub ranks: u64,
-    pub nodes: u64,
-    /// The median of the ranks' median steps, and their median absolute deviation.
-    pub median_ms: f64,
-    pub mad_ms: f64,
-    /// The thresholds: score ≥ `z_threshold` and median ≥ `min_slowdown` × `median_ms`.
-    pub z_threshold: f64,
-    pub min_slowdown: f64,
-    /// Every rank's score, the highest first (at most [`MAX_SCORES`]).
-    pub scores: Vec<RankScore>,
-    pub stragglers: Vec<FleetStraggler>,
-    /// What the page draws: every rank's line, or the distribution and these ranks; the
-    /// nodes whose system charts are drawn, and how many are not.
-    pub page: PageChoice,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
-pub struct RankScore {
-    pub rank: String,
-    /// The system node of the rank (`<rank>-<host>`'s host), when there is one by that name.
-    pub node: Option<String>,
-    pub p50_ms: f64,
-    /// Modified z-score of the rank's median.
-    pub score: f64,
-    /// Fastest rank's median ÷ this rank's (NVIDIA's relative score).
-    pub relative: f64,
-    /// The rank's best tenth's median ÷ its whole median (NVIDIA's individual score).
-    pub individual: Option<f64>,
-    pub straggler: bool,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
-pub struct FleetStraggler {
-    pub rank: String,
-    pub node: Option<String>,
-    pub p50_ms: f64,
-    pub score: f64,
-    /// Its median ÷ the median rank's.
-    pub slowdown: f64,
-    /// Its first step's start and last step's end (s since the epoch).
-    pub from_s: f64,
-    pub to_s: f64,
-    /// Likely causes on its node while it ran, the strongest first; empty when the node's
-    /// rows show nothing unusual (or the rank has no system node).
-    pub causes: Vec<Cause>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
-pub struct Cause {
-    /// `thermal_throttling`, `power_throttling`, `hw_slowdown`, `xid`, `cpu_pressure`,
-    /// `memory_pressure`, `io_pressure`, `low_pcie`.
-    pub cause: String,
-    /// The share of the node's ticks with the signal (for `low_pcie`: its mean PCIe bytes/s
-    /// ÷ the median node's; for `xid`: the count).
-    pub node_value: f64,
-    /// The same on the median node.
-    pub fleet_value: f64,
-    /// When the signal was on (s since the epoch).
-    pub from_s: Option<f64>,
-    pub to_s: Option<f64>,
-    /// The rows and numbers, in words.
-    pub evidence: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
-pub struct PageChoice {
-    /// `ranks` (one line per rank) or `distribution` (p10/p50/p90/max across ranks and the
-    /// ranks in `ranks_drawn`).
-    pub step_chart: String,
-    pub ranks_drawn: Vec<String>,
-    pub nodes_drawn: Vec<String>,
-    pub nodes_not_drawn: u64,
 }
 
 /// The median and MAD of `values`, and each value's modified z-score.

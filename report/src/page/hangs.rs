@@ -5,8 +5,8 @@
 
 use std::fmt::Write as _;
 
-use crate::hangs::{Dump, Hangs, HostState, Incident, Thread};
-use crate::html::{duration, esc, int, num, utc};
+use crate::model::hangs::{Dump, Hangs, HostState, Incident, Thread};
+use crate::page::markup::{duration, esc, int, num, utc};
 
 /// Frames shown per thread on the page (all of them, up to the model's cap, are in `--json`).
 const PAGE_FRAMES: usize = 24;
@@ -29,7 +29,7 @@ pub fn section(out: &mut String, h: &Hangs) {
             out,
             "<p class=\"note\">{} dump folders past the first {} were not read.</p>",
             h.folders_left_out,
-            crate::hangs::MAX_FOLDERS
+            crate::reading::dumps::MAX_FOLDERS
         );
     }
     let start = out.len();
@@ -119,7 +119,7 @@ fn incident(out: &mut String, i: usize, inc: &Incident, start: usize) {
             out,
             "<p class=\"note\">{} more ranks left out (the report keeps {} rank rows over all incidents).</p>",
             inc.ranks_left_out,
-            crate::hangs::MAX_RANK_ROWS
+            crate::reading::dumps::MAX_RANK_ROWS
         );
     }
     let mut left = Vec::new();

@@ -73,7 +73,7 @@ impl Demangler {
     /// control characters as escapes, cut to `max` bytes (then `…`).
     pub fn show(&mut self, raw: &str, max: usize) -> String {
         if !is_mangled(raw) {
-            return crate::read::printable(raw, max);
+            return crate::reading::printable(raw, max);
         }
         if self.would_try(raw) {
             self.bytes_left -= raw.len();
@@ -81,14 +81,14 @@ impl Demangler {
             self.attempted_bytes += raw.len() as u64;
             // symbolic-demangle gives the name back borrowed when it could not demangle it.
             if let Cow::Owned(d) = symbolic_demangle::demangle(raw) {
-                return crate::read::printable(&d, max);
+                return crate::reading::printable(&d, max);
             }
             self.failed += 1;
             self.failures_left -= 1;
         } else {
             self.not_tried += 1;
         }
-        crate::read::printable(&readable_prefix(raw), max)
+        crate::reading::printable(&readable_prefix(raw), max)
     }
 }
 

@@ -767,7 +767,7 @@ pub fn sealed_files(root: &Path) -> Sealed {
                 continue;
             }
             if meta.is_mostly_holes() {
-                // Holes no writer of ours makes (docs/on-disk.md, "Sparse files"): sending
+                // Holes no writer of ours makes (docs/on-disk.md, "Files the readers refuse"): sending
                 // 20 GB of zeros would cost the files after it their deadline.
                 out.refused.push(format!(
                     "{} is {} bytes with {} on disk (mostly holes)",

@@ -717,7 +717,8 @@ def test_sigterm_while_server_is_down_keeps_files_within_the_deadline(trainprof_
         dropped[rel] = (out / rel).read_bytes()
     wait_for(lambda: list((out / "system").glob(f".*.{agent.pid}.tmp")), AGENT_UP_S, "the agent's first lines",
              alive=[agent])
-    time.sleep(2)
+    # An attempt has failed (and is said) before the SIGTERM.
+    wait_for(lambda: "refused" in agent.stderr().lower(), UPLOAD_S, "the first refused attempt", alive=[agent])
 
     t0 = time.monotonic()
     rc = agent.term(SHORT_DEADLINE_S + DEADLINE_SLACK_S + 10)
@@ -773,7 +774,8 @@ def test_secret_never_logged_even_verbose_and_errors_said_once(trainprof_bin, s3
         time.sleep(0.5)
     wait_for(lambda: list((out / "system").glob(f".*.{agent.pid}.tmp")), AGENT_UP_S, "the agent's first lines",
              alive=[agent])
-    time.sleep(2)
+    # An attempt has failed (and is said) before the SIGTERM.
+    wait_for(lambda: "NoSuchBucket" in agent.stderr(), UPLOAD_S, "the first failed attempt", alive=[agent])
     agent.term(SHORT_DEADLINE_S + DEADLINE_SLACK_S + 10)
     stderr = agent.stderr()
 

@@ -584,7 +584,9 @@ def test_sigkilled_agents_lose_no_record(trainprof_bin, s3, procs, tmp_path):
 
     last = procs.start(args, env, "agent4")
     wait_for(lambda: lines_of(last.pid) >= 5, AGENT_UP_S, "the last agent's first lines", alive=[last])
-    time.sleep(1)  # uploads what it repaired while it runs
+    # Stopped once it has repaired what the killed agent before it left (it uploads that
+    # before it exits).
+    wait_for(lambda: repaired(last.stderr()), UPLOAD_S, "the last agent's repair", alive=[last])
     assert last.term() == 0, last.stderr()
 
     # Every restarted agent repaired what the killed one left.

@@ -35,6 +35,7 @@ import threading
 import time
 
 import trainprof
+import waits
 
 PARAMS = json.loads(os.environ.get("TRAINPROF_TEST_PARAMS") or "{}")
 HOW = PARAMS["how"]
@@ -130,8 +131,10 @@ for step in range(40):
             time.sleep(5)
             say("sigwait", "nobody took it")
     if HOW == "late_rt" and step in (30, 33):
-        # A stall (HangTimeoutS 1): the watchdog, which looks once a second, dumps once in it.
-        time.sleep(4)
+        # A stall (HangTimeoutS 1): the watchdog, which looks once a second, dumps once in it;
+        # the step ends once that dump is there (profiling off: nothing dumps, nothing to
+        # wait for).
+        waits.wait_for_dumps(1 if step == 30 else 2)
         if step == 30:
             second = lib.counter_install(-4)
     prof.step_end()

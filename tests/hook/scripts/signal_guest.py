@@ -68,6 +68,10 @@ elif HOW == "jumper":
     assert lib.jumper_install() == 0
 elif HOW == "ignored_fpe":
     signal.signal(signal.SIGFPE, signal.SIG_IGN)
+elif HOW == "borrow":
+    # Python's own SIGINT handler, which a trainer has unless it started with SIGINT ignored
+    # (a background job): the test is about giving it back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 prof = trainprof.Profiler(framework="pytorch")
 

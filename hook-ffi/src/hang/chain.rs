@@ -288,3 +288,134 @@ fn is_fault(sig: i32, code: i32) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A disposition as `sigaction` reads it: `handler` with `flags` and `mask` ([`signals::bits`]).
+    fn action(handler: usize, flags: i32, mask: u64) -> libc::sigaction {
+        // SAFETY: all-zero is a valid sigaction; the fields that matter are set.
+        let mut a: libc::sigaction = unsafe { std::mem::zeroed() };
+        a.sa_sigaction = handler;
+        a.sa_flags = flags;
+        a.sa_mask = signals::sigset(mask);
+        a
+    }
+
+    extern "C" fn some_handler(_: i32, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
+
+    #[test]
+    fn the_chain_for_each_previous_disposition() {
+        let f = some_handler as SigInfoHandler as usize;
+        // SIGTERM / SIGINT (never a fault) and a sent fatal signal.
+        assert_eq!(chain(libc::SIG_IGN, false), Chain::Nothing);
+        assert_eq!(chain(libc::SIG_DFL, false), Chain::Default);
+        assert_eq!(chain(f, false), Chain::Call);
+        // A fault: SIG_IGN is the default action (the kernel will not ignore it).
+        assert_eq!(chain(libc::SIG_IGN, true), Chain::Default);
+        assert_eq!(chain(libc::SIG_DFL, true), Chain::Default);
+        assert_eq!(chain(f, true), Chain::Call);
+    }
+
+    #[test]
+    fn ours_takes_the_trainers_flags_and_mask_and_keeps_sa_resethand() {
+        let f = some_handler as SigInfoHandler as usize;
+        let mask = signals::bit(libc::SIGUSR2) | signals::bit(libc::SIGCHLD);
+        let all =
+            libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESETHAND;
+        let kept = libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESETHAND;
+        // A handler with SA_SIGINFO and without: the same flags but SA_SIGINFO (ours always has
+        // it, signals::swap), the same mask.
+        for flags in [all, all & !libc::SA_SIGINFO, libc::SA_RESETHAND, libc::SA_SIGINFO | libc::SA_RESETHAND]
+        {
+            let prev = action(f, flags, mask);
+            assert_eq!(term_flags(&prev), flags & kept, "term, flags {flags:#x}");
+            assert_eq!(fatal_flags(&prev, true), (flags & kept, mask), "fatal, flags {flags:#x}");
+            assert_ne!(term_flags(&prev) & libc::SA_RESETHAND, 0, "SA_RESETHAND kept");
+        }
+        // Python's handlers (no SA_RESTART) stay without it.
+        assert_eq!(term_flags(&action(f, libc::SA_ONSTACK, 0)), libc::SA_ONSTACK);
+        // SIG_DFL / SIG_IGN in front of a fatal signal: ours on the alternate stack, open to a
+        // fault in itself, restarting; nothing of the disposition's flags or mask.
+        for h in [libc::SIG_DFL, libc::SIG_IGN] {
+            assert_eq!(
+                fatal_flags(&action(h, libc::SA_RESETHAND, mask), false),
+                (libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESTART, 0)
+            );
+        }
+    }
+
+    #[test]
+    fn only_cpython_faulthandler_is_taken_for_one_that_raises_back() {
+        let f = some_handler as SigInfoHandler as usize;
+        let cpython = action(f, libc::SA_NODEFER | libc::SA_ONSTACK, 0);
+        assert!(raises_back(true, true, &cpython));
+        assert!(!raises_back(false, true, &cpython), "the trainer has no faulthandler");
+        assert!(!raises_back(true, false, &action(libc::SIG_DFL, libc::SA_NODEFER, 0)));
+        assert!(!raises_back(true, true, &action(f, libc::SA_NODEFER | libc::SA_SIGINFO, 0)));
+        assert!(!raises_back(true, true, &action(f, 0, 0)));
+    }
+
+    #[test]
+    fn a_fault_is_what_the_kernel_raised_for_the_instruction() {
+        const SI_USER: i32 = 0;
+        const SI_TKILL: i32 = -6;
+        assert!(is_fault(libc::SIGSEGV, 1));
+        assert!(is_fault(libc::SIGFPE, 1));
+        assert!(is_fault(libc::SIGBUS, 2));
+        assert!(is_fault(libc::SIGBUS, 0x80));
+        assert!(!is_fault(libc::SIGBUS, 5), "BUS_MCEERR_AO: an early report");
+        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGABRT] {
+            assert!(!is_fault(sig, SI_USER) && !is_fault(sig, SI_TKILL), "sent, signal {sig}");
+        }
+        assert!(!is_fault(libc::SIGABRT, 1));
+    }
+
+    /// The only test that touches SIGINT and SIGTERM (tests run on threads of one process):
+    /// no watchdog runs here, so ours chains at once.
+    #[test]
+    fn the_term_handler_wraps_the_trainers_and_chains_to_it() {
+        static CALLS: AtomicU32 = AtomicU32::new(0);
+        extern "C" fn trainer(_: i32, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+            CALLS.fetch_add(1, SeqCst);
+        }
+        let sig = libc::SIGINT;
+        let ours = TERM_HANDLERS.map(|h| h as usize);
+        assert!(WAKE_FD.load(SeqCst) < 0, "no watchdog in this process");
+        // SIG_IGN: never wrapped.
+        // SAFETY: installing SIG_IGN for SIGINT in this test process.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+        wrap_term_signals();
+        assert_eq!(signals::handler(sig), libc::SIG_IGN);
+        // The trainer's handler, without SA_SIGINFO, with SA_RESETHAND and a mask: wrapped with
+        // both.
+        let mask = signals::bit(libc::SIGUSR2);
+        let a = action(trainer as SigInfoHandler as usize, libc::SA_RESETHAND, mask);
+        // SAFETY: a valid sigaction for SIGINT.
+        assert_eq!(unsafe { libc::sigaction(sig, &a, std::ptr::null_mut()) }, 0);
+        wrap_term_signals();
+        let now = signals::get(sig).unwrap();
+        assert!(ours.contains(&now.sa_sigaction), "ours is installed");
+        assert_eq!(now.sa_flags & (libc::SA_RESETHAND | libc::SA_RESTART), libc::SA_RESETHAND);
+        assert_eq!(signals::bits(&now.sa_mask) & mask, mask);
+        // Ours is not wrapped again.
+        wrap_term_signals();
+        assert_eq!(signals::handler(sig), now.sa_sigaction);
+        // Raised: ours runs and calls the trainer's; SA_RESETHAND left the default behind.
+        // SAFETY: SIGINT is handled by ours, which chains to `trainer`.
+        unsafe { libc::raise(sig) };
+        assert_eq!(CALLS.load(SeqCst), 1);
+        assert_eq!(signals::handler(sig), libc::SIG_DFL);
+        // SIG_DFL: wrapped too, chaining to the default (not raised here: it would end the test).
+        wrap_term_signals();
+        let which = usize::from(TERM_LAST[sig as usize].load(SeqCst));
+        assert_eq!(signals::handler(sig), ours[which]);
+        assert_eq!(TERM_PREV[which][sig as usize].load().handler, libc::SIG_DFL);
+        // The handler that took its turn before still chains to the trainer's.
+        assert_eq!(TERM_PREV[1 - which][sig as usize].load().handler, trainer as SigInfoHandler as usize);
+        for s in [libc::SIGINT, libc::SIGTERM] {
+            signals::set_default(s);
+        }
+    }
+}

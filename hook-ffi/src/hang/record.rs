@@ -390,4 +390,97 @@ mod tests {
         assert_eq!(dump_name(-1, 5), "0-5");
         assert_eq!(node_dir("0-h"), "framework/hangs/0-h");
     }
+
+    /// Every key of `stall.json` (docs/formats.md, "Hang and crash dumps"), for a state out of
+    /// a step and a signal dump, through `String` (the watchdog's path).
+    #[test]
+    fn stall_json_has_every_key_out_of_a_step_too() {
+        let header = Header {
+            kind: DumpKind::Signal,
+            node: "n",
+            pid: 42,
+            state: StepState { in_step: false, mode: Some(TrainprofMode::Eval), step: -1, begin_us: 0 },
+            detected_us: 7,
+            threshold_s: None,
+            median_step_s: None,
+            signal: Some(libc::SIGTERM),
+        };
+        let ring =
+            [Entry { t_us: 3, what: What::StepEnd, mode: TrainprofMode::Train, step: 9, ..Entry::EMPTY }];
+        let hook = |o: &mut dyn std::fmt::Write| o.write_str("{}");
+        let mut json = String::new();
+        write_stall_json(&mut json, &header, &ring, &[], &[], &hook).unwrap();
+        assert!(json.ends_with("}\n"));
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "detected_us",
+                "hook",
+                "kind",
+                "last_completed_step",
+                "median_step_s",
+                "mode",
+                "node",
+                "open_windows",
+                "pid",
+                "ring",
+                "signal",
+                "step",
+                "step_started_us",
+                "threshold_s",
+                "version"
+            ]
+        );
+        assert_eq!(v["version"], 1);
+        assert_eq!(v["kind"], "signal");
+        assert_eq!(v["pid"], 42);
+        assert_eq!(v["mode"], "eval");
+        assert_eq!(v["step"], 0, "-1 before the first step is written as 0");
+        assert_eq!(v["step_started_us"], serde_json::Value::Null);
+        assert_eq!(v["threshold_s"], serde_json::Value::Null);
+        assert_eq!(v["median_step_s"], serde_json::Value::Null);
+        assert_eq!(v["signal"], "SIGTERM");
+        // The last completed step is the current mode's: a train step does not count.
+        assert_eq!(v["last_completed_step"], serde_json::Value::Null);
+        assert_eq!(v["ring"][0]["name"], "Step:ModeKeys.TRAIN");
+        assert_eq!(v["open_windows"], serde_json::json!([]));
+        assert_eq!(v["hook"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn strings_are_escaped_and_read_back_as_written() {
+        for s in ["plain", "q\"uote", "back\\slash", "line\nfeed\ttab\r", "\u{1}\u{1f}", "é ✓ 𝄞", "</script>"]
+        {
+            let json = JsonStr(s).to_string();
+            assert_eq!(serde_json::from_str::<String>(&json).unwrap(), s, "{json}");
+            assert!(
+                !json[1..json.len() - 1].chars().any(|c| (c as u32) < 0x20),
+                "no raw control character: {json}"
+            );
+        }
+        assert_eq!(JsonStr("a\"b\\c\n").to_string(), r#""a\"b\\c\u000a""#);
+    }
+
+    #[test]
+    fn numbers_far_from_one_are_scientific_and_near_one_are_plain() {
+        let shown = |v| Num(Some(v)).to_string();
+        assert_eq!(shown(-1e20), "-1e20");
+        assert_eq!(shown(1e15), "1e15");
+        assert_eq!(shown(999_999_999_999_999.0), "999999999999999");
+        assert_eq!(shown(1e-6), "0.000001");
+        assert_eq!(shown(9e-7), "9e-7");
+        assert_eq!(Num(None).to_string(), "null");
+        assert_eq!(Num(Some(f64::INFINITY)).to_string(), "null");
+    }
+
+    #[test]
+    fn ended_json_says_when_the_stalled_step_ended() {
+        let v: serde_json::Value = serde_json::from_str(&ended_json(3_500_000, 1_000_000)).unwrap();
+        assert_eq!(v, serde_json::json!({"ended_us": 3_500_000, "stalled_s": 2.5}));
+        assert_eq!(signal_name(libc::SIGSEGV), "SIGSEGV");
+        assert_eq!(signal_name(libc::SIGUSR1), "signal");
+    }
 }

@@ -203,4 +203,59 @@ mod tests {
             (What::Event, 7, 1007, 1099, 1100, 3)
         );
     }
+
+    #[test]
+    fn a_wrapped_ring_gives_the_last_entries_in_the_order_they_were_pushed() {
+        let r = Ring::default();
+        let pushed = RING as i64 + 37;
+        for i in 0..pushed {
+            r.push(What::StepStart, TrainprofMode::Eval, i, 1000 + i);
+        }
+        let mut out = [Entry::EMPTY; RING];
+        let n = r.snapshot(&mut out);
+        assert_eq!(n, RING, "full, not more");
+        let steps: Vec<i64> = out[..n].iter().map(|e| e.step).collect();
+        let want: Vec<i64> = (pushed - RING as i64..pushed).collect();
+        assert_eq!(steps, want, "the last RING entries, oldest first");
+        assert!(out[..n].iter().all(|e| e.t_us == 1000 + e.step && e.mode == TrainprofMode::Eval));
+        // Before it wraps: every entry, in order.
+        let r = Ring::default();
+        for i in 0..5 {
+            r.push(if i % 2 == 0 { What::StepStart } else { What::StepEnd }, TrainprofMode::Train, i / 2, i);
+        }
+        let n = r.snapshot(&mut out);
+        assert_eq!(n, 5);
+        assert_eq!(out[..n].iter().map(|e| e.t_us).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+        assert_eq!(out[4].what, What::StepStart);
+    }
+
+    #[test]
+    fn the_median_step_pairs_a_start_with_the_end_of_the_same_step_and_mode() {
+        let e = |what, mode, step, t_us| Entry { t_us, what, mode, step, ..Entry::EMPTY };
+        use TrainprofMode::{Eval, Train};
+        use What::{StepEnd as End, StepStart as Start};
+        let entries = [
+            e(Start, Train, 0, 0),
+            e(End, Train, 0, 3_000_000),
+            e(Start, Train, 1, 4_000_000),
+            e(End, Train, 1, 5_000_000),
+            // An eval step between: not a train step.
+            e(Start, Eval, 0, 6_000_000),
+            e(End, Eval, 0, 16_000_000),
+            // A start whose end is another step's: not a step.
+            e(Start, Train, 2, 17_000_000),
+            e(End, Train, 3, 99_000_000),
+            e(Start, Train, 4, 100_000_000),
+            e(End, Train, 4, 102_000_000),
+            // Open: no end yet.
+            e(Start, Train, 5, 103_000_000),
+        ];
+        // Train steps of 3, 1 and 2 s: the median is 2 s.
+        assert_eq!(median_step_s(&entries, Train), Some(2.0));
+        assert_eq!(median_step_s(&entries, Eval), Some(10.0));
+        assert_eq!(median_step_s(&entries, TrainprofMode::Predict), None);
+        // An even count takes the upper of the two middle ones.
+        assert_eq!(median_step_s(&entries[..4], Train), Some(3.0));
+        assert_eq!(median_step_s(&[], Train), None);
+    }
 }

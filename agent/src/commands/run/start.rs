@@ -201,18 +201,18 @@ fn start_upload(
     root: &Path,
     s3: &str,
     flags: &UploadOptions,
-) -> Option<(upload::Handle, upload::store::S3Url, upload::store::S3Options)> {
-    let url = match upload::store::S3Url::parse(s3) {
+) -> Option<(upload::Handle, crate::s3::store::S3Url, crate::s3::store::S3Options)> {
+    let url = match crate::s3::store::S3Url::parse(s3) {
         Ok(u) => u,
         Err(e) => {
             log!("S3OutputPath: {e}; files stay under {}", root.display());
             return None;
         }
     };
-    let options = upload::store::S3Options {
+    let options = crate::s3::store::S3Options {
         endpoint: flags.endpoint.clone(),
         multipart_threshold: flags.multipart_bytes,
-        ..upload::store::S3Options::default()
+        ..crate::s3::store::S3Options::default()
     };
     let mut settings = upload::Settings::new(root);
     settings.keep_local = flags.keep_local;

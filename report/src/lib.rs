@@ -12,6 +12,7 @@ pub mod detailed;
 pub mod fleet;
 pub mod hangs;
 pub mod html;
+pub mod job_files;
 pub mod marshal;
 pub mod model;
 pub mod native;

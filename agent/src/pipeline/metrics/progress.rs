@@ -523,13 +523,13 @@ fn compute(node: &str, mode: &str, window: &[Step]) -> Option<StepStats> {
 
 /// Appends the progress families (after the system rows' families; the same in both
 /// formats but for the counter's `TYPE` line), and what was left out once anything was.
-pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, progress: &Progress) {
+pub fn render(buf: &mut String, format: super::format::Format, node: &str, progress: &Progress) {
     use std::fmt::Write as _;
     let stats = &progress.stats[..];
     let left_out = progress.left_out;
     if left_out != LeftOut::default() {
         let name = "trainprof_step_events_left_out";
-        let typed = if format == super::exposition::Format::Text { "_total" } else { "" };
+        let typed = if format == super::format::Format::Text { "_total" } else { "" };
         let _ = write!(
             buf,
             "# HELP {name}{typed} Step events of the trainer's timelines left out by the endpoint's bounds since it first looked (reason: modes, names, times, steps).\n# TYPE {name}{typed} counter\n"
@@ -537,7 +537,7 @@ pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, p
         for (reason, n) in left_out.events() {
             buf.push_str(name);
             buf.push_str("_total{node=\"");
-            super::exposition::escaped(buf, node);
+            super::format::escaped(buf, node);
             let _ = writeln!(buf, "\",reason=\"{reason}\"}} {n}");
         }
         let name = "trainprof_step_timelines_left_out";
@@ -545,7 +545,7 @@ pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, p
             buf,
             "# HELP {name} Timelines not followed at the last read (past 64 nodes, or a node id over 256 bytes).\n# TYPE {name} gauge\n{name}{{node=\""
         );
-        super::exposition::escaped(buf, node);
+        super::format::escaped(buf, node);
         let _ = writeln!(buf, "\"}} {}", left_out.timelines);
     }
     if stats.is_empty() {
@@ -553,9 +553,9 @@ pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, p
     }
     let labels = |buf: &mut String, s: &StepStats| {
         buf.push_str("{node=\"");
-        super::exposition::escaped(buf, node);
+        super::format::escaped(buf, node);
         buf.push_str("\",timeline=\"");
-        super::exposition::escaped(buf, &s.node);
+        super::format::escaped(buf, &s.node);
         buf.push('"');
         if let Some((rank, _)) = s.node.split_once('-')
             && is_digits(rank)
@@ -565,7 +565,7 @@ pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, p
             buf.push('"');
         }
         buf.push_str(",mode=\"");
-        super::exposition::escaped(buf, &s.mode);
+        super::format::escaped(buf, &s.mode);
         buf.push('"');
     };
     let gauge = |buf: &mut String, name: &str, help: &str, value: &dyn Fn(&StepStats) -> Option<Value>| {
@@ -836,7 +836,7 @@ mod tests {
         assert_eq!(p.left_out, LeftOut { modes: want.modes + 1 + 4, ..want });
         // Served: the counts by reason, both formats' TYPE lines.
         let mut text = String::new();
-        render(&mut text, super::super::exposition::Format::Text, "algo-1", &p);
+        render(&mut text, super::super::format::Format::Text, "algo-1", &p);
         assert!(text.contains("# TYPE trainprof_step_events_left_out_total counter\n"), "{text}");
         assert!(
             text.contains("trainprof_step_events_left_out_total{node=\"algo-1\",reason=\"modes\"} 489\n"),
@@ -845,7 +845,7 @@ mod tests {
         assert!(text.contains("trainprof_step_events_left_out_total{node=\"algo-1\",reason=\"times\"} 8\n"));
         assert!(text.contains("trainprof_step_timelines_left_out{node=\"algo-1\"} 0\n"));
         let mut om = String::new();
-        render(&mut om, super::super::exposition::Format::OpenMetrics, "algo-1", &p);
+        render(&mut om, super::super::format::Format::OpenMetrics, "algo-1", &p);
         assert!(om.contains("# TYPE trainprof_step_events_left_out counter\n"), "{om}");
     }
 

@@ -26,7 +26,6 @@
 
 pub mod repair;
 pub mod retry;
-pub mod store;
 #[cfg(test)]
 mod tests;
 
@@ -42,8 +41,8 @@ use tokio::time::Instant;
 use trainprof_output::fs::{self as ofs, Dir, Meta};
 use trainprof_output::ledger;
 
-use self::retry::{Backoff, ErrorClass, Policy};
-use self::store::{ObjectStore, Put, StoreError};
+use self::retry::{Backoff, Policy};
+use crate::s3::store::{self, ErrorClass, ObjectStore, Put, StoreError};
 
 /// Entries left alone that are listed one by one; past this, one line says there are more.
 const MAX_LISTED: usize = 10_000;

@@ -517,7 +517,7 @@ impl Agg {
         } else {
             self.phases.insert(key.to_owned(), (1, e.dur_us));
         }
-        if (e.phase.starts_with(timeline::FORWARD) || e.phase.contains(timeline::FUNCTIONS))
+        if timeline::marks_detailed_step(e.phase)
             && let Some(s) = e.step
             && !self.detailed.contains(&(rank, s))
         {

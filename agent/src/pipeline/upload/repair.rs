@@ -591,8 +591,11 @@ mod tests {
             assert_eq!(report.bytes_cut as usize, cut_off, "cut at {cut}");
             // Named by the largest end of the events kept.
             let base = 1_795_316_901_767_630;
-            let end =
-                kept.iter().filter(|v| v["ph"] == "X").map(|v| micros(Some(&v["ts"])) + micros(Some(&v["dur"]))).max();
+            let end = kept
+                .iter()
+                .filter(|v| v["ph"] == "X")
+                .map(|v| micros(Some(&v["ts"])) + micros(Some(&v["dur"])))
+                .max();
             let name = timeline_file(base + end.unwrap(), "29945-vm", PYTHON_TIMELINE_SUFFIX);
             assert_eq!(path, &root.join(name), "cut at {cut}");
             if cut >= TIMELINE.len() - 2 {

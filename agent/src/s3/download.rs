@@ -1,5 +1,5 @@
 //! The download of a job's files from S3 for `trainprof report s3://…`, `trainprof compare`
-//! and the page at the end of `run --s3` (`docs/report.md`, "From S3"): the keys the report
+//! and the page at the end of `run --s3` (`docs/report.md`, "Inputs and outputs": S3): the keys the report
 //! reads ([`trainprof_report::job_files`]), listed first and fetched within bounds, never
 //! over a file or through a link.
 

@@ -31,6 +31,7 @@ macro_rules! words {
     };
 }
 
+pub mod decimal;
 pub mod dump;
 pub mod host_record;
 pub mod metric;

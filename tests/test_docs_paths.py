@@ -7,7 +7,13 @@ link into a Markdown file its `#anchor`, a heading there as GitHub names it.
 A path may carry a `:line` suffix or an `#anchor` (left out), `{a,b}` alternatives (each
 must exist) and `<placeholder>` or `*` parts (something must match). Fenced code blocks are
 commands and output, not references, and are left out. BENCHMARKS.md is a dated log: it
-names files where they were when it was measured, so it is not checked."""
+names files where they were when it was measured, so it is not checked.
+
+The code cites the documents the same way: every `docs/x.md, "Section"` (or
+`ARCHITECTURE.md, "Section"`, `BENCHMARKS.md, "…"`) in a comment or docstring of the
+source, tests, benches and scripts must name a file that exists and a section of it: a
+heading, a bold lead (`**Section.**`), or a line that ends in a colon, that contains the
+cited words (case and backticks aside)."""
 
 import pathlib
 import re
@@ -184,3 +190,96 @@ def test_the_check_finds_what_it_should(tmp_path):
 )
 def test_anchors_are_githubs(heading, anchor):
     assert slug(heading) == anchor
+
+
+#: Files of code whose comments may cite a document; build output and vendored code aside.
+CODE_SUFFIXES = {".rs", ".py", ".c", ".h", ".js", ".sh", ".toml", ".ini"}
+CODE_SKIP = SKIP_DIRS | {"vendor", ".venv", ".git", "node_modules", "__pycache__"}
+#: A comment line's marker, taken off before lines are joined, so that a citation broken over
+#: two comment lines is still one citation.
+COMMENT_MARK = re.compile(r"^\s*(?://[!/]?|#|\*|/\*+|\"\"\")?\s?")
+CITATION = re.compile(
+    r"((?:docs/)?[A-Za-z][A-Za-z-]*\.md)`?\)?,?\s*(?:section\s*)?[\"“]([^\"”(){}=\[\]\n]{1,80})[\"”]"
+)
+
+
+def code_files(root: pathlib.Path) -> list[pathlib.Path]:
+    out = []
+    for p in sorted(root.rglob("*")):
+        parts = p.relative_to(root).parts
+        if any(part in CODE_SKIP or part.startswith(".") for part in parts[:-1]):
+            continue
+        if p.is_file() and (p.suffix in CODE_SUFFIXES or parts[0] == "scripts" and p.suffix == ""):
+            out.append(p)
+    return out
+
+
+def sections(doc: pathlib.Path) -> list[str]:
+    """What a citation may name in `doc`: headings, bold leads, lines ending in a colon."""
+    out = []
+    for _, line in prose(doc.read_text(encoding="utf-8")):
+        for pattern in (r"#{1,6}\s+(.*)", r"\s*(?:[*-]\s+|\|\s*)?\*\*(.+?)\*\*", r"([A-Z][^.:]{0,60}):\s*$"):
+            m = re.match(pattern, line)
+            if m:
+                out.append(m.group(1).replace("`", "").strip().rstrip(".:").lower())
+    return out
+
+
+def citations(root: pathlib.Path, files: list[pathlib.Path]) -> list[tuple[str, str, str]]:
+    """Every `(file, document, section)` cited in `files`."""
+    out = []
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        joined = " ".join(COMMENT_MARK.sub("", line, count=1) for line in text.splitlines())
+        for m in CITATION.finditer(joined):
+            out.append((str(f.relative_to(root)), m.group(1), m.group(2).replace("`", "").strip()))
+    return out
+
+
+def citation_problems(root: pathlib.Path, files: list[pathlib.Path]) -> list[str]:
+    """Every citation of a missing document or section, as `file: what`."""
+    out = []
+    cache: dict[pathlib.Path, list[str]] = {}
+    for rel, doc, section in citations(root, files):
+        path = root / doc if "/" in doc or (root / doc).exists() else root / "docs" / doc
+        if not path.is_file():
+            out.append(f'{rel}: {doc}, "{section}": no such document')
+            continue
+        if path not in cache:
+            cache[path] = sections(path)
+        if not any(section.lower() in s for s in cache[path]):
+            out.append(f'{rel}: {doc}, "{section}": no such section')
+    return out
+
+
+def test_every_citation_in_the_code_names_a_section():
+    here = pathlib.Path(__file__).resolve()
+    files = [f for f in code_files(ROOT) if f != here]  # this file plants bad ones below
+    problems = citation_problems(ROOT, files)
+    assert not problems, "\n".join(problems)
+    # The check saw the citations there are (a pattern that matched none would pass).
+    assert len(citations(ROOT, files)) > 250
+
+
+def test_the_citation_check_finds_what_it_should(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text(
+        "# Title\n\n## `trainprof compare`\n\n* **Nothing is replaced.** Text.\n\nBehaviour to know:\n\n"
+        "```\n## not a heading\n```\n"
+    )
+    (tmp_path / "ARCHITECTURE.md").write_text("# A\n\n### The sink seam\n")
+    src = tmp_path / "x.rs"
+    src.write_text(
+        '//! Good: (`docs/a.md`, "compare"), docs/a.md, "Nothing is replaced", (docs/a.md,\n'
+        '//! "Behaviour to know"), ARCHITECTURE.md, "The sink seam".\n'
+        '/// Bad: (`docs/a.md`, "Sparse\n'
+        '/// files"), docs/b.md, "Title", ARCHITECTURE.md, "not a heading".\n'
+    )
+    assert citation_problems(tmp_path, [src]) == [
+        'x.rs: docs/a.md, "Sparse files": no such section',
+        'x.rs: docs/b.md, "Title": no such document',
+        'x.rs: ARCHITECTURE.md, "not a heading": no such section',
+    ]

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use trainprof_agent::pipeline::sample::probe::{ProbeContext, probe_samplers};
 use trainprof_agent::pipeline::sample::tree_pids::TreePids;
 use trainprof_agent::pipeline::sample::{Metrics, ProcFile, Roots};
-use trainprof_agent::pipeline::sink::{Sink, SystemFiles, Tick};
+use trainprof_agent::pipeline::sink::{Sink, Tick};
+use trainprof_agent::pipeline::sinks::SystemFiles;
 use trainprof_agent::pipeline::system_file::SystemWriter;
 use trainprof_output::node::SystemNode;
 

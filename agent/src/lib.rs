@@ -7,9 +7,11 @@
 //!   `config check` ([`commands::check`]), `report` / `trace` and the page at the end of
 //!   `run` ([`commands::report`]);
 //! * [`pipeline`]: the samplers ([`pipeline::sample`]), the sampling loop
-//!   ([`pipeline::tick`]) and the sinks it hands each tick to ([`pipeline::sink`]; the
-//!   system metrics files of [`pipeline::system_file`] are one), and the S3 uploader with
-//!   the repair of dead writers' files ([`pipeline::upload`]);
+//!   ([`pipeline::tick`]) and the sinks it hands each tick to ([`pipeline::sink`], built in
+//!   [`pipeline::sinks`]; the system metrics files of [`pipeline::system_file`] are one), and
+//!   the S3 uploader with the repair of dead writers' files ([`pipeline::upload`]);
+//! * [`s3`]: the S3 client and store ([`s3::store`]) and the download of a job's files
+//!   ([`s3::download`]), for the uploader and the commands;
 //! * [`process`]: CMD in its own process group ([`process::child`]) and the signals passed
 //!   on to it ([`process::signals`]);
 //! * [`mod@log`]: the `trainprof: ` log lines.
@@ -18,3 +20,4 @@ pub mod commands;
 pub mod log;
 pub mod pipeline;
 pub mod process;
+pub mod s3;

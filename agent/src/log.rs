@@ -22,9 +22,9 @@ pub fn line(args: fmt::Arguments<'_>) {
 /// isolates), each shown as its escape (`\x1b`, `\x7f`, `\u{9b}`, `\u{202e}`). An escape
 /// sequence (`ESC ] 0 ; title BEL`, `ESC [ 8 m`) then stays visible as text and does nothing.
 /// A backslash is left as it is: the output is for people, not a format to parse back. The
-/// report escapes what it shows the same way (`trainprof_report::reading::printable`).
+/// report escapes what it shows the same way ([`trainprof_output::text`]).
 pub fn printable(text: &str) -> Cow<'_, str> {
-    trainprof_report::reading::shown(text)
+    trainprof_output::text::shown(text)
 }
 
 /// `text` on one line: a message with line breaks in it (an error chain that lists its

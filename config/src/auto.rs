@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::feature::Off;
+use crate::feature::{Off, on_off};
 
 /// `StepTimeRatio` when not given: a step three times the median triggers.
 pub const DEFAULT_STEP_TIME_RATIO: f64 = 3.0;
@@ -118,6 +118,8 @@ pub struct AutoProfiling {
     pub features: AutoFeatures,
 }
 
+on_off!(AutoProfiling);
+
 impl AutoProfiling {
     pub(crate) fn not_configured() -> AutoProfiling {
         AutoProfiling {
@@ -133,23 +135,6 @@ impl AutoProfiling {
 
     pub(crate) fn off(why: Off) -> AutoProfiling {
         AutoProfiling { off: Some(why), ..AutoProfiling::not_configured() }
-    }
-
-    /// Configured without error.
-    pub fn is_enabled(&self) -> bool {
-        self.off.is_none()
-    }
-
-    /// `None` when enabled.
-    pub fn off_reason(&self) -> Option<Off> {
-        self.off
-    }
-
-    /// Turns it off for `why`, unless it is off already.
-    pub(crate) fn turn_off(&mut self, why: Off) {
-        if self.off.is_none() {
-            self.off = Some(why);
-        }
     }
 }
 

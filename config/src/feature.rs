@@ -17,6 +17,35 @@ pub enum Off {
     ProfilerDisabled,
 }
 
+/// The on/off shape every feature's settings share (a field `off: Option<Off>`): `is_enabled`,
+/// `off_reason` and `turn_off`, written once. A feature that is enabled may still never be
+/// active (see [`Range::Never`]).
+macro_rules! on_off {
+    ($t:ty) => {
+        impl $t {
+            /// Configured without error.
+            pub fn is_enabled(&self) -> bool {
+                self.off.is_none()
+            }
+
+            /// `None` when enabled.
+            pub fn off_reason(&self) -> Option<$crate::feature::Off> {
+                self.off
+            }
+
+            /// Turns it off for `why`, unless it is off already.
+            pub(crate) fn turn_off(&mut self, why: $crate::feature::Off) {
+                if self.off.is_none() {
+                    self.off = Some(why);
+                }
+            }
+        }
+    };
+}
+pub(crate) use on_off;
+
+on_off!(Feature);
+
 /// A feature's state and window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Feature {
@@ -35,22 +64,6 @@ impl Feature {
 
     pub(crate) fn on(range: Range) -> Feature {
         Feature { off: None, window: Window::new(range) }
-    }
-
-    pub(crate) fn turn_off(&mut self, why: Off) {
-        if self.off.is_none() {
-            self.off = Some(why);
-        }
-    }
-
-    /// Configured without error. It may still never be active (see [`Range::Never`]).
-    pub fn is_enabled(&self) -> bool {
-        self.off.is_none()
-    }
-
-    /// `None` when enabled.
-    pub fn off_reason(&self) -> Option<Off> {
-        self.off
     }
 
     pub fn window(&self) -> &Window {

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::feature::Off;
+use crate::feature::{Off, on_off};
 
 /// `HangTimeoutS` when not given: 5 minutes. A train step that long is beyond any healthy
 /// step of the jobs trainprof targets (seconds at most), yet shorter than NCCL's default
@@ -30,6 +30,8 @@ pub struct HangDetection {
     pub factor: f64,
 }
 
+on_off!(HangDetection);
+
 impl HangDetection {
     pub(crate) fn not_configured() -> HangDetection {
         HangDetection {
@@ -41,23 +43,6 @@ impl HangDetection {
 
     pub(crate) fn off(why: Off) -> HangDetection {
         HangDetection { off: Some(why), ..HangDetection::not_configured() }
-    }
-
-    /// Configured without error.
-    pub fn is_enabled(&self) -> bool {
-        self.off.is_none()
-    }
-
-    /// `None` when enabled.
-    pub fn off_reason(&self) -> Option<Off> {
-        self.off
-    }
-
-    /// Turns it off for `why`, unless it is off already.
-    pub(crate) fn turn_off(&mut self, why: Off) {
-        if self.off.is_none() {
-            self.off = Some(why);
-        }
     }
 
     /// The stall threshold in seconds for a median step of `median_s` (none yet: the

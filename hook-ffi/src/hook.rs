@@ -226,6 +226,51 @@ impl crate::native::Host for Hook {
     }
 }
 
+/// The flight recorder sees the hook through this ([`crate::hang`]). What the crash handler
+/// calls (`hang`, `step_state`, `node_id`, `os_pid`, `is_enabled`) reads fields and atomics
+/// only: no lock, no allocation.
+impl crate::hang::Host for Hook {
+    fn hang(&self) -> Option<&crate::hang::Hang> {
+        self.hang.as_deref()
+    }
+
+    fn step_state(&self) -> crate::hang::StepState {
+        Hook::step_state(self)
+    }
+
+    fn open_windows(&self, step: u64, now_s: f64) -> Vec<&'static str> {
+        Hook::open_windows(self, step, now_s)
+    }
+
+    fn own_work(&self) -> Box<dyn Send + '_> {
+        Box::new(Hook::own_work(self))
+    }
+
+    fn local_path(&self) -> &std::path::Path {
+        Hook::local_path(self)
+    }
+
+    fn node_id(&self) -> &str {
+        Hook::node_id(self)
+    }
+
+    fn os_pid(&self) -> u32 {
+        self.writer.os_pid
+    }
+
+    fn is_enabled(&self) -> bool {
+        Hook::is_enabled(self)
+    }
+
+    fn stats(&self) -> Stats {
+        Hook::stats(self)
+    }
+
+    fn names(&self, names: &mut Vec<Arc<str>>) {
+        self.names.copy_new(names);
+    }
+}
+
 impl std::fmt::Debug for Hook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hook")

@@ -559,15 +559,9 @@ fn is_pprof_handler(h: libc::sighandler_t) -> bool {
 
 static PPROF_HANDLER: std::sync::OnceLock<libc::sighandler_t> = std::sync::OnceLock::new();
 
-/// `<first µs>-<last µs>_<pid>`: unique per process and window (docs/formats.md).
-pub fn window_name(start_us: i64, end_us: i64, pid: u32) -> String {
-    format!("{start_us}-{end_us}_{pid}")
-}
-
-/// `framework/native/<node>/<window>`, relative to `LocalPath`.
-pub fn window_dir(node: &str, window: &str) -> String {
-    format!("framework/native/{node}/{window}")
-}
+/// `<first µs>-<last µs>_<pid>` (unique per process and window) and its folder
+/// `framework/native/<node>/<window>`: the protocol's (docs/formats.md, "Native profiling").
+pub use trainprof_output::protocol::native_window::{window_dir, window_name};
 
 /// The profile as a gzipped pprof protobuf.
 pub fn profile_gz(report: &pprof::Report) -> Result<Vec<u8>, Box<dyn std::error::Error>> {

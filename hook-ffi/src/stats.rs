@@ -11,41 +11,70 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 use crate::types::TrainprofStats;
 use crate::writer::Counts;
 
-/// What happened to the events, at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Dropped on the trainer's thread because the queue was full.
-    pub dropped_queue_full: u64,
-    /// Dropped by the writer (turned off after failed opens, or a file it could not
-    /// write or seal), or left in the queue when the writer thread died.
-    pub dropped_writer: u64,
-    pub written: u64,
-    pub files_sealed: u64,
-    /// Opens and seals that failed (they count toward `FileOpenFailThreshold`).
-    pub open_failures: u64,
-    /// Dropped on the trainer's thread because they use a name that did not fit in the
-    /// name table (`TRAINPROF_MAX_NAMES`).
-    pub dropped_names: u64,
+/// The hook's counters, declared once: the fields of [`Stats`], their names ([`Stats::NAMES`],
+/// [`Stats::IN_C`]) and the conversion to the C struct all come from this one list. The first
+/// group is `struct TrainprofStats` (`hook-ffi/src/types.rs`, the header), in its order: a
+/// counter added there must be added here, or the conversion does not compile, and the header
+/// is checked against [`Stats::IN_C`] (this file's tests; the Python package's ctypes mirror
+/// against the header: `tests/hook/test_header.py`). The second group has no place in the C
+/// struct, whose layout the ABI fixes: each has an export of its own.
+macro_rules! counters {
+    (
+        in_c { $( $(#[$ca:meta])* $c:ident, )* }
+        outside { $( $(#[$oa:meta])* $o:ident, )* }
+    ) => {
+        /// What happened to the events, at one moment.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct Stats {
+            $( $(#[$ca])* pub $c: u64, )*
+            $( $(#[$oa])* pub $o: u64, )*
+        }
+
+        impl Stats {
+            /// Every counter's name, the C struct's first (in its order).
+            pub const NAMES: &[&str] = &[$( stringify!($c), )* $( stringify!($o), )*];
+            /// The counters `struct TrainprofStats` holds, in its order.
+            pub const IN_C: &[&str] = &[$( stringify!($c), )*];
+
+            /// Every counter's value, in [`Stats::NAMES`]'s order.
+            pub fn values(&self) -> Vec<u64> {
+                vec![$( self.$c, )* $( self.$o, )*]
+            }
+        }
+
+        impl From<Stats> for TrainprofStats {
+            /// The C struct has the first group only (`trainprof_dropped_names` reports the
+            /// other): its layout is fixed by the ABI.
+            fn from(s: Stats) -> TrainprofStats {
+                TrainprofStats { $( $c: s.$c, )* }
+            }
+        }
+    };
+}
+
+counters! {
+    in_c {
+        /// Dropped on the trainer's thread because the queue was full.
+        dropped_queue_full,
+        /// Dropped by the writer (turned off after failed opens, or a file it could not
+        /// write or seal), or left in the queue when the writer thread died.
+        dropped_writer,
+        written,
+        files_sealed,
+        /// Opens and seals that failed (they count toward `FileOpenFailThreshold`).
+        open_failures,
+    }
+    outside {
+        /// Dropped on the trainer's thread because they use a name that did not fit in the
+        /// name table (`TRAINPROF_MAX_NAMES`).
+        dropped_names,
+    }
 }
 
 impl Stats {
     /// Events lost so far, for any reason.
     pub fn dropped(&self) -> u64 {
         self.dropped_queue_full + self.dropped_writer + self.dropped_names
-    }
-}
-
-impl From<Stats> for TrainprofStats {
-    /// The C struct has no `dropped_names` (`trainprof_dropped_names` reports it): its
-    /// layout is fixed by the ABI.
-    fn from(s: Stats) -> TrainprofStats {
-        TrainprofStats {
-            dropped_queue_full: s.dropped_queue_full,
-            dropped_writer: s.dropped_writer,
-            written: s.written,
-            files_sealed: s.files_sealed,
-            open_failures: s.open_failures,
-        }
     }
 }
 
@@ -121,5 +150,68 @@ impl ShardedCounter {
     /// The total (slots add and subtract with wrapping, so the sum is exact).
     pub(crate) fn sum(&self) -> u64 {
         self.0.iter().fold(0u64, |a, c| a.wrapping_add(c.0.load(SeqCst)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `struct TrainprofStats`'s fields in the header, in order.
+    fn header_fields() -> Vec<(String, String)> {
+        let h = include_str!("../include/trainprof_hook.h");
+        let start = h.find("typedef struct TrainprofStats {").unwrap();
+        let end = start + h[start..].find("} TrainprofStats;").unwrap();
+        let body = &h[start..end];
+        let mut fields = Vec::new();
+        let mut in_comment = false;
+        for line in body.lines().skip(1).map(str::trim) {
+            if line.starts_with("/*") {
+                in_comment = !line.ends_with("*/");
+                continue;
+            }
+            if in_comment {
+                in_comment = !line.ends_with("*/");
+                continue;
+            }
+            if let Some((ty, name)) = line.trim_end_matches(';').rsplit_once(' ') {
+                fields.push((ty.to_owned(), name.to_owned()));
+            }
+        }
+        fields
+    }
+
+    #[test]
+    fn the_c_struct_is_the_first_group_in_the_headers_order() {
+        let fields = header_fields();
+        let names: Vec<&str> = fields.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(names, Stats::IN_C);
+        assert!(fields.iter().all(|(ty, _)| ty == "uint64_t"), "{fields:?}");
+        assert_eq!(std::mem::size_of::<TrainprofStats>(), 8 * Stats::IN_C.len());
+        assert_eq!(&Stats::NAMES[..Stats::IN_C.len()], Stats::IN_C);
+        // Each counter outside the C struct has an export of its own.
+        let h = include_str!("../include/trainprof_hook.h");
+        for name in &Stats::NAMES[Stats::IN_C.len()..] {
+            assert!(h.contains(&format!("uint64_t trainprof_{name}(void);")), "trainprof_{name}");
+        }
+    }
+
+    #[test]
+    fn each_counter_lands_in_its_own_c_field() {
+        // Distinct values, set through the fields the list declares.
+        let s = Stats {
+            dropped_queue_full: 1,
+            dropped_writer: 2,
+            written: 3,
+            files_sealed: 4,
+            open_failures: 5,
+            dropped_names: 6,
+        };
+        assert_eq!(s.values(), [1, 2, 3, 4, 5, 6], "values() follows NAMES");
+        let c = TrainprofStats::from(s);
+        // SAFETY: TrainprofStats is repr(C) with only u64 fields (checked against the header
+        // above), so it has the layout of a u64 array of that length.
+        let raw: [u64; 5] = unsafe { std::mem::transmute::<TrainprofStats, [u64; 5]>(c) };
+        assert_eq!(raw[..], s.values()[..Stats::IN_C.len()]);
     }
 }

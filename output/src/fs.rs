@@ -131,7 +131,7 @@ impl Meta {
         self.kind() == Kind::File && self.nlink == 1
     }
 
-    /// Whether the file is mostly holes (`docs/on-disk.md`, "Sparse files"): longer than
+    /// Whether the file is mostly holes (`docs/on-disk.md`, "Files the readers refuse"): longer than
     /// [`SPARSE_MIN_BYTES`] with less than a [`SPARSE_RATIO`]-th of its length on disk. No
     /// writer of ours makes one; a 20 GB sparse file takes 20 KB, and neither the report nor
     /// the uploader spends time on it.

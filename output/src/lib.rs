@@ -19,6 +19,7 @@ pub mod fs;
 pub mod ledger;
 pub mod node;
 pub mod protocol;
+pub mod text;
 
 /// A UTC calendar time, to the second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,7 +22,7 @@
 
 use std::path::{Path, PathBuf};
 
-use trainprof_output::protocol::{metric, timeline};
+use trainprof_output::protocol::{dump, metric, native_window, timeline};
 
 /// The words no other crate may spell.
 fn vocabulary() -> Vec<&'static str> {
@@ -33,10 +33,27 @@ fn vocabulary() -> Vec<&'static str> {
     w.extend(metric::dimension::THROTTLE_FLAGS.map(|f| f.1));
     w.extend(timeline::METADATA);
     w.extend(timeline::PHASES);
+    w.extend(dump_words());
+    w.push(native_window::NATIVE_DIR);
     w.sort_unstable();
     w.dedup();
     w
 }
+
+/// The words of the hook's hang and crash dumps: the folder, its files, and the keys of
+/// `stall.json` and `ended.json` that are not [`plain`] (`name`, `pid`, `step`, `kind` are
+/// also the timeline's and the trace's keys, and the dump kinds the report's incident kinds:
+/// [`dump`] is where they are defined, but a literal of them is no sign of a second format).
+fn dump_words() -> Vec<&'static str> {
+    let mut w = vec![dump::HANGS_DIR];
+    w.extend(dump::FILES);
+    w.extend(dump::KEYS.iter().filter(|k| !plain(k)));
+    w
+}
+
+/// Files that still spell the dump words: the hook's dump writer, switched to
+/// [`dump`]'s constants in a change of its own. Only the dump words are let be there.
+const DUMP_WRITER: &[&str] = &["hook-ffi/src/hang.rs", "hook-ffi/src/hang/"];
 
 /// A string literal found outside test code: its text (escapes `\"` and `\\` undone), its
 /// line, and whether the line carries the allowing comment.
@@ -275,8 +292,12 @@ fn no_other_crate_spells_a_metric_or_event_name() {
         }
         scanned += 1;
         for l in lits.iter().filter(|l| !l.allowed) {
+            let rel = f.strip_prefix(workspace).unwrap_or(f).display().to_string();
+            let dump_writer = DUMP_WRITER.iter().any(|p| rel.starts_with(p));
             for w in spelled(&l.text, &words) {
-                let rel = f.strip_prefix(workspace).unwrap_or(f).display().to_string();
+                if dump_writer && dump_words().contains(&w) {
+                    continue;
+                }
                 found.push(format!("{rel}:{}: {:?} spells {w:?}", l.line, l.text));
             }
         }

@@ -21,6 +21,7 @@
 pub mod analysis;
 pub mod compare;
 mod job;
+
 pub mod model;
 pub mod page;
 pub mod reading;
@@ -28,20 +29,5 @@ pub mod rules;
 pub mod trace;
 
 pub use job::{Error, Raw, build, build_with, to_json};
+pub use reading::job_files;
 pub use rules::Options;
-
-/// The paths `agent/src/pipeline/` names for what it shares with the report (the host
-/// records it writes, the dump folders' names, the timeline caps it checks), kept there.
-#[doc(hidden)]
-pub mod hangs {
-    pub use crate::model::hangs::{HostSample, HostState, ThreadCpu};
-    pub use crate::reading::dumps::{MAX_JSON_BYTES, hook_record, parse_folder};
-}
-#[doc(hidden)]
-pub mod collect {
-    pub use crate::analysis::collect::{MAX_MODES, MAX_NAME_BYTES};
-}
-#[doc(hidden)]
-pub mod read {
-    pub use crate::reading::plausible_us;
-}

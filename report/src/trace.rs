@@ -287,8 +287,8 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
         let pid = o.pid(&format!("rank {}", d.node), 2)?;
         let tid = o.tid(pid, "hangs")?;
         let name = format!("{} in step {}", d.kind, d.step.map_or("?".to_owned(), |s| s.to_string()));
-        let args = json!({"folder": d.folder, "kind": d.kind, "step": d.step, "detected_us": det,
-            "stalled_s": d.stalled_s, "signal": d.signal});
+        let args = json!({"folder": d.folder, "kind": d.kind, "step": d.step, "detected_us": det, // not the protocol: the trace's args
+            "stalled_s": d.stalled_s, "signal": d.signal}); // not the protocol: the trace's args
         if slice {
             o.event(&json!({"name": name, "cat": "hang", "ph": "X", "pid": pid, "tid": tid, "ts": s, "dur": dur, "args": args}))?;
         } else {

@@ -85,3 +85,33 @@ def test_the_readme_s_first_command_as_written_leaves_the_page(tmp_path, trainpr
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["steps"], p.stdout[:500]
     assert (root / "compare.html").read_bytes().startswith(b"<!DOCTYPE html>")
+
+
+def readme_python():
+    """The README's first ```python block: the lines a trainer adds."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = lines.index("```python")
+    return "\n".join(lines[start + 1 : lines.index("```", start + 1)])
+
+
+def test_the_lines_the_readme_says_a_trainer_adds_record_its_steps(tmp_path, trainprof_bin, hook_lib):
+    """The snippet, as written, around a loop of its own (`loader`, `train_step`), run under
+    `trainprof run`: every step it takes is in the timeline and the run ends cleanly."""
+    snippet = readme_python()
+    assert "trainprof.Profiler(" in snippet and "prof.close()" in snippet, snippet
+    root = repository_copy(tmp_path, trainprof_bin, hook_lib)
+    trainer = root / "trainer.py"
+    trainer.write_text(
+        "import sys\nsys.path.insert(0, 'hook-ffi/python')\n"
+        "loader = range(7)\ndef train_step(batch):\n    sum(range(10000))\n\n" + snippet + "\n"
+    )
+    proc = subprocess.run(
+        ["target/debug/trainprof", "run", "--local-path", "out", "--no-report", "--", "python3", "trainer.py"],
+        cwd=root, env=user_env(), capture_output=True, text=True, timeout=LIMIT_S,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line.rstrip(",\n"))
+              for f in sorted((root / "out" / "framework").rglob("*pythontimeline.json"))
+              for line in f.read_text().splitlines() if line.startswith("{")]
+    steps = [e for e in events if e.get("name", "").startswith("Step:ModeKeys.TRAIN")]
+    assert len(steps) == 7, [e.get("name") for e in events]

@@ -259,7 +259,8 @@ def test_a_planted_link_is_not_followed_and_changes_nothing(tmp_path, hook_lib, 
     env.update(
         PYTHONPATH=str(PACKAGE_DIR),
         TRAINPROF_HOOK_LIB=str(hook_lib),
-        TRAINPROF_TEST_PARAMS=json.dumps({"how": how, "release_s": 2.5}),
+        # No dump can be written here: the lock is released after release_s alone.
+        TRAINPROF_TEST_PARAMS=json.dumps({"how": how, "release_s": 2.5, "wait_dump": False}),
         TRAINPROF_RESOURCE_CONFIG=str(tmp_path / "none.json"),
         SMPROFILER_CONFIG_PATH=str(config),
     )

@@ -275,7 +275,12 @@ for i, body in enumerate(["", "{}", '{"kind": "stall", "threshold_s": NaN}']):
     p = os.path.join(root, "framework", "hangs", "0-algo-1", f"{31 + i}-{now + i + 1}")
     os.makedirs(p)
     open(os.path.join(p, "stall.json"), "w").write(body)
-time.sleep(5)
+# Alive until the agent's record of the host is there (it is written while the trainer runs,
+# at least 1 s after the agent saw the dump); 60 s is only the failure bound.
+record = os.path.join(root, "system", "hangs", "0-algo-1", f"30-{now}.json")
+t0 = time.monotonic()
+while not os.path.exists(record) and time.monotonic() - t0 < 60:
+    time.sleep(0.05)
 sys.exit(3)
 '''
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINPROF_", "SMPROFILER_"))}
@@ -331,8 +336,14 @@ for step in range(40 if rank == 0 else 30):
     prof.step_end()
 if rank == 1:
     # Rank 1 stops stepping after step 29 (outside a step, so its own watchdog sees nothing),
-    # then lets rank 0 finish.
-    time.sleep(5)
+    # then lets rank 0 finish once the agent has recorded the host at rank 0's dump (written
+    # at least 1 s after the agent saw the dump, itself at least HangTimeoutS into the stall);
+    # 60 s is only the failure bound.
+    hangs = os.path.join(os.environ["HANG_TEST_ROOT"], "system", "hangs")
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60 and not any(
+            f.endswith(".json") for _, _, fs in os.walk(hangs) for f in fs):
+        time.sleep(0.05)
     os.write(fd, b"x" * 10)
 prof.close()
 '''
@@ -362,7 +373,7 @@ def test_two_ranks_under_run_name_the_one_that_stopped(trainprof_bin, hook_lib, 
     drop = ("TRAINPROF_", "SMPROFILER_", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK",
             "SLURM_PROCID", "PYTHONPATH")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update(SMPROFILER_CONFIG_PATH=str(cfg), TRAINPROF_HOOK_LIB=str(hook_lib),
+    env.update(SMPROFILER_CONFIG_PATH=str(cfg), TRAINPROF_HOOK_LIB=str(hook_lib), HANG_TEST_ROOT=str(root),
                PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2] / "hook-ffi" / "python"),
                TRAINPROF_NVML_LIB=str(tmp_path / "no-libnvidia-ml.so.1"),
                TRAINPROF_RESOURCE_CONFIG=str(tmp_path / "no-resourceconfig.json"))

@@ -584,7 +584,9 @@ def test_sigkilled_agents_lose_no_record(trainprof_bin, s3, procs, tmp_path):
 
     last = procs.start(args, env, "agent4")
     wait_for(lambda: lines_of(last.pid) >= 5, AGENT_UP_S, "the last agent's first lines", alive=[last])
-    time.sleep(1)  # uploads what it repaired while it runs
+    # Stopped once it has repaired what the killed agent before it left (it uploads that
+    # before it exits).
+    wait_for(lambda: repaired(last.stderr()), UPLOAD_S, "the last agent's repair", alive=[last])
     assert last.term() == 0, last.stderr()
 
     # Every restarted agent repaired what the killed one left.
@@ -717,7 +719,8 @@ def test_sigterm_while_server_is_down_keeps_files_within_the_deadline(trainprof_
         dropped[rel] = (out / rel).read_bytes()
     wait_for(lambda: list((out / "system").glob(f".*.{agent.pid}.tmp")), AGENT_UP_S, "the agent's first lines",
              alive=[agent])
-    time.sleep(2)
+    # An attempt has failed (and is said) before the SIGTERM.
+    wait_for(lambda: "refused" in agent.stderr().lower(), UPLOAD_S, "the first refused attempt", alive=[agent])
 
     t0 = time.monotonic()
     rc = agent.term(SHORT_DEADLINE_S + DEADLINE_SLACK_S + 10)
@@ -773,7 +776,8 @@ def test_secret_never_logged_even_verbose_and_errors_said_once(trainprof_bin, s3
         time.sleep(0.5)
     wait_for(lambda: list((out / "system").glob(f".*.{agent.pid}.tmp")), AGENT_UP_S, "the agent's first lines",
              alive=[agent])
-    time.sleep(2)
+    # An attempt has failed (and is said) before the SIGTERM.
+    wait_for(lambda: "NoSuchBucket" in agent.stderr(), UPLOAD_S, "the first failed attempt", alive=[agent])
     agent.term(SHORT_DEADLINE_S + DEADLINE_SLACK_S + 10)
     stderr = agent.stderr()
 

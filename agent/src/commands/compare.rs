@@ -13,7 +13,7 @@ use trainprof_report::compare::{self, Comparison, Options};
 
 use super::report::{self as rep, Input};
 use crate::log;
-use crate::pipeline::upload::store::S3Url;
+use crate::s3::store::S3Url;
 
 /// Exit statuses.
 pub mod status {
@@ -62,7 +62,7 @@ fn sources(args: &CompareArgs) -> Result<(Source, Source, Option<tempfile::TempD
             let url = S3Url::parse(path).map_err(|e| e.to_string())?;
             let into = temp.as_ref().map(|t| t.path().join(sub)).ok_or("no temporary folder")?;
             std::fs::create_dir(&into).map_err(|e| format!("{}: {e}", into.display()))?;
-            let got = rep::download(&url, args.s3_endpoint.as_deref(), &into)?;
+            let got = crate::s3::download::download(&url, args.s3_endpoint.as_deref(), &into)?;
             rep::log_skipped(&got.skipped);
             if got.files == 0 {
                 return Err(format!("{path}: no profiler files (system/, framework/) under this prefix"));

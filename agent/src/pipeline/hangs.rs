@@ -9,7 +9,8 @@
 //! `system/hangs/<node>/timeline-<µs>.json`), written new through `trainprof_output::fs`
 //! (never over a file, never through a link), and never into the trainer's dump folder: the
 //! trainer's user owns that. The report joins it to the dump by `folder`
-//! (`trainprof_report::hangs::HostState` is the shape, shared by writer and reader).
+//! (`trainprof_output::protocol::host_record::HostState` is the shape, shared by writer and
+//! reader).
 //!
 //! Two parts: a [`Sink`] that copies the tick's few relevant metrics into a bounded ring
 //! (a `try_lock`: a tick never waits; a tick that finds the ring busy is counted and left
@@ -27,8 +28,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use trainprof_output::fs::{self as ofs, Dir, Kind, Meta};
+use trainprof_output::protocol::dump;
+use trainprof_output::protocol::host_record::{self, HostSample, HostState, ThreadCpu};
 use trainprof_output::protocol::metric::{MetricType, Name, dimension as d, name as n};
-use trainprof_report::hangs::{HostSample, HostState, ThreadCpu};
 
 use crate::log;
 use crate::pipeline::sample::Metric;
@@ -60,7 +62,7 @@ pub const CHECK_BUDGET: usize = 256;
 /// Bytes of `stall.json` read per look on average: each look adds this much to what may be
 /// read, up to [`MAX_STALL_BYTES`] (the largest read).
 pub const STALL_BYTES_PER_LOOK: u64 = 256 << 10;
-pub const MAX_STALL_BYTES: u64 = trainprof_report::hangs::MAX_JSON_BYTES;
+pub const MAX_STALL_BYTES: u64 = dump::MAX_JSON_BYTES;
 /// How long a dump folder is waited on for its `stall.json` after it was first seen (the hook
 /// writes it within seconds: its native stacks take at most 64 × 200 ms).
 pub const WAIT_FOR_STALL: Duration = Duration::from_secs(60);
@@ -474,7 +476,7 @@ impl Watcher {
     fn scan_dumps(&mut self, root: &Dir, now: Instant) {
         self.work = Work::default();
         self.stall_bytes = (self.stall_bytes + STALL_BYTES_PER_LOOK).min(MAX_STALL_BYTES);
-        let Ok(hangs) = root.sub("framework/hangs", false) else { return };
+        let Ok(hangs) = root.sub(dump::HANGS_DIR, false) else { return };
         let mut names = self.budget.names;
         if let Ok(meta) = ofs::meta_of(&hangs) {
             let (nodes, node_names) = (&mut self.nodes, &mut self.node_names);
@@ -502,7 +504,7 @@ impl Watcher {
             let (seen, waiting, left_out) = (&mut self.seen, &mut self.waiting, &mut self.left_out);
             listed.read(|| hangs.sub(node, false).ok(), &meta, &mut names, &mut |folder| {
                 // Only the name is looked at here: no system call per planted folder.
-                let Some((_, us)) = trainprof_report::hangs::parse_folder(folder) else { return };
+                let Some((_, us)) = dump::parse_folder(folder) else { return };
                 // An earlier job's dump in the same LocalPath, or a time the hook never names.
                 if us < oldest_us || us > now_us + FUTURE_US || !plain_name(folder) {
                     return;
@@ -544,7 +546,7 @@ impl Watcher {
                 Check::Drop => {}
                 Check::Record => self.pending.push(Pending {
                     name: format!("{}.json", w.folder),
-                    trigger: "dump",
+                    trigger: host_record::TRIGGER_DUMP,
                     folder: Some(format!("{}/{}", w.node, w.folder)),
                     node: w.node,
                     detected_us: w.detected_us,
@@ -567,7 +569,7 @@ impl Watcher {
             return Check::Wait;
         }
         let Ok(folder) = node_dir.sub(&w.folder, false) else { return Check::Drop };
-        let stall = match folder.stat("stall.json") {
+        let stall = match folder.stat(dump::STALL_FILE) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 w.mtime = settled(&meta).then_some(meta.mtime);
@@ -583,11 +585,11 @@ impl Watcher {
             w.mtime = None;
             return Check::Wait;
         }
-        let Ok(Some(bytes)) = folder.read("stall.json", MAX_STALL_BYTES) else {
+        let Ok(Some(bytes)) = folder.read(dump::STALL_FILE, MAX_STALL_BYTES) else {
             return Check::Drop;
         };
         self.stall_bytes = self.stall_bytes.saturating_sub(bytes.len() as u64);
-        if trainprof_report::hangs::hook_record(&bytes).is_ok() {
+        if dump::hook_record(&bytes).is_ok() {
             return Check::Record;
         }
         // Caught half-written by the crash handler: read again while it is young.
@@ -626,7 +628,7 @@ impl Watcher {
             self.pending.push(Pending {
                 node: self.node.clone(),
                 name: format!("timeline-{at}.json"),
-                trigger: "timeline_stopped",
+                trigger: host_record::TRIGGER_TIMELINE_STOPPED,
                 folder: None,
                 detected_us: at,
                 seen_at: now,
@@ -657,7 +659,7 @@ impl Watcher {
             Err(_) => return,
         };
         let done = dir
-            .sub(&format!("system/hangs/{}", p.node), true)
+            .sub(&format!("{}/{}", host_record::HOST_DIR, p.node), true)
             .and_then(|d| ofs::write_new(&d, &p.name, &std::process::id().to_string(), &bytes));
         match done {
             Ok(true) => {

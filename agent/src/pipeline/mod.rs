@@ -5,6 +5,7 @@ pub mod hangs;
 pub mod metrics;
 pub mod sample;
 pub mod sink;
+pub mod sinks;
 pub mod system_file;
 pub mod tick;
 pub mod upload;

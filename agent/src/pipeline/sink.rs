@@ -2,8 +2,9 @@
 //! ([`crate::pipeline::tick`]) samples every sampler into one buffer and hands the buffer to
 //! every sink in turn; each sink does its own I/O and says its own failures, so a sink that
 //! fails never stops the loop or another sink (dynolog's `Logger` is the model). The system
-//! metrics files are one sink ([`SystemFiles`]); another output (a metrics endpoint, OTLP) is
-//! another sink, added where `run` builds the loop, without touching the loop.
+//! metrics files are one sink ([`crate::pipeline::sinks::SystemFiles`]); another output (a
+//! metrics endpoint, OTLP) is another sink, added where the sinks are built
+//! ([`crate::pipeline::sinks::build`]), without touching the loop.
 //!
 //! Every call is made on the sampling thread, inside the tick: a sink must not block. A sink
 //! that serves its data elsewhere (a metrics endpoint) copies what it keeps of the tick
@@ -12,9 +13,7 @@
 use std::time::Duration;
 
 use crate::pipeline::sample::Metric;
-use crate::pipeline::system_file::SystemWriter;
-use crate::pipeline::tick::LoopCounts;
-use crate::pipeline::upload::Waker;
+use crate::pipeline::system_file::SystemCounts;
 
 /// One tick as the samplers left it.
 #[derive(Debug, Clone, Copy)]
@@ -49,83 +48,17 @@ pub trait Sink: Send {
     fn add_counts(&self, _counts: &mut LoopCounts) {}
 }
 
-/// The system metrics files (`docs/formats.md`, "System files: names" and "System files:
-/// line format"), through a [`SystemWriter`], and the uploader woken whenever one is sealed.
-#[derive(Debug)]
-pub struct SystemFiles {
-    writer: SystemWriter,
-    /// Told about every sealed file.
-    on_seal: Option<Waker>,
-    /// Whether the last write failed, to say only changes.
-    failing: bool,
-}
-
-impl SystemFiles {
-    pub fn new(writer: SystemWriter, on_seal: Option<Waker>) -> SystemFiles {
-        SystemFiles { writer, on_seal, failing: false }
-    }
-
-    /// Wakes the uploader when a file was sealed; logs a change of the writing state.
-    fn written(&mut self, result: Result<bool, crate::pipeline::system_file::SystemWriteError>) {
-        match result {
-            Ok(sealed) => {
-                if sealed {
-                    self.wake();
-                }
-                if std::mem::take(&mut self.failing) {
-                    crate::log!("system metrics are written again");
-                }
-            }
-            Err(e) => {
-                if !std::mem::replace(&mut self.failing, true) {
-                    crate::log!("{e}; ticks are lost and counted until it works again");
-                }
-            }
-        }
-    }
-
-    fn wake(&self) {
-        if let Some(w) = &self.on_seal {
-            w.wake();
-        }
-    }
-}
-
-impl Sink for SystemFiles {
-    /// A tick into the open minute file; the last one into a file of its own named by its
-    /// second ([`SystemWriter::write_last_tick`]).
-    fn tick(&mut self, tick: &Tick<'_>) {
-        let written = if tick.last {
-            self.writer.write_last_tick(tick.wall_s, tick.metrics).map(|s| !s.is_empty())
-        } else {
-            self.writer.write_tick(tick.wall_s, tick.metrics).map(|s| s.is_some())
-        };
-        self.written(written);
-    }
-
-    /// Not in the first second of one of smdebug's 60 s windows
-    /// ([`SystemWriter::last_tick_pause`]).
-    fn last_tick_pause(&self, wall_s: f64) -> Option<Duration> {
-        self.writer.last_tick_pause(wall_s)
-    }
-
-    /// What was written so far is sealed now (and uploaded), not at the stop.
-    fn pause(&mut self) {
-        match self.writer.seal() {
-            Ok(Some(_)) => self.wake(),
-            Ok(None) => {}
-            Err(e) => crate::log!("{e}; the temporary file is repaired at the next start"),
-        }
-    }
-
-    /// Seals the open file (the final upload takes it).
-    fn finish(&mut self) {
-        if let Err(e) = self.writer.seal() {
-            crate::log!("{e}; the temporary file is repaired at the next start");
-        }
-    }
-
-    fn add_counts(&self, counts: &mut LoopCounts) {
-        counts.system = self.writer.counts();
-    }
+/// What the loop did, for the summary and the agent's own metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoopCounts {
+    pub ticks: u64,
+    /// Deadlines skipped because a tick came late.
+    pub skipped: u64,
+    /// Failed reads, per sampler name.
+    pub sample_failures: Vec<(&'static str, u64)>,
+    /// Set by the system files' sink.
+    pub system: SystemCounts,
+    /// The process's CPU time from the first tick to the last, µs (set by the caller, who
+    /// owns the clock of the whole process).
+    pub sampling_cpu_us: u64,
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::pipeline::sample::{Metrics, Sampler};
-use crate::pipeline::sink::{Sink, Tick};
+use crate::pipeline::sink::{LoopCounts, Sink, Tick};
 use crate::pipeline::system_file::SystemCounts;
 
 /// Monotonic and wall time, and a way to wait that a stop request cuts short.
@@ -111,21 +111,6 @@ impl std::fmt::Debug for Source {
             .field("failures", &self.failures)
             .finish()
     }
-}
-
-/// What the loop did, for the summary and the agent's own metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LoopCounts {
-    pub ticks: u64,
-    /// Deadlines skipped because a tick came late.
-    pub skipped: u64,
-    /// Failed reads, per sampler name.
-    pub sample_failures: Vec<(&'static str, u64)>,
-    /// Set by the system files' sink.
-    pub system: SystemCounts,
-    /// The process's CPU time from the first tick to the last, µs (set by the caller, who
-    /// owns the clock of the whole process).
-    pub sampling_cpu_us: u64,
 }
 
 /// What a reloaded configuration may change while the loop runs (docs/configuration.md, "Reload").
@@ -365,7 +350,7 @@ mod tests {
 
     use super::*;
     use crate::pipeline::sample::{Name, SampleError};
-    use crate::pipeline::sink::SystemFiles;
+    use crate::pipeline::sinks::SystemFiles;
     use crate::pipeline::system_file::SystemWriter;
 
     /// The system files under `dir` as algo-1, the only sink.

@@ -7,13 +7,23 @@ import ctypes
 import functools
 import inspect
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, TypeVar, cast
 
 from . import _fork
 
 if TYPE_CHECKING:
     from ._lib import TrainprofArg
-    from ._profiler import Profiler
+
+
+class Recorder(Protocol):
+    """What a span takes from its profiler (:class:`trainprof.Profiler` is one), so that this
+    module does not import the profiler's."""
+
+    _gen: int
+
+    def _c_record(self, *args: Any) -> int: ...
+
+    def _record_failed(self, status: int) -> None: ...
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,7 +42,7 @@ class Span:
 
     def __init__(
         self,
-        prof: Profiler,
+        prof: Recorder,
         phase: ctypes.c_uint32,
         name: ctypes.c_uint32,
         step: ctypes.c_int64,

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::system_line::push_u64;
+use super::decimal::push_u64;
 
 /// A metric's `Type`: the five that smdebug's readers and rules know, and ours, chosen so
 /// that no reader or rule takes them for one of those. [`MetricType::as_str`] is what is

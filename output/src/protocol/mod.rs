@@ -9,8 +9,14 @@
 //!   back, with bounded memory, by the report;
 //! * [`timeline`]: the names, phases and argument keys of the timeline events the hook
 //!   writes and the report reads, the anomaly trigger's among them;
+//! * [`timeline_event`]: one timeline event as every reader decodes it, with its bounds and
+//!   checks (the report's files, the agent's progress and repair);
 //! * [`node_record`]: the agent's record of a node's GPUs, written once when it starts
-//!   sampling and read back by the report.
+//!   sampling and read back by the report;
+//! * [`host_record`]: the agent's record of the host around a stall, read back by the report;
+//! * [`dump`]: the hook's hang and crash dumps (folder and file names, `stall.json` and
+//!   `ended.json` keys, the dump kinds, the check that a `stall.json` is the hook's record);
+//! * [`native_window`]: the native profiler's window folder names.
 //!
 //! No other crate spells these words: `output/tests/protocol_home.rs` reads the other
 //! crates' sources and fails on a literal that does.
@@ -25,7 +31,12 @@ macro_rules! words {
     };
 }
 
+pub mod decimal;
+pub mod dump;
+pub mod host_record;
 pub mod metric;
+pub mod native_window;
 pub mod node_record;
 pub mod system_line;
 pub mod timeline;
+pub mod timeline_event;

@@ -19,6 +19,7 @@ use std::io::{self, BufRead, Read as _};
 
 use serde::Deserialize;
 
+pub use super::decimal::push_u64;
 use super::metric::{MetricType, Name};
 
 /// The key of the tick's time (epoch seconds), which the agent's repair reads alone.
@@ -90,23 +91,6 @@ pub fn push_value(buf: &mut String, value: f64) {
             buf.push(char::from(b'0' + (frac % 10) as u8));
         }
     }
-}
-
-/// Appends `n` in decimal (as `{}` does), without the formatting machinery.
-#[inline]
-pub fn push_u64(buf: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    // Only ASCII digits were written.
-    buf.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 /// Below this many microseconds (2³² s, the year 2106) two doubles are less than 1 µs

@@ -61,6 +61,10 @@ words! {
     FORWARD = "Forward",
     /// The torch.profiler ops' phases end with it (`cpu_functions`, `gpu_functions-dev:0`).
     FUNCTIONS = "_functions",
+    /// The phase of the detailed window's CPU ops.
+    CPU_FUNCTIONS = "cpu_functions",
+    /// The phase prefix of a device's kernels: `gpu_functions-dev:<n>`.
+    GPU_FUNCTIONS = "gpu_functions-dev:",
     DATALOADER_ITER_INITIALIZE = "DataLoaderIterInitialize",
     DATALOADER_ITER = "DataLoaderIter",
     /// smdebug's; not written, read when present.
@@ -77,6 +81,20 @@ pub fn step_mode(phase: &str) -> Option<&str> {
     phase.split_once(STEP_PREFIX).map(|(_, m)| m).filter(|m| !m.is_empty())
 }
 
+/// Whether an event of `phase` marks a step as one of a detailed (profiler) window: the
+/// module events (`Forward…`) and the profiler's ops and kernels (`…_functions…`). The
+/// report's `job.profiled.detailed_steps` and `compare`'s profiled windows count by it.
+pub fn marks_detailed_step(phase: &str) -> bool {
+    phase.starts_with(FORWARD) || phase.contains(FUNCTIONS)
+}
+
+/// Whether `phase`'s events are the detailed windows' ops or kernels (`cpu_functions`,
+/// `gpu_functions-dev:<n>`): shown as ops and kernels, not as phases. Narrower than
+/// [`marks_detailed_step`]: the module events (`Forward`) are phases of their own.
+pub fn is_detailed_ops_phase(phase: &str) -> bool {
+    phase == CPU_FUNCTIONS || phase.starts_with(GPU_FUNCTIONS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +108,15 @@ mod tests {
         }
         assert_eq!(step_mode(STEP_PREFIX), None);
         assert_eq!(step_mode(FORWARD), None);
+    }
+
+    #[test]
+    fn detailed_phases() {
+        for p in [CPU_FUNCTIONS, "gpu_functions-dev:0"] {
+            assert!(marks_detailed_step(p) && is_detailed_ops_phase(p), "{p}");
+        }
+        assert!(marks_detailed_step(FORWARD) && !is_detailed_ops_phase(FORWARD));
+        assert!(marks_detailed_step("Forward-SubModuleInternal"));
+        assert!(!marks_detailed_step(STEP_TRAIN) && !is_detailed_ops_phase(STEP_TRAIN));
     }
 }

@@ -41,12 +41,10 @@ pub const MAX_SERIES_CELLS: usize = 2_000_000;
 pub const MIN_NODE_POINTS: usize = MAX_SERIES_CELLS / MAX_COLUMNS;
 /// Timeline nodes (ranks) per job.
 pub const MAX_RANKS: usize = 4096;
-/// Step modes (`TRAIN`, `EVAL`, …) per job.
-pub const MAX_MODES: usize = 16;
+pub use trainprof_output::protocol::timeline_event::{MAX_MODES, MAX_NAME_BYTES};
 /// Timeline phases per job; events of further phases are summed into [`OTHER_PHASES`].
 pub const MAX_PHASES: usize = 1000;
 pub const OTHER_PHASES: &str = "(other phases)";
-pub use crate::reading::MAX_NAME_BYTES;
 /// Seconds with dataloader events kept for the Dataloader rule, and (second, pid) pairs in
 /// all (at most 4,096 pids a second).
 pub const MAX_DATALOADER_SECONDS: usize = 100_000;
@@ -563,7 +561,7 @@ impl<R: NodeJudge> Agg<R> {
         } else {
             self.phases.insert(key.to_owned(), (1, e.dur_us));
         }
-        if (e.phase.starts_with(timeline::FORWARD) || e.phase.contains(timeline::FUNCTIONS))
+        if timeline::marks_detailed_step(e.phase)
             && let Some(s) = e.step
             && !self.detailed.contains(&(rank, s))
         {

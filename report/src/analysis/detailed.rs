@@ -16,12 +16,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::analysis::steps::StepRec;
 use crate::model::Capped;
 use crate::model::detailed::*;
-use crate::reading::MAX_NAME_BYTES;
+use trainprof_output::protocol::timeline_event::MAX_NAME_BYTES;
 
-/// The phase of the CPU ops (`docs/formats.md`, "Event vocabulary").
-pub const CPU_FUNCTIONS: &str = "cpu_functions";
-/// The phase prefix of a device's kernels: `gpu_functions-dev:<n>`.
-pub const GPU_FUNCTIONS: &str = "gpu_functions-dev:";
+/// The phase of the CPU ops and the phase prefix of a device's kernels
+/// (`gpu_functions-dev:<n>`; `docs/formats.md`, "Event vocabulary").
+pub use trainprof_output::protocol::timeline::{CPU_FUNCTIONS, GPU_FUNCTIONS};
 /// The DataLoader's batch fetches: the trainer waiting for input.
 pub const DATALOADER_ITER: &str = trainprof_output::protocol::timeline::DATALOADER_ITER;
 /// Op and kernel records kept per job (40 bytes each: 80 MB at most).

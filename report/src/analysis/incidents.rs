@@ -10,6 +10,8 @@
 use std::collections::BTreeMap;
 
 use trainprof_output::fs::Dir;
+use trainprof_output::protocol::dump as dk;
+use trainprof_output::protocol::host_record;
 
 use crate::analysis::steps::StepRec;
 use crate::model::hangs::*;
@@ -93,7 +95,7 @@ pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> V
     for h in host {
         let t = h.detected_us as f64 / 1e6;
         let by_folder = h.folder.as_ref().and_then(|f| {
-            let rel = format!("framework/hangs/{f}");
+            let rel = format!("{}/{f}", dk::HANGS_DIR);
             out.iter().position(|i| i.dumps.iter().any(|d| d.folder == rel))
         });
         let near = || {
@@ -107,7 +109,7 @@ pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> V
             if out[k].host.len() < MAX_HOST_ITEMS {
                 out[k].host.push(h);
             }
-        } else if h.trigger == "timeline_stopped" && plausible_us(h.detected_us) {
+        } else if h.trigger == host_record::TRIGGER_TIMELINE_STOPPED && plausible_us(h.detected_us) {
             match stopped.last_mut() {
                 Some(i) if t - i.detected_s <= GROUP_S => {
                     if i.host.len() < MAX_HOST_ITEMS {
@@ -379,6 +381,9 @@ pub fn read(dir: &Dir, steps: &Steps, skipped: &mut Skipped) -> Hangs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reading::dumps::dump_text_bytes;
+    use serde_json::Value;
+    use trainprof_output::protocol::dump::DumpKind;
 
     fn rank(name: &str, begun: Option<i64>, dumped: bool, frames: &[&str]) -> RankState {
         RankState {
@@ -735,7 +740,7 @@ mod tests {
                     let t = String::from_utf8_lossy(&bytes);
                     let _ = parse_python_stacks(&t);
                     let _ = parse_native_stacks(&t);
-                    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&t) {
+                    if let Ok(v) = serde_json::from_str::<Value>(&t) {
                         stall_fields(&mut Dump::default(), &v);
                     }
                 }
@@ -755,7 +760,7 @@ mod tests {
             .map(|k| Dump {
                 node: format!("{k}-a"),
                 folder: format!("framework/hangs/{k}-a/2-{T}"),
-                kind: "fatal".into(),
+                kind: DumpKind::Fatal.as_str().into(),
                 step: Some(2),
                 detected_s: T as f64 / 1e6 + f64::from(k),
                 ..Dump::default()

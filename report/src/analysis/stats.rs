@@ -1,6 +1,6 @@
 //! Statistics: quantiles (numpy's default, linear interpolation, as SageMaker's rules use),
 //! histograms, a bounded percentage histogram for exact quantiles of any length of run, and
-//! streaming decimation of series (`docs/report.md`, "Statistics").
+//! streaming decimation of series (`docs/report.md`, "`--json`").
 
 /// The `q` quantile (0..=1) of sorted `v`, numpy's linear method; `None` when empty.
 pub fn quantile_sorted(v: &[f64], q: f64) -> Option<f64> {

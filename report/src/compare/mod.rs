@@ -119,12 +119,6 @@ struct Slot {
     kept: Option<u32>,
 }
 
-/// Whether an event marks a detailed (profiler) window: the report's own rule
-/// (`job.profiled.detailed_steps`).
-fn is_detailed(phase: &str) -> bool {
-    phase.starts_with(timeline::FORWARD) || phase.contains(timeline::FUNCTIONS)
-}
-
 /// Reads the job at `root` with the report's rules and splits its steps (docs/report.md,
 /// "compare": warm-up and profiled windows).
 pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> Result<Run, crate::Error> {
@@ -150,7 +144,7 @@ pub fn load(root: &Path, source: &str, opts: &crate::Options, warmup: usize) -> 
         }
     };
     let (model, raw) = crate::build_with(root, source, opts, on_tick, |e| {
-        if e.ph != 'X' || !is_detailed(e.phase) {
+        if e.ph != 'X' || !timeline::marks_detailed_step(e.phase) {
             return;
         }
         let Some(step) = e.step else { return };

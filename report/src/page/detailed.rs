@@ -33,8 +33,7 @@ fn us(v: Option<f64>) -> String {
 /// Whether a phase's events are the detailed windows' ops or kernels (shown in this section,
 /// not as phases).
 pub fn is_detailed_phase(name: &str) -> bool {
-    name == crate::analysis::detailed::CPU_FUNCTIONS
-        || name.starts_with(crate::analysis::detailed::GPU_FUNCTIONS)
+    trainprof_output::protocol::timeline::is_detailed_ops_phase(name)
 }
 
 /// The section, with its heading.

@@ -9,16 +9,17 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 use trainprof_output::fs::{self as ofs, Dir};
+use trainprof_output::protocol::dump::{self as dk, DumpKind};
+pub use trainprof_output::protocol::dump::{MAX_JSON_BYTES, hook_record, parse_folder, stall_value};
+use trainprof_output::protocol::host_record;
 
 use crate::model::hangs::*;
-use crate::reading::{self, Skipped, plausible_us};
+use crate::reading::{self as read, Skipped, plausible_us};
 
 /// Dump folders read per job; more are counted in `folders_left_out`.
 pub const MAX_FOLDERS: usize = 1024;
 /// Agent records (`system/hangs/`) read per job, at most [`MAX_HOST_BYTES`] in all.
 pub const MAX_HOST_FILES: usize = 256;
-/// Largest `stall.json`, `ended.json` and agent record read.
-pub const MAX_JSON_BYTES: u64 = 1 << 20;
 /// Largest `python_stacks.txt` / `native_stacks.txt` read.
 pub const MAX_STACKS_BYTES: u64 = 4 << 20;
 /// Largest `traceback.txt` read.
@@ -69,92 +70,49 @@ fn string(v: &Value, k: &str) -> Option<String> {
     v.get(k).and_then(Value::as_str).map(text)
 }
 
-/// `<step>-<µs>` → (step, µs).
-pub fn parse_folder(name: &str) -> Option<(i64, i64)> {
-    let (a, b) = name.split_once('-')?;
-    let step: i64 = a.parse().ok()?;
-    let us: i64 = b.parse().ok()?;
-    (step >= 0 && plausible_us(us)).then_some((step, us))
-}
-
-/// `stall.json`'s value, or why it cannot be read as one (the kind of problem and where,
-/// never its content): not JSON (a `NaN`, text cut short), nested deeper than `serde_json`'s
-/// 128 levels, or not an object.
-pub fn stall_value(bytes: &[u8]) -> Result<Value, String> {
-    let v: Value = serde_json::from_slice(bytes).map_err(|e| {
-        let what = match e.classify() {
-            serde_json::error::Category::Eof => "the JSON ends early",
-            _ if e.to_string().starts_with("recursion limit exceeded") => "nested too deep",
-            _ => "not JSON",
-        };
-        format!("stall.json: {what} (line {}, column {})", e.line(), e.column())
-    })?;
-    if !v.is_object() {
-        return Err("stall.json: not an object".into());
-    }
-    Ok(v)
-}
-
-/// `stall.json`'s value when it is the hook's record (`docs/formats.md`, "Hang and crash
-/// dumps"): an object with `version` 1, a `kind` the hook writes, and whole `pid`, `step` and
-/// plausible `detected_us`; else why not. The agent records the host only for such a dump.
-pub fn hook_record(bytes: &[u8]) -> Result<Value, String> {
-    let v = stall_value(bytes)?;
-    let kind = v.get("kind").and_then(Value::as_str);
-    if v.get("version").and_then(Value::as_u64) != Some(1)
-        || !matches!(kind, Some("stall" | "signal" | "fatal" | "exception"))
-        || int(&v, "pid").is_none()
-        || int(&v, "step").is_none()
-        || !int(&v, "detected_us").is_some_and(plausible_us)
-    {
-        return Err("stall.json: not the hook's record (version, kind, pid, step, detected_us)".into());
-    }
-    Ok(v)
-}
-
 /// Fills `d` from `stall.json`'s value; a field of the wrong type is left empty.
 pub fn stall_fields(d: &mut Dump, v: &Value) {
     if !v.is_object() {
         d.problems.push("stall.json: not an object".into());
         return;
     }
-    if let Some(k) = string(v, "kind")
-        && matches!(k.as_str(), "stall" | "signal" | "fatal" | "exception")
+    if let Some(k) = string(v, dk::KIND)
+        && DumpKind::parse(&k).is_some()
     {
         d.kind = k;
     }
-    d.pid = int(v, "pid");
-    d.mode = string(v, "mode");
-    if let Some(s) = int(v, "step") {
+    d.pid = int(v, dk::PID);
+    d.mode = string(v, dk::MODE);
+    if let Some(s) = int(v, dk::STEP) {
         d.step = Some(s);
     }
-    d.step_started_s = us_to_s(int(v, "step_started_us"));
-    if let Some(t) = us_to_s(int(v, "detected_us")) {
+    d.step_started_s = us_to_s(int(v, dk::STEP_STARTED_US));
+    if let Some(t) = us_to_s(int(v, dk::DETECTED_US)) {
         d.detected_s = t;
     }
-    d.threshold_s = float(v, "threshold_s");
-    d.median_step_s = float(v, "median_step_s");
-    d.last_completed_step = int(v, "last_completed_step");
-    d.signal = string(v, "signal");
-    if let Some(w) = v.get("open_windows").and_then(Value::as_array) {
+    d.threshold_s = float(v, dk::THRESHOLD_S);
+    d.median_step_s = float(v, dk::MEDIAN_STEP_S);
+    d.last_completed_step = int(v, dk::LAST_COMPLETED_STEP);
+    d.signal = string(v, dk::SIGNAL);
+    if let Some(w) = v.get(dk::OPEN_WINDOWS).and_then(Value::as_array) {
         d.open_windows = w.iter().filter_map(Value::as_str).take(MAX_OPEN_WINDOWS).map(text).collect();
     }
-    if let Some(r) = v.get("ring").and_then(Value::as_array) {
+    if let Some(r) = v.get(dk::RING).and_then(Value::as_array) {
         let skip = r.len().saturating_sub(MAX_RING);
         d.ring = r
             .iter()
             .skip(skip)
             .filter_map(|e| {
                 Some(RingEvent {
-                    t_s: us_to_s(int(e, "t_us"))?,
-                    what: string(e, "what")?,
-                    name: string(e, "name").unwrap_or_default(),
-                    step: int(e, "step"),
+                    t_s: us_to_s(int(e, dk::RING_T_US))?,
+                    what: string(e, dk::RING_WHAT)?,
+                    name: string(e, dk::NAME).unwrap_or_default(),
+                    step: int(e, dk::STEP),
                 })
             })
             .collect();
     }
-    if let Some(h) = v.get("hook").and_then(Value::as_object) {
+    if let Some(h) = v.get(dk::HOOK).and_then(Value::as_object) {
         d.hook = h
             .iter()
             .take(MAX_HOOK_KEYS)
@@ -277,7 +235,7 @@ pub fn parse_native_stacks(s: &str) -> (Vec<Thread>, u64) {
 }
 
 fn read_text(dir: &Dir, rel: &str, max: u64, d: &mut Dump) -> Option<String> {
-    match reading::read_file(dir, rel, max) {
+    match read::read_file(dir, rel, max) {
         Ok(b) => Some(String::from_utf8_lossy(&b).into_owned()),
         Err(e) => {
             d.problems.push(text(&e));
@@ -300,24 +258,24 @@ fn read_json(dir: &Dir, rel: &str, d: &mut Dump) -> Option<Value> {
 /// Reads one dump folder (`rel` = `framework/hangs/<node>/<folder>`) with the files `has`.
 pub fn read_dump(dir: &Dir, node: &str, folder: &str, has: &BTreeSet<String>) -> Option<Dump> {
     let (step, us) = parse_folder(folder)?;
-    let rel = format!("framework/hangs/{node}/{folder}");
+    let rel = format!("{}/{folder}", dk::node_dir(node));
     let mut d = Dump {
         node: text(node),
         folder: text(&rel),
-        kind: "fatal".into(),
+        kind: DumpKind::Fatal.as_str().into(),
         step: Some(step),
         detected_s: us as f64 / 1e6,
         ..Dump::default()
     };
-    if has.contains("stall.json") {
+    if has.contains(dk::STALL_FILE) {
         // A `stall.json` that cannot be read is no crash: the dump is incomplete, and says why.
-        let v = reading::read_file(dir, &format!("{rel}/stall.json"), MAX_JSON_BYTES)
+        let v = read::read_file(dir, &format!("{rel}/{}", dk::STALL_FILE), MAX_JSON_BYTES)
             .map_err(|e| text(&e))
             .and_then(|b| stall_value(&b));
         match v {
             Ok(v) => {
                 d.complete = true;
-                d.kind = "stall".into();
+                d.kind = DumpKind::Stall.as_str().into();
                 stall_fields(&mut d, &v);
             }
             Err(why) => {
@@ -325,43 +283,47 @@ pub fn read_dump(dir: &Dir, node: &str, folder: &str, has: &BTreeSet<String>) ->
                 d.problems.push(why);
             }
         }
-    } else if !has.contains("python_stacks.txt") {
+    } else if !has.contains(dk::PYTHON_STACKS_FILE) {
         // Not complete yet, and no crash's stacks: a dump being written.
         return None;
     }
-    if has.contains("ended.json")
-        && let Some(v) = read_json(dir, &format!("{rel}/ended.json"), &mut d)
+    if has.contains(dk::ENDED_FILE)
+        && let Some(v) = read_json(dir, &format!("{rel}/{}", dk::ENDED_FILE), &mut d)
     {
-        d.ended_s = us_to_s(int(&v, "ended_us"));
-        d.stalled_s = float(&v, "stalled_s").filter(|s| *s >= 0.0);
+        d.ended_s = us_to_s(int(&v, dk::ENDED_US));
+        d.stalled_s = float(&v, dk::STALLED_S).filter(|s| *s >= 0.0);
     }
-    if has.contains("python_stacks.txt")
-        && let Some(s) = read_text(dir, &format!("{rel}/python_stacks.txt"), MAX_STACKS_BYTES, &mut d)
+    if has.contains(dk::PYTHON_STACKS_FILE)
+        && let Some(s) =
+            read_text(dir, &format!("{rel}/{}", dk::PYTHON_STACKS_FILE), MAX_STACKS_BYTES, &mut d)
     {
         let (notes, threads, left) = parse_python_stacks(&s);
         d.python_notes = notes;
         d.python = threads;
         if left > 0 {
-            d.problems.push(format!("python_stacks.txt: {left} threads past {MAX_THREADS} left out"));
+            d.problems
+                .push(format!("{}: {left} threads past {MAX_THREADS} left out", dk::PYTHON_STACKS_FILE));
         }
     }
-    if has.contains("native_stacks.txt")
-        && let Some(s) = read_text(dir, &format!("{rel}/native_stacks.txt"), MAX_STACKS_BYTES, &mut d)
+    if has.contains(dk::NATIVE_STACKS_FILE)
+        && let Some(s) =
+            read_text(dir, &format!("{rel}/{}", dk::NATIVE_STACKS_FILE), MAX_STACKS_BYTES, &mut d)
     {
         let (threads, left) = parse_native_stacks(&s);
         d.native = threads;
         if left > 0 {
-            d.problems.push(format!("native_stacks.txt: {left} threads past {MAX_THREADS} left out"));
+            d.problems
+                .push(format!("{}: {left} threads past {MAX_THREADS} left out", dk::NATIVE_STACKS_FILE));
         }
     }
-    if has.contains("traceback.txt")
-        && let Some(s) = read_text(dir, &format!("{rel}/traceback.txt"), MAX_TRACEBACK_BYTES, &mut d)
+    if has.contains(dk::TRACEBACK_FILE)
+        && let Some(s) = read_text(dir, &format!("{rel}/{}", dk::TRACEBACK_FILE), MAX_TRACEBACK_BYTES, &mut d)
     {
         let lines: Vec<&str> = s.lines().collect();
         let skip = lines.len().saturating_sub(MAX_TRACEBACK_LINES);
         d.traceback = lines[skip..].iter().map(|l| text(l)).collect();
         if skip > 0 {
-            d.problems.push(format!("traceback.txt: its first {skip} lines left out"));
+            d.problems.push(format!("{}: its first {skip} lines left out", dk::TRACEBACK_FILE));
         }
     }
     Some(d)
@@ -369,14 +331,14 @@ pub fn read_dump(dir: &Dir, node: &str, folder: &str, has: &BTreeSet<String>) ->
 
 /// The files of a dump folder that are read.
 pub const DUMP_FILES: [&str; 5] =
-    ["stall.json", "python_stacks.txt", "native_stacks.txt", "traceback.txt", "ended.json"];
+    [dk::STALL_FILE, dk::PYTHON_STACKS_FILE, dk::NATIVE_STACKS_FILE, dk::TRACEBACK_FILE, dk::ENDED_FILE];
 
 /// Every dump folder under `framework/hangs/`, at most [`MAX_FOLDERS`]: `(dumps, left out)`.
 pub fn read_dumps(dir: &Dir, skipped: &mut Skipped) -> (Vec<Dump>, u64) {
     let want = |name: &str, is_dir: bool| {
         if is_dir { !name.starts_with('.') } else { DUMP_FILES.contains(&name) }
     };
-    let w = ofs::walk(dir, "framework/hangs", &want);
+    let w = ofs::walk(dir, dk::HANGS_DIR, &want);
     for r in w.refused {
         // The Python windows' walk of `framework/` may have met these links too.
         if !skipped.0.contains(&r) {
@@ -394,7 +356,7 @@ pub fn read_dumps(dir: &Dir, skipped: &mut Skipped) -> (Vec<Dump>, u64) {
     }
     let left = found.len().saturating_sub(MAX_FOLDERS) as u64;
     if left > 0 {
-        skipped.push(format!("framework/hangs: more than {MAX_FOLDERS} dump folders; {left} not read"));
+        skipped.push(format!("{}: more than {MAX_FOLDERS} dump folders; {left} not read", dk::HANGS_DIR));
     }
     let mut out = Vec::new();
     let mut text_bytes = 0usize;
@@ -444,7 +406,7 @@ pub(crate) fn dump_text_bytes(d: &Dump) -> usize {
 /// Every agent record under `system/hangs/<node>/*.json`, at most [`MAX_HOST_FILES`].
 pub fn read_host_states(dir: &Dir, skipped: &mut Skipped) -> Vec<HostState> {
     let want = |name: &str, is_dir: bool| !name.starts_with('.') && (is_dir || name.ends_with(".json"));
-    let w = ofs::walk(dir, "system/hangs", &want);
+    let w = ofs::walk(dir, host_record::HOST_DIR, &want);
     for r in w.refused {
         skipped.push(r);
     }
@@ -454,7 +416,7 @@ pub fn read_host_states(dir: &Dir, skipped: &mut Skipped) -> Vec<HostState> {
         if skipped.1.contains(&rel) || rel.split('/').count() != 4 {
             continue;
         }
-        let bytes = match reading::read_file(dir, &rel, MAX_JSON_BYTES) {
+        let bytes = match read::read_file(dir, &rel, MAX_JSON_BYTES) {
             Ok(b) => b,
             Err(e) => {
                 skipped.push(e);
@@ -464,7 +426,8 @@ pub fn read_host_states(dir: &Dir, skipped: &mut Skipped) -> Vec<HostState> {
         read_bytes += bytes.len() as u64;
         if read_bytes > MAX_HOST_BYTES {
             skipped.push(format!(
-                "system/hangs: more than {MAX_HOST_BYTES} bytes of host records; the rest not read"
+                "{}: more than {MAX_HOST_BYTES} bytes of host records; the rest not read",
+                host_record::HOST_DIR
             ));
             break;
         }

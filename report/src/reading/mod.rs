@@ -12,22 +12,25 @@
 
 pub mod demangle;
 pub mod dumps;
+pub mod job_files;
 pub mod marshal;
 pub mod native;
 pub mod node_gpus;
 pub mod python;
 
 use std::collections::HashMap;
-use std::fmt;
 use std::fs::File;
 use std::io::{self, BufReader, Read as _};
 
-use serde::Deserialize;
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use trainprof_output::fs::{self as ofs, Dir};
 use trainprof_output::protocol::metric::{self, MetricType, dimension as d, name as n};
 use trainprof_output::protocol::system_line::{self, SysLine, for_each_line};
-use trainprof_output::protocol::timeline;
+use trainprof_output::protocol::timeline_event::{Bases, file_events};
+pub use trainprof_output::protocol::timeline_event::{
+    Event, MAX_ARG_STRING, MAX_ARG_VALUES, MAX_ARGS, MAX_EVENT_BYTES, MAX_PHASES, PLAUSIBLE_S, TimelineCost,
+    plausible_s, plausible_us, read_timeline,
+};
+pub use trainprof_output::text::{is_terminal_control, printable, shown};
 
 /// A timeline file larger than this is skipped: events are streamed, one at a time, and no
 /// writer makes files this large (the hook rotates at 10 MB by default).
@@ -37,20 +40,6 @@ pub const MAX_STATS_BYTES: u64 = 64 << 20;
 /// A system file larger than this is skipped (the agent writes one a minute: ~40 MB at 10
 /// ticks a second on 256 cores).
 pub const MAX_SYSTEM_BYTES: u64 = 1 << 30;
-/// One timeline event larger than this ends the file's read (ours are < 1 KiB): an event is
-/// held whole while it is parsed.
-pub const MAX_EVENT_BYTES: u64 = 1 << 20;
-/// Per event, `args` keeps its first `MAX_ARGS` keys, `MAX_ARG_VALUES` JSON values in all
-/// (nested ones included) and strings up to `MAX_ARG_STRING` bytes; the rest is dropped
-/// (ours hold at most 6 numbers and a short string).
-pub const MAX_ARGS: usize = 64;
-pub const MAX_ARG_VALUES: usize = 256;
-pub const MAX_ARG_STRING: usize = 4096;
-/// Longest name kept (node, GPU, rank, mode, phase), in bytes; a longer one counts as past
-/// its cap.
-pub const MAX_NAME_BYTES: usize = 256;
-/// Phases (trace processes) per timeline file (the hook names a few dozen).
-pub const MAX_PHASES: usize = 4096;
 /// Nodes of system lines being grouped into ticks, and per tick at most so many cores and
 /// GPUs (a `p4d` has 96 cores and 8 GPUs): more are skipped and counted.
 pub const MAX_NODES: usize = 1024;
@@ -61,21 +50,8 @@ pub const MAX_TICK_GPUS: usize = 64;
 /// A file mostly of holes ([`ofs::Meta::is_mostly_holes`], the uploader's rule too) is not
 /// read.
 pub use ofs::{SPARSE_MIN_BYTES, SPARSE_RATIO};
-/// Times (seconds since the epoch) outside [2000-01-01, 2100-01-01) are not read: no job
-/// runs then, and arithmetic on them (a tick every 60 s from 1e18) would not advance.
-pub const PLAUSIBLE_S: std::ops::Range<f64> = 946_684_800.0..4_102_444_800.0;
 /// A skip reason is cut to this many bytes.
 const MAX_REASON: usize = 512;
-
-/// Whether `t` (seconds since the epoch) is a plausible time ([`PLAUSIBLE_S`]).
-pub fn plausible_s(t: f64) -> bool {
-    PLAUSIBLE_S.contains(&t)
-}
-
-/// Whether `t` (µs since the epoch) is a plausible time ([`PLAUSIBLE_S`]).
-pub fn plausible_us(t: i64) -> bool {
-    plausible_s(t as f64 / 1e6)
-}
 
 /// Lines of one tick share one Timestamp; SageMaker's rules take lines less than 20 ms
 /// apart as one sample, and so do we.
@@ -105,45 +81,6 @@ impl Skipped {
     }
 }
 
-/// `s` as text a person reads: every [`is_terminal_control`] character as its escape (`\x1b`,
-/// `\x00`, `\x0d`, `\u{9b}`, `\u{202e}`: the form the agent's stderr lines use), cut to at
-/// most `max` bytes (then `…`). Every string the trainer wrote goes through this (or
-/// [`shown`]) before it is shown. A backslash is left as it is: the text is for people.
-pub fn printable(s: &str, max: usize) -> String {
-    let mut out = String::with_capacity(s.len().min(max));
-    let mut piece = String::new();
-    for c in s.chars() {
-        piece.clear();
-        if is_terminal_control(c) {
-            escape(&mut piece, c);
-        } else {
-            piece.push(c);
-        }
-        if out.len().saturating_add(piece.len()) > max {
-            out.push('…');
-            break;
-        }
-        out.push_str(&piece);
-    }
-    out
-}
-
-/// Whether a terminal or a page's text direction acts on `c`: C0 (tab and line feed
-/// included), DEL, C1, and the bidirectional embeddings, overrides, isolates and marks.
-pub fn is_terminal_control(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{061c}')
-}
-
-fn escape(out: &mut String, c: char) {
-    use std::fmt::Write as _;
-    if (c as u32) < 0x80 {
-        let _ = write!(out, "\\x{:02x}", c as u32);
-    } else {
-        let _ = write!(out, "\\u{{{:x}}}", c as u32);
-    }
-}
-
 /// `x` as a person reads it, never hundreds of digits: in scientific notation with at most
 /// three significant digits (`1e308`, `-2.5e12`) from a billion up, and below a thousandth
 /// when no `decimals` are asked (`1e-300`); else as usual, with `decimals` decimals or as
@@ -162,18 +99,6 @@ pub fn readable(x: f64, decimals: Option<usize>) -> String {
     let mantissa =
         if mantissa.contains('.') { mantissa.trim_end_matches('0').trim_end_matches('.') } else { mantissa };
     format!("{mantissa}e{exp}")
-}
-
-/// `s` with its control characters as escapes ([`printable`], not cut), borrowed when it has
-/// none: the names read from the trainer's files (a node, phase, event or function name) go
-/// through it as they are read, so that the page, `--json` and stderr never carry a raw NUL,
-/// ESC or CR (`docs/report.md`, "Untrusted input").
-pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.chars().any(is_terminal_control) {
-        std::borrow::Cow::Owned(printable(s, usize::MAX))
-    } else {
-        std::borrow::Cow::Borrowed(s)
-    }
 }
 
 /// One tick of one node: the lines of a system file that share a Timestamp. Only the
@@ -482,158 +407,6 @@ fn system_lines(
         Err(e) => (Err(e), c),
     }
 }
-/// One complete event of a timeline, with absolute times.
-#[derive(Debug, Clone)]
-pub struct Event<'a> {
-    /// The timeline node (`<rank>-<host>`).
-    pub node: &'a str,
-    /// The trace process's name (the phase: `Step:ModeKeys.TRAIN`, `Forward`, …).
-    pub phase: &'a str,
-    pub name: &'a str,
-    /// `X` (complete) or `i`/`I` (instant, `dur_us` 0).
-    pub ph: char,
-    pub start_us: i64,
-    pub dur_us: i64,
-    pub step: Option<i64>,
-    pub args: &'a serde_json::Map<String, serde_json::Value>,
-}
-
-#[derive(Debug, Deserialize)]
-struct RawEvent {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    ph: Option<String>,
-    #[serde(default)]
-    pid: Option<Small>,
-    #[serde(default)]
-    ts: Option<f64>,
-    #[serde(default)]
-    dur: Option<f64>,
-    #[serde(default)]
-    args: Option<Args>,
-}
-
-/// An event's `args`, bounded as [`MAX_ARGS`] says; `cut` when something was dropped.
-#[derive(Debug, Default)]
-struct Args {
-    map: serde_json::Map<String, serde_json::Value>,
-    cut: bool,
-}
-
-impl<'de> Deserialize<'de> for Args {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Args, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Args;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Args, A::Error> {
-                let budget = std::cell::Cell::new(MAX_ARG_VALUES);
-                let mut out = Args::default();
-                while let Some(k) = m.next_key::<String>()? {
-                    if out.map.len() >= MAX_ARGS {
-                        m.next_value::<IgnoredAny>()?;
-                        out.cut = true;
-                        continue;
-                    }
-                    match m.next_value_seed(Bounded(&budget))? {
-                        Some(v) => {
-                            out.map.insert(k, v);
-                        }
-                        None => out.cut = true,
-                    }
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// A JSON value of at most a few nodes (an event's `pid`); a larger one reads as none.
-#[derive(Debug)]
-struct Small(Option<serde_json::Value>);
-
-impl<'de> Deserialize<'de> for Small {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Small, D::Error> {
-        let budget = std::cell::Cell::new(16);
-        Bounded(&budget).deserialize(d).map(Small)
-    }
-}
-
-/// Reads one JSON value while `budget` lasts (one a value, nested ones included; strings up
-/// to [`MAX_ARG_STRING`] bytes): `None`, the value consumed but dropped, when it does not fit.
-/// Nesting is serde_json's (at most 128).
-struct Bounded<'b>(&'b std::cell::Cell<usize>);
-
-impl Bounded<'_> {
-    fn take(&self) -> bool {
-        let left = self.0.get();
-        self.0.set(left.saturating_sub(1));
-        left > 0
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for Bounded<'_> {
-    type Value = Option<serde_json::Value>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Bounded<'_> {
-    type Value = Option<serde_json::Value>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
-        Ok(self.take().then_some(serde_json::Value::Bool(v)))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(self.take().then(|| v.into()))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(self.take().then(|| v.into()))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(self.take().then(|| v.into()))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        Ok((self.take() && v.len() <= MAX_ARG_STRING).then(|| v.into()))
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(self.take().then_some(serde_json::Value::Null))
-    }
-    fn visit_none<E>(self) -> Result<Self::Value, E> {
-        Ok(self.take().then_some(serde_json::Value::Null))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut whole = self.take();
-        let mut out = Vec::new();
-        while let Some(v) = seq.next_element_seed(Bounded(self.0))? {
-            match v {
-                Some(v) if whole => out.push(v),
-                _ => whole = false,
-            }
-        }
-        Ok(whole.then_some(serde_json::Value::Array(out)))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
-        let mut whole = self.take();
-        let mut out = serde_json::Map::new();
-        while let Some(k) = m.next_key::<String>()? {
-            match m.next_value_seed(Bounded(self.0))? {
-                Some(v) if whole && k.len() <= MAX_ARG_STRING => {
-                    out.insert(k, v);
-                }
-                _ => whole = false,
-            }
-        }
-        Ok(whole.then_some(serde_json::Value::Object(out)))
-    }
-}
 
 /// The timeline node of a timeline file name (`<T>_<node>_<kind>timeline.json`).
 pub fn timeline_node(file_name: &str) -> Option<&str> {
@@ -644,11 +417,6 @@ pub fn timeline_node(file_name: &str) -> Option<&str> {
     (t.bytes().all(|b| b.is_ascii_digit()) && !node.is_empty() && kind.ends_with("timeline.json"))
         .then_some(node)
 }
-
-/// State carried from one file of a node to the next: smdebug reads a file without a base
-/// time with the previous file's (`docs/formats.md`, trap T19).
-#[derive(Debug, Default)]
-pub struct Bases(HashMap<String, i64>);
 
 /// Every event of every timeline file under `framework/pevents/`, file by file in name
 /// order, as `f(event)`. `keep_file(node, last_us)` may skip a file by its name (the name is
@@ -677,7 +445,7 @@ pub fn timeline_events(
                 continue;
             }
         };
-        let (res, c) = one_timeline(file, node, &mut bases, &mut f);
+        let (res, c) = file_events(file, node, &mut bases, &mut f);
         if let Err(e) = res {
             skipped.push(format!("{rel}: {e} (events before the error were read)"));
         }
@@ -699,211 +467,6 @@ pub fn timeline_events(
                 c.phases_dropped
             ));
         }
-    }
-}
-
-/// What one timeline file's read dropped, and what it cost.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct TimelineCost {
-    /// Events handed on.
-    pub events: u64,
-    /// Events skipped for a time outside [`PLAUSIBLE_S`] (start or end).
-    pub implausible: u64,
-    /// Events whose `args` lost something to the bounds.
-    pub args_cut: u64,
-    /// `process_name` lines past [`MAX_PHASES`].
-    pub phases_dropped: u64,
-    /// Bytes of the largest event (at most [`MAX_EVENT_BYTES`]).
-    pub largest_event: u64,
-}
-
-/// Reads one timeline's events from `r` (at most [`MAX_EVENT_BYTES`] an event) as
-/// `timeline_events` does, for tests of the bounds: `(result, cost)`.
-pub fn read_timeline(
-    r: impl io::Read,
-    node: &str,
-    f: &mut dyn FnMut(&Event<'_>),
-) -> (Result<(), String>, TimelineCost) {
-    let mut bases = Bases::default();
-    one_timeline(r, node, &mut bases, f)
-}
-
-fn one_timeline(
-    file: impl io::Read,
-    node: &str,
-    bases: &mut Bases,
-    f: &mut dyn FnMut(&Event<'_>),
-) -> (Result<(), String>, TimelineCost) {
-    let used = std::rc::Rc::new(EventBytes::default());
-    let limited = EventLimit { inner: BufReader::new(file), used: used.clone() };
-    let mut de = serde_json::Deserializer::from_reader(limited);
-    let mut st = FileState {
-        node,
-        base: bases.0.get(node).copied(),
-        phases: HashMap::new(),
-        f,
-        used,
-        cost: TimelineCost::default(),
-    };
-    let r = de.deserialize_seq(Elements(&mut st)).map_err(|e| json_reason(&e));
-    if let Some(b) = st.base {
-        bases.0.insert(node.to_owned(), b);
-    }
-    (r, st.cost)
-}
-
-/// Why a JSON file did not parse: the kind of problem and where, never a value from it
-/// (serde_json's messages quote what they found).
-fn json_reason(e: &serde_json::Error) -> String {
-    use serde_json::error::Category;
-    let at = format!("at line {}, column {}", e.line(), e.column());
-    match e.classify() {
-        // Our own limits and the OS's errors: no content.
-        Category::Io => e.to_string(),
-        Category::Syntax => format!("not JSON (syntax error {at})"),
-        Category::Data => format!("not an array of trace events (a value of the wrong type {at})"),
-        Category::Eof => format!("the JSON ends early ({at})"),
-    }
-}
-
-/// Bytes read of the event being parsed, while `armed`.
-#[derive(Debug, Default)]
-struct EventBytes {
-    n: std::cell::Cell<u64>,
-    armed: std::cell::Cell<bool>,
-    largest: std::cell::Cell<u64>,
-}
-
-/// A reader that fails once one event has taken more than [`MAX_EVENT_BYTES`].
-struct EventLimit<R> {
-    inner: R,
-    used: std::rc::Rc<EventBytes>,
-}
-
-impl<R: io::Read> io::Read for EventLimit<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let u = &self.used;
-        if !u.armed.get() {
-            return self.inner.read(buf);
-        }
-        let left = MAX_EVENT_BYTES + 1 - u.n.get().min(MAX_EVENT_BYTES + 1);
-        if left == 0 {
-            return Err(io::Error::other(format!("an event holds more than {MAX_EVENT_BYTES} bytes")));
-        }
-        let cap = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        let n = self.inner.read(&mut buf[..cap])?;
-        u.n.set(u.n.get() + n as u64);
-        u.largest.set(u.largest.get().max(u.n.get()));
-        Ok(n)
-    }
-}
-
-struct FileState<'a, 'f> {
-    node: &'a str,
-    base: Option<i64>,
-    /// Trace pid (as JSON text) → the phase's name.
-    phases: HashMap<String, String>,
-    f: &'f mut dyn FnMut(&Event<'_>),
-    used: std::rc::Rc<EventBytes>,
-    cost: TimelineCost,
-}
-
-impl FileState<'_, '_> {
-    fn take(&mut self, e: RawEvent) {
-        let pid = e.pid.and_then(|p| p.0).map(|p| p.to_string()).unwrap_or_default();
-        let ph = e.ph.as_deref().unwrap_or("");
-        let empty = Args::default();
-        let args = e.args.as_ref().unwrap_or(&empty);
-        if args.cut {
-            self.cost.args_cut += 1;
-        }
-        let args = &args.map;
-        use timeline::{PH_COMPLETE, PH_INSTANT, PH_INSTANT_OLD, PH_METADATA};
-        match ph {
-            PH_METADATA if e.name.as_deref() == Some(timeline::PROCESS_NAME) => {
-                if let Some(b) = args.get(timeline::BASE_TIME_KEY).and_then(serde_json::Value::as_i64) {
-                    self.base = Some(b);
-                } else if let Some(n) = args.get("name").and_then(|v| v.as_str()) {
-                    if self.phases.len() < MAX_PHASES || self.phases.contains_key(&pid) {
-                        self.phases.insert(pid, shown(n).into_owned());
-                    } else {
-                        self.cost.phases_dropped += 1;
-                    }
-                }
-            }
-            PH_COMPLETE | PH_INSTANT | PH_INSTANT_OLD => {
-                let (Some(ts), Some(name)) = (e.ts, e.name.as_deref()) else { return };
-                let dur = if ph == PH_COMPLETE { e.dur.unwrap_or(-1.0) } else { 0.0 };
-                if !ts.is_finite() || !dur.is_finite() || dur < 0.0 {
-                    return;
-                }
-                let base = self.base.unwrap_or(0);
-                let start_us = base.saturating_add(ts as i64);
-                let dur_us = dur as i64;
-                if !plausible_us(start_us) || !plausible_us(start_us.saturating_add(dur_us)) {
-                    self.cost.implausible += 1;
-                    return;
-                }
-                let step = match args.get(timeline::STEP_NUM_KEY) {
-                    Some(serde_json::Value::String(s)) => s.trim().parse().ok(),
-                    Some(v) => v.as_i64(),
-                    None => None,
-                };
-                let phase = self.phases.get(&pid).map_or(timeline::UNKNOWN_PHASE, String::as_str);
-                let name = shown(name);
-                let ev = Event {
-                    node: self.node,
-                    phase,
-                    name: &name,
-                    ph: if ph == PH_COMPLETE { 'X' } else { 'i' },
-                    start_us,
-                    dur_us,
-                    step,
-                    args,
-                };
-                self.cost.events += 1;
-                (self.f)(&ev);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Visits the top-level array one element at a time.
-struct Elements<'s, 'a, 'f>(&'s mut FileState<'a, 'f>);
-
-impl<'de> Visitor<'de> for Elements<'_, '_, '_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON array of trace events")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        loop {
-            // Each element's bytes are counted from here ([`MAX_EVENT_BYTES`]).
-            self.0.used.n.set(0);
-            self.0.used.armed.set(true);
-            let e = seq.next_element::<Option<RawEvent>>();
-            self.0.used.armed.set(false);
-            self.0.cost.largest_event = self.0.used.largest.get();
-            match e? {
-                Some(Some(e)) => self.0.take(e),
-                Some(None) => {}
-                None => return Ok(()),
-            }
-        }
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        // An object wrapper (`{"traceEvents": [...]}`): smdebug reads zero events; so do we
-        // (skipped without holding a value).
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(())
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for Elements<'_, '_, '_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
     }
 }
 

@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::io::Read as _;
 
 use trainprof_output::fs::{self as ofs, Dir};
+use trainprof_output::protocol::native_window;
 
 use crate::model::{Flame, NativeFunction, NativeWindow};
 use crate::reading::Skipped;
@@ -68,7 +69,7 @@ pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
     let want = |name: &str, is_dir: bool| {
         if is_dir { !name.starts_with('.') } else { name == "profile.pb.gz" || name == "flamegraph.svg" }
     };
-    let w = ofs::walk(root, "framework/native", &want);
+    let w = ofs::walk(root, native_window::NATIVE_DIR, &want);
     for r in w.refused {
         // The Python windows' walk of `framework/` met these links too.
         if !skipped.0.contains(&r) {
@@ -95,10 +96,13 @@ pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
     let mut demangler = Demangler::default();
     for (i, ((node, window), (pb, svg))) in found.into_iter().enumerate() {
         if i == MAX_WINDOWS {
-            skipped.push(format!("framework/native: more than {MAX_WINDOWS} windows; the rest not read"));
+            skipped.push(format!(
+                "{}: more than {MAX_WINDOWS} windows; the rest not read",
+                native_window::NATIVE_DIR
+            ));
             break;
         }
-        let dir = format!("framework/native/{node}/{window}");
+        let dir = native_window::window_dir(&node, &window);
         let mut read = None;
         if pb {
             let rel = format!("{dir}/profile.pb.gz");
@@ -141,11 +145,8 @@ fn read_gz(root: &Dir, rel: &str) -> Result<Vec<u8>, String> {
 
 /// `<first µs>-<last µs>_<pid>` → (start s, end s, pid).
 pub fn parse_window(name: &str) -> Option<(f64, f64, u64)> {
-    let (span, pid) = name.rsplit_once('_')?;
-    let (a, b) = span.split_once('-')?;
-    let (a, b): (i64, i64) = (a.parse().ok()?, b.parse().ok()?);
-    let (a, b) = (a as f64 / 1e6, b as f64 / 1e6);
-    (crate::reading::plausible_s(a) && crate::reading::plausible_s(b)).then_some((a, b, pid.parse().ok()?))
+    let (a, b, pid) = native_window::parse_window(name)?;
+    Some((a as f64 / 1e6, b as f64 / 1e6, pid))
 }
 
 fn window_model(node: String, window: String, source: &str, t: &Tree) -> NativeWindow {

@@ -4,7 +4,7 @@ rank 1 sends one byte as it begins and rank 0 waits for it inside its own step (
 "all_reduce"). In step 30 rank 1 stops stepping: it blocks on a ``threading.Lock`` for
 ``release_s``; rank 0 completes step 30 and then waits in step 31, blocked in ``read`` on the
 FIFO: rank 1 is the one behind (the lowest last begun step, 30 against 31). After the release
-both finish their 40 steps and exit 0.
+(``release_s``, and once both ranks' dumps are there) both finish their 40 steps and exit 0.
 
 TRAINPROF_TEST_PARAMS: ``{"fifo": path, "release_s": float}``; the rank is ``$RANK``."""
 
@@ -14,6 +14,7 @@ import threading
 import time
 
 import trainprof
+import waits
 
 PARAMS = json.loads(os.environ.get("TRAINPROF_TEST_PARAMS") or "{}")
 RANK = int(os.environ["RANK"])
@@ -31,6 +32,7 @@ for step in range(40):
         if step == 30:
             lock.acquire()
             lock.acquire(timeout=RELEASE_S)  # rank 1 stops stepping
+            waits.wait_for_dumps(2)  # until both ranks' watchdogs have dumped
     else:
         with prof.record("AllReduce", "Collective"):
             os.read(fd, 1)  # rank 0 waits for rank 1

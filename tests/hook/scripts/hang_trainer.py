@@ -1,11 +1,13 @@
 """A trainer that goes wrong in step 30, for the hang and crash tests (tests/hook/test_hangs.py).
 
-TRAINPROF_TEST_PARAMS: ``{"how": ..., "release_s": float, "own_handler": bool}``, ``how`` one of
+TRAINPROF_TEST_PARAMS: ``{"how": ..., "release_s": float, "own_handler": bool, "wait_dump": bool}``,
+``how`` one of
 
 * ``lock``: blocks on a ``threading.Lock`` it already holds (released after ``release_s`` by a
-  timed acquire, so the step ends and the process exits normally);
+  timed acquire, and once the watchdog's dump is there, so the step ends and the process
+  exits normally);
 * ``cread``: blocks in the C library's ``read`` on a pipe (through ctypes), which a helper thread
-  writes to after ``release_s``;
+  writes to after ``release_s`` and once the watchdog's dump is there;
 * ``segv``: ``ctypes.string_at(0)``;
 * ``raise``: raises ``RuntimeError("boom in step 30")``; ``thread_raise``: the same in a
   thread of its own (joined; the process goes on and exits 0);
@@ -27,6 +29,7 @@ import threading
 import time
 
 import trainprof
+import waits
 
 PARAMS = json.loads(os.environ.get("TRAINPROF_TEST_PARAMS") or "{}")
 HOW = PARAMS.get("how", "lock")
@@ -45,13 +48,26 @@ if PARAMS.get("own_handler") and not PARAMS.get("handler_after"):
 lock = threading.Lock()
 
 
+def dumped():
+    """Waits for the watchdog's dump of the stall (not with ``"wait_dump": false``: a dump
+    that cannot be written)."""
+    if PARAMS.get("wait_dump", True):
+        waits.wait_for_dumps(1)
+
+
 def go_wrong():
     if HOW == "lock":
         lock.acquire()
         lock.acquire(timeout=RELEASE_S)  # the deadlock (for RELEASE_S)
+        dumped()  # and until the watchdog has dumped it
     elif HOW == "cread":
         r, w = os.pipe()
-        threading.Timer(RELEASE_S, lambda: os.write(w, b"x")).start()
+
+        def release():
+            dumped()  # the watchdog has dumped the stall
+            os.write(w, b"x")
+
+        threading.Timer(RELEASE_S, release).start()
         libc = ctypes.CDLL(None, use_errno=True)
         buf = ctypes.create_string_buffer(1)
         libc.read(r, buf, 1)

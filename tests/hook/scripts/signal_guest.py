@@ -35,6 +35,7 @@ import threading
 import time
 
 import trainprof
+import waits
 
 PARAMS = json.loads(os.environ.get("TRAINPROF_TEST_PARAMS") or "{}")
 HOW = PARAMS["how"]
@@ -67,6 +68,10 @@ elif HOW == "jumper":
     assert lib.jumper_install() == 0
 elif HOW == "ignored_fpe":
     signal.signal(signal.SIGFPE, signal.SIG_IGN)
+elif HOW == "borrow":
+    # Python's own SIGINT handler, which a trainer has unless it started with SIGINT ignored
+    # (a background job): the test is about giving it back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 prof = trainprof.Profiler(framework="pytorch")
 
@@ -130,8 +135,10 @@ for step in range(40):
             time.sleep(5)
             say("sigwait", "nobody took it")
     if HOW == "late_rt" and step in (30, 33):
-        # A stall (HangTimeoutS 1): the watchdog, which looks once a second, dumps once in it.
-        time.sleep(4)
+        # A stall (HangTimeoutS 1): the watchdog, which looks once a second, dumps once in it;
+        # the step ends once that dump is there (profiling off: nothing dumps, nothing to
+        # wait for).
+        waits.wait_for_dumps(1 if step == 30 else 2)
         if step == 30:
             second = lib.counter_install(-4)
     prof.step_end()

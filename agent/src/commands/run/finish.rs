@@ -12,7 +12,8 @@ use super::{Job, UploadOptions, Uploading, end_markers, repair};
 use crate::commands::report::{self as page, EndPage};
 use crate::log;
 use crate::pipeline::sample::process::self_usage;
-use crate::pipeline::tick::{Clock as _, LoopCounts, Stop, SystemClock};
+use crate::pipeline::sink::LoopCounts;
+use crate::pipeline::tick::{Clock as _, Stop, SystemClock};
 use crate::pipeline::upload;
 
 /// Repairs what a killed trainer left, writes the end markers, makes the final upload and

@@ -100,8 +100,8 @@ struct Job {
 /// report of one asked for early (`--upload-deadline-s 0`).
 struct Uploading {
     handle: Option<upload::Handle>,
-    url: upload::store::S3Url,
-    options: upload::store::S3Options,
+    url: crate::s3::store::S3Url,
+    options: crate::s3::store::S3Options,
     early: Option<Option<upload::Report>>,
 }
 

@@ -15,15 +15,14 @@ use trainprof_output::protocol::system_line::round_us;
 use super::prepare::Prepared;
 use super::{Job, UploadOptions, Uploading, output_root};
 use crate::log;
-use crate::pipeline::hangs::HangSink;
 use crate::pipeline::metrics;
 use crate::pipeline::sample::probe::{ProbeContext, probe_samplers};
 use crate::pipeline::sample::process::thread_cpu_us;
 use crate::pipeline::sample::tree_pids::TreePids;
 use crate::pipeline::sample::{Roots, gpu};
-use crate::pipeline::sink::{Sink, SystemFiles};
-use crate::pipeline::system_file::SystemWriter;
-use crate::pipeline::tick::{Clock as _, LoopCounts, LoopSettings, Reconfigure, Stop, SystemClock, Ticker};
+use crate::pipeline::sink::LoopCounts;
+use crate::pipeline::sinks;
+use crate::pipeline::tick::{Clock as _, LoopSettings, Reconfigure, Stop, SystemClock, Ticker};
 use crate::pipeline::upload;
 use crate::process::{child, signals};
 
@@ -202,18 +201,18 @@ fn start_upload(
     root: &Path,
     s3: &str,
     flags: &UploadOptions,
-) -> Option<(upload::Handle, upload::store::S3Url, upload::store::S3Options)> {
-    let url = match upload::store::S3Url::parse(s3) {
+) -> Option<(upload::Handle, crate::s3::store::S3Url, crate::s3::store::S3Options)> {
+    let url = match crate::s3::store::S3Url::parse(s3) {
         Ok(u) => u,
         Err(e) => {
             log!("S3OutputPath: {e}; files stay under {}", root.display());
             return None;
         }
     };
-    let options = upload::store::S3Options {
+    let options = crate::s3::store::S3Options {
         endpoint: flags.endpoint.clone(),
         multipart_threshold: flags.multipart_bytes,
-        ..upload::store::S3Options::default()
+        ..crate::s3::store::S3Options::default()
     };
     let mut settings = upload::Settings::new(root);
     settings.keep_local = flags.keep_local;
@@ -254,20 +253,16 @@ fn sample(
     let node = SystemNode::from_env(read_resource_config().as_ref(), |k| std::env::var(k).ok());
     write_node_record(root, &node.to_string(), probed.gpu_record.clone());
     let interval = Duration::from_millis(u64::from(interval_ms));
-    // Another output is another sink here (ARCHITECTURE.md, "The sink seam").
-    let mut sinks: Vec<Box<dyn Sink>> =
-        vec![Box::new(SystemFiles::new(SystemWriter::new(root, node), waker))];
-    // The host at a stall (docs/on-disk.md, "Host state at a stall").
-    if let Some(h) = HangSink::start(root, &roots.proc, &node.to_string(), tree) {
-        sinks.push(Box::new(h));
-    }
-    if let Some(listener) = metrics {
-        let labels = metrics::Labels { node: node.to_string(), gpu_uuid: probed.gpu_uuids.clone() };
-        match metrics::start(listener, labels, root) {
-            Ok(endpoint) => sinks.push(Box::new(endpoint)),
-            Err(e) => log!("cannot start the metrics endpoint ({e}); sampling goes on without it"),
-        }
-    }
+    let sinks = sinks::build(sinks::Outputs {
+        root,
+        node,
+        on_seal: waker,
+        proc: &roots.proc,
+        tree,
+        metrics: metrics.map(|listener| {
+            (listener, metrics::Labels { node: node.to_string(), gpu_uuid: probed.gpu_uuids.clone() })
+        }),
+    });
     let mut ticker = Ticker::new(probed.samplers, sinks, interval);
     ticker.reconfigure_with(Box::new(reload));
     log!(

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use trainprof_output::fs::{self as ofs, Dir};
 
-use crate::pipeline::tick::LoopCounts;
+use crate::pipeline::sink::LoopCounts;
 
 /// Sealed files under the output folder, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

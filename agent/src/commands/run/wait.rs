@@ -8,7 +8,8 @@ use std::time::Duration;
 use super::Job;
 use super::start::Started;
 use crate::log;
-use crate::pipeline::tick::{Clock as _, LoopCounts, SystemClock};
+use crate::pipeline::sink::LoopCounts;
+use crate::pipeline::tick::{Clock as _, SystemClock};
 
 /// How the job ended.
 pub(super) struct Ended {

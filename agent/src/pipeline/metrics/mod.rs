@@ -14,13 +14,15 @@
 //!   keeps the last value of the rows that are not on every tick (the GPU buffers, the
 //!   counters, the clock: [`exposition::Family::sparse`]); a scrape renders that state at
 //!   most once per tick and format (cached), then serves the cached bytes.
-//! * [`exposition`]: names, labels, types and the two formats; [`progress`]: the trainer's
-//!   steps from the hook's timelines, read on the server thread, at most once a second.
+//! * [`exposition`]: names, labels and types; [`format`]: the two formats and the label
+//!   escaping; [`progress`]: the trainer's steps from the hook's timelines, read on the
+//!   server thread, at most once a second.
 //!
 //! The listening socket is bound in `prepare` (a bad address or a port in use stops
 //! `agent` / `run` with exit status 2 before anything starts) and handed to [`start`].
 
 pub mod exposition;
+pub mod format;
 pub mod progress;
 mod server;
 

@@ -12,8 +12,8 @@
 //! cover the steps kept: those that ended in the last [`WINDOW_US`] before the newest one.
 //!
 //! Whatever the timelines hold, what is kept is bounded (`docs/metrics.md`, "Labels and
-//! caps"), with the report's caps and checks ([`trainprof_report::collect`],
-//! [`trainprof_report::read`]): at most [`MAX_MODES`] modes a node, a mode name or node id of
+//! caps"), with the report's caps and checks ([`timeline_event`], the decoder the report
+//! reads events with): at most [`MAX_MODES`] modes a node, a mode name or node id of
 //! at most [`MAX_NAME_BYTES`] bytes, a mode dropped once it has no step in the window, at most
 //! [`MAX_STEPS`] steps a node; a step's start and end within 2000–2100 and its step number an
 //! integer. What was left out is counted ([`LeftOut`]) and served.
@@ -24,11 +24,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use trainprof_output::fs::{Dir, Kind, meta_of};
-use trainprof_output::protocol::timeline::{
-    BASE_TIME_KEY, PH_COMPLETE, STEP_NUM_KEY, STEP_PREFIX, step_mode,
-};
+use trainprof_output::protocol::timeline::{PH_COMPLETE, STEP_PREFIX, step_mode};
+use trainprof_output::protocol::timeline_event::{self, BadTime};
 use trainprof_output::{PYTHON_TIMELINE_SUFFIX, parse_timeline_temp};
-use trainprof_report::read::plausible_us;
 
 /// The files are looked at no more often than this.
 pub const REFRESH: Duration = Duration::from_secs(1);
@@ -39,9 +37,9 @@ pub const TAIL_BYTES: u64 = 256 * 1024;
 /// Timeline nodes followed at most (ranks on one host).
 pub const MAX_NODES: usize = 64;
 /// Step modes kept per node at most: the report's cap on modes.
-pub const MAX_MODES: usize = trainprof_report::collect::MAX_MODES;
+pub const MAX_MODES: usize = timeline_event::MAX_MODES;
 /// Longest mode name or timeline node id kept, in bytes: the report's cap on a name.
-pub const MAX_NAME_BYTES: usize = trainprof_report::collect::MAX_NAME_BYTES;
+pub const MAX_NAME_BYTES: usize = timeline_event::MAX_NAME_BYTES;
 /// The steps the figures cover: those that ended this long before the newest, at most.
 pub const WINDOW_US: i64 = 60_000_000;
 
@@ -438,62 +436,52 @@ fn read_steps(
 /// The base time (µs since the epoch) of pid 0's `process_name` line.
 fn base_time(head: &[u8]) -> Option<i64> {
     let text = String::from_utf8_lossy(head);
-    text.lines().find_map(|l| {
-        let v = line_json(l.as_bytes())?;
-        v.get("args")?.get(BASE_TIME_KEY)?.as_i64()
-    })
-}
-
-/// One line of the array as JSON (without its `,`).
-fn line_json(line: &[u8]) -> Option<serde_json::Value> {
-    let t = line.trim_ascii();
-    let t = t.strip_suffix(b",").unwrap_or(t);
-    if !t.starts_with(b"{") {
-        return None;
-    }
-    serde_json::from_slice(t).ok()
+    text.lines().find_map(|l| timeline_event::line(l.as_bytes())?.base_time())
 }
 
 /// A complete step event: its mode and step, or why it is left out; `None` for a line that
-/// is not a step event. Checked as the report checks an event
-/// (`trainprof_report::read`): `ts` and `dur` numbers, `dur` not negative, its start and end
-/// plausible times ([`plausible_us`]), `step_num` an integer (a string of one, or a number).
+/// is not a step event. Decoded and checked as the report decodes an event
+/// ([`timeline_event`]): `ts` and `dur` numbers, `dur` not negative, its start and end
+/// plausible times, `step_num` an integer (a string of one, or a number).
 fn step_event(line: &[u8], base: i64) -> Option<Result<(String, Step), Reject>> {
     // Cheap filter first: most lines are not steps.
     let prefix = STEP_PREFIX.as_bytes();
     if !line.windows(prefix.len()).any(|w| w == prefix) {
         return None;
     }
-    let v = line_json(line)?;
-    if v.get("ph")?.as_str()? != PH_COMPLETE {
+    let Some(e) = timeline_event::line(line) else { return mistyped(line).map(Err) };
+    if e.ph() != PH_COMPLETE {
         return None;
     }
-    let mode = step_mode(v.get("name")?.as_str()?)?;
+    let mode = step_mode(e.name.as_deref()?)?;
     if mode.len() > MAX_NAME_BYTES || mode.chars().any(char::is_control) {
         return Some(Err(Reject::Name));
     }
-    let (Some(ts), Some(dur)) =
-        (v.get("ts").and_then(serde_json::Value::as_f64), v.get("dur").and_then(serde_json::Value::as_f64))
-    else {
-        return Some(Err(Reject::Time));
+    let (start_us, dur_us) = match e.times(base) {
+        Ok(t) => t,
+        Err(BadTime::Invalid | BadTime::Implausible) => return Some(Err(Reject::Time)),
     };
-    if !ts.is_finite() || !dur.is_finite() || dur < 0.0 {
-        return Some(Err(Reject::Time));
-    }
-    // `as` saturates: a huge `ts` or `dur` stays huge and is not plausible.
-    let start_us = base.saturating_add(ts as i64);
-    let dur_us = dur as i64;
     let end_us = start_us.saturating_add(dur_us);
-    if !plausible_us(start_us) || !plausible_us(end_us) {
-        return Some(Err(Reject::Time));
-    }
-    let step = match v.get("args").and_then(|a| a.get(STEP_NUM_KEY)) {
-        Some(serde_json::Value::String(s)) => s.trim().parse().ok(),
-        Some(n) => n.as_i64(),
-        None => None,
-    };
-    let Some(step) = step else { return Some(Err(Reject::StepNumber)) };
+    let Some(step) = e.step() else { return Some(Err(Reject::StepNumber)) };
     Some(Ok((mode.to_owned(), Step { step, end_us, dur_us })))
+}
+
+/// Why a step event that the decoder does not take (a field of the wrong type: `"ts":
+/// "NaN"`, `"args": 5`) is left out, so that it is counted: its name, else a time that is not
+/// a number, else its step number; `None` for a line that is no complete step event.
+fn mistyped(line: &[u8]) -> Option<Reject> {
+    let t = line.trim_ascii();
+    let v: serde_json::Value = serde_json::from_slice(t.strip_suffix(b",").unwrap_or(t)).ok()?;
+    let field = |k: &str| v.get(k);
+    if field("ph")?.as_str()? != PH_COMPLETE {
+        return None;
+    }
+    let mode = step_mode(field("name")?.as_str()?)?;
+    if mode.len() > MAX_NAME_BYTES || mode.chars().any(char::is_control) {
+        return Some(Reject::Name);
+    }
+    let number = |k: &str| field(k).is_some_and(serde_json::Value::is_number);
+    Some(if number("ts") && number("dur") { Reject::StepNumber } else { Reject::Time })
 }
 
 /// The figures of one node's steps of one mode (sorted and pruned by [`prune`]).
@@ -523,13 +511,13 @@ fn compute(node: &str, mode: &str, window: &[Step]) -> Option<StepStats> {
 
 /// Appends the progress families (after the system rows' families; the same in both
 /// formats but for the counter's `TYPE` line), and what was left out once anything was.
-pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, progress: &Progress) {
+pub fn render(buf: &mut String, format: super::format::Format, node: &str, progress: &Progress) {
     use std::fmt::Write as _;
     let stats = &progress.stats[..];
     let left_out = progress.left_out;
     if left_out != LeftOut::default() {
         let name = "trainprof_step_events_left_out";
-        let typed = if format == super::exposition::Format::Text { "_total" } else { "" };
+        let typed = if format == super::format::Format::Text { "_total" } else { "" };
         let _ = write!(
             buf,
             "# HELP {name}{typed} Step events of the trainer's timelines left out by the endpoint's bounds since it first looked (reason: modes, names, times, steps).\n# TYPE {name}{typed} counter\n"
@@ -537,7 +525,7 @@ pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, p
         for (reason, n) in left_out.events() {
             buf.push_str(name);
             buf.push_str("_total{node=\"");
-            super::exposition::escaped(buf, node);
+            super::format::escaped(buf, node);
             let _ = writeln!(buf, "\",reason=\"{reason}\"}} {n}");
         }
         let name = "trainprof_step_timelines_left_out";
@@ -545,7 +533,7 @@ pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, p
             buf,
             "# HELP {name} Timelines not followed at the last read (past 64 nodes, or a node id over 256 bytes).\n# TYPE {name} gauge\n{name}{{node=\""
         );
-        super::exposition::escaped(buf, node);
+        super::format::escaped(buf, node);
         let _ = writeln!(buf, "\"}} {}", left_out.timelines);
     }
     if stats.is_empty() {
@@ -553,9 +541,9 @@ pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, p
     }
     let labels = |buf: &mut String, s: &StepStats| {
         buf.push_str("{node=\"");
-        super::exposition::escaped(buf, node);
+        super::format::escaped(buf, node);
         buf.push_str("\",timeline=\"");
-        super::exposition::escaped(buf, &s.node);
+        super::format::escaped(buf, &s.node);
         buf.push('"');
         if let Some((rank, _)) = s.node.split_once('-')
             && is_digits(rank)
@@ -565,7 +553,7 @@ pub fn render(buf: &mut String, format: super::exposition::Format, node: &str, p
             buf.push('"');
         }
         buf.push_str(",mode=\"");
-        super::exposition::escaped(buf, &s.mode);
+        super::format::escaped(buf, &s.mode);
         buf.push('"');
     };
     let gauge = |buf: &mut String, name: &str, help: &str, value: &dyn Fn(&StepStats) -> Option<Value>| {
@@ -836,7 +824,7 @@ mod tests {
         assert_eq!(p.left_out, LeftOut { modes: want.modes + 1 + 4, ..want });
         // Served: the counts by reason, both formats' TYPE lines.
         let mut text = String::new();
-        render(&mut text, super::super::exposition::Format::Text, "algo-1", &p);
+        render(&mut text, super::super::format::Format::Text, "algo-1", &p);
         assert!(text.contains("# TYPE trainprof_step_events_left_out_total counter\n"), "{text}");
         assert!(
             text.contains("trainprof_step_events_left_out_total{node=\"algo-1\",reason=\"modes\"} 489\n"),
@@ -845,7 +833,7 @@ mod tests {
         assert!(text.contains("trainprof_step_events_left_out_total{node=\"algo-1\",reason=\"times\"} 8\n"));
         assert!(text.contains("trainprof_step_timelines_left_out{node=\"algo-1\"} 0\n"));
         let mut om = String::new();
-        render(&mut om, super::super::exposition::Format::OpenMetrics, "algo-1", &p);
+        render(&mut om, super::super::format::Format::OpenMetrics, "algo-1", &p);
         assert!(om.contains("# TYPE trainprof_step_events_left_out counter\n"), "{om}");
     }
 

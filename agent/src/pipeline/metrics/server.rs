@@ -24,7 +24,8 @@ use hyper::header::{ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 
-use super::exposition::{self, FAMILIES, Format, HOLD_S, Labels, Row};
+use super::exposition::{self, FAMILIES, HOLD_S, Labels, Row};
+use super::format::Format;
 use super::progress::Progress;
 use super::{Slot, Snapshot};
 use crate::log;

@@ -26,7 +26,6 @@
 
 pub mod repair;
 pub mod retry;
-pub mod store;
 #[cfg(test)]
 mod tests;
 
@@ -42,8 +41,8 @@ use tokio::time::Instant;
 use trainprof_output::fs::{self as ofs, Dir, Meta};
 use trainprof_output::ledger;
 
-use self::retry::{Backoff, ErrorClass, Policy};
-use self::store::{ObjectStore, Put, StoreError};
+use self::retry::{Backoff, Policy};
+use crate::s3::store::{self, ErrorClass, ObjectStore, Put, StoreError};
 
 /// Entries left alone that are listed one by one; past this, one line says there are more.
 const MAX_LISTED: usize = 10_000;
@@ -767,7 +766,7 @@ pub fn sealed_files(root: &Path) -> Sealed {
                 continue;
             }
             if meta.is_mostly_holes() {
-                // Holes no writer of ours makes (docs/on-disk.md, "Sparse files"): sending
+                // Holes no writer of ours makes (docs/on-disk.md, "Files the readers refuse"): sending
                 // 20 GB of zeros would cost the files after it their deadline.
                 out.refused.push(format!(
                     "{} is {} bytes with {} on disk (mostly holes)",

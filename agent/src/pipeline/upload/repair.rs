@@ -28,6 +28,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 use trainprof_output::fs::{self as ofs, Dir, Kind, Move};
+use trainprof_output::protocol::timeline_event::RawEvent;
 use trainprof_output::protocol::{system_line, timeline};
 
 use crate::pipeline::system_file::place_sealed;
@@ -337,11 +338,14 @@ fn repair_timeline(
             (events, Some(keep))
         }
     };
-    let base = events.first().map_or(0, |e| micros(&e["args"][timeline::BASE_TIME_KEY]));
+    // Decoded as every reader decodes an event (`timeline_event`); an element that is not
+    // one (a field of the wrong type) is no record.
+    let events: Vec<RawEvent> = events.iter().filter_map(RawEvent::from_value).collect();
+    let base = events.first().map_or(0, |e| micros(e.args().get(timeline::BASE_TIME_KEY)));
     let ends = events
         .iter()
-        .filter(|e| e["ph"] == timeline::PH_COMPLETE)
-        .map(|e| base.saturating_add(micros(&e["ts"])).saturating_add(micros(&e["dur"])));
+        .filter(|e| e.ph() == timeline::PH_COMPLETE)
+        .map(|e| base.saturating_add(micros_f(e.ts)).saturating_add(micros_f(e.dur)));
     let (records, end_us) = ends.fold((0, i64::MIN), |(n, max), end| (n + 1, max.max(end)));
     if records == 0 {
         return remove(found, file, bytes.len());
@@ -390,8 +394,13 @@ fn complete_prefix(bytes: &[u8]) -> usize {
 }
 
 /// A time in µs: an integer, or a float rounded (readers accept both); 0 when absent.
-fn micros(v: &Value) -> i64 {
-    v.as_i64().or_else(|| v.as_f64().map(|f| f.round() as i64)).unwrap_or(0)
+fn micros(v: Option<&Value>) -> i64 {
+    v.and_then(|v| v.as_i64().or_else(|| v.as_f64().map(|f| f.round() as i64))).unwrap_or(0)
+}
+
+/// [`micros`] of an event's `ts` or `dur`.
+fn micros_f(v: Option<f64>) -> i64 {
+    v.map_or(0, |f| f.round() as i64)
 }
 
 #[cfg(test)]
@@ -582,8 +591,11 @@ mod tests {
             assert_eq!(report.bytes_cut as usize, cut_off, "cut at {cut}");
             // Named by the largest end of the events kept.
             let base = 1_795_316_901_767_630;
-            let end =
-                kept.iter().filter(|v| v["ph"] == "X").map(|v| micros(&v["ts"]) + micros(&v["dur"])).max();
+            let end = kept
+                .iter()
+                .filter(|v| v["ph"] == "X")
+                .map(|v| micros(Some(&v["ts"])) + micros(Some(&v["dur"])))
+                .max();
             let name = timeline_file(base + end.unwrap(), "29945-vm", PYTHON_TIMELINE_SUFFIX);
             assert_eq!(path, &root.join(name), "cut at {cut}");
             if cut >= TIMELINE.len() - 2 {

@@ -8,17 +8,7 @@
 
 use std::time::Duration;
 
-/// How a failed request is treated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// The network, a timeout, a 5xx: try again soon.
-    Retry,
-    /// The store asks us to slow down (503 SlowDown, 429): back off from a higher base.
-    Throttled,
-    /// Retrying the same request will not help until someone acts (AccessDenied,
-    /// NoSuchBucket, bad credentials): reported loudly once, then probed at the cap.
-    Fatal,
-}
+use crate::s3::store::ErrorClass;
 
 /// The delays of each class.
 #[derive(Debug, Clone, Copy)]

@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::retry::{ErrorClass, Policy};
-use super::store::{ObjectStore, Put, Remote, StoreError};
+use super::retry::Policy;
 use super::{Msg, Report, Settings, run};
+use crate::s3::store::{ErrorClass, ObjectStore, Put, Remote, StoreError};
 
 /// What the fake store holds and how it misbehaves.
 #[derive(Debug, Default)]

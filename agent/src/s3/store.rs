@@ -12,7 +12,17 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::{ByteStream, Length};
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 
-use super::retry::ErrorClass;
+/// How a failed request is treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The network, a timeout, a 5xx: try again soon.
+    Retry,
+    /// The store asks us to slow down (503 SlowDown, 429): back off from a higher base.
+    Throttled,
+    /// Retrying the same request will not help until someone acts (AccessDenied,
+    /// NoSuchBucket, bad credentials): reported loudly once, then probed at the cap.
+    Fatal,
+}
 
 /// What the store holds under a key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,160 @@
+//! The hook's hang and crash dumps (`docs/formats.md`, "Hang and crash dumps"): the folder
+//! `framework/hangs/<node>/<step>-<µs>/`, its files, the keys of `stall.json` and
+//! `ended.json`, the dump kinds, and the check that a `stall.json` is the hook's record. The
+//! hook writes them (`hook-ffi/src/hang.rs`); the report and the agent read them.
+
+use serde_json::Value;
+
+use crate::protocol::timeline_event::plausible_us;
+
+/// The folder of the dumps, relative to LocalPath; a node's dumps are in `<HANGS_DIR>/<node>/`.
+pub const HANGS_DIR: &str = "framework/hangs";
+
+/// Largest `stall.json`, `ended.json` (and agent host record) read.
+pub const MAX_JSON_BYTES: u64 = 1 << 20;
+
+words! {
+    /// The files of a dump folder.
+    FILES;
+    STALL_FILE = "stall.json",
+    PYTHON_STACKS_FILE = "python_stacks.txt",
+    NATIVE_STACKS_FILE = "native_stacks.txt",
+    TRACEBACK_FILE = "traceback.txt",
+    ENDED_FILE = "ended.json",
+}
+
+words! {
+    /// The keys of `stall.json` (and of its ring's events) and of `ended.json`.
+    KEYS;
+    VERSION = "version",
+    KIND = "kind",
+    NODE = "node",
+    PID = "pid",
+    MODE = "mode",
+    STEP = "step",
+    STEP_STARTED_US = "step_started_us",
+    DETECTED_US = "detected_us",
+    THRESHOLD_S = "threshold_s",
+    MEDIAN_STEP_S = "median_step_s",
+    LAST_COMPLETED_STEP = "last_completed_step",
+    SIGNAL = "signal",
+    RING = "ring",
+    OPEN_WINDOWS = "open_windows",
+    HOOK = "hook",
+    /// A ring event's keys (with [`NAME`], [`STEP`] and, for a window, [`PHASE`]).
+    RING_T_US = "t_us",
+    RING_WHAT = "what",
+    NAME = "name",
+    PHASE = "phase",
+    /// `ended.json`'s.
+    ENDED_US = "ended_us",
+    STALLED_S = "stalled_s",
+}
+
+/// The `version` of the record the hook writes.
+pub const RECORD_VERSION: u64 = 1;
+
+/// The kind of a dump (`stall.json`'s `kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpKind {
+    Stall,
+    Signal,
+    Fatal,
+    Exception,
+}
+
+impl DumpKind {
+    pub const ALL: [DumpKind; 4] = [DumpKind::Stall, DumpKind::Signal, DumpKind::Fatal, DumpKind::Exception];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DumpKind::Stall => "stall",
+            DumpKind::Signal => "signal",
+            DumpKind::Fatal => "fatal",
+            DumpKind::Exception => "exception",
+        }
+    }
+
+    /// The kind `s` names, if the hook writes it.
+    pub fn parse(s: &str) -> Option<DumpKind> {
+        DumpKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// `framework/hangs/<node>`, relative to LocalPath.
+pub fn node_dir(node: &str) -> String {
+    format!("{HANGS_DIR}/{node}")
+}
+
+/// `<step>-<detected µs>`: a dump folder's name (a step before the first is 0).
+pub fn dump_name(step: i64, detected_us: i64) -> String {
+    format!("{}-{detected_us}", step.max(0))
+}
+
+/// `<step>-<µs>` → (step, µs): a dump folder's name, its step whole and not negative, its
+/// time plausible.
+pub fn parse_folder(name: &str) -> Option<(i64, i64)> {
+    let (a, b) = name.split_once('-')?;
+    let step: i64 = a.parse().ok()?;
+    let us: i64 = b.parse().ok()?;
+    (step >= 0 && plausible_us(us)).then_some((step, us))
+}
+
+/// `stall.json`'s value, or why it cannot be read as one (the kind of problem and where,
+/// never its content): not JSON (a `NaN`, text cut short), nested deeper than `serde_json`'s
+/// 128 levels, or not an object.
+pub fn stall_value(bytes: &[u8]) -> Result<Value, String> {
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| {
+        let what = match e.classify() {
+            serde_json::error::Category::Eof => "the JSON ends early",
+            _ if e.to_string().starts_with("recursion limit exceeded") => "nested too deep",
+            _ => "not JSON",
+        };
+        format!("{STALL_FILE}: {what} (line {}, column {})", e.line(), e.column())
+    })?;
+    if !v.is_object() {
+        return Err(format!("{STALL_FILE}: not an object"));
+    }
+    Ok(v)
+}
+
+/// `stall.json`'s value when it is the hook's record (`docs/formats.md`, "Hang and crash
+/// dumps"): an object with `version` 1, a `kind` the hook writes, and whole `pid`, `step` and
+/// plausible `detected_us`; else why not. The agent records the host only for such a dump.
+pub fn hook_record(bytes: &[u8]) -> Result<Value, String> {
+    let v = stall_value(bytes)?;
+    let int = |k: &str| v.get(k).and_then(Value::as_i64);
+    let kind = v.get(KIND).and_then(Value::as_str);
+    if v.get(VERSION).and_then(Value::as_u64) != Some(RECORD_VERSION)
+        || kind.and_then(DumpKind::parse).is_none()
+        || int(PID).is_none()
+        || int(STEP).is_none()
+        || !int(DETECTED_US).is_some_and(plausible_us)
+    {
+        return Err(format!(
+            "{STALL_FILE}: not the hook's record ({VERSION}, {KIND}, {PID}, {STEP}, {DETECTED_US})"
+        ));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let t = 1_800_000_000_000_000;
+        assert_eq!(parse_folder(&dump_name(-1, t)), Some((0, t)));
+        assert_eq!(parse_folder(&dump_name(7, t)), Some((7, t)));
+        assert_eq!(parse_folder("7-1"), None);
+        assert_eq!(node_dir("0-a"), "framework/hangs/0-a");
+        for k in DumpKind::ALL {
+            assert_eq!(DumpKind::parse(k.as_str()), Some(k));
+        }
+        let rec = format!(r#"{{"version": 1, "kind": "signal", "pid": 1, "step": 0, "detected_us": {t}}}"#);
+        assert!(hook_record(rec.as_bytes()).is_ok());
+        let err = hook_record(b"{}").unwrap_err();
+        assert_eq!(err, "stall.json: not the hook's record (version, kind, pid, step, detected_us)");
+    }
+}

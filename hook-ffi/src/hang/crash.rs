@@ -9,6 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::*};
 
 use trainprof_output::fs::Dir;
+use trainprof_output::protocol::dump::{
+    HOOK_CRASH, HOOK_DUMPS, HOOK_ENABLED, NATIVE_STACKS_FILE, PYTHON_STACKS_FILE, STALL_FILE,
+};
 
 use super::faulthandler::python_stacks_into;
 use super::fixed::{Fixed, fmt_into};
@@ -43,14 +46,21 @@ struct CrashRing(std::cell::UnsafeCell<[Entry; RING]>);
 unsafe impl Sync for CrashRing {}
 static CRASH_RING: CrashRing = CrashRing(std::cell::UnsafeCell::new([Entry::EMPTY; RING]));
 
-/// Writes `bytes` as the new file `name` in the folder `dir` (raw calls; no follow, no
-/// replace).
-fn raw_write_new(dir: i32, name: &std::ffi::CStr, bytes: &[u8]) {
-    // SAFETY: an open directory fd, a NUL-terminated name, a valid buffer.
+/// Writes `bytes` as the new file `name` (one of [`trainprof_output::protocol::dump::FILES`]) in the folder `dir` (raw
+/// calls; no follow, no replace). The name is made NUL-terminated in a stack buffer: no
+/// allocation.
+fn raw_write_new(dir: i32, name: &str, bytes: &[u8]) {
+    let mut cname = [0u8; 64];
+    if name.len() >= cname.len() || name.as_bytes().contains(&0) {
+        return;
+    }
+    cname[..name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: an open directory fd, a NUL-terminated name (the zeroed buffer's tail), a valid
+    // buffer.
     unsafe {
         let fd = libc::openat(
             dir,
-            name.as_ptr(),
+            cname.as_ptr().cast(),
             libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             0o644,
         );
@@ -110,7 +120,7 @@ fn write_crash(sig: i32) {
     // Every Python thread's stack, faulthandler's (through the package's registration).
     let got = python_stacks_into(hang, buf).unwrap_or(0);
     if got > 0 {
-        raw_write_new(dir, c"python_stacks.txt", &buf[..got]);
+        raw_write_new(dir, PYTHON_STACKS_FILE, &buf[..got]);
     }
     // The crashing thread's native stack.
     let mut ips = [0usize; MAX_FRAMES];
@@ -136,7 +146,7 @@ fn write_crash(sig: i32) {
         }
         f.len
     };
-    raw_write_new(dir, c"native_stacks.txt", &buf[..len]);
+    raw_write_new(dir, NATIVE_STACKS_FILE, &buf[..len]);
     let count = hang.ring.snapshot(ring);
     let header = Header {
         kind: DumpKind::Fatal,
@@ -150,7 +160,11 @@ fn write_crash(sig: i32) {
     };
     let dumps = hang.dumps.fetch_add(1, SeqCst) + 1;
     let stats = |out: &mut dyn std::fmt::Write| {
-        write!(out, "{{\"enabled\": {}, \"dumps\": {dumps}, \"crash\": true}}", hook.is_enabled())
+        write!(
+            out,
+            "{{\"{HOOK_ENABLED}\": {}, \"{HOOK_DUMPS}\": {dumps}, \"{HOOK_CRASH}\": true}}",
+            hook.is_enabled()
+        )
     };
     let len = {
         let mut f = Fixed { buf: &mut buf[..], len: 0 };
@@ -161,7 +175,7 @@ fn write_crash(sig: i32) {
     };
     if len > 0 {
         // Last: its presence says the folder is complete.
-        raw_write_new(dir, c"stall.json", &buf[..len]);
+        raw_write_new(dir, STALL_FILE, &buf[..len]);
     }
     // SAFETY: the fd opened above.
     unsafe { libc::close(dir) };

@@ -6,32 +6,20 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering::SeqCst;
 
 use trainprof_output::fs::{self, Dir};
+use trainprof_output::protocol::dump::{
+    DETECTED_US, ENDED_US, HOOK, HOOK_DROPPED_NAMES, HOOK_DROPPED_QUEUE_FULL, HOOK_DROPPED_WRITER,
+    HOOK_DUMPS, HOOK_ENABLED, HOOK_EVENTS_WRITTEN, HOOK_FILES_SEALED, HOOK_OPEN_FAILURES, KIND,
+    LAST_COMPLETED_STEP, MEDIAN_STEP_S, MODE, NAME, NATIVE_STACKS_FILE, NODE, OPEN_WINDOWS, PHASE, PID,
+    PYTHON_STACKS_FILE, RECORD_VERSION, RING as RING_KEY, RING_T_US, RING_WHAT, SIGNAL, STALL_FILE,
+    STALLED_S, STEP, STEP_STARTED_US, THRESHOLD_S, TRACEBACK_FILE, VERSION,
+};
+pub use trainprof_output::protocol::dump::{DumpKind, dump_name, node_dir};
 
 use super::faulthandler::python_stacks;
 use super::ring::{Entry, What, median_step_s};
 use super::unwind::native_stacks;
 use super::{Hang, Host, MAX_TRACEBACK_BYTES, RING, StepState};
 use crate::types::TrainprofMode;
-
-/// The kind of a dump (`stall.json`'s `kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DumpKind {
-    Stall,
-    Signal,
-    Fatal,
-    Exception,
-}
-
-impl DumpKind {
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            DumpKind::Stall => "stall",
-            DumpKind::Signal => "signal",
-            DumpKind::Fatal => "fatal",
-            DumpKind::Exception => "exception",
-        }
-    }
-}
 
 /// `stall.json`'s fields that are not read from the ring.
 #[derive(Debug, Clone, Copy)]
@@ -121,19 +109,19 @@ pub fn write_stall_json(
     let mode = s.mode.map_or("train", TrainprofMode::python_name);
     write!(
         out,
-        "{{\"version\": 1, \"kind\": \"{}\", \"node\": {}, \"pid\": {}, \"mode\": \"{mode}\", \"step\": {step}, ",
+        "{{\"{VERSION}\": {RECORD_VERSION}, \"{KIND}\": \"{}\", \"{NODE}\": {}, \"{PID}\": {}, \"{MODE}\": \"{mode}\", \"{STEP}\": {step}, ",
         h.kind.as_str(),
         JsonStr(h.node),
         h.pid
     )?;
     if s.in_step {
-        write!(out, "\"step_started_us\": {}, ", s.begin_us)?;
+        write!(out, "\"{STEP_STARTED_US}\": {}, ", s.begin_us)?;
     } else {
-        out.write_str("\"step_started_us\": null, ")?;
+        write!(out, "\"{STEP_STARTED_US}\": null, ")?;
     }
     write!(
         out,
-        "\"detected_us\": {}, \"threshold_s\": {}, \"median_step_s\": {}, ",
+        "\"{DETECTED_US}\": {}, \"{THRESHOLD_S}\": {}, \"{MEDIAN_STEP_S}\": {}, ",
         h.detected_us,
         Num(h.threshold_s),
         Num(h.median_step_s)
@@ -145,21 +133,21 @@ pub fn write_stall_json(
         .find(|e| e.what == What::StepEnd && s.mode.is_none_or(|m| m == e.mode))
         .map(|e| e.step);
     match last_completed {
-        Some(n) => write!(out, "\"last_completed_step\": {n}, ")?,
-        None => out.write_str("\"last_completed_step\": null, ")?,
+        Some(n) => write!(out, "\"{LAST_COMPLETED_STEP}\": {n}, ")?,
+        None => write!(out, "\"{LAST_COMPLETED_STEP}\": null, ")?,
     }
     match h.signal {
-        Some(sig) => write!(out, "\"signal\": \"{}\", ", signal_name(sig))?,
-        None => out.write_str("\"signal\": null, ")?,
+        Some(sig) => write!(out, "\"{SIGNAL}\": \"{}\", ", signal_name(sig))?,
+        None => write!(out, "\"{SIGNAL}\": null, ")?,
     }
-    out.write_str("\"ring\": [")?;
+    write!(out, "\"{RING_KEY}\": [")?;
     for (i, e) in ring.iter().enumerate() {
         if i > 0 {
             out.write_str(", ")?;
         }
         write!(
             out,
-            "{{\"t_us\": {}, \"what\": \"{}\", \"name\": {}, \"step\": {}}}",
+            "{{\"{RING_T_US}\": {}, \"{RING_WHAT}\": \"{}\", \"{NAME}\": {}, \"{STEP}\": {}}}",
             e.t_us,
             e.what.as_str(),
             JsonStr(e.mode.step_phase()),
@@ -177,38 +165,28 @@ pub fn write_stall_json(
             }
             write!(
                 out,
-                "{{\"t_us\": {t}, \"what\": \"{what}\", \"name\": {}, \"phase\": {}, \"step\": {}}}",
+                "{{\"{RING_T_US}\": {t}, \"{RING_WHAT}\": \"{what}\", \"{NAME}\": {}, \"{PHASE}\": {}, \"{STEP}\": {}}}",
                 JsonStr(sp.name),
                 JsonStr(sp.phase),
                 sp.step
             )?;
         }
     }
-    out.write_str("], \"open_windows\": [")?;
+    write!(out, "], \"{OPEN_WINDOWS}\": [")?;
     for (i, w) in open_windows.iter().enumerate() {
         if i > 0 {
             out.write_str(", ")?;
         }
         write!(out, "{}", JsonStr(w))?;
     }
-    out.write_str("], \"hook\": ")?;
+    write!(out, "], \"{HOOK}\": ")?;
     hook(out)?;
     out.write_str("}\n")
 }
 
-/// `framework/hangs/<node>`, relative to `LocalPath`.
-pub fn node_dir(node: &str) -> String {
-    format!("framework/hangs/{node}")
-}
-
-/// `<step>-<detected µs>`.
-pub fn dump_name(step: i64, detected_us: i64) -> String {
-    format!("{}-{detected_us}", step.max(0))
-}
-
 /// `ended.json`: when the stalled step that began at `begin_us` ended.
 pub(super) fn ended_json(ended_us: i64, begin_us: i64) -> String {
-    format!("{{\"ended_us\": {ended_us}, \"stalled_s\": {}}}\n", (ended_us - begin_us) as f64 / 1e6)
+    format!("{{\"{ENDED_US}\": {ended_us}, \"{STALLED_S}\": {}}}\n", (ended_us - begin_us) as f64 / 1e6)
 }
 
 pub(super) fn write_file(hook: &dyn Host, rel: &str, name: &str, bytes: &[u8]) -> std::io::Result<()> {
@@ -225,7 +203,7 @@ fn hook_json(hook: &dyn Host, dumps: u32) -> impl Fn(&mut dyn std::fmt::Write) -
         let s = hook.stats();
         write!(
             out,
-            "{{\"enabled\": {}, \"events_written\": {}, \"files_sealed\": {}, \"dropped_queue_full\": {}, \"dropped_writer\": {}, \"dropped_names\": {}, \"open_failures\": {}, \"dumps\": {dumps}}}",
+            "{{\"{HOOK_ENABLED}\": {}, \"{HOOK_EVENTS_WRITTEN}\": {}, \"{HOOK_FILES_SEALED}\": {}, \"{HOOK_DROPPED_QUEUE_FULL}\": {}, \"{HOOK_DROPPED_WRITER}\": {}, \"{HOOK_DROPPED_NAMES}\": {}, \"{HOOK_OPEN_FAILURES}\": {}, \"{HOOK_DUMPS}\": {dumps}}}",
             hook.is_enabled(),
             s.written,
             s.files_sealed,
@@ -288,12 +266,12 @@ pub fn dump(
         };
         if let Some(tb) = traceback {
             let end = tb.floor_char_boundary(MAX_TRACEBACK_BYTES);
-            put("traceback.txt", &tb.as_bytes()[..end])?;
+            put(TRACEBACK_FILE, &tb.as_bytes()[..end])?;
         } else {
             if let Some(py) = python_stacks(hang) {
-                put("python_stacks.txt", &py)?;
+                put(PYTHON_STACKS_FILE, &py)?;
             }
-            put("native_stacks.txt", native_stacks(hang.python_signal.load(SeqCst)).as_bytes())?;
+            put(NATIVE_STACKS_FILE, native_stacks(hang.python_signal.load(SeqCst)).as_bytes())?;
         }
         let header = Header {
             kind,
@@ -308,7 +286,7 @@ pub fn dump(
         let mut json = String::new();
         write_stall_json(&mut json, &header, &entries[..n], &spans, &open, &hook_json(hook, dumps))
             .map_err(std::io::Error::other)?;
-        put("stall.json", json.as_bytes())
+        put(STALL_FILE, json.as_bytes())
     })();
     match result {
         Ok(()) => {

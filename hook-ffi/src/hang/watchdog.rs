@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::time::Duration;
 
+use trainprof_output::protocol::dump::ENDED_FILE;
+
 use super::chain::{SIGNAL_DONE, SIGNAL_PENDING, WAKE_FD, wrap_term_signals};
 use super::record::{DumpKind, dump, ended_json, write_file};
 use super::ring::{Entry, What, median_step_s};
@@ -81,8 +83,8 @@ fn run(hook: &dyn Host, read_fd: i32) {
                 .find(|e| e.what == What::StepEnd && e.step == s.step && e.t_us >= s.begin_us)
                 .map_or(now, |e| e.t_us);
             let body = ended_json(ended_us, s.begin_us);
-            if let Err(e) = write_file(hook, &s.dir, "ended.json", body.as_bytes()) {
-                crate::log(&format_args!("hang detection: cannot write {}/ended.json: {e}", s.dir));
+            if let Err(e) = write_file(hook, &s.dir, ENDED_FILE, body.as_bytes()) {
+                crate::log(&format_args!("hang detection: cannot write {}/{ENDED_FILE}: {e}", s.dir));
             } else {
                 crate::log(&format_args!(
                     "hang detection: step {} ended after {:.1} s",

@@ -1,7 +1,7 @@
 //! The hook's hang and crash dumps (`docs/formats.md`, "Hang and crash dumps"): the folder
 //! `framework/hangs/<node>/<step>-<µs>/`, its files, the keys of `stall.json` and
 //! `ended.json`, the dump kinds, and the check that a `stall.json` is the hook's record. The
-//! hook writes them (`hook-ffi/src/hang.rs`); the report and the agent read them.
+//! hook writes them (`hook-ffi/src/hang/record.rs`); the report and the agent read them.
 
 use serde_json::Value;
 
@@ -49,6 +49,22 @@ words! {
     /// `ended.json`'s.
     ENDED_US = "ended_us",
     STALLED_S = "stalled_s",
+}
+
+words! {
+    /// The keys of `stall.json`'s `hook` object: the hook's counters (`hook-ffi/src/stats.rs`)
+    /// when the dump was written. The crash dump writes only [`HOOK_ENABLED`], [`HOOK_DUMPS`]
+    /// and [`HOOK_CRASH`].
+    HOOK_KEYS;
+    HOOK_ENABLED = "enabled",
+    HOOK_EVENTS_WRITTEN = "events_written",
+    HOOK_FILES_SEALED = "files_sealed",
+    HOOK_DROPPED_QUEUE_FULL = "dropped_queue_full",
+    HOOK_DROPPED_WRITER = "dropped_writer",
+    HOOK_DROPPED_NAMES = "dropped_names",
+    HOOK_OPEN_FAILURES = "open_failures",
+    HOOK_DUMPS = "dumps",
+    HOOK_CRASH = "crash",
 }
 
 /// The `version` of the record the hook writes.

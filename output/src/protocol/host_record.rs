@@ -1,6 +1,6 @@
 //! The agent's record of the host around a stall (`docs/on-disk.md`, "Host state at a
 //! stall"), `system/hangs/<node>/<name>.json`: written by the agent
-//! (`agent/src/pipeline/hangs.rs`) and read back by the report (`report/src/hangs.rs`).
+//! (`agent/src/pipeline/hangs.rs`) and read back by the report (`report/src/reading/dumps.rs`).
 
 use std::collections::BTreeMap;
 

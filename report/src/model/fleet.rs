@@ -1,4 +1,4 @@
-//! The fleet view as the report holds it (`docs/report.md`, "Fleet"): every rank's
+//! The fleet view as the report holds it (`docs/report.md`, "Many ranks"): every rank's
 //! robust score, the stragglers and their likely causes, and what the page draws;
 //! `analysis/fleet.rs` computes it.
 

@@ -432,10 +432,10 @@ fn write_page(root: &Path, page: &[u8]) -> Result<String, FileError> {
         let mut f = match dir.create_new(&name) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(FileError::io(&root.join(&name))(e)),
+            Err(e) => return Err(FileError::Io { path: root.join(&name), source: e }),
         };
         if let Err(e) = f.write_all(page).and_then(|()| f.sync_all()) {
-            return Err(FileError::io(&root.join(&name))(e));
+            return Err(FileError::Io { path: root.join(&name), source: e });
         }
         return Ok(name);
     }

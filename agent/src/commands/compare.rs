@@ -11,9 +11,10 @@ use std::process::ExitCode;
 
 use trainprof_report::compare::{self, Comparison, Options};
 
-use super::report::{self as rep, Input};
+use super::report::{self as rep, FileError, Input, InputError};
 use crate::log;
-use crate::s3::store::S3Url;
+use crate::s3::download::DownloadError;
+use crate::s3::store::{S3Url, S3UrlError};
 
 /// Exit statuses.
 pub mod status {
@@ -36,6 +37,27 @@ pub struct CompareArgs {
     pub patience: Option<u64>,
 }
 
+/// Why a side cannot be compared; [`compare`] says it on one line.
+#[derive(Debug, thiserror::Error)]
+enum CompareError {
+    #[error("--s3-endpoint applies only to an s3:// A or B")]
+    EndpointWithoutS3,
+    #[error("no temporary folder")]
+    NoTemp,
+    #[error("{0}: no profiler files (system/, framework/) under this prefix")]
+    NoFiles(String),
+    #[error("{}", .0.message)]
+    Input(InputError),
+    #[error(transparent)]
+    File(#[from] FileError),
+    #[error(transparent)]
+    Url(#[from] S3UrlError),
+    #[error(transparent)]
+    Download(#[from] DownloadError),
+    #[error(transparent)]
+    Load(#[from] trainprof_report::Error),
+}
+
 /// One side: the folder to read, and the downloaded copy held until the command ends.
 struct Source {
     root: PathBuf,
@@ -45,10 +67,10 @@ struct Source {
 
 /// Both sides. S3 prefixes are downloaded into one private temporary folder (`a/`, `b/`),
 /// removed at the end and by a signal that ends the command, as for `report`.
-fn sources(args: &CompareArgs) -> Result<(Source, Source, Option<tempfile::TempDir>), String> {
+fn sources(args: &CompareArgs) -> Result<(Source, Source, Option<tempfile::TempDir>), CompareError> {
     let remote = |p: &str| p.starts_with("s3://");
     if args.s3_endpoint.is_some() && !remote(&args.a) && !remote(&args.b) {
-        return Err("--s3-endpoint applies only to an s3:// A or B".into());
+        return Err(CompareError::EndpointWithoutS3);
     }
     let temp = if remote(&args.a) || remote(&args.b) {
         let t = rep::private_temp(None)?;
@@ -57,20 +79,20 @@ fn sources(args: &CompareArgs) -> Result<(Source, Source, Option<tempfile::TempD
     } else {
         None
     };
-    let one = |path: &str, sub: &str| -> Result<Source, String> {
+    let one = |path: &str, sub: &str| -> Result<Source, CompareError> {
         if remote(path) {
-            let url = S3Url::parse(path).map_err(|e| e.to_string())?;
-            let into = temp.as_ref().map(|t| t.path().join(sub)).ok_or("no temporary folder")?;
-            std::fs::create_dir(&into).map_err(|e| format!("{}: {e}", into.display()))?;
+            let url = S3Url::parse(path)?;
+            let into = temp.as_ref().map(|t| t.path().join(sub)).ok_or(CompareError::NoTemp)?;
+            std::fs::create_dir(&into).map_err(|source| FileError::Io { path: into.clone(), source })?;
             let got = crate::s3::download::download(&url, args.s3_endpoint.as_deref(), &into)?;
             rep::log_skipped(&got.skipped);
             if got.files == 0 {
-                return Err(format!("{path}: no profiler files (system/, framework/) under this prefix"));
+                return Err(CompareError::NoFiles(path.to_owned()));
             }
             log!("downloaded {} files ({} bytes) from {path}", got.files, got.bytes);
             Ok(Source { root: into, source: path.to_owned(), _local: None })
         } else {
-            let input = rep::input(path, None).map_err(|e| e.message)?;
+            let input = rep::input(path, None).map_err(CompareError::Input)?;
             Ok(Source { root: input.root.clone(), source: path.to_owned(), _local: Some(input) })
         }
     };
@@ -79,9 +101,9 @@ fn sources(args: &CompareArgs) -> Result<(Source, Source, Option<tempfile::TempD
     Ok((a, b, temp))
 }
 
-fn load(s: &Source, patience: Option<u64>, warmup: usize) -> Result<compare::Run, String> {
+fn load(s: &Source, patience: Option<u64>, warmup: usize) -> Result<compare::Run, CompareError> {
     let opts = trainprof_report::Options { patience, ..Default::default() };
-    let run = compare::load(&s.root, &s.source, &opts, warmup).map_err(|e| e.to_string())?;
+    let run = compare::load(&s.root, &s.source, &opts, warmup)?;
     for x in &run.model.job.skipped {
         log!("skipped: {}: {x}", s.source);
     }
@@ -102,12 +124,12 @@ pub fn compare(args: &CompareArgs) -> ExitCode {
     }
     let (a, b, _temp) = match sources(args) {
         Ok(x) => x,
-        Err(e) => return unusable(&e),
+        Err(e) => return unusable(&e.to_string()),
     };
     let warmup = args.warmup.unwrap_or(compare::DEFAULT_WARMUP);
     let (ra, rb) = match (load(&a, args.patience, warmup), load(&b, args.patience, warmup)) {
         (Ok(x), Ok(y)) => (x, y),
-        (Err(e), _) | (_, Err(e)) => return unusable(&e),
+        (Err(e), _) | (_, Err(e)) => return unusable(&e.to_string()),
     };
     let opts = Options {
         mode: args.mode.clone(),
@@ -122,7 +144,7 @@ pub fn compare(args: &CompareArgs) -> ExitCode {
     if let Some(path) = &args.output {
         match write_page(&c, path) {
             Ok(p) => log!("compare: {}", p.display()),
-            Err(e) => return unusable(&e),
+            Err(e) => return unusable(&e.to_string()),
         }
     }
     if args.json {
@@ -169,11 +191,9 @@ fn ms(v: Option<f64>) -> String {
 }
 
 /// Creates the page at `path`, never over a file or through a link.
-fn write_page(c: &Comparison, path: &Path) -> Result<PathBuf, String> {
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| format!("{}: not a file name", path.display()))?;
+fn write_page(c: &Comparison, path: &Path) -> Result<PathBuf, FileError> {
+    let name =
+        path.file_name().and_then(|n| n.to_str()).ok_or_else(|| FileError::NotAFileName(path.to_owned()))?;
     let parent = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => PathBuf::from("."),
@@ -182,6 +202,6 @@ fn write_page(c: &Comparison, path: &Path) -> Result<PathBuf, String> {
     let page = compare::page::render(c);
     f.write_all(page.as_bytes())
         .and_then(|()| f.sync_all())
-        .map_err(|e| format!("{}: {e}", shown.display()))?;
+        .map_err(|source| FileError::Io { path: shown.clone(), source })?;
     Ok(shown)
 }

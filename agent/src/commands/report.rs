@@ -18,7 +18,7 @@ use trainprof_output::fs::Dir;
 use trainprof_report::model::ReportModel;
 use trainprof_report::trace::Clip;
 
-use self::page_child::Made;
+use self::page_child::{ChildError, Made};
 use crate::log;
 use crate::s3::download::{download, download_from};
 use crate::s3::store::{ObjectStore as _, Put, S3Options, S3Store, S3Url};
@@ -52,6 +52,30 @@ impl InputError {
     }
 }
 
+/// Why an output file, the page's file or a temporary folder could not be made or written.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot make a temporary folder: {0}")]
+    Temp(#[source] std::io::Error),
+    #[error("cannot hand {} over: {source}", path.display())]
+    HandOver { path: PathBuf, source: std::io::Error },
+    #[error("{} exists: not replaced (remove it, or name another file with -o)", .0.display())]
+    Exists(PathBuf),
+    #[error("{}: not a file name", .0.display())]
+    NotAFileName(PathBuf),
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    /// Every name the page at the end of `run` may take is taken, in the folder.
+    #[error("report.html to report-{END_OF_RUN_TRIES}.html all exist in {}", .0.display())]
+    NamesTaken(PathBuf),
+}
+
+impl FileError {
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FileError + '_ {
+        move |source| FileError::Io { path: path.to_owned(), source }
+    }
+}
+
 /// Where the data is.
 #[derive(Debug)]
 pub struct Input {
@@ -70,10 +94,10 @@ pub struct Input {
 pub fn input(path: &str, endpoint: Option<&str>) -> Result<Input, InputError> {
     if path.starts_with("s3://") {
         let url = S3Url::parse(path).map_err(|e| InputError::new(status::BAD_ARGUMENT, e.to_string()))?;
-        let temp = private_temp(None).map_err(|e| InputError::new(status::NOTHING, e))?;
+        let temp = private_temp(None).map_err(|e| InputError::new(status::NOTHING, e.to_string()))?;
         remove_on_signal(temp.path());
-        let got =
-            download(&url, endpoint, temp.path()).map_err(|e| InputError::new(status::UNREADABLE, e))?;
+        let got = download(&url, endpoint, temp.path())
+            .map_err(|e| InputError::new(status::UNREADABLE, e.to_string()))?;
         log_skipped(&got.skipped);
         if got.files == 0 {
             return Err(InputError::new(
@@ -97,15 +121,15 @@ pub fn input(path: &str, endpoint: Option<&str>) -> Result<Input, InputError> {
 
 /// A new private temporary folder (mode 0700) for a download, removed when dropped; owned
 /// by `owner` when given (the user the report's child runs as, [`page_child`]).
-pub(crate) fn private_temp(owner: page_child::RunAs) -> Result<tempfile::TempDir, String> {
+pub(crate) fn private_temp(owner: page_child::RunAs) -> Result<tempfile::TempDir, FileError> {
     let temp = tempfile::Builder::new()
         .prefix("trainprof-report-")
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir()
-        .map_err(|e| format!("cannot make a temporary folder: {e}"))?;
+        .map_err(FileError::Temp)?;
     if let Some((uid, gid)) = owner {
         std::os::unix::fs::chown(temp.path(), Some(uid), Some(gid))
-            .map_err(|e| format!("cannot hand {} over: {e}", temp.path().display()))?;
+            .map_err(|source| FileError::HandOver { path: temp.path().to_owned(), source })?;
     }
     Ok(temp)
 }
@@ -164,26 +188,24 @@ fn build_status(e: &trainprof_report::Error) -> u8 {
 }
 
 /// Creates `name` in `dir`, never over an existing file or through a link.
-pub(crate) fn create_in(dir: &Path, name: &str) -> Result<(File, PathBuf), String> {
+pub(crate) fn create_in(dir: &Path, name: &str) -> Result<(File, PathBuf), FileError> {
     let shown = dir.join(name);
-    let d = Dir::open_root(dir, false).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let d = Dir::open_root(dir, false).map_err(FileError::io(dir))?;
     match d.create_new(name) {
         Ok(f) => Ok((f, shown)),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            Err(format!("{} exists: not replaced (remove it, or name another file with -o)", shown.display()))
-        }
-        Err(e) => Err(format!("{}: {e}", shown.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(FileError::Exists(shown)),
+        Err(source) => Err(FileError::Io { path: shown, source }),
     }
 }
 
 /// The output file: `-o FILE`, else `default` in the LocalPath (or the current folder for S3).
-fn output(flag: Option<&Path>, input: &Input, default: &str) -> Result<(File, PathBuf), String> {
+fn output(flag: Option<&Path>, input: &Input, default: &str) -> Result<(File, PathBuf), FileError> {
     match flag {
         Some(p) => {
             let name = p
                 .file_name()
                 .and_then(|n| n.to_str())
-                .ok_or_else(|| format!("{}: not a file name", p.display()))?;
+                .ok_or_else(|| FileError::NotAFileName(p.to_owned()))?;
             let parent = match p.parent() {
                 Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
                 _ => PathBuf::from("."),
@@ -250,12 +272,10 @@ pub fn report(args: &ReportArgs) -> ExitCode {
     }
 }
 
-fn write_html(model: &ReportModel, flag: Option<&Path>, input: &Input) -> Result<PathBuf, String> {
+fn write_html(model: &ReportModel, flag: Option<&Path>, input: &Input) -> Result<PathBuf, FileError> {
     let (mut f, path) = output(flag, input, REPORT_FILE)?;
     let page = trainprof_report::page::render(model);
-    f.write_all(page.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    f.write_all(page.as_bytes()).and_then(|()| f.sync_all()).map_err(FileError::io(&path))?;
     Ok(path)
 }
 
@@ -356,7 +376,7 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
 #[derive(Debug)]
 pub struct EndPage {
     root: PathBuf,
-    running: Result<page_child::Running, String>,
+    running: Result<page_child::Running, ChildError>,
 }
 
 /// The least wall time the page gets, also with `--upload-deadline-s 0`.
@@ -404,22 +424,22 @@ pub fn at_end_of_run(root: &Path, before: &HashSet<String>, wall: Duration) -> V
 
 /// Writes `page` into `root` under the first free name of `report.html`, `report-2.html`,
 /// …; `Ok(name)`.
-fn write_page(root: &Path, page: &[u8]) -> Result<String, String> {
-    let dir = Dir::open_root(root, false).map_err(|e| format!("{}: {e}", root.display()))?;
+fn write_page(root: &Path, page: &[u8]) -> Result<String, FileError> {
+    let dir = Dir::open_root(root, false).map_err(FileError::io(root))?;
     let names = std::iter::once(REPORT_FILE.to_owned())
         .chain((2..=END_OF_RUN_TRIES).map(|n| format!("report-{n}.html")));
     for name in names {
         let mut f = match dir.create_new(&name) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(format!("{}: {e}", root.join(&name).display())),
+            Err(e) => return Err(FileError::Io { path: root.join(&name), source: e }),
         };
         if let Err(e) = f.write_all(page).and_then(|()| f.sync_all()) {
-            return Err(format!("{}: {e}", root.join(&name).display()));
+            return Err(FileError::Io { path: root.join(&name), source: e });
         }
         return Ok(name);
     }
-    Err(format!("report.html to report-{END_OF_RUN_TRIES}.html all exist in {}", root.display()))
+    Err(FileError::NamesTaken(root.to_owned()))
 }
 
 /// Runs `f` until `until`, or until `run` is told to stop ([`page_child::stop`]).
@@ -602,7 +622,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(REPORT_FILE), "mine").unwrap();
         let input = Input { root: dir.path().to_owned(), source: String::new(), remote: false, _temp: None };
-        let err = output(None, &input, REPORT_FILE).unwrap_err();
+        let err = output(None, &input, REPORT_FILE).unwrap_err().to_string();
         assert!(err.contains("exists: not replaced"), "{err}");
         assert_eq!(std::fs::read_to_string(dir.path().join(REPORT_FILE)).unwrap(), "mine");
         // A planted link is not written through either.

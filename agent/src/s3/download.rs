@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use trainprof_output::fs::Dir;
 use trainprof_report::job_files;
@@ -89,6 +89,28 @@ impl Plan {
     }
 }
 
+/// Why a download stopped (a key skipped is no error: [`Downloaded::skipped`]).
+#[derive(Debug, thiserror::Error)]
+pub enum DownloadError {
+    #[error(transparent)]
+    Runtime(#[from] super::RuntimeError),
+    /// The folder downloaded into cannot be opened.
+    #[error("{}: {source}", path.display())]
+    Folder { path: PathBuf, source: std::io::Error },
+    /// The bucket cannot be listed; `detail`: the SDK's error chain ([`chain`]).
+    #[error("listing s3://{bucket}/{prefix}: {detail}")]
+    List { bucket: String, prefix: String, detail: String },
+    /// An object cannot be fetched; `detail`: the SDK's error chain.
+    #[error("reading s3://{bucket}/{key}: {detail}")]
+    Fetch { bucket: String, key: String, detail: String },
+    /// A fetched object cannot be written to its file (`rel`: the key relative to the prefix).
+    #[error("{rel}: {source}")]
+    Write { rel: String, source: std::io::Error },
+    /// A fetch's task panicked or was cancelled.
+    #[error("a download task: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// What a download fetched.
 #[derive(Debug, Default)]
 pub struct Downloaded {
@@ -102,7 +124,7 @@ pub struct Downloaded {
 /// caller), never over a file or through a link. The client is the uploader's
 /// (`S3Store::connect`: the standard credential chain, rustls, the endpoint from
 /// `--s3-endpoint` or `AWS_ENDPOINT_URL(_S3)`, path-style with an endpoint).
-pub fn download(url: &S3Url, endpoint: Option<&str>, into: &Path) -> Result<Downloaded, String> {
+pub fn download(url: &S3Url, endpoint: Option<&str>, into: &Path) -> Result<Downloaded, DownloadError> {
     let rt = super::runtime()?;
     let got = rt.block_on(async {
         let options = S3Options { endpoint: endpoint.map(str::to_owned), ..S3Options::default() };
@@ -117,7 +139,7 @@ pub fn download(url: &S3Url, endpoint: Option<&str>, into: &Path) -> Result<Down
 type Opened = (Dir, String, File, u64);
 /// A fetch's end: its index in the opened files, and the bytes written and whether the
 /// object grew past its listed size.
-type Fetched = (usize, Result<(u64, bool), String>);
+type Fetched = (usize, Result<(u64, bool), DownloadError>);
 
 /// [`download`] with a store already made; `only`: the keys (relative to the prefix) to
 /// fetch, when not every profiler file under the prefix. The listing is read first: an
@@ -130,10 +152,11 @@ pub(crate) async fn download_from(
     store: &S3Store,
     into: &Path,
     only: Option<&HashSet<String>>,
-) -> Result<Downloaded, String> {
+) -> Result<Downloaded, DownloadError> {
     let (client, url) = (store.client(), store.url());
     let prefix = if url.prefix.is_empty() { String::new() } else { format!("{}/", url.prefix) };
-    let root = Dir::open_root(into, false).map_err(|e| format!("{}: {e}", into.display()))?;
+    let root = Dir::open_root(into, false)
+        .map_err(|source| DownloadError::Folder { path: into.to_owned(), source })?;
     let mut plan = Plan::new(Bounds::DOWNLOAD);
     let mut token: Option<String> = None;
     loop {
@@ -141,8 +164,11 @@ pub(crate) async fn download_from(
         if let Some(t) = token.take() {
             req = req.continuation_token(t);
         }
-        let out =
-            req.send().await.map_err(|e| format!("listing s3://{}/{prefix}: {}", url.bucket, chain(&e)))?;
+        let out = req.send().await.map_err(|e| DownloadError::List {
+            bucket: url.bucket.clone(),
+            prefix: prefix.clone(),
+            detail: chain(&e),
+        })?;
         for obj in out.contents() {
             plan.listed += 1;
             let Some(key) = obj.key() else { continue };
@@ -172,7 +198,7 @@ pub(crate) async fn download_from(
     let mut running: tokio::task::JoinSet<Fetched> = tokio::task::JoinSet::new();
     let mut open: Vec<Option<Opened>> = Vec::new();
     let finish =
-        |got: &mut Downloaded, open: &mut Vec<Option<Opened>>, done: Fetched| -> Result<(), String> {
+        |got: &mut Downloaded, open: &mut Vec<Option<Opened>>, done: Fetched| -> Result<(), DownloadError> {
             let (i, res) = done;
             // Each download finishes once.
             let Some((dir, key, f, size)) = open.get_mut(i).and_then(Option::take) else { return Ok(()) };
@@ -201,14 +227,14 @@ pub(crate) async fn download_from(
                 continue;
             }
         };
-        let mut file = f.try_clone().map_err(|e| format!("{rel}: {e}"))?;
+        let mut file = f.try_clone().map_err(|source| DownloadError::Write { rel: rel.clone(), source })?;
         open.push(Some((dir, key.clone(), f, size)));
         let i = open.len() - 1;
         let (client, bucket) = (client.clone(), url.bucket.clone());
         if running.len() >= DOWNLOAD_CONCURRENCY
             && let Some(done) = running.join_next().await
         {
-            finish(&mut got, &mut open, done.map_err(|e| format!("a download task: {e}"))?)?;
+            finish(&mut got, &mut open, done?)?;
         }
         running.spawn(async move {
             let res = async {
@@ -218,17 +244,18 @@ pub(crate) async fn download_from(
                     .key(&key)
                     .send()
                     .await
-                    .map_err(|e| format!("reading s3://{bucket}/{key}: {}", chain(&e)))?;
+                    .map_err(|e| fetch_error(&bucket, &key, chain(&e)))?;
                 let mut body = fetched.body;
                 let mut written = 0u64;
                 while let Some(chunk) =
-                    body.try_next().await.map_err(|e| format!("reading s3://{bucket}/{key}: {e}"))?
+                    body.try_next().await.map_err(|e| fetch_error(&bucket, &key, e.to_string()))?
                 {
                     written = written.saturating_add(chunk.len() as u64);
                     if written > size {
                         return Ok((written, true));
                     }
-                    file.write_all(&chunk).map_err(|e| format!("{rel}: {e}"))?;
+                    file.write_all(&chunk)
+                        .map_err(|source| DownloadError::Write { rel: rel.clone(), source })?;
                 }
                 Ok((written, false))
             }
@@ -237,9 +264,13 @@ pub(crate) async fn download_from(
         });
     }
     while let Some(done) = running.join_next().await {
-        finish(&mut got, &mut open, done.map_err(|e| format!("a download task: {e}"))?)?;
+        finish(&mut got, &mut open, done?)?;
     }
     Ok(got)
+}
+
+fn fetch_error(bucket: &str, key: &str, detail: String) -> DownloadError {
+    DownloadError::Fetch { bucket: bucket.to_owned(), key: key.to_owned(), detail }
 }
 
 #[cfg(test)]

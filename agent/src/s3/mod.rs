@@ -7,10 +7,12 @@
 pub mod download;
 pub mod store;
 
+/// The runtime for a command's S3 requests could not be made.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start the S3 client: {0}")]
+pub struct RuntimeError(#[source] std::io::Error);
+
 /// A single-threaded runtime for one command's S3 requests.
-pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the S3 client: {e}"))
+pub fn runtime() -> Result<tokio::runtime::Runtime, RuntimeError> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(RuntimeError)
 }

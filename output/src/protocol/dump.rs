@@ -116,20 +116,67 @@ pub fn parse_folder(name: &str) -> Option<(i64, i64)> {
     (step >= 0 && plausible_us(us)).then_some((step, us))
 }
 
+/// Why a `stall.json` is not read (the kind of problem and where, never its content); its
+/// text is the dump's problem in the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StallError {
+    /// Not JSON (a `NaN`, text cut short) or nested deeper than `serde_json`'s 128 levels.
+    Json { what: JsonProblem, line: usize, column: usize },
+    /// JSON, but not an object.
+    NotObject,
+    /// An object, but not the hook's record ([`hook_record`]).
+    NotHookRecord,
+}
+
+/// What kind of JSON problem a [`StallError::Json`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonProblem {
+    EndsEarly,
+    TooDeep,
+    NotJson,
+}
+
+impl JsonProblem {
+    fn as_str(self) -> &'static str {
+        match self {
+            JsonProblem::EndsEarly => "the JSON ends early",
+            JsonProblem::TooDeep => "nested too deep",
+            JsonProblem::NotJson => "not JSON",
+        }
+    }
+}
+
+impl std::fmt::Display for StallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StallError::Json { what, line, column } => {
+                write!(f, "{STALL_FILE}: {} (line {line}, column {column})", what.as_str())
+            }
+            StallError::NotObject => write!(f, "{STALL_FILE}: not an object"),
+            StallError::NotHookRecord => write!(
+                f,
+                "{STALL_FILE}: not the hook's record ({VERSION}, {KIND}, {PID}, {STEP}, {DETECTED_US})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StallError {}
+
 /// `stall.json`'s value, or why it cannot be read as one (the kind of problem and where,
 /// never its content): not JSON (a `NaN`, text cut short), nested deeper than `serde_json`'s
 /// 128 levels, or not an object.
-pub fn stall_value(bytes: &[u8]) -> Result<Value, String> {
+pub fn stall_value(bytes: &[u8]) -> Result<Value, StallError> {
     let v: Value = serde_json::from_slice(bytes).map_err(|e| {
         let what = match e.classify() {
-            serde_json::error::Category::Eof => "the JSON ends early",
-            _ if e.to_string().starts_with("recursion limit exceeded") => "nested too deep",
-            _ => "not JSON",
+            serde_json::error::Category::Eof => JsonProblem::EndsEarly,
+            _ if e.to_string().starts_with("recursion limit exceeded") => JsonProblem::TooDeep,
+            _ => JsonProblem::NotJson,
         };
-        format!("{STALL_FILE}: {what} (line {}, column {})", e.line(), e.column())
+        StallError::Json { what, line: e.line(), column: e.column() }
     })?;
     if !v.is_object() {
-        return Err(format!("{STALL_FILE}: not an object"));
+        return Err(StallError::NotObject);
     }
     Ok(v)
 }
@@ -137,7 +184,7 @@ pub fn stall_value(bytes: &[u8]) -> Result<Value, String> {
 /// `stall.json`'s value when it is the hook's record (`docs/formats.md`, "Hang and crash
 /// dumps"): an object with `version` 1, a `kind` the hook writes, and whole `pid`, `step` and
 /// plausible `detected_us`; else why not. The agent records the host only for such a dump.
-pub fn hook_record(bytes: &[u8]) -> Result<Value, String> {
+pub fn hook_record(bytes: &[u8]) -> Result<Value, StallError> {
     let v = stall_value(bytes)?;
     let int = |k: &str| v.get(k).and_then(Value::as_i64);
     let kind = v.get(KIND).and_then(Value::as_str);
@@ -147,9 +194,7 @@ pub fn hook_record(bytes: &[u8]) -> Result<Value, String> {
         || int(STEP).is_none()
         || !int(DETECTED_US).is_some_and(plausible_us)
     {
-        return Err(format!(
-            "{STALL_FILE}: not the hook's record ({VERSION}, {KIND}, {PID}, {STEP}, {DETECTED_US})"
-        ));
+        return Err(StallError::NotHookRecord);
     }
     Ok(v)
 }
@@ -171,6 +216,20 @@ mod tests {
         let rec = format!(r#"{{"version": 1, "kind": "signal", "pid": 1, "step": 0, "detected_us": {t}}}"#);
         assert!(hook_record(rec.as_bytes()).is_ok());
         let err = hook_record(b"{}").unwrap_err();
-        assert_eq!(err, "stall.json: not the hook's record (version, kind, pid, step, detected_us)");
+        assert_eq!(
+            err.to_string(),
+            "stall.json: not the hook's record (version, kind, pid, step, detected_us)"
+        );
+        assert_eq!(stall_value(b"[]").unwrap_err().to_string(), "stall.json: not an object");
+        assert_eq!(
+            stall_value(b"{").unwrap_err().to_string(),
+            "stall.json: the JSON ends early (line 1, column 1)"
+        );
+        assert_eq!(stall_value(b"NaN").unwrap_err().to_string(), "stall.json: not JSON (line 1, column 1)");
+        let deep = "[".repeat(200);
+        assert_eq!(
+            stall_value(deep.as_bytes()).unwrap_err().to_string(),
+            "stall.json: nested too deep (line 1, column 128)"
+        );
     }
 }

@@ -290,7 +290,7 @@ pub fn file_events(
     node: &str,
     bases: &mut Bases,
     f: &mut dyn FnMut(&Event<'_>),
-) -> (Result<(), String>, TimelineCost) {
+) -> (Result<(), TimelineError>, TimelineCost) {
     one_timeline(r, node, bases, f)
 }
 
@@ -315,7 +315,7 @@ pub fn read_timeline(
     r: impl io::Read,
     node: &str,
     f: &mut dyn FnMut(&Event<'_>),
-) -> (Result<(), String>, TimelineCost) {
+) -> (Result<(), TimelineError>, TimelineCost) {
     let mut bases = Bases::default();
     one_timeline(r, node, &mut bases, f)
 }
@@ -325,7 +325,7 @@ fn one_timeline(
     node: &str,
     bases: &mut Bases,
     f: &mut dyn FnMut(&Event<'_>),
-) -> (Result<(), String>, TimelineCost) {
+) -> (Result<(), TimelineError>, TimelineCost) {
     let used = std::rc::Rc::new(EventBytes::default());
     let limited = EventLimit { inner: BufReader::new(file), used: used.clone() };
     let mut de = serde_json::Deserializer::from_reader(limited);
@@ -337,26 +337,60 @@ fn one_timeline(
         used,
         cost: TimelineCost::default(),
     };
-    let r = de.deserialize_seq(Elements(&mut st)).map_err(|e| json_reason(&e));
+    let r = de.deserialize_seq(Elements(&mut st)).map_err(TimelineError::of);
     if let Some(b) = st.base {
         bases.0.insert(node.to_owned(), b);
     }
     (r, st.cost)
 }
 
-/// Why a JSON file did not parse: the kind of problem and where, never a value from it
-/// (serde_json's messages quote what they found).
-fn json_reason(e: &serde_json::Error) -> String {
-    use serde_json::error::Category;
-    let at = format!("at line {}, column {}", e.line(), e.column());
-    match e.classify() {
-        // Our own limits and the OS's errors: no content.
-        Category::Io => e.to_string(),
-        Category::Syntax => format!("not JSON (syntax error {at})"),
-        Category::Data => format!("not an array of trace events (a value of the wrong type {at})"),
-        Category::Eof => format!("the JSON ends early ({at})"),
+/// Why a timeline's read stopped: the kind of problem and where, never a value from the
+/// file (serde_json's messages quote what they found).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimelineError {
+    /// Our own limits ([`MAX_EVENT_BYTES`]) and the OS's read errors: serde_json's message,
+    /// which holds no content.
+    Read(String),
+    /// Not JSON.
+    Syntax { line: usize, column: usize },
+    /// JSON, but not an array of trace events.
+    WrongType { line: usize, column: usize },
+    /// The JSON ends early.
+    EndsEarly { line: usize, column: usize },
+}
+
+impl TimelineError {
+    fn of(e: serde_json::Error) -> TimelineError {
+        use serde_json::error::Category;
+        let (line, column) = (e.line(), e.column());
+        match e.classify() {
+            Category::Io => TimelineError::Read(e.to_string()),
+            Category::Syntax => TimelineError::Syntax { line, column },
+            Category::Data => TimelineError::WrongType { line, column },
+            Category::Eof => TimelineError::EndsEarly { line, column },
+        }
     }
 }
+
+impl std::fmt::Display for TimelineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TimelineError::Read(e) => write!(f, "{e}"),
+            TimelineError::Syntax { line, column } => {
+                write!(f, "not JSON (syntax error at line {line}, column {column})")
+            }
+            TimelineError::WrongType { line, column } => write!(
+                f,
+                "not an array of trace events (a value of the wrong type at line {line}, column {column})"
+            ),
+            TimelineError::EndsEarly { line, column } => {
+                write!(f, "the JSON ends early (at line {line}, column {column})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TimelineError {}
 
 /// Bytes read of the event being parsed, while `armed`.
 #[derive(Debug, Default)]

@@ -271,7 +271,7 @@ pub fn read_dump(dir: &Dir, node: &str, folder: &str, has: &BTreeSet<String>) ->
         // A `stall.json` that cannot be read is no crash: the dump is incomplete, and says why.
         let v = read::read_file(dir, &format!("{rel}/{}", dk::STALL_FILE), MAX_JSON_BYTES)
             .map_err(|e| text(&e))
-            .and_then(|b| stall_value(&b));
+            .and_then(|b| stall_value(&b).map_err(|e| e.to_string()));
         match v {
             Ok(v) => {
                 d.complete = true;

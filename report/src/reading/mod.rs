@@ -779,7 +779,7 @@ mod tests {
         let mut n = 0;
         let (r, cost) = read_timeline(&text[..], "0-algo-1", &mut |_| n += 1);
         assert_eq!(
-            r,
+            r.map_err(|e| e.to_string()),
             Err(format!("an event holds more than {MAX_EVENT_BYTES} bytes at line 1 column 1048578"))
         );
         assert_eq!((n, cost.largest_event), (0, MAX_EVENT_BYTES + 1));

@@ -103,20 +103,52 @@ pub struct Running {
 /// the files `leave_out`, with `wall` to finish. `root` is absolute: the child runs in `/`
 /// (`run` resolves its LocalPath before anything starts); a relative one is refused here
 /// rather than read from `/`.
+/// Why the child made no page (its text follows `no report: ` in the run's summary).
+#[derive(Debug, thiserror::Error)]
+pub enum ChildError {
+    #[error("stopped by a signal")]
+    Stopped,
+    #[error("{}: a relative path, and its process runs in /", .0.display())]
+    Relative(std::path::PathBuf),
+    #[error("cannot find this program: {0}")]
+    NoProgram(#[source] io::Error),
+    #[error("cannot start its process: {0}")]
+    Start(#[source] io::Error),
+    #[error("cannot start a thread: {0}")]
+    Thread(#[source] io::Error),
+    #[error("stopped by a signal (its process was killed)")]
+    Killed,
+    #[error("lost track of its process: {0}")]
+    LostTrack(#[source] io::Error),
+    #[error("not done within {0} s (its process was killed)")]
+    TooSlow(u64),
+    /// Ended by signal `sig`; `what`: the likely cause, in parentheses after a space, or empty.
+    #[error("its process ended by signal {sig}{what}")]
+    Signal { sig: i32, what: &'static str },
+    #[error("its process exited with status {0}")]
+    Status(i32),
+    #[error("reading its output: {0}")]
+    Output(#[source] io::Error),
+    #[error("its output is larger than {MAX_OUTPUT} bytes")]
+    TooLarge,
+    #[error("its output is not a page")]
+    NotAPage,
+}
+
 pub fn spawn(
     root: &Path,
     source: &str,
     leave_out: &HashSet<String>,
     run_as: RunAs,
     wall: Duration,
-) -> Result<Running, String> {
+) -> Result<Running, ChildError> {
     if stopped() {
-        return Err("stopped by a signal".to_owned());
+        return Err(ChildError::Stopped);
     }
     if root.is_relative() {
-        return Err(format!("{}: a relative path, and its process runs in /", root.display()));
+        return Err(ChildError::Relative(root.to_owned()));
     }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let exe = std::env::current_exe().map_err(ChildError::NoProgram)?;
     let mut cmd = Command::new(exe);
     cmd.arg(SUBCOMMAND).arg(root).arg(source);
     cmd.env_clear().current_dir("/").process_group(0);
@@ -162,7 +194,7 @@ pub fn spawn(
     let mut child = {
         // Registered before the child can be reaped by anyone but `wait` below.
         let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
-        let child = cmd.spawn().map_err(|e| format!("cannot start its process: {e}"))?;
+        let child = cmd.spawn().map_err(ChildError::Start)?;
         *running = Some(child.id() as libc::pid_t);
         child
     };
@@ -189,7 +221,7 @@ pub fn spawn(
         if let Err(e) = spawned {
             let running = Running { child, output, wall, until: Instant::now() };
             running.kill();
-            return Err(format!("cannot start a thread: {e}"));
+            return Err(ChildError::Thread(e));
         }
     }
     Ok(Running { child, output, wall, until: Instant::now() + wall })
@@ -197,21 +229,21 @@ pub fn spawn(
 
 impl Running {
     /// Waits for the page until the wall bound, or `until` if sooner.
-    pub fn wait(mut self, until: Option<Instant>) -> Result<Made, String> {
+    pub fn wait(mut self, until: Option<Instant>) -> Result<Made, ChildError> {
         let until = until.map_or(self.until, |u| u.min(self.until));
-        let bound = |r: &Running| format!("not done within {} s (its process was killed)", r.wall.as_secs());
+        let bound = |r: &Running| ChildError::TooSlow(r.wall.as_secs());
         // Exited (not reaped yet), or the bound or a stop came first.
         loop {
             if stopped() {
                 self.kill();
-                return Err("stopped by a signal (its process was killed)".to_owned());
+                return Err(ChildError::Killed);
             }
             match exited(self.child.id()) {
                 Ok(true) => break,
                 Ok(false) => {}
                 Err(e) => {
                     self.kill();
-                    return Err(format!("lost track of its process: {e}"));
+                    return Err(ChildError::LostTrack(e));
                 }
             }
             if Instant::now() >= until {
@@ -225,7 +257,7 @@ impl Running {
         let status = self.reap();
         let status = match status {
             Ok(s) => s,
-            Err(e) => return Err(format!("lost track of its process: {e}")),
+            Err(e) => return Err(ChildError::LostTrack(e)),
         };
         if let Some(sig) = status.signal() {
             let what = match sig {
@@ -234,19 +266,19 @@ impl Running {
                 libc::SIGKILL => " (killed)",
                 _ => "",
             };
-            return Err(format!("its process ended by signal {sig}{what}"));
+            return Err(ChildError::Signal { sig, what });
         }
         if !status.success() {
-            return Err(format!("its process exited with status {}", status.code().unwrap_or(-1)));
+            return Err(ChildError::Status(status.code().unwrap_or(-1)));
         }
         let left = until.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
         let (bytes, over) = match self.output.recv_timeout(left) {
             Ok(Ok(x)) => x,
-            Ok(Err(e)) => return Err(format!("reading its output: {e}")),
+            Ok(Err(e)) => return Err(ChildError::Output(e)),
             Err(_) => return Err(bound(&self)),
         };
         if over {
-            return Err(format!("its output is larger than {MAX_OUTPUT} bytes"));
+            return Err(ChildError::TooLarge);
         }
         parse_output(&bytes)
     }
@@ -290,8 +322,8 @@ fn exited(pid: u32) -> io::Result<bool> {
 }
 
 /// The child's output: a JSON line, then the page.
-fn parse_output(bytes: &[u8]) -> Result<Made, String> {
-    let garbage = || "its output is not a page".to_owned();
+fn parse_output(bytes: &[u8]) -> Result<Made, ChildError> {
+    let garbage = || ChildError::NotAPage;
     let end = bytes.iter().position(|&b| b == b'\n').ok_or_else(garbage)?;
     let head: serde_json::Value = serde_json::from_slice(&bytes[..end]).map_err(|_| garbage())?;
     if let Some(e) = head.get("error").and_then(|e| e.as_str()) {

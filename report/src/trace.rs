@@ -466,13 +466,24 @@ fn range(dir: &Dir, clip: &Clip, skipped: &mut Skipped) -> Result<Spans, Error> 
     Ok(Spans { hull: (lo.max(x), hi.min(y)), by_rank: Some(by_rank) })
 }
 
+/// A `--steps` value that is not `A-B` with `0 <= A <= B`.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum StepsError {
+    #[error("{0:?} is not A-B (e.g. 10-20)")]
+    NotARange(String),
+    #[error("{0:?} is not a step number")]
+    NotAStep(String),
+    #[error("{0:?}: need 0 <= A <= B")]
+    Order(String),
+}
+
 /// Parses `A-B` (`--steps`).
-pub fn parse_steps(s: &str) -> Result<(i64, i64), String> {
-    let (a, b) = s.split_once('-').ok_or_else(|| format!("{s:?} is not A-B (e.g. 10-20)"))?;
-    let a: i64 = a.trim().parse().map_err(|_| format!("{a:?} is not a step number"))?;
-    let b: i64 = b.trim().parse().map_err(|_| format!("{b:?} is not a step number"))?;
+pub fn parse_steps(s: &str) -> Result<(i64, i64), StepsError> {
+    let (a, b) = s.split_once('-').ok_or_else(|| StepsError::NotARange(s.to_owned()))?;
+    let a: i64 = a.trim().parse().map_err(|_| StepsError::NotAStep(a.to_owned()))?;
+    let b: i64 = b.trim().parse().map_err(|_| StepsError::NotAStep(b.to_owned()))?;
     if a < 0 || b < a {
-        return Err(format!("{s:?}: need 0 <= A <= B"));
+        return Err(StepsError::Order(s.to_owned()));
     }
     Ok((a, b))
 }
@@ -505,9 +516,9 @@ mod tests {
     #[test]
     fn steps_range_parses_strictly() {
         assert_eq!(parse_steps("3-7"), Ok((3, 7)));
-        assert!(parse_steps("7-3").is_err());
-        assert!(parse_steps("x-3").is_err());
-        assert!(parse_steps("3").is_err());
+        assert_eq!(parse_steps("7-3").map_err(|e| e.to_string()), Err("\"7-3\": need 0 <= A <= B".into()));
+        assert_eq!(parse_steps("x-3").map_err(|e| e.to_string()), Err("\"x\" is not a step number".into()));
+        assert_eq!(parse_steps("3").map_err(|e| e.to_string()), Err("\"3\" is not A-B (e.g. 10-20)".into()));
         assert!(parse_steps("-1-3").is_err());
     }
 

@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub mod detailed;
+pub mod evidence;
 pub mod fleet;
 pub mod hangs;
 
-pub use crate::rules::Evidence;
 pub use detailed::{Detailed, DetailedFigures, DetailedWindow, LaunchDelay, Share, TopRow};
+pub use evidence::Evidence;
 pub use hangs::Hangs;
 
 /// The version of this shape; raised when a key changes meaning.
@@ -389,7 +390,7 @@ pub struct Trigger {
     pub window_num_steps: Option<i64>,
 }
 
-/// One rule's finding. Its evidence is the rule's own typed struct (`rules/<rule>.rs`); read
+/// One rule's finding. Its evidence is the rule's own typed struct (`evidence.rs`); read
 /// back from JSON by the rule it names.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(try_from = "FindingJson")]
@@ -439,9 +440,9 @@ struct FindingJson {
 }
 
 impl TryFrom<FindingJson> for Finding {
-    type Error = String;
+    type Error = evidence::EvidenceError;
 
-    fn try_from(f: FindingJson) -> Result<Finding, String> {
+    fn try_from(f: FindingJson) -> Result<Finding, evidence::EvidenceError> {
         Ok(Finding {
             evidence: Evidence::from_json(&f.rule, f.evidence)?,
             rule: f.rule,

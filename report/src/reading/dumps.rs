@@ -238,7 +238,7 @@ fn read_text(dir: &Dir, rel: &str, max: u64, d: &mut Dump) -> Option<String> {
     match read::read_file(dir, rel, max) {
         Ok(b) => Some(String::from_utf8_lossy(&b).into_owned()),
         Err(e) => {
-            d.problems.push(text(&e));
+            d.problems.push(text(&e.to_string()));
             None
         }
     }
@@ -270,7 +270,7 @@ pub fn read_dump(dir: &Dir, node: &str, folder: &str, has: &BTreeSet<String>) ->
     if has.contains(dk::STALL_FILE) {
         // A `stall.json` that cannot be read is no crash: the dump is incomplete, and says why.
         let v = read::read_file(dir, &format!("{rel}/{}", dk::STALL_FILE), MAX_JSON_BYTES)
-            .map_err(|e| text(&e))
+            .map_err(|e| text(&e.to_string()))
             .and_then(|b| stall_value(&b).map_err(|e| e.to_string()));
         match v {
             Ok(v) => {

@@ -71,7 +71,8 @@ impl Skipped {
 
     /// Adds a reason, at most `MAX_REASON` bytes, control characters escaped (a file name
     /// is the trainer's).
-    pub fn push(&mut self, s: String) {
+    pub fn push(&mut self, s: impl ToString) {
+        let s = s.to_string();
         // Bounded: a tree full of planted links must not grow the report without end.
         if self.0.len() < 200 {
             self.0.push(printable(&s, MAX_REASON));
@@ -267,19 +268,33 @@ fn files(root: &Dir, top: &str, want: &dyn Fn(&str, bool) -> bool, skipped: &mut
 /// returns a reader of the bytes it held at open, never more (a writer may go on
 /// appending). The error is the reason to skip it: the file and the kind of problem, never
 /// its content.
-pub fn open_limited(root: &Dir, rel: &str, max: u64) -> Result<(io::Take<File>, u64), String> {
-    let (_, _, f) = ofs::open_at(root, rel, false).map_err(|e| format!("{rel}: {e}"))?;
-    let m = ofs::meta_of(&f).map_err(|e| format!("{rel}: {e}"))?;
+pub fn open_limited(root: &Dir, rel: &str, max: u64) -> Result<(io::Take<File>, u64), Unread> {
+    let (_, _, f) = ofs::open_at(root, rel, false).map_err(|e| Unread::Io(rel.to_owned(), e))?;
+    let m = ofs::meta_of(&f).map_err(|e| Unread::Io(rel.to_owned(), e))?;
     if !m.is_plain_file() {
-        return Err(format!("{rel}: has {} hard links: not read (nor uploaded)", m.nlink));
+        return Err(Unread::Links(rel.to_owned(), m.nlink));
     }
     if m.len > max {
-        return Err(format!("{rel}: {} bytes, more than the {max} read: not read", m.len));
+        return Err(Unread::TooLong(rel.to_owned(), m.len, max));
     }
     if m.is_mostly_holes() {
-        return Err(format!("{rel}: {} bytes with {} on disk (mostly holes): not read", m.len, m.allocated));
+        return Err(Unread::Holes(rel.to_owned(), m.len, m.allocated));
     }
     Ok((f.take(m.len), m.len))
+}
+
+/// Why a file was not read, as [`Skipped`] lists it: the file and the kind of problem,
+/// never its content.
+#[derive(Debug, thiserror::Error)]
+pub enum Unread {
+    #[error("{0}: {1}")]
+    Io(String, io::Error),
+    #[error("{0}: has {1} hard links: not read (nor uploaded)")]
+    Links(String, u64),
+    #[error("{0}: {1} bytes, more than the {2} read: not read")]
+    TooLong(String, u64, u64),
+    #[error("{0}: {1} bytes with {2} on disk (mostly holes): not read")]
+    Holes(String, u64, u64),
 }
 
 /// Every tick of every node under `system/incremental/`, in file-name order (so in time
@@ -512,10 +527,10 @@ pub fn stats_files(root: &Dir, skipped: &mut Skipped) -> Vec<StatsFile> {
 
 /// The bytes of a stats file, at most `max` ([`open_limited`]); the error is the reason
 /// to skip it.
-pub fn read_file(root: &Dir, rel: &str, max: u64) -> Result<Vec<u8>, String> {
+pub fn read_file(root: &Dir, rel: &str, max: u64) -> Result<Vec<u8>, Unread> {
     let (mut f, len) = open_limited(root, rel, max)?;
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    f.read_to_end(&mut bytes).map_err(|e| format!("{rel}: {e}"))?;
+    f.read_to_end(&mut bytes).map_err(|e| Unread::Io(rel.to_owned(), e))?;
     Ok(bytes)
 }
 
@@ -844,7 +859,7 @@ mod tests {
         );
         let root = Dir::open_root(dir.path(), false).unwrap();
         assert_eq!(
-            read_file(&root, SYS, 1 << 20),
+            read_file(&root, SYS, 1 << 20).map_err(|e| e.to_string()),
             Err(format!("{SYS}: has 2 hard links: not read (nor uploaded)"))
         );
     }

@@ -106,7 +106,9 @@ pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
         let mut read = None;
         if pb {
             let rel = format!("{dir}/profile.pb.gz");
-            match read_gz(root, &rel).and_then(|b| profile(&b, &CAPS).map_err(|e| format!("{rel}: {e}"))) {
+            match read_gz(root, &rel)
+                .and_then(|b| profile(&b, &CAPS).map_err(|e| Unread::Tree(rel.clone(), e)))
+            {
                 Ok(t) => read = Some(("profile.pb.gz", t)),
                 Err(e) => skipped.push(e),
             }
@@ -114,7 +116,8 @@ pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
         if read.is_none() && svg {
             let rel = format!("{dir}/flamegraph.svg");
             match crate::reading::read_file(root, &rel, MAX_FILE_BYTES)
-                .and_then(|b| flamegraph_svg(&b, &CAPS).map_err(|e| format!("{rel}: {e}")))
+                .map_err(Unread::File)
+                .and_then(|b| flamegraph_svg(&b, &CAPS).map_err(|e| Unread::Tree(rel.clone(), e)))
             {
                 Ok(t) => read = Some(("flamegraph.svg", t)),
                 Err(e) => skipped.push(e),
@@ -127,8 +130,21 @@ pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
     out
 }
 
+/// Why a native window's file was not read (the reason [`Skipped`] lists).
+#[derive(Debug, thiserror::Error)]
+enum Unread {
+    #[error(transparent)]
+    File(#[from] crate::reading::Unread),
+    #[error("{0}: not gzip ({1})")]
+    NotGzip(String, std::io::ErrorKind),
+    #[error("{0}: more than {MAX_FILE_BYTES} bytes unzipped: not read")]
+    Unzipped(String),
+    #[error("{0}: {1}")]
+    Tree(String, ReadError),
+}
+
 /// The bytes of a gzipped file, unzipped: at most [`MAX_FILE_BYTES`] read and as many unzipped.
-fn read_gz(root: &Dir, rel: &str) -> Result<Vec<u8>, String> {
+fn read_gz(root: &Dir, rel: &str) -> Result<Vec<u8>, Unread> {
     let (f, _) = crate::reading::open_limited(root, rel, MAX_FILE_BYTES)?;
     // Reserved whole (only the pages written are ever resident): grown by doubling, the
     // buffer would peak at twice the cap while its bytes are copied.
@@ -136,9 +152,9 @@ fn read_gz(root: &Dir, rel: &str) -> Result<Vec<u8>, String> {
     flate2::read::GzDecoder::new(f)
         .take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut out)
-        .map_err(|e| format!("{rel}: not gzip ({})", e.kind()))?;
+        .map_err(|e| Unread::NotGzip(rel.to_owned(), e.kind()))?;
     if out.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!("{rel}: more than {MAX_FILE_BYTES} bytes unzipped: not read"));
+        return Err(Unread::Unzipped(rel.to_owned()));
     }
     Ok(out)
 }

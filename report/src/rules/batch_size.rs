@@ -4,11 +4,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use serde::{Deserialize, Serialize};
-
 use super::{Agg, NodeAgg};
 use super::{Held, Present, Rule, Table, TickView, Verdict, Verdicts, Window, p95_p5, push_last, r2};
 use crate::analysis::collect::GPU_WINDOW;
+use crate::model::evidence;
+pub use crate::model::evidence::batch_size::{Evidence, GpuEvidence};
 
 /// SageMaker's defaults: the p95 thresholds (%) and the window (the last 500 values, and it
 /// needs more than 500). A GPU's utilisation window is the node's last `GPU_WINDOW` values.
@@ -38,35 +38,8 @@ pub struct GpuState {
     pub hit: Option<(f64, f64, f64)>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Evidence {
-    pub cpu_threshold_p95: f64,
-    pub gpu_threshold_p95: f64,
-    pub gpu_memory_threshold_p95: f64,
-    pub window: u64,
-    pub patience: u64,
-    pub gpus: Vec<GpuEvidence>,
-}
-
-evidence_row! {
-    pub struct GpuEvidence {
-        pub node: String,
-        pub gpu: String,
-        pub windows_judged: u64,
-        pub windows_triggered: u64,
-        /// At the last judgement that held.
-        pub cpu_p95: Option<f64>,
-        pub gpu_p95: Option<f64>,
-        pub gpu_memory_p95: Option<f64>,
-        /// Over the whole job.
-        pub job_cpu_p95: Option<f64>,
-        pub job_gpu_p95: Option<f64>,
-        pub job_gpu_memory_p95: Option<f64>,
-    }
-}
-
 impl Rule for BatchSize {
-    const NAME: &'static str = "BatchSize";
+    const NAME: &'static str = evidence::BATCH_SIZE;
     type Node = NodeState;
     type Evidence = Evidence;
 

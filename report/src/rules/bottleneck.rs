@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use super::{Agg, NodeAgg};
 use super::{Cell, Present, RANGE_GAP_S, Ranges, Rule, Table, TickView, Verdict, Verdicts, Window, r2};
+use crate::model::evidence;
+pub use crate::model::evidence::bottleneck::{Evidence, NodeEvidence};
 
 /// SageMaker's defaults: a GPU below this is idle (%).
 pub const GPU_LOW: f64 = 10.0;
@@ -33,31 +33,6 @@ pub struct NodeState {
     pub verdicts: Verdicts,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Evidence {
-    pub threshold_percent: u64,
-    pub gpu_threshold: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_threshold: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub io_threshold: Option<f64>,
-    pub patience: u64,
-    pub nodes: BTreeMap<String, NodeEvidence>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NodeEvidence {
-    pub datapoints: u64,
-    pub bottlenecks: u64,
-    /// Of the whole job's ticks.
-    pub percent: f64,
-    pub low_gpu_datapoints: u64,
-    pub windows_judged: u64,
-    pub windows_triggered: u64,
-    pub triggered_windows: Vec<[f64; 2]>,
-    pub triggered: bool,
-}
-
 impl<const IO: bool> Bottleneck<IO> {
     fn what() -> String {
         if IO { format!("I/O wait above {IO_HIGH} %") } else { format!("a CPU core above {CPU_HIGH} %") }
@@ -68,7 +43,7 @@ impl<const IO: bool> Rule for Bottleneck<IO>
 where
     super::NodeRules: super::StateOf<Bottleneck<IO>>,
 {
-    const NAME: &'static str = if IO { "IOBottleneck" } else { "CPUBottleneck" };
+    const NAME: &'static str = if IO { evidence::IO_BOTTLENECK } else { evidence::CPU_BOTTLENECK };
     type Node = NodeState;
     type Evidence = Evidence;
 

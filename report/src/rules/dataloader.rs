@@ -3,11 +3,11 @@
 //! 70 % or above 200 % of the cores. The events are gathered by `collect.rs` (bounded:
 //! `docs/report.md`, "Caps").
 
-use serde::{Deserialize, Serialize};
-
 use super::Agg;
 use super::{Present, Rule, Table, Verdict};
 use crate::analysis::stats::{quantile_sorted, sorted};
+use crate::model::evidence;
+pub use crate::model::evidence::dataloader::{Evidence, Quantiles};
 
 /// SageMaker's defaults: percentages of the cores, and `patience` in seconds with events.
 pub const MIN_THRESHOLD: u64 = 70;
@@ -17,35 +17,13 @@ pub const PATIENCE: u64 = 10;
 #[derive(Debug)]
 pub struct Dataloader;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Evidence {
-    pub min_threshold: u64,
-    pub max_threshold: u64,
-    pub patience: u64,
-    pub cores: u64,
-    pub parallel_dataloaders_median: Option<f64>,
-    pub seconds_with_dataloading: u64,
-    pub events: u64,
-    /// From `DataLoaderIterInitialize`.
-    pub num_workers: Option<i64>,
-    pub pin_memory: Option<bool>,
-    pub dataloading_time_s: Quantiles,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Quantiles {
-    pub p25: Option<f64>,
-    pub p50: Option<f64>,
-    pub p95: Option<f64>,
-}
-
 /// Seconds with dataloader events the rule waits for (`--patience` lowers it).
 fn patience(agg: &Agg) -> u64 {
     agg.patience.map_or(PATIENCE, |p| p.min(PATIENCE))
 }
 
 impl Rule for Dataloader {
-    const NAME: &'static str = "Dataloader";
+    const NAME: &'static str = evidence::DATALOADER;
     type Node = ();
     type Evidence = Evidence;
 

@@ -4,10 +4,10 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use serde::{Deserialize, Serialize};
-
 use super::Agg;
 use super::{Present, RANGE_GAP_S, Ranges, Rule, Table, TickView, Verdict, push_last, r2};
+use crate::model::evidence;
+pub use crate::model::evidence::gpu_memory::{Evidence, GpuEvidence};
 
 /// SageMaker's moving-average window.
 pub const WINDOW: usize = 10;
@@ -29,29 +29,8 @@ pub struct GpuState {
     pub max_increase: Option<(f64, f64, f64)>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Evidence {
-    pub increase: f64,
-    pub window: u64,
-    pub patience: u64,
-    pub gpus: Vec<GpuEvidence>,
-}
-
-evidence_row! {
-    pub struct GpuEvidence {
-        pub node: String,
-        pub gpu: String,
-        pub datapoints: u64,
-        pub max_increase: Option<f64>,
-        pub at_s: Option<f64> as super::Cell::Time,
-        pub violations: u64,
-        pub p50: Option<f64>,
-        pub max: Option<f64>,
-    }
-}
-
 impl Rule for GpuMemoryIncrease {
-    const NAME: &'static str = "GPUMemoryIncrease";
+    const NAME: &'static str = evidence::GPU_MEMORY_INCREASE;
     type Node = BTreeMap<String, GpuState>;
     type Evidence = Evidence;
 

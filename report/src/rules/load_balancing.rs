@@ -3,11 +3,11 @@
 //! Every pair is compared (SageMaker compares only the last GPU with itself, an upstream loop
 //! bug).
 
-use serde::{Deserialize, Serialize};
-
 use super::Agg;
 use super::{Present, Rule, Table, Verdict, r2};
 use crate::analysis::stats::js_distance;
+use crate::model::evidence;
+pub use crate::model::evidence::load_balancing::{Evidence, Pair};
 
 /// SageMaker's default distance threshold.
 pub const THRESHOLD: f64 = 0.2;
@@ -18,31 +18,8 @@ pub const MAX_PAIRS_LISTED: usize = 100;
 #[derive(Debug)]
 pub struct LoadBalancing;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Evidence {
-    pub threshold: f64,
-    pub patience: u64,
-    pub pairs_compared: u64,
-    /// At most `MAX_PAIRS_LISTED`, in the order compared.
-    pub pairs: Vec<Pair>,
-}
-
-evidence_row! {
-    pub struct Pair {
-        pub node: String,
-        pub gpus: [String; 2] as pair,
-        pub distance: f64,
-        pub triggered: bool,
-    }
-}
-
-/// `gpu0 / gpu1`.
-fn pair(gpus: [String; 2]) -> super::Cell {
-    format!("{} / {}", gpus[0], gpus[1]).into()
-}
-
 impl Rule for LoadBalancing {
-    const NAME: &'static str = "LoadBalancing";
+    const NAME: &'static str = evidence::LOAD_BALANCING;
     type Node = ();
     type Evidence = Evidence;
 

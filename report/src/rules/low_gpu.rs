@@ -4,11 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use super::{Agg, NodeAgg};
 use super::{Held, Present, Rule, Table, Verdict, Verdicts, Window, p95_p5, r2};
 use crate::analysis::collect::GPU_WINDOW;
+use crate::model::evidence;
+pub use crate::model::evidence::low_gpu::{Evidence, GpuEvidence};
 
 /// SageMaker's defaults (%).
 pub const THRESHOLD_P95: f64 = 70.0;
@@ -64,35 +64,8 @@ impl GpuState {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Evidence {
-    pub threshold_p95: f64,
-    pub threshold_p5: f64,
-    pub window: u64,
-    pub patience: u64,
-    pub gpus: Vec<GpuEvidence>,
-}
-
-evidence_row! {
-    pub struct GpuEvidence {
-        pub node: String,
-        pub gpu: String,
-        pub datapoints: u64,
-        pub windows_judged: u64,
-        pub windows_triggered: u64,
-        /// `underutilized` or `fluctuating`, at the last judgement that held.
-        pub issue: Option<String>,
-        pub window_p95: Option<f64>,
-        pub window_p5: Option<f64>,
-        /// Over the whole job.
-        pub p50: Option<f64>,
-        pub p95: Option<f64>,
-        pub max: Option<f64>,
-    }
-}
-
 impl Rule for LowGpuUtilization {
-    const NAME: &'static str = "LowGPUUtilization";
+    const NAME: &'static str = evidence::LOW_GPU_UTILIZATION;
     type Node = BTreeMap<String, GpuState>;
     type Evidence = Evidence;
 

@@ -1,10 +1,10 @@
 //! MaxInitializationTime: the first step starts more than 20 minutes after the job's first
 //! record (the earliest system tick, event or Python window).
 
-use serde::{Deserialize, Serialize};
-
 use super::Agg;
 use super::{Present, Rule, Table, Verdict, r2};
+use crate::model::evidence;
+pub use crate::model::evidence::max_init::Evidence;
 
 /// SageMaker's default: 20 minutes.
 pub const THRESHOLD_S: f64 = 20.0 * 60.0;
@@ -12,14 +12,8 @@ pub const THRESHOLD_S: f64 = 20.0 * 60.0;
 #[derive(Debug)]
 pub struct MaxInitializationTime;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Evidence {
-    pub threshold_minutes: f64,
-    pub init_s: Option<f64>,
-}
-
 impl Rule for MaxInitializationTime {
-    const NAME: &'static str = "MaxInitializationTime";
+    const NAME: &'static str = evidence::MAX_INITIALIZATION_TIME;
     type Node = ();
     type Evidence = Evidence;
 

@@ -2,40 +2,11 @@
 //! (`docs/report.md`, "Findings" says what each checks and how it differs from SageMaker's).
 //!
 //! One file per rule holds all of it: its name, its thresholds, what it keeps per node while
-//! the ticks are read, its 60 s judgements, its verdict over the job, and its evidence as a
-//! typed struct (the `--json` keys) with the table the page shows for it. `registry!` below
-//! lists them, in the order of `findings`; adding a rule is a file and a line there
-//! (ARCHITECTURE.md, "Extending it").
-
-/// Declares a row of a finding's evidence (a GPU, a rank, a pair) once: the struct, whose
-/// fields are the `--json` keys, and its [`Row`] on the page, whose columns are the same names
-/// and whose cells are the fields' values. A field's cell is `Cell::from` of its value, or
-/// `as f` for `f(value)`. Defined before the rules' modules, which use it.
-macro_rules! evidence_row {
-    ($(#[$m:meta])* pub struct $name:ident {
-        $($(#[$fm:meta])* pub $field:ident: $ty:ty $(as $cell:path)?,)*
-    }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-        pub struct $name {
-            $($(#[$fm])* pub $field: $ty,)*
-        }
-
-        impl $crate::rules::Row for $name {
-            const COLUMNS: &[&str] = &[$(stringify!($field)),*];
-
-            fn cells(&self) -> Vec<$crate::rules::Cell> {
-                vec![$(evidence_row!(@cell self.$field.clone() $(, $cell)?)),*]
-            }
-        }
-    };
-    (@cell $v:expr) => {
-        $crate::rules::Cell::from($v)
-    };
-    (@cell $v:expr, $cell:path) => {
-        $cell($v)
-    };
-}
+//! the ticks are read, its 60 s judgements, its verdict over the job, and the table the page
+//! shows for its evidence ([`Present`]). The evidence's typed structs (the `--json` keys) are
+//! the model's (`model/evidence.rs`), which reads a finding back without the rules.
+//! `registry!` below lists the rules, in the order of `findings`; adding a rule is a file, its
+//! evidence in the model and a line here (ARCHITECTURE.md, "Extending it").
 
 pub mod batch_size;
 pub mod bottleneck;
@@ -54,9 +25,11 @@ use serde::de::DeserializeOwned;
 
 use crate::analysis::collect::{self, NodeJudge};
 use crate::model::Finding;
+use crate::model::evidence::Evidence;
 
 pub use crate::analysis::collect::{SYSTEM_PATIENCE, TickView, Window, preliminary_patience, push_last};
 pub use crate::model::Preliminary;
+pub use crate::model::evidence::{Cell, Present, Row, Table};
 
 /// The one-pass aggregates with every rule's state per node (`analysis/collect.rs`).
 pub type Agg = collect::Agg<NodeRules>;
@@ -124,123 +97,9 @@ pub struct Verdict<E> {
     pub ranges: Vec<[f64; 2]>,
 }
 
-/// The evidence as the page shows it: the rule's settings and job-wide numbers as name and
-/// value, then one row per node, GPU, rank or pair.
-pub trait Present {
-    fn present(&self) -> Table;
-}
-
-/// What the page draws for a finding's evidence (`html.rs` escapes and formats it).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Table {
-    pub facts: Vec<(&'static str, Cell)>,
-    pub columns: Vec<&'static str>,
-    pub rows: Vec<Vec<Cell>>,
-    /// The unit of each fact and column that has one (`%`, `ms`, `datapoints`…), by its
-    /// name; a measured number without one is declared here with `""` (a ratio, a distance).
-    pub units: &'static [(&'static str, &'static str)],
-}
-
-impl Table {
-    /// `facts`, then one row per item of `rows`.
-    pub fn of<'a, R: Row + 'a>(
-        facts: Vec<(&'static str, Cell)>,
-        rows: impl IntoIterator<Item = &'a R>,
-    ) -> Table {
-        Table {
-            facts,
-            columns: R::COLUMNS.to_vec(),
-            rows: rows.into_iter().map(R::cells).collect(),
-            units: &[],
-        }
-    }
-
-    /// The table with its units.
-    pub fn units(self, units: &'static [(&'static str, &'static str)]) -> Table {
-        Table { units, ..self }
-    }
-
-    /// The unit of a fact or column, if it has one.
-    pub fn unit(&self, name: &str) -> Option<&'static str> {
-        self.units.iter().find(|u| u.0 == name).map(|u| u.1).filter(|u| !u.is_empty())
-    }
-}
-
 /// The units shared by the system rules' evidence.
 pub const PATIENCE_UNIT: (&str, &str) = ("patience", "datapoints");
 pub const WINDOW_UNIT: (&str, &str) = ("window", "values");
-
-/// A row of a table (declared with `evidence_row!`).
-pub trait Row {
-    /// The columns: the row's `--json` keys, in order.
-    const COLUMNS: &[&str];
-    /// The cells, in `COLUMNS` order.
-    fn cells(&self) -> Vec<Cell>;
-}
-
-/// One value of a table.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Cell {
-    Text(String),
-    /// A measured number: "–" when it could not be computed.
-    Num(Option<f64>),
-    Int(Option<i64>),
-    Flag(Option<bool>),
-    /// Epoch seconds, shown from the job's start.
-    Time(Option<f64>),
-}
-
-impl From<&str> for Cell {
-    fn from(s: &str) -> Cell {
-        Cell::Text(s.to_owned())
-    }
-}
-impl From<String> for Cell {
-    fn from(s: String) -> Cell {
-        Cell::Text(s)
-    }
-}
-impl From<f64> for Cell {
-    fn from(v: f64) -> Cell {
-        Cell::Num(Some(v))
-    }
-}
-impl From<Option<f64>> for Cell {
-    fn from(v: Option<f64>) -> Cell {
-        Cell::Num(v)
-    }
-}
-/// Text, or "–" when absent.
-impl From<Option<String>> for Cell {
-    fn from(s: Option<String>) -> Cell {
-        Cell::Text(s.unwrap_or_else(|| "–".to_owned()))
-    }
-}
-impl From<u64> for Cell {
-    fn from(v: u64) -> Cell {
-        Cell::Int(i64::try_from(v).ok())
-    }
-}
-impl From<i64> for Cell {
-    fn from(v: i64) -> Cell {
-        Cell::Int(Some(v))
-    }
-}
-impl From<Option<i64>> for Cell {
-    fn from(v: Option<i64>) -> Cell {
-        Cell::Int(v)
-    }
-}
-impl From<bool> for Cell {
-    fn from(v: bool) -> Cell {
-        Cell::Flag(Some(v))
-    }
-}
-impl From<Option<bool>> for Cell {
-    fn from(v: Option<bool>) -> Cell {
-        Cell::Flag(v)
-    }
-}
 
 /// Rounded to 2 decimals, as the evidence's measured numbers are.
 pub fn r2(v: f64) -> f64 {
@@ -375,8 +234,8 @@ pub trait StateOf<R: Rule> {
     fn state_mut(&mut self) -> &mut R::Node;
 }
 
-/// The registry: each line is `Variant(field): Type`, naming the rule's variant of
-/// [`Evidence`] and its state in [`NodeRules`]. The order is the order of `findings`.
+/// The registry: each line is `Variant(field): Type`, naming the rule's variant of the
+/// model's [`Evidence`] and its state in [`NodeRules`]. The order is the order of `findings`.
 macro_rules! registry {
     ($($variant:ident($field:ident): $rule:ty),* $(,)?) => {
         /// Every rule's name, in the order `findings` lists them.
@@ -423,32 +282,6 @@ macro_rules! registry {
             }
             fn judge(&mut self, node: &NodeAgg, w: &Window) {
                 NodeRules::judge(self, node, w)
-            }
-        }
-
-        /// `findings[].evidence`, one variant per rule (JSON: the rule's own keys).
-        #[derive(Debug, Clone, PartialEq, Serialize)]
-        #[serde(untagged)]
-        pub enum Evidence {
-            $($variant(<$rule as Rule>::Evidence),)*
-        }
-
-        impl Evidence {
-            /// The evidence of `rule` from its JSON form.
-            pub fn from_json(rule: &str, v: serde_json::Value) -> Result<Evidence, String> {
-                $(if rule == <$rule as Rule>::NAME {
-                    return serde_json::from_value(v)
-                        .map(Evidence::$variant)
-                        .map_err(|e| format!("{rule}'s evidence: {e}"));
-                })*
-                Err(format!("no rule {rule:?}"))
-            }
-
-            /// What the page shows.
-            pub fn present(&self) -> Table {
-                match self {
-                    $(Evidence::$variant(e) => e.present(),)*
-                }
             }
         }
 
@@ -556,7 +389,7 @@ pub(crate) mod tests {
         // Each finding's evidence is its own rule's.
         for x in &f {
             let json = serde_json::to_value(&x.evidence).unwrap();
-            assert_eq!(Evidence::from_json(&x.rule, json).as_ref(), Ok(&x.evidence), "{}", x.rule);
+            assert_eq!(Evidence::from_json(&x.rule, json).ok().as_ref(), Some(&x.evidence), "{}", x.rule);
         }
     }
 

@@ -3,40 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use super::Agg;
 use super::{Present, Rule, Table, Verdict};
 use crate::analysis::stats::PctHist;
+use crate::model::evidence;
+pub use crate::model::evidence::overall::{Evidence, NodeUsage, Usage};
 
 #[derive(Debug)]
 pub struct OverallSystemUsage;
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Evidence {
-    pub nodes: BTreeMap<String, NodeUsage>,
-}
-
-/// One node: `cpu`, `memory`, then `<gpu>_util` and `<gpu>_memory` per GPU, `datapoints`
-/// and `cores`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NodeUsage {
-    pub cpu: Usage,
-    pub memory: Usage,
-    /// `<gpu>_util`, `<gpu>_memory`.
-    #[serde(flatten)]
-    pub gpus: BTreeMap<String, Usage>,
-    pub datapoints: u64,
-    pub cores: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Usage {
-    pub p50: Option<f64>,
-    pub p95: Option<f64>,
-    pub p99: Option<f64>,
-    pub max: Option<f64>,
-}
 
 impl Usage {
     fn of(h: &PctHist) -> Usage {
@@ -45,7 +19,7 @@ impl Usage {
 }
 
 impl Rule for OverallSystemUsage {
-    const NAME: &'static str = "OverallSystemUsage";
+    const NAME: &'static str = evidence::OVERALL_SYSTEM_USAGE;
     type Node = ();
     type Evidence = Evidence;
 

@@ -1,11 +1,11 @@
 //! StepOutlier: for a rank and mode with more than 100 steps, more than 10 steps longer than
 //! the mean + 3σ of that rank's steps of that mode.
 
-use serde::{Deserialize, Serialize};
-
 use super::Agg;
-use super::{Cell, MAX_RANGES, Present, Rule, Table, Verdict, r2};
+use super::{MAX_RANGES, Present, Rule, Table, Verdict, r2};
 use crate::analysis::steps::outlier_steps;
+use crate::model::evidence;
+pub use crate::model::evidence::step_outlier::{Evidence, RankEvidence};
 
 /// SageMaker's defaults (its σ: [`crate::analysis::steps::STDDEV`]).
 pub use crate::analysis::steps::STDDEV;
@@ -17,38 +17,8 @@ pub const MAX_STEPS_LISTED: usize = 100;
 #[derive(Debug)]
 pub struct StepOutlier;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Evidence {
-    pub stddev: f64,
-    pub n_outliers: u64,
-    pub min_steps: u64,
-    pub ranks: Vec<RankEvidence>,
-}
-
-evidence_row! {
-    pub struct RankEvidence {
-        pub rank: String,
-        pub mode: String,
-        pub steps: u64,
-        pub threshold_ms: Option<f64>,
-        pub outliers: u64,
-        /// At most `MAX_STEPS_LISTED`; the page shows the first 10.
-        pub outlier_steps: Vec<i64> as first_steps,
-        pub triggered: bool,
-    }
-}
-
-/// The first 10 steps, and "…" when there are more.
-fn first_steps(steps: Vec<i64>) -> Cell {
-    let mut listed: Vec<String> = steps.iter().take(10).map(i64::to_string).collect();
-    if steps.len() > 10 {
-        listed.push("…".to_owned());
-    }
-    Cell::Text(listed.join(", "))
-}
-
 impl Rule for StepOutlier {
-    const NAME: &'static str = "StepOutlier";
+    const NAME: &'static str = evidence::STEP_OUTLIER;
     type Node = ();
     type Evidence = Evidence;
 

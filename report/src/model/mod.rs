@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 pub mod detailed;
 pub mod fleet;
 pub mod hangs;
+pub mod kinds;
 
 pub use crate::rules::Evidence;
 pub use detailed::{Detailed, DetailedFigures, DetailedWindow, LaunchDelay, Share, TopRow};

@@ -1,0 +1,98 @@
+//! The closed sets of words the model holds (`docs/report.md` names each): enums that
+//! several layers share, serialised as the words themselves.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+pub use trainprof_output::protocol::dump::DumpKind;
+
+/// An incident's kind, and a dump's (`docs/report.md`, "Hangs and crashes"): the hook's
+/// dump kind (`stall.json`'s `kind`), `incomplete` (a dump whose `stall.json` could not be
+/// read), or `timeline_stopped` (an incident with no dump: the agent saw the timelines stop
+/// while the trainer ran).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IncidentKind {
+    Hook(DumpKind),
+    #[default]
+    Incomplete,
+    TimelineStopped,
+}
+
+impl IncidentKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IncidentKind::Hook(k) => k.as_str(),
+            IncidentKind::Incomplete => "incomplete",
+            IncidentKind::TimelineStopped => "timeline_stopped",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<IncidentKind> {
+        match s {
+            "incomplete" => Some(IncidentKind::Incomplete),
+            "timeline_stopped" => Some(IncidentKind::TimelineStopped),
+            _ => DumpKind::parse(s).map(IncidentKind::Hook),
+        }
+    }
+
+    /// A stall or a signal dump: the ones grouped by time into one incident.
+    pub fn is_stall(self) -> bool {
+        match self {
+            IncidentKind::Hook(DumpKind::Stall | DumpKind::Signal) => true,
+            IncidentKind::Hook(DumpKind::Fatal | DumpKind::Exception)
+            | IncidentKind::Incomplete
+            | IncidentKind::TimelineStopped => false,
+        }
+    }
+
+    /// A crash: a fatal error or an uncaught exception.
+    pub fn is_crash(self) -> bool {
+        match self {
+            IncidentKind::Hook(DumpKind::Fatal | DumpKind::Exception) => true,
+            IncidentKind::Hook(DumpKind::Stall | DumpKind::Signal)
+            | IncidentKind::Incomplete
+            | IncidentKind::TimelineStopped => false,
+        }
+    }
+}
+
+impl fmt::Display for IncidentKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for IncidentKind {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for IncidentKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<IncidentKind, D::Error> {
+        let s = String::deserialize(d)?;
+        IncidentKind::parse(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown incident kind {s:?}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incident_kinds_are_their_words() {
+        let all = DumpKind::ALL
+            .map(IncidentKind::Hook)
+            .into_iter()
+            .chain([IncidentKind::Incomplete, IncidentKind::TimelineStopped]);
+        for k in all {
+            let v = serde_json::to_value(k).unwrap();
+            assert_eq!(v, serde_json::Value::from(k.as_str()));
+            assert_eq!(serde_json::from_value::<IncidentKind>(v).unwrap(), k);
+        }
+        assert_eq!(IncidentKind::Hook(DumpKind::Stall).as_str(), "stall");
+        assert_eq!(IncidentKind::TimelineStopped.as_str(), "timeline_stopped");
+        assert!(IncidentKind::parse("dump").is_none());
+    }
+}

@@ -76,6 +76,39 @@ impl<'de> Deserialize<'de> for IncidentKind {
     }
 }
 
+/// A node's clock (`job.clock[].state`): `synchronised` (every reading), `unsynchronised` (at
+/// least one reading) or `unknown` (no `Synchronised` row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClockState {
+    Synchronised,
+    Unsynchronised,
+    Unknown,
+}
+
+/// What a group of Python windows profiled (`python_summary.windows[].kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PythonGroupKind {
+    /// Steps of one mode.
+    Steps,
+    BeforeFirstStep,
+    AfterClose,
+    /// Folders whose names do not say their edges.
+    #[default]
+    Other,
+}
+
+/// How the page draws the steps of many ranks (`fleet.page.step_chart`): one line per rank,
+/// or the distribution across ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepChartKind {
+    #[default]
+    Ranks,
+    Distribution,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +127,24 @@ mod tests {
         assert_eq!(IncidentKind::Hook(DumpKind::Stall).as_str(), "stall");
         assert_eq!(IncidentKind::TimelineStopped.as_str(), "timeline_stopped");
         assert!(IncidentKind::parse("dump").is_none());
+    }
+
+    #[test]
+    fn the_other_sets_are_their_words() {
+        let word = |v: serde_json::Value| v.as_str().unwrap().to_owned();
+        let clocks = [ClockState::Synchronised, ClockState::Unsynchronised, ClockState::Unknown];
+        let clocks: Vec<String> = clocks.iter().map(|c| word(serde_json::to_value(c).unwrap())).collect();
+        assert_eq!(clocks, ["synchronised", "unsynchronised", "unknown"]);
+        let groups = [
+            PythonGroupKind::Steps,
+            PythonGroupKind::BeforeFirstStep,
+            PythonGroupKind::AfterClose,
+            PythonGroupKind::Other,
+        ];
+        let groups: Vec<String> = groups.iter().map(|g| word(serde_json::to_value(g).unwrap())).collect();
+        assert_eq!(groups, ["steps", "before_first_step", "after_close", "other"]);
+        let charts = [StepChartKind::Ranks, StepChartKind::Distribution];
+        let charts: Vec<String> = charts.iter().map(|c| word(serde_json::to_value(c).unwrap())).collect();
+        assert_eq!(charts, ["ranks", "distribution"]);
     }
 }

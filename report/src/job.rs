@@ -150,7 +150,7 @@ fn python_windows(
                 }
             };
             merge.add(&functions);
-            if g.kind == "steps" {
+            if g.kind == PythonGroupKind::Steps {
                 all.add(&functions);
                 if let Some((a, b)) = &folders[i].edges {
                     summary.top.profiled_s += ((b.time_us - a.time_us) / 1e6).max(0.0);
@@ -270,7 +270,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
     if let Some(f) = fleet.as_mut() {
         let many = agg.steps.get(&f.mode).is_some_and(|r| r.len() > fleet::MAX_RANK_SERIES);
         f.page = crate::model::fleet::PageChoice {
-            step_chart: if many { "distribution" } else { "ranks" }.into(),
+            step_chart: if many { StepChartKind::Distribution } else { StepChartKind::Ranks },
             ranks_drawn: if many { slowest(f) } else { f.scores.iter().map(|s| s.rank.clone()).collect() },
             nodes_drawn: drawn,
             nodes_not_drawn: not_drawn,

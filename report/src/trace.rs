@@ -281,7 +281,7 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
         let det = (d.detected_s * 1e6).round() as i64;
         let start = d.step_started_s.map_or(det, |s| ((s * 1e6).round() as i64).min(det));
         let end = d.ended_s.map_or(det, |e| ((e * 1e6).round() as i64).max(det));
-        let slice = d.kind == "stall" || d.kind == "signal";
+        let slice = d.kind.is_stall();
         let (start, end) = if slice { (start, end) } else { (det, det) };
         let Some((s, dur)) = spans.clip(&d.node, slice, start, end - start) else { continue };
         let pid = o.pid(&format!("rank {}", d.node), 2)?;

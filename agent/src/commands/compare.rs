@@ -175,14 +175,14 @@ fn exit_status(c: &Comparison, mode: Option<&str>) -> ExitCode {
 
 /// The verdict per mode, what makes the runs hard to compare, the three largest movers.
 fn summary(c: &Comparison) {
-    for i in c.comparable.items.iter().filter(|i| i.status == "differs") {
+    for i in c.comparable.items.iter().filter(|i| i.status == compare::Status::Differs) {
         log!("not comparable: {}: A {}, B {}", i.what, i.a, i.b);
     }
     for (mode, s) in &c.steps {
         log!("{mode}: {} (median {} → {} ms)", s.text, ms(s.a.p50_ms), ms(s.b.p50_ms));
     }
     for m in c.movers.iter().take(3) {
-        log!("moved: {} {}: {} → {} ms a step", m.kind, m.name, ms(Some(m.a_ms)), ms(Some(m.b_ms)));
+        log!("moved: {} {}: {} → {} ms a step", m.kind.as_str(), m.name, ms(Some(m.a_ms)), ms(Some(m.b_ms)));
     }
 }
 

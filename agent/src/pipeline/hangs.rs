@@ -744,7 +744,6 @@ impl Drop for HangSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use trainprof_output::protocol::metric::{ACCELERATOR, GPU, HOST, PRESSURE, TRAINER};
 
     fn m(kind: MetricType, name: Name, dimension: &'static str, value: f64) -> Metric {
         Metric { kind, name, dimension, value }
@@ -753,14 +752,14 @@ mod tests {
     #[test]
     fn the_ring_keeps_what_a_record_needs_and_is_bounded() {
         let tick = [
-            m(GPU, Name::gpu(0), d::GPU_UTILIZATION, 3.0),
-            m(GPU, Name::gpu(0), d::GPU_MEMORY_UTILIZATION, 40.0),
-            m(ACCELERATOR, Name::device(0), d::GPU_XID_EVENTS, 1.0),
-            m(ACCELERATOR, Name::device(0), d::TRAINER_MEM_USED_BYTES, 1e9),
-            m(ACCELERATOR, Name::device(0), d::GPU_POWER_WATTS, 300.0),
-            m(PRESSURE, Name::Static(n::PRESSURE_IO), d::FULL_STALLED_PERCENT, 12.0),
-            m(TRAINER, Name::Static(n::CPU_PERCENT), d::PROCESS_TREE, 0.5),
-            m(HOST, Name::Static(n::ALL_CORES), d::BUSY_PERCENT, 7.0),
+            m(MetricType::Gpu, Name::gpu(0), d::GPU_UTILIZATION, 3.0),
+            m(MetricType::Gpu, Name::gpu(0), d::GPU_MEMORY_UTILIZATION, 40.0),
+            m(MetricType::Accelerator, Name::device(0), d::GPU_XID_EVENTS, 1.0),
+            m(MetricType::Accelerator, Name::device(0), d::TRAINER_MEM_USED_BYTES, 1e9),
+            m(MetricType::Accelerator, Name::device(0), d::GPU_POWER_WATTS, 300.0),
+            m(MetricType::Pressure, Name::Static(n::PRESSURE_IO), d::FULL_STALLED_PERCENT, 12.0),
+            m(MetricType::Trainer, Name::Static(n::CPU_PERCENT), d::PROCESS_TREE, 0.5),
+            m(MetricType::Host, Name::Static(n::ALL_CORES), d::BUSY_PERCENT, 7.0),
         ];
         let mut r = Ring::default();
         for i in 0..(RING_TICKS + 10) {
@@ -937,7 +936,9 @@ mod tests {
         tree.publish(&[42]);
         let ring = Arc::new(Mutex::new(Ring::default()));
         let t = now_us();
-        ring.lock().unwrap().push(t as f64 / 1e6, &[m(GPU, Name::gpu(0), d::GPU_UTILIZATION, 0.0)]);
+        ring.lock()
+            .unwrap()
+            .push(t as f64 / 1e6, &[m(MetricType::Gpu, Name::gpu(0), d::GPU_UTILIZATION, 0.0)]);
         let mut w = Watcher::new(&root, &proc, "algo-1", Arc::clone(&ring), tree);
         let folder = format!("framework/hangs/0-algo-1/30-{t}");
         std::fs::create_dir_all(root.join(&folder)).unwrap();

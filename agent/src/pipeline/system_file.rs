@@ -406,9 +406,9 @@ mod tests {
 
     fn tick(v: f64) -> Metrics {
         let mut m = Metrics::new();
-        m.push(crate::pipeline::sample::CPU, Name::Indexed("cpu", 0), "CPUUtilization", v);
+        m.push(crate::pipeline::sample::MetricType::Cpu, Name::Indexed("cpu", 0), "CPUUtilization", v);
         m.push(
-            crate::pipeline::sample::NETWORK,
+            crate::pipeline::sample::MetricType::Network,
             Name::Static("ReceiveBytesPerSecond"),
             "Algorithm",
             123_456_789.0,
@@ -699,9 +699,9 @@ mod tests {
             let mut m = Metrics::new();
             for &(name, dim, v) in tick {
                 let kind = match name {
-                    Name::Process(..) => crate::pipeline::sample::TRAINER,
-                    Name::Static(_) => crate::pipeline::sample::HOST,
-                    Name::Indexed(..) => crate::pipeline::sample::CPU,
+                    Name::Process(..) => crate::pipeline::sample::MetricType::Trainer,
+                    Name::Static(_) => crate::pipeline::sample::MetricType::Host,
+                    Name::Indexed(..) => crate::pipeline::sample::MetricType::Cpu,
                 };
                 m.push(kind, name, dim, v);
             }
@@ -719,7 +719,12 @@ mod tests {
         let mut w = SystemWriter::new(&root, SystemNode::new(3));
         let mut m = Metrics::new();
         for (i, v) in [12.345, -0.001, 1e14, 0.5, 7.0].into_iter().enumerate() {
-            m.push(crate::pipeline::sample::HOST, Name::Static("AllCores"), "BusyPercent", v + i as f64);
+            m.push(
+                crate::pipeline::sample::MetricType::Host,
+                Name::Static("AllCores"),
+                "BusyPercent",
+                v + i as f64,
+            );
         }
         let wall = 1_595_455_620.123_456_7;
         w.write_tick(wall, m.as_slice()).unwrap();

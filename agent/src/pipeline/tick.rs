@@ -421,12 +421,12 @@ mod tests {
                 return Err(SampleError::parse(Path::new("/fake"), "scripted"));
             }
             out.push(
-                crate::pipeline::sample::CPU,
+                crate::pipeline::sample::MetricType::Cpu,
                 Name::Indexed("cpu", 0),
                 "CPUUtilization",
                 now.as_millis() as f64,
             );
-            out.push(crate::pipeline::sample::MEMORY, Name::Static("MemoryUsedPercent"), "", 1.0);
+            out.push(crate::pipeline::sample::MetricType::Memory, Name::Static("MemoryUsedPercent"), "", 1.0);
             Ok(())
         }
     }

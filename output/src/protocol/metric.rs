@@ -89,20 +89,6 @@ impl PartialEq<&str> for MetricType {
     }
 }
 
-pub const CPU: MetricType = MetricType::Cpu;
-pub const GPU: MetricType = MetricType::Gpu;
-pub const MEMORY: MetricType = MetricType::Memory;
-pub const IO: MetricType = MetricType::Io;
-pub const NETWORK: MetricType = MetricType::Network;
-pub const HOST: MetricType = MetricType::Host;
-pub const RAM: MetricType = MetricType::Ram;
-pub const ACCELERATOR: MetricType = MetricType::Accelerator;
-pub const CONTAINER: MetricType = MetricType::Container;
-pub const TRAINER: MetricType = MetricType::Trainer;
-pub const AGENT: MetricType = MetricType::Agent;
-pub const PRESSURE: MetricType = MetricType::Pressure;
-pub const CLOCK: MetricType = MetricType::Clock;
-
 /// The fixed `Name`s; the ones that are data are [`Name`]s built from [`CORE`], [`GPU_NAME`],
 /// [`DEVICE`] and [`PROCESS`].
 pub mod name {
@@ -368,7 +354,10 @@ pub fn vocabulary_ok(kind: &str, name: &str, dimension: &str) -> bool {
         Some(MetricType::Network) => dimension == d::ALGORITHM,
         _ => {
             // The words smdebug's filters look for inside a Type or a Dimension.
-            let taken_type = [CPU, GPU, MEMORY, IO, NETWORK].iter().any(|w| kind.contains(w.as_str()));
+            let taken_type =
+                [MetricType::Cpu, MetricType::Gpu, MetricType::Memory, MetricType::Io, MetricType::Network]
+                    .iter()
+                    .any(|w| kind.contains(w.as_str()));
             let drawn_as_percent =
                 ["CPU", "GPU", "Utilization", "Memory"].iter().any(|w| dimension.contains(w));
             let rule_dimension = matches!(dimension, d::ALGORITHM | "Platform" | d::NONE)
@@ -454,12 +443,12 @@ mod tests {
         // Each dimension under the Type it is written with (GPU extras under
         // `accelerator`, the others as the tables of docs/formats.md place them).
         let ours = [
-            (HOST, name::ALL_CORES, dimension::BUSY_PERCENT),
-            (RAM, name::MEMORY_LIMIT_BYTES, dimension::HOST),
-            (CONTAINER, name::CPU_QUOTA_CORES, dimension::CGROUP),
-            (TRAINER, name::PROCESSES, dimension::PROCESS_TREE),
-            (AGENT, name::RSS_BYTES, dimension::SELF),
-            (CLOCK, name::ESTIMATED_ERROR_MICROS, dimension::KERNEL),
+            (MetricType::Host, name::ALL_CORES, dimension::BUSY_PERCENT),
+            (MetricType::Ram, name::MEMORY_LIMIT_BYTES, dimension::HOST),
+            (MetricType::Container, name::CPU_QUOTA_CORES, dimension::CGROUP),
+            (MetricType::Trainer, name::PROCESSES, dimension::PROCESS_TREE),
+            (MetricType::Agent, name::RSS_BYTES, dimension::SELF),
+            (MetricType::Clock, name::ESTIMATED_ERROR_MICROS, dimension::KERNEL),
         ];
         for (k, n, d) in ours {
             assert!(vocabulary_ok(k.as_str(), n, d), "{k}/{n}/{d}");

@@ -49,7 +49,7 @@ pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> V
     let mut out: Vec<Incident> = Vec::new();
     let mut open: Option<usize> = None;
     for d in dumps {
-        let stall = matches!(d.kind.as_str(), "stall" | "signal");
+        let stall = d.kind.is_stall();
         let joins = open.filter(|&i| {
             let inc: &Incident = &out[i];
             stall && d.detected_s - inc.detected_s <= GROUP_S && !inc.dumps.iter().any(|x| x.node == d.node)
@@ -57,17 +57,12 @@ pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> V
         if let Some(i) = joins {
             let inc = &mut out[i];
             if inc.kind != d.kind {
-                inc.kind = "stall".into();
+                inc.kind = IncidentKind::Hook(DumpKind::Stall);
             }
             inc.dumps.push(d);
             continue;
         }
-        let inc = Incident {
-            kind: d.kind.clone(),
-            detected_s: d.detected_s,
-            dumps: vec![d],
-            ..Incident::default()
-        };
+        let inc = Incident { kind: d.kind, detected_s: d.detected_s, dumps: vec![d], ..Incident::default() };
         out.push(inc);
         open = stall.then_some(out.len() - 1);
     }
@@ -117,7 +112,7 @@ pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> V
                     }
                 }
                 _ => stopped.push(Incident {
-                    kind: "timeline_stopped".into(),
+                    kind: IncidentKind::TimelineStopped,
                     detected_s: t,
                     host: vec![h],
                     ..Incident::default()
@@ -138,7 +133,8 @@ pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> V
 fn finish(inc: &mut Incident, steps: &Ends) {
     inc.step = inc.dumps.iter().filter_map(|d| d.step).max();
     inc.mode = inc.dumps.iter().find_map(|d| d.mode.clone());
-    let stalls: Vec<&Dump> = inc.dumps.iter().filter(|d| d.kind == "stall").collect();
+    let stalls: Vec<&Dump> =
+        inc.dumps.iter().filter(|d| d.kind == IncidentKind::Hook(DumpKind::Stall)).collect();
     if !stalls.is_empty() && stalls.iter().all(|d| d.ended_s.is_some()) {
         inc.ended_s = stalls.iter().filter_map(|d| d.ended_s).reduce(f64::max);
         inc.stalled_s = stalls.iter().filter_map(|d| d.stalled_s).reduce(f64::max);
@@ -190,14 +186,14 @@ fn finish(inc: &mut Incident, steps: &Ends) {
         }
     }
     inc.ranks = ranks.into_values().collect();
-    if matches!(inc.kind.as_str(), "fatal" | "exception") {
+    if inc.kind.is_crash() {
         let node = inc.dumps[0].node.clone();
         for r in &mut inc.ranks {
             r.culprit = r.rank == node;
         }
         inc.culprits = vec![node.clone()];
         inc.reason = Some("crashed".into());
-        let what = if inc.kind == "fatal" {
+        let what = if inc.kind == IncidentKind::Hook(DumpKind::Fatal) {
             inc.dumps[0].signal.clone().map_or("a fatal error".to_owned(), |s| format!("a fatal {s}"))
         } else {
             "an uncaught exception".to_owned()
@@ -205,7 +201,7 @@ fn finish(inc: &mut Incident, steps: &Ends) {
         inc.evidence = vec![format!("{node} died of {what} in step {}.", step_text(inc.step))];
         return;
     }
-    if inc.kind == "incomplete" {
+    if inc.kind == IncidentKind::Incomplete {
         let d = &inc.dumps[0];
         let why = d.problems.first().map_or("its stall.json could not be read", String::as_str);
         inc.evidence =
@@ -213,7 +209,10 @@ fn finish(inc: &mut Incident, steps: &Ends) {
         return;
     }
     let mut j = judge(&mut inc.ranks);
-    if inc.kind == "signal" && j.reason.as_deref() == Some("lowest_step") && !behind_long(inc) {
+    if inc.kind == IncidentKind::Hook(DumpKind::Signal)
+        && j.reason.as_deref() == Some("lowest_step")
+        && !behind_long(inc)
+    {
         // Stopped by a signal with no stall: ranks a step apart are the usual skew.
         for r in &mut inc.ranks {
             r.culprit = false;
@@ -504,8 +503,8 @@ mod tests {
         let h = read(&dir, &BTreeMap::new(), &mut skipped);
         assert_eq!(h.incidents.len(), cases.len(), "{:#?}", h.incidents);
         for (i, (_, _, why)) in h.incidents.iter().zip(cases) {
-            assert_eq!(i.kind, "incomplete");
-            assert_eq!(i.dumps[0].kind, "incomplete");
+            assert_eq!(i.kind, IncidentKind::Incomplete);
+            assert_eq!(i.dumps[0].kind, IncidentKind::Incomplete);
             assert!(!i.dumps[0].complete);
             assert!(i.culprits.is_empty() && i.reason.is_none(), "{i:#?}");
             assert!(
@@ -585,7 +584,7 @@ mod tests {
         let h = read(&dir, &steps, &mut skipped);
         assert_eq!(h.incidents.len(), 3, "{:#?}", h.incidents);
         let i = &h.incidents[0];
-        assert_eq!(i.kind, "stall");
+        assert_eq!(i.kind, IncidentKind::Hook(DumpKind::Stall));
         assert_eq!(i.step, Some(30));
         assert_eq!(i.stalled_s, Some(12.5));
         assert_eq!(i.culprits, ["1-a"]);
@@ -602,9 +601,12 @@ mod tests {
         assert!(skipped.0.iter().any(|s| s.contains("traceback.txt")), "{:?}", skipped.0);
         assert!(skipped.0.iter().any(|s| s.contains("y.json")), "{:?}", skipped.0);
         let g = &h.incidents[1];
-        assert_eq!((g.dumps[0].pid, g.dumps[0].step, g.dumps[0].kind.as_str()), (None, Some(40), "stall"));
+        assert_eq!(
+            (g.dumps[0].pid, g.dumps[0].step, g.dumps[0].kind),
+            (None, Some(40), IncidentKind::Hook(DumpKind::Stall))
+        );
         let c = &h.incidents[2];
-        assert_eq!(c.kind, "fatal");
+        assert_eq!(c.kind, IncidentKind::Hook(DumpKind::Fatal));
         assert!(!c.dumps[0].complete);
         assert_eq!(c.culprits, ["2-a"]);
         assert_eq!(c.dumps[0].python[0].frames, ["c.py:3 in boom"]);
@@ -682,7 +684,7 @@ mod tests {
         let out = incidents(Vec::new(), host, &steps);
         assert_eq!(out.len(), 1, "{out:#?}");
         let i = &out[0];
-        assert_eq!((i.kind.as_str(), i.step, i.host.len()), ("timeline_stopped", None, 2));
+        assert_eq!((i.kind, i.step, i.host.len()), (IncidentKind::TimelineStopped, None, 2));
         assert_eq!(i.culprits, ["1-a"]);
         assert_eq!(i.reason.as_deref(), Some("lowest_step"));
         let mut page = String::new();
@@ -706,7 +708,7 @@ mod tests {
         let sig = |node: &str, step: i64, started_us: i64| Dump {
             node: node.into(),
             folder: format!("framework/hangs/{node}/{step}-{T}"),
-            kind: "signal".into(),
+            kind: IncidentKind::Hook(DumpKind::Signal),
             complete: true,
             step: Some(step),
             step_started_s: Some(started_us as f64 / 1e6),
@@ -716,7 +718,7 @@ mod tests {
             ..Dump::default()
         };
         let out = incidents(vec![sig("0-a", 100, T), sig("1-a", 99, T - 5_000)], Vec::new(), &steps);
-        assert_eq!(out[0].kind, "signal");
+        assert_eq!(out[0].kind, IncidentKind::Hook(DumpKind::Signal));
         assert!(out[0].culprits.is_empty(), "{:?}", out[0].evidence);
         assert!(out[0].evidence[0].contains("usual skew"));
         assert!(out[0].ranks.iter().all(|r| !r.culprit));
@@ -760,7 +762,7 @@ mod tests {
             .map(|k| Dump {
                 node: format!("{k}-a"),
                 folder: format!("framework/hangs/{k}-a/2-{T}"),
-                kind: DumpKind::Fatal.as_str().into(),
+                kind: IncidentKind::Hook(DumpKind::Fatal),
                 step: Some(2),
                 detected_s: T as f64 / 1e6 + f64::from(k),
                 ..Dump::default()

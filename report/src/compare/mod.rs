@@ -21,7 +21,7 @@ use trainprof_output::protocol::timeline;
 
 use crate::analysis::collect::{MAX_DETAILED, MAX_PHASES, OTHER_PHASES, step_mode};
 use crate::analysis::steps::StepRec;
-use crate::model::ReportModel;
+use crate::model::{PythonGroupKind, ReportModel};
 pub use stats::{Ratio, Verdict};
 
 /// The version of the `--json` shape.
@@ -367,10 +367,53 @@ pub struct Item {
     pub what: String,
     pub a: String,
     pub b: String,
-    /// `same`, `differs` (the comparison is weaker for it), `weak` (a side has little data)
-    /// or `unknown` (the files do not say).
-    pub status: String,
+    pub status: Status,
     pub note: String,
+}
+
+/// An [`Item`]'s status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Same,
+    /// The comparison is weaker for it.
+    Differs,
+    /// A side has little data.
+    Weak,
+    /// The files do not say.
+    Unknown,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Same => "same",
+            Status::Differs => "differs",
+            Status::Weak => "weak",
+            Status::Unknown => "unknown",
+        }
+    }
+}
+
+/// What a [`Mover`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoverKind {
+    Phase,
+    /// A function in the Python windows.
+    Python,
+    /// A kernel class or op of the detailed windows.
+    Detailed,
+}
+
+impl MoverKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoverKind::Phase => "phase",
+            MoverKind::Python => "python",
+            MoverKind::Detailed => "detailed",
+        }
+    }
 }
 
 /// One side's steps of one mode.
@@ -408,7 +451,7 @@ pub struct StepComparison {
 pub struct Mover {
     /// `phase`, `python` (a function in the Python windows) or `detailed` (a kernel class or
     /// op of the detailed windows).
-    pub kind: String,
+    pub kind: MoverKind,
     pub name: String,
     /// `median` (per kept step) or `mean` (per kept step; per profiled step for `python`).
     pub stat: String,
@@ -630,7 +673,7 @@ fn time_movers(a: &Run, b: &Run, mode: &str, moved: bool) -> Vec<Mover> {
             };
             (mean(pa, ma), mean(pb, mb), "mean")
         };
-        let mut m = mover("phase", name, x, y, delta);
+        let mut m = mover(MoverKind::Phase, name, x, y, delta);
         m.stat = stat.into();
         out.push(m);
     }
@@ -644,7 +687,7 @@ fn time_movers(a: &Run, b: &Run, mode: &str, moved: bool) -> Vec<Mover> {
         if (x.is_none() && fa) || (y.is_none() && fb) {
             continue;
         }
-        out.push(mover("python", k, x.unwrap_or(0.0), y.unwrap_or(0.0), delta));
+        out.push(mover(MoverKind::Python, k, x.unwrap_or(0.0), y.unwrap_or(0.0), delta));
     }
     out.extend(detailed_movers(&a.model, &b.model, delta));
     out.retain(|m| m.a_ms != 0.0 || m.b_ms != 0.0);
@@ -653,10 +696,10 @@ fn time_movers(a: &Run, b: &Run, mode: &str, moved: bool) -> Vec<Mover> {
     out
 }
 
-fn mover(kind: &str, name: &str, a_ms: f64, b_ms: f64, delta: Option<f64>) -> Mover {
+fn mover(kind: MoverKind, name: &str, a_ms: f64, b_ms: f64, delta: Option<f64>) -> Mover {
     let diff_ms = b_ms - a_ms;
     Mover {
-        kind: kind.into(),
+        kind,
         name: name.into(),
         stat: "mean".into(),
         a_ms,
@@ -684,7 +727,7 @@ fn detailed_movers(a: &ReportModel, b: &ReportModel, delta: Option<f64>) -> Vec<
             v.copied().or_else(|| (!full.iter().any(|p| k.starts_with(p))).then_some(0.0))
         };
         if let (Some(x), Some(y)) = (known(x, &fa.1), known(y, &fb.1)) {
-            out.push(mover("detailed", k, x, y, delta));
+            out.push(mover(MoverKind::Detailed, k, x, y, delta));
         }
     }
     out
@@ -735,7 +778,7 @@ fn python_per_step(m: &ReportModel) -> BTreeMap<String, f64> {
         .python_summary
         .windows
         .iter()
-        .filter(|g| g.kind == "steps")
+        .filter(|g| g.kind == PythonGroupKind::Steps)
         .map(|g| match (g.first_step, g.last_step) {
             (Some(a), Some(b)) if b >= a => b - a + 1,
             _ => 1,
@@ -901,10 +944,10 @@ fn profiled(m: &ReportModel) -> String {
 
 fn comparable(a: &Run, b: &Run) -> Comparable {
     let mut items = Vec::new();
-    let mut item = |what: &str, x: String, y: String, status: &str, note: &str| {
-        items.push(Item { what: what.into(), a: x, b: y, status: status.into(), note: note.into() });
+    let mut item = |what: &str, x: String, y: String, status: Status, note: &str| {
+        items.push(Item { what: what.into(), a: x, b: y, status, note: note.into() });
     };
-    let same_or = |x: &dyn PartialEq<usize>, y: usize| if x.eq(&y) { "same" } else { "differs" };
+    let same_or = |x: &dyn PartialEq<usize>, y: usize| if x.eq(&y) { Status::Same } else { Status::Differs };
     let (ma, mb) = (&a.model, &b.model);
     let (ra, rb) = (ma.job.ranks.len(), mb.job.ranks.len());
     item(
@@ -924,10 +967,10 @@ fn comparable(a: &Run, b: &Run) -> Comparable {
         crate::reading::node_gpus::describe(&mb.job.gpu_models),
     );
     let (s, note) = match (&ga, &gb) {
-        (Some(x), Some(y)) if x == y => ("same", ""),
-        (Some(_), Some(_)) => ("differs", "another GPU model changes the step"),
+        (Some(x), Some(y)) if x == y => (Status::Same, ""),
+        (Some(_), Some(_)) => (Status::Differs, "another GPU model changes the step"),
         _ => (
-            "unknown",
+            Status::Unknown,
             "a job without the agent's node record does not name its GPU model: check it yourself",
         ),
     };
@@ -935,7 +978,7 @@ fn comparable(a: &Run, b: &Run) -> Comparable {
     item("GPU model", recorded(ga), recorded(gb), s, note);
     let config = |m: &ReportModel| profiled(m);
     let (ca, cb) = (config(ma), config(mb));
-    let s = if ca == cb { "same" } else { "differs" };
+    let s = if ca == cb { Status::Same } else { Status::Differs };
     item(
         "profiling config (what was profiled)",
         ca,
@@ -945,15 +988,15 @@ fn comparable(a: &Run, b: &Run) -> Comparable {
     );
     let (ia, ib) = (interval(a), interval(b));
     let s = match (ia, ib) {
-        (Some(x), Some(y)) if (x - y).abs() <= 0.1 * x.max(y) => "same",
-        (None, None) => "same",
-        _ => "differs",
+        (Some(x), Some(y)) if (x - y).abs() <= 0.1 * x.max(y) => Status::Same,
+        (None, None) => Status::Same,
+        _ => Status::Differs,
     };
     let secs = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{:.3} s", v));
     item("system sampling interval", secs(ia), secs(ib), s, "");
     let modes = |r: &Run| r.modes.keys().cloned().collect::<Vec<_>>().join(", ");
     let (xa, xb) = (modes(a), modes(b));
-    let s = if xa == xb { "same" } else { "differs" };
+    let s = if xa == xb { Status::Same } else { Status::Differs };
     item("step modes", xa, xb, s, "");
     let pa: BTreeSet<&str> = a.modes.values().flat_map(|m| m.phases.keys().map(String::as_str)).collect();
     let pb: BTreeSet<&str> = b.modes.values().flat_map(|m| m.phases.keys().map(String::as_str)).collect();
@@ -961,27 +1004,27 @@ fn comparable(a: &Run, b: &Run) -> Comparable {
         let v: Vec<&str> = x.difference(y).copied().take(10).collect();
         if v.is_empty() { "–".to_owned() } else { v.join(", ") }
     };
-    let s = if pa == pb { "same" } else { "differs" };
+    let s = if pa == pb { Status::Same } else { Status::Differs };
     item("phases only in one run", only(&pa, &pb), only(&pb, &pa), s, "the code records different phases");
     for (mode, x) in &a.modes {
         let Some(y) = b.modes.get(mode) else { continue };
         let (ka, kb) = (x.ms.len(), y.ms.len());
         let status = if ka.min(kb) < FEW_STEPS {
-            "weak"
+            Status::Weak
         } else if ka.max(kb) > 2 * ka.min(kb) {
-            "differs"
+            Status::Differs
         } else {
-            "same"
+            Status::Same
         };
         item(
             &format!("{mode} steps kept (of all)"),
             format!("{ka} (of {})", ka as u64 + x.warmup + x.windows),
             format!("{kb} (of {})", kb as u64 + y.warmup + y.windows),
             status,
-            if status == "weak" { "few steps: a wide interval" } else { "" },
+            if status == Status::Weak { "few steps: a wide interval" } else { "" },
         );
     }
-    let ok = !items.iter().any(|i| i.status == "differs");
+    let ok = !items.iter().any(|i| i.status == Status::Differs);
     Comparable { ok, items }
 }
 
@@ -1060,7 +1103,7 @@ mod tests {
         let gemm = by["class: gemm"];
         assert_eq!((gemm.a_ms, gemm.b_ms, gemm.diff_ms), (10.0, 15.0, 5.0));
         assert_eq!(gemm.explains, Some(1.0));
-        assert_eq!(gemm.kind, "detailed");
+        assert_eq!(gemm.kind, MoverKind::Detailed);
         // B's top list is full: A's kernels missing from it are unknown there, left out; B's
         // kernels missing from A's short list are 0 in A.
         assert!(!by.contains_key("kernel: sgemm") && !by.contains_key("kernel: only_a"));

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::{Comparison, StepComparison};
+use super::{Comparison, Status, StepComparison};
 use crate::page::markup::{CSP, PAGE_CSS, UPLOT_CSS, UPLOT_JS, esc, num, script_json};
 
 const COMPARE_JS: &str = include_str!("../../assets/compare.js");
@@ -103,14 +103,14 @@ fn section_comparable(out: &mut String, c: &Comparison) {
     }
     out.push_str("<table><tr><th>what</th><th>A</th><th>B</th><th>status</th><th>note</th></tr>\n");
     for i in &c.comparable.items {
-        let cls = if i.status == "differs" { " class=\"bad\"" } else { "" };
+        let cls = if i.status == Status::Differs { " class=\"bad\"" } else { "" };
         let _ = writeln!(
             out,
             "<tr{cls}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&i.what),
             esc(&i.a),
             esc(&i.b),
-            esc(&i.status),
+            esc(i.status.as_str()),
             esc(&i.note)
         );
     }
@@ -212,7 +212,7 @@ fn section_movers(out: &mut String, c: &Comparison) {
             out,
             "<tr><td>{}</td><td class=\"name\" title=\"{}\">{}</td><td>{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-            esc(&m.kind),
+            esc(m.kind.as_str()),
             esc(&m.name),
             esc(&shown),
             esc(&m.stat),

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::kinds::StepChartKind;
+
 /// `--json`'s `fleet`: the scores of the ranks of one mode and the stragglers' causes.
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct Fleet {
@@ -77,7 +79,7 @@ pub struct Cause {
 pub struct PageChoice {
     /// `ranks` (one line per rank) or `distribution` (p10/p50/p90/max across ranks and the
     /// ranks in `ranks_drawn`).
-    pub step_chart: String,
+    pub step_chart: StepChartKind,
     pub ranks_drawn: Vec<String>,
     pub nodes_drawn: Vec<String>,
     pub nodes_not_drawn: u64,

@@ -3,6 +3,8 @@
 //! records of the host (their format is the protocol's, `trainprof_output::protocol::host_record`).
 
 use serde::{Deserialize, Serialize};
+
+pub use super::kinds::{DumpKind, IncidentKind};
 pub use trainprof_output::protocol::host_record::{HostSample, HostState, ThreadCpu};
 
 /// Everything the report says about hangs and crashes; empty when there were none.
@@ -27,7 +29,7 @@ pub struct Incident {
     /// `stall`, `signal` (only signal dumps: the job was stopped), `fatal`, `exception`,
     /// `incomplete` (a dump whose `stall.json` could not be read: the evidence says why), or
     /// `timeline_stopped` (no dump: the agent saw the timelines stop while the trainer ran).
-    pub kind: String,
+    pub kind: IncidentKind,
     /// The first dump's detection, epoch seconds.
     pub detected_s: f64,
     /// The step that did not end (the highest of the dumps').
@@ -77,7 +79,8 @@ pub struct Dump {
     pub node: String,
     /// `framework/hangs/<node>/<folder>`.
     pub folder: String,
-    pub kind: String,
+    /// The hook's kind, or `incomplete`.
+    pub kind: IncidentKind,
     /// Whether `stall.json` was there (a fatal crash may leave only its stacks).
     pub complete: bool,
     pub pid: Option<i64>,

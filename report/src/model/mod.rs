@@ -10,10 +10,12 @@ pub mod detailed;
 pub mod evidence;
 pub mod fleet;
 pub mod hangs;
+pub mod kinds;
 
 pub use detailed::{Detailed, DetailedFigures, DetailedWindow, LaunchDelay, Share, TopRow};
 pub use evidence::Evidence;
 pub use hangs::Hangs;
+pub use kinds::{ClockState, PythonGroupKind, StepChartKind};
 
 /// The version of this shape; raised when a key changes meaning.
 pub const VERSION: u32 = 2;
@@ -112,9 +114,10 @@ pub struct Clock {
     pub node: String,
     /// `synchronised` (every reading), `unsynchronised` (at least one reading) or `unknown`
     /// (no `Synchronised` row).
+    /// `None` only in a model written before the state was kept.
     #[serde(default)]
-    pub state: String,
-    /// `state == "synchronised"`.
+    pub state: Option<ClockState>,
+    /// `state` is `synchronised`.
     pub synchronised: bool,
     /// `Synchronised` rows read, and how many of them said 0.
     #[serde(default)]
@@ -137,14 +140,14 @@ impl Clock {
         est_error_us: Option<f64>,
     ) -> Clock {
         let state = match (readings, unsynchronised) {
-            (0, _) => "unknown",
-            (_, 0) => "synchronised",
-            _ => "unsynchronised",
+            (0, _) => ClockState::Unknown,
+            (_, 0) => ClockState::Synchronised,
+            _ => ClockState::Unsynchronised,
         };
-        let synchronised = state == "synchronised";
+        let synchronised = state == ClockState::Synchronised;
         Clock {
             node: node.to_owned(),
-            state: state.to_owned(),
+            state: Some(state),
             synchronised,
             readings,
             unsynchronised_readings: unsynchronised,
@@ -281,8 +284,9 @@ pub struct PythonGroup {
     pub label: String,
     pub node: String,
     pub profiler: String,
-    /// `steps`, `before_first_step` or `after_close`.
-    pub kind: String,
+    /// `steps`, `before_first_step`, `after_close` or `other` (folders whose names do not say
+    /// their edges).
+    pub kind: PythonGroupKind,
     /// The mode of its steps (`train`, `eval`, …); `null` for the others.
     pub mode: Option<String>,
     pub first_step: Option<i64>,
@@ -515,14 +519,17 @@ mod tests {
     #[test]
     fn a_clock_bound_is_given_only_for_a_synchronised_clock() {
         let c = Clock::new("algo-1", 3, 0, Some(900.0), Some(20.0));
-        assert_eq!((c.state.as_str(), c.synchronised, c.max_error_us), ("synchronised", true, Some(900.0)));
+        assert_eq!(
+            (c.state, c.synchronised, c.max_error_us),
+            (Some(ClockState::Synchronised), true, Some(900.0))
+        );
         // A host without a time daemon: the kernel's 16 s ceiling is no measurement.
         let c = Clock::new("algo-1", 3, 3, Some(16_000_000.0), Some(16_000_000.0));
         assert_eq!(
             c,
             Clock {
                 node: "algo-1".into(),
-                state: "unsynchronised".into(),
+                state: Some(ClockState::Unsynchronised),
                 synchronised: false,
                 readings: 3,
                 unsynchronised_readings: 3,
@@ -531,6 +538,6 @@ mod tests {
             }
         );
         let c = Clock::new("algo-1", 0, 0, Some(16_000_000.0), None);
-        assert_eq!((c.state.as_str(), c.synchronised, c.max_error_us), ("unknown", false, None));
+        assert_eq!((c.state, c.synchronised, c.max_error_us), (Some(ClockState::Unknown), false, None));
     }
 }

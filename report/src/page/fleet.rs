@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use crate::model::StepChartKind;
 use crate::model::fleet::Fleet;
 use crate::page::markup::{esc, num};
 
@@ -84,7 +85,7 @@ pub fn section(out: &mut String, fleet: Option<&Fleet>) {
         );
     }
     out.push_str("</table></details>\n");
-    if f.page.step_chart == "distribution" {
+    if f.page.step_chart == StepChartKind::Distribution {
         let _ = writeln!(
             out,
             "<p class=\"note\">The step charts draw the distribution across the {} ranks (p10, p50, p90 and max \

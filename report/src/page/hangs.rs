@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::model::hangs::{Dump, Hangs, HostState, Incident, Thread};
+use crate::model::hangs::{Dump, DumpKind, Hangs, HostState, Incident, IncidentKind, Thread};
 use crate::page::markup::{duration, esc, int, num, utc};
 
 /// Frames shown per thread on the page (all of them, up to the model's cap, are in `--json`).
@@ -39,15 +39,14 @@ pub fn section(out: &mut String, h: &Hangs) {
     out.push_str("</section>\n");
 }
 
-fn kind_title(kind: &str) -> &'static str {
+fn kind_title(kind: IncidentKind) -> &'static str {
     match kind {
-        "stall" => "Stall",
-        "signal" => "Stopped by a signal",
-        "fatal" => "Crash (fatal error)",
-        "exception" => "Crash (uncaught exception)",
-        "timeline_stopped" => "The timelines stopped",
-        "incomplete" => "Incomplete dump",
-        _ => "Dump",
+        IncidentKind::Hook(DumpKind::Stall) => "Stall",
+        IncidentKind::Hook(DumpKind::Signal) => "Stopped by a signal",
+        IncidentKind::Hook(DumpKind::Fatal) => "Crash (fatal error)",
+        IncidentKind::Hook(DumpKind::Exception) => "Crash (uncaught exception)",
+        IncidentKind::TimelineStopped => "The timelines stopped",
+        IncidentKind::Incomplete => "Incomplete dump",
     }
 }
 
@@ -55,12 +54,12 @@ fn incident(out: &mut String, i: usize, inc: &Incident, start: usize) {
     let _ = writeln!(
         out,
         "<div class=\"hang\" id=\"hang-{i}\" data-kind=\"{}\"><h3>{}{} at {}</h3>",
-        esc(&inc.kind),
-        kind_title(&inc.kind),
+        esc(inc.kind.as_str()),
+        kind_title(inc.kind),
         inc.step.map_or(String::new(), |s| format!(" in step {s}")),
         esc(&utc(Some(inc.detected_s)))
     );
-    if inc.kind == "timeline_stopped" {
+    if inc.kind == IncidentKind::TimelineStopped {
         out.push_str(
             "<p>No rank wrote a dump: the agent saw no timeline file change for a while as the trainer ran \
              (the hook's hang detection is off, or no rank was inside a step).</p>\n",
@@ -73,7 +72,7 @@ fn incident(out: &mut String, i: usize, inc: &Incident, start: usize) {
             esc(&utc(inc.ended_s)),
             esc(&duration(Some(s)))
         );
-    } else if inc.kind == "stall" {
+    } else if inc.kind == IncidentKind::Hook(DumpKind::Stall) {
         out.push_str("<p>The stall did not end while the job was recorded.</p>\n");
     }
     if inc.culprits.is_empty() {
@@ -146,12 +145,12 @@ fn incident(out: &mut String, i: usize, inc: &Incident, start: usize) {
 }
 
 fn dump(out: &mut String, d: &Dump) {
-    let open = if matches!(d.kind.as_str(), "fatal" | "exception") { " open" } else { "" };
+    let open = if d.kind.is_crash() { " open" } else { "" };
     let _ = writeln!(
         out,
         "<details class=\"dump\"{open}><summary>{}: {} dump, step {} (<code>{}</code>)</summary>",
         esc(&d.node),
-        esc(&d.kind),
+        esc(d.kind.as_str()),
         int(d.step),
         esc(&d.folder)
     );
@@ -178,7 +177,7 @@ fn dump(out: &mut String, d: &Dump) {
     if let Some(s) = d.stalled_s {
         facts.push(format!("ended after {}", esc(&duration(Some(s)))));
     }
-    if d.kind == "incomplete" {
+    if d.kind == IncidentKind::Incomplete {
         facts.push("stall.json could not be read: the dump is incomplete (why below)".into());
     } else if !d.complete {
         facts.push("no stall.json: the process died while writing it".into());

@@ -16,8 +16,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::model::{
-    Capped, Clock, Finding, Job, ModeSteps, NodeSeries, Phase, PythonSummary, PythonWindow, ReportModel,
-    StepSeries, Trigger,
+    Capped, Clock, ClockState, Finding, Job, ModeSteps, NodeSeries, Phase, PythonSummary, PythonWindow,
+    ReportModel, StepSeries, Trigger,
 };
 use crate::rules::Cell;
 
@@ -205,16 +205,18 @@ fn gpu_models(nodes: &BTreeMap<String, BTreeMap<String, u32>>) -> String {
 /// A clock's state in words (`job.clock[].state`).
 fn clock_state(c: &Clock) -> String {
     let (n, bad) = (c.readings, c.unsynchronised_readings);
-    match c.state.as_str() {
-        "synchronised" => "synchronised".to_owned(),
-        "unsynchronised" if bad == n => {
+    match c.state {
+        Some(ClockState::Synchronised) => "synchronised".to_owned(),
+        Some(ClockState::Unsynchronised) if bad == n => {
             "unsynchronised (no time daemon disciplined it): no error bound".to_owned()
         }
-        "unsynchronised" => format!("unsynchronised in {bad} of {n} readings: no error bound"),
-        "unknown" => "unknown (no synchronisation reading)".to_owned(),
+        Some(ClockState::Unsynchronised) => {
+            format!("unsynchronised in {bad} of {n} readings: no error bound")
+        }
+        Some(ClockState::Unknown) => "unknown (no synchronisation reading)".to_owned(),
         // A model without `state`: the older boolean.
-        _ if c.synchronised => "synchronised".to_owned(),
-        _ => "unsynchronised".to_owned(),
+        None if c.synchronised => "synchronised".to_owned(),
+        None => "unsynchronised".to_owned(),
     }
 }
 

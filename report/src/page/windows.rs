@@ -15,7 +15,9 @@
 
 use std::fmt::Write as _;
 
-use crate::model::{NativeFunction, NativeWindow, PyFunctionTotal, PythonSummary, PythonWindow};
+use crate::model::{
+    NativeFunction, NativeWindow, PyFunctionTotal, PythonGroupKind, PythonSummary, PythonWindow,
+};
 use crate::page::markup::esc;
 
 /// The flame graph's drawing units: its width, and the height of one frame.
@@ -104,7 +106,8 @@ pub fn python_windows(out: &mut String, summary: &PythonSummary, folders: &[Pyth
     // A step window's anchor (`docs/report.md`, "Anchors"): the first window that starts at a step.
     let mut anchored = std::collections::HashSet::new();
     for (i, g) in summary.windows.iter().enumerate() {
-        if let Some(first) = g.first_step.filter(|f| g.kind == "steps" && anchored.insert(*f)) {
+        if let Some(first) = g.first_step.filter(|f| g.kind == PythonGroupKind::Steps && anchored.insert(*f))
+        {
             let _ = write!(out, "<span id=\"window-python-{first}\"></span>");
         }
         let _ = writeln!(
@@ -415,7 +418,7 @@ mod tests {
             label: "train steps 240–242 · cProfile".into(),
             node: "0-algo-1".into(),
             profiler: "cprofile".into(),
-            kind: "steps".into(),
+            kind: PythonGroupKind::Steps,
             functions: vec![f],
             folders: 2,
             start_s: Some(1.0),

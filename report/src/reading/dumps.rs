@@ -76,10 +76,8 @@ pub fn stall_fields(d: &mut Dump, v: &Value) {
         d.problems.push("stall.json: not an object".into());
         return;
     }
-    if let Some(k) = string(v, dk::KIND)
-        && DumpKind::parse(&k).is_some()
-    {
-        d.kind = k;
+    if let Some(k) = v.get(dk::KIND).and_then(Value::as_str).and_then(DumpKind::parse) {
+        d.kind = IncidentKind::Hook(k);
     }
     d.pid = int(v, dk::PID);
     d.mode = string(v, dk::MODE);
@@ -262,7 +260,7 @@ pub fn read_dump(dir: &Dir, node: &str, folder: &str, has: &BTreeSet<String>) ->
     let mut d = Dump {
         node: text(node),
         folder: text(&rel),
-        kind: DumpKind::Fatal.as_str().into(),
+        kind: IncidentKind::Hook(DumpKind::Fatal),
         step: Some(step),
         detected_s: us as f64 / 1e6,
         ..Dump::default()
@@ -275,11 +273,11 @@ pub fn read_dump(dir: &Dir, node: &str, folder: &str, has: &BTreeSet<String>) ->
         match v {
             Ok(v) => {
                 d.complete = true;
-                d.kind = DumpKind::Stall.as_str().into();
+                d.kind = IncidentKind::Hook(DumpKind::Stall);
                 stall_fields(&mut d, &v);
             }
             Err(why) => {
-                d.kind = "incomplete".into();
+                d.kind = IncidentKind::Incomplete;
                 d.problems.push(why);
             }
         }

@@ -182,11 +182,17 @@ mod tests {
         let h100 = run(&[("algo-1", "NVIDIA H100 80GB HBM3", 4), ("algo-2", "NVIDIA H100 80GB HBM3", 4)]);
         let none = run(&[]);
         let s = |x: &str| x.to_owned();
-        assert_eq!(item(&h200, &h200), (s("8 × NVIDIA H200"), s("8 × NVIDIA H200"), s("same"), true));
+        assert_eq!(
+            item(&h200, &h200),
+            (s("8 × NVIDIA H200"), s("8 × NVIDIA H200"), compare::Status::Same, true)
+        );
         assert_eq!(
             item(&h200, &h100),
-            (s("8 × NVIDIA H200"), s("8 × NVIDIA H100 80GB HBM3"), s("differs"), false)
+            (s("8 × NVIDIA H200"), s("8 × NVIDIA H100 80GB HBM3"), compare::Status::Differs, false)
         );
-        assert_eq!(item(&h200, &none), (s("8 × NVIDIA H200"), s("not recorded"), s("unknown"), true));
+        assert_eq!(
+            item(&h200, &none),
+            (s("8 × NVIDIA H200"), s("not recorded"), compare::Status::Unknown, true)
+        );
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::model::{PyFunction, PyFunctionTotal, PythonGroup};
+use crate::model::{PyFunction, PyFunctionTotal, PythonGroup, PythonGroupKind};
 
 /// Functions listed per window.
 pub const TOP: usize = 20;
@@ -463,18 +463,18 @@ pub fn group(folders: &[Folder]) -> Vec<(Vec<usize>, PythonGroup)> {
         g.end_s =
             ix.iter().filter_map(|&i| folders[i].edges.as_ref()).map(|e| e.1.time_us / 1e6).reduce(f64::max);
         let Some((a, _)) = &first.edges else {
-            g.kind = "other".into();
+            g.kind = PythonGroupKind::Other;
             g.label = format!("{} · {prof}", first.raw);
             continue;
         };
         if a.mode == "prestepzero" {
             let before = a.phase == "start";
-            g.kind = if before { "before_first_step" } else { "after_close" }.into();
+            g.kind = if before { PythonGroupKind::BeforeFirstStep } else { PythonGroupKind::AfterClose };
             g.label = format!("{} · {prof}", if before { "before the first step" } else { "after close" });
             continue;
         }
         let steps: Vec<i64> = ix.iter().filter_map(|&i| folders[i].edges.as_ref()?.0.step).collect();
-        g.kind = "steps".into();
+        g.kind = PythonGroupKind::Steps;
         g.mode = Some(a.mode.clone());
         g.first_step = steps.iter().copied().min();
         g.last_step = steps.iter().copied().max();
@@ -682,15 +682,15 @@ mod tests {
             "prestepzero-*-end-1795316597990400.8_posthookclose-*-end-1795316597990500.8",
         ]);
         let g = group(&f);
-        let labels: Vec<(&str, &str, u64)> =
-            g.iter().map(|(_, g)| (g.label.as_str(), g.kind.as_str(), g.folders)).collect();
+        let labels: Vec<(&str, PythonGroupKind, u64)> =
+            g.iter().map(|(_, g)| (g.label.as_str(), g.kind, g.folders)).collect();
         assert_eq!(
             labels,
             [
-                ("before the first step · cProfile", "before_first_step", 1),
-                ("train steps 2–3 · cProfile", "steps", 4),
-                ("train step 7 · cProfile", "steps", 2),
-                ("after close · cProfile", "after_close", 1),
+                ("before the first step · cProfile", PythonGroupKind::BeforeFirstStep, 1),
+                ("train steps 2–3 · cProfile", PythonGroupKind::Steps, 4),
+                ("train step 7 · cProfile", PythonGroupKind::Steps, 2),
+                ("after close · cProfile", PythonGroupKind::AfterClose, 1),
             ]
         );
         let (ix, steps) = &g[1];

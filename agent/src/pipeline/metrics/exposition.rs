@@ -603,7 +603,7 @@ fn pair(buf: &mut String, key: &str, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::sample::{ACCELERATOR, AGENT, CLOCK, CPU, GPU, HOST, MEMORY, RAM, TRAINER};
+    use crate::pipeline::sample::MetricType;
 
     fn m(kind: MetricType, name: Name, dimension: &'static str, value: f64) -> Metric {
         Metric { kind, name, dimension, value }
@@ -626,33 +626,41 @@ mod tests {
         // Every Dimension under the Type that writes it (the GPU's under accelerator).
         for d in dim::ALL.iter().copied() {
             let metric = match d {
-                dim::CPU_UTILIZATION | dim::IO_WAIT_PERCENTAGE => m(CPU, Name::core(0), d, 1.0),
-                dim::GPU_UTILIZATION | dim::GPU_MEMORY_UTILIZATION => m(GPU, Name::gpu(0), d, 1.0),
+                dim::CPU_UTILIZATION | dim::IO_WAIT_PERCENTAGE => m(MetricType::Cpu, Name::core(0), d, 1.0),
+                dim::GPU_UTILIZATION | dim::GPU_MEMORY_UTILIZATION => {
+                    m(MetricType::Gpu, Name::gpu(0), d, 1.0)
+                }
                 dim::ALGORITHM => {
                     m(MetricType::Network, Name::Static(name::RECEIVE_BYTES_PER_SECOND), d, 1.0)
                 }
-                dim::BUSY_PERCENT | dim::IO_WAIT_PERCENT => m(HOST, Name::Static(name::ALL_CORES), d, 1.0),
-                dim::CGROUP | dim::HOST => m(RAM, Name::Static(name::MEMORY_USED_BYTES), d, 1.0),
-                dim::PROCESS_TREE => m(TRAINER, Name::Static(name::CPU_PERCENT), d, 1.0),
+                dim::BUSY_PERCENT | dim::IO_WAIT_PERCENT => {
+                    m(MetricType::Host, Name::Static(name::ALL_CORES), d, 1.0)
+                }
+                dim::CGROUP | dim::HOST => m(MetricType::Ram, Name::Static(name::MEMORY_USED_BYTES), d, 1.0),
+                dim::PROCESS_TREE => m(MetricType::Trainer, Name::Static(name::CPU_PERCENT), d, 1.0),
                 dim::PROCESS_CPU_PERCENT | dim::PROCESS_PSS_BYTES => {
-                    m(TRAINER, Name::Process(7, Label::sanitized(b"python")), d, 1.0)
+                    m(MetricType::Trainer, Name::Process(7, Label::sanitized(b"python")), d, 1.0)
                 }
                 dim::SOME_STALLED_PERCENT | dim::FULL_STALLED_PERCENT => {
                     m(MetricType::Pressure, Name::Static(name::PRESSURE_IO), d, 1.0)
                 }
-                dim::KERNEL => m(CLOCK, Name::Static(name::SYNCHRONISED), d, 1.0),
-                dim::SELF => m(AGENT, Name::Static(name::RSS_BYTES), d, 1.0),
-                _ => m(ACCELERATOR, Name::device(0), d, 1.0),
+                dim::KERNEL => m(MetricType::Clock, Name::Static(name::SYNCHRONISED), d, 1.0),
+                dim::SELF => m(MetricType::Agent, Name::Static(name::RSS_BYTES), d, 1.0),
+                _ => m(MetricType::Accelerator, Name::device(0), d, 1.0),
             };
             assert_ne!(family_of(&metric).0, F::Unknown, "{d}");
         }
         for [a, b, c] in dim::TOP_PROCESS {
             for d in [a, b, c] {
-                assert_ne!(family_of(&m(ACCELERATOR, Name::device(1), d, 1.0)).0, F::Unknown, "{d}");
+                assert_ne!(
+                    family_of(&m(MetricType::Accelerator, Name::device(1), d, 1.0)).0,
+                    F::Unknown,
+                    "{d}"
+                );
             }
         }
         assert_eq!(
-            family_of(&m(MEMORY, Name::Static(name::MEMORY_USED_PERCENT), dim::NONE, 1.0)).0,
+            family_of(&m(MetricType::Memory, Name::Static(name::MEMORY_USED_PERCENT), dim::NONE, 1.0)).0,
             F::MemoryUsedPercent
         );
     }
@@ -691,22 +699,22 @@ mod tests {
     fn the_text_format_groups_families_and_labels_each_series() {
         let t = text(
             &[
-                m(CPU, Name::core(0), dim::CPU_UTILIZATION, 12.345),
-                m(CPU, Name::core(0), dim::IO_WAIT_PERCENTAGE, 1.0),
-                m(CPU, Name::core(1), dim::CPU_UTILIZATION, 50.0),
-                m(GPU, Name::gpu(0), dim::GPU_UTILIZATION, 90.0),
-                m(ACCELERATOR, Name::device(0), dim::GPU_SM_CLOCK_MHZ, 1410.0),
-                m(ACCELERATOR, Name::device(0), dim::GPU_THROTTLE_MASK, 0x41 as f64),
-                m(ACCELERATOR, Name::device(0), "ThrottleGpuIdle", 1.0),
-                m(ACCELERATOR, Name::device(0), dim::GPU_XID_EVENTS, 2.0),
+                m(MetricType::Cpu, Name::core(0), dim::CPU_UTILIZATION, 12.345),
+                m(MetricType::Cpu, Name::core(0), dim::IO_WAIT_PERCENTAGE, 1.0),
+                m(MetricType::Cpu, Name::core(1), dim::CPU_UTILIZATION, 50.0),
+                m(MetricType::Gpu, Name::gpu(0), dim::GPU_UTILIZATION, 90.0),
+                m(MetricType::Accelerator, Name::device(0), dim::GPU_SM_CLOCK_MHZ, 1410.0),
+                m(MetricType::Accelerator, Name::device(0), dim::GPU_THROTTLE_MASK, 0x41 as f64),
+                m(MetricType::Accelerator, Name::device(0), "ThrottleGpuIdle", 1.0),
+                m(MetricType::Accelerator, Name::device(0), dim::GPU_XID_EVENTS, 2.0),
                 m(
-                    TRAINER,
+                    MetricType::Trainer,
                     Name::Process(42, Label::sanitized(b"pt_data_worker")),
                     dim::PROCESS_CPU_PERCENT,
                     99.5,
                 ),
-                m(CLOCK, Name::Static(name::MAX_ERROR_MICROS), dim::KERNEL, 15.0),
-                m(RAM, Name::Static(name::MEMORY_USED_BYTES), dim::CGROUP, 1024.0),
+                m(MetricType::Clock, Name::Static(name::MAX_ERROR_MICROS), dim::KERNEL, 15.0),
+                m(MetricType::Ram, Name::Static(name::MEMORY_USED_BYTES), dim::CGROUP, 1024.0),
             ],
             Format::Text,
         );
@@ -740,14 +748,18 @@ mod tests {
 
     #[test]
     fn openmetrics_names_counters_without_total_and_ends_with_eof() {
-        let t = text(&[m(ACCELERATOR, Name::device(3), dim::GPU_XID_EVENTS, 1.0)], Format::OpenMetrics);
+        let t = text(
+            &[m(MetricType::Accelerator, Name::device(3), dim::GPU_XID_EVENTS, 1.0)],
+            Format::OpenMetrics,
+        );
         assert!(t.contains("# TYPE trainprof_gpu_xid_events counter\ntrainprof_gpu_xid_events_total{node=\"algo-1\",gpu=\"3\"} 1\n"), "{t}");
         assert!(t.ends_with("# EOF\n"), "{t}");
     }
 
     #[test]
     fn a_row_without_a_family_is_served_by_its_words() {
-        let t = text(&[m(HOST, Name::Static(name::ALL_CORES), "SomethingNew", 3.0)], Format::Text);
+        let t =
+            text(&[m(MetricType::Host, Name::Static(name::ALL_CORES), "SomethingNew", 3.0)], Format::Text);
         assert!(t.contains("trainprof_system_row{node=\"algo-1\",type=\"host\",name=\"AllCores\",dimension=\"SomethingNew\"} 3\n"), "{t}");
     }
 }

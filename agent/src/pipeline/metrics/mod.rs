@@ -161,14 +161,18 @@ pub fn start(listener: TcpListener, labels: Labels, root: &std::path::Path) -> s
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::sample::{CPU, Name, dimension};
+    use crate::pipeline::sample::{MetricType, Name, dimension};
 
     #[test]
     fn the_sink_queues_each_tick_and_reuses_the_buffers_the_server_gives_back() {
         let slot = Arc::new(Slot::default());
         let mut e = Endpoint::new(Arc::clone(&slot));
-        let metrics =
-            [Metric { kind: CPU, name: Name::core(0), dimension: dimension::CPU_UTILIZATION, value: 5.0 }; 3];
+        let metrics = [Metric {
+            kind: MetricType::Cpu,
+            name: Name::core(0),
+            dimension: dimension::CPU_UTILIZATION,
+            value: 5.0,
+        }; 3];
         e.tick(&Tick { wall_s: 10.0, metrics: &metrics, last: false });
         e.tick(&Tick { wall_s: 11.0, metrics: &metrics[..2], last: false });
         let got: Vec<_> = slot.drain().into_iter().map(|s| s.unwrap()).collect();

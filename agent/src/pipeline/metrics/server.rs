@@ -379,7 +379,7 @@ fn respond(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::sample::{ACCELERATOR, CPU, Name, dimension};
+    use crate::pipeline::sample::{MetricType, Name, dimension};
 
     fn snapshot(seq: u64, wall_s: f64, rows: Vec<Metric>) -> Arc<Snapshot> {
         Arc::new(Snapshot { seq, wall_s, rows })
@@ -387,10 +387,14 @@ mod tests {
 
     #[test]
     fn sparse_rows_are_held_and_renders_cached_per_tick() {
-        let cpu =
-            Metric { kind: CPU, name: Name::core(0), dimension: dimension::CPU_UTILIZATION, value: 5.0 };
+        let cpu = Metric {
+            kind: MetricType::Cpu,
+            name: Name::core(0),
+            dimension: dimension::CPU_UTILIZATION,
+            value: 5.0,
+        };
         let mean = Metric {
-            kind: ACCELERATOR,
+            kind: MetricType::Accelerator,
             name: Name::device(0),
             dimension: dimension::GPU_BUSY_MEAN_PERCENT,
             value: 70.0,

@@ -88,7 +88,7 @@ impl Sampler for ClockSampler {
         self.next_at = Some(now + EVERY);
         let s = (self.read)()
             .map_err(|e| SampleError::Device { device: "adjtimex".into(), what: e.to_string() })?;
-        let kind = crate::pipeline::sample::CLOCK;
+        let kind = crate::pipeline::sample::MetricType::Clock;
         out.push(kind, Name::Static(n::SYNCHRONISED), d::KERNEL, if s.synchronised { 1.0 } else { 0.0 });
         out.push(kind, Name::Static(n::MAX_ERROR_MICROS), d::KERNEL, s.max_error_us as f64);
         out.push(kind, Name::Static(n::ESTIMATED_ERROR_MICROS), d::KERNEL, s.est_error_us as f64);

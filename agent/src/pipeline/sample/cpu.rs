@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use super::{
-    CPU, HOST, Metrics, Name, ParseError, ProcFile, SampleError, Sampler, fields, parse_u64, percent,
+    MetricType, Metrics, Name, ParseError, ProcFile, SampleError, Sampler, fields, parse_u64, percent,
 };
 use super::{dimension as d, name as n};
 
@@ -141,12 +141,12 @@ impl Sampler for CpuSampler {
             let (busy, iowait) = utilisation(prev.times, line.times);
             match line.core {
                 Some(i) => {
-                    out.push(CPU, Name::core(i), d::CPU_UTILIZATION, busy);
-                    out.push(CPU, Name::core(i), d::IO_WAIT_PERCENTAGE, iowait);
+                    out.push(MetricType::Cpu, Name::core(i), d::CPU_UTILIZATION, busy);
+                    out.push(MetricType::Cpu, Name::core(i), d::IO_WAIT_PERCENTAGE, iowait);
                 }
                 None => {
-                    out.push(HOST, Name::Static(n::ALL_CORES), d::BUSY_PERCENT, busy);
-                    out.push(HOST, Name::Static(n::ALL_CORES), d::IO_WAIT_PERCENT, iowait);
+                    out.push(MetricType::Host, Name::Static(n::ALL_CORES), d::BUSY_PERCENT, busy);
+                    out.push(MetricType::Host, Name::Static(n::ALL_CORES), d::IO_WAIT_PERCENT, iowait);
                 }
             }
         }

@@ -118,19 +118,19 @@ impl Sampler for DiskSampler {
         let cur = self.read()?;
         let dt = now.saturating_sub(self.prev_at);
         out.push(
-            crate::pipeline::sample::IO,
+            crate::pipeline::sample::MetricType::Io,
             Name::Static(n::IOPS),
             d::NONE,
             rate(self.prev.ios, cur.ios, dt),
         );
         out.push(
-            crate::pipeline::sample::IO,
+            crate::pipeline::sample::MetricType::Io,
             Name::Static(n::READ_THROUGHPUT),
             d::NONE,
             rate(self.prev.read_bytes, cur.read_bytes, dt),
         );
         out.push(
-            crate::pipeline::sample::IO,
+            crate::pipeline::sample::MetricType::Io,
             Name::Static(n::WRITE_THROUGHPUT),
             d::NONE,
             rate(self.prev.write_bytes, cur.write_bytes, dt),

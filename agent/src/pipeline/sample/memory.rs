@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::cgroup::CgroupMemory;
 use super::{
-    MEMORY, Metrics, Name, ParseError, ProcFile, RAM, SampleError, Sampler, fields, parse_u64, percent,
+    MetricType, Metrics, Name, ParseError, ProcFile, SampleError, Sampler, fields, parse_u64, percent,
 };
 use super::{dimension as d, name as n};
 
@@ -78,9 +78,14 @@ impl Sampler for MemorySampler {
             }
             None => (total.saturating_sub(available), total, d::HOST),
         };
-        out.push(MEMORY, Name::Static(n::MEMORY_USED_PERCENT), d::NONE, percent(used as f64, limit as f64));
-        out.push(RAM, Name::Static(n::MEMORY_USED_BYTES), basis, used as f64);
-        out.push(RAM, Name::Static(n::MEMORY_LIMIT_BYTES), basis, limit as f64);
+        out.push(
+            MetricType::Memory,
+            Name::Static(n::MEMORY_USED_PERCENT),
+            d::NONE,
+            percent(used as f64, limit as f64),
+        );
+        out.push(MetricType::Ram, Name::Static(n::MEMORY_USED_BYTES), basis, used as f64);
+        out.push(MetricType::Ram, Name::Static(n::MEMORY_LIMIT_BYTES), basis, limit as f64);
         Ok(())
     }
 }

@@ -60,10 +60,7 @@ impl Roots {
 
 // The vocabulary is the protocol's (`trainprof_output::protocol::metric`), shared with the
 // report; re-exported so that the samplers name it from here.
-pub use trainprof_output::protocol::metric::{
-    ACCELERATOR, AGENT, CLOCK, CONTAINER, CPU, GPU, HOST, IO, Label, MEMORY, MetricType, NETWORK, Name,
-    PRESSURE, RAM, TRAINER, dimension, name, vocabulary_ok,
-};
+pub use trainprof_output::protocol::metric::{Label, MetricType, Name, dimension, name, vocabulary_ok};
 
 /// One line of a system metrics file, less the node id and timestamp that the whole tick
 /// shares (`docs/formats.md`).
@@ -303,9 +300,9 @@ mod tests {
     #[test]
     fn metrics_leave_out_what_json_cannot_hold() {
         let mut m = Metrics::new();
-        m.push(crate::pipeline::sample::CPU, Name::Indexed("cpu", 3), "CPUUtilization", 12.5);
-        m.push(crate::pipeline::sample::CPU, Name::Indexed("cpu", 1), "CPUUtilization", f64::NAN);
-        m.push(crate::pipeline::sample::CPU, Name::Indexed("cpu", 2), "CPUUtilization", f64::INFINITY);
+        m.push(MetricType::Cpu, Name::Indexed("cpu", 3), "CPUUtilization", 12.5);
+        m.push(MetricType::Cpu, Name::Indexed("cpu", 1), "CPUUtilization", f64::NAN);
+        m.push(MetricType::Cpu, Name::Indexed("cpu", 2), "CPUUtilization", f64::INFINITY);
         assert_eq!(m.len(), 1);
         assert_eq!(m.get("cpu", "cpu3", "CPUUtilization"), Some(12.5));
         assert_eq!(m.as_slice()[0].name.to_string(), "cpu3");

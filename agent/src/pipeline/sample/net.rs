@@ -103,13 +103,13 @@ impl Sampler for NetSampler {
         self.prev_at = now;
         let per_s = |v: u64| if secs > 0.0 { v as f64 / secs } else { f64::NAN };
         out.push(
-            crate::pipeline::sample::NETWORK,
+            crate::pipeline::sample::MetricType::Network,
             Name::Static(n::RECEIVE_BYTES_PER_SECOND),
             d::ALGORITHM,
             per_s(rx),
         );
         out.push(
-            crate::pipeline::sample::NETWORK,
+            crate::pipeline::sample::MetricType::Network,
             Name::Static(n::TRANSMIT_BYTES_PER_SECOND),
             d::ALGORITHM,
             per_s(tx),

@@ -160,7 +160,7 @@ impl Sampler for PressureSampler {
                 }
             };
             let share = |prev: u64, cur: u64| percent(cur.saturating_sub(prev) as f64, dt_us);
-            let kind = crate::pipeline::sample::PRESSURE;
+            let kind = crate::pipeline::sample::MetricType::Pressure;
             out.push(kind, Name::Static(s.name), d::SOME_STALLED_PERCENT, share(s.prev.some_us, cur.some_us));
             if let (Some(p), Some(c)) = (s.prev.full_us, cur.full_us) {
                 out.push(kind, Name::Static(s.name), d::FULL_STALLED_PERCENT, share(p, c));

@@ -749,7 +749,7 @@ impl Sampler for TreeSampler {
             return Ok(());
         }
         let percent = |ticks: u64| if secs > 0.0 { ticks as f64 / self.hz / secs * 100.0 } else { f64::NAN };
-        let kind = crate::pipeline::sample::TRAINER;
+        let kind = crate::pipeline::sample::MetricType::Trainer;
         out.push(kind, Name::Static(n::CPU_PERCENT), d::PROCESS_TREE, percent(t.ticks));
         out.push(kind, Name::Static(n::PSS_BYTES), d::PROCESS_TREE, t.pss_bytes as f64);
         out.push(
@@ -857,18 +857,18 @@ impl Sampler for SelfSampler {
         let (cpu_us, rss) = self_usage();
         let used = cpu_us.saturating_sub(self.prev_cpu_us) as f64;
         out.push(
-            crate::pipeline::sample::AGENT,
+            crate::pipeline::sample::MetricType::Agent,
             Name::Static(n::CPU_PERCENT),
             d::SELF,
             used / dt.as_secs_f64() / 1e4,
         );
         out.push(
-            crate::pipeline::sample::AGENT,
+            crate::pipeline::sample::MetricType::Agent,
             Name::Static(n::CPU_MICROS_PER_TICK),
             d::SELF,
             used / self.ticks as f64,
         );
-        out.push(crate::pipeline::sample::AGENT, Name::Static(n::RSS_BYTES), d::SELF, rss as f64);
+        out.push(crate::pipeline::sample::MetricType::Agent, Name::Static(n::RSS_BYTES), d::SELF, rss as f64);
         (self.prev_at, self.prev_cpu_us, self.ticks) = (now, cpu_us, 0);
         Ok(())
     }

@@ -46,7 +46,7 @@ use std::time::Duration;
 use nvml_wrapper::error::NvmlError;
 
 use super::tree_pids::TreePids;
-use super::{ACCELERATOR, GPU, MetricType, Metrics, Name, SampleError, Sampler, percent, rate};
+use super::{MetricType, Metrics, Name, SampleError, Sampler, percent, rate};
 use crate::log;
 
 pub mod attribution;
@@ -89,9 +89,9 @@ const _: () = assert!(TOP_PROCESS.len() == attribution::TOP);
 /// percentages the analysis reads, `accelerator` / `device<i>` for the rest.
 pub fn placed(dimension: &str, index: u32) -> (MetricType, Name) {
     if dimension == GPU_UTILIZATION || dimension == GPU_MEMORY_UTILIZATION {
-        (GPU, Name::gpu(index))
+        (MetricType::Gpu, Name::gpu(index))
     } else {
-        (ACCELERATOR, Name::device(index))
+        (MetricType::Accelerator, Name::device(index))
     }
 }
 

@@ -493,9 +493,13 @@ fn run_gives_the_command_the_config_and_the_chosen_folder() {
 fn agent_samples_on_through_a_user_signal() {
     let (_scratch, d) = scratch("agent-usr1");
     let mut child = start_agent(&d);
+    let ticks = || {
+        system_lines(&d).iter().filter(|l| l["Name"] == "AllCores" && l["Dimension"] == "BusyPercent").count()
+    };
+    let before = ticks();
     kill(child.id() as i32, libc::SIGUSR1);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    // Still running: its default action would have ended it.
+    // Two ticks after the signal: its default action would have ended the agent at once.
+    wait_for("ticks after SIGUSR1", || ticks() >= before + 2 || child.try_wait().unwrap().is_some());
     assert!(child.try_wait().unwrap().is_none(), "the agent ended on SIGUSR1");
     sigterm(&child);
     let out = output_of(child, END_LIMIT);

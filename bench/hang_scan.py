@@ -3,7 +3,8 @@ stall"): starts `trainprof agent` on a fresh LocalPath, then (as a trainer's use
 it runs) plants N well-named folders `framework/hangs/0-algo-1/<i>-<now µs>/`, each with an
 empty `stall.json` (not the hook's record), and reports the agent's CPU over the seconds after
 the planting (utime + stime from /proc/<pid>/stat, % of one core) and the host records it
-wrote under `system/hangs/`. (Planted before the start, the agent's one walk of the whole
+wrote under `system/hangs/`, beside the same agent's CPU over as many seconds before the planting
+(a `RESULT {json}` line for bench/run.py). (Planted before the start, the agent's one walk of the whole
 output folder at its start would be measured too.)
 
     python3 bench/hang_scan.py --bin target/release/trainprof --folders 200000 --seconds 15
@@ -11,6 +12,7 @@ output folder at its start would be measured too.)
 Standard library only."""
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -40,9 +42,9 @@ def tree_bytes(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default="target/release/trainprof")
-    ap.add_argument("--folders", type=int, default=50_000)
-    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--bin", default=os.environ.get("TRAINPROF_BIN", "target/release/trainprof"))
+    ap.add_argument("--folders", type=int, default=int(os.environ.get("BENCH_FOLDERS", "50000")))
+    ap.add_argument("--seconds", type=float, default=float(os.environ.get("BENCH_SECONDS", "15")))
     ap.add_argument("--warmup", type=float, default=3.0)
     args = ap.parse_args()
     top = tempfile.mkdtemp(prefix="hang-scan-")
@@ -56,7 +58,12 @@ def main():
         log = open(os.path.join(top, "agent.log"), "wb")
         p = subprocess.Popen([args.bin, "agent", "--local-path", local], env=env, stdout=log, stderr=log)
         try:
-            time.sleep(args.warmup)
+            # The peer: the same agent over the same number of seconds with nothing planted,
+            # after its first second (its start-up walk).
+            time.sleep(1.0)
+            c_idle, w_idle = cpu_s(p.pid), time.time()
+            time.sleep(max(args.warmup - 1.0, args.seconds))
+            idle = 100 * (cpu_s(p.pid) - c_idle) / max(time.time() - w_idle, 1e-9)
             c_start, w_start = cpu_s(p.pid), time.time()
             now_us = int(time.time() * 1e6)
             for i in range(args.folders):
@@ -81,6 +88,10 @@ def main():
             "%d host records, %d bytes"
             % (args.folders, planting, w1 - w0, 100 * (c1 - c0) / (w1 - w0), n, tree_bytes(records))
         )
+        print("RESULT " + json.dumps({"metric": "agent CPU over %.0f s after %d dump folders were planted" % (w1 - w0, args.folders),
+                                      "unit": "% of a core", "trainprof": round(100 * (c1 - c0) / (w1 - w0), 3),
+                                      "peer": round(idle, 3), "peer_name": "the same agent, nothing planted",
+                                      "better": "lower"}))
     finally:
         shutil.rmtree(top, ignore_errors=True)
 

@@ -12,7 +12,7 @@ Each command runs in its own child process, one at a time; wall time from the pa
 and CPU time from the child's own rusage (os.wait4). A child past its limit is killed and its
 row reads "over N s". With BENCH_S3_ENDPOINT the jobs of BENCH_S3_NODES are uploaded to that
 S3-compatible server (credentials from the environment) and reported from `s3://` too.
-Prints a table and `RESULT {json}` lines.
+Prints a table and, per size, `RESULT {json}` lines (wall time, peak RSS) for bench/run.py.
 """
 
 import json
@@ -119,12 +119,20 @@ def main():
                 rows.append((ranks, side, what, wall if rc == 0 else None, rss if rc == 0 else None, note))
                 print("%4d ranks  %-10s %-34s %8s s %9s MiB  %s" % (ranks, side, what, "%.1f" % wall,
                                                                      "%.0f" % rss, note), flush=True)
-                if rc == 0:
-                    print("RESULT " + json.dumps({"metric": "%s, %d ranks x %.0f min, wall" % (what, ranks, minutes),
-                                                  "side": side, "unit": "s", "value": wall}))
-                    print("RESULT " + json.dumps({"metric": "%s, %d ranks x %.0f min, peak RSS" % (what, ranks,
-                                                                                                   minutes),
-                                                  "side": side, "unit": "MiB", "value": rss}))
+            # One line per size for bench/run.py: `report --json` against smdebug's two readers
+            # together (the time of both, the larger peak), when all three finished.
+            done = {(side, what): (wall, rss) for r_, side, what, wall, rss, _ in rows if r_ == ranks and wall is not None}
+            mine = done.get(("trainprof", "report --json"))
+            theirs = [v for (side, _), v in done.items() if side == "smdebug"]
+            both = len(theirs) == 2
+            peer_name = ("smdebug merge_timeline + PandasFrame" if both else
+                         "smdebug: not run" if nodes not in sm_nodes else "smdebug: did not finish")
+            if mine:
+                for i, (what, unit) in enumerate((("wall", "s"), ("peak RSS", "MiB"))):
+                    peer = (sum(v[0] for v in theirs) if i == 0 else max(v[1] for v in theirs)) if both else None
+                    print("RESULT " + json.dumps({"metric": "report, %d ranks x %.0f min, %s" % (ranks, minutes, what),
+                                                  "unit": unit, "trainprof": round(mine[i], 2), "peer": peer and round(peer, 2),
+                                                  "peer_name": peer_name, "better": "lower"}))
             shutil.rmtree(data, ignore_errors=True)
         return 0
     finally:

@@ -2,7 +2,8 @@
 
     scripts/bench                 # ~5 minutes on 2 cores
     scripts/bench --quick         # shorter runs, for a smoke check (numbers are noisier)
-    scripts/bench --markdown      # the table as Markdown too (what BENCHMARKS.md holds)
+    scripts/bench --markdown      # also BENCHMARKS.md's "## Current" section: heading (commit,
+                                  # date, machine, load) and the table as Markdown
 
 Runs, one after the other (never two at once, so that none takes CPU from another):
 
@@ -31,6 +32,16 @@ Runs, one after the other (never two at once, so that none takes CPU from anothe
                                               (bench/synth_job.py): wall time, peak RSS.
                                               The hour takes smdebug tens of minutes; --quick
                                               uses 5 minutes of data
+  fleet        bench/report_fleet.py          `trainprof report --json` over 64 ranks (5 min)
+                                              vs smdebug's two readers together (300 s limit)
+  native       bench/native_overhead.py       step time outside and inside a 99 Hz native
+                                              window vs no native config
+  windows      bench/windows_after.py         step CPU after 5 windows of each kind vs a run
+                                              that opens none (a cost left behind)
+  faults       bench/signal_fault_cost.py     a runtime fixing its own SIGSEGVs with the flight
+                                              recorder in front vs without trainprof
+  hang-scan    bench/hang_scan.py             the agent's CPU after 50,000 planted dump
+                                              folders vs the same agent before the planting
 
 Each benchmark prints its own detailed report (kept in a log folder named at the end) and
 lines ``RESULT {json}`` with: metric, unit, trainprof, peer, peer_name, better (lower |
@@ -61,6 +72,16 @@ BENCHES = [
     ("gpu", [sys.executable, "bench/gpu_cost.py"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "6", "BENCH_ROUNDS": "1"}),
     ("s3", [sys.executable, "bench/s3_latency.py"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "8"}),
     ("report", [sys.executable, "bench/report_vs_smdebug.py"], {"BENCH_MINUTES": "60"}, {"BENCH_MINUTES": "5"}),
+    ("fleet", [sys.executable, "bench/report_fleet.py"],
+     {"BENCH_MINUTES": "5", "BENCH_NODES": "8", "BENCH_SMDEBUG_NODES": "8", "BENCH_SMDEBUG_LIMIT_S": "300"},
+     {"BENCH_MINUTES": "1", "BENCH_NODES": "1", "BENCH_SMDEBUG_NODES": "1", "BENCH_SMDEBUG_LIMIT_S": "120"}),
+    ("native", [sys.executable, "bench/native_overhead.py"], {"BENCH_ROUNDS": "3"},
+     {"BENCH_ROUNDS": "1", "BENCH_STEPS": "20", "BENCH_EMPTY_STEPS": "2000"}),
+    ("windows", [sys.executable, "bench/windows_after.py"], {"BENCH_ROUNDS": "3", "BENCH_STEPS": "100"},
+     {"BENCH_ROUNDS": "1", "BENCH_STEPS": "30"}),
+    ("faults", [sys.executable, "bench/signal_fault_cost.py"], {"BENCH_FAULTS": "200000"}, {"BENCH_FAULTS": "20000"}),
+    ("hang-scan", [sys.executable, "bench/hang_scan.py"], {"BENCH_FOLDERS": "50000", "BENCH_SECONDS": "10"},
+     {"BENCH_FOLDERS": "5000", "BENCH_SECONDS": "3"}),
 ]
 
 
@@ -122,9 +143,42 @@ def text_table(rows):
 
 
 def markdown_table(rows):
+    cell = lambda c: str(c).replace("|", "\\|")  # noqa: E731
     out = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def commit():
+    """This tree's commit, `+dirty` when it has changes; `unknown` outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def current_section(rows, started, quick, load, tree, failed=()):
+    """BENCHMARKS.md's opening section: what ran, where, and the table (every cell from this run)."""
+    out = ["## Current", "",
+           "`scripts/bench --markdown`%s at %s, %s UTC; %s; load average %s at the start."
+           % (" --quick" if quick else "", tree, started.strftime("%Y-%m-%d %H:%M"), machine(), load), "",
+           "ratio: how many times better trainprof is than its peer (> 1 = trainprof better; lower "
+           "is better for times, CPU and memory).", "",
+           markdown_table(rows)]
+    if failed:
+        out += ["", "Did not run to the end (no row, or fewer rows): %s." % ", ".join(failed)]
+    return "\n".join(out)
+
+
+def load_average():
+    try:
+        return "%.2f" % os.getloadavg()[0]
+    except OSError:
+        return "unknown"
 
 
 def main():
@@ -137,6 +191,7 @@ def main():
 
     logs = tempfile.mkdtemp(prefix="trainprof-bench-")
     started = datetime.datetime.now(datetime.timezone.utc)
+    load, tree = load_average(), commit()
     results, failed = [], []
     for name, argv, env_full, env_quick in BENCHES:
         if args.only and name not in args.only:
@@ -175,7 +230,7 @@ def main():
     print(text_table(rows))
     if args.markdown:
         print()
-        print(markdown_table(rows))
+        print(current_section(rows, started, args.quick, load, tree, failed))
     print()
     print("full reports: %s" % logs)
     if failed:

@@ -15,7 +15,8 @@ config), then times BENCH_STEPS steps again. Each configuration runs BENCH_ROUND
 turn with the others; per run the median step, then the median of the runs. Uses the
 release library (target/release/libtrainprof_hook.so, or TRAINPROF_HOOK_LIB). The table
 also gives the growth of the heap (RssAnon) from before the first window (after the native
-sampler's warm-up) to the end. Not a test: nothing is asserted. Prints a Markdown table.
+sampler's warm-up) to the end. Not a test: nothing is asserted. Prints a Markdown table, and
+`RESULT {json}` lines for bench/run.py (step CPU after the windows against no window).
 """
 
 import json
@@ -128,6 +129,10 @@ def main():
         "| heap (RssAnon) after − before |"
     )
     print("|---|---|---|---|---|---|---|---|")
+    # The peer of each configuration in bench/run.py's table: the run that opens no window,
+    # after the same number of steps (its "after").
+    base_cpu = statistics.median(m["step_cpu_ms_after"] for m in results["no window"])
+    results_lines = []
     for label, kinds, rounds in confs:
         ms = results[label]
         wb = statistics.median(m["step_wall_ms_before"] for m in ms)
@@ -140,6 +145,12 @@ def main():
             "| %s | %.3f ms | %.3f ms | %s | %.3f ms | %.3f ms | %s | %+.1f MiB |"
             % (name, wb, wa, pct(wa, wb), cb, ca, pct(ca, cb), rss)
         )
+        if label != "no window":
+            results_lines.append({"metric": "step CPU after %s (steady state, %s work)" % (name, WORK), "unit": "ms",
+                                  "trainprof": round(ca, 3), "peer": round(base_cpu, 3),
+                                  "peer_name": "no window, same steps", "better": "lower"})
+    for r in results_lines:
+        print("RESULT " + json.dumps(r))
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ Runs, one after the other (never two at once, so that none takes CPU from anothe
                                               (bench/synth_job.py): wall time, peak RSS.
                                               The hour takes smdebug tens of minutes; --quick
                                               uses 5 minutes of data
-  fleet        bench/report_fleet.py          `trainprof report --json` over 64 ranks (5 min)
-                                              vs smdebug's two readers together (300 s limit)
+  fleet        bench/report_fleet.py          `trainprof report --json` over 8 and 64 ranks (5 min)
+                                              vs smdebug's two readers together (8 ranks; 300 s limit)
   native       bench/native_overhead.py       step time outside and inside a 99 Hz native
                                               window vs no native config
   windows      bench/windows_after.py         step CPU after 5 windows of each kind vs a run
@@ -73,7 +73,7 @@ BENCHES = [
     ("s3", [sys.executable, "bench/s3_latency.py"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "8"}),
     ("report", [sys.executable, "bench/report_vs_smdebug.py"], {"BENCH_MINUTES": "60"}, {"BENCH_MINUTES": "5"}),
     ("fleet", [sys.executable, "bench/report_fleet.py"],
-     {"BENCH_MINUTES": "5", "BENCH_NODES": "8", "BENCH_SMDEBUG_NODES": "8", "BENCH_SMDEBUG_LIMIT_S": "300"},
+     {"BENCH_MINUTES": "5", "BENCH_NODES": "1,8", "BENCH_SMDEBUG_NODES": "1", "BENCH_SMDEBUG_LIMIT_S": "300"},
      {"BENCH_MINUTES": "1", "BENCH_NODES": "1", "BENCH_SMDEBUG_NODES": "1", "BENCH_SMDEBUG_LIMIT_S": "120"}),
     ("native", [sys.executable, "bench/native_overhead.py"], {"BENCH_ROUNDS": "3"},
      {"BENCH_ROUNDS": "1", "BENCH_STEPS": "20", "BENCH_EMPTY_STEPS": "2000"}),

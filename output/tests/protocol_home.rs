@@ -22,7 +22,7 @@
 
 use std::path::{Path, PathBuf};
 
-use trainprof_output::protocol::{dump, metric, native_window, timeline};
+use trainprof_output::protocol::{dump, metric, native_window, request, timeline};
 
 /// The words no other crate may spell.
 fn vocabulary() -> Vec<&'static str> {
@@ -35,6 +35,7 @@ fn vocabulary() -> Vec<&'static str> {
     w.extend(timeline::PHASES);
     w.extend(dump_words());
     w.push(native_window::NATIVE_DIR);
+    w.extend(request::PREFIXES);
     w.sort_unstable();
     w.dedup();
     w

@@ -640,4 +640,167 @@ mod tests {
         assert_eq!(left_out, ["python"]);
         assert_eq!(files, ["framework/pevents/", "framework/native/0-h/"]);
     }
+
+    fn hook_in(dir: &std::path::Path) -> Arc<Hook> {
+        let mut config = Config::defaults();
+        config.local_path = dir.display().to_string();
+        config.framework_configured = true;
+        Hook::new(crate::hook::Options {
+            framework: "pytorch",
+            config,
+            node_id: "0-test".into(),
+            os_pid: 77,
+            queue_capacity: 1024,
+            base_us: crate::now_us() - 10_000_000,
+            local_path_override: false,
+            max_names: 1024,
+        })
+    }
+
+    fn put(dir: &std::path::Path, name: &str, v: &serde_json::Value) {
+        std::fs::write(dir.join(name), serde_json::to_vec(v).unwrap()).unwrap();
+    }
+
+    fn answer(dir: &std::path::Path, name: &str) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join(name)).unwrap()).unwrap()
+    }
+
+    /// The whole exchange in one process, times injected: the request is acknowledged only
+    /// once the trainer took it at a step boundary, the go-ahead arms `start..end` for the
+    /// features asked, the window opens exactly there (with its event), and ends.
+    #[test]
+    fn request_ack_go_armed_and_the_window_opens_on_its_steps() {
+        use crate::types::{TrainprofFeature, TrainprofMode};
+        let scratch = tempfile::tempdir().unwrap();
+        let hook = hook_in(scratch.path());
+        let t0 = crate::now_us();
+        let mut p = Poller::start(&hook, t0);
+        let folder = scratch.path().join(REQUEST_DIR);
+        assert!(folder.join("rank-0-test-77.json").is_file());
+        for _ in 0..5 {
+            hook.step_begin(TrainprofMode::Train, -1, t0);
+            hook.step_end(t0);
+        }
+        put(
+            &folder,
+            "request-r1.json",
+            &serde_json::json!({"version": 1, "id": "r1", "features": ["python", "detailed"], "stacks": false,
+                "steps": 2, "roundup": 10, "requested_us": t0, "expires_us": t0 + 60_000_000}),
+        );
+        p.poll(&hook, t0);
+        p.poll(&hook, t0 + 60_000);
+        assert!(!folder.join("ack-r1-0-test-77.json").exists(), "no ack before a step boundary");
+        hook.step_begin(TrainprofMode::Train, -1, t0);
+        hook.step_end(t0);
+        p.poll(&hook, t0 + 120_000);
+        let ack = answer(&folder, "ack-r1-0-test-77.json");
+        assert_eq!((ack["answer"].as_str(), ack["step"].as_u64()), (Some("ack"), Some(5)));
+        put(
+            &folder,
+            "go-r1.json",
+            &serde_json::json!({"version": 1, "id": "r1", "start": 10, "ranks": ["0-test-77"]}),
+        );
+        p.poll(&hook, t0 + 180_000);
+        hook.step_begin(TrainprofMode::Train, -1, t0);
+        hook.step_end(t0);
+        p.poll(&hook, t0 + 240_000);
+        let armed = answer(&folder, "armed-r1-0-test-77.json");
+        assert_eq!(armed["answer"], "armed");
+        assert_eq!((armed["start"].as_u64(), armed["end"].as_u64()), (Some(10), Some(12)));
+        assert_eq!(
+            armed["files"],
+            serde_json::json!(["framework/pevents/", "framework/pytorch/cprofile/0-test/"])
+        );
+        let mut detailed = Vec::new();
+        for _ in 7..16 {
+            let step = hook.step_begin(TrainprofMode::Train, -1, t0);
+            if hook.is_active(TrainprofFeature::Detailed, -1, None, 0.0) {
+                detailed.push(step);
+            }
+            assert!(!hook.is_active(TrainprofFeature::Dataloader, -1, Some("x"), 0.0));
+            hook.step_end(t0);
+        }
+        assert_eq!(detailed, [10, 11]);
+        let events: Vec<_> = std::iter::from_fn(|| hook.pop()).filter_map(|e| e.requested_info()).collect();
+        assert_eq!(events.len(), 1);
+        assert_eq!((events[0].window_start, events[0].num_steps), (10, 2));
+        assert!(!hook.requests.armed.load(Acquire), "dropped past its end");
+        // A second request is welcome again once the window is over.
+        p.poll(&hook, t0 + 2_000_000);
+        assert!(p.current.is_none());
+        p.stop();
+        assert!(!folder.join("rank-0-test-77.json").exists());
+    }
+
+    /// A rank already at or past the start answers missed and arms nothing; a rank not listed
+    /// in the go-ahead never arms; a second request while one is in flight is refused.
+    #[test]
+    fn missed_unlisted_and_busy() {
+        use crate::types::TrainprofMode;
+        let scratch = tempfile::tempdir().unwrap();
+        let hook = hook_in(scratch.path());
+        let t0 = crate::now_us();
+        let mut p = Poller::start(&hook, t0);
+        let folder = scratch.path().join(REQUEST_DIR);
+        let request = |id: &str| {
+            serde_json::json!({"version": 1, "id": id, "features": ["python"], "stacks": false,
+                "steps": 2, "roundup": 1, "requested_us": t0, "expires_us": t0 + 60_000_000})
+        };
+        put(&folder, "request-a.json", &request("a"));
+        p.poll(&hook, t0);
+        hook.step_begin(TrainprofMode::Train, -1, t0);
+        p.poll(&hook, t0 + 60_000);
+        assert_eq!(answer(&folder, "ack-a-0-test-77.json")["answer"], "ack");
+        put(&folder, "request-b.json", &request("b"));
+        p.poll(&hook, t0 + 1_100_000);
+        let busy = answer(&folder, "ack-b-0-test-77.json");
+        assert_eq!(busy["answer"], "refused");
+        assert!(busy["reason"].as_str().unwrap().contains("one request at a time"), "{busy}");
+        // The go-ahead's start is the step the rank is at: missed.
+        put(
+            &folder,
+            "go-a.json",
+            &serde_json::json!({"version": 1, "id": "a", "start": 0, "ranks": ["0-test-77"]}),
+        );
+        p.poll(&hook, t0 + 1_200_000);
+        hook.step_begin(TrainprofMode::Train, -1, t0);
+        p.poll(&hook, t0 + 1_300_000);
+        assert_eq!(answer(&folder, "armed-a-0-test-77.json")["answer"], "missed");
+        assert!(!hook.requests.armed.load(Acquire));
+        // Unlisted: no answer, nothing armed.
+        put(&folder, "request-c.json", &request("c"));
+        p.poll(&hook, t0 + 2_400_000);
+        hook.step_begin(TrainprofMode::Train, -1, t0);
+        p.poll(&hook, t0 + 2_500_000);
+        put(
+            &folder,
+            "go-c.json",
+            &serde_json::json!({"version": 1, "id": "c", "start": 100, "ranks": ["1-x-1"]}),
+        );
+        p.poll(&hook, t0 + 2_600_000);
+        hook.step_begin(TrainprofMode::Train, -1, t0);
+        p.poll(&hook, t0 + 2_700_000);
+        assert!(!folder.join("armed-c-0-test-77.json").exists());
+        assert!(!hook.requests.armed.load(Acquire) && p.current.is_none());
+    }
+
+    /// A request owned by another user is refused unread (root can give a file away).
+    #[test]
+    fn a_request_of_another_user_is_refused() {
+        if fs::euid() != 0 {
+            return;
+        }
+        let scratch = tempfile::tempdir().unwrap();
+        let hook = hook_in(scratch.path());
+        let t0 = crate::now_us();
+        let mut p = Poller::start(&hook, t0);
+        let folder = scratch.path().join(REQUEST_DIR);
+        let path = folder.join("request-u.json");
+        std::fs::write(&path, b"{}").unwrap();
+        std::os::unix::fs::chown(&path, Some(12345), None).unwrap();
+        p.poll(&hook, t0);
+        let a = answer(&folder, "ack-u-0-test-77.json");
+        assert_eq!(a["answer"], "refused");
+        assert!(a["reason"].as_str().unwrap().contains("belongs to uid 12345"), "{a}");
+    }
 }

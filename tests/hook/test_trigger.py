@@ -22,8 +22,8 @@ def wait_for(cond, what, bound_s=60.0, alive=None):
     t0 = time.monotonic()
     while not cond():
         if alive is not None and alive.poll() is not None:
-            out, err = alive.communicate()
-            pytest.fail("%s: the job ended first (%s)\n%s\n%s" % (what, alive.returncode, out, err))
+            out, _ = alive.communicate()
+            pytest.fail("%s: the job ended first (%s)\n%s" % (what, alive.returncode, out))
         if time.monotonic() - t0 > bound_s:
             pytest.fail("timed out waiting for " + what)
         time.sleep(0.02)
@@ -47,10 +47,13 @@ class Job:
             TRAINPROF_TEST_PARAMS=json.dumps({"stop": str(self.stop), "release": str(self.release), **params}),
         )
         self.ranks = params.get("ranks", 2)
-        self.proc = subprocess.Popen(
-            [str(trainprof_bin), "run", "--config", str(cfg), "--no-report", "--",
-             sys.executable, str(SCRIPTS / "trigger_ranks.py")],
-            env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # stderr into a file, so that a test can wait for a line of it.
+        self.stderr_path = tmp_path / "stderr.txt"
+        with open(self.stderr_path, "w") as err:
+            self.proc = subprocess.Popen(
+                [str(trainprof_bin), "run", "--config", str(cfg), "--no-report", "--",
+                 sys.executable, str(SCRIPTS / "trigger_ranks.py")],
+                env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=err, text=True)
         wait_for(lambda: len(self.presences()) == self.ranks, "every rank's presence file", alive=self.proc)
 
     def presences(self):
@@ -60,9 +63,13 @@ class Job:
     def finish(self):
         self.release.touch()
         self.stop.touch()
-        out, err = self.proc.communicate(timeout=120)
+        self.proc.communicate(timeout=120)
+        err = self.stderr()
         assert self.proc.returncode == 0, err
         return err
+
+    def stderr(self):
+        return self.stderr_path.read_text()
 
     def windows(self):
         """(rank, first step) of every Python-stats window written so far."""
@@ -120,6 +127,16 @@ def test_both_ranks_open_on_the_same_step_a_multiple_of_roundup(tmp_path, trainp
         assert a["step_num"] == str(start)
     detailed = {(n.split("-")[0], int(e["args"]["step_num"])) for n, e in job.events("detailed")}
     assert detailed == {(r, s) for r in ("0", "1") for s in range(start, start + 3)}
+    # The report lists the window of each rank, under the request's id.
+    r = subprocess.run([str(trainprof_bin), "report", str(job.out), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    requested = json.loads(r.stdout)["requested"]
+    assert sorted(w["rank"].split("-")[0] for w in requested) == ["0", "1"], requested
+    assert len({w["request_id"] for w in requested}) == 1
+    assert {(w["window_start_step"], w["window_num_steps"]) for w in requested} == {(start, 3)}
+    page = tmp_path / "page.html"
+    r = subprocess.run([str(trainprof_bin), "report", str(job.out), "-o", str(page)], capture_output=True, text=True)
+    assert r.returncode == 0 and "<h2>Requested windows</h2>" in page.read_text(), r.stderr
     assert job.presences() == [], "each rank removes its presence file at exit"
     assert sorted(p.name for p in (job.out / "trigger").iterdir()) == [], "the trigger cleans up"
 
@@ -199,3 +216,22 @@ def test_planted_garbage_and_links_are_refused_and_change_nothing(tmp_path, trai
     assert "refused" in err
     assert len(job.events("trainprof:RequestedWindow")) == 1
     assert (folder / "request-link1.json").is_symlink(), "a planted link is left alone"
+
+
+def test_profiling_disabled_by_a_reload_is_said(tmp_path, trainprof_bin, hook_lib):
+    job = Job(tmp_path, trainprof_bin, hook_lib, ranks=1)
+    try:
+        cfg = tmp_path / "profilerconfig.json"
+        doc = json.loads(cfg.read_text())
+        doc["DisableProfiler"] = True
+        (tmp_path / "next.json").write_text(json.dumps(doc))
+        os.replace(tmp_path / "next.json", cfg)
+        # The hook's reload (its trainer takes it at the next step, 20 ms later).
+        wait_for(lambda: re.search(r"trainprof-hook\[\d+\]: config changed", job.stderr()), "the hook's reload",
+                 alive=job.proc)
+        t = trigger(trainprof_bin, "--python", "--wait", 20, job.out)
+        assert t.returncode == 1, (t.stdout, t.stderr)
+        assert "not reached, disabled: profiling is off in this process" in t.stdout
+        assert "no rank was reached (profiling disabled)" in t.stderr
+    finally:
+        job.finish()

@@ -248,6 +248,8 @@ pub(crate) struct Poller {
     /// The last (time, step) seen, for the pace an ack reports.
     pace_from: Option<(i64, u64)>,
     pace: Option<f64>,
+    /// A `stacks` request whose dump the watchdog is writing: its id and expiry.
+    stacks: Option<(String, i64)>,
 }
 
 impl Poller {
@@ -268,6 +270,7 @@ impl Poller {
             current: None,
             pace_from: None,
             pace: None,
+            stacks: None,
         };
         let dir = Dir::open_root(hook.local_path(), true)
             .and_then(|root| fs::private_dir_mode(&root, REQUEST_DIR, 0o700));
@@ -314,16 +317,15 @@ impl Poller {
         if self.dir.is_none() {
             return;
         }
-        let every = if self.current.as_ref().is_some_and(|c| !matches!(c.phase, Phase::Armed { .. })) {
-            BUSY_US
-        } else {
-            IDLE_US
-        };
+        let busy = self.stacks.is_some()
+            || self.current.as_ref().is_some_and(|c| !matches!(c.phase, Phase::Armed { .. }));
+        let every = if busy { BUSY_US } else { IDLE_US };
         if now_us.saturating_sub(self.last_look_us) < every {
             return;
         }
         self.last_look_us = now_us;
         self.note_pace(hook, now_us);
+        self.stacks_done(hook, now_us);
         self.progress(hook, now_us);
         if now_us.saturating_sub(self.last_scan_us) >= IDLE_US {
             self.last_scan_us = now_us;
@@ -342,6 +344,34 @@ impl Poller {
             Some(_) => {}
             None => self.pace_from = Some((now_us, step)),
         }
+    }
+
+    /// Answers a `stacks` request once the watchdog wrote its dump (or gives up at the
+    /// request's expiry).
+    fn stacks_done(&mut self, hook: &Hook, now_us: i64) {
+        let Some((id, expires_us)) = self.stacks.clone() else { return };
+        let done = hook.hang.as_deref().and_then(crate::hang::Hang::take_requested);
+        let mut a = match done {
+            Some(Some(folder)) => {
+                let mut a = self.answer(hook, &id, AnswerKind::Dumped);
+                a.files = vec![format!("{folder}/")];
+                a
+            }
+            Some(None) => {
+                let mut a = self.answer(hook, &id, AnswerKind::Refused);
+                a.reason = Some("the dump could not be written (the trainer's stderr says why)".into());
+                a
+            }
+            None if now_us > expires_us => {
+                let mut a = self.answer(hook, &id, AnswerKind::Refused);
+                a.reason = Some("the watchdog did not write the dump before the request expired".into());
+                a
+            }
+            None => return,
+        };
+        a.step = hook.window_step();
+        self.write(&proto::stacks_name(&id, &self.rank), &a);
+        self.stacks = None;
     }
 
     /// Moves the request in flight on: what the trainer took is answered, the go-ahead is
@@ -530,7 +560,10 @@ impl Poller {
             return refuse(self, AnswerKind::Disabled, "profiling is off in this process".into());
         }
         if r.stacks {
-            return refuse(self, AnswerKind::Refused, "stacks on demand are not built yet".into());
+            self.ask_stacks(hook, &r);
+        }
+        if r.features.is_empty() {
+            return;
         }
         if let Some(cur) = &self.current {
             let what = match cur.phase {
@@ -545,6 +578,25 @@ impl Poller {
         }
         self.current = Some(Current { request: r, phase: Phase::Asked });
         hook.requests.put(Ask::Ack);
+    }
+
+    /// `stacks`: the flight recorder's watchdog writes a dump of kind `requested` from its own
+    /// thread (a rank stuck outside a step is dumped too); without `HangDetectionConfig` there
+    /// is no recorder to take native stacks safely, and the answer says so.
+    fn ask_stacks(&mut self, hook: &Hook, r: &Request) {
+        let refused = |why: &str| {
+            let mut a = self.answer(hook, &r.id, AnswerKind::Refused);
+            a.reason = Some(why.to_owned());
+            self.write(&proto::stacks_name(&r.id, &self.rank), &a);
+        };
+        match hook.hang.as_deref() {
+            None => refused(
+                "hang detection is off in this process (HangDetectionConfig): stacks need its recorder",
+            ),
+            Some(_) if self.stacks.is_some() => refused("one stack dump at a time: another is being written"),
+            Some(h) if h.request_dump() => self.stacks = Some((r.id.clone(), r.expires_us)),
+            Some(_) => refused("the recorder's watchdog is not running"),
+        }
     }
 
     /// The bytes of the regular file `name` of the folder when it is this user's or root's

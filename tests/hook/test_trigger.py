@@ -32,12 +32,12 @@ def wait_for(cond, what, bound_s=60.0, alive=None):
 class Job:
     """`trainprof run` around trigger_ranks.py with ``ranks`` ranks, in the background."""
 
-    def __init__(self, tmp_path, trainprof_bin, hook_lib, **params):
+    def __init__(self, tmp_path, trainprof_bin, hook_lib, config=None, **params):
         self.out = tmp_path / "out"
         self.stop = tmp_path / "stop"
         self.release = tmp_path / "release"
         cfg = tmp_path / "profilerconfig.json"
-        cfg.write_text(json.dumps(profiler_config(self.out)))
+        cfg.write_text(json.dumps(profiler_config(self.out, **(config or {}))))
         env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV}
         env.update(
             PYTHONPATH=os.pathsep.join([str(PACKAGE_DIR), str(SCRIPTS)]),
@@ -235,3 +235,38 @@ def test_profiling_disabled_by_a_reload_is_said(tmp_path, trainprof_bin, hook_li
         assert "no rank was reached (profiling disabled)" in t.stderr
     finally:
         job.finish()
+
+
+def test_stacks_are_dumped_by_every_rank_the_stuck_one_too_and_the_job_goes_on(tmp_path, trainprof_bin, hook_lib):
+    hang = {"HangDetectionConfig": {"HangTimeoutS": 600}}
+    job = Job(tmp_path, trainprof_bin, hook_lib, config=hang, stuck_rank=1)
+    try:
+        wait_for(lambda: pathlib.Path(str(job.release) + ".waiting").exists(), "rank 1 stuck", alive=job.proc)
+        t = trigger(trainprof_bin, "--stacks", "--wait", 20, job.out)
+        assert t.returncode == 0, (t.stdout, t.stderr)
+        lines = rank_lines(t.stdout)
+        assert len(lines) == 2 and all(v.startswith("stacks dumped in ") for v in lines.values()), t.stdout
+        for v in lines.values():
+            folder = pathlib.Path(v.split("stacks dumped in ", 1)[1].rstrip("/"))
+            stall = json.loads((folder / "stall.json").read_text())
+            assert stall["kind"] == "requested", stall
+            assert "trigger_ranks.py" in (folder / "python_stacks.txt").read_text()
+            assert (folder / "native_stacks.txt").is_file()
+        assert job.proc.poll() is None, "the job goes on"
+    finally:
+        job.finish()
+    r = subprocess.run([str(trainprof_bin), "report", str(job.out), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    (inc,) = json.loads(r.stdout)["hangs"]["incidents"]
+    assert inc["kind"] == "requested" and len(inc["dumps"]) == 2, inc
+
+
+def test_stacks_without_hang_detection_are_refused_with_the_reason(tmp_path, trainprof_bin, hook_lib):
+    job = Job(tmp_path, trainprof_bin, hook_lib, ranks=1)
+    try:
+        t = trigger(trainprof_bin, "--stacks", "--wait", 20, job.out)
+        assert t.returncode == 1, (t.stdout, t.stderr)
+        assert "stacks not dumped, refused: hang detection is off in this process" in t.stdout
+    finally:
+        job.finish()
+    assert not (job.out / "framework" / "hangs").exists()

@@ -57,9 +57,6 @@ pub fn trigger(args: &TriggerArgs) -> ExitCode {
             "an s3:// target is not supported yet: run trainprof trigger on each node with its LocalPath",
         );
     }
-    if args.stacks {
-        return fail(UNUSABLE, "--stacks is not supported yet");
-    }
     let root = match Dir::open_root(Path::new(&args.target), false) {
         Ok(d) => d,
         Err(e) => return fail(UNUSABLE, &format!("{}: {e}", args.target)),
@@ -217,8 +214,16 @@ fn exchange(dir: &Dir, args: &TriggerArgs, request: &Request, ranks: &[String], 
     let id = &request.id;
     let half = started + args.wait / 2;
     let end = started + args.wait;
-    let acks = wait_for(dir, proto::ACK_PREFIX, id, ranks, half);
     let mut lines = Lines(Vec::new());
+    let dumped = if request.stacks { stacks(dir, args, id, ranks, half, &mut lines) } else { 0 };
+    if request.features.is_empty() {
+        print_lines(&format!("trainprof trigger {id}: stacks of {dumped} of {} ranks", ranks.len()), &lines);
+        if dumped == 0 {
+            return fail_status("no rank dumped its stacks");
+        }
+        return REACHED;
+    }
+    let acks = wait_for(dir, proto::ACK_PREFIX, id, ranks, half);
     let mut acked: Vec<(String, u64, Option<f64>, Option<i64>)> = Vec::new();
     let mut why_not: Vec<&'static str> = Vec::new();
     for rank in ranks {
@@ -319,10 +324,44 @@ fn exchange(dir: &Dir, args: &TriggerArgs, request: &Request, ranks: &[String], 
         ),
         &lines,
     );
-    if reached == 0 {
+    if reached == 0 && dumped == 0 {
         return fail_status("no rank was reached in time (every rank missed the start step)");
     }
     REACHED
+}
+
+/// `--stacks`: each rank's answer (its dump's folder, or why not); the ranks that dumped.
+fn stacks(
+    dir: &Dir,
+    args: &TriggerArgs,
+    id: &str,
+    ranks: &[String],
+    until: Instant,
+    lines: &mut Lines,
+) -> usize {
+    let got = wait_for(dir, proto::STACKS_PREFIX, id, ranks, until);
+    let mut dumped = 0;
+    for rank in ranks {
+        match got.iter().find(|(r, _)| r == rank).map(|(_, a)| a) {
+            Some(Ok(a)) if a.answer == AnswerKind::Dumped => {
+                dumped += 1;
+                let files: Vec<String> = a
+                    .files
+                    .iter()
+                    .map(|f| Path::new(&args.target).join(printable(f, 200)).display().to_string())
+                    .collect();
+                lines.rank(rank, &format!("stacks dumped in {}", files.join(", ")));
+            }
+            Some(Ok(a)) => {
+                lines.rank(rank, &format!("stacks not dumped, {}{}", a.answer.as_str(), reason(a)))
+            }
+            Some(Err(e)) => {
+                lines.rank(rank, &format!("stacks: its answer could not be read: {}", printable(e, 300)))
+            }
+            None => lines.rank(rank, "stacks: no answer in time"),
+        }
+    }
+    dumped
 }
 
 fn fail_status(msg: &str) -> u8 {

@@ -52,6 +52,8 @@ words! {
     ARMED_PREFIX = "armed-",
     /// `rank-<rank>.json`: a running hook's presence, removed at its exit.
     PRESENCE_PREFIX = "rank-",
+    /// `stacks-<id>-<rank>.json`: a rank's answer to `stacks` (dumped, or refused).
+    STACKS_PREFIX = "stacks-",
 }
 
 /// The suffix of every file name in the folder.
@@ -82,6 +84,10 @@ pub fn armed_name(id: &str, rank: &str) -> String {
     format!("{ARMED_PREFIX}{id}-{rank}{JSON_SUFFIX}")
 }
 
+pub fn stacks_name(id: &str, rank: &str) -> String {
+    format!("{STACKS_PREFIX}{id}-{rank}{JSON_SUFFIX}")
+}
+
 pub fn presence_name(rank: &str) -> String {
     format!("{PRESENCE_PREFIX}{rank}{JSON_SUFFIX}")
 }
@@ -94,7 +100,7 @@ pub fn parse_request_name(name: &str) -> Option<&str> {
 
 /// Whether `name` is an answer (`ack-…` or `armed-…`) to request `id`.
 pub fn is_answer_to(name: &str, id: &str) -> bool {
-    [ACK_PREFIX, ARMED_PREFIX].iter().any(|p| {
+    [ACK_PREFIX, ARMED_PREFIX, STACKS_PREFIX].iter().any(|p| {
         name.strip_prefix(p)
             .and_then(|r| r.strip_prefix(id))
             .is_some_and(|r| r.starts_with('-') && r.ends_with(JSON_SUFFIX))
@@ -152,6 +158,8 @@ pub enum AnswerKind {
     Disabled,
     /// The request (or go-ahead) is refused; `reason` says why, nothing changed.
     Refused,
+    /// `stacks`: the dump was written (`files` names its folder).
+    Dumped,
 }
 
 impl AnswerKind {
@@ -162,6 +170,7 @@ impl AnswerKind {
             AnswerKind::Missed => "missed",
             AnswerKind::Disabled => "disabled",
             AnswerKind::Refused => "refused",
+            AnswerKind::Dumped => "dumped",
         }
     }
 }

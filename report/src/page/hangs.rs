@@ -45,6 +45,7 @@ fn kind_title(kind: &str) -> &'static str {
         "signal" => "Stopped by a signal",
         "fatal" => "Crash (fatal error)",
         "exception" => "Crash (uncaught exception)",
+        "requested" => "Stacks on request (trainprof trigger)",
         "timeline_stopped" => "The timelines stopped",
         "incomplete" => "Incomplete dump",
         _ => "Dump",

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use trainprof_agent::commands::{check, compare, report, run};
+use trainprof_agent::commands::{check, compare, report, run, trigger};
 use trainprof_config::{OverrideKey, Sources};
 
 #[derive(Parser, Debug)]
@@ -98,6 +98,16 @@ enum Command {
     /// to stderr; -o writes the page (never over a file), --json prints the comparison.
     /// Exit status: 0 compared, 1 --fail-if-slower failed, 2 unusable input. docs/report.md.
     Compare(CompareFlags),
+    /// Profile a live job now: every rank of the node opens the windows asked for on the
+    /// same step, for --steps steps.
+    ///
+    /// TARGET is the job's LocalPath (the hook of every running trainer answers through
+    /// TARGET/trigger/). The start is the first multiple of --roundup past the furthest
+    /// rank's step and a margin. Prints, per rank, whether it was reached, the steps and
+    /// where the files go. Exit status: 0 when a rank armed, 1 when none was reached (no
+    /// trainer running, profiling disabled, not allowed), 2 for an unusable target.
+    /// docs/trigger.md.
+    Trigger(TriggerFlags),
     /// The page at the end of `run`, made in a child process with bounds of its own
     /// (docs/on-disk.md); not for people.
     #[command(name = "page-child", hide = true)]
@@ -141,6 +151,47 @@ struct CompareFlags {
     /// As for `report`: datapoints a rule needs before it judges.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1000))]
     patience: Option<u64>,
+}
+
+/// The flags of `trigger`.
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("what").required(true).multiple(true))]
+struct TriggerFlags {
+    /// The detailed window (torch.profiler / the TF profiler; module and op events).
+    #[arg(long, group = "what")]
+    detailed: bool,
+    /// The Python-profiling window (cProfile or pyinstrument, as configured).
+    #[arg(long, group = "what")]
+    python: bool,
+    /// The dataloader window.
+    #[arg(long, group = "what")]
+    dataloader: bool,
+    /// The native CPU-sampling window.
+    #[arg(long, group = "what")]
+    native: bool,
+    /// Every rank's stacks now (not supported yet).
+    #[arg(long, group = "what")]
+    stacks: bool,
+    /// Steps the windows span.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    steps: u64,
+    /// The first step is a multiple of R.
+    #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    roundup: u64,
+    /// Seconds to wait for the ranks' answers (half for the first phase), at most 600.
+    #[arg(long, value_name = "S", default_value_t = 10.0, value_parser = wait_seconds)]
+    wait: f64,
+    /// The job's LocalPath.
+    #[arg(value_name = "TARGET")]
+    target: String,
+}
+
+/// `--wait`: seconds, above 0 and at most `trigger::MAX_WAIT_S`.
+fn wait_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= trigger::MAX_WAIT_S => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds above 0 and at most {}", trigger::MAX_WAIT_S)),
+    }
 }
 
 /// The flags of `agent` and `run`.
@@ -313,6 +364,25 @@ fn main() -> ExitCode {
             s3_endpoint: f.s3_endpoint,
             patience: f.patience,
         }),
+        Command::Trigger(f) => {
+            let features = [
+                ("detailed", f.detailed),
+                ("dataloader", f.dataloader),
+                ("python", f.python),
+                ("native", f.native),
+            ]
+            .into_iter()
+            .filter_map(|(name, on)| on.then_some(name))
+            .collect();
+            trigger::trigger(&trigger::TriggerArgs {
+                target: f.target,
+                features,
+                stacks: f.stacks,
+                steps: f.steps,
+                roundup: f.roundup,
+                wait: std::time::Duration::from_secs_f64(f.wait),
+            })
+        }
         Command::PageChild { root, source } => report::page_child::child_main(&root, &source),
         Command::Config {
             command: ConfigCommand::Check { path, json, steps, strict, framework, overrides },

@@ -16,6 +16,10 @@ pub enum Kind {
     /// The instant event of an anomaly trigger (`ph: "i"`, docs/formats.md, "Event
     /// vocabulary"); its numbers travel in the argument slots ([`Event::trigger`]).
     Trigger { features: u8 },
+    /// The instant event of an on-demand window opening (`trainprof trigger`,
+    /// docs/formats.md, "On-demand windows (`trainprof trigger`)"); its numbers travel in the
+    /// argument slots ([`Event::requested`]).
+    Requested { features: u8 },
 }
 
 /// A queued event. Times are µs since the epoch.
@@ -45,12 +49,58 @@ pub struct TriggerInfo {
     pub features: AutoFeatures,
 }
 
+/// An on-demand window's numbers as the writer reads them back from an [`Event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestedInfo {
+    pub window_start: u64,
+    pub num_steps: u64,
+    pub requested_us: i64,
+    /// The request's id, a registered name.
+    pub id_name: u32,
+    pub features: AutoFeatures,
+}
+
 impl Event {
     pub fn args(&self) -> &[TrainprofArg] {
         match self.kind {
             Kind::Complete => &self.args[..usize::from(self.n_args).min(TRAINPROF_MAX_ARGS)],
-            Kind::Trigger { .. } => &[],
+            Kind::Trigger { .. } | Kind::Requested { .. } => &[],
         }
+    }
+
+    /// The instant event of an on-demand window opening at `now_us`, under phase `phase` and
+    /// name `name`; `step_num` is the current step in its mode.
+    pub fn requested(r: &RequestedInfo, phase: u32, name: u32, step_num: i64, now_us: i64) -> Event {
+        let slot = |value: i64| TrainprofArg { key: 0, kind: 0, value };
+        let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        Event {
+            kind: Kind::Requested { features: r.features.bits() },
+            phase,
+            name,
+            start_us: now_us,
+            end_us: now_us,
+            step: step_num,
+            n_args: 0,
+            args: [
+                slot(as_i64(r.window_start)),
+                slot(as_i64(r.num_steps)),
+                slot(r.requested_us),
+                slot(i64::from(r.id_name)),
+            ],
+        }
+    }
+
+    /// What [`Event::requested`] put in, for such an event.
+    pub fn requested_info(&self) -> Option<RequestedInfo> {
+        let Kind::Requested { features } = self.kind else { return None };
+        let [start, num, requested_us, id] = self.args.map(|a| a.value);
+        Some(RequestedInfo {
+            window_start: start.unsigned_abs(),
+            num_steps: num.unsigned_abs(),
+            requested_us,
+            id_name: u32::try_from(id).unwrap_or(0),
+            features: AutoFeatures::from_bits(features),
+        })
     }
 
     /// The instant event of trigger `t`, at the slow step's end, under phase `phase` and

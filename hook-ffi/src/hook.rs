@@ -33,6 +33,9 @@ use crate::types::{
 };
 use crate::writer;
 
+/// The phase and name of an on-demand window's instant event (docs/formats.md, "On-demand
+/// windows (`trainprof trigger`)").
+pub use trainprof_output::protocol::timeline::{REQUESTED_NAME, REQUESTED_PHASE};
 /// The phase (trace process) and name of a trigger's instant event (docs/formats.md,
 /// "Event vocabulary"), the protocol's: the report finds triggers by them.
 pub use trainprof_output::protocol::timeline::{TRIGGER_NAME, TRIGGER_PHASE};
@@ -73,12 +76,15 @@ pub(crate) struct Gate {
     /// `AutoProfilingConfig`'s detector, while it is on: its triggered window is an extra
     /// step range for each feature it names, consulted wherever a window is evaluated.
     pub(crate) auto: Option<Detector>,
+    /// A window `trainprof trigger` armed ([`crate::request`]): another extra step range
+    /// per feature, consulted like the detector's.
+    pub(crate) requested: Option<crate::request::Requested>,
 }
 
 impl Gate {
     fn new(config: Config) -> Gate {
         let auto = config.auto.is_enabled().then(|| Detector::new(&config.auto));
-        Gate { config, python: python::Windows::default(), auto }
+        Gate { config, python: python::Windows::default(), auto, requested: None }
     }
 
     /// A new config from a reload: the detector keeps what it learnt unless auto
@@ -98,6 +104,16 @@ impl Gate {
     /// Does a triggered window open `feature` at `step`?
     fn auto_opens(&self, feature: AutoFeature, step: u64) -> bool {
         self.auto.as_ref().is_some_and(|d| d.opens(feature, step))
+    }
+
+    /// Does a triggered or a requested window open `feature` at `step`?
+    fn extra_opens(&self, feature: AutoFeature, step: u64) -> bool {
+        self.auto_opens(feature, step) || self.requested.as_ref().is_some_and(|r| r.opens(feature, step))
+    }
+
+    /// Is `step` inside a requested window (of any feature)?
+    fn in_requested(&self, step: u64) -> bool {
+        self.requested.as_ref().is_some_and(|r| r.contains(step))
     }
 
     /// Was a configured window (any feature) open at `step` / `now_s`, as resolved so far?
@@ -173,6 +189,8 @@ pub struct Hook {
     /// `HangDetectionConfig`, read at start (a reload does not change it): the step ring
     /// and what the watchdog needs ([`crate::hang`]).
     pub(crate) hang: Option<Box<crate::hang::Hang>>,
+    /// On-demand windows: what the writer asks of the next step boundary ([`crate::request`]).
+    pub(crate) requests: crate::request::Slot,
 }
 
 /// The profiler's own work off the trainer's threads (a native window's report: 0.1–1 s of
@@ -324,6 +342,7 @@ impl Hook {
             native_spawn_failed: AtomicBool::new(false),
             own_work: OwnWork::default(),
             hang: o.config.hang.is_enabled().then(|| Box::new(crate::hang::Hang::new(o.config.hang.clone()))),
+            requests: crate::request::Slot::default(),
         })
     }
 
@@ -341,6 +360,11 @@ impl Hook {
 
     pub fn node_id(&self) -> &str {
         &self.writer.node_id
+    }
+
+    /// One of [`FRAMEWORKS`].
+    pub fn framework(&self) -> &'static str {
+        self.framework
     }
 
     /// The native sampler thread's own question ([`crate::native::Host::by_clock`]).
@@ -485,6 +509,10 @@ impl Hook {
         if let Some(h) = &self.hang {
             h.ring.push(crate::hang::What::StepStart, mode, n, now_us);
         }
+        // Two relaxed loads while no `trainprof trigger` request is in flight or armed.
+        if self.requests.due.load(Relaxed) || self.requests.armed.load(Relaxed) {
+            self.requests_at_step(self.window_step().unwrap_or(0), now_us);
+        }
         if self.native.asks() {
             // One uncontended gate lock per step, only while native sampling is configured.
             let open = self.is_active(TrainprofFeature::Native, -1, None, now_us as f64 / 1e6);
@@ -528,7 +556,8 @@ impl Hook {
             let mut gate = lock(&self.gate);
             // Open at the step's start or its end: a window by time may end mid-step.
             let in_configured_window = gate.configured_open(step, begin_us as f64 / 1e6)
-                || gate.configured_open(step, end_us as f64 / 1e6);
+                || gate.configured_open(step, end_us as f64 / 1e6)
+                || gate.in_requested(step);
             let Some(d) = gate.auto.as_mut() else { return };
             let duration_us = end_us.saturating_sub(begin_us);
             d.step_end(StepEnd { step, duration_us, end_us, in_configured_window, own_work })
@@ -561,6 +590,32 @@ impl Hook {
             return;
         }
         let _ = self.push(Event::trigger(t, phase, name, self.steps.step.load(Relaxed)));
+    }
+
+    /// A requested window opens at this step: one instant event and one log line
+    /// (docs/formats.md, "On-demand windows (`trainprof trigger`)"). Rare: one per request.
+    pub(crate) fn record_requested(&self, r: &crate::request::Requested, now_us: i64) {
+        let features: Vec<&str> = r.features.iter().map(AutoFeature::as_str).collect();
+        crate::log(&format_args!(
+            "trainprof trigger {}: {} for steps {}..={}",
+            r.id,
+            features.join(", "),
+            r.start,
+            r.end.saturating_sub(1)
+        ));
+        let ids = [REQUESTED_PHASE, REQUESTED_NAME, &r.id].map(|n| self.names.register(n));
+        if ids.contains(&TRAINPROF_NAME_OVER_LIMIT) {
+            self.counters.dropped_names.add_one();
+            return;
+        }
+        let info = crate::event::RequestedInfo {
+            window_start: r.start,
+            num_steps: r.end.saturating_sub(r.start),
+            requested_us: r.requested_us,
+            id_name: ids[2],
+            features: r.features,
+        };
+        let _ = self.push(Event::requested(&info, ids[0], ids[1], self.steps.step.load(Relaxed), now_us));
     }
 
     fn position(&self) -> Position {
@@ -658,19 +713,19 @@ impl Hook {
             let c = &gate.config;
             match feature {
                 TrainprofFeature::Detailed => {
-                    c.detailed.may_auto_open() && gate.auto_opens(AutoFeature::Detailed, step)
+                    c.detailed.may_auto_open() && gate.extra_opens(AutoFeature::Detailed, step)
                 }
                 TrainprofFeature::Dataloader => {
                     c.dataloader.feature.may_auto_open()
                         && c.dataloader.auto_matches(name.unwrap_or(""))
-                        && gate.auto_opens(AutoFeature::Dataloader, step)
+                        && gate.extra_opens(AutoFeature::Dataloader, step)
                 }
                 TrainprofFeature::Python => {
-                    c.python.feature.may_auto_open() && gate.auto_opens(AutoFeature::Python, step)
+                    c.python.feature.may_auto_open() && gate.extra_opens(AutoFeature::Python, step)
                 }
                 TrainprofFeature::Smdataparallel => false,
                 TrainprofFeature::Native => {
-                    c.native.feature.may_auto_open() && gate.auto_opens(AutoFeature::Native, step)
+                    c.native.feature.may_auto_open() && gate.extra_opens(AutoFeature::Native, step)
                 }
             }
         }
@@ -681,17 +736,19 @@ impl Hook {
     pub fn python_boundary(&self, b: TrainprofBoundary, now_us: impl FnMut() -> f64) -> Outcome {
         let at = self.position();
         let mut gate = lock(&self.gate);
-        let Gate { config, python, auto } = &mut *gate;
+        let Gate { config, python, auto, requested } = &mut *gate;
         if !records(config, self.local_path_override) {
             // Profiling switched off: close what runs, start nothing.
             let mut off = config.python.clone();
             off.feature = Config::defaults().python.feature;
             return python.boundary(b, &mut off, None, at, now_us);
         }
-        let triggered = auto
+        let triggered = requested
             .as_ref()
-            .filter(|_| config.python.feature.may_auto_open())
-            .and_then(|d| d.range_for(AutoFeature::Python));
+            .filter(|r| r.opens(AutoFeature::Python, at.step))
+            .map(|r| (r.start, r.end))
+            .or_else(|| auto.as_ref().and_then(|d| d.range_for(AutoFeature::Python)))
+            .filter(|_| config.python.feature.may_auto_open());
         python.boundary(b, &mut config.python, triggered, at, now_us)
     }
 
@@ -1294,16 +1351,16 @@ mod tests {
                 own_work: false,
             });
         }
-        assert!(gate.auto_opens(AutoFeature::Detailed, 4));
+        assert!(gate.extra_opens(AutoFeature::Detailed, 4));
         gate.set_config(config(
             r#", "AutoProfilingConfig": {"WarmupSteps": 0, "NumSteps": 3, "MaxPerHour": 9}"#,
         ));
-        assert!(gate.auto_opens(AutoFeature::Detailed, 5), "the open window is kept");
+        assert!(gate.extra_opens(AutoFeature::Detailed, 5), "the open window is kept");
         assert_eq!(gate.auto.as_ref().unwrap().settings().max_per_hour, 9);
         gate.set_config(config(""));
-        assert!(gate.auto.is_none() && !gate.auto_opens(AutoFeature::Detailed, 5));
+        assert!(gate.auto.is_none() && !gate.extra_opens(AutoFeature::Detailed, 5));
         gate.set_config(config(r#", "AutoProfilingConfig": {"WarmupSteps": 0}"#));
-        assert!(!gate.auto_opens(AutoFeature::Detailed, 5), "a fresh detector");
+        assert!(!gate.extra_opens(AutoFeature::Detailed, 5), "a fresh detector");
     }
 
     /// Without `AutoProfilingConfig` a step end takes no lock and opens nothing.

@@ -41,6 +41,7 @@ pub mod names;
 pub mod native;
 pub mod node;
 pub mod python;
+pub mod request;
 pub mod signals;
 pub mod stats;
 pub mod trace;

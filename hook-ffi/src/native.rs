@@ -88,6 +88,8 @@ pub struct Control {
     by_step: AtomicBool,
     /// `SamplingHz` of the current config.
     hz: AtomicU32,
+    /// A window `trainprof trigger` armed names native sampling ([`crate::request`]).
+    requested: AtomicBool,
 }
 
 impl Control {
@@ -110,7 +112,13 @@ impl Control {
 
     /// Should a step boundary ask the gate? One relaxed load when the feature is off.
     pub fn asks(&self) -> bool {
-        self.configured.load(Relaxed) && !self.off.load(Relaxed)
+        (self.configured.load(Relaxed) || self.requested.load(Relaxed)) && !self.off.load(Relaxed)
+    }
+
+    /// A requested window with native sampling is armed (or ended): the step boundaries ask
+    /// the gate, and the writer starts the sampler thread if it is not running.
+    pub fn set_requested(&self, on: bool) {
+        self.requested.store(on, Relaxed);
     }
 
     /// Stores the answer of a step boundary.

@@ -7,11 +7,13 @@
 
 use std::fmt::Write as _;
 
+use trainprof_config::AutoFeatures;
 use trainprof_output::protocol::timeline::{
-    self, BASE_TIME_KEY, PROCESS_NAME, PROCESS_SORT_INDEX, SORT_INDEX_KEY, STEP_NUM_KEY, trigger_key as key,
+    self, BASE_TIME_KEY, PROCESS_NAME, PROCESS_SORT_INDEX, SORT_INDEX_KEY, STEP_NUM_KEY, requested_key,
+    trigger_key as key,
 };
 
-use crate::event::{Event, TriggerInfo};
+use crate::event::{Event, RequestedInfo, TriggerInfo};
 use crate::types::TrainprofArgKind;
 
 /// The first line of every file: pid 0 carries the base time that `ts` is relative to.
@@ -50,6 +52,10 @@ pub fn record<'a>(
 ) {
     if let Some(t) = ev.trigger_info() {
         return trigger(out, ev, &t, phase_index, base_us, os_pid, name_of(ev.name));
+    }
+    if let Some(r) = ev.requested_info() {
+        let (name, id) = (name_of(ev.name), name_of(r.id_name));
+        return requested(out, ev, &r, phase_index, base_us, os_pid, name, id);
     }
     out.push_str("{\"name\": ");
     json_string(out, name_of(ev.name));
@@ -121,12 +127,7 @@ fn trigger(
         median = ms(t.median_us),
         fk = key::FEATURES,
     );
-    for (i, f) in t.features.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        json_string(out, f.as_str());
-    }
+    features(out, t.features);
     let _ = write!(
         out,
         "], \"{sk}\": {start}, \"{nk}\": {n}}}}}",
@@ -134,6 +135,56 @@ fn trigger(
         start = t.step.saturating_add(1),
         nk = key::WINDOW_NUM_STEPS,
         n = t.num_steps
+    );
+}
+
+/// `["detailed", "python"]`: the features, in the order of `AutoFeature::ALL`, without the
+/// brackets.
+fn features(out: &mut String, features: AutoFeatures) {
+    for (i, f) in features.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        json_string(out, f.as_str());
+    }
+}
+
+/// An on-demand window opening (docs/formats.md, "On-demand windows (`trainprof
+/// trigger`)"): an instant event of global scope at the window's first step's begin, keys in
+/// this order.
+#[allow(clippy::too_many_arguments)]
+fn requested(
+    out: &mut String,
+    ev: &Event,
+    r: &RequestedInfo,
+    phase_index: u32,
+    base_us: i64,
+    os_pid: u32,
+    name: &str,
+    id: &str,
+) {
+    out.push_str("{\"name\": ");
+    json_string(out, name);
+    let ts = ev.start_us.saturating_sub(base_us);
+    let _ = write!(
+        out,
+        ", \"pid\": {phase_index}, \"ph\": \"i\", \"ts\": {ts}, \"s\": \"g\", \"args\": {{\"pid\": {os_pid}"
+    );
+    if ev.step >= 0 {
+        let _ = write!(out, ", \"{STEP_NUM_KEY}\": \"{}\"", ev.step);
+    }
+    let _ = write!(out, ", \"{}\": ", requested_key::REQUEST_ID);
+    json_string(out, id);
+    let _ =
+        write!(out, ", \"{}\": {}, \"{}\": [", requested_key::REQUESTED_US, r.requested_us, key::FEATURES);
+    features(out, r.features);
+    let _ = write!(
+        out,
+        "], \"{sk}\": {start}, \"{nk}\": {n}}}}}",
+        sk = key::WINDOW_START_STEP,
+        start = r.window_start,
+        nk = key::WINDOW_NUM_STEPS,
+        n = r.num_steps
     );
 }
 
@@ -251,5 +302,30 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_str(&s).unwrap();
         assert_eq!(v["args"]["features"][1], "python");
+    }
+
+    #[test]
+    fn a_requested_window_is_an_instant_event() {
+        use trainprof_config::AutoFeature;
+        let r = RequestedInfo {
+            window_start: 30,
+            num_steps: 3,
+            requested_us: 1_795_316_900_000_000,
+            id_name: 1,
+            features: [AutoFeature::Python, AutoFeature::Detailed].into_iter().collect(),
+        };
+        let ev = Event::requested(&r, 1, 2, 30, 1_795_316_901_781_000);
+        assert_eq!(ev.requested_info(), Some(r));
+        assert_eq!(ev.trigger_info(), None);
+        let mut s = String::new();
+        record(&mut s, &ev, 4, 1_795_316_901_771_000, 7, names);
+        assert_eq!(
+            s,
+            "{\"name\": \"Net\", \"pid\": 4, \"ph\": \"i\", \"ts\": 10000, \"s\": \"g\", \"args\": {\"pid\": 7, \
+             \"step_num\": \"30\", \"request_id\": \"Forward\", \"requested_us\": 1795316900000000, \
+             \"features\": [\"detailed\", \"python\"], \"window_start_step\": 30, \"window_num_steps\": 3}}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v["args"]["window_num_steps"], 3);
     }
 }

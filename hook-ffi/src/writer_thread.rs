@@ -94,11 +94,17 @@ impl Hook {
         let mut w = TimelineWriter::new(self.writer.clone(), self.base_us);
         let mut names: Vec<Arc<str>> = Vec::new();
         let mut last_reload = clock();
+        // On-demand windows (`trainprof trigger`): the request folder, looked at from here.
+        let mut requests = crate::request::Poller::start(self, clock());
         loop {
             let stopping = self.stop.load(SeqCst);
             let mut n = 0usize;
             while let Some(ev) = self.queue.pop() {
-                let top = ev.phase.max(ev.name).max(ev.args().iter().map(|a| a.key).max().unwrap_or(0));
+                let top = ev
+                    .phase
+                    .max(ev.name)
+                    .max(ev.args().iter().map(|a| a.key).max().unwrap_or(0))
+                    .max(ev.requested_info().map_or(0, |r| r.id_name));
                 if top as usize >= names.len() {
                     self.names.copy_new(&mut names);
                 }
@@ -122,6 +128,7 @@ impl Hook {
                 }
                 w.close(clock());
                 self.counters.publish(&w.counts());
+                requests.stop();
                 return;
             }
             if let Some(l) = loader.as_mut()
@@ -141,6 +148,7 @@ impl Hook {
                     *lock(&self.pending) = Some(Box::new(c.clone()));
                 }
             }
+            requests.poll(self, now);
             if n == 0 {
                 thread::sleep(Duration::from_millis(10));
             }

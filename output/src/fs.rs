@@ -696,17 +696,31 @@ pub fn open_at(root: &Dir, rel: &str, write: bool) -> io::Result<(Dir, String, F
     Ok((dir, name.to_owned(), file))
 }
 
+/// This process's effective uid (who may own what a private folder holds).
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
 /// A private folder of the agent under `LocalPath` (`.trainprof/`), made with mode 0755
 /// (whatever the umask) when missing, and used only if it is a real folder owned by this
 /// process's user and writable by no one else: the records in it decide what is uploaded
 /// and which names are free, so a folder the trainer's user planted is not trusted.
 pub fn private_dir(root: &Dir, rel: &str) -> io::Result<Dir> {
+    private_dir_mode(root, rel, 0o755)
+}
+
+/// A folder under `LocalPath` made with `mode` (whatever the umask) when missing, and used
+/// only if it is a real folder owned by this process's user whose permission bits are
+/// within `mode`: [`private_dir`] (0755), and the hook's request folder (0700: only the
+/// trainer's user, and root, may write a request into it; `docs/formats.md`, "On-demand
+/// windows (`trainprof trigger`)").
+pub fn private_dir_mode(root: &Dir, rel: &str, mode: u32) -> io::Result<Dir> {
     let (parent, name) = rel.rsplit_once('/').unwrap_or(("", rel));
     let parent = root.sub(parent, true)?;
-    match rustix::fs::mkdirat(&parent, component(name)?, Mode::from_raw_mode(0o755)) {
+    match rustix::fs::mkdirat(&parent, component(name)?, Mode::from_raw_mode(mode)) {
         Ok(()) => {
             let d = parent.child(name, false)?;
-            rustix::fs::fchmod(&d, Mode::from_raw_mode(0o755))?;
+            rustix::fs::fchmod(&d, Mode::from_raw_mode(mode))?;
         }
         Err(Errno::EXIST) => {}
         Err(e) => return Err(io::Error::from(e)),
@@ -721,9 +735,10 @@ pub fn private_dir(root: &Dir, rel: &str) -> io::Result<Dir> {
             meta.uid
         )));
     }
-    if meta.mode & 0o022 != 0 {
+    if meta.mode & 0o777 & !mode != 0 {
+        let who = if meta.mode & 0o022 != 0 { "written" } else { "read" };
         return Err(io::Error::other(format!(
-            "{} can be written by others (mode {:o}): not used",
+            "{} can be {who} by others (mode {:o}): not used",
             dir.path().display(),
             meta.mode & 0o7777
         )));

@@ -279,6 +279,8 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
 
     let mut triggers = agg.triggers;
     triggers.sort_by(|a, b| a.start_s.total_cmp(&b.start_s).then_with(|| a.rank.cmp(&b.rank)));
+    let mut requested = agg.requested;
+    requested.sort_by(|a, b| a.start_s.total_cmp(&b.start_s).then_with(|| a.rank.cmp(&b.rank)));
     ReportModel {
         version: VERSION,
         source: source.to_owned(),
@@ -289,6 +291,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         python_summary: PythonSummary::default(),
         native: Vec::new(),
         triggers,
+        requested,
         findings,
         detailed,
         hangs: Hangs::default(),

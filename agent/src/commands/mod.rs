@@ -4,3 +4,4 @@ pub mod check;
 pub mod compare;
 pub mod report;
 pub mod run;
+pub mod trigger;

@@ -116,6 +116,11 @@ pub struct Hang {
     python_handler: AtomicUsize,
     pub(crate) stop: AtomicBool,
     dumps: AtomicU32,
+    /// `trainprof trigger --stacks`: a dump is asked of the watchdog ([`Hang::request_dump`]).
+    requested: AtomicBool,
+    /// The folder of the last requested dump (`None` inside: it could not be written), until
+    /// taken ([`Hang::take_requested`]).
+    requested_done: std::sync::Mutex<Option<Option<String>>>,
 }
 
 impl Hang {
@@ -129,7 +134,27 @@ impl Hang {
             python_handler: AtomicUsize::new(libc::SIG_DFL),
             stop: AtomicBool::new(false),
             dumps: AtomicU32::new(0),
+            requested: AtomicBool::new(false),
+            requested_done: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Asks the watchdog for a dump of kind `requested` now (the job goes on); false when no
+    /// watchdog runs in this process.
+    pub fn request_dump(&self) -> bool {
+        let wake = chain::WAKE_FD.load(SeqCst);
+        if wake < 0 || self.stop.load(SeqCst) {
+            return false;
+        }
+        self.requested.store(true, SeqCst);
+        // SAFETY: write(2) on the pipe, a valid one-byte buffer.
+        unsafe { libc::write(wake, b"r".as_ptr().cast(), 1) };
+        true
+    }
+
+    /// The requested dump's folder once written (`Some(None)`: it failed), else `None`.
+    pub fn take_requested(&self) -> Option<Option<String>> {
+        self.requested_done.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
     }
 
     /// The Python package's faulthandler registration, made just before: the handler now

@@ -73,6 +73,10 @@ fn run(hook: &dyn Host, read_fd: i32) {
                 dumped_begin = state.begin_us;
             }
         }
+        if hang.requested.swap(false, SeqCst) {
+            let dir = dump(hook, hang, Some(state), DumpKind::Requested, None, None, None);
+            *hang.requested_done.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(dir);
+        }
         let now = crate::now_us();
         if let Some(s) = &stalled
             && (!state.in_step || state.begin_us != s.begin_us)

@@ -77,10 +77,14 @@ pub enum DumpKind {
     Signal,
     Fatal,
     Exception,
+    /// Asked for by `trainprof trigger --stacks` (`docs/formats.md`, "On-demand windows
+    /// (`trainprof trigger`)"): the job goes on.
+    Requested,
 }
 
 impl DumpKind {
-    pub const ALL: [DumpKind; 4] = [DumpKind::Stall, DumpKind::Signal, DumpKind::Fatal, DumpKind::Exception];
+    pub const ALL: [DumpKind; 5] =
+        [DumpKind::Stall, DumpKind::Signal, DumpKind::Fatal, DumpKind::Exception, DumpKind::Requested];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -88,6 +92,7 @@ impl DumpKind {
             DumpKind::Signal => "signal",
             DumpKind::Fatal => "fatal",
             DumpKind::Exception => "exception",
+            DumpKind::Requested => "requested",
         }
     }
 

@@ -47,6 +47,14 @@ pub mod trigger_key {
     pub const WINDOW_NUM_STEPS: &str = "window_num_steps";
 }
 
+/// An on-demand window's `args` besides `step_num` ([`trigger_key::FEATURES`],
+/// [`trigger_key::WINDOW_START_STEP`] and [`trigger_key::WINDOW_NUM_STEPS`] too), in the
+/// order written: who asked (the request's id) and when (µs since the epoch).
+pub mod requested_key {
+    pub const REQUEST_ID: &str = "request_id";
+    pub const REQUESTED_US: &str = "requested_us";
+}
+
 words! {
     /// The phases (trace processes) and event names that the library, the adapters and the
     /// report know.
@@ -72,6 +80,9 @@ words! {
     /// The anomaly trigger's phase and its instant event's name.
     TRIGGER_PHASE = "trainprof:AutoProfiling",
     TRIGGER_NAME = "trainprof:AutoProfilingTrigger",
+    /// The phase of an on-demand window's instant event (`trainprof trigger`) and its name.
+    REQUESTED_PHASE = "trainprof:Requested",
+    REQUESTED_NAME = "trainprof:RequestedWindow",
     /// The phase of an event whose pid no `process_name` line named (smdebug's default).
     UNKNOWN_PHASE = "Unknown",
 }

@@ -294,6 +294,9 @@ pub struct Agg<R> {
     /// Anomaly triggers (`trainprof:AutoProfilingTrigger` instant events), at most
     /// `MAX_TRIGGERS`.
     pub triggers: Vec<crate::model::Trigger>,
+    /// On-demand windows (`trainprof:RequestedWindow` instant events), at most
+    /// `MAX_TRIGGERS`.
+    pub requested: Vec<crate::model::RequestedWindow>,
     /// The caps reached (`docs/report.md`, "Caps").
     pub caps: Caps,
     /// The detailed windows' ops, kernels and DataLoader waits (`detailed.rs`).
@@ -529,6 +532,12 @@ impl<R: NodeJudge> Agg<R> {
             {
                 self.triggers.push(t);
             }
+            if e.name == timeline::REQUESTED_NAME
+                && self.requested.len() < MAX_TRIGGERS
+                && let Some(r) = requested(e)
+            {
+                self.requested.push(r);
+            }
             return;
         }
         if let Some(mode) = step_mode(e.phase) {
@@ -646,6 +655,30 @@ pub fn trigger(e: &crate::reading::Event<'_>) -> Option<crate::model::Trigger> {
             .args
             .get(timeline::trigger_key::WINDOW_NUM_STEPS)
             .and_then(serde_json::Value::as_i64),
+    })
+}
+
+/// An on-demand window from its event; `None` without a request id.
+pub fn requested(e: &crate::reading::Event<'_>) -> Option<crate::model::RequestedWindow> {
+    use timeline::{requested_key, trigger_key};
+    let id = e.args.get(requested_key::REQUEST_ID).and_then(|v| v.as_str()).filter(|s| s.len() <= 64)?;
+    let int = |k: &str| e.args.get(k).and_then(serde_json::Value::as_i64);
+    let features = e.args.get(trigger_key::FEATURES).and_then(|v| v.as_array()).map_or_else(Vec::new, |a| {
+        a.iter()
+            .filter_map(|x| {
+                x.as_str().filter(|s| s.len() <= 32).map(|s| crate::reading::shown(s).into_owned())
+            })
+            .take(8)
+            .collect()
+    });
+    Some(crate::model::RequestedWindow {
+        request_id: crate::reading::shown(id).into_owned(),
+        rank: e.node.to_owned(),
+        start_s: e.start_us as f64 / 1e6,
+        requested_s: int(requested_key::REQUESTED_US).map(|us| us as f64 / 1e6),
+        features,
+        window_start_step: int(trigger_key::WINDOW_START_STEP),
+        window_num_steps: int(trigger_key::WINDOW_NUM_STEPS),
     })
 }
 

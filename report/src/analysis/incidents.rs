@@ -49,10 +49,16 @@ pub fn incidents(mut dumps: Vec<Dump>, host: Vec<HostState>, steps: &Steps) -> V
     let mut out: Vec<Incident> = Vec::new();
     let mut open: Option<usize> = None;
     for d in dumps {
-        let stall = d.kind.is_stall();
+        // Stalls and signals group together; the dumps `trainprof trigger --stacks` asked for
+        // (`requested`) group among themselves, as one incident of every rank.
+        let requested = d.kind == IncidentKind::Hook(DumpKind::Requested);
+        let stall = requested || d.kind.is_stall();
         let joins = open.filter(|&i| {
             let inc: &Incident = &out[i];
-            stall && d.detected_s - inc.detected_s <= GROUP_S && !inc.dumps.iter().any(|x| x.node == d.node)
+            stall
+                && (inc.kind == IncidentKind::Hook(DumpKind::Requested)) == requested
+                && d.detected_s - inc.detected_s <= GROUP_S
+                && !inc.dumps.iter().any(|x| x.node == d.node)
         });
         if let Some(i) = joins {
             let inc = &mut out[i];

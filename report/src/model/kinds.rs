@@ -39,7 +39,7 @@ impl IncidentKind {
     pub fn is_stall(self) -> bool {
         match self {
             IncidentKind::Hook(DumpKind::Stall | DumpKind::Signal) => true,
-            IncidentKind::Hook(DumpKind::Fatal | DumpKind::Exception)
+            IncidentKind::Hook(DumpKind::Fatal | DumpKind::Exception | DumpKind::Requested)
             | IncidentKind::Incomplete
             | IncidentKind::TimelineStopped => false,
         }
@@ -49,7 +49,7 @@ impl IncidentKind {
     pub fn is_crash(self) -> bool {
         match self {
             IncidentKind::Hook(DumpKind::Fatal | DumpKind::Exception) => true,
-            IncidentKind::Hook(DumpKind::Stall | DumpKind::Signal)
+            IncidentKind::Hook(DumpKind::Stall | DumpKind::Signal | DumpKind::Requested)
             | IncidentKind::Incomplete
             | IncidentKind::TimelineStopped => false,
         }

@@ -37,6 +37,10 @@ pub struct ReportModel {
     #[serde(default)]
     pub native: Vec<NativeWindow>,
     pub triggers: Vec<Trigger>,
+    /// The windows `trainprof trigger` armed, one per rank that opened one (docs/report.md,
+    /// "Requested windows"); an optional extra, left out when there were none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requested: Vec<RequestedWindow>,
     pub findings: Vec<Finding>,
     /// The detailed windows explained (`docs/report.md`, "Detailed windows").
     #[serde(default)]
@@ -391,6 +395,21 @@ pub struct Trigger {
     #[serde(default)]
     pub window_start_step: Option<i64>,
     #[serde(default)]
+    pub window_num_steps: Option<i64>,
+}
+
+/// A window `trainprof trigger` armed, as one rank's `trainprof:RequestedWindow` event says
+/// (docs/formats.md, "On-demand windows (`trainprof trigger`)").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RequestedWindow {
+    /// The request's id: the ranks of one request share it.
+    pub request_id: String,
+    pub rank: String,
+    /// When the window opened (its first step's begin) and when it was asked for (epoch s).
+    pub start_s: f64,
+    pub requested_s: Option<f64>,
+    pub features: Vec<String>,
+    pub window_start_step: Option<i64>,
     pub window_num_steps: Option<i64>,
 }
 

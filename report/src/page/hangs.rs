@@ -47,6 +47,7 @@ fn kind_title(kind: IncidentKind) -> &'static str {
         IncidentKind::Hook(DumpKind::Exception) => "Crash (uncaught exception)",
         IncidentKind::TimelineStopped => "The timelines stopped",
         IncidentKind::Incomplete => "Incomplete dump",
+        IncidentKind::Hook(DumpKind::Requested) => "Stacks on request (trainprof trigger)",
     }
 }
 

@@ -76,6 +76,9 @@ pub fn render(m: &ReportModel) -> String {
     if !m.triggers.is_empty() {
         out.push_str("<a href=\"#triggers\">Triggers</a>");
     }
+    if !m.requested.is_empty() {
+        out.push_str("<a href=\"#requested\">Requested</a>");
+    }
     out.push_str("</nav>\n");
     out.push_str(
         "<div id=\"page-errors\" class=\"page-errors\" hidden><b>Errors while drawing this page</b>\
@@ -99,6 +102,7 @@ pub fn render(m: &ReportModel) -> String {
     crate::page::windows::section_native(&mut out, &m.native, t0);
     section_findings(&mut out, &m.findings, t0);
     section_triggers(&mut out, &m.triggers, t0);
+    section_requested(&mut out, &m.requested, t0);
     out.push_str("</main>\n<script type=\"application/json\" id=\"report-data\">");
     out.push_str(&script_json(&page_data(m, series, t0)));
     out.push_str("</script>\n<script>\n");
@@ -592,6 +596,42 @@ fn section_triggers(out: &mut String, triggers: &[Trigger], t0: f64) {
             esc(&num(Some(t.ms))),
             esc(&num(Some(t.median_ms))),
             opened(t, &ids)
+        );
+    }
+    out.push_str("</table></section>\n");
+}
+
+/// The windows `trainprof trigger` armed (docs/report.md, "Requested windows"): one row per
+/// rank, the request's id saying which rows one request matched.
+fn section_requested(out: &mut String, windows: &[crate::model::RequestedWindow], t0: f64) {
+    if windows.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<section id=\"requested\"><h2>Requested windows</h2>\n<p class=\"note\">Profiling windows \
+         opened on demand (<code>trainprof trigger</code>), each rank of a request on the same step.</p>\n\
+         <table><tr><th>request</th><th>rank</th><th>asked</th><th>opened</th><th>windows</th></tr>\n",
+    );
+    let ids = page_ids(out);
+    for w in windows {
+        let as_trigger = Trigger {
+            rank: w.rank.clone(),
+            step: w.window_start_step.unwrap_or(0),
+            ms: 0.0,
+            median_ms: 0.0,
+            start_s: w.start_s,
+            features: Some(w.features.clone()),
+            window_start_step: w.window_start_step,
+            window_num_steps: w.window_num_steps,
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&w.request_id),
+            esc(&w.rank),
+            esc(&offset(w.requested_s, t0)),
+            esc(&offset(Some(w.start_s), t0)),
+            opened(&as_trigger, &ids)
         );
     }
     out.push_str("</table></section>\n");

@@ -1,0 +1,50 @@
+"""A rank of a toy job for tests/hook/test_trigger.py (`trainprof trigger`): steps of
+``step_ms`` until the file ``stop`` appears (bounded by ``max_steps``), one Forward event a
+step. ``launch`` starts one process per rank (``RANK`` set) and waits for them all.
+
+With ``stuck_rank`` equal to this rank, after step 5 it waits outside a step (between
+``step_end`` and the next ``step_begin``) until the file ``release`` appears: its trainer
+loop never reaches a step boundary meanwhile, as a rank stuck in data loading or a
+checkpoint.
+
+TRAINPROF_TEST_PARAMS: ``{"stop": path, "release": path, "step_ms": float, "max_steps": int,
+"stuck_rank": int, "ranks": int}``."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import waits
+
+PARAMS = json.loads(os.environ.get("TRAINPROF_TEST_PARAMS") or "{}")
+
+if "RANK" not in os.environ:
+    procs = []
+    for rank in range(int(PARAMS.get("ranks", 2))):
+        env = dict(os.environ, RANK=str(rank))
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)], env=env))
+    sys.exit(max(p.wait() for p in procs))
+
+import trainprof  # noqa: E402
+
+RANK = int(os.environ["RANK"])
+STEP_S = float(PARAMS.get("step_ms", 20)) / 1000.0
+prof = trainprof.Profiler(framework="pytorch")
+for step in range(int(PARAMS.get("max_steps", 6000))):
+    if os.path.exists(PARAMS["stop"]):
+        break
+    prof.step_begin("train")
+    if prof.active("detailed"):
+        # What a framework adapter would profile in this step: the test reads these back.
+        with prof.record("TestDetailed", "detailed"):
+            pass
+    with prof.record("Forward", "Net"):
+        time.sleep(STEP_S)
+    prof.step_end()
+    if step == 5 and PARAMS.get("stuck_rank") == RANK:
+        open(PARAMS["release"] + ".waiting", "w").close()
+        waits.wait_for(lambda: os.path.exists(PARAMS["release"]), bound_s=120)
+prof.close()
+print("rank %d done" % RANK, flush=True)

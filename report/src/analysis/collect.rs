@@ -21,7 +21,7 @@ pub const GPU_WINDOW: usize = 500;
 /// Dataloader durations kept for quantiles.
 const MAX_DATALOADER_DURATIONS: usize = 100_000;
 /// SageMaker's rules run every 60 s of data (`scan_interval_us`); so are the windowed checks
-/// here ([`crate::rules::Rule::judge`]), and once more at the end of each node's data.
+/// here ([`crate::rules::rule::Rule::judge`]), and once more at the end of each node's data.
 pub const EVAL_EVERY_S: f64 = 60.0;
 
 // Caps (`docs/report.md`, "Caps"). Each bounds state that grows with the number of distinct
@@ -161,7 +161,7 @@ pub struct NodeAgg<R> {
     pub gpus: BTreeMap<String, GpuAgg>,
     /// What each rule keeps for this node (`rules/`).
     pub rules: R,
-    /// The same rules judged with the preliminary patience ([`crate::rules::preliminary_patience`]),
+    /// The same rules judged with the preliminary patience ([`preliminary_patience`]),
     /// for a rule that has less than its patience of data (`docs/report.md`, "Short jobs");
     /// `None` under `--patience`, which keeps SageMaker's behaviour.
     pub prelim: Option<Box<R>>,

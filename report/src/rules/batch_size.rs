@@ -4,9 +4,10 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{Agg, NodeAgg};
-use super::{Held, Present, Rule, Table, TickView, Verdict, Verdicts, Window, p95_p5, push_last, r2};
-use crate::analysis::collect::GPU_WINDOW;
+use super::rule::{
+    Held, Present, Rule, StateOf, Table, TickView, Verdict, Verdicts, Window, p95_p5, push_last, r2,
+};
+use crate::analysis::collect::{self, GPU_WINDOW, NodeJudge};
 use crate::model::evidence;
 pub use crate::model::evidence::batch_size::{Evidence, GpuEvidence};
 
@@ -58,7 +59,7 @@ impl Rule for BatchSize {
         }
     }
 
-    fn judge(s: &mut NodeState, node: &NodeAgg, w: &Window) {
+    fn judge<S>(s: &mut NodeState, node: &collect::NodeAgg<S>, w: &Window) {
         // A preliminary judgement takes the windows as they are (fewer than 500 values).
         let window = if w.preliminary { 0 } else { WINDOW as u64 };
         if s.cpu_n <= window.max(w.patience) {
@@ -82,19 +83,19 @@ impl Rule for BatchSize {
         }
     }
 
-    fn datapoints(agg: &Agg) -> Option<(u64, u64)> {
+    fn datapoints<S: NodeJudge>(agg: &collect::Agg<S>) -> Option<(u64, u64)> {
         let have = agg.nodes.values().filter(|n| !n.gpus.is_empty()).map(|n| n.cpu_total.len()).max()?;
         Some((have, (WINDOW as u64).max(agg.system_patience())))
     }
 
-    fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
+    fn verdict<S: StateOf<Self>>(agg: &collect::Agg<S>, _: Option<f64>) -> Verdict<Evidence> {
         let patience = agg.system_patience();
         let mut rows = Vec::new();
         let mut held = Held::default();
         let none = GpuState::default();
         for (node, n) in &agg.nodes {
             for (gpu, g) in &n.gpus {
-                let st = n.rules.of::<Self>().gpus.get(gpu).unwrap_or(&none);
+                let st = StateOf::<Self>::state(&n.rules).gpus.get(gpu).unwrap_or(&none);
                 held.add(
                     &st.verdicts,
                     st.hit.map(|(c, u, m)| {
@@ -152,8 +153,8 @@ impl Present for Evidence {
             ("cpu_threshold_p95", "%"),
             ("gpu_threshold_p95", "%"),
             ("gpu_memory_threshold_p95", "%"),
-            super::WINDOW_UNIT,
-            super::PATIENCE_UNIT,
+            super::rule::WINDOW_UNIT,
+            super::rule::PATIENCE_UNIT,
             ("cpu_p95", "%"),
             ("gpu_p95", "%"),
             ("gpu_memory_p95", "%"),

@@ -4,8 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use super::{Agg, NodeAgg};
-use super::{Cell, Present, RANGE_GAP_S, Ranges, Rule, Table, TickView, Verdict, Verdicts, Window, r2};
+use super::rule::{
+    Cell, Present, RANGE_GAP_S, Ranges, Rule, StateOf, Table, TickView, Verdict, Verdicts, Window, r2,
+};
+use crate::analysis::collect::{self, NodeJudge};
 use crate::model::evidence;
 pub use crate::model::evidence::bottleneck::{Evidence, NodeEvidence};
 
@@ -39,10 +41,7 @@ impl<const IO: bool> Bottleneck<IO> {
     }
 }
 
-impl<const IO: bool> Rule for Bottleneck<IO>
-where
-    super::NodeRules: super::StateOf<Bottleneck<IO>>,
-{
+impl<const IO: bool> Rule for Bottleneck<IO> {
     const NAME: &'static str = if IO { evidence::IO_BOTTLENECK } else { evidence::CPU_BOTTLENECK };
     type Node = NodeState;
     type Evidence = Evidence;
@@ -62,7 +61,7 @@ where
         }
     }
 
-    fn judge(s: &mut NodeState, node: &NodeAgg, w: &Window) {
+    fn judge<S>(s: &mut NodeState, node: &collect::NodeAgg<S>, w: &Window) {
         if node.gpus.is_empty() || node.ticks <= w.patience {
             return;
         }
@@ -70,12 +69,12 @@ where
         s.verdicts.judge(pct > THRESHOLD_PERCENT as f64, w.from, w.end);
     }
 
-    fn datapoints(agg: &Agg) -> Option<(u64, u64)> {
+    fn datapoints<S: NodeJudge>(agg: &collect::Agg<S>) -> Option<(u64, u64)> {
         let have = agg.nodes.values().filter(|n| !n.gpus.is_empty()).map(|n| n.ticks).max()?;
         Some((have, agg.system_patience()))
     }
 
-    fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
+    fn verdict<S: StateOf<Self>>(agg: &collect::Agg<S>, _: Option<f64>) -> Verdict<Evidence> {
         let patience = agg.system_patience();
         let mut nodes = BTreeMap::new();
         let (mut triggered, mut evaluated) = (false, false);
@@ -85,7 +84,7 @@ where
             if n.gpus.is_empty() {
                 continue;
             }
-            let s = n.rules.of::<Self>();
+            let s = StateOf::<Self>::state(&n.rules);
             let pct = if n.ticks > 0 { s.ticks.count as f64 * 100.0 / n.ticks as f64 } else { 0.0 };
             evaluated |= s.verdicts.evaluations > 0;
             let hit = s.verdicts.hits > 0;
@@ -183,7 +182,7 @@ impl Present for Evidence {
                 ("gpu_threshold", "%"),
                 ("cpu_threshold", "%"),
                 ("io_threshold", "%"),
-                super::PATIENCE_UNIT,
+                super::rule::PATIENCE_UNIT,
                 ("percent", "%"),
             ],
         }
@@ -192,6 +191,7 @@ impl Present for Evidence {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Agg;
     use super::super::all;
     use super::super::tests::{get, run, run_with};
     use super::*;
@@ -223,7 +223,7 @@ mod tests {
         let cpu = get(&f, "CPUBottleneck");
         assert!(cpu.evaluated && cpu.triggered, "{cpu:?}");
         assert_eq!(
-            cpu.preliminary.as_ref().map(super::super::Preliminary::label).as_deref(),
+            cpu.preliminary.as_ref().map(super::super::rule::Preliminary::label).as_deref(),
             Some("preliminary: 20 of 1000 datapoints")
         );
         // A busy GPU: no bottleneck.

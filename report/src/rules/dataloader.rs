@@ -3,8 +3,8 @@
 //! 70 % or above 200 % of the cores. The events are gathered by `collect.rs` (bounded:
 //! `docs/report.md`, "Caps").
 
-use super::Agg;
-use super::{Present, Rule, Table, Verdict};
+use super::rule::{Present, Rule, StateOf, Table, Verdict};
+use crate::analysis::collect::{self, NodeJudge};
 use crate::analysis::stats::{quantile_sorted, sorted};
 use crate::model::evidence;
 pub use crate::model::evidence::dataloader::{Evidence, Quantiles};
@@ -18,7 +18,7 @@ pub const PATIENCE: u64 = 10;
 pub struct Dataloader;
 
 /// Seconds with dataloader events the rule waits for (`--patience` lowers it).
-fn patience(agg: &Agg) -> u64 {
+fn patience<S: NodeJudge>(agg: &collect::Agg<S>) -> u64 {
     agg.patience.map_or(PATIENCE, |p| p.min(PATIENCE))
 }
 
@@ -29,11 +29,11 @@ impl Rule for Dataloader {
 
     const UNIT: &'static str = "seconds";
 
-    fn datapoints(agg: &Agg) -> Option<(u64, u64)> {
+    fn datapoints<S: NodeJudge>(agg: &collect::Agg<S>) -> Option<(u64, u64)> {
         Some((agg.dataloader_pids.len() as u64, patience(agg)))
     }
 
-    fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
+    fn verdict<S: StateOf<Self>>(agg: &collect::Agg<S>, _: Option<f64>) -> Verdict<Evidence> {
         let patience = patience(agg);
         let cores = agg.nodes.values().map(|n| n.cores.len()).max().unwrap_or(0) as u64;
         let parallel: Vec<f64> = agg.dataloader_pids.values().map(|p| p.len() as f64).collect();

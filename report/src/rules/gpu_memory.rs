@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::Agg;
-use super::{Present, RANGE_GAP_S, Ranges, Rule, Table, TickView, Verdict, push_last, r2};
+use super::rule::{Present, RANGE_GAP_S, Ranges, Rule, StateOf, Table, TickView, Verdict, push_last, r2};
+use crate::analysis::collect::{self, NodeJudge};
 use crate::model::evidence;
 pub use crate::model::evidence::gpu_memory::{Evidence, GpuEvidence};
 
@@ -61,12 +61,12 @@ impl Rule for GpuMemoryIncrease {
         }
     }
 
-    fn datapoints(agg: &Agg) -> Option<(u64, u64)> {
+    fn datapoints<S: NodeJudge>(agg: &collect::Agg<S>) -> Option<(u64, u64)> {
         let have = agg.nodes.values().flat_map(|n| n.gpus.values()).map(|g| g.mem.len()).max()?;
         Some((have, agg.system_patience()))
     }
 
-    fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
+    fn verdict<S: StateOf<Self>>(agg: &collect::Agg<S>, _: Option<f64>) -> Verdict<Evidence> {
         let patience = agg.system_patience();
         let judging = agg.judging_patience(patience);
         let mut gpus = Vec::new();
@@ -75,7 +75,7 @@ impl Rule for GpuMemoryIncrease {
         let mut worst: Option<(&str, &str, f64)> = None;
         for (node, n) in &agg.nodes {
             for (gpu, g) in &n.gpus {
-                let Some(st) = n.rules.of::<Self>().get(gpu) else { continue };
+                let Some(st) = StateOf::<Self>::state(&n.rules).get(gpu) else { continue };
                 evaluated |= st.n > judging;
                 let hit = st.increases.count > 0;
                 triggered |= hit;
@@ -133,8 +133,8 @@ impl Present for Evidence {
         )
         .units(&[
             ("increase", "points of %"),
-            super::WINDOW_UNIT,
-            super::PATIENCE_UNIT,
+            super::rule::WINDOW_UNIT,
+            super::rule::PATIENCE_UNIT,
             ("max_increase", "points of %"),
             ("p50", "%"),
             ("max", "%"),
@@ -144,6 +144,7 @@ impl Present for Evidence {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Agg;
     use super::super::all;
     use super::super::tests::get;
     use super::*;

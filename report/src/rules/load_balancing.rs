@@ -3,8 +3,8 @@
 //! Every pair is compared (SageMaker compares only the last GPU with itself, an upstream loop
 //! bug).
 
-use super::Agg;
-use super::{Present, Rule, Table, Verdict, r2};
+use super::rule::{Present, Rule, StateOf, Table, Verdict, r2};
+use crate::analysis::collect::{self, NodeJudge};
 use crate::analysis::stats::js_distance;
 use crate::model::evidence;
 pub use crate::model::evidence::load_balancing::{Evidence, Pair};
@@ -24,8 +24,8 @@ impl Rule for LoadBalancing {
     type Evidence = Evidence;
 
     /// The second-most values of a node's GPUs (a pair needs two), the most of any node.
-    fn datapoints(agg: &Agg) -> Option<(u64, u64)> {
-        let second = |n: &super::NodeAgg| {
+    fn datapoints<S: NodeJudge>(agg: &collect::Agg<S>) -> Option<(u64, u64)> {
+        let second = |n: &collect::NodeAgg<S>| {
             let mut v: Vec<u64> = n.gpus.values().map(|g| g.util.len()).collect();
             v.sort_unstable();
             v.len().checked_sub(2).map(|i| v[i])
@@ -34,7 +34,7 @@ impl Rule for LoadBalancing {
         Some((have, agg.system_patience()))
     }
 
-    fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
+    fn verdict<S: StateOf<Self>>(agg: &collect::Agg<S>, _: Option<f64>) -> Verdict<Evidence> {
         let patience = agg.system_patience();
         let judging = agg.judging_patience(patience);
         let mut pairs: Vec<(f64, Pair)> = Vec::new();
@@ -123,7 +123,7 @@ impl Present for Evidence {
             ],
             &self.pairs,
         )
-        .units(&[("threshold", ""), super::PATIENCE_UNIT, ("distance", "")])
+        .units(&[("threshold", ""), super::rule::PATIENCE_UNIT, ("distance", "")])
     }
 }
 

@@ -4,9 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Agg, NodeAgg};
-use super::{Held, Present, Rule, Table, Verdict, Verdicts, Window, p95_p5, r2};
-use crate::analysis::collect::GPU_WINDOW;
+use super::rule::{Held, Present, Rule, StateOf, Table, Verdict, Verdicts, Window, p95_p5, r2};
+use crate::analysis::collect::{self, GPU_WINDOW, NodeJudge};
 use crate::model::evidence;
 pub use crate::model::evidence::low_gpu::{Evidence, GpuEvidence};
 
@@ -51,7 +50,7 @@ impl GpuState {
                 && let Some(last) = self.low.last_mut()
             {
                 last[1] = last[1].max(end);
-            } else if self.low.len() < super::MAX_RANGES {
+            } else if self.low.len() < super::rule::MAX_RANGES {
                 self.low.push([t, end]);
             } else {
                 self.low_dropped += 1;
@@ -69,7 +68,7 @@ impl Rule for LowGpuUtilization {
     type Node = BTreeMap<String, GpuState>;
     type Evidence = Evidence;
 
-    fn judge(s: &mut Self::Node, node: &NodeAgg, w: &Window) {
+    fn judge<S>(s: &mut Self::Node, node: &collect::NodeAgg<S>, w: &Window) {
         for (name, g) in &node.gpus {
             if g.util.len() <= w.patience {
                 continue;
@@ -91,12 +90,12 @@ impl Rule for LowGpuUtilization {
         }
     }
 
-    fn datapoints(agg: &Agg) -> Option<(u64, u64)> {
+    fn datapoints<S: NodeJudge>(agg: &collect::Agg<S>) -> Option<(u64, u64)> {
         let have = agg.nodes.values().flat_map(|n| n.gpus.values()).map(|g| g.util.len()).max()?;
         Some((have, agg.system_patience()))
     }
 
-    fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
+    fn verdict<S: StateOf<Self>>(agg: &collect::Agg<S>, _: Option<f64>) -> Verdict<Evidence> {
         let patience = agg.system_patience();
         let mut gpus = Vec::new();
         let mut held = Held::default();
@@ -106,7 +105,7 @@ impl Rule for LowGpuUtilization {
                 if g.util.is_empty() {
                     continue;
                 }
-                let st = n.rules.of::<Self>().get(gpu).unwrap_or(&none);
+                let st = StateOf::<Self>::state(&n.rules).get(gpu).unwrap_or(&none);
                 // Shaded where the GPU was low, not over the whole judged windows (on a short
                 // job one window is the whole job, and the shading would mark nothing).
                 held.add_at(
@@ -162,8 +161,8 @@ impl Present for Evidence {
         .units(&[
             ("threshold_p95", "%"),
             ("threshold_p5", "%"),
-            super::WINDOW_UNIT,
-            super::PATIENCE_UNIT,
+            super::rule::WINDOW_UNIT,
+            super::rule::PATIENCE_UNIT,
             ("window_p95", "%"),
             ("window_p5", "%"),
             ("p50", "%"),
@@ -175,6 +174,7 @@ impl Present for Evidence {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Agg;
     use super::super::all;
     use super::super::tests::{get, run};
     use super::*;

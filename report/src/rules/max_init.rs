@@ -1,8 +1,8 @@
 //! MaxInitializationTime: the first step starts more than 20 minutes after the job's first
 //! record (the earliest system tick, event or Python window).
 
-use super::Agg;
-use super::{Present, Rule, Table, Verdict, r2};
+use super::rule::{Present, Rule, StateOf, Table, Verdict, r2};
+use crate::analysis::collect;
 use crate::model::evidence;
 pub use crate::model::evidence::max_init::Evidence;
 
@@ -17,7 +17,7 @@ impl Rule for MaxInitializationTime {
     type Node = ();
     type Evidence = Evidence;
 
-    fn verdict(agg: &Agg, job_start_s: Option<f64>) -> Verdict<Evidence> {
+    fn verdict<S: StateOf<Self>>(agg: &collect::Agg<S>, job_start_s: Option<f64>) -> Verdict<Evidence> {
         let init = match (agg.first_step_us, job_start_s) {
             (Some(f), Some(s)) => Some(f as f64 / 1e6 - s),
             _ => None,
@@ -56,6 +56,7 @@ impl Present for Evidence {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Agg;
     use super::*;
 
     #[test]

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use super::Agg;
-use super::{Present, Rule, Table, Verdict};
+use super::rule::{Present, Rule, StateOf, Table, Verdict};
+use crate::analysis::collect;
 use crate::analysis::stats::PctHist;
 use crate::model::evidence;
 pub use crate::model::evidence::overall::{Evidence, NodeUsage, Usage};
@@ -23,7 +23,7 @@ impl Rule for OverallSystemUsage {
     type Node = ();
     type Evidence = Evidence;
 
-    fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
+    fn verdict<S: StateOf<Self>>(agg: &collect::Agg<S>, _: Option<f64>) -> Verdict<Evidence> {
         let mut nodes = BTreeMap::new();
         for (node, n) in &agg.nodes {
             let mut gpus = BTreeMap::new();
@@ -92,6 +92,7 @@ impl Present for Evidence {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Agg;
     use super::*;
     use crate::reading::Tick;
 

@@ -1,8 +1,8 @@
 //! StepOutlier: for a rank and mode with more than 100 steps, more than 10 steps longer than
 //! the mean + 3σ of that rank's steps of that mode.
 
-use super::Agg;
-use super::{MAX_RANGES, Present, Rule, Table, Verdict, r2};
+use super::rule::{MAX_RANGES, Present, Rule, StateOf, Table, Verdict, r2};
+use crate::analysis::collect;
 use crate::analysis::steps::outlier_steps;
 use crate::model::evidence;
 pub use crate::model::evidence::step_outlier::{Evidence, RankEvidence};
@@ -22,7 +22,7 @@ impl Rule for StepOutlier {
     type Node = ();
     type Evidence = Evidence;
 
-    fn verdict(agg: &Agg, _: Option<f64>) -> Verdict<Evidence> {
+    fn verdict<S: StateOf<Self>>(agg: &collect::Agg<S>, _: Option<f64>) -> Verdict<Evidence> {
         /// Ranks named in the summary (`docs/report.md`, "Many ranks").
         const MAX_RANKS_SAID: usize = 8;
         let mut rows = Vec::new();
@@ -112,6 +112,7 @@ impl Present for Evidence {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Agg;
     use super::*;
 
     #[test]

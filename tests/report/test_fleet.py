@@ -4,8 +4,8 @@
 * A planted straggler (one rank's steps 15 % slower) on a node with planted thermal throttling
   (its GPUs' ThrottleReasonsMask 0x60 with the ThrottleSwThermal / ThrottleHwThermal rows) is
   named, with that cause and its evidence, in `--json` and on the page.
-* From the local S3 server (moto), the report of 16 nodes stays within the memory bound, and
-  its peak RSS does not grow materially from 2 to 16 nodes (memory only: nothing is timed)."""
+* From the local S3 server (moto), the report of 8 nodes stays within the memory bound, and
+  its peak RSS does not grow materially from 2 to 8 nodes (memory only: nothing is timed)."""
 
 import concurrent.futures
 import json
@@ -82,11 +82,13 @@ def test_a_straggler_on_a_hot_node_is_named_with_thermal_throttling(trainprof_bi
 
 
 def test_many_nodes_from_s3_stay_within_the_memory_bound(trainprof_bin, s3, tmp_path):
-    """2 and 16 nodes × 8 ranks × 2 minutes, uploaded to moto, reported from `s3://`. Peak RSS
-    (the child's own rusage): under BOUND_MB, and 16 nodes at most 3× 2 nodes' (the step
-    table and per-node state grow; nothing grows per rank beyond them)."""
+    """2 and 8 nodes × 8 ranks × 2 minutes, uploaded to moto, reported from `s3://`. Peak RSS
+    (the child's own rusage): under BOUND_MB, and 8 nodes at most 3× 2 nodes' (the step
+    table and per-node state grow; nothing grows per rank beyond them). 16 nodes made this
+    the suite's longest test by far (5 minutes under load, most of it moto moving 180 MB
+    four times) for no more than 8 show."""
     rss = {}
-    for nodes in (2, 16):
+    for nodes in (2, 8):
         job = synth(tmp_path / f"job{nodes}", nodes=nodes, cores=4, ops=40, straggler=13, straggler_slow=1.15,
                     thermal_node=2)
         prefix = f"fleet{nodes}"
@@ -102,17 +104,17 @@ def test_many_nodes_from_s3_stay_within_the_memory_bound(trainprof_bin, s3, tmp_
         assert fleet["ranks"] == 8 * nodes and [s["rank"] for s in fleet["stragglers"]] == ["13-algo-2"]
         rss[nodes] = mb
     print("peak RSS MiB by nodes:", rss)
-    assert rss[16] < BOUND_MB, rss
-    assert rss[16] < 3 * rss[2], rss
+    assert rss[8] < BOUND_MB, rss
+    assert rss[8] < 3 * rss[2], rss
     # `trace` and `compare` read the same prefixes through the same download.
     env = agent_env(s3.endpoint)
     trace = tmp_path / "trace.json.gz"
-    status, mb, err = peak_rss_mb([str(trainprof_bin), "trace", s3.url("fleet16"), "-o", str(trace),
+    status, mb, err = peak_rss_mb([str(trainprof_bin), "trace", s3.url("fleet8"), "-o", str(trace),
                                    "--s3-endpoint", s3.endpoint], env=env, cwd=tmp_path)
     assert status == 0 and trace.stat().st_size > 0, err
     assert mb < BOUND_MB, mb
     out = tmp_path / "compare.json"
-    status, mb, err = peak_rss_mb([str(trainprof_bin), "compare", s3.url("fleet2"), s3.url("fleet16"), "--json",
+    status, mb, err = peak_rss_mb([str(trainprof_bin), "compare", s3.url("fleet2"), s3.url("fleet8"), "--json",
                                    "--s3-endpoint", s3.endpoint], env=env, cwd=tmp_path, stdout=out)
     assert status in (0, 1), err  # 1: the gate (B slower), not an error
     assert json.loads(out.read_text()), err

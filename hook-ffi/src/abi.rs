@@ -16,6 +16,7 @@ use std::sync::{Arc, Once, OnceLock};
 use std::time::Duration;
 
 use trainprof_config::{CProfileTimer, Loader, PythonProfiler, Sources};
+use trainprof_output::protocol::python_window;
 
 use crate::hook::{self, FRAMEWORKS, Hook, Options};
 use crate::names::MAX_NAMES_DEFAULT;
@@ -573,7 +574,11 @@ fn python_boundary(
         } as i32;
     }
     if let Some((name, profiler)) = o.ended {
-        let (done, tmp) = hook.python_stats_paths(profiler.as_str(), &name);
+        let folder = match profiler {
+            PythonProfiler::CProfile => python_window::CPROFILE_DIR,
+            PythonProfiler::Pyinstrument => python_window::PYINSTRUMENT_DIR,
+        };
+        let (done, tmp) = hook.python_stats_paths(folder, &name);
         copy_out(done.to_string_lossy().as_bytes(), &mut w.ended_dir)?;
         copy_out(tmp.to_string_lossy().as_bytes(), &mut w.ended_tmp_dir)?;
         w.ended = 1;

@@ -569,6 +569,7 @@ static PPROF_HANDLER: std::sync::OnceLock<libc::sighandler_t> = std::sync::OnceL
 
 /// `<first µs>-<last µs>_<pid>` (unique per process and window) and its folder
 /// `framework/native/<node>/<window>`: the protocol's (docs/formats.md, "Native profiling").
+use trainprof_output::protocol::native_window;
 pub use trainprof_output::protocol::native_window::{window_dir, window_name};
 
 /// The profile as a gzipped pprof protobuf.
@@ -602,9 +603,9 @@ fn write_files(host: &impl Host, window: &str, files: &Files) -> Result<String, 
     let rel = window_dir(host.node_id(), window);
     let dir = Dir::open_root(host.local_path(), true)?.sub(&rel, true)?;
     let pid = host.os_pid();
-    seal(&dir, "profile.pb.gz", pid, &files.profile_gz)?;
+    seal(&dir, native_window::PROFILE_FILE, pid, &files.profile_gz)?;
     match &files.flamegraph {
-        Some(svg) => seal(&dir, "flamegraph.svg", pid, svg)?,
+        Some(svg) => seal(&dir, native_window::FLAMEGRAPH_FILE, pid, svg)?,
         None => {
             crate::log(&format_args!("native profiling: no samples in {rel} (an idle window); no flamegraph"))
         }

@@ -12,6 +12,7 @@
 //! steps), TensorFlow by the mode's own step.
 
 use trainprof_config::{CProfileTimer, PythonFeature, PythonProfiler, Step};
+use trainprof_output::protocol::python_window as pw;
 
 pub use crate::types::TrainprofBoundary;
 
@@ -23,11 +24,11 @@ impl TrainprofBoundary {
 
     fn phase(self) -> &'static str {
         match self {
-            TrainprofBoundary::Start => "start",
-            TrainprofBoundary::StepStart => "stepstart",
-            TrainprofBoundary::ForwardPassEnd => "forwardpassend",
-            TrainprofBoundary::StepEnd => "stepend",
-            TrainprofBoundary::Close | TrainprofBoundary::Exit => "end",
+            TrainprofBoundary::Start => pw::PHASE_START,
+            TrainprofBoundary::StepStart => pw::PHASE_STEP_START,
+            TrainprofBoundary::ForwardPassEnd => pw::PHASE_FORWARD_PASS_END,
+            TrainprofBoundary::StepEnd => pw::PHASE_STEP_END,
+            TrainprofBoundary::Close | TrainprofBoundary::Exit => pw::PHASE_END,
         }
     }
 }
@@ -94,7 +95,7 @@ impl Windows {
         let (end, next) = match b {
             TrainprofBoundary::Start => {
                 if self.running.is_none() && enabled {
-                    self.start(&mut out, feature, "prestepzero", None, b.phase(), now_us());
+                    self.start(&mut out, feature, pw::MODE_PRE_STEP_ZERO, None, b.phase(), now_us());
                 }
                 return out;
             }
@@ -104,8 +105,8 @@ impl Windows {
                 let auto = triggered.is_some_and(|(start, end)| start <= at.step && at.step < end);
                 ((at.mode, Some(at.step)), configured || auto)
             }
-            TrainprofBoundary::Close => (("posthookclose", None), enabled),
-            TrainprofBoundary::Exit => (("posthookclose", None), false),
+            TrainprofBoundary::Close => ((pw::MODE_POST_HOOK_CLOSE, None), enabled),
+            TrainprofBoundary::Exit => ((pw::MODE_POST_HOOK_CLOSE, None), false),
         };
         if let Some((start, profiler)) = self.running.take() {
             let mark = Mark { mode: end.0, step: end.1, phase: b.phase(), time_us: now_us() };
@@ -118,7 +119,7 @@ impl Windows {
         if next {
             match b {
                 TrainprofBoundary::Close => {
-                    self.start(&mut out, feature, "prestepzero", None, "end", now_us())
+                    self.start(&mut out, feature, pw::MODE_PRE_STEP_ZERO, None, pw::PHASE_END, now_us())
                 }
                 _ => self.start(&mut out, feature, at.mode, Some(at.step), b.phase(), now_us()),
             }

@@ -39,6 +39,7 @@ fn vocabulary() -> Vec<&'static str> {
     w.extend(dump_words());
     w.push(native_window::NATIVE_DIR);
     w.extend(request::PREFIXES);
+    w.extend(native_window::FILES);
     w.sort_unstable();
     w.dedup();
     w
@@ -53,6 +54,7 @@ fn dump_words() -> Vec<&'static str> {
     w.extend(dump::FILES);
     w.extend(dump::KEYS.iter().filter(|k| !plain(k)));
     w.extend(dump::HOOK_KEYS.iter().filter(|k| !plain(k)));
+    w.extend(dump::RING_WHATS.iter().filter(|k| !plain(k)));
     w
 }
 

@@ -116,7 +116,7 @@ fn python_windows(
         .iter()
         .map(|f| python::Folder {
             node: f.node.clone(),
-            profiler: f.profiler.clone(),
+            profiler: f.profiler,
             edges: reading::parse_window(&f.window),
             raw: f.window.clone(),
         })
@@ -136,9 +136,11 @@ fn python_windows(
                 }
             };
             // The errors name the kind of problem and where, never the file's content.
-            let functions = match f.profiler.as_str() {
-                "cprofile" => python::cprofile_all(&bytes).map_err(|e| e.to_string()),
-                _ => python::pyinstrument_all(&bytes).map_err(|e| e.to_string()),
+            let functions = match f.profiler {
+                PythonProfilerDir::CProfile => python::cprofile_all(&bytes).map_err(|e| e.to_string()),
+                PythonProfilerDir::Pyinstrument => {
+                    python::pyinstrument_all(&bytes).map_err(|e| e.to_string())
+                }
             };
             drop(bytes);
             let mut functions = match functions {
@@ -184,7 +186,7 @@ fn window(
     PythonWindow {
         node: f.node.clone(),
         window: f.window.clone(),
-        profiler: f.profiler.clone(),
+        profiler: f.profiler,
         start_step: edges.and_then(|e| e.0.step),
         end_step: edges.and_then(|e| e.1.step),
         functions,
@@ -499,7 +501,7 @@ mod tests {
         j += "}";
         put("pyinstrument", "python_stats.json", j.as_bytes());
         let m = build(dir.path(), "src", &Options::default()).unwrap();
-        let by = |p: &str| m.python.iter().find(|w| w.profiler == p).unwrap();
+        let by = |p: &str| m.python.iter().find(|w| w.profiler.as_str() == p).unwrap();
         assert!(by("cprofile").functions.is_empty());
         assert_eq!(by("pyinstrument").functions.len(), python::TOP);
         assert_eq!(by("pyinstrument").start_s, Some(1_795_400_001.0));

@@ -269,7 +269,7 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
         let e = s + dur;
         let pid = o.pid(&format!("rank {}", f.node), 2)?;
         let tid = o.tid(pid, "python")?;
-        o.event(&json!({"name": format!("{} window", f.profiler), "cat": "python", "ph": "X", "pid": pid, "tid": tid,
+        o.event(&json!({"name": format!("{} window", f.profiler.as_str()), "cat": "python", "ph": "X", "pid": pid, "tid": tid,
             "ts": s, "dur": e - s, "args": {"window": f.window, "profiler": f.profiler}}))?;
         written.python_windows += 1;
     }

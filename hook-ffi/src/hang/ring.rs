@@ -4,6 +4,8 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, AtomicU64, Ordering::*};
 
+use trainprof_output::protocol::dump as dk;
+
 use super::RING;
 use crate::types::TrainprofMode;
 
@@ -20,9 +22,9 @@ pub enum What {
 impl What {
     pub(super) fn as_str(self) -> &'static str {
         match self {
-            What::StepStart => "step_start",
-            What::StepEnd => "step_end",
-            What::Event => "event",
+            What::StepStart => dk::RING_STEP_START,
+            What::StepEnd => dk::RING_STEP_END,
+            What::Event => dk::RING_EVENT,
         }
     }
 

@@ -67,6 +67,14 @@ words! {
     HOOK_CRASH = "crash",
 }
 
+words! {
+    /// What a ring event records (its [`RING_WHAT`]).
+    RING_WHATS;
+    RING_STEP_START = "step_start",
+    RING_STEP_END = "step_end",
+    RING_EVENT = "event",
+}
+
 /// The `version` of the record the hook writes.
 pub const RECORD_VERSION: u64 = 1;
 

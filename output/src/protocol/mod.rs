@@ -16,7 +16,9 @@
 //! * [`host_record`]: the agent's record of the host around a stall, read back by the report;
 //! * [`dump`]: the hook's hang and crash dumps (folder and file names, `stall.json` and
 //!   `ended.json` keys, the dump kinds, the check that a `stall.json` is the hook's record);
-//! * [`native_window`]: the native profiler's window folder names;
+//! * [`native_window`]: the native profiler's window folder names and files;
+//! * [`python_window`]: the Python profiler's window folders: profilers, stats files, modes
+//!   and phases.
 //! * [`request`]: on-demand windows (`trainprof trigger`): the request folder, its files
 //!   and their strict parsers, the start step every rank takes.
 //!
@@ -39,6 +41,7 @@ pub mod host_record;
 pub mod metric;
 pub mod native_window;
 pub mod node_record;
+pub mod python_window;
 pub mod request;
 pub mod system_line;
 pub mod timeline;

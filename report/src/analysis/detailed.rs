@@ -59,7 +59,7 @@ const MEMCPY: u8 = 1;
 
 /// Idle categories, in the order they win where they overlap (`docs/report.md`, "Idle
 /// categories").
-pub const IDLE: [&str; 5] = ["input", "sync", "queued", "launching", "other"];
+pub const IDLE: [IdleCategory; 5] = IdleCategory::ALL;
 
 /// The class of a kernel by its name: the first class with a pattern the lower-cased name
 /// contains (memcpy/memset: the name starts with it).
@@ -676,7 +676,7 @@ impl Sums {
                 IDLE.iter()
                     .zip(self.idle_us)
                     .map(|(c, us)| Share {
-                        name: (*c).into(),
+                        name: c.as_str().into(),
                         ms: ms(us),
                         pct: pct(us, self.wall_us),
                         count: None,
@@ -753,17 +753,6 @@ fn window_label(w: &DetailedWindow) -> String {
     }
 }
 
-/// What the idle categories are called in a sentence.
-fn idle_words(c: &str) -> &'static str {
-    match c {
-        "input" => "waiting for input (DataLoader)",
-        "sync" => "the host synchronising or copying",
-        "queued" => "kernels launched but not yet started",
-        "launching" => "the host still launching (CPU ops running, no kernel queued)",
-        _ => "no op recorded (Python or data loading outside any op, the profiler starting)",
-    }
-}
-
 /// Milliseconds for people: `134 ms`, `12.3 ms`, `0.42 ms`.
 pub fn ms_text(v: f64) -> String {
     if v.abs() >= 100.0 {
@@ -803,14 +792,16 @@ pub fn sentence(f: &DetailedFigures, label: &str) -> String {
             pct_text(c.pct)
         );
     }
-    let mut idle: Vec<&Share> = f.idle.iter().filter(|c| c.ms >= 0.005).collect();
-    idle.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    // `f.idle` is in [`IDLE`] order (or empty).
+    let mut idle: Vec<(&Share, IdleCategory)> =
+        f.idle.iter().zip(IDLE).filter(|(c, _)| c.ms >= 0.005).collect();
+    idle.sort_by(|a, b| b.0.ms.total_cmp(&a.0.ms));
     if let Some(total) = f.idle_ms.filter(|t| *t > 0.0) {
         s += &format!("; of the {} idle, ", ms_text(total));
         let parts: Vec<String> = idle
             .iter()
             .take(2)
-            .map(|c| format!("{} {} ({} of wall time)", ms_text(c.ms), idle_words(&c.name), pct_text(c.pct)))
+            .map(|(c, cat)| format!("{} {} ({} of wall time)", ms_text(c.ms), cat.words(), pct_text(c.pct)))
             .collect();
         s += &parts.join(" and ");
     }

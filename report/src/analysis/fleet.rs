@@ -268,9 +268,9 @@ pub fn causes(node: &str, signals: &BTreeMap<String, NodeSignals>, from: f64, to
     let Some(n) = signals.get(node) else { return Vec::new() };
     let mut out = Vec::new();
     let kinds = [
-        ("thermal_throttling", "thermal throttling", THERMAL),
-        ("power_throttling", "power throttling", POWER),
-        ("hw_slowdown", "hardware slowdown", HW_SLOWDOWN),
+        (CauseKind::ThermalThrottling, "thermal throttling", THERMAL),
+        (CauseKind::PowerThrottling, "power throttling", POWER),
+        (CauseKind::HwSlowdown, "hardware slowdown", HW_SLOWDOWN),
     ];
     for (i, (key, words, bits)) in kinds.into_iter().enumerate() {
         let s = &n.throttle[i];
@@ -278,7 +278,7 @@ pub fn causes(node: &str, signals: &BTreeMap<String, NodeSignals>, from: f64, to
         let fleet = median(signals.values().map(|o| o.share(&o.throttle[i])).collect());
         if share >= CAUSE_SHARE && share >= fleet + CAUSE_SHARE && overlaps(s, from, to) {
             out.push(Cause {
-                cause: key.into(),
+                cause: key,
                 node_value: share,
                 fleet_value: fleet,
                 from_s: s.from_s,
@@ -299,7 +299,7 @@ pub fn causes(node: &str, signals: &BTreeMap<String, NodeSignals>, from: f64, to
         let fleet = median(signals.values().map(|o| o.xid_max).collect());
         if n.xid_max > fleet {
             out.push(Cause {
-                cause: "xid".into(),
+                cause: CauseKind::Xid,
                 node_value: n.xid_max,
                 fleet_value: fleet,
                 from_s: n.xid.from_s,
@@ -311,10 +311,13 @@ pub fn causes(node: &str, signals: &BTreeMap<String, NodeSignals>, from: f64, to
             });
         }
     }
-    for (i, (key, what)) in
-        [("cpu_pressure", PRESSURE_CPU), ("memory_pressure", PRESSURE_MEMORY), ("io_pressure", PRESSURE_IO)]
-            .into_iter()
-            .enumerate()
+    for (i, (key, what)) in [
+        (CauseKind::CpuPressure, PRESSURE_CPU),
+        (CauseKind::MemoryPressure, PRESSURE_MEMORY),
+        (CauseKind::IoPressure, PRESSURE_IO),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let s = &n.pressure[i];
         let share = n.share(s);
@@ -322,7 +325,7 @@ pub fn causes(node: &str, signals: &BTreeMap<String, NodeSignals>, from: f64, to
         if share >= CAUSE_SHARE && share >= fleet + CAUSE_SHARE && overlaps(s, from, to) {
             let mean = n.pressure_sum[i] / n.pressure_n[i].max(1) as f64;
             out.push(Cause {
-                cause: key.into(),
+                cause: key,
                 node_value: share,
                 fleet_value: fleet,
                 from_s: s.from_s,
@@ -340,7 +343,7 @@ pub fn causes(node: &str, signals: &BTreeMap<String, NodeSignals>, from: f64, to
         let fleet = median(signals.values().filter_map(NodeSignals::pcie_mean).collect());
         if fleet > 0.0 && p < PCIE_LOW_SHARE * fleet {
             out.push(Cause {
-                cause: "low_pcie".into(),
+                cause: CauseKind::LowPcie,
                 node_value: p / fleet,
                 fleet_value: 1.0,
                 from_s: None,
@@ -541,7 +544,7 @@ mod tests {
         let s = &f.stragglers[0];
         assert_eq!((s.rank.as_str(), s.node.as_deref()), ("13-algo-2", Some("algo-2")));
         assert_eq!(s.causes.len(), 1);
-        assert_eq!(s.causes[0].cause, "thermal_throttling");
+        assert_eq!(s.causes[0].cause, CauseKind::ThermalThrottling);
         assert!((s.causes[0].node_value - 0.9).abs() < 1e-9);
         assert!(s.causes[0].evidence.contains("ThrottleSwThermal, ThrottleHwThermal"));
         assert_eq!(f.scores[0].rank, "13-algo-2");

@@ -174,7 +174,7 @@ fn finish(inc: &mut Incident, steps: &Ends) {
             .entry(d.node.clone())
             .or_insert_with(|| RankState { rank: d.node.clone(), ..RankState::default() });
         r.dumped = true;
-        let ring_end = d.ring.iter().filter(|e| e.what == "step_end").filter_map(|e| e.step).max();
+        let ring_end = d.ring.iter().filter(|e| e.what == dk::RING_STEP_END).filter_map(|e| e.step).max();
         let from_dump = d.last_completed_step.into_iter().chain(ring_end).max();
         if let Some(s) = from_dump
             && r.last_completed_step.is_none_or(|c| c < s)
@@ -182,13 +182,13 @@ fn finish(inc: &mut Incident, steps: &Ends) {
             r.last_completed_step = Some(s);
         }
         r.last_begun_step = d.step.or(r.last_begun_step);
-        r.begun_from = "dump".into();
+        r.begun_from = BegunFrom::Dump;
         r.top_frames = top_frames(d);
     }
     for r in ranks.values_mut() {
-        if r.begun_from.is_empty() {
+        if r.begun_from != BegunFrom::Dump {
             r.last_begun_step = r.last_completed_step;
-            r.begun_from = if r.last_begun_step.is_some() { "timeline" } else { "none" }.into();
+            r.begun_from = if r.last_begun_step.is_some() { BegunFrom::Timeline } else { BegunFrom::Nowhere };
         }
     }
     inc.ranks = ranks.into_values().collect();
@@ -198,7 +198,7 @@ fn finish(inc: &mut Incident, steps: &Ends) {
             r.culprit = r.rank == node;
         }
         inc.culprits = vec![node.clone()];
-        inc.reason = Some("crashed".into());
+        inc.reason = Some(IncidentReason::Crashed);
         let what = if inc.kind == IncidentKind::Hook(DumpKind::Fatal) {
             inc.dumps[0].signal.clone().map_or("a fatal error".to_owned(), |s| format!("a fatal {s}"))
         } else {
@@ -216,7 +216,7 @@ fn finish(inc: &mut Incident, steps: &Ends) {
     }
     let mut j = judge(&mut inc.ranks);
     if inc.kind == IncidentKind::Hook(DumpKind::Signal)
-        && j.reason.as_deref() == Some("lowest_step")
+        && j.reason == Some(IncidentReason::LowestStep)
         && !behind_long(inc)
     {
         // Stopped by a signal with no stall: ranks a step apart are the usual skew.
@@ -270,7 +270,7 @@ fn step_text(s: Option<i64>) -> String {
 #[derive(Debug, Default, PartialEq)]
 pub struct Judgement {
     pub culprits: Vec<String>,
-    pub reason: Option<String>,
+    pub reason: Option<IncidentReason>,
     pub evidence: Vec<String>,
     pub waiting_in: Option<String>,
 }
@@ -311,7 +311,7 @@ pub fn judge(ranks: &mut [RankState]) -> Judgement {
             },
             waiting_sentence(ranks)
         ));
-        j.reason = Some("lowest_step".into());
+        j.reason = Some(IncidentReason::LowestStep);
         return j;
     }
     // Every rank at the same step: the dumped ranks not inside the call the others share.
@@ -340,7 +340,7 @@ pub fn judge(ranks: &mut [RankState]) -> Judgement {
             }
         }
         j.evidence.push(format!("{n} rank(s) wait in {frame}."));
-        j.reason = Some("outside_collective".into());
+        j.reason = Some(IncidentReason::OutsideCollective);
         j.waiting_in = Some(frame);
         return j;
     }
@@ -396,7 +396,7 @@ mod tests {
             last_completed_step: begun,
             last_step_end_s: Some(1_795_400_000.0),
             last_begun_step: begun,
-            begun_from: if dumped { "dump" } else { "timeline" }.into(),
+            begun_from: if dumped { BegunFrom::Dump } else { BegunFrom::Timeline },
             dumped,
             top_frames: frames.iter().map(|f| (*f).to_owned()).collect(),
             culprit: false,
@@ -412,7 +412,7 @@ mod tests {
         ];
         let j = judge(&mut r);
         assert_eq!(j.culprits, ["1-a"]);
-        assert_eq!(j.reason.as_deref(), Some("lowest_step"));
+        assert_eq!(j.reason, Some(IncidentReason::LowestStep));
         assert!(r[1].culprit && !r[0].culprit && !r[2].culprit);
         assert!(
             j.evidence[0].contains("last begun step 29") && j.evidence[0].contains("no dump"),
@@ -431,7 +431,7 @@ mod tests {
         ];
         let j = judge(&mut r);
         assert_eq!(j.culprits, ["1-a"]);
-        assert_eq!(j.reason.as_deref(), Some("outside_collective"));
+        assert_eq!(j.reason, Some(IncidentReason::OutsideCollective));
         assert_eq!(j.waiting_in.as_deref(), Some("dist.py:10 in all_reduce"));
         assert!(j.evidence[0].contains("model.py:77 in forward"));
         // All in the same call, or no shared call: nobody.
@@ -692,7 +692,7 @@ mod tests {
         let i = &out[0];
         assert_eq!((i.kind, i.step, i.host.len()), (IncidentKind::TimelineStopped, None, 2));
         assert_eq!(i.culprits, ["1-a"]);
-        assert_eq!(i.reason.as_deref(), Some("lowest_step"));
+        assert_eq!(i.reason, Some(IncidentReason::LowestStep));
         let mut page = String::new();
         crate::page::hangs::section(&mut page, &Hangs { incidents: out, folders_left_out: 0 });
         assert!(page.contains("The timelines stopped at"));

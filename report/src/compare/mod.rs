@@ -416,6 +416,25 @@ impl MoverKind {
     }
 }
 
+/// How a [`Mover`]'s times are taken over the steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoverStat {
+    /// Per kept step.
+    Median,
+    /// Per kept step; per profiled step for `python`.
+    Mean,
+}
+
+impl MoverStat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoverStat::Median => "median",
+            MoverStat::Mean => "mean",
+        }
+    }
+}
+
 /// One side's steps of one mode.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct SideSteps {
@@ -454,7 +473,7 @@ pub struct Mover {
     pub kind: MoverKind,
     pub name: String,
     /// `median` (per kept step) or `mean` (per kept step; per profiled step for `python`).
-    pub stat: String,
+    pub stat: MoverStat,
     pub a_ms: f64,
     pub b_ms: f64,
     pub diff_ms: f64,
@@ -664,17 +683,17 @@ fn time_movers(a: &Run, b: &Run, mode: &str, moved: bool) -> Vec<Mover> {
             (
                 pa.and_then(|p| p.median_ms).unwrap_or(0.0),
                 pb.and_then(|p| p.median_ms).unwrap_or(0.0),
-                "median",
+                MoverStat::Median,
             )
         } else {
             let mean = |p: Option<&PhaseStat>, m: &ModeRun| match p {
                 Some(p) if !m.ms.is_empty() => p.total_us as f64 / 1000.0 / m.ms.len() as f64,
                 _ => 0.0,
             };
-            (mean(pa, ma), mean(pb, mb), "mean")
+            (mean(pa, ma), mean(pb, mb), MoverStat::Mean)
         };
         let mut m = mover(MoverKind::Phase, name, x, y, delta);
-        m.stat = stat.into();
+        m.stat = stat;
         out.push(m);
     }
     let (pa, pb) = (python_per_step(&a.model), python_per_step(&b.model));
@@ -701,7 +720,7 @@ fn mover(kind: MoverKind, name: &str, a_ms: f64, b_ms: f64, delta: Option<f64>) 
     Mover {
         kind,
         name: name.into(),
-        stat: "mean".into(),
+        stat: MoverStat::Mean,
         a_ms,
         b_ms,
         diff_ms,

@@ -215,7 +215,7 @@ fn section_movers(out: &mut String, c: &Comparison) {
             esc(m.kind.as_str()),
             esc(&m.name),
             esc(&shown),
-            esc(&m.stat),
+            esc(m.stat.as_str()),
             num(Some(m.a_ms)),
             num(Some(m.b_ms)),
             signed(Some(m.diff_ms)),

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::kinds::IdleCategory;
+
 /// `detailed` in the model (`docs/report.md`, "Detailed windows").
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct Detailed {

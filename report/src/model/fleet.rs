@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::kinds::StepChartKind;
+pub use super::kinds::{CauseKind, StepChartKind};
 
 /// `--json`'s `fleet`: the scores of the ranks of one mode and the stragglers' causes.
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
@@ -62,7 +62,7 @@ pub struct FleetStraggler {
 pub struct Cause {
     /// `thermal_throttling`, `power_throttling`, `hw_slowdown`, `xid`, `cpu_pressure`,
     /// `memory_pressure`, `io_pressure`, `low_pcie`.
-    pub cause: String,
+    pub cause: CauseKind,
     /// The share of the node's ticks with the signal (for `low_pcie`: its mean PCIe bytes/s
     /// ÷ the median node's; for `xid`: the count).
     pub node_value: f64,

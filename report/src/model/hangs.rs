@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use super::kinds::{DumpKind, IncidentKind};
+pub use super::kinds::{BegunFrom, DumpKind, IncidentKind, IncidentReason};
 pub use trainprof_output::protocol::host_record::{HostSample, HostState, ThreadCpu};
 
 /// Everything the report says about hangs and crashes; empty when there were none.
@@ -45,7 +45,7 @@ pub struct Incident {
     /// The likely culprit(s): rank names.
     pub culprits: Vec<String>,
     /// `lowest_step`, `outside_collective`, `crashed` or `null` (no rank stands out).
-    pub reason: Option<String>,
+    pub reason: Option<IncidentReason>,
     /// Sentences saying why.
     pub evidence: Vec<String>,
     /// The blocking call the others share (`outside_collective`).
@@ -66,7 +66,7 @@ pub struct RankState {
     /// The dump's open step, else `last_completed_step`.
     pub last_begun_step: Option<i64>,
     /// `dump`, `timeline` or `none`.
-    pub begun_from: String,
+    pub begun_from: BegunFrom,
     pub dumped: bool,
     /// The top frame of each of its threads (Python, else native), as in `dumps`.
     pub top_frames: Vec<String>,

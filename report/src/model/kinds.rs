@@ -109,6 +109,125 @@ pub enum StepChartKind {
     Distribution,
 }
 
+/// Why an incident names its culprits (`incidents[].reason`, `docs/report.md`, "Hangs and
+/// crashes"): a rank behind the others, a rank outside the call the others wait in, or the
+/// rank that crashed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IncidentReason {
+    LowestStep,
+    OutsideCollective,
+    Crashed,
+}
+
+/// Where a rank's last begun step comes from (`incidents[].ranks[].begun_from`): its dump,
+/// its timeline, or nowhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BegunFrom {
+    Dump,
+    Timeline,
+    #[default]
+    #[serde(rename = "none")]
+    Nowhere,
+}
+
+impl BegunFrom {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BegunFrom::Dump => "dump",
+            BegunFrom::Timeline => "timeline",
+            BegunFrom::Nowhere => "none",
+        }
+    }
+}
+
+/// A likely cause of a straggler, seen on its node (`fleet.stragglers[].causes[].cause`,
+/// `docs/report.md`, "Fleet").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CauseKind {
+    #[default]
+    ThermalThrottling,
+    PowerThrottling,
+    HwSlowdown,
+    Xid,
+    CpuPressure,
+    MemoryPressure,
+    IoPressure,
+    LowPcie,
+}
+
+impl CauseKind {
+    pub const ALL: [CauseKind; 8] = [
+        CauseKind::ThermalThrottling,
+        CauseKind::PowerThrottling,
+        CauseKind::HwSlowdown,
+        CauseKind::Xid,
+        CauseKind::CpuPressure,
+        CauseKind::MemoryPressure,
+        CauseKind::IoPressure,
+        CauseKind::LowPcie,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CauseKind::ThermalThrottling => "thermal_throttling",
+            CauseKind::PowerThrottling => "power_throttling",
+            CauseKind::HwSlowdown => "hw_slowdown",
+            CauseKind::Xid => "xid",
+            CauseKind::CpuPressure => "cpu_pressure",
+            CauseKind::MemoryPressure => "memory_pressure",
+            CauseKind::IoPressure => "io_pressure",
+            CauseKind::LowPcie => "low_pcie",
+        }
+    }
+}
+
+/// Why the GPU was idle in a detailed window (`docs/report.md`, "Idle categories"), in the
+/// order the categories win where they overlap; `detailed.*.idle[].name`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleCategory {
+    Input,
+    Sync,
+    Queued,
+    Launching,
+    Other,
+}
+
+impl IdleCategory {
+    pub const ALL: [IdleCategory; 5] = [
+        IdleCategory::Input,
+        IdleCategory::Sync,
+        IdleCategory::Queued,
+        IdleCategory::Launching,
+        IdleCategory::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdleCategory::Input => "input",
+            IdleCategory::Sync => "sync",
+            IdleCategory::Queued => "queued",
+            IdleCategory::Launching => "launching",
+            IdleCategory::Other => "other",
+        }
+    }
+
+    /// What the category is called in a sentence.
+    pub fn words(self) -> &'static str {
+        match self {
+            IdleCategory::Input => "waiting for input (DataLoader)",
+            IdleCategory::Sync => "the host synchronising or copying",
+            IdleCategory::Queued => "kernels launched but not yet started",
+            IdleCategory::Launching => "the host still launching (CPU ops running, no kernel queued)",
+            IdleCategory::Other => {
+                "no op recorded (Python or data loading outside any op, the profiler starting)"
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,5 +265,23 @@ mod tests {
         let charts = [StepChartKind::Ranks, StepChartKind::Distribution];
         let charts: Vec<String> = charts.iter().map(|c| word(serde_json::to_value(c).unwrap())).collect();
         assert_eq!(charts, ["ranks", "distribution"]);
+    }
+
+    #[test]
+    fn the_later_sets_are_their_words() {
+        let word = |v: serde_json::Value| v.as_str().unwrap().to_owned();
+        let reasons =
+            [IncidentReason::LowestStep, IncidentReason::OutsideCollective, IncidentReason::Crashed];
+        let reasons: Vec<String> = reasons.iter().map(|r| word(serde_json::to_value(r).unwrap())).collect();
+        assert_eq!(reasons, ["lowest_step", "outside_collective", "crashed"]);
+        for b in [BegunFrom::Dump, BegunFrom::Timeline, BegunFrom::Nowhere] {
+            assert_eq!(word(serde_json::to_value(b).unwrap()), b.as_str());
+        }
+        assert_eq!(BegunFrom::default().as_str(), "none");
+        for c in CauseKind::ALL {
+            assert_eq!(word(serde_json::to_value(c).unwrap()), c.as_str());
+        }
+        let idle: Vec<&str> = IdleCategory::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(idle, ["input", "sync", "queued", "launching", "other"]);
     }
 }

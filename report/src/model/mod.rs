@@ -16,6 +16,8 @@ pub use detailed::{Detailed, DetailedFigures, DetailedWindow, LaunchDelay, Share
 pub use evidence::Evidence;
 pub use hangs::Hangs;
 pub use kinds::{ClockState, PythonGroupKind, StepChartKind};
+pub use trainprof_output::protocol::native_window::NativeFile;
+pub use trainprof_output::protocol::python_window::PythonProfilerDir;
 
 /// The version of this shape; raised when a key changes meaning.
 pub const VERSION: u32 = 2;
@@ -253,7 +255,7 @@ pub struct Phase {
 pub struct PythonWindow {
     pub node: String,
     pub window: String,
-    pub profiler: String,
+    pub profiler: PythonProfilerDir,
     pub start_step: Option<i64>,
     pub end_step: Option<i64>,
     pub functions: Vec<PyFunction>,
@@ -287,7 +289,7 @@ pub struct PythonGroup {
     /// cProfile`, `after close · cProfile`.
     pub label: String,
     pub node: String,
-    pub profiler: String,
+    pub profiler: PythonProfilerDir,
     /// `steps`, `before_first_step`, `after_close` or `other` (folders whose names do not say
     /// their edges).
     pub kind: PythonGroupKind,
@@ -337,7 +339,7 @@ pub struct NativeWindow {
     pub start_s: Option<f64>,
     pub end_s: Option<f64>,
     /// The file read: `profile.pb.gz`, else `flamegraph.svg`.
-    pub source: String,
+    pub source: NativeFile,
     pub samples: u64,
     /// CPU time of the samples (the profile's `cpu` value); `null` from a flame graph.
     pub cpu_s: Option<f64>,

@@ -53,8 +53,8 @@ pub fn section(out: &mut String, fleet: Option<&Fleet>) {
                 let _ = writeln!(
                     out,
                     "<li class=\"cause\" data-cause=\"{}\"><b>{}</b>: {}</li>",
-                    esc(&c.cause),
-                    esc(&c.cause.replace('_', " ")),
+                    esc(c.cause.as_str()),
+                    esc(&c.cause.as_str().replace('_', " ")),
                     esc(&c.evidence)
                 );
             }

@@ -101,7 +101,7 @@ fn incident(out: &mut String, i: usize, inc: &Incident, start: usize) {
             int(r.last_completed_step),
             esc(&utc(r.last_step_end_s)),
             int(r.last_begun_step),
-            esc(&r.begun_from),
+            esc(r.begun_from.as_str()),
             if r.top_frames.is_empty() {
                 "–".to_owned()
             } else {

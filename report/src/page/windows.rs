@@ -19,6 +19,7 @@ use crate::model::{
     NativeFunction, NativeWindow, PyFunctionTotal, PythonGroupKind, PythonSummary, PythonWindow,
 };
 use crate::page::markup::esc;
+use trainprof_output::protocol::native_window::{NativeFile, PROFILE_FILE};
 
 /// The flame graph's drawing units: its width, and the height of one frame.
 const FLAME_WIDTH: f64 = 1200.0;
@@ -44,7 +45,7 @@ pub fn python_windows(out: &mut String, summary: &PythonSummary, folders: &[Pyth
                 "<details{}><summary>{} · {} · <span class=\"code\">{}</span></summary>",
                 if i == 0 { " open" } else { "" },
                 esc(&w.node),
-                esc(crate::reading::python::profiler_name(&w.profiler)),
+                esc(crate::reading::python::profiler_name(w.profiler)),
                 esc(&w.window)
             );
             let rows: Vec<PyFunctionTotal> = w
@@ -187,13 +188,12 @@ pub fn section_native(out: &mut String, windows: &[NativeWindow], t0: f64) {
             crate::page::markup::plural(w.samples, "sample", "samples"),
             w.cpu_s.map_or(String::new(), |c| format!(", {} s of CPU", esc(&num(c))))
         );
-        let source = if w.source == "profile.pb.gz" {
-            "read from <code>profile.pb.gz</code>".to_owned()
-        } else {
-            format!(
-                "read from <code>{}</code> (the window has no readable <code>profile.pb.gz</code>)",
-                esc(&w.source)
-            )
+        let source = match w.source {
+            NativeFile::Profile => format!("read from <code>{PROFILE_FILE}</code>"),
+            NativeFile::Flamegraph => format!(
+                "read from <code>{}</code> (the window has no readable <code>{PROFILE_FILE}</code>)",
+                esc(w.source.as_str())
+            ),
         };
         let _ = writeln!(
             out,
@@ -364,7 +364,7 @@ mod tests {
             pid: Some(7),
             start_s: Some(1_795_400_000.0),
             end_s: Some(1_795_400_001.0),
-            source: "profile.pb.gz".into(),
+            source: NativeFile::Profile,
             samples: t.samples(),
             cpu_s: Some(0.07),
             samples_left_out: 0,
@@ -417,7 +417,7 @@ mod tests {
         m.python_summary.windows.push(crate::model::PythonGroup {
             label: "train steps 240–242 · cProfile".into(),
             node: "0-algo-1".into(),
-            profiler: "cprofile".into(),
+            profiler: crate::model::PythonProfilerDir::CProfile,
             kind: PythonGroupKind::Steps,
             functions: vec![f],
             folders: 2,

@@ -2,7 +2,7 @@
 //! job's prefix: what `trainprof report s3://…` and `trainprof compare` download, and the
 //! most of each they read.
 
-use trainprof_output::protocol::node_record;
+use trainprof_output::protocol::{native_window, node_record};
 
 /// Whether an S3 key (relative to the prefix) is a file the report reads: system files,
 /// timelines, Python-stats files, native windows' profiles and flame graphs (not the TF
@@ -26,7 +26,7 @@ fn is_stats(rel: &str, name: &str) -> bool {
 }
 
 fn is_native(rel: &str, name: &str) -> bool {
-    rel.starts_with("framework/native/") && (name == "profile.pb.gz" || name == "flamegraph.svg")
+    rel.starts_with("framework/native/") && native_window::NativeFile::parse(name).is_some()
 }
 
 /// The agent's node record, `system/node/<node>/<µs>.json` (docs/formats.md, "Node record").

@@ -24,6 +24,7 @@ use std::io::{self, BufReader, Read as _};
 
 use trainprof_output::fs::{self as ofs, Dir};
 use trainprof_output::protocol::metric::{self, MetricType, dimension as d, name as n};
+use trainprof_output::protocol::python_window::{self, EdgeMode, EdgePhase, PythonProfilerDir};
 use trainprof_output::protocol::system_line::{self, SysLine, for_each_line};
 use trainprof_output::protocol::timeline_event::{Bases, file_events};
 pub use trainprof_output::protocol::timeline_event::{
@@ -489,7 +490,7 @@ pub fn timeline_events(
 #[derive(Debug, Clone)]
 pub struct StatsFile {
     pub framework: String,
-    pub profiler: String,
+    pub profiler: PythonProfilerDir,
     pub node: String,
     pub window: String,
     /// Relative path of the stats file to read.
@@ -503,19 +504,18 @@ pub fn stats_files(root: &Dir, skipped: &mut Skipped) -> Vec<StatsFile> {
         if is_dir {
             name != "pevents" && name != "detailed_profiling"
         } else {
-            name == "python_stats" || name == "python_stats.json"
+            python_window::STATS_FILES.contains(&name)
         }
     };
     let mut out = Vec::new();
     for rel in files(root, "framework", &want, skipped) {
         let parts: Vec<&str> = rel.split('/').collect();
         let [_, fw, prof, node, window, file] = parts.as_slice() else { continue };
-        let ok =
-            matches!((*prof, *file), ("cprofile", "python_stats") | ("pyinstrument", "python_stats.json"));
-        if ok {
+        let profiler = PythonProfilerDir::parse(prof).filter(|p| p.stats_file() == *file);
+        if let Some(profiler) = profiler {
             out.push(StatsFile {
                 framework: shown(fw).into_owned(),
-                profiler: (*prof).to_owned(),
+                profiler,
                 node: shown(node).into_owned(),
                 window: shown(window).into_owned(),
                 rel: rel.clone(),
@@ -537,10 +537,10 @@ pub fn read_file(root: &Dir, rel: &str, max: u64) -> Result<Vec<u8>, Unread> {
 /// One half of a window folder name: `<mode>-<step>-<phase>-<time µs>`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WindowEdge {
-    pub mode: String,
+    pub mode: EdgeMode,
     /// `None` for `*`.
     pub step: Option<i64>,
-    pub phase: String,
+    pub phase: EdgePhase,
     pub time_us: f64,
 }
 
@@ -552,9 +552,9 @@ pub fn parse_window(name: &str) -> Option<(WindowEdge, WindowEdge)> {
 
 fn edge(s: &str) -> Option<WindowEdge> {
     let mut p = s.splitn(4, '-');
-    let mode = p.next()?.to_owned();
+    let mode = EdgeMode::parse(p.next()?);
     let step = p.next()?;
-    let phase = p.next()?.to_owned();
+    let phase = EdgePhase::parse(p.next()?);
     let time_us: f64 = p.next()?.parse().ok()?;
     let step = if step == "*" { None } else { Some(step.parse().ok()?) };
     plausible_s(time_us / 1e6).then_some(WindowEdge { mode, step, phase, time_us })
@@ -588,8 +588,8 @@ mod tests {
             parse_window("train-2-stepstart-1795316597980690.5_train-2-forwardpassend-1795316597980765.2")
                 .unwrap();
         assert_eq!(a.step, Some(2));
-        assert_eq!(a.phase, "stepstart");
-        assert_eq!(b.phase, "forwardpassend");
+        assert_eq!(a.phase, EdgePhase::StepStart);
+        assert_eq!(b.phase, EdgePhase::ForwardPassEnd);
         assert!((b.time_us - 1795316597980765.2).abs() < 1.0);
         let (a, b) =
             parse_window("prestepzero-*-start-1795316597979670.5_train-0-stepstart-1795316597979794.8")

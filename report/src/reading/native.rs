@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::io::Read as _;
 
 use trainprof_output::fs::{self as ofs, Dir};
-use trainprof_output::protocol::native_window;
+use trainprof_output::protocol::native_window::{self, NativeFile};
 
 use crate::model::{Flame, NativeFunction, NativeWindow};
 use crate::reading::Skipped;
@@ -67,7 +67,7 @@ pub const CAPS: Caps = Caps {
 /// The windows under `framework/native/`, read.
 pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
     let want = |name: &str, is_dir: bool| {
-        if is_dir { !name.starts_with('.') } else { name == "profile.pb.gz" || name == "flamegraph.svg" }
+        if is_dir { !name.starts_with('.') } else { NativeFile::parse(name).is_some() }
     };
     let w = ofs::walk(root, native_window::NATIVE_DIR, &want);
     for r in w.refused {
@@ -85,10 +85,10 @@ pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
         let parts: Vec<&str> = rel.split('/').collect();
         let [_, _, node, window, file] = parts.as_slice() else { continue };
         let e = found.entry(((*node).to_owned(), (*window).to_owned())).or_default();
-        if *file == "profile.pb.gz" {
-            e.0 = true;
-        } else {
-            e.1 = true;
+        match NativeFile::parse(file) {
+            Some(NativeFile::Profile) => e.0 = true,
+            Some(NativeFile::Flamegraph) => e.1 = true,
+            None => {}
         }
     }
     let mut out = Vec::new();
@@ -105,21 +105,21 @@ pub fn windows(root: &Dir, skipped: &mut Skipped) -> Vec<NativeWindow> {
         let dir = native_window::window_dir(&node, &window);
         let mut read = None;
         if pb {
-            let rel = format!("{dir}/profile.pb.gz");
+            let rel = format!("{dir}/{}", native_window::PROFILE_FILE);
             match read_gz(root, &rel)
                 .and_then(|b| profile(&b, &CAPS).map_err(|e| Unread::Tree(rel.clone(), e)))
             {
-                Ok(t) => read = Some(("profile.pb.gz", t)),
+                Ok(t) => read = Some((NativeFile::Profile, t)),
                 Err(e) => skipped.push(e),
             }
         }
         if read.is_none() && svg {
-            let rel = format!("{dir}/flamegraph.svg");
+            let rel = format!("{dir}/{}", native_window::FLAMEGRAPH_FILE);
             match crate::reading::read_file(root, &rel, MAX_FILE_BYTES)
                 .map_err(Unread::File)
                 .and_then(|b| flamegraph_svg(&b, &CAPS).map_err(|e| Unread::Tree(rel.clone(), e)))
             {
-                Ok(t) => read = Some(("flamegraph.svg", t)),
+                Ok(t) => read = Some((NativeFile::Flamegraph, t)),
                 Err(e) => skipped.push(e),
             }
         }
@@ -165,7 +165,7 @@ pub fn parse_window(name: &str) -> Option<(f64, f64, u64)> {
     Some((a as f64 / 1e6, b as f64 / 1e6, pid))
 }
 
-fn window_model(node: String, window: String, source: &str, t: &Tree) -> NativeWindow {
+fn window_model(node: String, window: String, source: NativeFile, t: &Tree) -> NativeWindow {
     let (self_top, total_top) = t.top(TOP);
     let times = parse_window(&window);
     NativeWindow {
@@ -174,7 +174,7 @@ fn window_model(node: String, window: String, source: &str, t: &Tree) -> NativeW
         end_s: times.map(|t| t.1),
         pid: times.map(|t| t.2),
         window,
-        source: source.to_owned(),
+        source,
         samples: t.samples(),
         cpu_s: t.cpu_ns.map(|ns| ns as f64 / 1e9),
         samples_left_out: t.left_out,

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use trainprof_output::protocol::python_window::{EdgeMode, EdgePhase, PythonProfilerDir};
+
 use crate::model::{PyFunction, PyFunctionTotal, PythonGroup, PythonGroupKind};
 
 /// Functions listed per window.
@@ -374,35 +376,31 @@ pub const MAX_MERGED: usize = 200_000;
 #[derive(Debug, Clone)]
 pub struct Folder {
     pub node: String,
-    pub profiler: String,
+    pub profiler: PythonProfilerDir,
     pub edges: Option<(crate::reading::WindowEdge, crate::reading::WindowEdge)>,
     pub raw: String,
 }
 
 /// `cProfile` / `pyinstrument` as the tools spell themselves.
-pub fn profiler_name(p: &str) -> &str {
-    match p {
-        "cprofile" => "cProfile",
-        "pyinstrument" => "pyinstrument",
-        other => other,
-    }
+pub fn profiler_name(p: PythonProfilerDir) -> &'static str {
+    p.tool_name()
 }
 
 /// One boundary in words: `step 240 start`, `step 240 forward pass end`, `init`, `close`,
 /// `exit`.
 fn edge_words(e: &crate::reading::WindowEdge, is_start: bool) -> String {
-    let phase = match e.phase.as_str() {
-        "stepstart" => "start",
-        "forwardpassend" => "forward pass end",
-        "stepend" => "end",
-        other => other,
+    let phase = match &e.phase {
+        EdgePhase::StepStart => "start",
+        EdgePhase::ForwardPassEnd => "forward pass end",
+        EdgePhase::StepEnd => "end",
+        other @ (EdgePhase::Start | EdgePhase::End | EdgePhase::Other(_)) => other.as_str(),
     };
-    match (e.mode.as_str(), e.step) {
-        ("prestepzero", _) if e.phase == "start" => "init".to_owned(),
-        ("prestepzero", _) => "close".to_owned(),
-        ("posthookclose", _) => if is_start { "close" } else { "exit" }.to_owned(),
-        (mode, Some(step)) => format!("{mode} step {step} {phase}"),
-        (mode, None) => format!("{mode} {phase}"),
+    match (&e.mode, e.step) {
+        (EdgeMode::PreStepZero, _) if e.phase == EdgePhase::Start => "init".to_owned(),
+        (EdgeMode::PreStepZero, _) => "close".to_owned(),
+        (EdgeMode::PostHookClose, _) => if is_start { "close" } else { "exit" }.to_owned(),
+        (EdgeMode::Trainer(mode), Some(step)) => format!("{mode} step {step} {phase}"),
+        (EdgeMode::Trainer(mode), None) => format!("{mode} {phase}"),
     }
 }
 
@@ -437,7 +435,7 @@ pub fn group(folders: &[Folder]) -> Vec<(Vec<usize>, PythonGroup)> {
                 && p.profiler == f.profiler
                 && match (&p.edges, &f.edges) {
                     (Some((_, pe)), Some((fs, _))) => {
-                        fs.mode != "prestepzero"
+                        fs.mode != EdgeMode::PreStepZero
                             && fs.step.is_some()
                             && (&pe.mode, pe.step, &pe.phase) == (&fs.mode, fs.step, &fs.phase)
                     }
@@ -454,9 +452,9 @@ pub fn group(folders: &[Folder]) -> Vec<(Vec<usize>, PythonGroup)> {
     }
     for (ix, g) in &mut out {
         let first = &folders[ix[0]];
-        let prof = profiler_name(&first.profiler);
+        let prof = profiler_name(first.profiler);
         g.node = first.node.clone();
-        g.profiler = first.profiler.clone();
+        g.profiler = first.profiler;
         g.folders = ix.len() as u64;
         g.start_s =
             ix.iter().filter_map(|&i| folders[i].edges.as_ref()).map(|e| e.0.time_us / 1e6).reduce(f64::min);
@@ -467,21 +465,21 @@ pub fn group(folders: &[Folder]) -> Vec<(Vec<usize>, PythonGroup)> {
             g.label = format!("{} · {prof}", first.raw);
             continue;
         };
-        if a.mode == "prestepzero" {
-            let before = a.phase == "start";
+        if a.mode == EdgeMode::PreStepZero {
+            let before = a.phase == EdgePhase::Start;
             g.kind = if before { PythonGroupKind::BeforeFirstStep } else { PythonGroupKind::AfterClose };
             g.label = format!("{} · {prof}", if before { "before the first step" } else { "after close" });
             continue;
         }
         let steps: Vec<i64> = ix.iter().filter_map(|&i| folders[i].edges.as_ref()?.0.step).collect();
         g.kind = PythonGroupKind::Steps;
-        g.mode = Some(a.mode.clone());
+        g.mode = Some(a.mode.as_str().to_owned());
         g.first_step = steps.iter().copied().min();
         g.last_step = steps.iter().copied().max();
         g.label = match (g.first_step, g.last_step) {
-            (Some(x), Some(y)) if x == y => format!("{} step {x} · {prof}", a.mode),
-            (Some(x), Some(y)) => format!("{} steps {x}–{y} · {prof}", a.mode),
-            _ => format!("{} · {prof}", a.mode),
+            (Some(x), Some(y)) if x == y => format!("{} step {x} · {prof}", a.mode.as_str()),
+            (Some(x), Some(y)) => format!("{} steps {x}–{y} · {prof}", a.mode.as_str()),
+            _ => format!("{} · {prof}", a.mode.as_str()),
         };
     }
     out
@@ -660,7 +658,7 @@ mod tests {
             .iter()
             .map(|n| Folder {
                 node: "0-algo-1".into(),
-                profiler: "cprofile".into(),
+                profiler: PythonProfilerDir::CProfile,
                 edges: crate::reading::parse_window(n),
                 raw: (*n).to_owned(),
             })
@@ -706,7 +704,7 @@ mod tests {
         // Another node or profiler is another window, even at the same steps.
         let mut two =
             folders(&["train-2-stepstart-1795316597980690.5_train-2-forwardpassend-1795316597980765.2"; 2]);
-        two[1].profiler = "pyinstrument".into();
+        two[1].profiler = PythonProfilerDir::Pyinstrument;
         let g = group(&two);
         assert_eq!(g[1].1.label, "train step 2 · pyinstrument");
         assert_eq!(g.len(), 2);

@@ -14,10 +14,6 @@ Runs, one after the other (never two at once, so that none takes CPU from anothe
                                               into files
   step-py      bench/step_vs_smdebug.py       one training step's hook work from Python,
                                               trainprof vs smdebug's PyTorch hook's per-step work
-  py-ab        bench/py_ab.py                 the Python package's event and per-step paths
-                                              (with prof.record, record_event, trainprof.torch
-                                              outside windows), this tree's against the package
-                                              of the commit before the fast paths (ae6b779)
   agent        scripts/bench-agent            CPU per tick and RSS, trainprof vs a psutil
                                               collector of the same metrics
   gpu          bench/gpu_cost.py              the agent's CPU per GPU per tick over the fake
@@ -66,8 +62,6 @@ BENCHES = [
     ("hook-py", ["scripts/bench-hook-python"], {"BENCH_EVENTS": "100000"}, {"BENCH_EVENTS": "20000"}),
     ("step-py", [sys.executable, "bench/step_vs_smdebug.py"], {},
      {"BENCH_STEPS": "4000", "BENCH_GAP_STEPS": "1000", "BENCH_ROUNDS": "2"}),
-    ("py-ab", [sys.executable, "bench/py_ab.py"], {"BENCH_ROUNDS": "5"},
-     {"BENCH_EVENTS": "20000", "BENCH_STEPS": "5000", "BENCH_ROUNDS": "2"}),
     ("agent", ["scripts/bench-agent"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "5", "BENCH_TREE": "0"}),
     ("gpu", [sys.executable, "bench/gpu_cost.py"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "6", "BENCH_ROUNDS": "1"}),
     ("s3", [sys.executable, "bench/s3_latency.py"], {"BENCH_SECONDS": "20"}, {"BENCH_SECONDS": "8"}),

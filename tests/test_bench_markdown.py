@@ -52,8 +52,9 @@ def test_every_benchmark_that_prints_results_is_in_the_table():
     printers = [p for p in list((ROOT / "bench").glob("*.py")) + list((ROOT / "hook-ffi" / "bench").glob("*"))
                 if p.name != "run.py" and p.is_file() and re.search(r"RESULT ", p.read_text(errors="replace"))]
     assert len(printers) >= 10
-    # An A/B of this tree against another revision the user names (scripts/bench-hook-steps
-    # REV builds that revision), not a benchmark against a peer.
-    ab_only = {"step_bench.c"}
+    # A/Bs of this tree against another revision the user names (scripts/bench-hook-steps REV
+    # builds that revision's library; bench/py_ab.py REV loads that revision's package beside
+    # this one, which needs the same C ABI version), not benchmarks against a peer.
+    ab_only = {"step_bench.c", "py_ab.py"}
     missing = [str(p.relative_to(ROOT)) for p in printers if p.name not in ran and p.name not in ab_only]
     assert not missing, "benchmarks printing RESULT lines that bench/run.py does not run: %s" % missing

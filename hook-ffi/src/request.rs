@@ -24,7 +24,7 @@ use std::sync::{Mutex, PoisonError};
 use trainprof_config::{AutoFeature, AutoFeatures, Config};
 use trainprof_output::fs::{self, Dir, Kind};
 use trainprof_output::protocol::request::{
-    self as proto, Answer, AnswerKind, FORMAT_VERSION, Presence, REQUEST_DIR, Request,
+    self as proto, Answer, AnswerKind, FORMAT_VERSION, Presence, REQUEST_DIR, Refused, Request,
 };
 
 use crate::hook::Hook;
@@ -462,13 +462,13 @@ impl Poller {
             Err(why) => Err(why),
         };
         let go = go.and_then(|g| {
-            if g.id != id { Err("the go-ahead: its id is not its file's".to_owned()) } else { Ok(g) }
+            if g.id != id { Err(Refused("the go-ahead: its id is not its file's".to_owned())) } else { Ok(g) }
         });
         let go = match go {
             Ok(g) => g,
             Err(why) => {
                 let mut a = self.answer(hook, &id, AnswerKind::Refused);
-                a.reason = Some(why);
+                a.reason = Some(why.0);
                 self.write(&proto::armed_name(&id, &self.rank), &a);
                 self.current = None;
                 return;
@@ -536,10 +536,10 @@ impl Poller {
                 Err(why) => Err(why),
             }
         } else {
-            Err(format!("{name} is not a regular file (a link or a special file): not read"))
+            Err(Refused(format!("{name} is not a regular file (a link or a special file): not read")))
         };
         let request = request.and_then(|r| {
-            if r.id == id { Ok(r) } else { Err("the request: its id is not its file's".to_owned()) }
+            if r.id == id { Ok(r) } else { Err(Refused("the request: its id is not its file's".to_owned())) }
         });
         let refuse = |p: &Self, kind: AnswerKind, why: String| {
             let mut a = p.answer(hook, id, kind);
@@ -550,7 +550,7 @@ impl Poller {
             Ok(r) => r,
             Err(why) => {
                 crate::log(&format_args!("trainprof trigger {id}: refused: {why}"));
-                return refuse(self, AnswerKind::Refused, why);
+                return refuse(self, AnswerKind::Refused, why.0);
             }
         };
         if now_us > r.expires_us {
@@ -601,27 +601,27 @@ impl Poller {
 
     /// The bytes of the regular file `name` of the folder when it is this user's or root's
     /// and at most `max` bytes; `Ok(None)` when it does not exist; else why not.
-    fn read_owned(&self, name: &str, max: u64) -> Result<Option<Vec<u8>>, String> {
+    fn read_owned(&self, name: &str, max: u64) -> Result<Option<Vec<u8>>, Refused> {
         let Some(dir) = &self.dir else { return Ok(None) };
         let f = match dir.open_regular(name, false) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("{name}: {}", strip_dir(&e.to_string(), dir))),
+            Err(e) => return Err(Refused(format!("{name}: {}", strip_dir(&e.to_string(), dir)))),
         };
-        let meta = fs::meta_of(&f).map_err(|e| format!("{name}: {e}"))?;
+        let meta = fs::meta_of(&f).map_err(|e| Refused(format!("{name}: {e}")))?;
         if meta.uid != self.euid && meta.uid != 0 {
-            return Err(format!(
+            return Err(Refused(format!(
                 "{name} belongs to uid {}, not to the trainer's user or root: not read",
                 meta.uid
-            ));
+            )));
         }
         if meta.nlink != 1 {
-            return Err(format!("{name} has another hard link: not read"));
+            return Err(Refused(format!("{name} has another hard link: not read")));
         }
         if meta.len > max {
-            return Err(format!("{name} holds {} bytes, more than {max}: not read", meta.len));
+            return Err(Refused(format!("{name} holds {} bytes, more than {max}: not read", meta.len)));
         }
-        fs::read_bounded(f, max, std::path::Path::new(name)).map(Some).map_err(|e| e.to_string())
+        fs::read_bounded(f, max, std::path::Path::new(name)).map(Some).map_err(|e| Refused(e.to_string()))
     }
 
     fn answer(&self, hook: &Hook, id: &str, answer: AnswerKind) -> Answer {

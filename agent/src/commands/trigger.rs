@@ -162,7 +162,7 @@ fn answers(dir: &Dir, prefix: &str, id: &str) -> Vec<(String, Result<Answer, Str
             continue;
         };
         let read = match dir.read(&name, proto::MAX_FILE_BYTES) {
-            Ok(Some(b)) => proto::parse_answer(&b),
+            Ok(Some(b)) => proto::parse_answer(&b).map_err(|r| r.0),
             Ok(None) => continue,
             Err(e) => Err(e.to_string()),
         };

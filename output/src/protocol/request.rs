@@ -220,9 +220,22 @@ pub struct Presence {
 /// `bytes` as a `T`, or why not: what kind of problem, never the content. Read as a JSON
 /// object first (so an array is never taken for a struct's fields in order, and nesting is
 /// bounded by `serde_json`'s 128 levels), then as `T`.
-fn strict<T: serde::de::DeserializeOwned>(bytes: &[u8], max: u64, what: &str) -> Result<T, String> {
+/// Why a file of the request folder was refused: the reason, as the rank's answer and
+/// `trainprof trigger` say it (docs/formats.md, "On-demand windows (`trainprof trigger`)").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+fn strict<T: serde::de::DeserializeOwned>(bytes: &[u8], max: u64, what: &str) -> Result<T, Refused> {
     if bytes.len() as u64 > max {
-        return Err(format!("{what}: larger than {max} bytes"));
+        return Err(Refused(format!("{what}: larger than {max} bytes")));
     }
     let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
         let why = match e.classify() {
@@ -230,21 +243,21 @@ fn strict<T: serde::de::DeserializeOwned>(bytes: &[u8], max: u64, what: &str) ->
             _ if e.to_string().starts_with("recursion limit exceeded") => "nested too deep",
             _ => "not JSON",
         };
-        format!("{what}: {why}")
+        Refused(format!("{what}: {why}"))
     })?;
     if !v.is_object() {
-        return Err(format!("{what}: not the format (not an object)"));
+        return Err(Refused(format!("{what}: not the format (not an object)")));
     }
     serde_json::from_value(v).map_err(|e| {
         // serde's message names the key or the type expected (and a wrong value, bounded and
         // escaped for a terminal).
-        format!("{what}: not the format ({})", crate::text::printable(&e.to_string(), 120))
+        Refused(format!("{what}: not the format ({})", crate::text::printable(&e.to_string(), 120)))
     })
 }
 
-fn check_version(v: u64, what: &str) -> Result<(), String> {
+fn check_version(v: u64, what: &str) -> Result<(), Refused> {
     if v != FORMAT_VERSION {
-        return Err(format!("{what}: version {v}, not {FORMAT_VERSION}"));
+        return Err(Refused(format!("{what}: version {v}, not {FORMAT_VERSION}")));
     }
     Ok(())
 }
@@ -252,64 +265,64 @@ fn check_version(v: u64, what: &str) -> Result<(), String> {
 /// A request, checked: every key present and of its type, no other key, the version, a
 /// valid id, known features each once (at least one, or `stacks`), `steps` and `roundup`
 /// in range, a lifetime within [`MAX_LIFETIME_US`].
-pub fn parse_request(bytes: &[u8]) -> Result<Request, String> {
+pub fn parse_request(bytes: &[u8]) -> Result<Request, Refused> {
     let what = "the request";
     let r: Request = strict(bytes, MAX_FILE_BYTES, what)?;
     check_version(r.version, what)?;
     if !valid_id(&r.id) {
-        return Err(format!("{what}: the id is not 1 to {MAX_ID_LEN} of [A-Za-z0-9_]"));
+        return Err(Refused(format!("{what}: the id is not 1 to {MAX_ID_LEN} of [A-Za-z0-9_]")));
     }
     for (i, f) in r.features.iter().enumerate() {
         if !FEATURES.contains(&f.as_str()) {
-            return Err(format!("{what}: a feature is not one of {}", FEATURES.join(", ")));
+            return Err(Refused(format!("{what}: a feature is not one of {}", FEATURES.join(", "))));
         }
         if r.features[..i].contains(f) {
-            return Err(format!("{what}: a feature is named twice"));
+            return Err(Refused(format!("{what}: a feature is named twice")));
         }
     }
     if r.features.is_empty() && !r.stacks {
-        return Err(format!("{what}: no feature and no stacks"));
+        return Err(Refused(format!("{what}: no feature and no stacks")));
     }
     if !(1..=MAX_STEPS).contains(&r.steps) {
-        return Err(format!("{what}: steps is not in 1..={MAX_STEPS}"));
+        return Err(Refused(format!("{what}: steps is not in 1..={MAX_STEPS}")));
     }
     if !(1..=MAX_ROUNDUP).contains(&r.roundup) {
-        return Err(format!("{what}: roundup is not in 1..={MAX_ROUNDUP}"));
+        return Err(Refused(format!("{what}: roundup is not in 1..={MAX_ROUNDUP}")));
     }
     let life = r.expires_us.checked_sub(r.requested_us);
     if !life.is_some_and(|l| (1..=MAX_LIFETIME_US).contains(&l)) {
-        return Err(format!("{what}: expires_us is not after requested_us by at most an hour"));
+        return Err(Refused(format!("{what}: expires_us is not after requested_us by at most an hour")));
     }
     Ok(r)
 }
 
 /// A go-ahead, checked: the version, a valid id, at most [`MAX_RANKS`] ranks.
-pub fn parse_go(bytes: &[u8]) -> Result<Go, String> {
+pub fn parse_go(bytes: &[u8]) -> Result<Go, Refused> {
     let what = "the go-ahead";
     let g: Go = strict(bytes, MAX_GO_BYTES, what)?;
     check_version(g.version, what)?;
     if !valid_id(&g.id) {
-        return Err(format!("{what}: the id is not valid"));
+        return Err(Refused(format!("{what}: the id is not valid")));
     }
     if g.ranks.len() > MAX_RANKS {
-        return Err(format!("{what}: more than {MAX_RANKS} ranks"));
+        return Err(Refused(format!("{what}: more than {MAX_RANKS} ranks")));
     }
     Ok(g)
 }
 
 /// An answer, checked (the trigger reads them): the version and a valid id.
-pub fn parse_answer(bytes: &[u8]) -> Result<Answer, String> {
+pub fn parse_answer(bytes: &[u8]) -> Result<Answer, Refused> {
     let what = "the answer";
     let a: Answer = strict(bytes, MAX_FILE_BYTES, what)?;
     check_version(a.version, what)?;
     if !valid_id(&a.id) {
-        return Err(format!("{what}: the id is not valid"));
+        return Err(Refused(format!("{what}: the id is not valid")));
     }
     Ok(a)
 }
 
 /// A presence file, checked.
-pub fn parse_presence(bytes: &[u8]) -> Result<Presence, String> {
+pub fn parse_presence(bytes: &[u8]) -> Result<Presence, Refused> {
     let what = "the presence file";
     let p: Presence = strict(bytes, MAX_FILE_BYTES, what)?;
     check_version(p.version, what)?;
@@ -402,8 +415,8 @@ mod tests {
         ];
         for (text, want) in cases {
             let err = parse_request(text.as_bytes()).unwrap_err();
-            assert!(err.contains(want), "{text:.80}: {err}");
-            assert!(!err.contains("../x") && !err.contains("perf"), "the content is never echoed: {err}");
+            assert!(err.0.contains(want), "{text:.80}: {err}");
+            assert!(!err.0.contains("../x") && !err.0.contains("perf"), "the content is never echoed: {err}");
         }
         // stacks alone is a request.
         let stacks = request("").replace(r#"["detailed", "python"]"#, "[]").replace("false", "true");

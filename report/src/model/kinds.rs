@@ -143,7 +143,7 @@ impl BegunFrom {
 }
 
 /// A likely cause of a straggler, seen on its node (`fleet.stragglers[].causes[].cause`,
-/// `docs/report.md`, "Fleet").
+/// `docs/report.md`, "Many ranks").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CauseKind {

@@ -78,7 +78,7 @@ pub(crate) struct Gate {
     pub(crate) auto: Option<Detector>,
     /// A window `trainprof trigger` armed ([`crate::request`]): another extra step range
     /// per feature, consulted like the detector's.
-    pub(crate) requested: Option<crate::request::Requested>,
+    pub(crate) requested: Option<crate::request::slot::Requested>,
 }
 
 impl Gate {
@@ -190,7 +190,7 @@ pub struct Hook {
     /// and what the watchdog needs ([`crate::hang`]).
     pub(crate) hang: Option<Box<crate::hang::Hang>>,
     /// On-demand windows: what the writer asks of the next step boundary ([`crate::request`]).
-    pub(crate) requests: crate::request::Slot,
+    pub(crate) requests: crate::request::slot::Slot,
 }
 
 /// The profiler's own work off the trainer's threads (a native window's report: 0.1–1 s of
@@ -342,7 +342,7 @@ impl Hook {
             native_spawn_failed: AtomicBool::new(false),
             own_work: OwnWork::default(),
             hang: o.config.hang.is_enabled().then(|| Box::new(crate::hang::Hang::new(o.config.hang.clone()))),
-            requests: crate::request::Slot::default(),
+            requests: crate::request::slot::Slot::default(),
         })
     }
 
@@ -594,7 +594,7 @@ impl Hook {
 
     /// A requested window opens at this step: one instant event and one log line
     /// (docs/formats.md, "On-demand windows (`trainprof trigger`)"). Rare: one per request.
-    pub(crate) fn record_requested(&self, r: &crate::request::Requested, now_us: i64) {
+    pub(crate) fn record_requested(&self, r: &crate::request::slot::Requested, now_us: i64) {
         let features: Vec<&str> = r.features.iter().map(AutoFeature::as_str).collect();
         crate::log(&format_args!(
             "trainprof trigger {}: {} for steps {}..={}",

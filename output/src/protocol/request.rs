@@ -3,7 +3,7 @@
 //! the go-ahead, the ranks' answers and presence files, their strict bounded parsers, and
 //! the choice of the step every rank starts on. `trainprof trigger`
 //! (`agent/src/commands/trigger.rs`) writes requests and go-aheads; the hook's writer thread
-//! (`hook-ffi/src/request.rs`) reads them and answers.
+//! (`hook-ffi/src/request/`) reads them and answers.
 //!
 //! Everything in the folder may be planted by anyone who can write there (the folder is
 //! mode 0700, so only the trainer's user and root), so every reader here is strict: a file

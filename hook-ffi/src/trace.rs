@@ -94,6 +94,21 @@ pub fn record<'a>(
     out.push_str("}}");
 }
 
+/// The head both instant events share (a trigger's, a requested window's): name, process,
+/// global scope, and `args` opened with the pid and the step; the caller adds its own args.
+fn instant_head(out: &mut String, ev: &Event, phase_index: u32, base_us: i64, os_pid: u32, name: &str) {
+    out.push_str("{\"name\": ");
+    json_string(out, name);
+    let ts = ev.start_us.saturating_sub(base_us);
+    let _ = write!(
+        out,
+        ", \"pid\": {phase_index}, \"ph\": \"i\", \"ts\": {ts}, \"s\": \"g\", \"args\": {{\"pid\": {os_pid}"
+    );
+    if ev.step >= 0 {
+        let _ = write!(out, ", \"{STEP_NUM_KEY}\": \"{}\"", ev.step);
+    }
+}
+
 /// An anomaly trigger (docs/formats.md, "Event vocabulary"): an instant event of global
 /// scope at the slow step's end, keys in this order.
 fn trigger(
@@ -105,16 +120,7 @@ fn trigger(
     os_pid: u32,
     name: &str,
 ) {
-    out.push_str("{\"name\": ");
-    json_string(out, name);
-    let ts = ev.start_us.saturating_sub(base_us);
-    let _ = write!(
-        out,
-        ", \"pid\": {phase_index}, \"ph\": \"i\", \"ts\": {ts}, \"s\": \"g\", \"args\": {{\"pid\": {os_pid}"
-    );
-    if ev.step >= 0 {
-        let _ = write!(out, ", \"{STEP_NUM_KEY}\": \"{}\"", ev.step);
-    }
+    instant_head(out, ev, phase_index, base_us, os_pid, name);
     let ms = |us: i64| us as f64 / 1000.0;
     let _ = write!(
         out,
@@ -163,16 +169,7 @@ fn requested(
     name: &str,
     id: &str,
 ) {
-    out.push_str("{\"name\": ");
-    json_string(out, name);
-    let ts = ev.start_us.saturating_sub(base_us);
-    let _ = write!(
-        out,
-        ", \"pid\": {phase_index}, \"ph\": \"i\", \"ts\": {ts}, \"s\": \"g\", \"args\": {{\"pid\": {os_pid}"
-    );
-    if ev.step >= 0 {
-        let _ = write!(out, ", \"{STEP_NUM_KEY}\": \"{}\"", ev.step);
-    }
+    instant_head(out, ev, phase_index, base_us, os_pid, name);
     let _ = write!(out, ", \"{}\": ", requested_key::REQUEST_ID);
     json_string(out, id);
     let _ =

@@ -33,7 +33,8 @@ pub struct HangDetection {
 on_off!(HangDetection);
 
 impl HangDetection {
-    pub(crate) fn not_configured() -> HangDetection {
+    /// The settings when `HangDetectionConfig` is absent (the feature off).
+    pub fn not_configured() -> HangDetection {
         HangDetection {
             off: Some(Off::NotConfigured),
             timeout_s: DEFAULT_HANG_TIMEOUT_S,

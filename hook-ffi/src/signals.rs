@@ -58,6 +58,21 @@ pub fn set_default(sig: i32) {
     unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) };
 }
 
+/// Ignores `sig`, which discards one pending for any thread.
+pub fn set_ignore(sig: i32) {
+    // SAFETY: all-zero is a valid sigaction; SIG_IGN set as its handler.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = libc::SIG_IGN;
+    // SAFETY: a valid sigaction.
+    unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) };
+}
+
+/// Puts back a disposition read before (by [`get`] or [`swap`]).
+pub fn restore(sig: i32, old: &libc::sigaction) {
+    // SAFETY: a sigaction the kernel gave us.
+    unsafe { libc::sigaction(sig, old, std::ptr::null_mut()) };
+}
+
 /// The signals 1–64 of `set` as bits (bit `n - 1` for signal `n`).
 pub fn bits(set: &libc::sigset_t) -> u64 {
     (1..=64)

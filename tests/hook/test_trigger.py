@@ -137,6 +137,14 @@ def test_both_ranks_open_on_the_same_step_a_multiple_of_roundup(tmp_path, trainp
     page = tmp_path / "page.html"
     r = subprocess.run([str(trainprof_bin), "report", str(job.out), "-o", str(page)], capture_output=True, text=True)
     assert r.returncode == 0 and "<h2>Requested windows</h2>" in page.read_text(), r.stderr
+    # compare leaves the requested window's steps out, as a configured window's (and the
+    # step after it, which pays for its teardown): 2 ranks × (3 + 1) steps, and one more per
+    # rank where the window's end (the next step's begin) touches that step.
+    r = subprocess.run([str(trainprof_bin), "compare", str(job.out), str(job.out), "--json", "--warmup", "0"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    train = json.loads(r.stdout)["steps"]["TRAIN"]["a"]
+    assert 8 <= train["window_left_out"] <= 10 and train["kept"] > 0, train
     assert job.presences() == [], "each rank removes its presence file at exit"
     assert sorted(p.name for p in (job.out / "trigger").iterdir()) == [], "the trigger cleans up"
 
@@ -261,12 +269,45 @@ def test_stacks_are_dumped_by_every_rank_the_stuck_one_too_and_the_job_goes_on(t
     assert inc["kind"] == "requested" and len(inc["dumps"]) == 2, inc
 
 
-def test_stacks_without_hang_detection_are_refused_with_the_reason(tmp_path, trainprof_bin, hook_lib):
-    job = Job(tmp_path, trainprof_bin, hook_lib, ranks=1)
+def test_stacks_without_hang_detection_borrow_nothing_and_leave_every_signal_as_it_was(
+        tmp_path, trainprof_bin, hook_lib):
+    """No HangDetectionConfig: each rank's stacks still come (the stuck rank's too), from a
+    thread that borrows a free real-time signal for the native stacks and gives it back: the
+    kernel's view of the ranks' signal dispositions is the same before and after, and the same
+    as a Python process's without trainprof."""
+    signals_to = tmp_path / "signals"
+    job = Job(tmp_path, trainprof_bin, hook_lib, stuck_rank=1, signals_to=str(signals_to))
     try:
+        wait_for(lambda: pathlib.Path(str(job.release) + ".waiting").exists(), "rank 1 stuck", alive=job.proc)
         t = trigger(trainprof_bin, "--stacks", "--wait", 20, job.out)
-        assert t.returncode == 1, (t.stdout, t.stderr)
-        assert "stacks not dumped, refused: hang detection is off in this process" in t.stdout
+        assert t.returncode == 0, (t.stdout, t.stderr)
+        lines = rank_lines(t.stdout)
+        assert len(lines) == 2 and all(v.startswith("stacks dumped in ") for v in lines.values()), t.stdout
+        for key, v in lines.items():
+            folder = pathlib.Path(v.split("stacks dumped in ", 1)[1].rstrip("/"))
+            stall = json.loads((folder / "stall.json").read_text())
+            assert stall["kind"] == "requested", stall
+            py = (folder / "python_stacks.txt").read_text()
+            assert "trigger_ranks.py" in py, py
+            if key.startswith("1-"):
+                assert "waits.py" in py, py  # where the stuck rank waits
+            native = (folder / "native_stacks.txt").read_text()
+            assert re.search(r"^  #0 0x", native, re.M), native
+        assert job.proc.poll() is None, "the job goes on"
     finally:
         job.finish()
-    assert not (job.out / "framework" / "hangs").exists()
+    # Without trainprof: a Python process with a second thread (glibc installs its own
+    # handler for one internal real-time signal at the first thread, as in every trainer).
+    plain = subprocess.run(
+        [sys.executable, "-c", "import sys, threading; t = threading.Thread(target=int); t.start(); t.join(); "
+         "sys.stdout.write(open('/proc/self/status').read())"],
+        capture_output=True, text=True, check=True).stdout
+    without = {k: v.strip() for k, v in (line.split(":", 1) for line in plain.splitlines())
+               if k in ("SigCgt", "SigIgn", "SigBlk")}
+    for rank in (0, 1):
+        seen = json.loads(pathlib.Path("%s.%d" % (signals_to, rank)).read_text())
+        assert seen["start"] == seen["end"] == without, (rank, seen, without)
+    r = subprocess.run([str(trainprof_bin), "report", str(job.out), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    (inc,) = json.loads(r.stdout)["hangs"]["incidents"]
+    assert inc["kind"] == "requested" and len(inc["dumps"]) == 2, inc

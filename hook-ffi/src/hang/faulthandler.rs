@@ -13,11 +13,12 @@ use crate::signals;
 /// `trainprof-python-stacks`, hook-ffi/python/trainprof/_hang.py).
 const PYTHON_MEMFD: &str = "/memfd:trainprof-python-stacks";
 
-/// `python_stacks.txt` through faulthandler (see [`super`]'s docs), or `None` when the Python
-/// package registered nothing or faulthandler's handler is no longer the one installed.
+/// `python_stacks.txt` through faulthandler (see [`super`]'s docs); when the Python package
+/// registered nothing or faulthandler's handler is no longer the one installed, straight from
+/// the interpreter ([`interpreter_stacks`]); `None` when neither can be had.
 pub(super) fn python_stacks(h: &Hang) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; MAX_PYTHON_BYTES];
-    let n = python_stacks_into(h, &mut buf)?;
+    let Some(n) = python_stacks_into(h, &mut buf) else { return interpreter_stacks() };
     buf.truncate(n);
     Some(buf)
 }
@@ -72,4 +73,75 @@ fn raise_here(sig: i32) {
     // SAFETY: tgkill with this process's pid, the calling thread and a signal number.
     unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), gettid(), sig) };
     signals::thread_mask(libc::SIG_SETMASK, old);
+}
+
+/// Every Python thread's stack straight from the interpreter, the way faulthandler's own
+/// `dump_traceback_later` thread takes them: CPython's traceback dumper
+/// (`PyUnstable_DumpTracebackThreads`, or `_Py_DumpTracebackThreads` before it had a public
+/// name) called from this thread, which holds no Python thread state and no lock of
+/// Python's, writing into an anonymous memfd of ours. No signal, no handler, no Python code:
+/// what `trainprof trigger --stacks` uses in a process without `HangDetectionConfig`
+/// (docs/formats.md, "On-demand windows (`trainprof trigger`)"). Like faulthandler's thread
+/// it reads the frames while the trainer's threads run: the stacks are a snapshot, best
+/// effort. `None` when the process has no Python, one not initialised or finalising, or
+/// one that exports no dumper.
+pub(super) fn interpreter_stacks() -> Option<Vec<u8>> {
+    type Flag = unsafe extern "C" fn() -> libc::c_int;
+    type Main = unsafe extern "C" fn() -> *mut libc::c_void;
+    type Dumper =
+        unsafe extern "C" fn(libc::c_int, *mut libc::c_void, *mut libc::c_void) -> *const libc::c_char;
+    /// The process's own symbol `name` (NUL-terminated), if any object loaded exports it.
+    fn symbol(name: &[u8]) -> Option<*mut libc::c_void> {
+        // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the loaded objects.
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr().cast()) };
+        (!p.is_null()).then_some(p)
+    }
+    let initialised = symbol(b"Py_IsInitialized\0")?;
+    let finalising = symbol(b"Py_IsFinalizing\0").or_else(|| symbol(b"_Py_IsFinalizing\0"))?;
+    let dumper =
+        symbol(b"PyUnstable_DumpTracebackThreads\0").or_else(|| symbol(b"_Py_DumpTracebackThreads\0"))?;
+    // SAFETY: the symbols have these C signatures in every CPython that exports them
+    // (3.8 onwards); a function pointer and a data pointer have one size here.
+    let (initialised, finalising, dumper) = unsafe {
+        (
+            std::mem::transmute::<*mut libc::c_void, Flag>(initialised),
+            std::mem::transmute::<*mut libc::c_void, Flag>(finalising),
+            std::mem::transmute::<*mut libc::c_void, Dumper>(dumper),
+        )
+    };
+    // SAFETY: both only read the runtime's state.
+    if unsafe { initialised() } == 0 || unsafe { finalising() } != 0 {
+        return None;
+    }
+    // The main interpreter, or NULL: the dumper then finds it itself, as faulthandler's.
+    let interp = symbol(b"PyInterpreterState_Main\0").map_or(std::ptr::null_mut(), |f| {
+        // SAFETY: `PyInterpreterState *PyInterpreterState_Main(void)`, a read of the runtime.
+        unsafe { std::mem::transmute::<*mut libc::c_void, Main>(f)() }
+    });
+    // SAFETY: a NUL-terminated name and a flag.
+    let fd = unsafe { libc::memfd_create(c"trainprof-stacks-on-request".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: our own fd; NULL for the current thread state: this thread has none.
+    let err = unsafe { dumper(fd, interp, std::ptr::null_mut()) };
+    let mut buf = vec![0u8; MAX_PYTHON_BYTES];
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: a valid buffer of the given length.
+        let n = unsafe { libc::pread(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got, got as i64) };
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    // SAFETY: our own fd, closed once.
+    unsafe { libc::close(fd) };
+    buf.truncate(got);
+    if !err.is_null() {
+        // SAFETY: the dumper returns a static NUL-terminated message on failure.
+        let why = unsafe { std::ffi::CStr::from_ptr(err) }.to_string_lossy();
+        buf.extend_from_slice(format!("(the interpreter's dumper: {why})\n").as_bytes());
+    }
+    Some(buf)
 }

@@ -24,7 +24,10 @@
 //!   signal to its own thread with `tgkill` (so faulthandler's C handler runs synchronously,
 //!   on a thread that holds no Python lock, and writes every thread's stack without the GIL),
 //!   then copies what it wrote into `python_stacks.txt`. No Python code runs for it, so a
-//!   trainer stuck holding the GIL in C code still gets its stacks.
+//!   trainer stuck holding the GIL in C code still gets its stacks. Where the package
+//!   registered nothing (`LD_PRELOAD`, or `trainprof trigger --stacks` without the recorder,
+//!   [`on_request`]) the interpreter's own dumper is called from the dumping thread instead
+//!   (`faulthandler.rs`'s `interpreter_stacks`).
 //! * **Native stacks**: another free real-time signal, sent with `tgkill` to each thread in
 //!   turn; that thread's handler (this module's) unwinds itself with
 //!   `backtrace::trace_unsynchronized` into a preallocated buffer of [`MAX_FRAMES`]
@@ -58,6 +61,7 @@
 //! | `unwind.rs` | native stacks, each thread unwinding itself on a real-time signal |
 //! | `faulthandler.rs` | Python stacks through the package's faulthandler memfd |
 //! | `watchdog.rs` | the `trainprof-watchdog` thread |
+//! | `on_request.rs` | `trainprof trigger --stacks` without the recorder: one dump from a short-lived thread |
 //! | `crash.rs` | the crash dump, async-signal-safe: raw calls and static buffers |
 //! | `fixed.rs` | formatting into a caller's buffer without allocating (the crash and faulthandler paths) |
 //!
@@ -69,6 +73,7 @@ mod chain;
 mod crash;
 mod faulthandler;
 mod fixed;
+pub mod on_request;
 mod record;
 mod ring;
 mod unwind;

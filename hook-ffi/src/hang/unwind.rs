@@ -69,11 +69,32 @@ fn native_signal(python_signal: i32) -> Option<i32> {
         return Some(s);
     }
     let sig = signals::free_real_time(true, &[s, python_signal])?;
-    if !signals::install(sig, native_handler, libc::SA_RESTART | libc::SA_ONSTACK, 0) {
-        return None;
-    }
+    let old = signals::swap(sig, native_handler, libc::SA_RESTART | libc::SA_ONSTACK, 0)?;
+    *REPLACED.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(old);
     NATIVE_SIGNAL.store(sig, SeqCst);
     Some(sig)
+}
+
+/// The disposition the native-stack handler replaced (a default one), for
+/// [`release_native_signal`].
+static REPLACED: std::sync::Mutex<Option<libc::sigaction>> = std::sync::Mutex::new(None);
+
+/// Gives the native-stack signal back when the handler installed on it is still ours:
+/// first `SIG_IGN`, which discards a signal still pending for a thread that did not answer in
+/// time (the default action of a real-time signal would end the process), then the
+/// disposition it replaced (a default one: only a signal at `SIG_DFL` is taken,
+/// [`signals::free_real_time`]).
+/// What a dump in a process without the recorder leaves behind: nothing.
+pub fn release_native_signal() {
+    let sig = NATIVE_SIGNAL.swap(0, SeqCst);
+    let old = REPLACED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    if sig != 0 && native_installed(sig) {
+        signals::set_ignore(sig);
+        match old {
+            Some(old) => signals::restore(sig, &old),
+            None => signals::set_default(sig),
+        }
+    }
 }
 
 /// One thread's native stack: its frame addresses, unwound by itself.

@@ -137,6 +137,8 @@ pub(crate) struct Poller {
     pace: Option<f64>,
     /// A `stacks` request whose dump the watchdog is writing: its id and expiry.
     stacks: Option<(String, i64)>,
+    /// Without the recorder, the thread writing that dump ([`crate::hang::on_request`]).
+    on_request: Option<crate::hang::on_request::Outcome>,
 }
 
 impl Poller {
@@ -158,6 +160,7 @@ impl Poller {
             pace_from: None,
             pace: None,
             stacks: None,
+            on_request: None,
         };
         let dir = Dir::open_root(hook.local_path(), true)
             .and_then(|root| fs::private_dir_mode(&root, REQUEST_DIR, 0o700));
@@ -200,7 +203,7 @@ impl Poller {
 
     /// One look, from the writer's loop (every 10 ms when idle): at most every 50 ms while a
     /// request is in flight, else at most once a second.
-    pub(crate) fn poll(&mut self, hook: &Hook, now_us: i64) {
+    pub(crate) fn poll(&mut self, hook: &Arc<Hook>, now_us: i64) {
         if self.dir.is_none() {
             return;
         }
@@ -237,7 +240,11 @@ impl Poller {
     /// request's expiry).
     fn stacks_done(&mut self, hook: &Hook, now_us: i64) {
         let Some((id, expires_us)) = self.stacks.clone() else { return };
-        let done = hook.hang.as_deref().and_then(crate::hang::Hang::take_requested);
+        let done = match (&self.on_request, hook.hang.as_deref()) {
+            (Some(outcome), _) => crate::hang::on_request::take(outcome),
+            (None, Some(h)) => h.take_requested(),
+            (None, None) => None,
+        };
         let mut a = match done {
             Some(Some(folder)) => {
                 let mut a = self.answer(hook, &id, AnswerKind::Dumped);
@@ -259,6 +266,7 @@ impl Poller {
         a.step = hook.window_step();
         self.write(&proto::stacks_name(&id, &self.rank), &a);
         self.stacks = None;
+        self.on_request = None;
     }
 
     /// Moves the request in flight on: what the trainer took is answered, the go-ahead is
@@ -388,7 +396,7 @@ impl Poller {
 
     /// Lists the folder when it changed (or changed within the last second: a change in the
     /// same clock tick as the last listing keeps the mtime), and handles each new request.
-    fn scan(&mut self, hook: &Hook, now_us: i64) {
+    fn scan(&mut self, hook: &Arc<Hook>, now_us: i64) {
         let Some(dir) = &self.dir else { return };
         let Ok(meta) = fs::meta_of(dir) else { return };
         let recent = meta.mtime.0.saturating_mul(1_000_000).saturating_add(meta.mtime.1 / 1000)
@@ -415,7 +423,7 @@ impl Poller {
 
     /// A new `request-<id>.json`: refused with a reason, ignored when expired, or asked of
     /// the trainer.
-    fn handle(&mut self, hook: &Hook, id: &str, name: &str, kind: Kind, now_us: i64) {
+    fn handle(&mut self, hook: &Arc<Hook>, id: &str, name: &str, kind: Kind, now_us: i64) {
         let request = if kind == Kind::File {
             match self.read_owned(name, proto::MAX_FILE_BYTES) {
                 Ok(Some(bytes)) => proto::parse_request(&bytes),
@@ -468,21 +476,32 @@ impl Poller {
     }
 
     /// `stacks`: the flight recorder's watchdog writes a dump of kind `requested` from its own
-    /// thread (a rank stuck outside a step is dumped too); without `HangDetectionConfig` there
-    /// is no recorder to take native stacks safely, and the answer says so.
-    fn ask_stacks(&mut self, hook: &Hook, r: &Request) {
-        let refused = |why: &str| {
-            let mut a = self.answer(hook, &r.id, AnswerKind::Refused);
-            a.reason = Some(why.to_owned());
-            self.write(&proto::stacks_name(&r.id, &self.rank), &a);
+    /// thread (a rank stuck outside a step is dumped too); without `HangDetectionConfig` a
+    /// short-lived thread of trainprof's writes the same dump and gives back what it borrowed
+    /// ([`crate::hang::on_request`]).
+    fn ask_stacks(&mut self, hook: &Arc<Hook>, r: &Request) {
+        let started = if self.stacks.is_some() {
+            Err("one stack dump at a time: another is being written".to_owned())
+        } else {
+            match hook.hang.as_deref() {
+                None => match crate::hang::on_request::dump_now(Arc::clone(hook)) {
+                    Ok(outcome) => {
+                        self.on_request = Some(outcome);
+                        Ok(())
+                    }
+                    Err(e) => Err(format!("cannot start the thread that takes the stacks: {e}")),
+                },
+                Some(h) if h.request_dump() => Ok(()),
+                Some(_) => Err("the recorder's watchdog is not running".to_owned()),
+            }
         };
-        match hook.hang.as_deref() {
-            None => refused(
-                "hang detection is off in this process (HangDetectionConfig): stacks need its recorder",
-            ),
-            Some(_) if self.stacks.is_some() => refused("one stack dump at a time: another is being written"),
-            Some(h) if h.request_dump() => self.stacks = Some((r.id.clone(), r.expires_us)),
-            Some(_) => refused("the recorder's watchdog is not running"),
+        match started {
+            Ok(()) => self.stacks = Some((r.id.clone(), r.expires_us)),
+            Err(why) => {
+                let mut a = self.answer(hook, &r.id, AnswerKind::Refused);
+                a.reason = Some(why);
+                self.write(&proto::stacks_name(&r.id, &self.rank), &a);
+            }
         }
     }
 

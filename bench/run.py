@@ -38,6 +38,8 @@ Runs, one after the other (never two at once, so that none takes CPU from anothe
                                               recorder in front vs without trainprof
   hang-scan    bench/hang_scan.py             the agent's CPU after 50,000 planted dump
                                               folders vs the same agent before the planting
+  trigger-idle bench/trigger_idle.py           step time with `trainprof trigger`'s folder
+                                              polled (the default) vs on-demand windows off
 
 Each benchmark prints its own detailed report (kept in a log folder named at the end) and
 lines ``RESULT {json}`` with: metric, unit, trainprof, peer, peer_name, better (lower |
@@ -76,6 +78,8 @@ BENCHES = [
     ("faults", [sys.executable, "bench/signal_fault_cost.py"], {"BENCH_FAULTS": "200000"}, {"BENCH_FAULTS": "20000"}),
     ("hang-scan", [sys.executable, "bench/hang_scan.py"], {"BENCH_FOLDERS": "50000", "BENCH_SECONDS": "10"},
      {"BENCH_FOLDERS": "5000", "BENCH_SECONDS": "3"}),
+    ("trigger-idle", [sys.executable, "bench/trigger_idle.py"], {"BENCH_ROUNDS": "5"},
+     {"BENCH_ROUNDS": "1", "BENCH_STEPS": "20", "BENCH_EMPTY_STEPS": "2000"}),
 ]
 
 

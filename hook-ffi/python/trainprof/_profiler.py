@@ -362,6 +362,22 @@ class Profiler:
     def _record_failed(self, status: int) -> None:
         log("trainprof_record returned %s; event dropped" % _lib.status_name(status), key=("record", status))
 
+    def _int_args(self, args: Mapping[str, ArgValue]) -> Optional[ctypes.Array[_lib.TrainprofArg]]:
+        """``args`` as the library's array when every key is a name seen before and every
+        value an int (not a bool) in the int64 range; else None (the checked path decides)."""
+        names = self._names
+        arr = (_lib.TrainprofArg * len(args))()
+        for a, (k, v) in zip(arr, args.items()):
+            if type(v) is not int or not I64_MIN <= v <= I64_MAX:
+                return None
+            nid = names.get(k) if type(k) is str else None
+            if nid is None:
+                return None
+            a.key = nid.value
+            a.kind = _lib.ARG_KIND_INT
+            a.value = v
+        return arr
+
     def record(
         self, phase: str, name: str, args: Optional[Mapping[str, ArgValue]] = None, step: Optional[int] = None
     ) -> Span:
@@ -426,6 +442,29 @@ class Profiler:
                     _C_ZERO,
                 )
                 return None
+        elif (
+            # The adapters' bulk path (a detailed window's thousands of op events): int
+            # args under names seen before skip the generic checks, as above.
+            self._fast
+            and type(args) is dict
+            and 0 < len(args) <= _lib.MAX_ARGS
+            and type(start_us) is int
+            and type(end_us) is int
+            and type(step) is int
+            and -1 <= step <= I64_MAX
+            and I64_MIN <= start_us <= end_us <= I64_MAX
+            and _fork._generation == self._gen
+        ):
+            arr = self._int_args(args)
+            if arr is not None:
+                names = self._names
+                try:
+                    phase_id, name_id = names[phase], names[name]
+                except (KeyError, TypeError):
+                    pass
+                else:
+                    self._emit(phase_id, name_id, start_us, end_us, _c_int64(step), arr, _c_uint32(len(args)))
+                    return None
         if self._forked():
             return None
         start = _check.time_us("start_us", start_us)

@@ -7,8 +7,10 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -311,3 +313,31 @@ def test_stacks_without_hang_detection_borrow_nothing_and_leave_every_signal_as_
     assert r.returncode == 0, r.stderr
     (inc,) = json.loads(r.stdout)["hangs"]["incidents"]
     assert inc["kind"] == "requested" and len(inc["dumps"]) == 2, inc
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root")
+def test_another_user_is_not_allowed_and_nothing_changes(tmp_path, trainprof_bin, hook_lib):
+    """A real second user (uid 65534, through setpriv) runs `trainprof trigger` against a
+    root trainer's LocalPath that it can read: refused (exit 1, `not allowed`), no file
+    added to the trigger folder, no window opened."""
+    base = pathlib.Path(tempfile.mkdtemp(prefix="trainprof-trigger-"))
+    try:
+        base.chmod(0o755)
+        binary = base / "trainprof"
+        shutil.copy(trainprof_bin, binary)
+        job = Job(base, trainprof_bin, hook_lib, ranks=1)
+        try:
+            job.out.chmod(0o755)
+            before = sorted(p.name for p in (job.out / "trigger").iterdir())
+            t = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(binary),
+                                "trigger", "--python", "--wait", "3", str(job.out)],
+                               capture_output=True, text=True, timeout=60)
+            assert t.returncode == 1, (t.stdout, t.stderr)
+            assert "not allowed" in t.stderr, t.stderr
+            assert sorted(p.name for p in (job.out / "trigger").iterdir()) == before
+        finally:
+            job.finish()
+        assert job.windows() == set(), "no window opened"
+        assert not job.events("trainprof:RequestedWindow")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

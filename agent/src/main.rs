@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use trainprof_agent::commands::{check, compare, report, run, trigger};
+use trainprof_agent::pipeline::trigger_relay;
 use trainprof_config::{OverrideKey, Sources};
 
 #[derive(Parser, Debug)]
@@ -218,6 +219,13 @@ struct AgentFlags {
     /// Serve the latest tick for Prometheus at http://ADDR:PORT/metrics (off by default; see docs/metrics.md), e.g. 127.0.0.1:9400
     #[arg(long, value_name = "ADDR:PORT")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Relay `trainprof trigger s3://…` requests from the upload's prefix to this node's trainer (off by default; one LIST of <prefix>/trigger/ per poll; see docs/trigger.md)
+    #[arg(long)]
+    s3_triggers: bool,
+    /// Seconds between two looks for requests with --s3-triggers, 1..=300
+    #[arg(long, value_name = "S", default_value_t = trigger_relay::DEFAULT_POLL_S, requires = "s3_triggers",
+          value_parser = clap::value_parser!(u64).range(trigger_relay::MIN_POLL_S..=trigger_relay::MAX_POLL_S))]
+    s3_trigger_poll: u64,
     #[command(flatten)]
     overrides: OverrideFlags,
 }
@@ -242,6 +250,7 @@ impl AgentFlags {
                 multipart_bytes: self.s3_multipart_bytes,
             },
             metrics_listen: self.metrics_listen,
+            s3_triggers: self.s3_triggers.then(|| std::time::Duration::from_secs(self.s3_trigger_poll)),
         };
         (opts, self.overrides.apply(sources))
     }

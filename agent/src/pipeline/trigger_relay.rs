@@ -187,7 +187,8 @@ impl Relayer {
         let mut new: Vec<(String, u64)> = Vec::new();
         for obj in out.contents() {
             let Some(key) = obj.key() else { continue };
-            let rel = if base.is_empty() { key } else { key.strip_prefix(&format!("{base}/")).unwrap_or("") };
+            // `base` is `prefix/`, or empty for a bucket's root.
+            let Some(rel) = key.strip_prefix(&base) else { continue };
             let Some(id) = proto::parse_request_key(rel) else { continue };
             if self.handled.iter().any(|h| h == id) || new.iter().any(|(n, _)| n == id) {
                 continue;
@@ -360,7 +361,11 @@ impl Relayer {
         let id = &cur.request.id;
         let go: Go = match local::parse_go(bytes) {
             Ok(g) if &g.id == id => g,
-            Ok(_) => return log!("trainprof trigger {id} (S3): the go-ahead's id is not its object's: not relayed"),
+            Ok(_) => {
+                return log!(
+                    "trainprof trigger {id} (S3): the go-ahead's id is not its object's: not relayed"
+                );
+            }
             Err(why) => return log!("trainprof trigger {id} (S3): {why}: not relayed"),
         };
         // The ranks not listed will not arm: they are done.
@@ -379,7 +384,9 @@ impl Relayer {
                     cur.wrote.push((name, m));
                 }
             }
-            Ok(false) => log!("trainprof trigger {id} (S3): {name} exists already: the go-ahead is not relayed"),
+            Ok(false) => {
+                log!("trainprof trigger {id} (S3): {name} exists already: the go-ahead is not relayed")
+            }
             Err(e) => log!("trainprof trigger {id} (S3): cannot write {name}: {e}"),
         }
     }
@@ -419,7 +426,8 @@ impl Relayer {
                 detail: e.to_string(),
                 file_only: false,
             })? {
-                let room = usize::try_from(max.saturating_add(1)).unwrap_or(usize::MAX).saturating_sub(out.len());
+                let room =
+                    usize::try_from(max.saturating_add(1)).unwrap_or(usize::MAX).saturating_sub(out.len());
                 out.extend_from_slice(&chunk[..chunk.len().min(room)]);
                 if out.len() as u64 > max {
                     break;

@@ -233,7 +233,11 @@ impl std::fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
-pub(crate) fn strict<T: serde::de::DeserializeOwned>(bytes: &[u8], max: u64, what: &str) -> Result<T, Refused> {
+pub(crate) fn strict<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    max: u64,
+    what: &str,
+) -> Result<T, Refused> {
     if bytes.len() as u64 > max {
         return Err(Refused(format!("{what}: larger than {max} bytes")));
     }

@@ -169,7 +169,9 @@ mod tests {
         assert_eq!(parse_answer_key("a1", "../node.json"), None);
         assert_eq!(parse_answer_key("a1", "algo 2/node.json"), None);
         assert_eq!(parse_answer_key("a1", "algo-2/x/node.json"), None);
-        assert!(valid_node("algo-1") && !valid_node("") && !valid_node("a/b") && !valid_node(&"a".repeat(65)));
+        assert!(
+            valid_node("algo-1") && !valid_node("") && !valid_node("a/b") && !valid_node(&"a".repeat(65))
+        );
     }
 
     #[test]

@@ -24,8 +24,8 @@ use crate::pipeline::sink::LoopCounts;
 use crate::pipeline::sinks;
 use crate::pipeline::tick::{Clock as _, LoopSettings, Reconfigure, Stop, SystemClock, Ticker};
 use crate::pipeline::{trigger_relay, upload};
-use trainprof_output::protocol::request::REQUEST_DIR;
 use crate::process::{child, signals};
+use trainprof_output::protocol::request::REQUEST_DIR;
 
 /// What [`start`] started.
 pub(super) struct Started {
@@ -262,7 +262,9 @@ fn start_relay(
             Some(r)
         }
         Err(e) => {
-            log!("cannot start the S3 trigger relay ({e}); trainprof trigger s3://… does not reach this node");
+            log!(
+                "cannot start the S3 trigger relay ({e}); trainprof trigger s3://… does not reach this node"
+            );
             None
         }
     }

@@ -98,7 +98,9 @@ impl Channel for Local<'_> {
     fn write_go(&mut self, go: &Go) -> std::io::Result<()> {
         serde_json::to_vec(go)
             .map_err(std::io::Error::other)
-            .and_then(|b| fs::write_new(self.dir, &proto::go_name(&self.id), &std::process::id().to_string(), &b))
+            .and_then(|b| {
+                fs::write_new(self.dir, &proto::go_name(&self.id), &std::process::id().to_string(), &b)
+            })
             .map(|_| ())
     }
 
@@ -280,7 +282,11 @@ fn exchange(ch: &mut dyn Channel, wait: Duration, request: &Request, started: In
     let dumped = if request.stacks { stacks(ch, half, &mut lines) } else { 0 };
     if request.features.is_empty() {
         let ranks = ch.ranks().0;
-        print_lines(&format!("trainprof trigger {id}: stacks of {dumped} of {} ranks", ranks.len()), &lines, ch);
+        print_lines(
+            &format!("trainprof trigger {id}: stacks of {dumped} of {} ranks", ranks.len()),
+            &lines,
+            ch,
+        );
         if ranks.is_empty() {
             return fail_status(&ch.no_ranks());
         }

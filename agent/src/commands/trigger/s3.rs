@@ -63,7 +63,10 @@ pub(super) fn trigger(args: &TriggerArgs) -> ExitCode {
         .map_err(|e| e.to_string())
         .and_then(|b| ch.put(&proto::request_key(&id), b));
     if let Err(e) = written {
-        return fail(UNUSABLE, &format!("cannot write the request {}: {e}", shown(&ch.store, &proto::request_key(&id))));
+        return fail(
+            UNUSABLE,
+            &format!("cannot write the request {}: {e}", shown(&ch.store, &proto::request_key(&id))),
+        );
     }
     let status = exchange(&mut ch, wait, &request, started);
     ch.clean_up();
@@ -191,7 +194,8 @@ impl S3Channel {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
-            let mut req = self.store.client().list_objects_v2().bucket(&self.store.url().bucket).prefix(&prefix);
+            let mut req =
+                self.store.client().list_objects_v2().bucket(&self.store.url().bucket).prefix(&prefix);
             if let Some(t) = token.take() {
                 req = req.continuation_token(t);
             }
@@ -201,7 +205,10 @@ impl S3Channel {
                 .map_err(|e| chain(&e))?;
             for o in page.contents() {
                 if let Some(k) = o.key() {
-                    out.push((k.to_owned(), o.size().and_then(|s| u64::try_from(s).ok()).unwrap_or(u64::MAX)));
+                    out.push((
+                        k.to_owned(),
+                        o.size().and_then(|s| u64::try_from(s).ok()).unwrap_or(u64::MAX),
+                    ));
                 }
             }
             match page.next_continuation_token() {
@@ -218,18 +225,18 @@ impl S3Channel {
     /// last look, for the answers that came while it printed).
     fn clean_up(&mut self) {
         self.look();
-        let keys: Vec<String> = self
-            .wrote
-            .iter()
-            .map(|rel| self.store.url().key(rel))
-            .chain(self.read.iter().cloned())
-            .collect();
+        let keys: Vec<String> =
+            self.wrote.iter().map(|rel| self.store.url().key(rel)).chain(self.read.iter().cloned()).collect();
         let store = &self.store;
         self.rt.block_on(async {
             for key in keys {
                 let del = store.client().delete_object().bucket(&store.url().bucket).key(&key).send();
                 if let Ok(Err(e)) = tokio::time::timeout(CALL_TIMEOUT, del).await {
-                    eprintln!("trainprof trigger: cannot remove s3://{}/{key}: {}", store.url().bucket, chain(&e));
+                    eprintln!(
+                        "trainprof trigger: cannot remove s3://{}/{key}: {}",
+                        store.url().bucket,
+                        chain(&e)
+                    );
                 }
             }
         });
@@ -261,7 +268,8 @@ impl Channel for S3Channel {
             if self.read.contains(&key) {
                 continue;
             }
-            let Some((node, name)) = key.strip_prefix(&head).and_then(|r| proto::parse_answer_key(&self.id, r))
+            let Some((node, name)) =
+                key.strip_prefix(&head).and_then(|r| proto::parse_answer_key(&self.id, r))
             else {
                 continue;
             };
@@ -271,7 +279,10 @@ impl Channel for S3Channel {
             let bytes = if size > max {
                 Err(format!("larger than {max} bytes: not read"))
             } else {
-                match self.rt.block_on(async { tokio::time::timeout(CALL_TIMEOUT, self.get(&key, max)).await }) {
+                match self
+                    .rt
+                    .block_on(async { tokio::time::timeout(CALL_TIMEOUT, self.get(&key, max)).await })
+                {
                     Ok(Ok(Some(b))) => Ok(b),
                     Ok(Ok(None)) => continue,
                     // Read again at the next look.
@@ -342,7 +353,8 @@ impl Channel for S3Channel {
             let text = match self.nodes.get(n) {
                 None => "no answer (is its agent running with --s3-triggers?)".to_owned(),
                 Some(Ok(a)) => {
-                    let why = a.reason.as_deref().map(|r| format!(": {}", printable(r, 300))).unwrap_or_default();
+                    let why =
+                        a.reason.as_deref().map(|r| format!(": {}", printable(r, 300))).unwrap_or_default();
                     match a.answer {
                         NodeAnswerKind::Relayed => continue,
                         NodeAnswerKind::NoTrainer => format!("no trainer{why}"),

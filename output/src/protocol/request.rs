@@ -2,7 +2,7 @@
 //! (`trainprof trigger`)"): the request folder under LocalPath, its file names, the request,
 //! the go-ahead, the ranks' answers and presence files, their strict bounded parsers, and
 //! the choice of the step every rank starts on. `trainprof trigger`
-//! (`agent/src/commands/trigger.rs`) writes requests and go-aheads; the hook's writer thread
+//! (`agent/src/commands/trigger/mod.rs`) writes requests and go-aheads; the hook's writer thread
 //! (`hook-ffi/src/request/`) reads them and answers.
 //!
 //! Everything in the folder may be planted by anyone who can write there (the folder is

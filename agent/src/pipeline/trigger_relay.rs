@@ -532,3 +532,46 @@ fn now_us() -> i64 {
     let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::os::unix::fs::{PermissionsExt as _, symlink};
+
+    use super::*;
+
+    fn root(name: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("trainprof-relay-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    #[test]
+    fn the_nodes_folder_must_pass_the_hooks_checks_and_is_never_made() {
+        let r = root("none");
+        let (kind, why) = request_folder(&r).err().unwrap();
+        assert_eq!(kind, NodeAnswerKind::NoTrainer, "{why}");
+        assert!(!r.join(REQUEST_DIR).exists(), "never made by the relay");
+
+        let r = root("link");
+        std::fs::create_dir(r.join("elsewhere")).unwrap();
+        std::fs::set_permissions(r.join("elsewhere"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        symlink(r.join("elsewhere"), r.join(REQUEST_DIR)).unwrap();
+        let (kind, why) = request_folder(&r).err().unwrap();
+        assert_eq!(kind, NodeAnswerKind::Refused, "{why}");
+
+        let r = root("open");
+        std::fs::create_dir(r.join(REQUEST_DIR)).unwrap();
+        std::fs::set_permissions(r.join(REQUEST_DIR), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (kind, why) = request_folder(&r).err().unwrap();
+        assert_eq!(kind, NodeAnswerKind::Refused);
+        assert!(why.contains("can be used by others (mode 755)"), "{why}");
+
+        std::fs::set_permissions(r.join(REQUEST_DIR), std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(request_folder(&r).is_ok());
+        for name in ["none", "link", "open"] {
+            let _ = std::fs::remove_dir_all(root(name));
+        }
+    }
+}

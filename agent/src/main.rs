@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use trainprof_agent::commands::{check, compare, report, run, trigger};
+use trainprof_agent::pipeline::trigger_relay;
 use trainprof_config::{OverrideKey, Sources};
 
 #[derive(Parser, Debug)]
@@ -102,10 +103,13 @@ enum Command {
     /// same step, for --steps steps.
     ///
     /// TARGET is the job's LocalPath (the hook of every running trainer answers through
-    /// TARGET/trigger/). The start is the first multiple of --roundup past the furthest
+    /// TARGET/trigger/), or its s3://bucket/prefix: every node whose agent runs with
+    /// --s3-triggers relays the request and the answers (the AWS credential chain, and
+    /// --s3-endpoint or AWS_ENDPOINT_URL, as `report` reads S3). The start is the first multiple of --roundup past the furthest
     /// rank's step and a margin. Prints, per rank, whether it was reached, the steps and
-    /// where the files go. Exit status: 0 when a rank armed, 1 when none was reached (no
-    /// trainer running, profiling disabled, not allowed), 2 for an unusable target.
+    /// where the files go (and, for S3, each node that did not relay). Exit status: 0 when a
+    /// rank armed, 1 when none was reached (no trainer running, no agent answered, profiling
+    /// disabled, not allowed), 2 for an unusable target.
     /// docs/trigger.md.
     Trigger(TriggerFlags),
     /// The page at the end of `run`, made in a child process with bounds of its own
@@ -178,10 +182,13 @@ struct TriggerFlags {
     /// The first step is a multiple of R.
     #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     roundup: u64,
-    /// Seconds to wait for the ranks' answers (half for the first phase), at most 600.
-    #[arg(long, value_name = "S", default_value_t = 10.0, value_parser = wait_seconds)]
-    wait: f64,
-    /// The job's LocalPath.
+    /// Seconds to wait for the ranks' answers (half for the first phase), at most 600 [default: 10; 30 for an s3:// TARGET]
+    #[arg(long, value_name = "S", value_parser = wait_seconds)]
+    wait: Option<f64>,
+    /// S3-compatible endpoint for an s3:// TARGET, e.g. http://127.0.0.1:9000
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    /// The job's LocalPath, or its s3://bucket/prefix (every node whose agent runs with --s3-triggers).
     #[arg(value_name = "TARGET")]
     target: String,
 }
@@ -218,6 +225,13 @@ struct AgentFlags {
     /// Serve the latest tick for Prometheus at http://ADDR:PORT/metrics (off by default; see docs/metrics.md), e.g. 127.0.0.1:9400
     #[arg(long, value_name = "ADDR:PORT")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Relay `trainprof trigger s3://…` requests from the upload's prefix to this node's trainer (off by default; one LIST of <prefix>/trigger/ per poll; see docs/trigger.md)
+    #[arg(long)]
+    s3_triggers: bool,
+    /// Seconds between two looks for requests with --s3-triggers, 1..=300
+    #[arg(long, value_name = "S", default_value_t = trigger_relay::DEFAULT_POLL_S, requires = "s3_triggers",
+          value_parser = clap::value_parser!(u64).range(trigger_relay::MIN_POLL_S..=trigger_relay::MAX_POLL_S))]
+    s3_trigger_poll: u64,
     #[command(flatten)]
     overrides: OverrideFlags,
 }
@@ -242,6 +256,7 @@ impl AgentFlags {
                 multipart_bytes: self.s3_multipart_bytes,
             },
             metrics_listen: self.metrics_listen,
+            s3_triggers: self.s3_triggers.then(|| std::time::Duration::from_secs(self.s3_trigger_poll)),
         };
         (opts, self.overrides.apply(sources))
     }
@@ -380,7 +395,8 @@ fn main() -> ExitCode {
                 stacks: f.stacks,
                 steps: f.steps,
                 roundup: f.roundup,
-                wait: std::time::Duration::from_secs_f64(f.wait),
+                wait: f.wait.map(std::time::Duration::from_secs_f64),
+                s3_endpoint: f.s3_endpoint,
             })
         }
         Command::PageChild { root, source } => report::page_child::child_main(&root, &source),

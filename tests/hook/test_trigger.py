@@ -8,6 +8,7 @@ import os
 import pathlib
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -193,9 +194,19 @@ def test_flags_are_checked(tmp_path, trainprof_bin, args, says):
     assert t.returncode == 2 and says in t.stderr, t.stderr
 
 
-def test_an_s3_target_is_refused_for_now(trainprof_bin):
-    t = trigger(trainprof_bin, "--python", "s3://bucket/job")
-    assert t.returncode == 2 and "not supported yet" in t.stderr
+def test_an_s3_target_that_cannot_be_used_is_exit_status_2(trainprof_bin):
+    # Every node through S3 is tests/s3/test_trigger_s3.py; here, the targets it cannot use.
+    t = trigger(trainprof_bin, "--python", "s3:///job")
+    assert t.returncode == 2 and "names no bucket" in t.stderr, t.stderr
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ACCESS_KEY_ID="AKIAX", AWS_SECRET_ACCESS_KEY="x", AWS_REGION="us-east-1",
+               AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull)
+    t = subprocess.run([str(trainprof_bin), "trigger", "--python", "--s3-endpoint", "http://127.0.0.1:%d" % port,
+                        "s3://bucket/job"], capture_output=True, text=True, timeout=60, env=env)
+    assert t.returncode == 2 and "cannot list s3://bucket/job/system/node" in t.stderr, t.stderr
 
 
 def test_planted_garbage_and_links_are_refused_and_change_nothing(tmp_path, trainprof_bin, hook_lib):

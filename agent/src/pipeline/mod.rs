@@ -8,4 +8,5 @@ pub mod sink;
 pub mod sinks;
 pub mod system_file;
 pub mod tick;
+pub mod trigger_relay;
 pub mod upload;

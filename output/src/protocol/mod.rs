@@ -21,6 +21,9 @@
 //!   and phases.
 //! * [`request`]: on-demand windows (`trainprof trigger`): the request folder, its files
 //!   and their strict parsers, the start step every rank takes.
+//! * [`request_s3`]: the same exchange for every node of a job through its S3 prefix
+//!   (`trainprof trigger s3://…`, relayed by the agents of `run --s3-triggers`): the keys,
+//!   the node's answer, the bounds of a poll.
 //!
 //! No other crate spells these words: `output/tests/protocol_home.rs` reads the other
 //! crates' sources and fails on a literal that does.
@@ -43,6 +46,7 @@ pub mod native_window;
 pub mod node_record;
 pub mod python_window;
 pub mod request;
+pub mod request_s3;
 pub mod system_line;
 pub mod timeline;
 pub mod timeline_event;

@@ -2,7 +2,7 @@
 //! (`trainprof trigger`)"): the request folder under LocalPath, its file names, the request,
 //! the go-ahead, the ranks' answers and presence files, their strict bounded parsers, and
 //! the choice of the step every rank starts on. `trainprof trigger`
-//! (`agent/src/commands/trigger.rs`) writes requests and go-aheads; the hook's writer thread
+//! (`agent/src/commands/trigger/mod.rs`) writes requests and go-aheads; the hook's writer thread
 //! (`hook-ffi/src/request/`) reads them and answers.
 //!
 //! Everything in the folder may be planted by anyone who can write there (the folder is
@@ -233,7 +233,11 @@ impl std::fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
-fn strict<T: serde::de::DeserializeOwned>(bytes: &[u8], max: u64, what: &str) -> Result<T, Refused> {
+pub(crate) fn strict<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    max: u64,
+    what: &str,
+) -> Result<T, Refused> {
     if bytes.len() as u64 > max {
         return Err(Refused(format!("{what}: larger than {max} bytes")));
     }
@@ -255,7 +259,7 @@ fn strict<T: serde::de::DeserializeOwned>(bytes: &[u8], max: u64, what: &str) ->
     })
 }
 
-fn check_version(v: u64, what: &str) -> Result<(), Refused> {
+pub(crate) fn check_version(v: u64, what: &str) -> Result<(), Refused> {
     if v != FORMAT_VERSION {
         return Err(Refused(format!("{what}: version {v}, not {FORMAT_VERSION}")));
     }
@@ -327,6 +331,30 @@ pub fn parse_presence(bytes: &[u8]) -> Result<Presence, Refused> {
     let p: Presence = strict(bytes, MAX_FILE_BYTES, what)?;
     check_version(p.version, what)?;
     Ok(p)
+}
+
+/// The ranks ([`rank_key`]) whose presence files are in the request folder `dir`: regular
+/// files (never through a link) of at most [`MAX_FILE_BYTES`] that parse, named for the rank
+/// they hold. Read by `trainprof trigger` and by the agent's S3 relay.
+pub fn ranks_present(dir: &crate::fs::Dir) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in dir.entries().unwrap_or_default() {
+        let Ok(name) = e.name else { continue };
+        if e.kind != crate::fs::Kind::File || !name.starts_with(PRESENCE_PREFIX) {
+            continue;
+        }
+        let Ok(Some(bytes)) = dir.read(&name, MAX_FILE_BYTES) else { continue };
+        if let Ok(p) = parse_presence(&bytes) {
+            let key = rank_key(&p.node, p.pid);
+            if name == presence_name(&key) && !out.contains(&key) {
+                out.push(key);
+            }
+            if out.len() >= MAX_RANKS {
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// A rank's acknowledgement as the start's choice sees it.

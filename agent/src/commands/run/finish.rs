@@ -28,7 +28,10 @@ use crate::pipeline::upload;
 /// thread (profiling off, or it could not start) this stage only returns the status.
 pub(super) fn finish(ended: Ended) -> ExitCode {
     let Ended { job, status, sampled, counts } = ended;
-    let Job { root, before, upload: flags, want_page, uploader, started } = job;
+    let Job { root, before, upload: flags, want_page, uploader, started, relay } = job;
+    if let Some(r) = relay {
+        r.stop();
+    }
     if let Some(root) = &root
         && sampled
     {

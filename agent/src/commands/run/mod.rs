@@ -48,6 +48,9 @@ pub struct Options {
     pub upload: UploadOptions,
     /// `--metrics-listen`: serve the latest tick there (docs/metrics.md).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `--s3-triggers`: relay `trainprof trigger s3://…` requests, looking every so often
+    /// (`--s3-trigger-poll`; docs/trigger.md, "Every node of a job through S3").
+    pub s3_triggers: Option<Duration>,
 }
 
 /// The upload flags.
@@ -94,6 +97,8 @@ struct Job {
     uploader: Option<Uploading>,
     /// When the uploader had started and CMD was about to (the summary's wall time).
     started: Instant,
+    /// The S3 trigger relay (`--s3-triggers`), told to stop when the job ends.
+    relay: Option<crate::pipeline::trigger_relay::Relay>,
 }
 
 /// The uploader while `run` ends: its handle until the final upload is asked for, and the

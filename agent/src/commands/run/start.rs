@@ -23,8 +23,9 @@ use crate::pipeline::sample::{Roots, gpu};
 use crate::pipeline::sink::LoopCounts;
 use crate::pipeline::sinks;
 use crate::pipeline::tick::{Clock as _, LoopSettings, Reconfigure, Stop, SystemClock, Ticker};
-use crate::pipeline::upload;
+use crate::pipeline::{trigger_relay, upload};
 use crate::process::{child, signals};
+use trainprof_output::protocol::request::REQUEST_DIR;
 
 /// What [`start`] started.
 pub(super) struct Started {
@@ -52,6 +53,7 @@ pub(super) fn start(p: Prepared, command: Option<Vec<OsString>>) -> Result<Start
         (Some(root), Some(s3)) => start_upload(root, s3, &opts.upload),
         _ => None,
     };
+    let relay = opts.s3_triggers.and_then(|poll| start_relay(root.as_deref(), uploader.as_ref(), poll));
     let waker = uploader.as_ref().map(|u| u.0.waker());
     let stop = Stop::new();
     let started = Instant::now();
@@ -120,7 +122,7 @@ pub(super) fn start(p: Prepared, command: Option<Vec<OsString>>) -> Result<Start
     let uploader =
         uploader.map(|(handle, url, options)| Uploading { handle: Some(handle), url, options, early: None });
     let want_page = opts.report && command.is_some();
-    let job = Job { root, before, upload: opts.upload, want_page, uploader, started };
+    let job = Job { root, before, upload: opts.upload, want_page, uploader, started, relay };
     Ok(Started { job, child, sampling, stop })
 }
 
@@ -229,6 +231,40 @@ fn start_upload(
         }
         Err(e) => {
             log!("cannot start the uploader ({e}); files stay under {}", root.display());
+            None
+        }
+    }
+}
+
+/// The S3 trigger relay (`--s3-triggers`; docs/trigger.md, "Every node of a job through
+/// S3"), on the uploader's bucket, prefix and client options. Without an upload there is
+/// nothing to relay from: one line, and the job goes on.
+fn start_relay(
+    root: Option<&Path>,
+    uploader: Option<&(upload::Handle, crate::s3::store::S3Url, crate::s3::store::S3Options)>,
+    poll: Duration,
+) -> Option<trigger_relay::Relay> {
+    let (Some(root), Some((_, url, options))) = (root, uploader) else {
+        log!("--s3-triggers: no upload to S3 (S3OutputPath), so no trigger requests are relayed");
+        return None;
+    };
+    let node = SystemNode::from_env(read_resource_config().as_ref(), |k| std::env::var(k).ok()).to_string();
+    let settings = trigger_relay::Settings { root: root.to_path_buf(), node: node.clone(), poll };
+    let prefix = url.key(REQUEST_DIR);
+    match trigger_relay::spawn(url.clone(), options.clone(), settings) {
+        Ok(r) => {
+            log!(
+                "relaying trainprof trigger requests from s3://{}/{prefix}/ to {} as {node} (one look every {} s)",
+                url.bucket,
+                root.join(REQUEST_DIR).display(),
+                poll.as_secs()
+            );
+            Some(r)
+        }
+        Err(e) => {
+            log!(
+                "cannot start the S3 trigger relay ({e}); trainprof trigger s3://… does not reach this node"
+            );
             None
         }
     }

@@ -33,6 +33,10 @@ pub(super) fn wait(s: Started) -> Ended {
     let status = match child {
         Some((mut c, trainer)) => {
             let st = trainer.wait(&mut c);
+            // Told to stop, never waited for: the relay cannot hold the final upload.
+            if let Some(r) = job.relay.take() {
+                r.stop();
+            }
             // `--upload-deadline-s 0`: no upload starts once the command has exited (docs/run.md,
             // "Upload to S3 and crash repair"), so the uploader hears it before the last seal
             // wakes it.
@@ -47,6 +51,9 @@ pub(super) fn wait(s: Started) -> Ended {
         }
         None => {
             SystemClock::new(stop.clone()).wait_until(Duration::MAX);
+            if let Some(r) = job.relay.take() {
+                r.stop();
+            }
             None
         }
     };

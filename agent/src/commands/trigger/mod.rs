@@ -15,22 +15,28 @@ use std::time::{Duration, Instant};
 
 use trainprof_output::fs::{self, Dir, Kind};
 use trainprof_output::protocol::request::{
-    self as proto, Answer, AnswerKind, FORMAT_VERSION, Go, Presence, REQUEST_DIR, Request,
+    self as proto, Answer, AnswerKind, FORMAT_VERSION, Go, REQUEST_DIR, Request,
 };
 use trainprof_output::text::printable;
 
 /// What a person asked for.
 #[derive(Debug, Clone)]
 pub struct TriggerArgs {
-    /// The LocalPath (an `s3://` prefix is refused for now).
+    /// The LocalPath, or a job's `s3://bucket/prefix` (every node whose agent relays).
     pub target: String,
     /// The features' names, from `protocol::request::FEATURES`.
     pub features: Vec<&'static str>,
     pub stacks: bool,
     pub steps: u64,
     pub roundup: u64,
-    pub wait: Duration,
+    /// `--wait`; `None`: [`DEFAULT_WAIT`] for a LocalPath, [`s3::DEFAULT_WAIT`] for S3.
+    pub wait: Option<Duration>,
+    /// `--s3-endpoint` (an `s3://` target).
+    pub s3_endpoint: Option<String>,
 }
+
+/// `--wait`'s default for a LocalPath.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
 /// Longest `--wait`.
 pub const MAX_WAIT_S: f64 = 600.0;
@@ -44,6 +50,73 @@ const REACHED: u8 = 0;
 const NOT_REACHED: u8 = 1;
 const UNUSABLE: u8 = 2;
 
+mod s3;
+
+/// Where the exchange's files are: the node's request folder, or a job's S3 prefix, where
+/// each node's agent relays (`s3.rs`).
+trait Channel {
+    /// How often to look.
+    fn every(&self) -> Duration;
+    /// Reads what is new.
+    fn look(&mut self);
+    /// The answers named `<prefix><id>-<rank>.json` seen so far, by rank.
+    fn answers(&self, prefix: &str) -> Vec<(String, Result<Answer, String>)>;
+    /// The ranks expected to answer, and whether that list is final.
+    fn ranks(&self) -> (Vec<String>, bool);
+    fn write_go(&mut self, go: &Go) -> std::io::Result<()>;
+    /// Where a rank's files under `rel` (relative to its LocalPath) are, for people.
+    fn file(&self, rel: &str) -> String;
+    /// Lines after the ranks' (the nodes that did not relay).
+    fn notes(&self) -> Vec<String>;
+    /// Why no rank is expected.
+    fn no_ranks(&self) -> String;
+}
+
+/// The node's request folder.
+struct Local<'a> {
+    dir: &'a Dir,
+    id: String,
+    ranks: Vec<String>,
+    target: &'a str,
+}
+
+impl Channel for Local<'_> {
+    fn every(&self) -> Duration {
+        POLL
+    }
+
+    fn look(&mut self) {}
+
+    fn answers(&self, prefix: &str) -> Vec<(String, Result<Answer, String>)> {
+        answers(self.dir, prefix, &self.id)
+    }
+
+    fn ranks(&self) -> (Vec<String>, bool) {
+        (self.ranks.clone(), true)
+    }
+
+    fn write_go(&mut self, go: &Go) -> std::io::Result<()> {
+        serde_json::to_vec(go)
+            .map_err(std::io::Error::other)
+            .and_then(|b| {
+                fs::write_new(self.dir, &proto::go_name(&self.id), &std::process::id().to_string(), &b)
+            })
+            .map(|_| ())
+    }
+
+    fn file(&self, rel: &str) -> String {
+        Path::new(self.target).join(printable(rel, 200)).display().to_string()
+    }
+
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn no_ranks(&self) -> String {
+        "no trainer running".to_owned()
+    }
+}
+
 fn fail(status: u8, msg: &str) -> ExitCode {
     eprintln!("trainprof trigger: {msg}");
     ExitCode::from(status)
@@ -52,11 +125,9 @@ fn fail(status: u8, msg: &str) -> ExitCode {
 /// Runs `trainprof trigger`.
 pub fn trigger(args: &TriggerArgs) -> ExitCode {
     if args.target.starts_with("s3://") {
-        return fail(
-            UNUSABLE,
-            "an s3:// target is not supported yet: run trainprof trigger on each node with its LocalPath",
-        );
+        return s3::trigger(args);
     }
+    let wait = args.wait.unwrap_or(DEFAULT_WAIT);
     let root = match Dir::open_root(Path::new(&args.target), false) {
         Ok(d) => d,
         Err(e) => return fail(UNUSABLE, &format!("{}: {e}", args.target)),
@@ -83,7 +154,7 @@ pub fn trigger(args: &TriggerArgs) -> ExitCode {
         Ok(_) => {}
         Err(e) => return fail(UNUSABLE, &e.to_string()),
     }
-    let ranks = presences(&dir);
+    let ranks = proto::ranks_present(&dir);
     if ranks.is_empty() {
         return fail(
             NOT_REACHED,
@@ -91,18 +162,8 @@ pub fn trigger(args: &TriggerArgs) -> ExitCode {
         );
     }
     let started = Instant::now();
-    let now_us = now_us();
-    let id = format!("{:x}{:x}", now_us, std::process::id());
-    let request = Request {
-        version: FORMAT_VERSION,
-        id: id.clone(),
-        features: args.features.iter().map(|f| (*f).to_owned()).collect(),
-        stacks: args.stacks,
-        steps: args.steps,
-        roundup: args.roundup,
-        requested_us: now_us,
-        expires_us: now_us.saturating_add(i64::try_from(args.wait.as_micros()).unwrap_or(i64::MAX)),
-    };
+    let request = new_request(args, wait);
+    let id = request.id.clone();
     let written = serde_json::to_vec(&request)
         .map_err(std::io::Error::other)
         .and_then(|b| fs::write_new(&dir, &proto::request_name(&id), &std::process::id().to_string(), &b));
@@ -114,9 +175,25 @@ pub fn trigger(args: &TriggerArgs) -> ExitCode {
         }
         Err(e) => return fail(UNUSABLE, &format!("cannot write the request: {e}")),
     }
-    let status = exchange(&dir, args, &request, &ranks, started);
+    let mut local = Local { dir: &dir, id: id.clone(), ranks, target: &args.target };
+    let status = exchange(&mut local, wait, &request, started);
     clean_up(&dir, &id);
     ExitCode::from(status)
+}
+
+/// The request `args` ask for, with a new id, alive for `wait`.
+fn new_request(args: &TriggerArgs, wait: Duration) -> Request {
+    let now_us = now_us();
+    Request {
+        version: FORMAT_VERSION,
+        id: format!("{:x}{:x}", now_us, std::process::id()),
+        features: args.features.iter().map(|f| (*f).to_owned()).collect(),
+        stacks: args.stacks,
+        steps: args.steps,
+        roundup: args.roundup,
+        requested_us: now_us,
+        expires_us: now_us.saturating_add(i64::try_from(wait.as_micros()).unwrap_or(i64::MAX)),
+    }
 }
 
 fn not_allowed(root: &Dir) -> String {
@@ -130,26 +207,6 @@ fn not_allowed(root: &Dir) -> String {
 fn now_us() -> i64 {
     let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
-}
-
-/// The ranks whose presence files are in the folder (`rank-<node>-<pid>.json`), by key.
-fn presences(dir: &Dir) -> Vec<String> {
-    let mut out = Vec::new();
-    for e in dir.entries().unwrap_or_default() {
-        let Ok(name) = e.name else { continue };
-        if e.kind != Kind::File || !name.starts_with(proto::PRESENCE_PREFIX) {
-            continue;
-        }
-        let Ok(Some(bytes)) = dir.read(&name, proto::MAX_FILE_BYTES) else { continue };
-        if let Ok(p) = proto::parse_presence(&bytes) {
-            let Presence { node, pid, .. } = p;
-            let key = proto::rank_key(&node, pid);
-            if name == proto::presence_name(&key) && !out.contains(&key) {
-                out.push(key);
-            }
-        }
-    }
-    out
 }
 
 /// The answers to request `id` named `<prefix><id>-<rank>.json`, by rank.
@@ -166,33 +223,40 @@ fn answers(dir: &Dir, prefix: &str, id: &str) -> Vec<(String, Result<Answer, Str
             Ok(None) => continue,
             Err(e) => Err(e.to_string()),
         };
-        let read = read.and_then(|a| {
-            if proto::rank_key(&a.node, a.pid) == rank && a.id == id {
-                Ok(a)
-            } else {
-                Err("the answer's rank or id is not its file's".to_owned())
-            }
-        });
-        out.push((rank.to_owned(), read));
+        out.push((rank.to_owned(), checked(read, rank, id)));
     }
     out
 }
 
-/// Waits until every rank of `wanted` has answered with `prefix`, or until `deadline`.
+/// An answer read from the file of `rank`'s answer to `id`: its rank and id must be the
+/// file's.
+fn checked(read: Result<Answer, String>, rank: &str, id: &str) -> Result<Answer, String> {
+    read.and_then(|a| {
+        if proto::rank_key(&a.node, a.pid) == rank && a.id == id {
+            Ok(a)
+        } else {
+            Err("the answer's rank or id is not its file's".to_owned())
+        }
+    })
+}
+
+/// Waits until every rank expected (`wanted`, else the channel's list once final) has
+/// answered with `prefix`, or until `deadline`.
 fn wait_for(
-    dir: &Dir,
+    ch: &mut dyn Channel,
     prefix: &str,
-    id: &str,
-    wanted: &[String],
+    wanted: Option<&[String]>,
     deadline: Instant,
 ) -> Vec<(String, Result<Answer, String>)> {
     loop {
-        let got = answers(dir, prefix, id);
-        let all = wanted.iter().all(|r| got.iter().any(|(g, _)| g == r));
+        ch.look();
+        let got = ch.answers(prefix);
+        let (ranks, known) = wanted.map_or_else(|| ch.ranks(), |w| (w.to_vec(), true));
+        let all = known && ranks.iter().all(|r| got.iter().any(|(g, _)| g == r));
         if all || Instant::now() >= deadline {
             return got;
         }
-        std::thread::sleep(POLL);
+        std::thread::sleep(ch.every());
     }
 }
 
@@ -210,20 +274,33 @@ fn reason(a: &Answer) -> String {
 }
 
 /// The two phases; the exit status.
-fn exchange(dir: &Dir, args: &TriggerArgs, request: &Request, ranks: &[String], started: Instant) -> u8 {
+fn exchange(ch: &mut dyn Channel, wait: Duration, request: &Request, started: Instant) -> u8 {
     let id = &request.id;
-    let half = started + args.wait / 2;
-    let end = started + args.wait;
+    let half = started + wait / 2;
+    let end = started + wait;
     let mut lines = Lines(Vec::new());
-    let dumped = if request.stacks { stacks(dir, args, id, ranks, half, &mut lines) } else { 0 };
+    let dumped = if request.stacks { stacks(ch, half, &mut lines) } else { 0 };
     if request.features.is_empty() {
-        print_lines(&format!("trainprof trigger {id}: stacks of {dumped} of {} ranks", ranks.len()), &lines);
+        let ranks = ch.ranks().0;
+        print_lines(
+            &format!("trainprof trigger {id}: stacks of {dumped} of {} ranks", ranks.len()),
+            &lines,
+            ch,
+        );
+        if ranks.is_empty() {
+            return fail_status(&ch.no_ranks());
+        }
         if dumped == 0 {
             return fail_status("no rank dumped its stacks");
         }
         return REACHED;
     }
-    let acks = wait_for(dir, proto::ACK_PREFIX, id, ranks, half);
+    let acks = wait_for(ch, proto::ACK_PREFIX, None, half);
+    let ranks = &ch.ranks().0;
+    if ranks.is_empty() {
+        print_lines(&format!("trainprof trigger {id}: no rank reached"), &lines, ch);
+        return fail_status(&ch.no_ranks());
+    }
     let mut acked: Vec<(String, u64, Option<f64>, Option<i64>)> = Vec::new();
     let mut why_not: Vec<&'static str> = Vec::new();
     for rank in ranks {
@@ -249,7 +326,7 @@ fn exchange(dir: &Dir, args: &TriggerArgs, request: &Request, ranks: &[String], 
                     rank,
                     &format!(
                         "missed: no answer in {:.1} s (the trainer is outside a step, or not running)",
-                        args.wait.as_secs_f64() / 2.0
+                        wait.as_secs_f64() / 2.0
                     ),
                 );
             }
@@ -266,7 +343,7 @@ fn exchange(dir: &Dir, args: &TriggerArgs, request: &Request, ranks: &[String], 
         })
         .collect();
     let Some(start) = proto::choose_start(&seen, request.roundup) else {
-        print_lines(&format!("trainprof trigger {id}: no rank reached"), &lines);
+        print_lines(&format!("trainprof trigger {id}: no rank reached"), &lines, ch);
         why_not.sort_unstable();
         why_not.dedup();
         return fail_status(&format!("no rank was reached ({})", why_not.join(", ")));
@@ -278,24 +355,17 @@ fn exchange(dir: &Dir, args: &TriggerArgs, request: &Request, ranks: &[String], 
         start,
         ranks: acked.iter().map(|(r, ..)| r.clone()).collect(),
     };
-    let written = serde_json::to_vec(&go)
-        .map_err(std::io::Error::other)
-        .and_then(|b| fs::write_new(dir, &proto::go_name(id), &std::process::id().to_string(), &b));
-    if let Err(e) = written {
+    if let Err(e) = ch.write_go(&go) {
         eprintln!("trainprof trigger: cannot write the go-ahead: {e}");
         return UNUSABLE;
     }
-    let armed = wait_for(dir, proto::ARMED_PREFIX, id, &go.ranks, end);
+    let armed = wait_for(ch, proto::ARMED_PREFIX, Some(&go.ranks), end);
     let mut reached = 0usize;
     for (rank, step, ..) in &acked {
         match armed.iter().find(|(r, _)| r == rank).map(|(_, a)| a) {
             Some(Ok(a)) if a.answer == AnswerKind::Armed => {
                 reached += 1;
-                let files: Vec<String> = a
-                    .files
-                    .iter()
-                    .map(|f| Path::new(&args.target).join(printable(f, 200)).display().to_string())
-                    .collect();
+                let files: Vec<String> = a.files.iter().map(|f| ch.file(f)).collect();
                 let note =
                     a.reason.as_deref().map(|r| format!(" ({})", printable(r, 300))).unwrap_or_default();
                 lines.rank(
@@ -323,6 +393,7 @@ fn exchange(dir: &Dir, args: &TriggerArgs, request: &Request, ranks: &[String], 
             ranks.len()
         ),
         &lines,
+        ch,
     );
     if reached == 0 && dumped == 0 {
         return fail_status("no rank was reached in time (every rank missed the start step)");
@@ -331,25 +402,14 @@ fn exchange(dir: &Dir, args: &TriggerArgs, request: &Request, ranks: &[String], 
 }
 
 /// `--stacks`: each rank's answer (its dump's folder, or why not); the ranks that dumped.
-fn stacks(
-    dir: &Dir,
-    args: &TriggerArgs,
-    id: &str,
-    ranks: &[String],
-    until: Instant,
-    lines: &mut Lines,
-) -> usize {
-    let got = wait_for(dir, proto::STACKS_PREFIX, id, ranks, until);
+fn stacks(ch: &mut dyn Channel, until: Instant, lines: &mut Lines) -> usize {
+    let got = wait_for(ch, proto::STACKS_PREFIX, None, until);
     let mut dumped = 0;
-    for rank in ranks {
+    for rank in &ch.ranks().0 {
         match got.iter().find(|(r, _)| r == rank).map(|(_, a)| a) {
             Some(Ok(a)) if a.answer == AnswerKind::Dumped => {
                 dumped += 1;
-                let files: Vec<String> = a
-                    .files
-                    .iter()
-                    .map(|f| Path::new(&args.target).join(printable(f, 200)).display().to_string())
-                    .collect();
+                let files: Vec<String> = a.files.iter().map(|f| ch.file(f)).collect();
                 lines.rank(rank, &format!("stacks dumped in {}", files.join(", ")));
             }
             Some(Ok(a)) => {
@@ -369,10 +429,10 @@ fn fail_status(msg: &str) -> u8 {
     NOT_REACHED
 }
 
-fn print_lines(head: &str, lines: &Lines) {
+fn print_lines(head: &str, lines: &Lines, ch: &dyn Channel) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{head}");
-    for l in &lines.0 {
+    for l in lines.0.iter().chain(&ch.notes()) {
         let _ = writeln!(out, "{l}");
     }
 }

@@ -173,7 +173,7 @@ struct TriggerFlags {
     /// The native CPU-sampling window.
     #[arg(long, group = "what")]
     native: bool,
-    /// Every rank's stacks now (not supported yet).
+    /// Every rank's Python and native stacks now, written as a hang dump of kind `requested`; the job goes on.
     #[arg(long, group = "what")]
     stacks: bool,
     /// Steps the windows span.

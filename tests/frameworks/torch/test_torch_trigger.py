@@ -90,7 +90,7 @@ def rank_lines(stdout):
 
 def phase_names(path):
     """pid -> the phase (process_name) of one timeline file."""
-    return {e["pid"]: e["args"]["name"] for e in json.loads(path.read_text())
+    return {e["pid"]: e["args"].get("name") for e in json.loads(path.read_text())
             if e.get("ph") == "M" and e.get("name") == "process_name"}
 
 
@@ -111,7 +111,8 @@ def test_four_ddp_ranks_on_two_nodes_open_one_window_on_the_same_step(tmp_path, 
         assert start % 10 == 0 and last == start + 2
         # Each rank's line at its window's first step.
         for n in nodes:
-            wait_for(lambda: n.stderr().count("trainprof trigger") >= 2, n.host + "'s windows", alive=nodes)
+            wait_for(lambda: len(re.findall(r"trainprof trigger \w+: detailed for steps ", n.stderr())) == 2,
+                     n.host + "'s windows", alive=nodes)
         # Stacks of every rank now; the job goes on.
         s = trigger(trainprof_bin, s3, "--stacks", "--wait", 40)
         assert s.returncode == 0, (s.stdout, s.stderr)

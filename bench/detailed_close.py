@@ -105,9 +105,26 @@ def run(kind, work):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def torch_python():
+    """This interpreter when it has torch, else the torch venv's (``.venv-torch``), else None."""
+    try:
+        import torch  # noqa: F401
+
+        return sys.executable
+    except ImportError:
+        venv = os.path.join(ROOT, ".venv-torch", "bin", "python")
+        return venv if os.path.isfile(venv) else None
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         return child(sys.argv[2], sys.argv[3])
+    py = torch_python()
+    if py is None:
+        print("skipped: no torch here and no .venv-torch (scripts/test-frameworks torch makes it)")
+        return None
+    if py != sys.executable:
+        os.execv(py, [py, os.path.abspath(__file__)])
     if not os.path.isfile(LIB):
         sys.exit("%s is missing: cargo build --release -p trainprof-hook" % LIB)
     work = tempfile.mkdtemp(prefix="detailed-close-")

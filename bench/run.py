@@ -40,6 +40,9 @@ Runs, one after the other (never two at once, so that none takes CPU from anothe
                                               folders vs the same agent before the planting
   trigger-idle bench/trigger_idle.py           step time with `trainprof trigger`'s folder
                                               polled (the default) vs on-demand windows off
+  detailed-close bench/detailed_close.py       a torch detailed window's close and peak RSS vs
+                                              plain torch.profiler + export_chrome_trace (with
+                                              .venv-torch; skipped without it)
 
 Each benchmark prints its own detailed report (kept in a log folder named at the end) and
 lines ``RESULT {json}`` with: metric, unit, trainprof, peer, peer_name, better (lower |
@@ -80,6 +83,7 @@ BENCHES = [
      {"BENCH_FOLDERS": "5000", "BENCH_SECONDS": "3"}),
     ("trigger-idle", [sys.executable, "bench/trigger_idle.py"], {"BENCH_ROUNDS": "5"},
      {"BENCH_ROUNDS": "1", "BENCH_STEPS": "20", "BENCH_EMPTY_STEPS": "2000"}),
+    ("detailed-close", [sys.executable, "bench/detailed_close.py"], {"BENCH_ROUNDS": "3"}, {"BENCH_ROUNDS": "1"}),
 ]
 
 

@@ -297,10 +297,10 @@ impl Collector {
             let anchors = anchors(r, anchor, by_seq);
             let ends = completions(r, anchor, &anchors);
             let params = if anchor == PARAM { None } else { Some(paired(r, PARAM, &anchors)) };
+            let places = ordinals(&anchors);
             for (i, a) in anchors.iter().enumerate() {
                 let meta = params.as_ref().and_then(|p| p[i]).unwrap_or(*a);
-                let key =
-                    if by_seq { (a.group, i64::MIN, a.seq) } else { (a.group, a.step, ordinal(&anchors, i)) };
+                let key = if by_seq { (a.group, i64::MIN, a.seq) } else { (a.group, a.step, places[i]) };
                 matched.entry(key).or_default().push(Arrival {
                     rank: ri,
                     at: a.start,
@@ -463,10 +463,17 @@ fn anchors(r: &Rank, family: u8, by_seq: bool) -> Vec<Rec> {
     out
 }
 
-/// The place of anchor `i` among its group's anchors of its step (anchors are in start order).
-fn ordinal(anchors: &[Rec], i: usize) -> i64 {
-    let a = anchors[i];
-    anchors[..i].iter().filter(|x| x.group == a.group && x.step == a.step).count() as i64
+/// Each anchor's place among its group's anchors of its step (anchors are in start order).
+fn ordinals(anchors: &[Rec]) -> Vec<i64> {
+    let mut seen: HashMap<(u16, i64), i64> = HashMap::new();
+    anchors
+        .iter()
+        .map(|a| {
+            let n = seen.entry((a.group, a.step)).or_default();
+            *n += 1;
+            *n - 1
+        })
+        .collect()
 }
 
 /// For each anchor, the record of `family` in the same place of its step, when the rank has

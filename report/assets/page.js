@@ -426,6 +426,13 @@
       barChart(el("phases-chart"), "phases", "Time per phase, ms (total over the job)", ph.map(function (p) { return p.name; }),
         [{ label: "total ms", data: ph.map(function (p) { return p.total; }) }], "ms");
     }
+
+    // Collectives across ranks: each collective's arrival spread at its first arrival.
+    var co = data.collectives;
+    if (co && el("collectives-chart")) {
+      timeChart(el("collectives-chart"), "collectives spread", "Arrival spread per collective, ms (last arrival − first)", co[0],
+        [{ label: "spread ms", data: co[1], points: true, size: 4, color: "#d62728" }], { unit: "ms" });
+    }
   } catch (e) {
     recordError("while laying out charts: " + e);
   }

@@ -211,6 +211,8 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
     let collector = std::mem::take(&mut agg.detailed_windows);
     let detailed_capped = collector.capped();
     let detailed = collector.finish(&agg.steps);
+    let collectives = std::mem::take(&mut agg.collectives);
+    let collectives_capped = collectives.capped();
     let mut phases: Vec<Phase> = agg
         .phases
         .iter()
@@ -261,10 +263,12 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
                 left_out: c.left_out,
             })
             .chain(detailed_capped)
+            .chain(collectives_capped)
             .collect(),
         // Set by `build` once read.
         gpu_models: BTreeMap::new(),
     };
+    let collectives = collectives.finish(&job.clock);
     let mut fleet = fleet::fleet(&agg.steps, &agg.signals);
     let drawn = fleet::nodes_to_draw(agg.nodes.keys(), fleet.as_ref(), &agg.signals);
     let not_drawn = (agg.nodes.len() - drawn.len()) as u64;
@@ -298,6 +302,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         detailed,
         hangs: Hangs::default(),
         fleet,
+        collectives,
         series: Some(series),
     }
 }

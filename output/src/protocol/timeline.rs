@@ -55,6 +55,29 @@ pub mod requested_key {
     pub const REQUESTED_US: &str = "requested_us";
 }
 
+/// The collectives in the detailed windows' `cpu_functions` and `gpu_functions-dev:<n>`
+/// events (`docs/formats.md`, "Collectives"): torch's own op and kernel names, and the `args`
+/// torch gives `record_param_comms` (kineto's spelling), read when an event carries them.
+pub mod collective {
+    /// The dispatcher's op of a collective call (`c10d::allreduce_`), on the calling thread.
+    pub const CALL_PREFIX: &str = "c10d::";
+    /// The process group backends' ranges: `gloo:all_reduce` (on gloo's worker thread, the
+    /// collective's whole run), `nccl:all_reduce` (the enqueue on the calling thread).
+    pub const GLOO_PREFIX: &str = "gloo:";
+    pub const NCCL_PREFIX: &str = "nccl:";
+    /// torch's range carrying the collective's parameters.
+    pub const PARAM_COMMS: &str = "record_param_comms";
+    /// NCCL's kernels: before NCCL 2.19 `ncclKernel_…`, since `ncclDevKernel_…`.
+    pub const NCCL_KERNEL_PREFIXES: [&str; 2] = ["ncclKernel_", "ncclDevKernel_"];
+    /// `record_param_comms`' args (torch's `ParamCommsUtils`).
+    pub const SEQ_KEY: &str = "Seq";
+    pub const GROUP_KEY: &str = "Process Group Name";
+    pub const NAME_KEY: &str = "Collective name";
+    pub const GROUP_SIZE_KEY: &str = "Group size";
+    pub const IN_NELEMS_KEY: &str = "In msg nelems";
+    pub const DTYPE_KEY: &str = "dtype";
+}
+
 words! {
     /// The phases (trace processes) and event names that the library, the adapters and the
     /// report know.

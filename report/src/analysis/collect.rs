@@ -301,6 +301,8 @@ pub struct Agg<R> {
     pub caps: Caps,
     /// The detailed windows' ops, kernels and DataLoader waits (`detailed.rs`).
     pub detailed_windows: crate::analysis::detailed::Collector,
+    /// The detailed windows' collectives (`collectives.rs`).
+    pub collectives: crate::analysis::collectives::Collector,
     /// What each node's rows showed for the stragglers' causes (`fleet.rs`).
     pub signals: BTreeMap<String, crate::analysis::fleet::NodeSignals>,
     /// GPUs and series columns of all nodes.
@@ -560,6 +562,7 @@ impl<R: NodeJudge> Agg<R> {
             return;
         }
         self.detailed_windows.event(e);
+        self.collectives.event(e);
         // Phases past the cap are summed into one; `OTHER_PHASES` itself is not capped.
         let known = self.phases.contains_key(e.phase)
             || self.caps.admit("phases", None, e.phase, self.phases.len(), MAX_PHASES);

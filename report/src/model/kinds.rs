@@ -86,6 +86,27 @@ pub enum ClockState {
     Unknown,
 }
 
+/// How a job's collectives were matched across ranks (`collectives.matched_by`,
+/// `docs/report.md`, "Collectives across ranks"): by the process group and sequence number
+/// torch recorded (`seq`), or by call order per process group and step (`order`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchedBy {
+    Seq,
+    Order,
+}
+
+/// A node's clock as the collectives align it (`collectives.clocks[].state`): the
+/// `reference` the others are aligned to, `aligned` (an offset estimated and applied) or
+/// `unaligned` (no estimate the data supports; its times are used as recorded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlignState {
+    Reference,
+    Aligned,
+    Unaligned,
+}
+
 /// What a group of Python windows profiled (`python_summary.windows[].kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub mod collectives;
 pub mod detailed;
 pub mod evidence;
 pub mod fleet;
@@ -15,7 +16,7 @@ pub mod kinds;
 pub use detailed::{Detailed, DetailedFigures, DetailedWindow, LaunchDelay, Share, TopRow};
 pub use evidence::Evidence;
 pub use hangs::Hangs;
-pub use kinds::{ClockState, PythonGroupKind, StepChartKind};
+pub use kinds::{AlignState, ClockState, MatchedBy, PythonGroupKind, StepChartKind};
 pub use trainprof_output::protocol::native_window::NativeFile;
 pub use trainprof_output::protocol::python_window::PythonProfilerDir;
 
@@ -54,6 +55,11 @@ pub struct ReportModel {
     /// "Many ranks"); `null` with fewer than two ranks.
     #[serde(default)]
     pub fleet: Option<fleet::Fleet>,
+    /// Collectives matched across ranks and the nodes' clocks aligned from them
+    /// (`docs/report.md`, "Collectives across ranks"); left out when the detailed windows
+    /// hold no collective.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collectives: Option<collectives::Collectives>,
     /// Only for the HTML page; `--json` leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<Series>,

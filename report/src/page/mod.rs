@@ -21,6 +21,7 @@ use crate::model::{
 };
 use crate::rules::Cell;
 
+pub mod collectives;
 pub mod detailed;
 pub mod fleet;
 pub mod hangs;
@@ -73,6 +74,9 @@ pub fn render(m: &ReportModel) -> String {
          <a href=\"#framework\">Framework</a><a href=\"#detailed\">Detailed</a><a href=\"#native\">Native</a>\
          <a href=\"#findings\">Findings</a>",
     );
+    if m.collectives.is_some() {
+        out.push_str("<a href=\"#collectives\">Collectives</a>");
+    }
     if !m.triggers.is_empty() {
         out.push_str("<a href=\"#triggers\">Triggers</a>");
     }
@@ -96,6 +100,7 @@ pub fn render(m: &ReportModel) -> String {
     section_job(&mut out, job);
     section_steps(&mut out, &m.steps, t0);
     crate::page::fleet::section(&mut out, m.fleet.as_ref());
+    crate::page::collectives::section(&mut out, m.collectives.as_ref(), t0);
     section_system(&mut out, &series.nodes);
     section_framework(&mut out, &m.phases, &m.python, &m.python_summary);
     crate::page::detailed::section(&mut out, &m.detailed);
@@ -707,6 +712,9 @@ struct PageData<'a> {
     bands: Vec<Band>,
     marks: Vec<f64>,
     phases: Vec<PhaseData<'a>>,
+    /// The arrival spread per collective (`collectives.chart`): times relative to `t0`, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    collectives: Option<[Vec<f64>; 2]>,
 }
 
 #[derive(Serialize)]
@@ -917,7 +925,13 @@ fn page_data<'a>(m: &'a ReportModel, series: &'a crate::model::Series, t0: f64) 
         .filter(|p| !crate::page::detailed::is_detailed_phase(&p.name))
         .map(|p| PhaseData { name: &p.name, total: round(p.total_ms, MS_DECIMALS) })
         .collect();
-    PageData { t0, span: round(span, T_DECIMALS), modes, nodes, bands, marks, phases }
+    let collectives = m.collectives.as_ref().map(|c| {
+        [
+            c.chart.iter().map(|p| round(p[0] - t0, T_DECIMALS)).collect(),
+            c.chart.iter().map(|p| round(p[1], MS_DECIMALS)).collect(),
+        ]
+    });
+    PageData { t0, span: round(span, T_DECIMALS), modes, nodes, bands, marks, phases, collectives }
 }
 
 /// The histogram's last bin `[from, to]` when it is an overflow bin: wider than the others

@@ -1,0 +1,294 @@
+//! Collectives matched across ranks and the nodes' clocks aligned from them
+//! (`docs/report.md`, "Collectives across ranks"), on timelines written here as the torch
+//! adapter writes them: a late rank planted, a node's clock shifted, a node that shares no
+//! collective, both NCCL kernel names, hostile args.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use trainprof_report::model::{AlignState, MatchedBy, ReportModel};
+use trainprof_report::{Options, build, page, to_json};
+
+const BASE: i64 = 1_795_400_000_000_000;
+
+/// One rank's timeline: `cpu_functions` (pid 1) and `gpu_functions-dev:0` (pid 2) events,
+/// times in epoch µs.
+struct Timeline {
+    events: Vec<Value>,
+}
+
+impl Timeline {
+    fn new() -> Timeline {
+        Timeline {
+            events: vec![
+                json!({"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros": BASE}}),
+                json!({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "cpu_functions"}}),
+                json!({"name": "process_name", "ph": "M", "pid": 2, "args": {"name": "gpu_functions-dev:0"}}),
+            ],
+        }
+    }
+
+    fn op(&mut self, name: &str, start: i64, end: i64, step: i64, tid: i64, extra: Value) {
+        let mut args = json!({"pid": 7, "step_num": step.to_string(), "tid": tid});
+        if let (Some(a), Value::Object(x)) = (args.as_object_mut(), extra) {
+            a.extend(x);
+        }
+        self.events.push(
+            json!({"name": name, "pid": 1, "ph": "X", "ts": start - BASE, "dur": end - start, "args": args}),
+        );
+    }
+
+    fn kernel(&mut self, name: &str, start: i64, end: i64, step: i64) {
+        self.events.push(json!({"name": name, "pid": 2, "ph": "X", "ts": start - BASE, "dur": end - start,
+            "args": {"pid": 7, "step_num": step.to_string(), "device": 0, "stream": 20}}));
+    }
+
+    fn write(self, root: &Path, rank: &str) {
+        let hour = root.join("framework/pevents/2026112203");
+        std::fs::create_dir_all(&hour).unwrap();
+        std::fs::write(
+            hour.join(format!("1795400100000000_{rank}_pythontimeline.json")),
+            Value::from(self.events).to_string(),
+        )
+        .unwrap();
+    }
+}
+
+/// A small deterministic jitter in 0..`span` µs.
+fn jitter(a: i64, b: i64, span: i64) -> i64 {
+    // splitmix64
+    let mut z =
+        (a as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (b as u64).wrapping_add(0x6A09_E667_F3BC_C909);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) % span as u64) as i64
+}
+
+const STEPS: i64 = 30;
+const PER_STEP: i64 = 2;
+const LATE_US: i64 = 20_000;
+const SHIFT_US: i64 = 37_000;
+
+/// Four ranks on two nodes (`0-nodea`, `1-nodea`, `2-nodeb`, `3-nodeb`) on CPU with gloo:
+/// `c10d::allreduce_` on the calling thread, `gloo:all_reduce` on a worker thread until the
+/// collective ends (the same instant on every rank, give or take 100 µs). Rank 3 reaches every
+/// collective `late` µs after the others; node B's clock reads `shift` µs ahead.
+fn gloo_job(root: &Path, late: i64, shift: i64) {
+    let mut tl: Vec<Timeline> = (0..4).map(|_| Timeline::new()).collect();
+    for s in 0..STEPS {
+        for c in 0..PER_STEP {
+            let t = BASE + 1_000_000 + s * 200_000 + c * 60_000;
+            let arrive: Vec<i64> =
+                (0..4).map(|r| t + jitter(r, s * 10 + c, 2000) + if r == 3 { late } else { 0 }).collect();
+            let done = arrive.iter().max().unwrap() + 5000;
+            for (r, l) in tl.iter_mut().enumerate() {
+                let r = r as i64;
+                let off = if r >= 2 { shift } else { 0 };
+                let a = arrive[r as usize] + off;
+                let e = done + jitter(r, s * 10 + c + 5, 100) + off;
+                l.op("c10d::allreduce_", a, a + 40, s, 1, json!({}));
+                l.op("gloo:all_reduce", a + 15, e, s, 2, json!({}));
+                // Not collectives: an op, a point-to-point call.
+                l.op("aten::add", a - 500, a - 400, s, 1, json!({}));
+                l.op("c10d::send", a - 300, a - 200, s, 1, json!({}));
+            }
+        }
+    }
+    for (r, l) in tl.into_iter().enumerate() {
+        l.write(root, &format!("{r}-node{}", if r < 2 { "a" } else { "b" }));
+    }
+}
+
+fn model(root: &Path) -> ReportModel {
+    build(root, "src", &Options::default()).unwrap()
+}
+
+#[test]
+fn a_late_rank_is_named_and_a_shifted_node_is_aligned() {
+    let dir = tempfile::tempdir().unwrap();
+    gloo_job(dir.path(), LATE_US, SHIFT_US);
+    let m = model(dir.path());
+    let c = m.collectives.as_ref().expect("collectives");
+    assert_eq!(c.matched_by, MatchedBy::Order);
+    assert_eq!((c.ranks, c.matched, c.unmatched), (4, (STEPS * PER_STEP) as u64, 0));
+    let r3 = c.per_rank.iter().find(|r| r.rank == "3-nodeb").unwrap();
+    assert!(r3.last_share.unwrap() >= 0.9, "{r3:?}");
+    // Each collective: the three others waited about 20 ms (less their jitter) for rank 3.
+    let per = r3.others_waited_ms / r3.last as f64;
+    assert!((3.0 * 18.0..=3.0 * 20.5).contains(&per), "{per}");
+    let late = c.late_rank.as_ref().expect("a late rank");
+    assert_eq!(late.rank, "3-nodeb");
+    assert!(late.summary.contains("3-nodeb arrived last at"), "{}", late.summary);
+    let b = c.clocks.iter().find(|k| k.node == "nodeb").unwrap();
+    let a = c.clocks.iter().find(|k| k.node == "nodea").unwrap();
+    assert_eq!(a.state, AlignState::Reference);
+    assert_eq!(b.state, AlignState::Aligned, "{b:?}");
+    let off = b.offset_ms.unwrap();
+    assert!((off - SHIFT_US as f64 / 1000.0).abs() <= 2.0, "{off}");
+    assert!(b.uncertainty_ms.unwrap() < 1.0 && b.collectives == (STEPS * PER_STEP) as u64, "{b:?}");
+    // Aligned, the collectives' ends agree within 1 ms.
+    assert!(c.end_spread_ms.max_ms.unwrap() < 1.0, "{:?}", c.end_spread_ms);
+    // The widest arrival spreads are rank 3's 20 ms, not the clocks' 37 ms.
+    assert!(
+        c.widest.iter().all(|w| w.last_rank == "3-nodeb" && w.arrival_spread_ms < 23.0),
+        "{:?}",
+        c.widest
+    );
+    // In --json and on the page.
+    let j: Value = serde_json::from_str(&to_json(&m)).unwrap();
+    assert_eq!(j["collectives"]["late_rank"]["rank"], "3-nodeb");
+    assert_eq!(j["collectives"]["clocks"][1]["state"], "aligned");
+    let html = page::render(&m);
+    assert!(html.contains("<section id=\"collectives\">"));
+    assert!(html.contains("3-nodeb arrived last at"));
+}
+
+#[test]
+fn without_a_late_rank_none_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    gloo_job(dir.path(), 0, SHIFT_US);
+    let c = model(dir.path()).collectives.unwrap();
+    assert!(c.late_rank.is_none(), "{:?}", c.late_rank);
+    assert!(c.per_rank.iter().all(|r| r.last_share.unwrap() < 0.6), "{:?}", c.per_rank);
+    assert!(c.arrival_spread_ms.max_ms.unwrap() < 2.5, "{:?}", c.arrival_spread_ms);
+}
+
+#[test]
+fn a_node_without_a_shared_collective_is_unaligned() {
+    let dir = tempfile::tempdir().unwrap();
+    gloo_job(dir.path(), LATE_US, SHIFT_US);
+    // Two ranks of node C, in steps no other rank has: matched with each other only.
+    for r in [4, 5] {
+        let mut l = Timeline::new();
+        for s in 100..110 {
+            let t = BASE + 20_000_000 + s * 100_000 + r * 300;
+            l.op("c10d::allreduce_", t, t + 40, s, 1, json!({}));
+            l.op("gloo:all_reduce", t + 10, BASE + 20_000_000 + s * 100_000 + 5000, s, 2, json!({}));
+        }
+        l.write(dir.path(), &format!("{r}-nodec"));
+    }
+    let c = model(dir.path()).collectives.unwrap();
+    let k = c.clocks.iter().find(|k| k.node == "nodec").unwrap();
+    assert_eq!(k.state, AlignState::Unaligned, "{k:?}");
+    assert_eq!(k.offset_ms, None);
+    assert!(k.reason.as_deref().unwrap().contains("no collective end shared"), "{k:?}");
+    assert_eq!(c.clocks.iter().find(|k| k.node == "nodeb").unwrap().state, AlignState::Aligned);
+}
+
+#[test]
+fn too_few_shared_collectives_leave_a_node_unaligned() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tl: Vec<Timeline> = (0..2).map(|_| Timeline::new()).collect();
+    for s in 0..3 {
+        for (r, l) in tl.iter_mut().enumerate() {
+            let t = BASE + 1_000_000 + s * 100_000 + r as i64 * 100;
+            l.op("c10d::allreduce_", t, t + 40, s, 1, json!({}));
+            l.op("gloo:all_reduce", t + 10, BASE + 1_000_000 + s * 100_000 + 3000, s, 2, json!({}));
+        }
+    }
+    for (r, l) in tl.into_iter().enumerate() {
+        l.write(dir.path(), &format!("{r}-host{r}"));
+    }
+    let c = model(dir.path()).collectives.unwrap();
+    let k = c.clocks.iter().find(|k| k.node == "host1").unwrap();
+    assert_eq!((k.state, k.collectives), (AlignState::Unaligned, 3), "{k:?}");
+    assert!(k.reason.as_deref().unwrap().contains("5 are needed"));
+}
+
+/// Two ranks on one H200 node each, as torch records NCCL: `record_param_comms` with its args
+/// (the sequence number among them) and the kernel, one rank's in each era's name.
+#[test]
+fn nccl_collectives_match_by_sequence_number_in_both_kernel_eras() {
+    let dir = tempfile::tempdir().unwrap();
+    let kernels = [
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+        "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWork*)",
+    ];
+    for (r, kernel) in kernels.iter().enumerate() {
+        let mut l = Timeline::new();
+        for seq in 0..12_i64 {
+            let t = BASE + 1_000_000 + seq * 50_000 + if r == 1 { 3000 } else { 0 };
+            let args = json!({"Collective name": "allreduce", "Process Group Name": "0", "Seq": seq + 1,
+                "In msg nelems": 1_000_000, "Out msg nelems": 1_000_000, "Group size": 2, "dtype": "Float",
+                "Process Group Ranks": "[0, 1]", "Rank": r});
+            l.op("c10d::allreduce_", t, t + 60, seq, 1, json!({}));
+            l.op("record_param_comms", t + 5, t + 50, seq, 1, args);
+            l.op("nccl:all_reduce", t + 10, t + 45, seq, 1, json!({}));
+            let done = BASE + 1_000_000 + seq * 50_000 + 8000;
+            l.kernel(kernel, t + 100, done + r as i64 * 20, seq);
+        }
+        l.write(dir.path(), &format!("{r}-gpu{r}"));
+    }
+    let m = model(dir.path());
+    let c = m.collectives.as_ref().unwrap();
+    assert_eq!(c.matched_by, MatchedBy::Seq);
+    assert_eq!((c.matched, c.kernels), (12, 24));
+    let w = &c.widest[0];
+    assert_eq!(
+        (w.kind.as_str(), w.group.as_str(), w.bytes, w.group_size),
+        ("allreduce", "0", Some(4_000_000), Some(2))
+    );
+    assert!(c.per_rank.iter().find(|r| r.rank == "1-gpu1").unwrap().last == 12);
+    let k = c.clocks.iter().find(|k| k.node == "gpu1").unwrap();
+    assert_eq!(k.state, AlignState::Aligned);
+    assert!(k.offset_ms.unwrap().abs() < 0.05, "{k:?}");
+    // Both eras are communication kernels in the detailed windows.
+    let total = m.detailed.total.as_ref().unwrap();
+    let comm = total.classes.iter().find(|s| s.name == "communication").unwrap();
+    assert_eq!(comm.count, Some(24));
+}
+
+#[test]
+fn jobs_without_collectives_have_no_collectives_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Timeline::new();
+    l.op("aten::mm", BASE + 1000, BASE + 2000, 1, 1, json!({}));
+    l.op("c10d::send", BASE + 3000, BASE + 4000, 1, 1, json!({}));
+    l.write(dir.path(), "0-algo-1");
+    let m = model(dir.path());
+    assert!(m.collectives.is_none());
+    assert!(!to_json(&m).contains("\"collectives\""));
+}
+
+#[test]
+fn hostile_args_stay_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = "g".repeat(100_000);
+    let bad = [
+        json!(big),
+        json!([1, 2]),
+        json!({"a": 1}),
+        json!(1e300),
+        json!(-5),
+        json!("12abc"),
+        json!(null),
+        json!(true),
+    ];
+    for r in 0..2 {
+        let mut l = Timeline::new();
+        for i in 0..400_i64 {
+            let v = bad[i as usize % bad.len()].clone();
+            let group = if i % 4 == 1 { v.clone() } else { json!(format!("group-{i}")) };
+            let args = json!({"Collective name": v, "Process Group Name": group, "Seq": v,
+                "In msg nelems": if i % 2 == 0 { json!(1e30) } else { v.clone() }, "Group size": v, "dtype": v});
+            let t = BASE + 1_000_000 + i * 1000;
+            l.op("record_param_comms", t, t + 10, i, 1, args);
+            l.op(&format!("c10d::allreduce_{}", "x".repeat(200)), t, t + 10, i, 1, json!({}));
+        }
+        l.write(dir.path(), &format!("{r}-h{r}"));
+    }
+    let m = model(dir.path());
+    let c = m.collectives.as_ref().unwrap();
+    assert!(
+        m.job.capped.iter().any(|k| k.what == "collective_groups" && k.limit == 256),
+        "{:?}",
+        m.job.capped
+    );
+    for w in &c.widest {
+        assert!(w.group.len() <= 64 && w.kind.len() <= 32, "{w:?}");
+        assert!(w.bytes.is_none() && w.group_size.is_none(), "{w:?}");
+    }
+    assert!(to_json(&m).len() < 200_000);
+}

@@ -91,7 +91,7 @@ def test_the_header_parses():
     assert len(FUNCTIONS) >= 17 and "trainprof_record" in FUNCTIONS
     assert CONSTS["TRAINPROF_STATUS_BUFFER_TOO_SMALL"] == -6 and CONSTS["TRAINPROF_ABI_VERSION"] >= 1
     assert FUNCTIONS["trainprof_record"][1][5] == "const struct TrainprofArg*"
-    assert set(STRUCTS) == {"TrainprofArg", "TrainprofPythonWindow", "TrainprofStats"}
+    assert set(STRUCTS) == {"TrainprofArg", "TrainprofPythonWindow", "TrainprofStats", "TrainprofWindowCaps"}
 
 
 def test_every_export_is_bound_and_no_other():

@@ -297,6 +297,8 @@ pub struct Agg<R> {
     /// On-demand windows (`trainprof:RequestedWindow` instant events), at most
     /// `MAX_TRIGGERS`.
     pub requested: Vec<crate::model::RequestedWindow>,
+    /// Windows stopped at their cap (`trainprof:WindowCapped`), at most `MAX_TRIGGERS`.
+    pub capped_windows: Vec<crate::model::CappedWindow>,
     /// The caps reached (`docs/report.md`, "Caps").
     pub caps: Caps,
     /// The detailed windows' ops, kernels and DataLoader waits (`detailed.rs`).
@@ -538,6 +540,12 @@ impl<R: NodeJudge> Agg<R> {
             {
                 self.requested.push(r);
             }
+            if e.name == timeline::CAPPED_NAME
+                && self.capped_windows.len() < MAX_TRIGGERS
+                && let Some(c) = capped(e)
+            {
+                self.capped_windows.push(c);
+            }
             return;
         }
         if let Some(mode) = step_mode(e.phase) {
@@ -679,6 +687,25 @@ pub fn requested(e: &crate::reading::Event<'_>) -> Option<crate::model::Requeste
         features,
         window_start_step: int(trigger_key::WINDOW_START_STEP),
         window_num_steps: int(trigger_key::WINDOW_NUM_STEPS),
+    })
+}
+
+/// A capped window from its event (docs/formats.md, "Window caps"); `None` when a key is
+/// missing or a word is not one the hook writes.
+pub fn capped(e: &crate::reading::Event<'_>) -> Option<crate::model::CappedWindow> {
+    use timeline::capped_key;
+    let word = |k: &str, words: &[&str]| {
+        e.args.get(k).and_then(|v| v.as_str()).filter(|s| words.contains(s)).map(str::to_owned)
+    };
+    let uint = |k: &str| e.args.get(k).and_then(serde_json::Value::as_u64);
+    Some(crate::model::CappedWindow {
+        rank: e.node.to_owned(),
+        feature: word(capped_key::FEATURE, &["detailed", "dataloader", "python", "native"])?,
+        cap: word(capped_key::CAP, &timeline::CAP_WORDS)?,
+        value: uint(capped_key::VALUE)?,
+        limit: uint(capped_key::LIMIT)?,
+        step: e.args.get(capped_key::STEP).and_then(serde_json::Value::as_i64).or(e.step)?,
+        at_s: e.start_us as f64 / 1e6,
     })
 }
 

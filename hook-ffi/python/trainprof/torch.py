@@ -213,6 +213,7 @@ class TorchHook:
         # the trainer's resident memory then, and the events it wrote so far.
         self._caps: Dict[str, int] = dict(_caps.DEFAULTS)
         self._rss0 = 0
+        self._rss_stop = 0
         self._window_events = 0
         self._fixed_mode = _mode_of(mode)
         self._model = model
@@ -490,6 +491,8 @@ class TorchHook:
         if tp is None:
             return
         boundaries, self._boundaries = self._boundaries, []
+        # Writing the events may grow the trainer by the memory cap at most, from here.
+        self._rss_stop = _caps.rss_bytes()
         try:
             with _quiet_profiler():
                 tp.stop()
@@ -548,8 +551,8 @@ class TorchHook:
             if self._window_events >= max_events:
                 prof.window_capped("detailed", "events", self._window_events, max_events, step=step)
                 return
-            if n % 4096 == 4095 and self._rss0:
-                grown = _caps.rss_bytes() - self._rss0
+            if n % 4096 == 4095 and self._rss_stop:
+                grown = _caps.rss_bytes() - self._rss_stop
                 if grown >= max_bytes:
                     prof.window_capped("detailed", "bytes", grown, max_bytes, step=step)
                     return

@@ -812,6 +812,46 @@ mod tests {
     }
 
     #[test]
+    fn a_capped_event_becomes_a_capped_window_and_a_bad_one_nothing() {
+        let args: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+            r#"{"pid": 7, "step_num": "4", "feature": "detailed", "cap": "events", "value": 6, "limit": 4, "step": 4}"#,
+        )
+        .unwrap();
+        let e = crate::reading::Event {
+            node: "0-algo-1",
+            phase: timeline::CAPPED_PHASE,
+            name: timeline::CAPPED_NAME,
+            ph: 'i',
+            start_us: 10_000_000,
+            dur_us: 0,
+            step: Some(4),
+            args: &args,
+        };
+        let mut agg = Agg::new(None);
+        agg.event(&e);
+        let [c] = agg.capped_windows.as_slice() else { panic!("{:?}", agg.capped_windows) };
+        assert_eq!(
+            (c.feature.as_str(), c.cap.as_str(), c.value, c.limit, c.step),
+            ("detailed", "events", 6, 4, 4)
+        );
+        assert_eq!(c.mark(), "stopped at its cap: 6 events at step 4");
+        for (k, v) in [
+            ("cap", serde_json::json!("<b>")),
+            ("feature", serde_json::json!("gpu")),
+            ("value", serde_json::json!(-1)),
+        ] {
+            let mut bad = args.clone();
+            bad.insert(k.into(), v);
+            assert!(capped(&crate::reading::Event { args: &bad, ..e.clone() }).is_none(), "{k}");
+        }
+        let mut bytes = args.clone();
+        bytes.insert("cap".into(), serde_json::json!("bytes"));
+        bytes.insert("value".into(), serde_json::json!(537_919_488));
+        let c = capped(&crate::reading::Event { args: &bytes, ..e }).unwrap();
+        assert_eq!(c.mark(), "stopped at its cap: 513 MiB of trainer memory growth at step 4");
+    }
+
+    #[test]
     fn the_clock_keeps_the_worst_reading() {
         let mut c = ClockAgg::default();
         c.add(Some(1.0), Some(500.0), Some(20.0));

@@ -64,6 +64,6 @@ def test_a_window_stops_writing_at_its_event_cap(tmp_path):
     # Reached while the ops were written, after the window: the first op left out is of step 2.
     assert (a["feature"], a["cap"], a["value"], a["limit"], a["step"]) == ("detailed", "events", 1000, 1000, 2), a
     objs = timeline_objs(out)
-    names = {e["pid"]: e["args"]["name"] for e in objs if e.get("ph") == "M" and e.get("name") == "process_name"}
+    names = {e["pid"]: e["args"].get("name", "") for e in objs if e.get("ph") == "M" and e.get("name") == "process_name"}
     written = [e for e in objs if e.get("ph") == "X" and names.get(e["pid"], "").startswith(("Forward", "cpu_functions"))]
     assert len(written) == 1000, len(written)

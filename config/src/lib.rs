@@ -16,6 +16,7 @@
 //! No input makes this crate panic; the only I/O is reading the one file.
 
 pub mod auto;
+pub mod caps;
 mod convert;
 mod feature;
 pub mod hang;
@@ -27,6 +28,7 @@ mod sources;
 pub mod window;
 
 pub use auto::{AutoFeature, AutoFeatures, AutoProfiling};
+pub use caps::WindowCaps;
 pub use feature::{CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler};
 pub use hang::HangDetection;
 pub use native::{DEFAULT_SAMPLING_HZ, NativeFeature, SAMPLING_HZ_RANGE};
@@ -78,6 +80,8 @@ pub struct Config {
     pub auto: AutoProfiling,
     /// `HangDetectionConfig`: stall detection and last words (a trainprof extension).
     pub hang: HangDetection,
+    /// `WindowCapsConfig`: how much one window may capture (a trainprof extension).
+    pub caps: WindowCaps,
     /// Everything that was ignored, replaced by a default or turned off, one line each.
     pub problems: Vec<Problem>,
 }
@@ -101,6 +105,7 @@ impl Config {
             native: NativeFeature::not_configured(),
             auto: AutoProfiling::not_configured(),
             hang: HangDetection::not_configured(),
+            caps: WindowCaps::default(),
             problems: Vec::new(),
         }
     }

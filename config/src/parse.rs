@@ -269,6 +269,8 @@ fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) 
             "AutoProfilingConfig",
             // A trainprof extension (docs/formats.md, "Hang and crash dumps").
             "HangDetectionConfig",
+            // A trainprof extension (docs/formats.md, "Window caps").
+            "WindowCapsConfig",
             // Written by the SDK, read by nobody (smdebug neither): ignored quietly.
             "HorovodProfilingConfig",
             "ProfilerEnabled",
@@ -323,6 +325,20 @@ fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) 
     if let Some(s) = sub("HangDetectionConfig", p) {
         cfg.hang = hang(s, &keys.path("HangDetectionConfig"), p);
     }
+    if let Some(Ok(m)) = sub("WindowCapsConfig", p) {
+        cfg.caps = caps(&m, &keys.path("WindowCapsConfig"), p);
+    }
+}
+
+/// `WindowCapsConfig`: a refused value keeps that cap's default, one line each; a broken
+/// dict (reported by `sub_config`) keeps every default.
+fn caps(m: &Map<String, Value>, path: &str, p: &mut Problems) -> crate::WindowCaps {
+    let keys = Keys::fold(m, path, crate::caps::CAPS_KEYS, p);
+    let (caps, bad) = crate::caps::read(|k| keys.get(k).cloned());
+    for (key, e, default) in bad {
+        p.push(keys.path(key), format!("{e}; the default {default} is kept"));
+    }
+    caps
 }
 
 /// `AutoProfilingConfig`: every refused value is reported, then the feature is off.

@@ -293,6 +293,35 @@ typedef int32_t TrainprofCprofileTimer;
 #endif // __cplusplus
 
 /*
+ The cap a window reached (`trainprof_window_capped`, docs/formats.md, "Window caps").
+ */
+enum TrainprofCap
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /*
+   Events the window wrote.
+   */
+  TRAINPROF_CAP_EVENTS = 1,
+  /*
+   Bytes the trainer's resident memory grew by during the window.
+   */
+  TRAINPROF_CAP_BYTES = 2,
+  /*
+   Profiler samples the window took.
+   */
+  TRAINPROF_CAP_SAMPLES = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum TrainprofCap TrainprofCap;
+#else
+typedef int32_t TrainprofCap;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/*
  One extra argument of an event: `args.<name of key> = value`.
 
  For [`TrainprofArgKind::Float`], `value` carries the bits of an IEEE-754 double
@@ -361,6 +390,29 @@ typedef struct TrainprofStats {
   uint64_t files_sealed;
   uint64_t open_failures;
 } TrainprofStats;
+
+/*
+ The caps of every window (`WindowCapsConfig`, docs/formats.md, "Window caps"), see
+ `trainprof_window_caps`.
+ */
+typedef struct TrainprofWindowCaps {
+  /*
+   Events a detailed window writes.
+   */
+  uint64_t detailed_max_events;
+  /*
+   Bytes the trainer's resident memory may grow by while a detailed window runs.
+   */
+  uint64_t detailed_max_bytes;
+  /*
+   Events a dataloader window writes.
+   */
+  uint64_t dataloader_max_events;
+  /*
+   pyinstrument samples in one Python window.
+   */
+  uint64_t python_max_samples;
+} TrainprofWindowCaps;
 
 
 
@@ -542,6 +594,31 @@ TrainprofStatus trainprof_local_path(char *buf, size_t cap);
  `out` is NULL or valid for a write of a `TrainprofStats`.
  */
 TrainprofStatus trainprof_stats(struct TrainprofStats *out);
+
+/*
+ Fills `*out` with the caps of every window (`WindowCapsConfig`, docs/formats.md,
+ "Window caps"), as the config now says; the defaults before init, in a forked child and
+ when profiling is off.
+
+ # Safety
+ `out` is NULL or valid for a write of a `TrainprofWindowCaps`.
+ */
+TrainprofStatus trainprof_window_caps(struct TrainprofWindowCaps *out);
+
+/*
+ The caller stopped `feature`'s window at its cap (a `TrainprofCap`: it reached `value`,
+ the cap being `limit`), at `step` (< 0: the current step, in the windows' numbering;
+ docs/formats.md, "Window caps"): the window
+ answers no for the rest of its steps (`trainprof_window_active`; the Python windows
+ start none), and one `trainprof:WindowCapped` instant event and one log line say so.
+ `DROPPED` when the window was capped already (once per window) or the event could not
+ be queued; `INVALID_ARGUMENT` for an unknown feature or cap, or SMDataParallel.
+ */
+TrainprofStatus trainprof_window_capped(int32_t feature,
+                                        int32_t cap,
+                                        uint64_t value,
+                                        uint64_t limit,
+                                        int64_t step);
 
 /*
  Events dropped so far, for any reason (0 before init and in a forked child).

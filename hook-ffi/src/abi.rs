@@ -21,9 +21,9 @@ use trainprof_output::protocol::python_window;
 use crate::hook::{self, FRAMEWORKS, Hook, Options};
 use crate::names::MAX_NAMES_DEFAULT;
 use crate::types::{
-    TRAINPROF_MAX_ARGS, TRAINPROF_NAME_OVER_LIMIT, TrainprofArg, TrainprofBoundary, TrainprofCprofileTimer,
-    TrainprofFeature, TrainprofMode, TrainprofPythonProfiler, TrainprofPythonWindow, TrainprofStats,
-    TrainprofStatus,
+    TRAINPROF_MAX_ARGS, TRAINPROF_NAME_OVER_LIMIT, TrainprofArg, TrainprofBoundary, TrainprofCap,
+    TrainprofCprofileTimer, TrainprofFeature, TrainprofMode, TrainprofPythonProfiler, TrainprofPythonWindow,
+    TrainprofStats, TrainprofStatus, TrainprofWindowCaps,
 };
 use crate::{TRAINPROF_ABI_VERSION, guard, log, node};
 
@@ -682,6 +682,56 @@ pub unsafe extern "C" fn trainprof_stats(out: *mut TrainprofStats) -> TrainprofS
             Ok(TrainprofStatus::Ok)
         })
     }
+}
+
+/// Fills `*out` with the caps of every window (`WindowCapsConfig`, docs/formats.md,
+/// "Window caps"), as the config now says; the defaults before init, in a forked child and
+/// when profiling is off.
+///
+/// # Safety
+/// `out` is NULL or valid for a write of a `TrainprofWindowCaps`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn trainprof_window_caps(out: *mut TrainprofWindowCaps) -> TrainprofStatus {
+    let defaults = window_caps(trainprof_config::WindowCaps::default());
+    // SAFETY: out is forwarded from the caller.
+    unsafe {
+        export_out(out, defaults, |caps| {
+            *caps = window_caps(running()?.window_caps());
+            Ok(TrainprofStatus::Ok)
+        })
+    }
+}
+
+fn window_caps(c: trainprof_config::WindowCaps) -> TrainprofWindowCaps {
+    TrainprofWindowCaps {
+        detailed_max_events: c.detailed_max_events,
+        detailed_max_bytes: c.detailed_max_bytes,
+        dataloader_max_events: c.dataloader_max_events,
+        python_max_samples: c.python_max_samples,
+    }
+}
+
+/// The caller stopped `feature`'s window at its cap (a `TrainprofCap`: it reached `value`,
+/// the cap being `limit`), at `step` (< 0: the current step, in the windows' numbering;
+/// docs/formats.md, "Window caps"): the window
+/// answers no for the rest of its steps (`trainprof_window_active`; the Python windows
+/// start none), and one `trainprof:WindowCapped` instant event and one log line say so.
+/// `DROPPED` when the window was capped already (once per window) or the event could not
+/// be queued; `INVALID_ARGUMENT` for an unknown feature or cap, or SMDataParallel.
+#[unsafe(no_mangle)]
+pub extern "C" fn trainprof_window_capped(
+    feature: i32,
+    cap: i32,
+    value: u64,
+    limit: u64,
+    step: i64,
+) -> TrainprofStatus {
+    export(|| {
+        let hook = running()?;
+        let feature = TrainprofFeature::from_i32(feature).ok_or(TrainprofStatus::InvalidArgument)?;
+        let cap = TrainprofCap::from_i32(cap).ok_or(TrainprofStatus::InvalidArgument)?;
+        Ok(hook.window_capped(feature, cap, value, limit, step, hook::now_us()))
+    })
 }
 
 /// Events dropped so far, for any reason (0 before init and in a forked child).

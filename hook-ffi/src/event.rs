@@ -3,10 +3,10 @@
 //! It is plain data (no heap, no names): names travel as ids registered beforehand, so
 //! building and queueing one never allocates.
 
-use trainprof_config::AutoFeatures;
+use trainprof_config::{AutoFeature, AutoFeatures};
 
 use crate::anomaly::Trigger;
-use crate::types::{TRAINPROF_MAX_ARGS, TrainprofArg};
+use crate::types::{TRAINPROF_MAX_ARGS, TrainprofArg, TrainprofCap};
 
 /// What an event is written as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +20,10 @@ pub enum Kind {
     /// docs/formats.md, "On-demand windows (`trainprof trigger`)"); its numbers travel in the
     /// argument slots ([`Event::requested`]).
     Requested { features: u8 },
+    /// The instant event of a window that stopped at its cap (docs/formats.md, "Window
+    /// caps"): `feature` indexes `AutoFeature::ALL`, `cap` is a `TrainprofCap`; its numbers
+    /// travel in the argument slots ([`Event::capped`]).
+    Capped { feature: u8, cap: u8 },
 }
 
 /// A queued event. Times are µs since the epoch.
@@ -49,6 +53,17 @@ pub struct TriggerInfo {
     pub features: AutoFeatures,
 }
 
+/// A capped window's numbers as the writer reads them back from an [`Event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CappedInfo {
+    pub feature: AutoFeature,
+    pub cap: TrainprofCap,
+    /// The step the window stopped at, in the windows' numbering.
+    pub step: u64,
+    pub value: u64,
+    pub limit: u64,
+}
+
 /// An on-demand window's numbers as the writer reads them back from an [`Event`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestedInfo {
@@ -64,8 +79,39 @@ impl Event {
     pub fn args(&self) -> &[TrainprofArg] {
         match self.kind {
             Kind::Complete => &self.args[..usize::from(self.n_args).min(TRAINPROF_MAX_ARGS)],
-            Kind::Trigger { .. } | Kind::Requested { .. } => &[],
+            Kind::Trigger { .. } | Kind::Requested { .. } | Kind::Capped { .. } => &[],
         }
+    }
+
+    /// The instant event of a window that stopped at its cap, at `now_us`; `step_num` is the
+    /// current step in its mode.
+    pub fn capped(c: &CappedInfo, phase: u32, name: u32, step_num: i64, now_us: i64) -> Event {
+        let slot = |value: i64| TrainprofArg { key: 0, kind: 0, value };
+        let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let feature = AutoFeature::ALL.iter().position(|f| *f == c.feature).unwrap_or(0) as u8;
+        Event {
+            kind: Kind::Capped { feature, cap: c.cap as u8 },
+            phase,
+            name,
+            start_us: now_us,
+            end_us: now_us,
+            step: step_num,
+            n_args: 0,
+            args: [slot(as_i64(c.step)), slot(as_i64(c.value)), slot(as_i64(c.limit)), slot(0)],
+        }
+    }
+
+    /// What [`Event::capped`] put in, for such an event.
+    pub fn capped_info(&self) -> Option<CappedInfo> {
+        let Kind::Capped { feature, cap } = self.kind else { return None };
+        let [step, value, limit, _] = self.args.map(|a| a.value);
+        Some(CappedInfo {
+            feature: *AutoFeature::ALL.get(usize::from(feature))?,
+            cap: TrainprofCap::from_i32(i32::from(cap))?,
+            step: step.unsigned_abs(),
+            value: value.unsigned_abs(),
+            limit: limit.unsigned_abs(),
+        })
     }
 
     /// The instant event of an on-demand window opening at `now_us`, under phase `phase` and

@@ -33,6 +33,8 @@ use crate::types::{
 };
 use crate::writer;
 
+/// The phase and name of a capped window's instant event (docs/formats.md, "Window caps").
+pub use trainprof_output::protocol::timeline::{CAPPED_NAME, CAPPED_PHASE};
 /// The phase and name of an on-demand window's instant event (docs/formats.md, "On-demand
 /// windows (`trainprof trigger`)").
 pub use trainprof_output::protocol::timeline::{REQUESTED_NAME, REQUESTED_PHASE};
@@ -79,12 +81,16 @@ pub(crate) struct Gate {
     /// A window `trainprof trigger` armed ([`crate::request`]): another extra step range
     /// per feature, consulted like the detector's.
     pub(crate) requested: Option<crate::request::slot::Requested>,
+    /// Per feature (in `AutoFeature::ALL` order), the step its window stopped at its cap
+    /// (docs/formats.md, "Window caps"): until that window closes, it answers no. Cleared at
+    /// the first question the window itself answers no to.
+    pub(crate) capped: [Option<u64>; 4],
 }
 
 impl Gate {
     fn new(config: Config) -> Gate {
         let auto = config.auto.is_enabled().then(|| Detector::new(&config.auto));
-        Gate { config, python: python::Windows::default(), auto, requested: None }
+        Gate { config, python: python::Windows::default(), auto, requested: None, capped: [None; 4] }
     }
 
     /// A new config from a reload: the detector keeps what it learnt unless auto
@@ -152,6 +158,18 @@ pub enum WindowStep {
 impl WindowStep {
     pub fn for_framework(framework: &str) -> WindowStep {
         if framework == "pytorch" { WindowStep::Global } else { WindowStep::PerMode }
+    }
+}
+
+/// A capped feature's place in [`Gate::capped`] (`AutoFeature::ALL` order); SMDataParallel
+/// has no window of its own to cap.
+fn cap_index(feature: TrainprofFeature) -> Option<usize> {
+    match feature {
+        TrainprofFeature::Detailed => Some(0),
+        TrainprofFeature::Dataloader => Some(1),
+        TrainprofFeature::Python => Some(2),
+        TrainprofFeature::Native => Some(3),
+        TrainprofFeature::Smdataparallel => None,
     }
 }
 
@@ -709,7 +727,7 @@ impl Hook {
                 TrainprofFeature::Native => c.native.feature.is_active(at, now_s),
             }
         };
-        configured || {
+        let open = configured || {
             let c = &gate.config;
             match feature {
                 TrainprofFeature::Detailed => {
@@ -728,7 +746,78 @@ impl Hook {
                     c.native.feature.may_auto_open() && gate.extra_opens(AutoFeature::Native, step)
                 }
             }
+        };
+        let Some(i) = cap_index(feature) else { return open };
+        if gate.capped[i].is_none() {
+            return open;
         }
+        // A capped window answers no until it closes; the dataloader's is open whatever the
+        // name asked about (a name its regex does not match does not close it).
+        let window_open = match feature {
+            TrainprofFeature::Dataloader => {
+                gate.config.dataloader.feature.is_open_at(step, now_s)
+                    || (gate.config.dataloader.feature.may_auto_open()
+                        && gate.extra_opens(AutoFeature::Dataloader, step))
+            }
+            _ => open,
+        };
+        if !window_open {
+            gate.capped[i] = None;
+        }
+        false
+    }
+
+    #[cfg(test)]
+    fn lock_gate_capped(&self) -> [Option<u64>; 4] {
+        lock(&self.gate).capped
+    }
+
+    /// The caps of every window (`WindowCapsConfig`), as the config now says.
+    pub fn window_caps(&self) -> trainprof_config::WindowCaps {
+        lock(&self.gate).config.caps
+    }
+
+    /// A window stopped at its cap at `step` (< 0: the current window step;
+    /// docs/formats.md, "Window caps"): `feature`'s window answers no for the rest of its
+    /// steps, and one instant event and one log line say so.
+    /// Once per window: a second call while it is capped changes nothing (`Dropped`).
+    pub fn window_capped(
+        &self,
+        feature: TrainprofFeature,
+        cap: crate::types::TrainprofCap,
+        value: u64,
+        limit: u64,
+        step: i64,
+        now_us: i64,
+    ) -> TrainprofStatus {
+        if !self.enabled.load(Relaxed) {
+            return TrainprofStatus::Disabled;
+        }
+        let Some(i) = cap_index(feature) else { return TrainprofStatus::InvalidArgument };
+        let step = u64::try_from(step).ok().or_else(|| self.window_step()).unwrap_or(0);
+        {
+            let mut gate = lock(&self.gate);
+            if gate.capped[i].is_some() {
+                return TrainprofStatus::Dropped;
+            }
+            gate.capped[i] = Some(step);
+            if i == 2 {
+                gate.python.capped = true;
+            }
+        }
+        let info = crate::event::CappedInfo { feature: AutoFeature::ALL[i], cap, step, value, limit };
+        crate::log(&format_args!(
+            "the {} window stopped at its cap at step {step}: {value} {} (cap {limit}, WindowCapsConfig); \
+             its later steps are not profiled",
+            info.feature.as_str(),
+            cap.word(),
+        ));
+        let (phase, name) = (self.names.register(CAPPED_PHASE), self.names.register(CAPPED_NAME));
+        if phase == TRAINPROF_NAME_OVER_LIMIT || name == TRAINPROF_NAME_OVER_LIMIT {
+            self.counters.dropped_names.add_one();
+            return TrainprofStatus::Dropped;
+        }
+        self.push(Event::capped(&info, phase, name, self.steps.step.load(Relaxed), now_us))
     }
 
     /// A Python-profiling boundary: which window ended (with its directory under
@@ -736,7 +825,7 @@ impl Hook {
     pub fn python_boundary(&self, b: TrainprofBoundary, now_us: impl FnMut() -> f64) -> Outcome {
         let at = self.position();
         let mut gate = lock(&self.gate);
-        let Gate { config, python, auto, requested } = &mut *gate;
+        let Gate { config, python, auto, requested, capped } = &mut *gate;
         if !records(config, self.local_path_override) {
             // Profiling switched off: close what runs, start nothing.
             let mut off = config.python.clone();
@@ -749,6 +838,19 @@ impl Hook {
             .map(|r| (r.start, r.end))
             .or_else(|| auto.as_ref().and_then(|d| d.range_for(AutoFeature::Python)))
             .filter(|_| config.python.feature.may_auto_open());
+        if python.capped {
+            // The capped window ends where it would have: at a step outside it.
+            let inside = triggered.is_some_and(|(start, end)| start <= at.step && at.step < end)
+                || config.python.feature.is_open_at(at.step, crate::now_us() as f64 / 1e6);
+            let step_boundary = matches!(
+                b,
+                TrainprofBoundary::StepStart | TrainprofBoundary::ForwardPassEnd | TrainprofBoundary::StepEnd
+            );
+            if step_boundary && !inside {
+                python.capped = false;
+                capped[2] = None;
+            }
+        }
         python.boundary(b, &mut config.python, triggered, at, now_us)
     }
 
@@ -1292,6 +1394,58 @@ mod tests {
         // The step's own event comes first.
         let i = events.iter().position(|e| e.trigger_info().is_some()).unwrap();
         assert_eq!((events[i - 1].step, events[i - 1].end_us), (7, BASE + 1_120_000));
+    }
+
+    /// A capped window answers no for the rest of its steps (the detailed and the dataloader
+    /// window, whatever the name; the Python window starts none), one instant event says so,
+    /// and the next window opens as usual (docs/formats.md, "Window caps").
+    #[test]
+    fn a_capped_window_is_closed_until_its_steps_end() {
+        use crate::types::TrainprofCap;
+        let doc = r#"{"ProfilingParameters": {"LocalPath": "/nonexistent",
+            "DetailedProfilingConfig": "{\"StartStep\": 2, \"NumSteps\": 3}",
+            "DataloaderProfilingConfig": "{\"StartStep\": 2, \"NumSteps\": 3, \"MetricsRegex\": \"a\"}",
+            "PythonProfilingConfig": "{\"StartStep\": 2, \"NumSteps\": 3}"}}"#;
+        let hook = hook_with(trainprof_config::from_bytes(doc.as_bytes(), &Sources::new()), 64);
+        let mut seen = Vec::new();
+        for step in 0..7_i64 {
+            hook.step_begin(TrainprofMode::Train, -1, BASE + step * 1000);
+            let python = hook.python_boundary(TrainprofBoundary::StepStart, || 1.0).started.is_some();
+            let detailed = hook.is_active(TrainprofFeature::Detailed, -1, None, 0.0);
+            // A name the regex does not match first: it must not end the capped window.
+            let other = hook.is_active(TrainprofFeature::Dataloader, -1, Some("b"), 0.0);
+            let dl = hook.is_active(TrainprofFeature::Dataloader, -1, Some("a"), 0.0);
+            seen.push((detailed, dl, python, other));
+            if step == 3 {
+                for f in [TrainprofFeature::Detailed, TrainprofFeature::Dataloader, TrainprofFeature::Python]
+                {
+                    assert_eq!(
+                        hook.window_capped(f, TrainprofCap::Events, 10, 10, -1, BASE),
+                        TrainprofStatus::Ok
+                    );
+                }
+                let again =
+                    hook.window_capped(TrainprofFeature::Detailed, TrainprofCap::Bytes, 1, 1, -1, BASE);
+                assert_eq!(again, TrainprofStatus::Dropped);
+            }
+            hook.step_end(BASE + step * 1000 + 500);
+        }
+        let open = (true, true, true, false);
+        let closed = (false, false, false, false);
+        assert_eq!(seen, [closed, closed, open, open, closed, closed, closed]);
+        let capped: Vec<_> = std::iter::from_fn(|| hook.pop()).filter_map(|e| e.capped_info()).collect();
+        assert_eq!(capped.len(), 3);
+        assert_eq!((capped[0].feature, capped[0].step, capped[0].value), (AutoFeature::Detailed, 3, 10));
+        assert_eq!(hook.lock_gate_capped(), [None; 4], "cleared when the window closed");
+        // A window armed after it (a reload with a later range) opens.
+        let mut gate = lock(&hook.gate);
+        gate.config = trainprof_config::from_bytes(
+            br#"{"ProfilingParameters": {"DetailedProfilingConfig": "{\"StartStep\": 7, \"NumSteps\": 1}"}}"#,
+            &Sources::new(),
+        );
+        drop(gate);
+        hook.step_begin(TrainprofMode::Train, -1, BASE + 9000);
+        assert!(hook.is_active(TrainprofFeature::Detailed, -1, None, 0.0));
     }
 
     /// A triggered window opens a feature whose sub-config is absent (the dataloader for

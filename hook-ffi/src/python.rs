@@ -63,6 +63,9 @@ pub struct Outcome {
 #[derive(Debug, Default)]
 pub struct Windows {
     running: Option<(Mark, PythonProfiler)>,
+    /// The Python window stopped at its cap (docs/formats.md, "Window caps"): step
+    /// boundaries inside it start no window. The hook sets and clears it.
+    pub capped: bool,
 }
 
 /// Where the trainer is when a boundary happens.
@@ -103,7 +106,7 @@ impl Windows {
             TrainprofBoundary::StepStart | TrainprofBoundary::ForwardPassEnd | TrainprofBoundary::StepEnd => {
                 let configured = enabled && feature.feature.is_active(Step::At(at.step), now_us() / 1e6);
                 let auto = triggered.is_some_and(|(start, end)| start <= at.step && at.step < end);
-                ((at.mode, Some(at.step)), configured || auto)
+                ((at.mode, Some(at.step)), (configured || auto) && !self.capped)
             }
             TrainprofBoundary::Close => ((pw::MODE_POST_HOOK_CLOSE, None), enabled),
             TrainprofBoundary::Exit => ((pw::MODE_POST_HOOK_CLOSE, None), false),

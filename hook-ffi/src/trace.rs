@@ -9,11 +9,11 @@ use std::fmt::Write as _;
 
 use trainprof_config::AutoFeatures;
 use trainprof_output::protocol::timeline::{
-    self, BASE_TIME_KEY, PROCESS_NAME, PROCESS_SORT_INDEX, SORT_INDEX_KEY, STEP_NUM_KEY, requested_key,
-    trigger_key as key,
+    self, BASE_TIME_KEY, PROCESS_NAME, PROCESS_SORT_INDEX, SORT_INDEX_KEY, STEP_NUM_KEY, capped_key,
+    requested_key, trigger_key as key,
 };
 
-use crate::event::{Event, RequestedInfo, TriggerInfo};
+use crate::event::{CappedInfo, Event, RequestedInfo, TriggerInfo};
 use crate::types::TrainprofArgKind;
 
 /// The first line of every file: pid 0 carries the base time that `ts` is relative to.
@@ -52,6 +52,9 @@ pub fn record<'a>(
 ) {
     if let Some(t) = ev.trigger_info() {
         return trigger(out, ev, &t, phase_index, base_us, os_pid, name_of(ev.name));
+    }
+    if let Some(c) = ev.capped_info() {
+        return capped(out, ev, &c, phase_index, base_us, os_pid, name_of(ev.name));
     }
     if let Some(r) = ev.requested_info() {
         let (name, id) = (name_of(ev.name), name_of(r.id_name));
@@ -185,6 +188,34 @@ fn requested(
     );
 }
 
+/// A window that stopped at its cap (docs/formats.md, "Window caps"): an instant event of
+/// global scope when the adapter stopped it, keys in this order.
+fn capped(
+    out: &mut String,
+    ev: &Event,
+    c: &CappedInfo,
+    phase_index: u32,
+    base_us: i64,
+    os_pid: u32,
+    name: &str,
+) {
+    instant_head(out, ev, phase_index, base_us, os_pid, name);
+    let _ = write!(out, ", \"{}\": ", capped_key::FEATURE);
+    json_string(out, c.feature.as_str());
+    let _ = write!(out, ", \"{}\": ", capped_key::CAP);
+    json_string(out, c.cap.word());
+    let _ = write!(
+        out,
+        ", \"{vk}\": {value}, \"{lk}\": {limit}, \"{sk}\": {step}}}}}",
+        vk = capped_key::VALUE,
+        value = c.value,
+        lk = capped_key::LIMIT,
+        limit = c.limit,
+        sk = capped_key::STEP,
+        step = c.step,
+    );
+}
+
 /// `s` as a JSON string literal.
 pub fn json_string(out: &mut String, s: &str) {
     out.push('"');
@@ -299,6 +330,31 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_str(&s).unwrap();
         assert_eq!(v["args"]["features"][1], "python");
+    }
+
+    #[test]
+    fn a_capped_window_is_an_instant_event() {
+        use trainprof_config::AutoFeature;
+        let c = CappedInfo {
+            feature: AutoFeature::Dataloader,
+            cap: crate::types::TrainprofCap::Events,
+            step: 12,
+            value: 40,
+            limit: 40,
+        };
+        let ev = Event::capped(&c, 1, 2, 11, 1_795_316_901_781_000);
+        assert_eq!(ev.capped_info(), Some(c));
+        assert_eq!((ev.trigger_info(), ev.requested_info()), (None, None));
+        let mut s = String::new();
+        record(&mut s, &ev, 4, 1_795_316_901_771_000, 7, names);
+        assert_eq!(
+            s,
+            "{\"name\": \"Net\", \"pid\": 4, \"ph\": \"i\", \"ts\": 10000, \"s\": \"g\", \"args\": {\"pid\": 7, \
+             \"step_num\": \"11\", \"feature\": \"dataloader\", \"cap\": \"events\", \"value\": 40, \"limit\": 40, \
+             \"step\": 12}}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v["args"]["cap"], "events");
     }
 
     #[test]

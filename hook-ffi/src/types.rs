@@ -129,6 +129,34 @@ impl TrainprofFeature {
     }
 }
 
+/// The cap a window reached (`trainprof_window_capped`, docs/formats.md, "Window caps").
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrainprofCap {
+    /// Events the window wrote.
+    Events = 1,
+    /// Bytes the trainer's resident memory grew by during the window.
+    Bytes = 2,
+    /// Profiler samples the window took.
+    Samples = 3,
+}
+
+impl TrainprofCap {
+    pub fn from_i32(v: i32) -> Option<TrainprofCap> {
+        use TrainprofCap::*;
+        [Events, Bytes, Samples].into_iter().find(|c| *c as i32 == v)
+    }
+
+    /// Its word in the capped event's `cap` (`CAP_WORDS`).
+    pub fn word(self) -> &'static str {
+        match self {
+            TrainprofCap::Events => timeline::CAP_EVENTS,
+            TrainprofCap::Bytes => timeline::CAP_BYTES,
+            TrainprofCap::Samples => timeline::CAP_SAMPLES,
+        }
+    }
+}
+
 /// A point where windows are cut.
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,6 +252,21 @@ impl TrainprofPythonWindow {
         ended_dir: [0; TRAINPROF_PATH_MAX],
         ended_tmp_dir: [0; TRAINPROF_PATH_MAX],
     };
+}
+
+/// The caps of every window (`WindowCapsConfig`, docs/formats.md, "Window caps"), see
+/// `trainprof_window_caps`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrainprofWindowCaps {
+    /// Events a detailed window writes.
+    pub detailed_max_events: u64,
+    /// Bytes the trainer's resident memory may grow by while a detailed window runs.
+    pub detailed_max_bytes: u64,
+    /// Events a dataloader window writes.
+    pub dataloader_max_events: u64,
+    /// pyinstrument samples in one Python window.
+    pub python_max_samples: u64,
 }
 
 /// Counters, see `trainprof_stats`.

@@ -287,6 +287,8 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
     triggers.sort_by(|a, b| a.start_s.total_cmp(&b.start_s).then_with(|| a.rank.cmp(&b.rank)));
     let mut requested = agg.requested;
     requested.sort_by(|a, b| a.start_s.total_cmp(&b.start_s).then_with(|| a.rank.cmp(&b.rank)));
+    let mut capped_windows = agg.capped_windows;
+    capped_windows.sort_by(|a, b| a.at_s.total_cmp(&b.at_s).then_with(|| a.rank.cmp(&b.rank)));
     ReportModel {
         version: VERSION,
         source: source.to_owned(),
@@ -298,6 +300,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         native: Vec::new(),
         triggers,
         requested,
+        capped_windows,
         findings,
         detailed,
         hangs: Hangs::default(),

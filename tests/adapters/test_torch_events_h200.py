@@ -11,6 +11,7 @@ import types
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "hook-ffi" / "python"))
 
+from trainprof import _caps  # noqa: E402
 from trainprof.torch import TorchHook  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "torch-events-h200" / "events.json"
@@ -37,7 +38,8 @@ def test_every_device_event_of_a_real_h200_trace_finds_its_launch_and_stream():
     prof = types.SimpleNamespace(
         record_event=lambda phase, name, start, end, step=None, args=None: recorded.append((phase, name, start, args))
     )
-    TorchHook._record_ops(types.SimpleNamespace(_prof=prof), events, 1_000_000.0, [(0, 1)])
+    hook = types.SimpleNamespace(_prof=prof, _caps=dict(_caps.DEFAULTS), _window_events=0, _rss_stop=0)
+    TorchHook._record_ops(hook, events, 1_000_000.0, [(0, 1)])
     launches = {e.id: e for e in events if e.device_type.name == "CPU" and e.name.startswith("cu")}
     gpu = [r for r in recorded if r[0] == "gpu_functions-dev:0"]
     assert len(gpu) == 20

@@ -192,6 +192,7 @@ pub fn to_json(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
         },
         "auto_profiling": auto_json(&c.auto),
         "hang_detection": hang_json(&c.hang),
+        "window_caps": caps_json(&c.caps),
         "problems": c.problems.iter().map(|p| json!({"key": p.key, "message": p.message})).collect::<Vec<_>>(),
     })
 }
@@ -221,6 +222,29 @@ fn hang_json(h: &trainprof_config::HangDetection) -> Value {
         "hang_factor": h.factor,
         "description": hang_words(h),
     })
+}
+
+/// `WindowCapsConfig` (docs/formats.md, "Window caps"): the caps as they take effect.
+fn caps_json(c: &trainprof_config::WindowCaps) -> Value {
+    json!({
+        "detailed_max_events": c.detailed_max_events,
+        "detailed_max_memory_bytes": c.detailed_max_bytes,
+        "dataloader_max_events": c.dataloader_max_events,
+        "python_max_samples": c.python_max_samples,
+        "description": caps_words(c),
+    })
+}
+
+/// "detailed 2000000 events or 512 MiB of RSS growth, dataloader ..., python ...".
+fn caps_words(c: &trainprof_config::WindowCaps) -> String {
+    format!(
+        "a window stops early at: detailed {} events or {} MiB of trainer RSS growth; dataloader {} events; \
+         python (pyinstrument) {} samples a window",
+        c.detailed_max_events,
+        c.detailed_max_bytes >> 20,
+        c.dataloader_max_events,
+        c.python_max_samples
+    )
 }
 
 /// "a train step not ended after max(300 s, 10 × the median train step) is a stall: ...".
@@ -401,6 +425,7 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
     let _ = writeln!(out, "native: {native}");
     let _ = writeln!(out, "auto profiling: {}", auto_words(&c.auto));
     let _ = writeln!(out, "hang detection: {}", hang_words(&c.hang));
+    let _ = writeln!(out, "window caps: {}", caps_words(&c.caps));
     if let Some(n) = steps {
         let r = StepReport::new(c, n, now_s);
         if r.n == 0 {
@@ -618,5 +643,22 @@ mod tests {
             (json!(true), json!(1.5), json!(10.0))
         );
         assert_eq!(v["off_reason"], Value::Null);
+    }
+
+    #[test]
+    fn window_caps_in_words_and_json() {
+        let doc = r#"{"ProfilingParameters": {"WindowCapsConfig": {"DetailedMaxEvents": 10, "DetailedMaxMemoryMiB": 0}}}"#;
+        let c = trainprof_config::from_bytes(doc.as_bytes(), &trainprof_config::Sources::new());
+        assert_eq!(
+            caps_words(&c.caps),
+            "a window stops early at: detailed 10 events or 512 MiB of trainer RSS growth; dataloader 100000 events; \
+             python (pyinstrument) 1000000 samples a window"
+        );
+        let v = caps_json(&c.caps);
+        assert_eq!(
+            (v["detailed_max_events"].clone(), v["detailed_max_memory_bytes"].clone()),
+            (json!(10), json!(512 << 20))
+        );
+        assert_eq!(c.problems.len(), 1, "{:?}", c.problems);
     }
 }

@@ -87,6 +87,11 @@ CPROFILE_TIMER_TOTAL_TIME = 1
 CPROFILE_TIMER_CPU_TIME = 2
 CPROFILE_TIMER_OFF_CPU_TIME = 3
 
+# enum TrainprofCap
+CAP_EVENTS = 1
+CAP_BYTES = 2
+CAP_SAMPLES = 3
+
 
 def status_name(status: int) -> str:
     """``OK``, ``DISABLED``, ... for a status code (``STATUS_<n>`` for an unknown one)."""
@@ -125,6 +130,17 @@ class TrainprofStats(ctypes.Structure):
         ("written", ctypes.c_uint64),
         ("files_sealed", ctypes.c_uint64),
         ("open_failures", ctypes.c_uint64),
+    ]
+
+
+class TrainprofWindowCaps(ctypes.Structure):
+    """``struct TrainprofWindowCaps``: the caps of every window (docs/formats.md, "Window caps")."""
+
+    _fields_ = [
+        ("detailed_max_events", ctypes.c_uint64),
+        ("detailed_max_bytes", ctypes.c_uint64),
+        ("dataloader_max_events", ctypes.c_uint64),
+        ("python_max_samples", ctypes.c_uint64),
     ]
 
 
@@ -181,6 +197,11 @@ _PROTOTYPES: Dict[str, Tuple[CType, "list[CType]"]] = {
     "trainprof_hang_free_signal": (ctypes.c_int32, []),
     "trainprof_hang_arm_crash": (_Status, [ctypes.c_int32]),
     "trainprof_hang_exception": (_Status, [ctypes.c_char_p]),
+    "trainprof_window_caps": (_Status, [ctypes.POINTER(TrainprofWindowCaps)]),
+    "trainprof_window_capped": (
+        _Status,
+        [ctypes.c_int32, ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64],
+    ),
 }
 
 
@@ -194,6 +215,8 @@ _OPTIONAL = frozenset(
         "trainprof_hang_enabled",
         "trainprof_hang_python",
         "trainprof_hang_exception",
+        "trainprof_window_caps",
+        "trainprof_window_capped",
     }
 )
 

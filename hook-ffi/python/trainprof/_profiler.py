@@ -10,7 +10,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
-from . import _check, _fork, _lib
+from . import _caps, _check, _fork, _lib
 from ._check import I64_MAX, I64_MIN
 from ._lib import LibraryError
 from ._log import log, warn_user
@@ -525,6 +525,27 @@ class Profiler:
         if status < 0:
             log("trainprof_window_active returned %s" % _lib.status_name(status), key=("active", status))
         return status == _lib.STATUS_OK and out.value == 1
+
+    def window_caps(self) -> Dict[str, int]:
+        """The caps of every window (``WindowCapsConfig``, docs/formats.md, "Window caps"):
+        ``detailed_max_events``, ``detailed_max_bytes``, ``dataloader_max_events``,
+        ``python_max_samples``; the defaults when profiling is off."""
+        if not self.enabled:
+            return dict(_caps.DEFAULTS)
+        return _caps.caps(self._lib)
+
+    def window_capped(self, feature: str, cap: str, value: int, limit: int, step: Optional[int] = None) -> bool:
+        """Stops ``feature``'s window (detailed | dataloader | python | native) at its cap
+        ``cap`` (events | bytes | samples), having reached ``value`` of ``limit``, at
+        ``step`` (default: the current one): the window answers no for the rest of its
+        steps, and the library writes one ``trainprof:WindowCapped`` event and one log line.
+        True when the library took it (False: capped already, or profiling is off)."""
+        fid = FEATURES.get(feature)
+        if fid is None or cap not in _caps.CAPS:
+            raise ValueError("unknown feature %r or cap %r" % (feature, cap))
+        if not self.enabled:
+            return False
+        return _caps.capped(self._lib, fid, cap, value, limit, step)
 
     def stats(self) -> Optional[Dict[str, int]]:
         """The hook's counters as a dict (zeros when profiling is off); None in a forked child."""

@@ -31,7 +31,7 @@ import weakref
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-from . import _fork, _lib
+from . import _caps, _fork, _lib
 from ._log import log, warn_user
 from ._seal import seal
 
@@ -108,6 +108,13 @@ class _PyinstrumentRun:
 
     def abandon(self) -> None:
         self.stop()
+
+    def samples(self) -> int:
+        """The samples the stopped window took (0 when pyinstrument does not say)."""
+        try:
+            return int(getattr(self._profiler.last_session, "sample_count", 0) or 0)
+        except Exception:
+            return 0
 
     def _render(self, session: Any) -> Tuple[str, str]:
         return (
@@ -328,6 +335,8 @@ class Windows:
                 key=("stop", run.name),
             )
             return
+        if isinstance(run, _PyinstrumentRun):
+            self._check_cap(run)
         try:
             _makedirs(tmp_dir)
             run.dump(tmp_dir)
@@ -350,6 +359,18 @@ class Windows:
             _remove_empty_parents(tmp_dir, common)
         except Exception:
             pass
+
+    def _check_cap(self, run: _PyinstrumentRun) -> None:
+        """pyinstrument keeps every sample: a window that took ``python_max_samples`` stops
+        the Python window at its cap (docs/formats.md, "Window caps"), from the next
+        boundary on. (cProfile keeps one entry per distinct function, bounded by the code.)"""
+        try:
+            limit = _caps.caps(self._lib)["python_max_samples"]
+            samples = run.samples()
+            if samples >= limit:
+                _caps.capped(self._lib, _lib.FEATURE_PYTHON, "samples", samples, limit)
+        except Exception as e:
+            log("cannot check the Python window's cap: %s: %s" % (type(e).__name__, e), key="python-cap")
 
     def _start(self, profiler: int, timer: int) -> None:
         if self._running is not None:  # not expected: a start always follows an end

@@ -58,7 +58,7 @@ import threading
 import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from . import _fork
+from . import _caps, _fork
 from ._log import log
 from ._profiler import Profiler
 
@@ -88,18 +88,29 @@ def attach(
     mode: Any = None,
     module_events: bool = True,
     op_events: bool = True,
+    profiler_options: Optional[Dict[str, Any]] = None,
 ) -> TorchHook:
     """Hooks ``model`` (a ``torch.nn.Module``): returns a :class:`TorchHook`.
 
     ``profiler``: the :class:`trainprof.Profiler` to record into (default: a new one for
     ``pytorch``, closed with the hook). ``mode``: a fixed mode (see :meth:`TorchHook.set_mode`).
     ``module_events`` / ``op_events``: the ``Forward`` events and the ``torch.profiler`` op
-    events of the detailed window, each on by default.
+    events of the detailed window, each on by default. ``profiler_options``: more keyword
+    arguments for ``torch.profiler.profile`` in the detailed window (``{"with_stack": True,
+    "record_shapes": True}``); the window's caps bound what they cost (docs/formats.md,
+    "Window caps").
 
     Profiling problems never raise: when the library cannot be loaded or the model cannot be
     hooked, a warning says so and the returned hook does nothing. An unknown ``mode`` raises
     ``ValueError``."""
-    hook = TorchHook(model, profiler, mode=mode, module_events=module_events, op_events=op_events)
+    hook = TorchHook(
+        model,
+        profiler,
+        mode=mode,
+        module_events=module_events,
+        op_events=op_events,
+        profiler_options=profiler_options,
+    )
     global _latest
     with _latest_lock:
         _latest = hook
@@ -194,8 +205,16 @@ class TorchHook:
         mode: Any = None,
         module_events: bool = True,
         op_events: bool = True,
+        profiler_options: Optional[Dict[str, Any]] = None,
     ) -> None:
         self._gen = _fork.generation()
+        self._profiler_options: Dict[str, Any] = dict(profiler_options or {})
+        # The detailed window's caps (docs/formats.md, "Window caps"), read when it opens:
+        # the trainer's resident memory then, and the events it wrote so far.
+        self._caps: Dict[str, int] = dict(_caps.DEFAULTS)
+        self._rss0 = 0
+        self._rss_stop = 0
+        self._window_events = 0
         self._fixed_mode = _mode_of(mode)
         self._model = model
         self._own_profiler = False
@@ -290,6 +309,7 @@ class TorchHook:
             if self._forward_start is not None:
                 start, self._forward_start = self._forward_start, None
                 prof.record_event(_FORWARD, self._top_name, start, max(start, prof.now_us()))
+                self._window_events += 1
             prof.forward_end()
         except Exception as e:
             log("trainprof.torch: forward end failed (%s: %s)" % (type(e).__name__, e), key="torch-post-hook")
@@ -317,6 +337,8 @@ class TorchHook:
             self.step += 1
             if self._sub_starts:
                 self._sub_starts.clear()
+        if detailed and self._detailed and self._over_cap():
+            detailed = False  # stopped at its cap: closed below, this step not profiled
         if detailed and not self._detailed:
             self._open_detailed()
         elif not detailed and self._detailed:
@@ -328,8 +350,26 @@ class TorchHook:
 
     # --- the detailed window ----------------------------------------------------------------
 
+    def _over_cap(self) -> bool:
+        """At a step boundary inside the detailed window: has the window reached a cap (the
+        trainer's resident memory grown by ``detailed_max_bytes`` since it opened, or
+        ``detailed_max_events`` events written)? If so the library is told, at this step."""
+        caps = self._caps
+        grown = _caps.rss_bytes() - self._rss0 if self._rss0 else 0
+        if grown >= caps["detailed_max_bytes"]:
+            cap, value, limit = "bytes", grown, caps["detailed_max_bytes"]
+        elif self._window_events >= caps["detailed_max_events"]:
+            cap, value, limit = "events", self._window_events, caps["detailed_max_events"]
+        else:
+            return False
+        self._prof.window_capped("detailed", cap, value, limit, step=self.step)
+        return True
+
     def _open_detailed(self) -> None:
         self._detailed = True
+        self._caps = self._prof.window_caps()
+        self._window_events = 0
+        self._rss0 = _caps.rss_bytes()
         if self._module_events:
             self._hook_submodules()
         if self._op_events:
@@ -392,6 +432,7 @@ class TorchHook:
                 if stack:
                     start = stack.pop()
                     prof.record_event(_SUBMODULE, name, start, max(start, prof.now_us()))
+                    self._window_events += 1
             except Exception as e:
                 log("trainprof.torch: submodule event failed (%s: %s)" % (type(e).__name__, e), key="torch-sub")
             return None
@@ -431,7 +472,7 @@ class TorchHook:
                 activities.append(cuda)
                 _let_kineto_detach_cupti(torch)
             with _quiet_profiler():
-                tp = profile(activities=activities)
+                tp = profile(activities=activities, **self._profiler_options)
                 t0 = self._prof.now_us()
                 tp.start()
         except Exception as e:
@@ -450,6 +491,8 @@ class TorchHook:
         if tp is None:
             return
         boundaries, self._boundaries = self._boundaries, []
+        # Writing the events may grow the trainer by the memory cap at most, from here.
+        self._rss_stop = _caps.rss_bytes()
         try:
             with _quiet_profiler():
                 tp.stop()
@@ -497,13 +540,24 @@ class TorchHook:
             name = str(getattr(e, "name", ""))
             if corr > 0 and (linked > 0 or name.startswith(("cu", "hip"))):
                 launches.setdefault(corr, e)
-        for e in events:
+        max_events, max_bytes = self._caps["detailed_max_events"], self._caps["detailed_max_bytes"]
+        for n, e in enumerate(events):
             tr = e.time_range
             # Whole µs (what the library keeps; ints take the profiler's fast path).
             start = int(base_us + tr.start)
             end = max(start, int(base_us + tr.end))
             i = bisect.bisect_right(times, start) - 1
             step = boundaries[max(i, 0)][1]
+            # The caps hold while the events are written too: the rest are left out.
+            if self._window_events >= max_events:
+                prof.window_capped("detailed", "events", self._window_events, max_events, step=step)
+                return
+            if n % 4096 == 4095 and self._rss_stop:
+                grown = _caps.rss_bytes() - self._rss_stop
+                if grown >= max_bytes:
+                    prof.window_capped("detailed", "bytes", grown, max_bytes, step=step)
+                    return
+            self._window_events += 1
             kind = _device_kind(e)
             thread = _int_or(getattr(e, "thread", 0), 0)
             if kind == "CPU":
@@ -675,6 +729,11 @@ class ProfiledDataLoader:
         self._name = name
         self._hook = hook
         self._gen = _fork.generation()
+        # The events written in the current dataloader window, and its cap (docs/formats.md,
+        # "Window caps"), read when the window opens.
+        self._was_active = False
+        self._events = 0
+        self._limit = _caps.DEFAULTS["dataloader_max_events"]
 
     def __getattr__(self, attr: str) -> Any:
         loader = self.__dict__.get("_loader")
@@ -702,7 +761,22 @@ class ProfiledDataLoader:
 
     def _active(self, target: Tuple[Profiler, int], event_name: str) -> bool:
         prof, step = target
-        return prof.active("dataloader", self._name or event_name, step=step)
+        active = prof.active("dataloader", self._name or event_name, step=step)
+        if active and not self._was_active:
+            self._events = 0
+            self._limit = prof.window_caps()["dataloader_max_events"]
+        self._was_active = active
+        return active
+
+    def _counted(self, target: Tuple[Profiler, int]) -> bool:
+        """One more event written; False once it reached the window's cap (the library is
+        told, and answers no for the rest of the window)."""
+        self._events += 1
+        if self._events < self._limit:
+            return True
+        target[0].window_capped("dataloader", "events", self._events, self._limit, step=target[1])
+        self._was_active = False
+        return False
 
     def __iter__(self) -> Iterator[Any]:
         target = None
@@ -727,6 +801,7 @@ class ProfiledDataLoader:
                         "pin_memory": bool(getattr(self._loader, "pin_memory", False)),
                     }
                     prof.record_event(_DL_INIT, init_name, t0, max(t0, t1), step=target[1], args=args)
+                    self._counted(target)
         except Exception as e:
             log("trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e), key="dl")
             next_name = None
@@ -760,6 +835,8 @@ class ProfiledDataLoader:
                 try:
                     prof = target[0]
                     prof.record_event(_DL_ITER, next_name, t0, max(t0, prof.now_us()), step=target[1])
+                    if not self._counted(target):
+                        active = False
                 except Exception as e:
                     log(
                         "trainprof.torch: dataloader profiling failed (%s: %s); it is off" % (type(e).__name__, e),

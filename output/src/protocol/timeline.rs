@@ -78,6 +78,25 @@ pub mod collective {
     pub const DTYPE_KEY: &str = "dtype";
 }
 
+/// A capped window's `args` besides `step_num`, in the order written (docs/formats.md,
+/// "Window caps"): the feature, the cap reached (one of [`CAP_WORDS`]), the value the
+/// window had reached and the cap's limit, and the step it stopped at (the windows'
+/// numbering).
+pub mod capped_key {
+    pub const FEATURE: &str = "feature";
+    pub const CAP: &str = "cap";
+    pub const VALUE: &str = "value";
+    pub const LIMIT: &str = "limit";
+    pub const STEP: &str = "step";
+}
+
+/// What a capped window reached ([`capped_key::CAP`]): events written, bytes of the
+/// trainer's resident memory grown during the window, profiler samples.
+pub const CAP_EVENTS: &str = "events";
+pub const CAP_BYTES: &str = "bytes";
+pub const CAP_SAMPLES: &str = "samples";
+pub const CAP_WORDS: [&str; 3] = [CAP_EVENTS, CAP_BYTES, CAP_SAMPLES];
+
 words! {
     /// The phases (trace processes) and event names that the library, the adapters and the
     /// report know.
@@ -106,6 +125,9 @@ words! {
     /// The phase of an on-demand window's instant event (`trainprof trigger`) and its name.
     REQUESTED_PHASE = "trainprof:Requested",
     REQUESTED_NAME = "trainprof:RequestedWindow",
+    /// The phase of a window's instant event when it stopped at its cap, and its name.
+    CAPPED_PHASE = "trainprof:Capped",
+    CAPPED_NAME = "trainprof:WindowCapped",
     /// The phase of an event whose pid no `process_name` line named (smdebug's default).
     UNKNOWN_PHASE = "Unknown",
 }

@@ -297,6 +297,8 @@ pub struct Agg<R> {
     /// On-demand windows (`trainprof:RequestedWindow` instant events), at most
     /// `MAX_TRIGGERS`.
     pub requested: Vec<crate::model::RequestedWindow>,
+    /// Windows stopped at their cap (`trainprof:WindowCapped`), at most `MAX_TRIGGERS`.
+    pub capped_windows: Vec<crate::model::CappedWindow>,
     /// The caps reached (`docs/report.md`, "Caps").
     pub caps: Caps,
     /// The detailed windows' ops, kernels and DataLoader waits (`detailed.rs`).
@@ -540,6 +542,12 @@ impl<R: NodeJudge> Agg<R> {
             {
                 self.requested.push(r);
             }
+            if e.name == timeline::CAPPED_NAME
+                && self.capped_windows.len() < MAX_TRIGGERS
+                && let Some(c) = capped(e)
+            {
+                self.capped_windows.push(c);
+            }
             return;
         }
         if let Some(mode) = step_mode(e.phase) {
@@ -685,6 +693,25 @@ pub fn requested(e: &crate::reading::Event<'_>) -> Option<crate::model::Requeste
     })
 }
 
+/// A capped window from its event (docs/formats.md, "Window caps"); `None` when a key is
+/// missing or a word is not one the hook writes.
+pub fn capped(e: &crate::reading::Event<'_>) -> Option<crate::model::CappedWindow> {
+    use timeline::capped_key;
+    let word = |k: &str, words: &[&str]| {
+        e.args.get(k).and_then(|v| v.as_str()).filter(|s| words.contains(s)).map(str::to_owned)
+    };
+    let uint = |k: &str| e.args.get(k).and_then(serde_json::Value::as_u64);
+    Some(crate::model::CappedWindow {
+        rank: e.node.to_owned(),
+        feature: word(capped_key::FEATURE, &["detailed", "dataloader", "python", "native"])?,
+        cap: word(capped_key::CAP, &timeline::CAP_WORDS)?,
+        value: uint(capped_key::VALUE)?,
+        limit: uint(capped_key::LIMIT)?,
+        step: e.args.get(capped_key::STEP).and_then(serde_json::Value::as_i64).or(e.step)?,
+        at_s: e.start_us as f64 / 1e6,
+    })
+}
+
 /// `TRAIN` for `Step:ModeKeys.TRAIN`; `None` for a phase that is not a step.
 pub fn step_mode(phase: &str) -> Option<&str> {
     timeline::step_mode(phase)
@@ -785,6 +812,46 @@ mod tests {
         assert!(trigger(&crate::reading::Event { args: &bad, ..e.clone() }).is_none());
         agg.event(&crate::reading::Event { name: "other", ..e });
         assert_eq!(agg.triggers.len(), 1);
+    }
+
+    #[test]
+    fn a_capped_event_becomes_a_capped_window_and_a_bad_one_nothing() {
+        let args: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+            r#"{"pid": 7, "step_num": "4", "feature": "detailed", "cap": "events", "value": 6, "limit": 4, "step": 4}"#,
+        )
+        .unwrap();
+        let e = crate::reading::Event {
+            node: "0-algo-1",
+            phase: timeline::CAPPED_PHASE,
+            name: timeline::CAPPED_NAME,
+            ph: 'i',
+            start_us: 10_000_000,
+            dur_us: 0,
+            step: Some(4),
+            args: &args,
+        };
+        let mut agg = Agg::new(None);
+        agg.event(&e);
+        let [c] = agg.capped_windows.as_slice() else { panic!("{:?}", agg.capped_windows) };
+        assert_eq!(
+            (c.feature.as_str(), c.cap.as_str(), c.value, c.limit, c.step),
+            ("detailed", "events", 6, 4, 4)
+        );
+        assert_eq!(c.mark(), "stopped at its cap: 6 events at step 4");
+        for (k, v) in [
+            ("cap", serde_json::json!("<b>")),
+            ("feature", serde_json::json!("gpu")),
+            ("value", serde_json::json!(-1)),
+        ] {
+            let mut bad = args.clone();
+            bad.insert(k.into(), v);
+            assert!(capped(&crate::reading::Event { args: &bad, ..e.clone() }).is_none(), "{k}");
+        }
+        let mut bytes = args.clone();
+        bytes.insert("cap".into(), serde_json::json!("bytes"));
+        bytes.insert("value".into(), serde_json::json!(537_919_488));
+        let c = capped(&crate::reading::Event { args: &bytes, ..e }).unwrap();
+        assert_eq!(c.mark(), "stopped at its cap: 513 MiB of trainer memory growth at step 4");
     }
 
     #[test]

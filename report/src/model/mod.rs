@@ -44,6 +44,10 @@ pub struct ReportModel {
     /// "Requested windows"); an optional extra, left out when there were none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requested: Vec<RequestedWindow>,
+    /// The windows that stopped at their cap, one per `trainprof:WindowCapped` event
+    /// (docs/report.md, "Capped windows"); an optional extra, left out when there were none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capped_windows: Vec<CappedWindow>,
     pub findings: Vec<Finding>,
     /// The detailed windows explained (`docs/report.md`, "Detailed windows").
     #[serde(default)]
@@ -419,6 +423,36 @@ pub struct RequestedWindow {
     pub features: Vec<String>,
     pub window_start_step: Option<i64>,
     pub window_num_steps: Option<i64>,
+}
+
+/// A window that stopped at its cap, as one rank's `trainprof:WindowCapped` event says
+/// (docs/formats.md, "Window caps").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CappedWindow {
+    pub rank: String,
+    /// `detailed`, `dataloader`, `python` or `native`.
+    pub feature: String,
+    /// `events`, `bytes` or `samples`.
+    pub cap: String,
+    /// What the window had reached, and the cap.
+    pub value: u64,
+    pub limit: u64,
+    /// The step it stopped at (the windows' numbering): from there on not profiled.
+    pub step: i64,
+    /// When it was stopped (epoch s).
+    pub at_s: f64,
+}
+
+impl CappedWindow {
+    /// "stopped at its cap: 2000000 events at step 12" (bytes in MiB).
+    pub fn mark(&self) -> String {
+        let what = if self.cap == "bytes" {
+            format!("{:.0} MiB of trainer memory growth", self.value as f64 / 1_048_576.0)
+        } else {
+            format!("{} {}", self.value, self.cap)
+        };
+        format!("stopped at its cap: {what} at step {}", self.step)
+    }
 }
 
 /// One rule's finding. Its evidence is the rule's own typed struct (`evidence.rs`); read

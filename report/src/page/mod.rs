@@ -83,6 +83,9 @@ pub fn render(m: &ReportModel) -> String {
     if !m.requested.is_empty() {
         out.push_str("<a href=\"#requested\">Requested</a>");
     }
+    if !m.capped_windows.is_empty() {
+        out.push_str("<a href=\"#capped\">Capped</a>");
+    }
     out.push_str("</nav>\n");
     out.push_str(
         "<div id=\"page-errors\" class=\"page-errors\" hidden><b>Errors while drawing this page</b>\
@@ -108,6 +111,7 @@ pub fn render(m: &ReportModel) -> String {
     section_findings(&mut out, &m.findings, t0);
     section_triggers(&mut out, &m.triggers, t0);
     section_requested(&mut out, &m.requested, t0);
+    section_capped(&mut out, &m.capped_windows, t0);
     out.push_str("</main>\n<script type=\"application/json\" id=\"report-data\">");
     out.push_str(&script_json(&page_data(m, series, t0)));
     out.push_str("</script>\n<script>\n");
@@ -637,6 +641,31 @@ fn section_requested(out: &mut String, windows: &[crate::model::RequestedWindow]
             esc(&offset(w.requested_s, t0)),
             esc(&offset(Some(w.start_s), t0)),
             opened(&as_trigger, &ids)
+        );
+    }
+    out.push_str("</table></section>\n");
+}
+
+/// The windows that stopped at their cap (docs/report.md, "Capped windows"): one row per
+/// rank and window, marked "stopped at its cap: N events at step S".
+fn section_capped(out: &mut String, windows: &[crate::model::CappedWindow], t0: f64) {
+    if windows.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<section id=\"capped\"><h2>Capped windows</h2>\n<p class=\"note\">Windows that stopped \
+         early at their cap (<code>WindowCapsConfig</code>): the steps after it were not profiled.</p>\n\
+         <table><tr><th>rank</th><th>window</th><th>when</th><th></th></tr>\n",
+    );
+    for w in windows {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} (cap {})</td></tr>",
+            esc(&w.rank),
+            esc(&w.feature),
+            esc(&offset(Some(w.at_s), t0)),
+            esc(&w.mark()),
+            w.limit
         );
     }
     out.push_str("</table></section>\n");

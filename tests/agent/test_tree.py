@@ -123,18 +123,23 @@ def test_short_lived_children_are_counted(trainprof_bin, tmp_path):
 
 
 # A fork storm: the parent fills 300 MiB of its own (private) memory, forks 20 children
-# that share it copy-on-write and sleep, and sums the tree's Pss from smaps_rollup itself
+# that share it copy-on-write and wait, and sums the tree's Pss from smaps_rollup itself
 # three times while they live. Each child's RSS is 300 MiB; the tree's PSS stays ~310 MiB.
+# The children live until 2 s after the parent's last read (they wait for the end of a pipe
+# the parent closes then, or that closes when it dies), not for a fixed time: on a loaded
+# machine the forks and reads can outlast any such time (docs/testing.md, "Waiting in tests").
 FORK_STORM = r"""
 import json, os, sys, time
 N, SIZE = 20, 300 << 20
 buf = bytearray(b"\x01") * SIZE
 time.sleep(1)
+done_r, done_w = os.pipe()
 kids = []
 for _ in range(N):
     pid = os.fork()
     if pid == 0:
-        time.sleep(8)
+        os.close(done_w)
+        os.read(done_r, 1)  # returns at end of file: the parent has read every process
         os._exit(0)
     kids.append(pid)
 def pss(pid):
@@ -148,6 +153,8 @@ for _ in range(3):
     truth.append(sum(pss(p) for p in [os.getpid()] + kids))
 print(json.dumps({"pss": truth}))
 sys.stdout.flush()
+time.sleep(2)  # the children outlive the last read by 2 s, as the agent's last ticks need
+os.close(done_w)
 for p in kids:
     os.waitpid(p, 0)
 """

@@ -53,6 +53,12 @@ pub(super) fn python_stacks_into(h: &Hang, buf: &mut [u8]) -> Option<usize> {
         libc::lseek(fd, 0, libc::SEEK_SET);
     }
     raise_here(sig);
+    Some(read_from_start(fd, buf))
+}
+
+/// Reads `fd` from offset 0 into `buf` until its end or `buf` is full; the length read.
+/// Async-signal-safe (`pread` only).
+fn read_from_start(fd: i32, buf: &mut [u8]) -> usize {
     let mut got = 0;
     while got < buf.len() {
         // SAFETY: a valid buffer of the given length.
@@ -62,7 +68,7 @@ pub(super) fn python_stacks_into(h: &Hang, buf: &mut [u8]) -> Option<usize> {
         }
         got += n as usize;
     }
-    Some(got)
+    got
 }
 
 /// Sends `sig` to the calling thread with `sig` unblocked for the call (trainprof's threads
@@ -126,15 +132,7 @@ pub(super) fn interpreter_stacks() -> Option<Vec<u8>> {
     // SAFETY: our own fd; NULL for the current thread state: this thread has none.
     let err = unsafe { dumper(fd, interp, std::ptr::null_mut()) };
     let mut buf = vec![0u8; MAX_PYTHON_BYTES];
-    let mut got = 0;
-    while got < buf.len() {
-        // SAFETY: a valid buffer of the given length.
-        let n = unsafe { libc::pread(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got, got as i64) };
-        if n <= 0 {
-            break;
-        }
-        got += n as usize;
-    }
+    let got = read_from_start(fd, &mut buf);
     // SAFETY: our own fd, closed once.
     unsafe { libc::close(fd) };
     buf.truncate(got);

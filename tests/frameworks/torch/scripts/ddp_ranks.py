@@ -6,9 +6,13 @@ same step: the flag is all-reduced each step).
 Without ``RANK`` it is the node's launcher: it starts ``ranks_per_node`` ranks
 (``RANK = node_index × ranks_per_node + i``) and exits with the highest exit status.
 
+With ``steps`` it runs exactly that many steps instead (no stop flag, so the only
+collectives are DDP's gradient all-reduces), and the rank ``late_rank`` sleeps ``late_ms``
+before each forward: it arrives last at every one of them.
+
 TRAINPROF_TEST_PARAMS: ``{"store": path (gloo's file store, shared by every node),
 "stop": path, "node_index": int, "ranks_per_node": int, "world": int, "step_ms": float,
-"max_steps": int}``."""
+"max_steps": int, "steps": int, "late_rank": int, "late_ms": float}``."""
 
 import datetime
 import json
@@ -43,12 +47,17 @@ hook = trainprof.torch.attach(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(16, 32), torch.randn(16, 1)
 step_s = float(PARAMS.get("step_ms", 20)) / 1000.0
+late_s = float(PARAMS.get("late_ms", 0)) / 1000.0 if PARAMS.get("late_rank") == RANK else 0.0
+fixed = PARAMS.get("steps")
 steps = 0
-for steps in range(int(PARAMS.get("max_steps", 20000))):
-    flag = torch.tensor([1.0 if os.path.exists(PARAMS["stop"]) else 0.0])
-    dist.all_reduce(flag)
-    if flag.item() > 0:
-        break
+for steps in range(int(fixed if fixed is not None else PARAMS.get("max_steps", 20000))):
+    if fixed is None:
+        flag = torch.tensor([1.0 if os.path.exists(PARAMS["stop"]) else 0.0])
+        dist.all_reduce(flag)
+        if flag.item() > 0:
+            break
+    if late_s:
+        time.sleep(late_s)
     opt.zero_grad()
     loss = ((model(x) - y) ** 2).mean()
     loss.backward()

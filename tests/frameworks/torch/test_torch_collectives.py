@@ -1,0 +1,107 @@
+"""Collectives across ranks on a real PyTorch job (the opt-in tier: scripts/test-frameworks
+torch; docs/report.md, "Collectives across ranks"): 4 gloo ranks in DistributedDataParallel
+(scripts/ddp_ranks.py), two per `trainprof run` agent with its own node name, a detailed window
+of 10 steps configured; rank 3 sleeps 20 ms before each forward, so it reaches every gradient
+all-reduce last. The two nodes' outputs are put together as their S3 prefix would hold them,
+node B's timeline files shifted by a planted 37 ms (its clock ahead): the report names rank 3
+as the late rank at ≥ 90 % of the collectives with the others' wait, and finds node B's offset
+within 2 ms; with node B's collective ends removed (gloo's ranges), it shares no end with node
+A and is reported unaligned, its offset not guessed."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+SCRIPT = pathlib.Path(__file__).resolve().parent / "scripts" / "ddp_ranks.py"
+HOSTS = ["algo-1", "algo-2"]
+SHIFT_US = 37_000
+DROP = ("TRAINPROF_", "SMPROFILER_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_", "PYTHONPATH")
+
+
+def run_node(tmp_path, trainprof_bin, hook_lib, index):
+    host = HOSTS[index]
+    work = tmp_path / host
+    work.mkdir()
+    out = work / "out"
+    cfg = work / "profilerconfig.json"
+    cfg.write_text(json.dumps({"ProfilingParameters": {
+        "LocalPath": str(out), "DetailedProfilingConfig": json.dumps({"StartStep": 10, "NumSteps": 10})}}))
+    rc = work / "resourceconfig.json"
+    rc.write_text(json.dumps({"current_host": host, "hosts": HOSTS}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(DROP)}
+    env.update(
+        PYTHONPATH=str(ROOT / "hook-ffi" / "python"), PYTHONDONTWRITEBYTECODE="1",
+        TRAINPROF_HOOK_LIB=str(hook_lib), TRAINPROF_RESOURCE_CONFIG=str(rc),
+        TRAINPROF_NVML_LIB=str(work / "no-libnvidia-ml.so.1"),
+        TRAINPROF_TEST_PARAMS=json.dumps({"store": str(tmp_path / "store"), "stop": str(tmp_path / "stop"),
+                                          "node_index": index, "ranks_per_node": 2, "world": 4, "steps": 30,
+                                          "step_ms": 5, "late_rank": 3, "late_ms": 20}),
+    )
+    proc = subprocess.Popen([str(trainprof_bin), "run", "--config", str(cfg), "--no-report", "--",
+                             sys.executable, str(SCRIPT)],
+                            env=env, cwd=str(work), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return out, proc
+
+
+def merged(tmp_path, outs, shift_host, drop_ends_of=None):
+    """Both nodes' files in one folder (as their S3 prefix holds them); ``shift_host``'s
+    timeline files moved SHIFT_US later; ``drop_ends_of``'s collective ends (gloo's ranges on
+    its worker thread) removed."""
+    job = tmp_path / ("job-" + (drop_ends_of or "all"))
+    for out in outs:
+        shutil.copytree(out, job, dirs_exist_ok=True)
+    for f in (job / "framework" / "pevents").rglob("*.json"):
+        host = f.name.split("_")[1].split("-", 1)[1]
+        if host not in (shift_host, drop_ends_of):
+            continue
+        events = json.loads(f.read_text())
+        kept = []
+        for e in events:
+            name = str(e.get("name", ""))
+            if host == drop_ends_of and name.startswith("gloo:"):
+                continue
+            if host == shift_host and "ts" in e:
+                e["ts"] += SHIFT_US
+            kept.append(e)
+        f.write_text(json.dumps(kept))
+    return job
+
+
+def report(trainprof_bin, job):
+    r = subprocess.run([str(trainprof_bin), "report", str(job), "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["collectives"]
+
+
+def test_the_late_rank_is_named_and_the_shifted_node_aligned(tmp_path, trainprof_bin, hook_lib):
+    nodes = [run_node(tmp_path, trainprof_bin, hook_lib, i) for i in (0, 1)]
+    outs = []
+    for out, proc in nodes:
+        log, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, log[-3000:]
+        outs.append(out)
+    c = report(trainprof_bin, merged(tmp_path, outs, shift_host="algo-2"))
+    assert c["ranks"] == 4 and c["matched"] >= 10, {k: c[k] for k in ("ranks", "records", "matched", "unmatched")}
+    late = c["late_rank"]
+    assert late is not None and late["rank"].startswith("3-"), (late, c["per_rank"])
+    assert late["last_share"] >= 0.9, late
+    # The others waited for it about 20 ms at each collective (3 ranks each).
+    per = {r["rank"].split("-")[0]: r for r in c["per_rank"]}
+    assert per["3"]["others_waited_ms"] >= 3 * 10.0 * late["last"], per["3"]
+    clocks = {k["node"]: k for k in c["clocks"]}
+    b = clocks["algo-2"]
+    assert b["state"] == "aligned", clocks
+    assert abs(b["offset_ms"] - SHIFT_US / 1000.0) <= 2.0, b
+    assert b["uncertainty_ms"] is not None and b["collectives"] >= 5, b
+    # Without node B's ends it shares no collective end with node A: unaligned, not guessed.
+    c2 = report(trainprof_bin, merged(tmp_path, outs, shift_host="algo-2", drop_ends_of="algo-2"))
+    b2 = {k["node"]: k for k in c2["clocks"]}["algo-2"]
+    assert b2["state"] == "unaligned" and b2["offset_ms"] is None and b2["reason"], b2

@@ -352,3 +352,23 @@ def test_another_user_is_not_allowed_and_nothing_changes(tmp_path, trainprof_bin
         assert not job.events("trainprof:RequestedWindow")
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_stacks_without_hang_detection_leave_a_signal_the_trainer_owns_to_it(tmp_path, trainprof_bin, hook_lib):
+    """The trainer holds its own handler on the first real-time signal trainprof would borrow:
+    the stacks still come, the borrowed signal is another one, and the trainer's handler is
+    still installed and runs afterwards, as without trainprof."""
+    signals_to = tmp_path / "signals"
+    job = Job(tmp_path, trainprof_bin, hook_lib, ranks=1, own_rt=True, signals_to=str(signals_to))
+    try:
+        t = trigger(trainprof_bin, "--stacks", "--wait", 20, job.out)
+        assert t.returncode == 0, (t.stdout, t.stderr)
+        (v,) = rank_lines(t.stdout).values()
+        assert v.startswith("stacks dumped in "), t.stdout
+        folder = pathlib.Path(v.split("stacks dumped in ", 1)[1].rstrip("/"))
+        assert re.search(r"^  #0 0x", (folder / "native_stacks.txt").read_text(), re.M)
+    finally:
+        job.finish()
+    seen = json.loads(pathlib.Path("%s.0" % signals_to).read_text())
+    assert seen["own_rt_installed"] and seen["own_rt_ran"], seen
+    assert seen["start"] == seen["end"], seen

@@ -12,7 +12,11 @@ kernel has them (/proc/self/status's ``SigCgt`` and ``SigIgn``, and the main thr
 ``SigBlk``) after its first step and again before it closes the profiler.
 
 TRAINPROF_TEST_PARAMS: ``{"stop": path, "release": path, "step_ms": float, "max_steps": int,
-"stuck_rank": int, "ranks": int, "signals_to": path}``."""
+"stuck_rank": int, "ranks": int, "signals_to": path, "own_rt": bool}``.
+
+With ``own_rt`` each rank installs its own Python handler on ``SIGRTMAX - 4`` (the first
+real-time signal trainprof would borrow) before its first step; the file of ``signals_to``
+then also says whether that handler is still installed at the end and runs when raised."""
 
 import json
 import os
@@ -44,6 +48,12 @@ def note_signals(when):
 
 
 STEP_S = float(PARAMS.get("step_ms", 20)) / 1000.0
+OWN_RT_RAN = []
+if PARAMS.get("own_rt"):
+    import signal
+
+    OWN_RT = signal.SIGRTMAX - 4
+    signal.signal(OWN_RT, lambda signum, frame: OWN_RT_RAN.append(signum))
 prof = trainprof.Profiler(framework="pytorch")
 for step in range(int(PARAMS.get("max_steps", 6000))):
     if os.path.exists(PARAMS["stop"]):
@@ -62,6 +72,10 @@ for step in range(int(PARAMS.get("max_steps", 6000))):
         open(PARAMS["release"] + ".waiting", "w").close()
         waits.wait_for(lambda: os.path.exists(PARAMS["release"]), bound_s=120)
 note_signals("end")
+if PARAMS.get("own_rt"):
+    SIGNALS["own_rt_installed"] = signal.getsignal(OWN_RT) is not signal.SIG_DFL and callable(signal.getsignal(OWN_RT))
+    signal.raise_signal(OWN_RT)
+    SIGNALS["own_rt_ran"] = OWN_RT_RAN == [OWN_RT]
 if PARAMS.get("signals_to"):
     with open("%s.%d" % (PARAMS["signals_to"], RANK), "w") as f:
         json.dump(SIGNALS, f)

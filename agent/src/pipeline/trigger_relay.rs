@@ -26,14 +26,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_sdk_s3::error::SdkError;
-use aws_sdk_s3::primitives::ByteStream;
 use trainprof_output::fs::{self, Dir, Kind, Meta};
 use trainprof_output::protocol::request::{self as local, Go, REQUEST_DIR, Request};
 use trainprof_output::protocol::request_s3::{self as proto, NodeAnswer, NodeAnswerKind};
 
 use crate::log;
-use crate::s3::store::{ErrorClass, S3Options, S3Store, S3Url, StoreError, classify};
+use crate::s3::small::ListBound;
+use crate::s3::store::{ErrorClass, S3Options, S3Store, S3Url, StoreError};
 
 /// `--s3-trigger-poll`'s default, and its bounds (seconds).
 pub const DEFAULT_POLL_S: u64 = 5;
@@ -48,6 +47,8 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 const GRACE_US: i64 = 2_000_000;
 /// Request ids remembered as handled (the prefix may hold requests already seen).
 const HANDLED: usize = 256;
+/// One page of the listing: the relay never asks for a second.
+const LIST_ENTRIES: usize = proto::LIST_MAX_KEYS as usize;
 /// The longest sleep between two looks at the stop flag.
 const SLICE: Duration = Duration::from_millis(100);
 
@@ -164,37 +165,19 @@ impl Relayer {
 
     /// One LIST of `trigger/`; each new request handled.
     async fn list(&mut self) {
-        let prefix = self.store.url().key(&proto::list_prefix());
-        let listed = bounded("ListObjectsV2", &prefix, async {
-            self.store
-                .client()
-                .list_objects_v2()
-                .bucket(&self.store.url().bucket)
-                .prefix(&prefix)
-                .delimiter("/")
-                .max_keys(proto::LIST_MAX_KEYS)
-                .send()
-                .await
-                .map_err(|e| classify("ListObjectsV2", &prefix, &e))
-        })
-        .await;
-        let out = match listed {
-            Ok(o) => o,
+        let bound = ListBound { delimiter: true, page_keys: proto::LIST_MAX_KEYS, entries: LIST_ENTRIES };
+        let listed = match self.store.list_small(&proto::list_prefix(), bound, CALL_TIMEOUT).await {
+            Ok(l) => l,
             Err(e) => return self.failed(&e),
         };
         self.succeeded();
-        let base = self.store.url().key("");
         let mut new: Vec<(String, u64)> = Vec::new();
-        for obj in out.contents() {
-            let Some(key) = obj.key() else { continue };
-            // `base` is `prefix/`, or empty for a bucket's root.
-            let Some(rel) = key.strip_prefix(&base) else { continue };
+        for (rel, size) in &listed.objects {
             let Some(id) = proto::parse_request_key(rel) else { continue };
             if self.handled.iter().any(|h| h == id) || new.iter().any(|(n, _)| n == id) {
                 continue;
             }
-            let size = obj.size().and_then(|s| u64::try_from(s).ok()).unwrap_or(u64::MAX);
-            new.push((id.to_owned(), size));
+            new.push((id.to_owned(), *size));
             if new.len() == proto::MAX_READS_PER_POLL {
                 break;
             }
@@ -398,61 +381,12 @@ impl Relayer {
         }
     }
 
-    /// The object `rel` (relative to the prefix): at most `max + 1` bytes read (a parser then
-    /// says it is too large); `None` when there is none.
     async fn get(&self, rel: &str, max: u64) -> Result<Option<Vec<u8>>, StoreError> {
-        let key = self.store.url().key(rel);
-        let read = async {
-            let got = self
-                .store
-                .client()
-                .get_object()
-                .bucket(&self.store.url().bucket)
-                .key(&key)
-                .range(format!("bytes=0-{max}"))
-                .send()
-                .await;
-            let mut body = match got {
-                Ok(o) => o.body,
-                Err(SdkError::ServiceError(e)) if e.err().is_no_such_key() => return Ok(None),
-                Err(e) => return Err(classify("GetObject", rel, &e)),
-            };
-            let mut out = Vec::new();
-            while let Some(chunk) = body.try_next().await.map_err(|e| StoreError {
-                class: ErrorClass::Retry,
-                code: "io".into(),
-                op: "GetObject",
-                key: rel.to_owned(),
-                detail: e.to_string(),
-                file_only: false,
-            })? {
-                let room =
-                    usize::try_from(max.saturating_add(1)).unwrap_or(usize::MAX).saturating_sub(out.len());
-                out.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                if out.len() as u64 > max {
-                    break;
-                }
-            }
-            Ok(Some(out))
-        };
-        bounded("GetObject", rel, read).await
+        self.store.get_small(rel, max, CALL_TIMEOUT).await
     }
 
     async fn put(&self, rel: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
-        let key = self.store.url().key(rel);
-        let sent = async {
-            self.store
-                .client()
-                .put_object()
-                .bucket(&self.store.url().bucket)
-                .key(&key)
-                .body(ByteStream::from(bytes))
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| classify("PutObject", rel, &e))
-        };
-        bounded("PutObject", rel, sent).await
+        self.store.put_small(rel, bytes, false, CALL_TIMEOUT).await.map(|_| ())
     }
 }
 
@@ -507,25 +441,6 @@ fn request_folder(root: &Path) -> Result<Dir, (NodeAnswerKind, String)> {
         )));
     }
     Ok(dir)
-}
-
-/// `fut`, or a timeout error after [`CALL_TIMEOUT`].
-async fn bounded<T>(
-    op: &'static str,
-    key: &str,
-    fut: impl std::future::Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    match tokio::time::timeout(CALL_TIMEOUT, fut).await {
-        Ok(r) => r,
-        Err(_) => Err(StoreError {
-            class: ErrorClass::Retry,
-            code: "timeout".into(),
-            op,
-            key: key.to_owned(),
-            detail: format!("no answer in {} s", CALL_TIMEOUT.as_secs()),
-            file_only: false,
-        }),
-    }
 }
 
 fn now_us() -> i64 {

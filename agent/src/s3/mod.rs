@@ -5,6 +5,7 @@
 //! it runs on a tokio runtime ([`runtime`] for the commands, the uploader's own thread).
 
 pub mod download;
+pub mod small;
 pub mod store;
 
 /// The runtime for a command's S3 requests could not be made.

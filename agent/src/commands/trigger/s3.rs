@@ -10,15 +10,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use aws_sdk_s3::error::SdkError;
-use aws_sdk_s3::primitives::ByteStream;
 use trainprof_output::protocol::node_record;
 use trainprof_output::protocol::request::{self as local, Answer, Go};
 use trainprof_output::protocol::request_s3::{self as proto, NodeAnswer, NodeAnswerKind};
 use trainprof_output::text::printable;
 
 use super::{Channel, TriggerArgs, UNUSABLE, checked, exchange, fail, new_request};
-use crate::s3::store::{S3Options, S3Store, S3Url, chain};
+use crate::s3::small::ListBound;
+use crate::s3::store::{Put, S3Options, S3Store, S3Url};
 
 /// `--wait`'s default for an `s3://` target: the agents look every 5 s by default.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -81,32 +80,16 @@ fn shown(store: &S3Store, rel: &str) -> String {
 /// The nodes whose agents wrote a node record into the prefix (`system/node/<node>/`, once
 /// per agent start; docs/formats.md, "Node record"): the nodes expected to answer.
 async fn nodes_of_the_job(store: &S3Store) -> Result<Vec<String>, String> {
-    let prefix = store.url().key(&format!("{}/", node_record::FOLDER));
-    let mut out = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
-        let mut req =
-            store.client().list_objects_v2().bucket(&store.url().bucket).prefix(&prefix).delimiter("/");
-        if let Some(t) = token.take() {
-            req = req.continuation_token(t);
-        }
-        let page = tokio::time::timeout(CALL_TIMEOUT, req.send())
-            .await
-            .map_err(|_| format!("no answer in {} s", CALL_TIMEOUT.as_secs()))?
-            .map_err(|e| chain(&e))?;
-        for p in page.common_prefixes() {
-            let node = p.prefix().and_then(|k| k.strip_prefix(&prefix)).map(|n| n.trim_end_matches('/'));
-            if let Some(n) = node.filter(|n| proto::valid_node(n))
-                && !out.iter().any(|o| o == n)
-            {
-                out.push(n.to_owned());
-            }
-        }
-        match page.next_continuation_token() {
-            Some(t) if page.is_truncated() == Some(true) && out.len() < proto::MAX_NODES => {
-                token = Some(t.to_owned())
-            }
-            _ => break,
+    let folder = format!("{}/", node_record::FOLDER);
+    let bound = ListBound { delimiter: true, page_keys: 1000, entries: proto::MAX_NODES };
+    let listed = store.list_small(&folder, bound, CALL_TIMEOUT).await.map_err(|e| e.detail)?;
+    let mut out: Vec<String> = Vec::new();
+    for f in &listed.folders {
+        let node = f.strip_prefix(&folder).map(|n| n.trim_end_matches('/'));
+        if let Some(n) = node.filter(|n| proto::valid_node(n))
+            && !out.iter().any(|o| o == n)
+        {
+            out.push(n.to_owned());
         }
     }
     out.truncate(proto::MAX_NODES);
@@ -125,7 +108,7 @@ struct S3Channel {
     nodes: BTreeMap<String, Result<NodeAnswer, String>>,
     /// The ranks' answers relayed, by (node, file name).
     answers: BTreeMap<(String, String), Result<Answer, String>>,
-    /// Every answer key read (removed at the end).
+    /// Every answer read, by its key relative to the prefix (removed at the end).
     read: BTreeSet<String>,
     /// The keys this command wrote.
     wrote: Vec<String>,
@@ -135,108 +118,33 @@ struct S3Channel {
 
 impl S3Channel {
     fn put(&mut self, rel: &str, bytes: Vec<u8>) -> Result<(), String> {
-        let key = self.store.url().key(rel);
-        let sent = self.rt.block_on(async {
-            let put = self
-                .store
-                .client()
-                .put_object()
-                .bucket(&self.store.url().bucket)
-                .key(&key)
-                .body(ByteStream::from(bytes))
-                .if_none_match("*")
-                .send();
-            tokio::time::timeout(CALL_TIMEOUT, put).await
-        });
-        match sent {
-            Ok(Ok(_)) => {
+        match self.rt.block_on(self.store.put_small(rel, bytes, true, CALL_TIMEOUT)) {
+            Ok(Put::Stored) => {
                 self.wrote.push(rel.to_owned());
                 Ok(())
             }
-            Ok(Err(SdkError::ServiceError(e))) if e.raw().status().as_u16() == 412 => {
-                Err("it exists already".to_owned())
-            }
-            Ok(Err(e)) => Err(chain(&e)),
-            Err(_) => Err(format!("no answer in {} s", CALL_TIMEOUT.as_secs())),
+            Ok(Put::Exists) => Err("it exists already".to_owned()),
+            Err(e) => Err(e.detail),
         }
-    }
-
-    /// At most `max + 1` bytes of the object at `key` (full key); `None` when it is gone.
-    async fn get(&self, key: &str, max: u64) -> Result<Option<Vec<u8>>, String> {
-        let got = self
-            .store
-            .client()
-            .get_object()
-            .bucket(&self.store.url().bucket)
-            .key(key)
-            .range(format!("bytes=0-{max}"))
-            .send()
-            .await;
-        let mut body = match got {
-            Ok(o) => o.body,
-            Err(SdkError::ServiceError(e)) if e.err().is_no_such_key() => return Ok(None),
-            Err(e) => return Err(chain(&e)),
-        };
-        let mut out = Vec::new();
-        while let Some(chunk) = body.try_next().await.map_err(|e| e.to_string())? {
-            let room = usize::try_from(max.saturating_add(1)).unwrap_or(usize::MAX).saturating_sub(out.len());
-            out.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            if out.len() as u64 > max {
-                break;
-            }
-        }
-        Ok(Some(out))
     }
 
     /// Every key under `trigger/<id>/` (at most [`proto::MAX_ANSWER_KEYS`]) with its size.
     async fn list(&self) -> Result<Vec<(String, u64)>, String> {
-        let prefix = self.store.url().key(&proto::answers_prefix(&self.id));
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let mut req =
-                self.store.client().list_objects_v2().bucket(&self.store.url().bucket).prefix(&prefix);
-            if let Some(t) = token.take() {
-                req = req.continuation_token(t);
-            }
-            let page = tokio::time::timeout(CALL_TIMEOUT, req.send())
-                .await
-                .map_err(|_| format!("no answer in {} s", CALL_TIMEOUT.as_secs()))?
-                .map_err(|e| chain(&e))?;
-            for o in page.contents() {
-                if let Some(k) = o.key() {
-                    out.push((
-                        k.to_owned(),
-                        o.size().and_then(|s| u64::try_from(s).ok()).unwrap_or(u64::MAX),
-                    ));
-                }
-            }
-            match page.next_continuation_token() {
-                Some(t) if page.is_truncated() == Some(true) && out.len() < proto::MAX_ANSWER_KEYS => {
-                    token = Some(t.to_owned())
-                }
-                _ => break,
-            }
-        }
-        Ok(out)
+        let bound = ListBound { delimiter: false, page_keys: 1000, entries: proto::MAX_ANSWER_KEYS };
+        let listed = self.store.list_small(&proto::answers_prefix(&self.id), bound, CALL_TIMEOUT).await;
+        listed.map(|l| l.objects).map_err(|e| e.detail)
     }
 
     /// Removes the request and the go-ahead it wrote, and every answer it read (after one
     /// last look, for the answers that came while it printed).
     fn clean_up(&mut self) {
         self.look();
-        let keys: Vec<String> =
-            self.wrote.iter().map(|rel| self.store.url().key(rel)).chain(self.read.iter().cloned()).collect();
+        let keys: Vec<String> = self.wrote.iter().chain(self.read.iter()).cloned().collect();
         let store = &self.store;
         self.rt.block_on(async {
-            for key in keys {
-                let del = store.client().delete_object().bucket(&store.url().bucket).key(&key).send();
-                if let Ok(Err(e)) = tokio::time::timeout(CALL_TIMEOUT, del).await {
-                    eprintln!(
-                        "trainprof trigger: cannot remove s3://{}/{key}: {}",
-                        store.url().bucket,
-                        chain(&e)
-                    );
+            for rel in keys {
+                if let Err(e) = store.delete_small(&rel, CALL_TIMEOUT).await {
+                    eprintln!("trainprof trigger: cannot remove {}: {}", shown(store, &rel), e.detail);
                 }
             }
         });
@@ -263,7 +171,7 @@ impl Channel for S3Channel {
                 return;
             }
         };
-        let head = self.store.url().key(&proto::answers_prefix(&self.id));
+        let head = proto::answers_prefix(&self.id);
         for (key, size) in keys {
             if self.read.contains(&key) {
                 continue;
@@ -279,14 +187,11 @@ impl Channel for S3Channel {
             let bytes = if size > max {
                 Err(format!("larger than {max} bytes: not read"))
             } else {
-                match self
-                    .rt
-                    .block_on(async { tokio::time::timeout(CALL_TIMEOUT, self.get(&key, max)).await })
-                {
-                    Ok(Ok(Some(b))) => Ok(b),
-                    Ok(Ok(None)) => continue,
+                match self.rt.block_on(self.store.get_small(&key, max, CALL_TIMEOUT)) {
+                    Ok(Some(b)) => Ok(b),
+                    Ok(None) => continue,
                     // Read again at the next look.
-                    Ok(Err(_)) | Err(_) => continue,
+                    Err(_) => continue,
                 }
             };
             self.read.insert(key);

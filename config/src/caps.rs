@@ -26,6 +26,10 @@ pub const DEFAULT_DATALOADER_MAX_EVENTS: u64 = 100_000;
 /// `PythonMaxSamples` when not given: pyinstrument's samples in one Python window (it keeps
 /// every sample: 1 ms apart, a million is 17 minutes of one thread).
 pub const DEFAULT_PYTHON_MAX_SAMPLES: u64 = 1_000_000;
+/// `NativeMaxSamples` when not given: the samples one native window may take (at 100 Hz, a
+/// million is 2.8 hours of one busy thread). What grows with them is the file of stacks
+/// evicted from pprof's fixed-size table, read back when the window's report is built.
+pub const DEFAULT_NATIVE_MAX_SAMPLES: u64 = 1_000_000;
 
 /// Accepted counts (events, samples).
 pub const COUNT_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000_000_000;
@@ -44,6 +48,8 @@ pub struct WindowCaps {
     /// pyinstrument samples in one Python window (cProfile keeps one entry per distinct
     /// function, bounded by the code, and has no cap).
     pub python_max_samples: u64,
+    /// Samples one native window may take, counted by the library's sampler thread.
+    pub native_max_samples: u64,
 }
 
 impl Default for WindowCaps {
@@ -53,13 +59,19 @@ impl Default for WindowCaps {
             detailed_max_bytes: DEFAULT_DETAILED_MAX_MEMORY_MIB << 20,
             dataloader_max_events: DEFAULT_DATALOADER_MAX_EVENTS,
             python_max_samples: DEFAULT_PYTHON_MAX_SAMPLES,
+            native_max_samples: DEFAULT_NATIVE_MAX_SAMPLES,
         }
     }
 }
 
 /// The keys of `WindowCapsConfig`.
-pub(crate) const CAPS_KEYS: &[&str] =
-    &["DetailedMaxEvents", "DetailedMaxMemoryMiB", "DataloaderMaxEvents", "PythonMaxSamples"];
+pub(crate) const CAPS_KEYS: &[&str] = &[
+    "DetailedMaxEvents",
+    "DetailedMaxMemoryMiB",
+    "DataloaderMaxEvents",
+    "PythonMaxSamples",
+    "NativeMaxSamples",
+];
 
 /// Why one `WindowCapsConfig` value is refused (that cap keeps its default).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -88,6 +100,7 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<Value>) -> (WindowCaps, Vec<(&'s
     int_in("DetailedMaxMemoryMiB", MEMORY_MIB_RANGE, &mut mib);
     int_in("DataloaderMaxEvents", COUNT_RANGE, &mut c.dataloader_max_events);
     int_in("PythonMaxSamples", COUNT_RANGE, &mut c.python_max_samples);
+    int_in("NativeMaxSamples", COUNT_RANGE, &mut c.native_max_samples);
     c.detailed_max_bytes = mib << 20;
     (c, bad)
 }
@@ -120,8 +133,9 @@ mod tests {
             (50, 64 << 20, 3)
         );
         assert_eq!(c.caps.python_max_samples, 1_000_000);
-        let c = config(json!({"PythonMaxSamples": 7}));
-        assert_eq!(c.caps.python_max_samples, 7);
+        assert_eq!(c.caps.native_max_samples, 1_000_000);
+        let c = config(json!({"PythonMaxSamples": 7, "NativeMaxSamples": "9"}));
+        assert_eq!((c.caps.python_max_samples, c.caps.native_max_samples), (7, 9));
     }
 
     #[test]

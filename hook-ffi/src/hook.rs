@@ -260,6 +260,11 @@ impl crate::native::Host for Hook {
     fn os_pid(&self) -> u32 {
         self.writer.os_pid
     }
+
+    fn capped(&self, samples: u64, limit: u64) {
+        let cap = crate::types::TrainprofCap::Samples;
+        self.window_capped(TrainprofFeature::Native, cap, samples, limit, -1, now_us());
+    }
 }
 
 /// The flight recorder sees the hook through this ([`crate::hang`]). What the crash handler

@@ -62,7 +62,7 @@
 
 use std::io::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -90,6 +90,8 @@ pub struct Control {
     hz: AtomicU32,
     /// A window `trainprof trigger` armed names native sampling ([`crate::request`]).
     requested: AtomicBool,
+    /// `WindowCapsConfig.NativeMaxSamples` of the current config.
+    max_samples: AtomicU64,
 }
 
 impl Control {
@@ -108,6 +110,7 @@ impl Control {
             && config.native.feature.may_auto_open();
         self.configured.store(config.native.feature.is_enabled() || by_trigger, Relaxed);
         self.hz.store(config.native.sampling_hz, Relaxed);
+        self.max_samples.store(config.caps.native_max_samples, Relaxed);
     }
 
     /// Should a step boundary ask the gate? One relaxed load when the feature is off.
@@ -141,6 +144,11 @@ impl Control {
         self.hz.load(Relaxed)
     }
 
+    /// The samples a window may take (docs/formats.md, "Window caps").
+    pub fn max_samples(&self) -> u64 {
+        self.max_samples.load(Relaxed)
+    }
+
     /// Off for the rest of the process (a refusal or a failure).
     pub fn turn_off(&self) {
         self.off.store(true, Relaxed);
@@ -167,6 +175,9 @@ pub trait Host: Send + Sync + 'static {
     fn local_path(&self) -> &std::path::Path;
     fn node_id(&self) -> &str;
     fn os_pid(&self) -> u32;
+    /// The open window reached `NativeMaxSamples` (`limit`) with `samples` taken: it is
+    /// stopped, and the hook says so once (docs/formats.md, "Window caps").
+    fn capped(&self, samples: u64, limit: u64);
 }
 
 /// Starts the sampler thread.
@@ -189,7 +200,34 @@ struct Window {
     /// The `SIGPROF` disposition before the window, put back after it.
     saved: Disposition,
     start_us: i64,
+    /// The process's CPU time when the window opened ([`process_cpu_ns`]).
+    cpu_start_ns: u64,
     hz: u32,
+}
+
+impl Window {
+    /// The most samples the window can have taken so far: each thread's timer sends one
+    /// signal per 1/hz s of that thread's CPU time, so the process's CPU time since the
+    /// window opened, times hz, bounds them (threads armed late, and samples pprof drops,
+    /// only make the true count smaller). Counted here, on the sampler thread, because the
+    /// signal handler is pprof's and counts nothing the sampler can read while it runs.
+    fn samples_bound(&self) -> u64 {
+        let cpu_ns = process_cpu_ns().saturating_sub(self.cpu_start_ns);
+        u64::try_from(u128::from(cpu_ns) * u128::from(self.hz) / 1_000_000_000).unwrap_or(u64::MAX)
+    }
+}
+
+/// The CPU time of every thread of the process, in ns (`CLOCK_PROCESS_CPUTIME_ID`).
+fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
 }
 
 fn run(host: &impl Host) {
@@ -201,6 +239,10 @@ fn run(host: &impl Host) {
     crate::log(&format_args!("native profiling: sampler ready ({} ms to warm up)", t0.elapsed().as_millis()));
     let mut by_clock = false;
     let mut open: Option<Window> = None;
+    // A window stopped at its cap: none opens again until the answer has been no once
+    // (the step boundaries answer no while the capped window's range lasts; a time
+    // window's answer turns no when its time ends).
+    let mut held = false;
     loop {
         let control = host.control();
         let stopping = host.stopping();
@@ -208,12 +250,14 @@ fn run(host: &impl Host) {
         if let Some(b) = host.by_clock(now_us as f64 / 1e6) {
             by_clock = b;
         }
-        let want = !stopping && control.asks() && (by_clock || control.by_step());
+        let asked = !stopping && control.asks() && (by_clock || control.by_step());
+        held &= asked;
+        let want = asked && !held;
         match (open.is_some(), want) {
             (false, true) => match start(control.hz()) {
                 Ok(w) => {
                     crate::log(&format_args!("native profiling: window opened ({} Hz)", w.hz));
-                    open = Some(Window { start_us: now_us, ..w });
+                    open = Some(Window { start_us: now_us, cpu_start_ns: process_cpu_ns(), ..w });
                 }
                 Err(why) => {
                     control.turn_off();
@@ -234,6 +278,15 @@ fn run(host: &impl Host) {
                     crate::log(&format_args!(
                         "native profiling: cannot arm a thread's timer: {e}; the feature is off"
                     ));
+                }
+                let limit = control.max_samples();
+                let taken = open.as_ref().map_or(0, Window::samples_bound);
+                if taken >= limit
+                    && let Some(w) = open.take()
+                {
+                    host.capped(taken, limit);
+                    finish(host, w, now_us);
+                    held = true;
                 }
             }
             _ => {}
@@ -375,7 +428,7 @@ fn start(hz: u32) -> Result<Window, StartError> {
         restore_sigprof(&saved);
         return Err(StartError::Timer(e));
     }
-    Ok(Window { guard, timers, saved, start_us: 0, hz })
+    Ok(Window { guard, timers, saved, start_us: 0, cpu_start_ns: 0, hz })
 }
 
 /// Puts a `SIGPROF` disposition back as it was read (handler, mask, flags).

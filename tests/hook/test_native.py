@@ -201,6 +201,35 @@ def test_a_child_forked_in_a_window_leaves_the_parents_profile_alone(run_script,
     assert "cannot" not in r.proc.stderr, r.proc.stderr
 
 
+def test_a_window_stops_at_its_sample_cap_and_says_so(run_script, tmp_path):
+    """``WindowCapsConfig.NativeMaxSamples`` (docs/formats.md, "Window caps"): 60 ms of CPU a
+    step at 199 Hz is about 12 samples a step, so a cap of 10 stops the six-step window
+    within a step or two of its opening; what it took is written, no second window opens in its range, and
+    one ``trainprof:WindowCapped`` event says so."""
+    from test_auto_profiling import timeline
+
+    hot = cc(tmp_path, "hot_loop.c", "libhot.so", shared=True)
+    native = {"StartStep": 3, "NumSteps": 6, "SamplingHz": 199}
+    r = run_script(
+        "native_trainer.py",
+        {"hot_lib": str(hot), "steps": 12, "cpu_ms": 60, "settle_s": 5},
+        config={"NativeProfilingConfig": native, "WindowCapsConfig": {"NativeMaxSamples": 10}},
+    ).check()
+    found = windows(r.out)
+    assert len(found) == 1, (found, r.proc.stderr)
+    _, total = read_profile(found[0] / "profile.pb.gz")
+    assert 1 <= total < 40, (total, r.proc.stderr)
+    capped = [e for e in timeline(r.out) if e.get("name") == "trainprof:WindowCapped"]
+    assert len(capped) == 1, capped
+    a = capped[0]["args"]
+    assert (a["feature"], a["cap"], a["limit"]) == ("native", "samples", 10), a
+    # Inside the window's range (its first step can be late: the sampler opens it once its
+    # warm-up is over).
+    assert 10 <= a["value"] < 40 and 3 <= a["step"] <= 8, a
+    assert r.proc.stderr.count("the native window stopped at its cap") == 1, r.proc.stderr
+    assert r.proc.stderr.count("native profiling: window opened") == 1, r.proc.stderr
+
+
 def test_outside_the_window_nothing_is_sampled(run_script, tmp_path):
     hot = cc(tmp_path, "hot_loop.c", "libhot.so", shared=True)
     native = {"StartStep": 50, "NumSteps": 2}

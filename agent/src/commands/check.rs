@@ -231,6 +231,7 @@ fn caps_json(c: &trainprof_config::WindowCaps) -> Value {
         "detailed_max_memory_bytes": c.detailed_max_bytes,
         "dataloader_max_events": c.dataloader_max_events,
         "python_max_samples": c.python_max_samples,
+        "native_max_samples": c.native_max_samples,
         "description": caps_words(c),
     })
 }
@@ -239,11 +240,12 @@ fn caps_json(c: &trainprof_config::WindowCaps) -> Value {
 fn caps_words(c: &trainprof_config::WindowCaps) -> String {
     format!(
         "a window stops early at: detailed {} events or {} MiB of trainer RSS growth; dataloader {} events; \
-         python (pyinstrument) {} samples a window",
+         python (pyinstrument) {} samples a window; native {} samples a window",
         c.detailed_max_events,
         c.detailed_max_bytes >> 20,
         c.dataloader_max_events,
-        c.python_max_samples
+        c.python_max_samples,
+        c.native_max_samples
     )
 }
 

@@ -14,7 +14,9 @@ TRAINPROF_TEST_PARAMS (JSON):
 * ``tf``: "xplane" (default) | "json" | "no_profiler" (tensorflow without tf.profiler) |
   "busy" (start raises, as when another profiler runs) | "absent" (no tensorflow, no keras);
 * ``no_xplane_module``: true to leave out the XSpace protobuf module;
-* ``epochs``, ``steps``, ``val_steps``, ``eval_steps``, ``predict_steps``.
+* ``epochs``, ``steps``, ``val_steps``, ``eval_steps``, ``predict_steps``;
+* ``op_bytes``: bytes each op keeps while a session runs (TF's buffers growing), freed at
+  ``stop``.
 """
 
 import json
@@ -81,6 +83,7 @@ class _Profiler:
         self.events = []  # (name, start ns, duration ns)
         self.calls = []
         self.starts_ns = []  # when each session started, as TF counts its trace times from
+        self.held = []  # what the session's ops keep (``op_bytes``)
 
     def start(self, logdir, options=None):
         self.calls.append(("start", logdir))
@@ -143,6 +146,7 @@ class _Profiler:
             with open(os.path.join(run, HOST + ".xplane.pb"), "wb") as f:
                 f.write(json.dumps(space).encode())
         self.logdir = None
+        self.held = []
 
     def op(self, name, ms=0.5):
         """Work of ``ms`` milliseconds, recorded when a session runs."""
@@ -152,6 +156,8 @@ class _Profiler:
             pass
         if self.logdir is not None:
             self.events.append((name, start, time.time_ns() - start))
+            if PARAMS.get("op_bytes"):
+                self.held.append(b"\x01" * PARAMS["op_bytes"])  # written, so resident
 
 
 PROFILER = _Profiler()

@@ -51,6 +51,14 @@ WANT_STEPS = collections.Counter(
 )
 
 
+def timeline_events(out):
+    """Every event of the rank's timeline files (docs/formats.md, "Framework timeline")."""
+    found = []
+    for f in (out / "framework" / "pevents").rglob("*.json"):
+        found.extend(json.loads(f.read_text()))
+    return found
+
+
 def detailed_dirs(out):
     root = out / "framework" / "tensorflow" / "detailed_profiling"
     return sorted(p for p in root.glob("*/*") if p.is_dir())
@@ -122,6 +130,32 @@ def test_steps_and_detailed_window_read_back_by_smdebug(run_trainer, tf):
     )
     assert in_train == [3, 4, 5]
     assert int(start_us) <= min(e.start_time for e in tf_events) and max(e.end_time for e in tf_events) <= int(end_us)
+
+
+def test_a_window_stops_at_its_memory_cap_and_says_so(run_trainer):
+    """``WindowCapsConfig.DetailedMaxMemoryMiB`` (docs/formats.md, "Window caps"): the fake TF
+    profiler keeps 3 MiB an op (one op a batch); with a 4 MiB cap the window of train steps
+    3-5 is stopped at step 5's start, what it took is written, and one
+    ``trainprof:WindowCapped`` event says so."""
+    caps = {"DetailedMaxMemoryMiB": 4}
+    r = run_keras(run_trainer, {"DetailedProfilingConfig": DETAILED, "WindowCapsConfig": caps},
+                  op_bytes=3 << 20, val_steps=0)
+    assert [c[0] for c in r.manifest["tf_calls"]] == ["start", "stop"], r.manifest["tf_calls"]
+    assert r.manifest["running_after_train_batch"][3:6] == [True, True, False]
+    assert len(detailed_dirs(r.out)) == 1
+    capped = [e for e in timeline_events(r.out) if e.get("name") == "trainprof:WindowCapped"]
+    assert len(capped) == 1, capped
+    a = capped[0]["args"]
+    assert (a["feature"], a["cap"], a["limit"], a["step"]) == ("detailed", "bytes", 4 << 20, 5), a
+    assert a["value"] >= 4 << 20, a
+    assert r.proc.stderr.count("the detailed window stopped at its cap at step 5") == 1, r.proc.stderr
+
+
+def test_a_memory_cap_out_of_reach_stops_nothing(run_trainer):
+    r = run_keras(run_trainer, {"DetailedProfilingConfig": DETAILED}, op_bytes=3 << 20, val_steps=0)
+    assert r.manifest["running_after_train_batch"][3:6] == [True, True, False]
+    assert [c[0] for c in r.manifest["tf_calls"]] == ["start", "stop"]
+    assert not [e for e in timeline_events(r.out) if e.get("name") == "trainprof:WindowCapped"]
 
 
 def test_without_detailed_window_the_tf_profiler_is_never_touched(run_trainer):

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 if TYPE_CHECKING:
     from ._profiler import Profiler
 
+from . import _caps
 from ._log import log, warn_user
 from ._seal import rename_no_replace, seal
 
@@ -231,6 +232,7 @@ class _Detailed:
         self._final = ""
         self._start_us: float = 0
         self.last_stop_us: Optional[int] = None  # how long the last stop took (TF's stop, conversion, move)
+        self.rss0 = 0  # the trainer's resident memory when the running window opened
 
     def _api(self) -> Any:
         if self._tf_profiler is None:
@@ -266,6 +268,7 @@ class _Detailed:
             # duration and never later (it stays inside its step). smdebug takes it after;
             # TF >= 2.11's XSpace names the exact session start, which replaces this one.
             self._start_us = self._now_us()
+            self.rss0 = _caps.rss_bytes()
             api.start(self._staging)
         except Exception as e:
             self.failed_window = True
@@ -394,6 +397,8 @@ class _ProfilerCallbackMixin:
                 self._train_step = step
                 d = self._detailed
                 if d is not None and not d.off:
+                    if d.running:
+                        self._check_cap(d, step)
                     if prof.active("detailed", step=step):
                         d.start(step)
                     else:
@@ -401,6 +406,22 @@ class _ProfilerCallbackMixin:
                         d.stop()
         except Exception as e:
             log("on_%s_batch_begin: %s: %s" % (kind, type(e).__name__, e), key=("keras-begin", type(e)))
+
+    def _check_cap(self, d: "_Detailed", step: int) -> None:
+        """At a train step's start inside the detailed window: has the trainer's resident
+        memory grown by ``detailed_max_bytes`` since the TF profiler started? Then the
+        profiler is stopped (what it holds is written) and the library told, at this step,
+        which then answers no for the rest of the window (docs/formats.md, "Window caps").
+        The TF profiler keeps its events in its own buffers until it stops, out of the
+        adapter's sight, so only the memory cap applies to it."""
+        prof = self._prof
+        if prof is None or not d.rss0:
+            return
+        limit = prof.window_caps()["detailed_max_bytes"]
+        grown = _caps.rss_bytes() - d.rss0
+        if grown >= limit:
+            d.stop()
+            prof.window_capped("detailed", "bytes", grown, limit, step=step)
 
     def _end(self, kind: str) -> None:
         prof = self._prof

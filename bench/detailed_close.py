@@ -18,7 +18,9 @@ of small layers: hundreds of ops a step, the case where a profiler's buffers gro
 Per run: the close (the extra wall time of the step that closes the window, over the run's
 median steady step) and the peak RSS (``ru_maxrss``). The figures: trainprof's close and
 peak RSS growth (over ``none``) against plain's; the goal is at most 10 % beyond the
-profiler's. Uses the release library (target/release/libtrainprof_hook.so, or
+profiler's. ``BENCH_PYTHON_CONVERSION=1`` measures the adapter's fallback instead (torch's
+results read in Python, one library call an event: what every window did before the
+library read torch's own trace). Uses the release library (target/release/libtrainprof_hook.so, or
 TRAINPROF_HOOK_LIB). Prints RESULT lines (bench/run.py's format).
 """
 
@@ -56,6 +58,9 @@ def child(kind, out_dir):
     if kind == "trainprof":
         import trainprof.torch
 
+        if os.environ.get("BENCH_PYTHON_CONVERSION") == "1":
+            # The adapter's fallback (the events read in Python), for a before/after figure.
+            trainprof.torch.TorchHook._hand_over_trace = lambda *a: False
         hook = trainprof.torch.attach(model)
     tp = None
     times = []

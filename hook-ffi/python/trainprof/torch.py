@@ -523,7 +523,7 @@ class TorchHook:
         made for it, and the library's writer thread streams that file into ``cpu_functions``
         events and removes it. Here, on the training thread, the close then costs what plain
         torch.profiler's ``stop()`` and ``export_chrome_trace`` cost: reading torch's results
-        in Python, one ctypes call an event, cost 5x as much (docs/trainer.md, "Framework
+        in Python, one ctypes call an event, cost 5-7x as much (docs/trainer.md, "Framework
         adapters: `trainprof.torch` and `trainprof.keras`"). False (the caller reads the
         events in Python) when this cannot be done: a library or torch without it, or
         torch failing to write its trace (one line)."""

@@ -16,9 +16,13 @@ of small layers: hundreds of ops a step, the case where a profiler's buffers gro
               run by the adapter, its events written into trainprof's timeline
 
 Per run: the close (the extra wall time of the step that closes the window, over the run's
-median steady step) and the peak RSS (``ru_maxrss``). The figures: trainprof's close and
+median steady step), the peak RSS (``ru_maxrss``) and the RSS just before the window opens
+(so that the window's own growth can be told from trainprof's fixed footprint: the library,
+its threads and its event queue, there with or without a window). The figures: trainprof's close and
 peak RSS growth (over ``none``) against plain's; the goal is at most 10 % beyond the
-profiler's. Uses the release library (target/release/libtrainprof_hook.so, or
+profiler's. ``BENCH_PYTHON_CONVERSION=1`` measures the adapter's fallback instead (torch's
+results read in Python, one library call an event: what every window did before the
+library read torch's own trace). Uses the release library (target/release/libtrainprof_hook.so, or
 TRAINPROF_HOOK_LIB). Prints RESULT lines (bench/run.py's format).
 """
 
@@ -56,10 +60,16 @@ def child(kind, out_dir):
     if kind == "trainprof":
         import trainprof.torch
 
+        if os.environ.get("BENCH_PYTHON_CONVERSION") == "1":
+            # The adapter's fallback (the events read in Python), for a before/after figure.
+            trainprof.torch.TorchHook._hand_over_trace = lambda *a: False
         hook = trainprof.torch.attach(model)
     tp = None
     times = []
+    rss_before_window = 0.0
     for step in range(START + WINDOW + AFTER):
+        if step == START:
+            rss_before_window = _rss_mib()
         t0 = time.perf_counter()
         if kind == "plain" and step == START:
             from torch.profiler import ProfilerActivity, profile
@@ -85,8 +95,15 @@ def child(kind, out_dir):
         "close_ms": (times[START + WINDOW] - steady) * 1e3,
         "window_ms": statistics.median(times[START:START + WINDOW]) * 1e3,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "rss_before_window_mib": rss_before_window,
         "events": events,
     }))
+
+
+def _rss_mib():
+    """The resident memory now (``/proc/self/statm``), MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1048576.0
 
 
 def run(kind, work):
@@ -134,7 +151,9 @@ def main():
             m = run(kind, work)
             got[kind].append(m)
             print("  round %d %-9s steady %.2f ms, window step %.2f ms, close %+.1f ms, peak RSS %.1f MiB"
-                  % (r, kind, m["steady_ms"], m["window_ms"], m["close_ms"], m["peak_rss_mib"]))
+                  " (%.1f MiB before the window)"
+                  % (r, kind, m["steady_ms"], m["window_ms"], m["close_ms"], m["peak_rss_mib"],
+                     m["rss_before_window_mib"]))
     med = {k: {f: statistics.median(m[f] for m in v) for f in v[0]} for k, v in got.items()}
     base_rss = med["none"]["peak_rss_mib"]
     for what, unit, tp, plain in (
@@ -142,6 +161,9 @@ def main():
          med["trainprof"]["close_ms"], med["plain"]["close_ms"]),
         ("peak RSS growth over no profiler, %d-step detailed window" % WINDOW, "MiB",
          med["trainprof"]["peak_rss_mib"] - base_rss, med["plain"]["peak_rss_mib"] - base_rss),
+        ("peak RSS growth over the RSS just before the window opened (the window's own), %d-step detailed window"
+         % WINDOW, "MiB", med["trainprof"]["peak_rss_mib"] - med["trainprof"]["rss_before_window_mib"],
+         med["plain"]["peak_rss_mib"] - med["plain"]["rss_before_window_mib"]),
         ("step time inside the window", "ms", med["trainprof"]["window_ms"], med["plain"]["window_ms"]),
     ):
         print("RESULT " + json.dumps({"metric": "%s (p50 of %d rounds, %d layers)" % (what, ROUNDS, LAYERS),

@@ -52,6 +52,11 @@
 #define MAX_TRACEBACK_BYTES (64 * 1024)
 
 /*
+ Step boundaries one import takes (one a step of the window).
+ */
+#define MAX_BOUNDARIES (1 << 20)
+
+/*
  At most this many extra numeric arguments per event.
  */
 #define TRAINPROF_MAX_ARGS 4
@@ -619,6 +624,52 @@ TrainprofStatus trainprof_window_capped(int32_t feature,
                                         uint64_t value,
                                         uint64_t limit,
                                         int64_t step);
+
+/*
+ Makes a new, empty file for torch.profiler's chrome trace of a detailed window
+ (docs/formats.md, "Detailed windows through torch's own trace"), in the hook's own folder
+ `<LocalPath>/.trainprof-torch/` (mode 0700; with `<name>.tmp` beside it, which torch
+ writes first): writes its path NUL-terminated into `buf` of `cap` bytes and the token
+ that hands it back into `*out_token`. The caller has torch write its trace to that path,
+ then calls `trainprof_torch_trace_import` (or `trainprof_torch_trace_discard` when torch
+ could not write it). `IO` (one log line says why) when the file cannot be made;
+ `BUFFER_TOO_SMALL` (nothing kept) when the path does not fit: `TRAINPROF_PATH_MAX`
+ bytes always do.
+
+ # Safety
+ `buf` is NULL or valid for `cap` bytes; `out_token` is NULL or valid for a write.
+ */
+TrainprofStatus trainprof_torch_trace_create(char *buf, size_t cap, uint64_t *out_token);
+
+/*
+ Hands the trace file `token` (from `trainprof_torch_trace_create`), now written by torch,
+ to the hook's writer thread, which writes its CPU ops as the window's `cpu_functions`
+ events (docs/formats.md, "Detailed windows through torch's own trace") and removes the
+ files. Each op is numbered with the step it began in: `step_num[i]` for an op that began
+ at or after `step_start_us[i]` (µs since the epoch, in increasing order; `n_steps` of
+ each, at most 1,048,576), before the next. The window writes at most `max_events` events
+ (its `DetailedMaxEvents`), `events_before` of which it wrote already; at that cap the rest
+ are left out and, when `notify_cap` is 1, one `trainprof:WindowCapped` event says so.
+ `INVALID_ARGUMENT` for a token not waiting (unknown, handed back already) or steps out of
+ order; the trace is then not read.
+
+ # Safety
+ `step_start_us` and `step_num` are each NULL (only when `n_steps` is 0) or valid for
+ `n_steps` reads.
+ */
+TrainprofStatus trainprof_torch_trace_import(uint64_t token,
+                                             const int64_t *step_start_us,
+                                             const int64_t *step_num,
+                                             uint32_t n_steps,
+                                             uint64_t events_before,
+                                             uint64_t max_events,
+                                             int32_t notify_cap);
+
+/*
+ Removes the trace file `token` unread (torch could not write it). `INVALID_ARGUMENT` for
+ a token not waiting. Works after `trainprof_shutdown` too.
+ */
+TrainprofStatus trainprof_torch_trace_discard(uint64_t token);
 
 /*
  Events dropped so far, for any reason (0 before init and in a forked child).

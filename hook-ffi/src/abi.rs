@@ -734,6 +734,102 @@ pub extern "C" fn trainprof_window_capped(
     })
 }
 
+/// Makes a new, empty file for torch.profiler's chrome trace of a detailed window
+/// (docs/formats.md, "Detailed windows through torch's own trace"), in the hook's own folder
+/// `<LocalPath>/.trainprof-torch/` (mode 0700; with `<name>.tmp` beside it, which torch
+/// writes first): writes its path NUL-terminated into `buf` of `cap` bytes and the token
+/// that hands it back into `*out_token`. The caller has torch write its trace to that path,
+/// then calls `trainprof_torch_trace_import` (or `trainprof_torch_trace_discard` when torch
+/// could not write it). `IO` (one log line says why) when the file cannot be made;
+/// `BUFFER_TOO_SMALL` (nothing kept) when the path does not fit: `TRAINPROF_PATH_MAX`
+/// bytes always do.
+///
+/// # Safety
+/// `buf` is NULL or valid for `cap` bytes; `out_token` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn trainprof_torch_trace_create(
+    buf: *mut c_char,
+    cap: usize,
+    out_token: *mut u64,
+) -> TrainprofStatus {
+    use std::os::unix::ffi::OsStrExt as _;
+    export(|| {
+        let token_out = non_null(out_token)?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { out_buf(buf, cap) }?;
+        let hook = running()?;
+        let (token, path) = hook.torch_trace_create().map_err(|e| {
+            log(&format_args!("cannot make a file for torch.profiler's trace: {e}"));
+            TrainprofStatus::Io
+        })?;
+        if let Err(e) = copy_out(path.as_os_str().as_bytes(), out) {
+            hook.torch_trace_discard(token);
+            return Err(e);
+        }
+        // SAFETY: not NULL, and the caller promises it is valid for a write.
+        unsafe { token_out.as_ptr().write(token) };
+        Ok(TrainprofStatus::Ok)
+    })
+}
+
+/// Hands the trace file `token` (from `trainprof_torch_trace_create`), now written by torch,
+/// to the hook's writer thread, which writes its CPU ops as the window's `cpu_functions`
+/// events (docs/formats.md, "Detailed windows through torch's own trace") and removes the
+/// files. Each op is numbered with the step it began in: `step_num[i]` for an op that began
+/// at or after `step_start_us[i]` (µs since the epoch, in increasing order; `n_steps` of
+/// each, at most 1,048,576), before the next. The window writes at most `max_events` events
+/// (its `DetailedMaxEvents`), `events_before` of which it wrote already; at that cap the rest
+/// are left out and, when `notify_cap` is 1, one `trainprof:WindowCapped` event says so.
+/// `INVALID_ARGUMENT` for a token not waiting (unknown, handed back already) or steps out of
+/// order; the trace is then not read.
+///
+/// # Safety
+/// `step_start_us` and `step_num` are each NULL (only when `n_steps` is 0) or valid for
+/// `n_steps` reads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn trainprof_torch_trace_import(
+    token: u64,
+    step_start_us: *const i64,
+    step_num: *const i64,
+    n_steps: u32,
+    events_before: u64,
+    max_events: u64,
+    notify_cap: i32,
+) -> TrainprofStatus {
+    export(|| {
+        let hook = running()?;
+        let n = n_steps as usize;
+        if n > crate::torch_trace::MAX_BOUNDARIES {
+            return Err(TrainprofStatus::InvalidArgument);
+        }
+        let (starts, steps) = match n {
+            0 => (&[][..], &[][..]),
+            _ if step_start_us.is_null() || step_num.is_null() => return Err(TrainprofStatus::NullArgument),
+            // SAFETY: not NULL, and the caller promises n_steps valid elements of each.
+            _ => unsafe {
+                (std::slice::from_raw_parts(step_start_us, n), std::slice::from_raw_parts(step_num, n))
+            },
+        };
+        let boundaries = starts.iter().copied().zip(steps.iter().copied()).collect();
+        hook.torch_trace_import(token, boundaries, events_before, max_events, notify_cap == 1)
+            .map_err(|_| TrainprofStatus::InvalidArgument)?;
+        Ok(TrainprofStatus::Ok)
+    })
+}
+
+/// Removes the trace file `token` unread (torch could not write it). `INVALID_ARGUMENT` for
+/// a token not waiting. Works after `trainprof_shutdown` too.
+#[unsafe(no_mangle)]
+pub extern "C" fn trainprof_torch_trace_discard(token: u64) -> TrainprofStatus {
+    export(|| {
+        if hook_any()?.torch_trace_discard(token) {
+            Ok(TrainprofStatus::Ok)
+        } else {
+            Err(TrainprofStatus::InvalidArgument)
+        }
+    })
+}
+
 /// Events dropped so far, for any reason (0 before init and in a forked child).
 #[unsafe(no_mangle)]
 pub extern "C" fn trainprof_dropped_events() -> u64 {

@@ -209,6 +209,9 @@ pub struct Hook {
     pub(crate) hang: Option<Box<crate::hang::Hang>>,
     /// On-demand windows: what the writer asks of the next step boundary ([`crate::request`]).
     pub(crate) requests: crate::request::slot::Slot,
+    /// torch.profiler's traces made for detailed windows and handed back to the writer
+    /// ([`crate::torch_trace`]).
+    pub(crate) traces: crate::torch_trace::Traces,
 }
 
 /// The profiler's own work off the trainer's threads (a native window's report: 0.1–1 s of
@@ -366,6 +369,7 @@ impl Hook {
             own_work: OwnWork::default(),
             hang: o.config.hang.is_enabled().then(|| Box::new(crate::hang::Hang::new(o.config.hang.clone()))),
             requests: crate::request::slot::Slot::default(),
+            traces: crate::torch_trace::Traces::default(),
         })
     }
 
@@ -811,6 +815,34 @@ impl Hook {
             }
         }
         let info = crate::event::CappedInfo { feature: AutoFeature::ALL[i], cap, step, value, limit };
+        match self.capped_event(info, now_us) {
+            Some(ev) => self.push(ev),
+            None => TrainprofStatus::Dropped,
+        }
+    }
+
+    /// A window that ended already reached its cap while its events were written after it
+    /// (a detailed window's trace, written by the writer thread): the log line of
+    /// [`Hook::window_capped`] and its instant event, returned for the writer to write (a
+    /// queued one would be refused once the hook stops), without closing a window (the next
+    /// one opens as usual). `step`: the step of the first event left out.
+    pub(crate) fn capped_after_window(
+        &self,
+        feature: AutoFeature,
+        cap: crate::types::TrainprofCap,
+        value: u64,
+        limit: u64,
+        step: i64,
+        now_us: i64,
+    ) -> Option<Event> {
+        let step = u64::try_from(step).unwrap_or(0);
+        self.capped_event(crate::event::CappedInfo { feature, cap, step, value, limit }, now_us)
+    }
+
+    /// Logs a capped window and makes its instant event (None when its names do not fit the
+    /// name table: counted).
+    fn capped_event(&self, info: crate::event::CappedInfo, now_us: i64) -> Option<Event> {
+        let crate::event::CappedInfo { cap, step, value, limit, .. } = info;
         crate::log(&format_args!(
             "the {} window stopped at its cap at step {step}: {value} {} (cap {limit}, WindowCapsConfig); \
              its later steps are not profiled",
@@ -820,9 +852,9 @@ impl Hook {
         let (phase, name) = (self.names.register(CAPPED_PHASE), self.names.register(CAPPED_NAME));
         if phase == TRAINPROF_NAME_OVER_LIMIT || name == TRAINPROF_NAME_OVER_LIMIT {
             self.counters.dropped_names.add_one();
-            return TrainprofStatus::Dropped;
+            return None;
         }
-        self.push(Event::capped(&info, phase, name, self.steps.step.load(Relaxed), now_us))
+        Some(Event::capped(&info, phase, name, self.steps.step.load(Relaxed), now_us))
     }
 
     /// A Python-profiling boundary: which window ended (with its directory under

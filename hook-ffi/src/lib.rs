@@ -44,6 +44,7 @@ pub mod python;
 pub mod request;
 pub mod signals;
 pub mod stats;
+pub mod torch_trace;
 pub mod trace;
 pub mod types;
 pub mod writer;

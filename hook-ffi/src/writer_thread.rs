@@ -90,6 +90,27 @@ impl Hook {
         true
     }
 
+    /// Writes up to 4096 queued events through `w`: how many.
+    fn drain_batch(&self, w: &mut TimelineWriter, names: &mut Vec<Arc<str>>, clock: fn() -> i64) -> usize {
+        let mut n = 0usize;
+        while let Some(ev) = self.queue.pop() {
+            let top = ev
+                .phase
+                .max(ev.name)
+                .max(ev.args().iter().map(|a| a.key).max().unwrap_or(0))
+                .max(ev.requested_info().map_or(0, |r| r.id_name));
+            if top as usize >= names.len() {
+                self.names.copy_new(names);
+            }
+            w.write(&ev, names, clock());
+            n += 1;
+            if n == 4096 {
+                break;
+            }
+        }
+        n
+    }
+
     fn run_writer(self: &Arc<Self>, mut loader: Option<Loader>, clock: fn() -> i64) {
         let mut w = TimelineWriter::new(self.writer.clone(), self.base_us);
         let mut names: Vec<Arc<str>> = Vec::new();
@@ -98,22 +119,14 @@ impl Hook {
         let mut requests = crate::request::Poller::start(self, clock());
         loop {
             let stopping = self.stop.load(SeqCst);
-            let mut n = 0usize;
-            while let Some(ev) = self.queue.pop() {
-                let top = ev
-                    .phase
-                    .max(ev.name)
-                    .max(ev.args().iter().map(|a| a.key).max().unwrap_or(0))
-                    .max(ev.requested_info().map_or(0, |r| r.id_name));
-                if top as usize >= names.len() {
-                    self.names.copy_new(&mut names);
-                }
-                w.write(&ev, &names, clock());
-                n += 1;
-                if n == 4096 {
-                    break;
-                }
-            }
+            let mut n = self.drain_batch(&mut w, &mut names, clock);
+            // Detailed windows' torch traces handed back (docs/formats.md, "Detailed windows
+            // through torch's own trace"), the queue drained as they are read.
+            let mut drained = 0usize;
+            crate::torch_trace::run_jobs(self, &mut w, &mut names, clock, &mut |w, names| {
+                drained += self.drain_batch(w, names, clock);
+            });
+            n += drained;
             let now = clock();
             if n > 0 {
                 w.flush(now);
@@ -129,6 +142,7 @@ impl Hook {
                 w.close(clock());
                 self.counters.publish(&w.counts());
                 requests.stop();
+                self.torch_traces_drop();
                 return;
             }
             if let Some(l) = loader.as_mut()

@@ -339,6 +339,17 @@ fn c_api_end_to_end() {
     assert_eq!(steps("Step:ModeKeys.EVAL"), ["0", "1"]);
     // Recorded after the caught panic, in the current step.
     assert_eq!(steps("AfterPanic"), ["12"]);
+    // The torch trace's ops, numbered by the step they began in (docs/formats.md, "Detailed
+    // windows through torch's own trace"); its files are gone.
+    let mm = named("aten::mm");
+    assert_eq!(mm.len(), 1, "{mm:#?}");
+    assert_eq!(mm[0]["args"]["tid"], 9);
+    assert_eq!(mm[0]["dur"], 3);
+    assert_eq!(steps("aten::mm"), ["5"]);
+    assert_eq!(steps("aten::relu"), ["6"]);
+    assert!(named("aten::is_leaf").is_empty());
+    let traces: Vec<_> = std::fs::read_dir(local.join(".trainprof-torch")).unwrap().collect();
+    assert!(traces.is_empty(), "{traces:?}");
     for e in named("Step:ModeKeys.EVAL").iter().chain(&named("Step:ModeKeys.TRAIN")) {
         assert!(e["dur"].as_i64().unwrap() >= 0, "{e}");
     }

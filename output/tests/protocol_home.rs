@@ -25,7 +25,7 @@ mod sources;
 use std::path::Path;
 
 use sources::Literal;
-use trainprof_output::protocol::{dump, metric, native_window, request, timeline};
+use trainprof_output::protocol::{dump, metric, native_window, request, timeline, torch_trace};
 
 /// The words no other crate may spell.
 fn vocabulary() -> Vec<&'static str> {
@@ -38,6 +38,7 @@ fn vocabulary() -> Vec<&'static str> {
     w.extend(timeline::PHASES);
     w.extend(dump_words());
     w.push(native_window::NATIVE_DIR);
+    w.push(torch_trace::TRACE_DIR);
     w.extend(request::PREFIXES);
     w.extend(native_window::FILES);
     w.sort_unstable();

@@ -202,6 +202,20 @@ _PROTOTYPES: Dict[str, Tuple[CType, "list[CType]"]] = {
         _Status,
         [ctypes.c_int32, ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64],
     ),
+    "trainprof_torch_trace_create": (_Status, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]),
+    "trainprof_torch_trace_import": (
+        _Status,
+        [
+            ctypes.c_uint64,
+            ctypes.POINTER(ctypes.c_int64),
+            ctypes.POINTER(ctypes.c_int64),
+            ctypes.c_uint32,
+            ctypes.c_uint64,
+            ctypes.c_uint64,
+            ctypes.c_int32,
+        ],
+    ),
+    "trainprof_torch_trace_discard": (_Status, [ctypes.c_uint64]),
 }
 
 
@@ -217,6 +231,9 @@ _OPTIONAL = frozenset(
         "trainprof_hang_exception",
         "trainprof_window_caps",
         "trainprof_window_capped",
+        "trainprof_torch_trace_create",
+        "trainprof_torch_trace_import",
+        "trainprof_torch_trace_discard",
     }
 )
 

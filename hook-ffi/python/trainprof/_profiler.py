@@ -547,6 +547,45 @@ class Profiler:
             return False
         return _caps.capped(self._lib, fid, cap, value, limit, step)
 
+    # --- detailed windows through torch's own trace ------------------------------------------
+
+    def _torch_trace_create(self) -> Optional[Tuple[int, str]]:
+        """A new, empty file for torch.profiler's chrome trace, made by the library in its own
+        folder (docs/formats.md, "Detailed windows through torch's own trace"): ``(token,
+        path)``, or None (a library without it, not recording, or the file could not be made:
+        the library said why)."""
+        if not self.enabled or not _lib.has(self._lib, "trainprof_torch_trace_create"):
+            return None
+        buf = ctypes.create_string_buffer(_lib.PATH_MAX)
+        token = ctypes.c_uint64(0)
+        status: int = self._lib.trainprof_torch_trace_create(buf, _lib.PATH_MAX, _byref(token))
+        if status != _lib.STATUS_OK:
+            return None
+        return int(token.value), os.fsdecode(buf.value)
+
+    def _torch_trace_import(
+        self, token: int, boundaries: "list[Tuple[int, int]]", events_before: int, max_events: int, notify_cap: bool
+    ) -> bool:
+        """Hands the trace ``token`` (torch wrote it) to the library's writer thread, which
+        writes its ops as ``cpu_functions`` events, each numbered by the step of
+        ``boundaries`` ((µs, global step) at each step begin, in order) it began in, up to
+        the window's cap ``max_events`` (``events_before`` written already). True when the
+        library took it."""
+        n = len(boundaries)
+        starts = (_c_int64 * max(n, 1))(*(int(t) for t, _ in boundaries))
+        steps = (_c_int64 * max(n, 1))(*(int(s) for _, s in boundaries))
+        status: int = self._lib.trainprof_torch_trace_import(
+            token, starts, steps, n, max(0, int(events_before)), max(0, int(max_events)), 1 if notify_cap else 0
+        )
+        if status != _lib.STATUS_OK:
+            log("trainprof_torch_trace_import returned %s" % _lib.status_name(status), key=("trace_import", status))
+            return False
+        return True
+
+    def _torch_trace_discard(self, token: int) -> None:
+        """Removes the trace ``token`` unread."""
+        self._lib.trainprof_torch_trace_discard(token)
+
     def stats(self) -> Optional[Dict[str, int]]:
         """The hook's counters as a dict (zeros when profiling is off); None in a forked child."""
         if self._forked():

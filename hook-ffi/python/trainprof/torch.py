@@ -215,6 +215,8 @@ class TorchHook:
         self._rss0 = 0
         self._rss_stop = 0
         self._window_events = 0
+        self._capped = False  # the detailed window was stopped at a cap (said once)
+        self._trace_cpu_only = False
         self._fixed_mode = _mode_of(mode)
         self._model = model
         self._own_profiler = False
@@ -363,12 +365,14 @@ class TorchHook:
         else:
             return False
         self._prof.window_capped("detailed", cap, value, limit, step=self.step)
+        self._capped = True
         return True
 
     def _open_detailed(self) -> None:
         self._detailed = True
         self._caps = self._prof.window_caps()
         self._window_events = 0
+        self._capped = False
         self._rss0 = _caps.rss_bytes()
         if self._module_events:
             self._hook_submodules()
@@ -483,6 +487,9 @@ class TorchHook:
             self._op_events = False
             return
         self._torch_prof = tp
+        # Only a CPU trace is handed to the library (_hand_over_trace): device events are
+        # read in Python, as before.
+        self._trace_cpu_only = activities == [ProfilerActivity.CPU]
         self._torch_start_us = t0
         self._boundaries = [(t0, self.step)]
 
@@ -496,6 +503,9 @@ class TorchHook:
         try:
             with _quiet_profiler():
                 tp.stop()
+            if self._trace_cpu_only and self._hand_over_trace(tp, boundaries):
+                return
+            with _quiet_profiler():
                 events = _profiler_events(tp)
             base_us = self._trace_start_us(tp)
             self._record_ops(events, base_us, boundaries)
@@ -505,6 +515,44 @@ class TorchHook:
                 % (type(e).__name__, e)
             )
             self._op_events = False
+
+    def _hand_over_trace(self, tp: Any, boundaries: List[Tuple[int, int]]) -> bool:
+        """The window's ops written off the training thread (docs/formats.md, "Detailed
+        windows through torch's own trace"): torch writes its own chrome trace (its C++
+        ``kineto_results.save``, what ``export_chrome_trace`` calls) into a file the library
+        made for it, and the library's writer thread streams that file into ``cpu_functions``
+        events and removes it. Here, on the training thread, the close then costs what plain
+        torch.profiler's ``stop()`` and ``export_chrome_trace`` cost: reading torch's results
+        in Python, one ctypes call an event, cost 5-7x as much (docs/trainer.md, "Framework
+        adapters: `trainprof.torch` and `trainprof.keras`"). False (the caller reads the
+        events in Python) when this cannot be done: a library or torch without it, or
+        torch failing to write its trace (one line)."""
+        prof = self._prof
+        results = getattr(getattr(tp, "profiler", None), "kineto_results", None)
+        save = getattr(results, "save", None)
+        if not callable(save):
+            return False
+        made = prof._torch_trace_create()
+        if made is None:
+            return False
+        token, path = made
+        try:
+            with _quiet_profiler():
+                save(path)
+        except Exception as e:
+            prof._torch_trace_discard(token)
+            log(
+                "trainprof.torch: torch.profiler could not write its trace (%s: %s); its events are read in Python"
+                % (type(e).__name__, e),
+                key="torch-trace-save",
+            )
+            return False
+        if prof._torch_trace_import(
+            token, boundaries, self._window_events, self._caps["detailed_max_events"], not self._capped
+        ):
+            return True
+        prof._torch_trace_discard(token)
+        return False
 
     def _trace_start_us(self, tp: Any) -> float:
         """The epoch µs that torch.profiler's event times count from: the trace start it

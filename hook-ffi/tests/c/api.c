@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "trainprof_hook.h"
 
@@ -256,6 +257,48 @@ int main(int argc, char **argv) {
         CHECK_STATUS(trainprof_node_id(exact, need - 1), TRAINPROF_STATUS_BUFFER_TOO_SMALL);
     }
     printf("node=%s\n", node);
+
+    /* --- a detailed window's torch trace: made by the hook, written as torch writes it
+     *     (<path>.tmp, renamed over <path>), handed back; its 2 ops (one filtered out) are
+     *     written by the writer thread, numbered by the step they began in --------------- */
+    {
+        char path[TRAINPROF_PATH_MAX];
+        uint64_t token = 0, unused = 0;
+        CHECK_STATUS(trainprof_torch_trace_create(NULL, sizeof path, &token), TRAINPROF_STATUS_NULL_ARGUMENT);
+        CHECK_STATUS(trainprof_torch_trace_create(path, sizeof path, NULL), TRAINPROF_STATUS_NULL_ARGUMENT);
+        CHECK_STATUS(trainprof_torch_trace_create(small, sizeof small, &unused), TRAINPROF_STATUS_BUFFER_TOO_SMALL);
+        CHECK_STATUS(trainprof_torch_trace_create(path, sizeof path, &token), TRAINPROF_STATUS_OK);
+        CHECK(strstr(path, "/.trainprof-torch/") != NULL);
+        char tmp[TRAINPROF_PATH_MAX + 8];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "w");
+        CHECK(f != NULL);
+        if (f) {
+            fprintf(f, "{\"schemaVersion\": 1, \"baseTimeNanoseconds\": 1700000000000000000, \"traceEvents\": ["
+                       "{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", \"tid\": 9, \"ts\": 100.5, \"dur\": 3},"
+                       "{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::is_leaf\", \"tid\": 9, \"ts\": 101, \"dur\": 1},"
+                       "{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::relu\", \"tid\": 9, \"ts\": 300, \"dur\": 2}"
+                       "], \"traceName\": \"%s\"}", path);
+            fclose(f);
+            CHECK(unlink(path) == 0);
+            CHECK(rename(tmp, path) == 0);
+        }
+        const int64_t starts[2] = {1700000000000000LL, 1700000000000200LL};
+        const int64_t steps_of[2] = {5, 6};
+        CHECK_STATUS(trainprof_torch_trace_import(token + 1000, starts, steps_of, 2, 0, 100, 1),
+                     TRAINPROF_STATUS_INVALID_ARGUMENT);
+        CHECK_STATUS(trainprof_torch_trace_import(token, NULL, steps_of, 2, 0, 100, 1), TRAINPROF_STATUS_NULL_ARGUMENT);
+        CHECK_STATUS(trainprof_torch_trace_import(token, starts, steps_of, 2, 0, 100, 1), TRAINPROF_STATUS_OK);
+        CHECK_STATUS(trainprof_torch_trace_import(token, starts, steps_of, 2, 0, 100, 1),
+                     TRAINPROF_STATUS_INVALID_ARGUMENT);
+        recorded += 2;
+        /* Made and discarded unread: nothing is written. */
+        CHECK_STATUS(trainprof_torch_trace_create(path, sizeof path, &token), TRAINPROF_STATUS_OK);
+        CHECK(exists(path));
+        CHECK_STATUS(trainprof_torch_trace_discard(token), TRAINPROF_STATUS_OK);
+        CHECK(!exists(path));
+        CHECK_STATUS(trainprof_torch_trace_discard(token), TRAINPROF_STATUS_INVALID_ARGUMENT);
+    }
 
     /* --- a panic inside the library: caught, and the hook goes on ---------------------- */
     CHECK_STATUS(trainprof_selftest_panic(), TRAINPROF_STATUS_INTERNAL);

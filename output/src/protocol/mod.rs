@@ -50,3 +50,4 @@ pub mod request_s3;
 pub mod system_line;
 pub mod timeline;
 pub mod timeline_event;
+pub mod torch_trace;

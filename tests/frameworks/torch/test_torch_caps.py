@@ -44,7 +44,7 @@ def test_a_with_stack_window_stops_at_its_memory_cap(tmp_path):
     assert 2 < a["step"] < 38, "stopped inside the window, not at its end"
     assert "the detailed window stopped at its cap" in proc.stderr
     # Bounded: the growth while collecting is the cap; torch.profiler's own processing of what
-    # it collected, at stop, costs a multiple of it (docs/formats.md, "Window caps": about 17x
+    # it collected, at stop, costs a multiple of it (docs/formats.md, "Window caps": about 9x
     # here), not the window's 36 steps (which would be 6x more again).
     grown = m["peak"] - m["before"]["rss"]
     print("peak RSS growth %.0f MiB with a 64 MiB cap, stopped at step %d at %.0f MiB" % (grown / MiB, a["step"], a["value"] / MiB))

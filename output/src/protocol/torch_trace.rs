@@ -1,0 +1,392 @@
+//! torch.profiler's chrome trace, as the hook reads it after a detailed window
+//! (docs/formats.md, "Detailed windows through torch's own trace"): the adapter has torch
+//! write its trace (`kineto_results.save`, what `export_chrome_trace` calls) into a file the
+//! hook made for it in its private folder, and the hook's writer thread turns its ops into
+//! `cpu_functions` events, off the training thread.
+//!
+//! The file is streamed: one element of `traceEvents` at a time (serde's visitor, never
+//! the whole document in memory), each complete event (`ph: "X"`) handed to the caller,
+//! who may stop the reading at any event (the window's event cap).
+//!
+//! Times: torch (Kineto) writes `ts` and `dur` in µs with 3 decimals, `ts` counted from
+//! `baseTimeNanoseconds` (a top-level key written before `traceEvents`); the epoch time of
+//! an event is `baseTimeNanoseconds + ts × 1000` ns, exactly the `start_ns()` of the same
+//! event in torch's raw results (what the adapter's Python conversion reads). A trace
+//! without `baseTimeNanoseconds` (torch before 2.1) has epoch µs in `ts`.
+
+use std::fmt;
+use std::io::Read;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+words! {
+    /// Every word of this format.
+    ALL;
+    /// The hook's private folder under `LocalPath` for the traces torch writes (mode 0700,
+    /// hidden: never uploaded, no reader lists it).
+    TRACE_DIR = ".trainprof-torch",
+    /// The top-level key of the event list.
+    TRACE_EVENTS = "traceEvents",
+    /// The top-level key of the time `ts` counts from, in ns since the epoch.
+    BASE_TIME_NS = "baseTimeNanoseconds",
+    /// The phase of a complete event, the only one read.
+    PH_COMPLETE = "X",
+    /// The category of the trace's own span (`PyTorch Profiler (0)`), not an op.
+    CAT_TRACE = "Trace",
+    /// What torch's raw results call a `ProfilerStep#<n>` range, and the adapter writes.
+    PROFILER_STEP_PREFIX = "ProfilerStep#",
+    PROFILER_STEP_WILDCARD = "ProfilerStep*",
+    /// The argument of a `cpu_functions` event that names its thread.
+    OP_THREAD_ARG = "tid",
+}
+
+/// The ops torch's own tables leave out (`torch.autograd.profiler_util._filter_name`), and
+/// the adapter with them.
+pub const FILTERED_NAMES: [&str; 8] = [
+    "[memory]",
+    "[OutOfMemory]",
+    "profiler::_record_function_enter",
+    "profiler::_record_function_enter_new",
+    "profiler::_record_function_exit",
+    "aten::is_leaf",
+    "aten::output_nr",
+    "aten::_version",
+];
+
+/// The categories torch gives events that ran on a device, not on the CPU (a kernel, a
+/// copy, a fill, a range drawn on the device's timeline).
+pub const DEVICE_CATEGORIES: [&str; 5] =
+    ["kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"];
+
+/// The file name of trace `k` of process `pid` in [`TRACE_DIR`] (the hook creates it, and
+/// `<name>.tmp` beside it, which torch writes first and renames over it).
+pub fn trace_name(pid: u32, k: u64) -> String {
+    format!("trace-{pid}-{k}.json")
+}
+
+/// The name torch writes first (`<name>.tmp`), then renames to `name`.
+pub fn trace_temp_name(name: &str) -> String {
+    format!("{name}.tmp")
+}
+
+/// The name an op is written under: torch's raw results' (`_rewrite_name(...,
+/// with_wildcard=True)`: every `ProfilerStep#<n>` is `ProfilerStep*`); None for an op left out
+/// ([`FILTERED_NAMES`]).
+pub fn op_name(name: &str) -> Option<&str> {
+    if FILTERED_NAMES.contains(&name) {
+        return None;
+    }
+    if name.starts_with(PROFILER_STEP_PREFIX) {
+        return Some(PROFILER_STEP_WILDCARD);
+    }
+    Some(name)
+}
+
+/// One complete event of the trace, times in ns since the epoch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceEvent {
+    pub name: String,
+    pub cat: String,
+    pub start_ns: i64,
+    pub dur_ns: i64,
+    /// The thread (`tid`), when it is a number.
+    pub tid: Option<i64>,
+}
+
+impl TraceEvent {
+    /// Ran on a device ([`DEVICE_CATEGORIES`]).
+    pub fn on_device(&self) -> bool {
+        DEVICE_CATEGORIES.contains(&self.cat.as_str())
+    }
+
+    /// The whole µs it began in, and the whole µs it ended in (never before the start).
+    pub fn span_us(&self) -> (i64, i64) {
+        let start = self.start_ns.div_euclid(1000);
+        let end = self.start_ns.saturating_add(self.dur_ns.max(0)).div_euclid(1000);
+        (start, end.max(start))
+    }
+}
+
+/// What the caller says after an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Go,
+    Stop,
+}
+
+/// How a read ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Complete events handed to the caller.
+    pub events: u64,
+    /// The caller stopped the reading.
+    pub stopped: bool,
+    /// `baseTimeNanoseconds` came after `traceEvents`: the events' times were taken as epoch
+    /// µs (torch writes it first).
+    pub base_after_events: bool,
+    /// The document has no `traceEvents`.
+    pub no_events: bool,
+}
+
+/// A trace that could not be read to its end (what was handed over before stays handed
+/// over).
+#[derive(Debug)]
+pub struct TraceError {
+    pub events_before: u64,
+    pub source: serde_json::Error,
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "not a chrome trace after {} events: {}", self.events_before, self.source)
+    }
+}
+
+impl std::error::Error for TraceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Reads the chrome trace from `r` (bound its bytes with `Read::take`), handing every
+/// complete event to `each` in file order until `each` says [`Flow::Stop`].
+pub fn read_events<R: Read>(r: R, each: &mut dyn FnMut(TraceEvent) -> Flow) -> Result<Summary, TraceError> {
+    let mut state = State { each, base_ns: None, summary: Summary::default(), seen_events: false };
+    let mut de = serde_json::Deserializer::from_reader(r);
+    let read = (&mut de).deserialize_map(TopVisitor(&mut state));
+    match read {
+        Ok(()) => {}
+        Err(_) if state.summary.stopped => return Ok(state.summary),
+        Err(source) => return Err(TraceError { events_before: state.summary.events, source }),
+    }
+    if let Err(source) = de.end() {
+        return Err(TraceError { events_before: state.summary.events, source });
+    }
+    state.summary.no_events = !state.seen_events;
+    Ok(state.summary)
+}
+
+struct State<'a> {
+    each: &'a mut dyn FnMut(TraceEvent) -> Flow,
+    base_ns: Option<i64>,
+    summary: Summary,
+    seen_events: bool,
+}
+
+/// The error that ends a reading the caller stopped (told apart by `summary.stopped`).
+const STOPPED: &str = "stopped at the caller's request";
+
+struct TopVisitor<'s, 'a>(&'s mut State<'a>);
+
+impl<'de> Visitor<'de> for TopVisitor<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a chrome trace object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<String>()? {
+            if key == BASE_TIME_NS {
+                let base: i64 = map.next_value()?;
+                if self.0.seen_events {
+                    self.0.summary.base_after_events = true;
+                }
+                self.0.base_ns = Some(base);
+            } else if key == TRACE_EVENTS {
+                self.0.seen_events = true;
+                map.next_value_seed(EventsSeed(&mut *self.0))?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+struct EventsSeed<'s, 'a>(&'s mut State<'a>);
+
+impl<'de> DeserializeSeed<'de> for EventsSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of trace events")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let state = self.0;
+        while let Some(raw) = seq.next_element::<Raw>()? {
+            if raw.ph != PH_COMPLETE {
+                continue;
+            }
+            let (Some(ts), Some(dur)) = (raw.ts, raw.dur) else { continue };
+            let start_ns = match state.base_ns {
+                Some(base) => base.saturating_add(us_to_ns(ts)),
+                None => us_to_ns(ts),
+            };
+            let ev =
+                TraceEvent { name: raw.name, cat: raw.cat, start_ns, dur_ns: us_to_ns(dur), tid: raw.tid };
+            state.summary.events += 1;
+            if (state.each)(ev) == Flow::Stop {
+                state.summary.stopped = true;
+                return Err(de::Error::custom(STOPPED));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// µs with decimals to whole ns (saturating; a NaN is 0).
+fn us_to_ns(us: f64) -> i64 {
+    (us * 1000.0).round() as i64
+}
+
+/// One element of `traceEvents`: the keys read (the rest, `args` among them, skipped).
+#[derive(Deserialize)]
+struct Raw {
+    #[serde(default)]
+    ph: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    cat: String,
+    #[serde(default, deserialize_with = "number")]
+    ts: Option<f64>,
+    #[serde(default, deserialize_with = "number")]
+    dur: Option<f64>,
+    #[serde(default, deserialize_with = "integer")]
+    tid: Option<i64>,
+}
+
+/// A number (else None: a string, null, ...).
+fn number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    d.deserialize_any(Scalar).map(|s| s.0)
+}
+
+/// An integer (else None).
+fn integer<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    d.deserialize_any(Scalar).map(|s| s.1)
+}
+
+/// Any JSON value, as (number, integer) when it is one.
+struct Scalar;
+
+struct Got(Option<f64>, Option<i64>);
+
+impl<'de> Visitor<'de> for Scalar {
+    type Value = Got;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a value")
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Got, E> {
+        Ok(Got(Some(v as f64), Some(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Got, E> {
+        Ok(Got(Some(v as f64), i64::try_from(v).ok()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Got, E> {
+        Ok(Got(v.is_finite().then_some(v), None))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Got, E> {
+        Ok(Got(None, None))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Got, E> {
+        Ok(Got(None, None))
+    }
+    fn visit_unit<E>(self) -> Result<Got, E> {
+        Ok(Got(None, None))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Got, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Got(None, None))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Got, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Got(None, None))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> (Vec<TraceEvent>, Result<Summary, TraceError>) {
+        let mut got = Vec::new();
+        let r = read_events(text.as_bytes(), &mut |e| {
+            got.push(e);
+            Flow::Go
+        });
+        (got, r)
+    }
+
+    #[test]
+    fn times_count_from_the_base_and_only_complete_events_are_read() {
+        let text = r#"{"schemaVersion": 1, "baseTimeNanoseconds": 1790857026000000000,
+            "traceEvents": [
+              {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 4242,
+               "ts": 5022102557237.932, "dur": 61.545, "args": {"Input Dims": [[8, 8], []]}},
+              {"ph": "s", "id": 7, "pid": 1, "tid": 1, "ts": 5.0, "cat": "fwdbwd", "name": "fwdbwd"},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": "stream 7", "ts": 1, "dur": 0}
+            ],
+            "traceName": "x.json"}"#;
+        let (got, r) = read(text);
+        let s = r.unwrap();
+        assert_eq!(s, Summary { events: 2, stopped: false, base_after_events: false, no_events: false });
+        assert_eq!(got[0].name, "aten::mm");
+        assert_eq!(got[0].cat, "cpu_op");
+        assert_eq!(got[0].start_ns, 1_795_879_128_557_237_932);
+        assert_eq!(got[0].dur_ns, 61_545);
+        assert_eq!(got[0].tid, Some(4242));
+        assert_eq!(got[0].span_us(), (1_795_879_128_557_237, 1_795_879_128_557_299));
+        assert_eq!(got[1].tid, None);
+        assert_eq!(got[1].start_ns, 1_790_857_026_000_001_000);
+    }
+
+    #[test]
+    fn the_caller_can_stop_the_reading() {
+        let text = r#"{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1},
+            {"ph": "X", "name": "b", "ts": 2, "dur": 1}, {"ph": "X", "name": "c", "ts": 3, "dur": 1}]}"#;
+        let mut names = Vec::new();
+        let s = read_events(text.as_bytes(), &mut |e| {
+            names.push(e.name);
+            if names.len() == 2 { Flow::Stop } else { Flow::Go }
+        })
+        .unwrap();
+        assert_eq!(names, ["a", "b"]);
+        assert!(s.stopped);
+        assert_eq!(s.events, 2);
+    }
+
+    #[test]
+    fn what_is_not_a_trace_is_an_error_with_the_events_before_it() {
+        let (got, r) = read(r#"{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}, {"ph": "X""#);
+        assert_eq!(got.len(), 1);
+        assert_eq!(r.unwrap_err().events_before, 1);
+        for bad in ["[1, 2]", "", "{\"traceEvents\": 5}", "{} trailing"] {
+            assert!(read(bad).1.is_err(), "{bad:?}");
+        }
+        let (_, r) = read(r#"{"traceName": "x"}"#);
+        assert!(r.unwrap().no_events);
+        let (_, r) = read(r#"{"traceEvents": [], "baseTimeNanoseconds": 5}"#);
+        assert!(r.unwrap().base_after_events);
+    }
+
+    #[test]
+    fn op_names_are_torchs_raw_results_names() {
+        assert_eq!(op_name("ProfilerStep#12"), Some("ProfilerStep*"));
+        assert_eq!(op_name("aten::is_leaf"), None);
+        assert_eq!(op_name("aten::mm"), Some("aten::mm"));
+    }
+}

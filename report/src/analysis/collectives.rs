@@ -448,7 +448,7 @@ struct Arrival {
 }
 
 /// A rank's node: the host of `<rank>-<host>`, else the rank's name.
-fn node_of(rank: &str) -> &str {
+pub fn node_of(rank: &str) -> &str {
     crate::analysis::fleet::rank_host(rank).unwrap_or(rank)
 }
 

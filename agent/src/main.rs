@@ -93,6 +93,11 @@ enum Command {
         /// collectives estimate it (docs/report.md, "The trace").
         #[arg(long)]
         unaligned: bool,
+        /// Instead of the merged trace, one new tar: each node's trace with its times as
+        /// recorded, and perfetto_manifest.json giving each file's machine and clock offset
+        /// (Perfetto merges them). docs/report.md, "The trace".
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["output", "unaligned"])]
+        per_node_archive: Option<PathBuf>,
         /// S3-compatible endpoint for an s3:// PATH.
         #[arg(long, value_name = "URL")]
         s3_endpoint: Option<String>,
@@ -368,9 +373,9 @@ fn main() -> ExitCode {
         Command::Report { path, output, json, s3_endpoint, patience } => {
             report::report(&report::ReportArgs { path, output, json, s3_endpoint, patience })
         }
-        Command::Trace { path, output, steps, start, end, unaligned, s3_endpoint } => {
+        Command::Trace { path, output, steps, start, end, unaligned, per_node_archive, s3_endpoint } => {
             let clip = trainprof_report::trace::Clip { steps, start_s: start, end_s: end };
-            report::trace(&report::TraceArgs { path, output, s3_endpoint, clip, unaligned })
+            report::trace(&report::TraceArgs { path, output, s3_endpoint, clip, unaligned, per_node_archive })
         }
         Command::Compare(f) => compare::compare(&compare::CompareArgs {
             a: f.a,

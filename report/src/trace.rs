@@ -22,6 +22,8 @@ use trainprof_output::protocol::timeline;
 use crate::analysis::collect::{
     MAX_GPUS_PER_NODE, MAX_NAME_BYTES, MAX_NODES, MAX_PHASES, MAX_RANKS, OTHER_PHASES,
 };
+pub mod archive;
+
 use crate::analysis::collectives;
 use crate::model::collectives::{AlignState, NodeClock};
 use crate::reading::{self, Skipped, Tick};
@@ -319,13 +321,44 @@ pub fn write_with(root: &Path, out: impl Write, clip: &Clip, settings: &Settings
     let dir = Dir::open_root(root, false).map_err(|e| Error::Root(root.display().to_string(), e))?;
     let clocks = clocks(&dir);
     let shifts = Shifts::new(&clocks, !settings.unaligned);
-    write_shifted(&dir, out, clip, settings.node.as_deref(), shifts, clocks, !settings.unaligned)
+    let sink = Sink::Gz(GzEncoder::new(io::BufWriter::new(out), Compression::fast()));
+    write_shifted(&dir, sink, clip, settings.node.as_deref(), shifts, clocks, !settings.unaligned)
+}
+
+/// Where the events go: gzipped (the trace), or plain (a member of the per-node archive).
+enum Sink<W: Write> {
+    Gz(GzEncoder<io::BufWriter<W>>),
+    Plain(W),
+}
+
+impl<W: Write> Write for Sink<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sink::Gz(w) => w.write(buf),
+            Sink::Plain(w) => w.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::Gz(w) => w.flush(),
+            Sink::Plain(w) => w.flush(),
+        }
+    }
+}
+
+impl<W: Write> Sink<W> {
+    fn finish(self) -> io::Result<()> {
+        match self {
+            Sink::Gz(w) => w.finish()?.flush(),
+            Sink::Plain(mut w) => w.flush(),
+        }
+    }
 }
 
 /// Writes the trace, each node's events moved by `shifts`; `node`: only that node's.
-fn write_shifted(
+fn write_shifted<W: Write>(
     dir: &Dir,
-    out: impl Write,
+    out: Sink<W>,
     clip: &Clip,
     node: Option<&str>,
     shifts: Shifts,
@@ -339,8 +372,7 @@ fn write_shifted(
     // serde_json writes a value in many small pieces, and the encoder compresses at every
     // write: the buffer in front of it makes that one call per 256 KiB (measured on an hour
     // of 8 ranks: about 3× faster, docs/report.md "Measured").
-    let gz =
-        io::BufWriter::with_capacity(256 << 10, GzEncoder::new(io::BufWriter::new(out), Compression::fast()));
+    let gz = io::BufWriter::with_capacity(256 << 10, out);
     let mut o = Out {
         w: gz,
         first: true,
@@ -449,9 +481,7 @@ fn write_shifted(
         o.w.write_all(b"[")?;
     }
     o.w.write_all(b"\n]\n")?;
-    let gz = o.w.into_inner().map_err(io::IntoInnerError::into_error)?;
-    let mut inner = gz.finish()?;
-    inner.flush()?;
+    o.w.into_inner().map_err(io::IntoInnerError::into_error)?.finish()?;
     written.skipped = skipped.0;
     for (what, n) in &o.capped {
         written.skipped.push(match *what {

@@ -413,3 +413,70 @@ fn the_trace_leaves_an_unaligned_node_as_recorded() {
         .collect();
     assert_eq!(ends, (0..3).map(|s| BASE + 1_000_000 + s * 100_000 + 12_000).collect::<Vec<_>>());
 }
+
+/// The members of a tar: (name, bytes), in order.
+fn untar(b: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 512 <= b.len() && b[at] != 0 {
+        let h = &b[at..at + 512];
+        let name = std::str::from_utf8(&h[..100]).unwrap().trim_end_matches('\0').to_owned();
+        assert_eq!(&h[257..263], b"ustar\0");
+        let size = u64::from_str_radix(std::str::from_utf8(&h[124..135]).unwrap(), 8).unwrap() as usize;
+        let sum = u32::from_str_radix(std::str::from_utf8(&h[148..154]).unwrap(), 8).unwrap();
+        let want: u32 =
+            h.iter().enumerate().map(|(i, x)| if (148..156).contains(&i) { 32 } else { u32::from(*x) }).sum();
+        assert_eq!(sum, want, "{name}");
+        out.push((name, b[at + 512..at + 512 + size].to_vec()));
+        at += 512 + size.div_ceil(512) * 512;
+    }
+    assert!(b[at..].iter().all(|x| *x == 0) && b.len() - at >= 1024);
+    out
+}
+
+/// `trace --per-node-archive`: the manifest first, each node's trace with its times as
+/// recorded, and the manifest's offsets the collectives' estimates.
+#[test]
+fn the_per_node_archive_holds_raw_traces_and_the_estimated_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    gloo_job(dir.path(), LATE_US, SHIFT_US);
+    let clocks = model(dir.path()).collectives.unwrap().clocks;
+    let mut f = std::io::Cursor::new(Vec::new());
+    let a = trainprof_report::trace::archive::write(dir.path(), &mut f, &Default::default()).unwrap();
+    let members = untar(f.get_ref());
+    let names: Vec<&str> = members.iter().map(|m| m.0.as_str()).collect();
+    assert_eq!(names, ["perfetto_manifest.json", "000-nodea.json", "001-nodeb.json"]);
+    let m: Value = serde_json::from_slice(&members[0].1).unwrap();
+    let files = m["perfetto_manifest"]["files"].as_array().unwrap();
+    assert_eq!(m["perfetto_manifest"]["version"], 1);
+    for (f, node) in files.iter().zip(["nodea", "nodeb"]) {
+        assert_eq!(f["machine"]["name"], node);
+        let est = clocks.iter().find(|c| c.node == node).unwrap().offset_ms.unwrap();
+        assert_eq!(f["clocks"]["offset_ns"].as_i64().unwrap(), (est * 1000.0).round() as i64 * 1000);
+    }
+    assert!((files[1]["clocks"]["offset_ns"].as_i64().unwrap() - SHIFT_US * 1000).abs() < 2_000_000);
+    // Each node's file has its ranks only, times as recorded: node B's ends 37 ms after A's.
+    let ends = |bytes: &[u8]| -> Vec<(String, i64)> {
+        let ev: Vec<Value> = serde_json::from_slice(bytes).unwrap();
+        let names: std::collections::HashMap<i64, String> = ev
+            .iter()
+            .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+            .map(|e| (e["pid"].as_i64().unwrap(), e["args"]["name"].as_str().unwrap().to_owned()))
+            .collect();
+        ev.iter()
+            .filter(|e| e["name"] == "gloo:all_reduce")
+            .map(|e| {
+                (
+                    names[&e["pid"].as_i64().unwrap()].clone(),
+                    e["ts"].as_i64().unwrap() + e["dur"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (ea, eb) = (ends(&members[1].1), ends(&members[2].1));
+    assert!(ea.iter().all(|(r, _)| r.contains("-nodea")) && eb.iter().all(|(r, _)| r.contains("-nodeb")));
+    assert_eq!((ea.len(), eb.len()), (2 * (STEPS * PER_STEP) as usize, 2 * (STEPS * PER_STEP) as usize));
+    let (ma, mb) = (ea.iter().map(|e| e.1).min().unwrap(), eb.iter().map(|e| e.1).min().unwrap());
+    assert!((mb - ma - SHIFT_US).abs() < 1000, "{}", mb - ma);
+    assert_eq!(a.files.len(), 2);
+}

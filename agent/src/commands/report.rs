@@ -350,6 +350,8 @@ pub struct TraceArgs {
     pub clip: Clip,
     /// Times as recorded (`--unaligned`).
     pub unaligned: bool,
+    /// `--per-node-archive FILE`: that archive instead of the merged trace.
+    pub per_node_archive: Option<PathBuf>,
 }
 
 pub fn trace(args: &TraceArgs) -> ExitCode {
@@ -366,6 +368,9 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
             return ExitCode::from(e.status);
         }
     };
+    if let Some(archive) = &args.per_node_archive {
+        return per_node_archive(args, &input, archive);
+    }
     let (f, path) = match output(args.output.as_deref(), &input, TRACE_FILE) {
         Ok(x) => x,
         Err(e) => {
@@ -396,6 +401,55 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
         Err(e) => {
             log!("{e}");
             // The half-written file is ours: remove it, but only while the name still holds it.
+            if let (Ok(d), Some(name)) =
+                (Dir::open_root(&dir, false), path.file_name().and_then(|n| n.to_str()))
+            {
+                let _ = d.unlink_if_same(name, &f);
+            }
+            let code = match e {
+                trainprof_report::trace::Error::Root(..) => status::UNREADABLE,
+                _ => status::NOTHING,
+            };
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// `trace --per-node-archive FILE`: the per-node traces and `perfetto_manifest.json` in one
+/// new tar (docs/report.md, "The trace").
+fn per_node_archive(args: &TraceArgs, input: &Input, archive: &Path) -> ExitCode {
+    let (f, path) = match output(Some(archive), input, TRACE_FILE) {
+        Ok(x) => x,
+        Err(e) => {
+            log!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let dir = path.parent().map(Path::to_owned).unwrap_or_else(|| PathBuf::from("."));
+    match trainprof_report::trace::archive::write(&input.root, std::io::BufWriter::new(&f), &args.clip) {
+        Ok(a) => {
+            let _ = f.sync_all();
+            let mut skipped = HashSet::new();
+            for (_, _, w) in &a.files {
+                for s in &w.skipped {
+                    if skipped.insert(s.clone()) {
+                        log!("skipped: {s}");
+                    }
+                }
+            }
+            for line in clock_lines(&a.clocks, true) {
+                log!("{line}");
+            }
+            log!(
+                "archive: {} ({} per-node traces and {}, their clock offsets in it); open it in ui.perfetto.dev",
+                path.display(),
+                a.files.len(),
+                trainprof_report::trace::archive::MANIFEST
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            log!("{e}");
             if let (Ok(d), Some(name)) =
                 (Dir::open_root(&dir, false), path.file_name().and_then(|n| n.to_str()))
             {

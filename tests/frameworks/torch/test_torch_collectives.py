@@ -9,15 +9,19 @@ within 2 ms; with node B's collective ends removed (gloo's ranges), it shares no
 A and is reported unaligned, its offset not guessed. `trainprof trace` of the shifted job moves
 node B's events back by its offset (stderr and the process names say by how much): each
 collective's end then agrees across the four ranks within 1 ms, where as recorded
-(`--unaligned`) node B's ends are the planted 37 ms late (docs/report.md, "The trace")."""
+(`--unaligned`) node B's ends are the planted 37 ms late (docs/report.md, "The trace"); the
+per-node archive opens with Python's tarfile, the manifest first, its offsets the report's."""
 
 import gzip
+import io
 import json
+import math
 import os
 import pathlib
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -168,3 +172,24 @@ def test_the_late_rank_is_named_and_the_shifted_node_aligned(tmp_path, trainprof
     assert abs(raw_gaps[len(raw_gaps) // 2] - SHIFT_US / 1000.0) <= 3.0, raw_gaps
     print(f"aligned: node B − node A mean end, median {gaps[len(gaps) // 2]:.3f} ms; every rank's end spread "
           f"max {max(spreads):.3f} ms; as recorded {raw_gaps[len(raw_gaps) // 2]:.3f} ms")
+    # The per-node archive: Python's tar reader opens it; the manifest's offsets are the estimates.
+    archive = tmp_path / "nodes.tar"
+    r = subprocess.run([str(trainprof_bin), "trace", str(job), "--per-node-archive", str(archive)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    with tarfile.open(archive) as t:
+        members = t.getnames()
+        assert members == ["perfetto_manifest.json", "000-algo-1.json", "001-algo-2.json"], members
+        manifest = json.load(t.extractfile("perfetto_manifest.json"))["perfetto_manifest"]
+        node_b = json.load(io.TextIOWrapper(t.extractfile("001-algo-2.json")))
+    assert manifest["version"] == 1
+    offsets = {f["machine"]["name"]: f["clocks"]["offset_ns"] for f in manifest["files"]}
+    # Rounded to the µs, halves away from zero (Rust's f64::round).
+    want = {k["node"]: int(math.copysign(math.floor(abs(k["offset_ms"] * 1000) + 0.5), k["offset_ms"])) * 1000
+            for k in c["clocks"]}
+    assert offsets == want, (offsets, want)
+    assert any(e.get("name") == "gloo:all_reduce" for e in node_b)
+    # A second run never replaces it.
+    r = subprocess.run([str(trainprof_bin), "trace", str(job), "--per-node-archive", str(archive)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and tarfile.is_tarfile(archive), r.stderr

@@ -29,6 +29,13 @@ and a part whose prerequisites are missing (no pynvml, no torch, no CUDA device)
            there: the detailed windows' figures (busy, idle categories, kernel classes, launch
            delay) and whether the kernels' events carry the stream, correlation id and launch
            time; the job's LocalPath packed as $OUT/job.tar.gz (a fixture like that one).
+  nccl     (only when GPU_CHECK_PARTS names it) bench/gpu_nccl.py: a world-size-1 NCCL job
+           (DistributedDataParallel and an all-reduce per step) under `trainprof run` with a
+           detailed window of steps 20-24, then `trainprof report --json`: the collectives it
+           read (`collectives.records`, the NCCL kernels among them, both eras counted as
+           communication) and the communication-against-compute figure
+           (`detailed.total.comm_overlap`, per window too). Fails when the report has no
+           collectives; says so (not a failure) when NCCL's one-rank path launched no kernel.
 
 The whole run stays under 5 minutes on a 16-core GPU machine (GPU_CHECK_DEADLINE_S, 285: a
 part that would not fit in what is left is skipped and says so).
@@ -559,6 +566,55 @@ def part_job(ctx, md):
     md.append("")
 
 
+def part_nccl(ctx, md):
+    """A one-GPU NCCL job under trainprof with a detailed window: the report's collectives and
+    its communication-against-compute figure (docs/report.md, "Communication against compute")."""
+    md.append("## One-GPU NCCL job: collectives and communication against compute\n")
+    if not ctx["torch"]:
+        md.append("skipped: %s\n" % ctx["torch_why"])
+        return
+    tmp = ctx["tmp"]
+    out = os.path.join(tmp, "run-nccl")
+    cfg = os.path.join(tmp, "config-nccl.json")
+    with open(cfg, "w") as f:
+        json.dump({"ProfilingParameters": {"LocalPath": out,
+                                           "DetailedProfilingConfig": {"StartStep": 20, "NumSteps": 5}}}, f)
+    env = dict(ctx["env"])
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    argv = [ctx["bin"], "run", "--config", cfg, "--local-path", out, "--no-report", "--",
+            PY, os.path.join(ROOT, "bench", "gpu_nccl.py"), "--steps", "40", "--store", os.path.join(tmp, "nccl-store")]
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=max(5, min(180, left())))
+    if r.returncode != 0:
+        raise RuntimeError("exit %d: %s" % (r.returncode, (r.stdout + r.stderr).strip()[-1200:]))
+    rep = subprocess.run([ctx["bin"], "report", out, "--json"], capture_output=True, text=True,
+                         timeout=max(5, min(120, left())))
+    if rep.returncode != 0:
+        raise RuntimeError("report: exit %d: %s" % (rep.returncode, rep.stderr.strip()[-600:]))
+    model = json.loads(rep.stdout)
+    c = model.get("collectives")
+    if not c:
+        raise RuntimeError("the report has no collectives (detailed: %s)"
+                           % json.dumps((model.get("detailed") or {}).get("total"))[:1500])
+    md.append("* collectives: %d records on %d rank(s), %d NCCL kernels; matched %d (one rank: none expected)"
+              % (c["records"], c["ranks"], c["kernels"], c["matched"]))
+    total = (model.get("detailed") or {}).get("total") or {}
+    comm = next((s for s in total.get("classes", []) if s.get("name") == "communication"), None)
+    md.append("* detailed total: %s communication kernels, %s ms"
+              % (comm.get("count") if comm else 0, comm.get("ms") if comm else 0))
+    o = total.get("comm_overlap")
+    if o is None:
+        md.append("* comm_overlap: null: no communication kernel in the window (NCCL's one-rank path may "
+                  "launch none; c10d's records above are still read)")
+    else:
+        md.append("* comm_overlap: communication %.3f ms, overlapped by compute %.3f ms (%.1f %%)"
+                  % (o["comm_ms"], o["overlapped_ms"], o["pct"]))
+        per = [(w["rank"], (w.get("comm_overlap") or {}).get("pct")) for w in model["detailed"]["windows"]]
+        md.append("* per window: %s" % ", ".join("%s %s" % (rk, "–" if p is None else "%.1f %%" % p) for rk, p in per))
+    md.append("* sentence: %s" % total.get("sentence", "")[:600])
+    md.append("")
+
+
 def probe_torch(env):
     code = "import torch, torchvision; print(torch.__version__, torchvision.__version__, torch.cuda.is_available(), " \
            "torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
@@ -596,7 +652,7 @@ def main():
     md.append("* trainprof: %s; NVML library: %s\n" % (ctx["bin"] or "not found (set TRAINPROF_BIN)",
                                                       os.environ.get("TRAINPROF_NVML_LIB", "libnvidia-ml.so.1")))
     parts = [("nvml", part_nvml, False), ("agent", part_agent, True), ("train", part_train, True),
-             ("windows", part_windows, True), ("job", part_job, True)]
+             ("windows", part_windows, True), ("job", part_job, True), ("nccl", part_nccl, True)]
     # GPU_CHECK_PARTS: a comma list of the parts to run (by default nvml, agent and train), for
     # a second run that only repeats what changed, or the windows part.
     only = [p for p in os.environ.get("GPU_CHECK_PARTS", "nvml,agent,train").split(",") if p]

@@ -70,7 +70,8 @@ enum Command {
     /// One Chrome trace (gzipped JSON) of every node and rank, for ui.perfetto.dev.
     ///
     /// Steps, phases, ops and kernels as slices per rank, Python windows, and the system
-    /// metrics as counter tracks per node, on one epoch-microsecond axis. Written to
+    /// metrics as counter tracks per node, on one epoch-microsecond axis, each node's events
+    /// moved by its clock offset as the collectives estimate it (stderr says by how much). Written to
     /// PATH/trace.json.gz (./trace.json.gz for S3) unless -o names a file; an existing file
     /// is never replaced.
     Trace {
@@ -88,6 +89,15 @@ enum Command {
         /// Only up to this time (epoch seconds).
         #[arg(long, value_name = "S", value_parser = finite_seconds)]
         end: Option<f64>,
+        /// Times as recorded: do not move each node's events by its clock offset as the
+        /// collectives estimate it (docs/report.md, "The trace").
+        #[arg(long)]
+        unaligned: bool,
+        /// Instead of the merged trace, one new tar: each node's trace with its times as
+        /// recorded, and perfetto_manifest.json giving each file's machine and clock offset
+        /// (Perfetto merges them). docs/report.md, "The trace".
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["output", "unaligned"])]
+        per_node_archive: Option<PathBuf>,
         /// S3-compatible endpoint for an s3:// PATH.
         #[arg(long, value_name = "URL")]
         s3_endpoint: Option<String>,
@@ -363,9 +373,9 @@ fn main() -> ExitCode {
         Command::Report { path, output, json, s3_endpoint, patience } => {
             report::report(&report::ReportArgs { path, output, json, s3_endpoint, patience })
         }
-        Command::Trace { path, output, steps, start, end, s3_endpoint } => {
+        Command::Trace { path, output, steps, start, end, unaligned, per_node_archive, s3_endpoint } => {
             let clip = trainprof_report::trace::Clip { steps, start_s: start, end_s: end };
-            report::trace(&report::TraceArgs { path, output, s3_endpoint, clip })
+            report::trace(&report::TraceArgs { path, output, s3_endpoint, clip, unaligned, per_node_archive })
         }
         Command::Compare(f) => compare::compare(&compare::CompareArgs {
             a: f.a,

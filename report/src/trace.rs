@@ -5,7 +5,9 @@
 //!
 //! Layout: a process per system node (`node algo-1`: counter tracks) and per rank
 //! (`rank 0-algo-1`: a thread per phase, slices for steps, phases, ops, kernels, and a
-//! `python` thread with the Python-profiling windows). One time axis: µs since the epoch.
+//! `python` thread with the Python-profiling windows). One time axis: µs since the epoch,
+//! each node's events moved by its clock offset as the collectives estimate it
+//! (`docs/report.md`, "Clock alignment"; the trace: "The trace").
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{self, Write};
@@ -20,6 +22,10 @@ use trainprof_output::protocol::timeline;
 use crate::analysis::collect::{
     MAX_GPUS_PER_NODE, MAX_NAME_BYTES, MAX_NODES, MAX_PHASES, MAX_RANKS, OTHER_PHASES,
 };
+pub mod archive;
+
+use crate::analysis::collectives;
+use crate::model::collectives::{AlignState, NodeClock};
 use crate::reading::{self, Skipped, Tick};
 
 /// Processes (nodes and ranks) named in the trace; events of further ones, and of names
@@ -48,6 +54,15 @@ pub enum Error {
     Write(#[from] io::Error),
 }
 
+/// How to write it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Settings {
+    /// Times as recorded: no node's events are moved by its clock offset.
+    pub unaligned: bool,
+    /// Only this node's system counters and the events of its ranks (`<rank>-<node>`).
+    pub node: Option<String>,
+}
+
 /// What was written.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Written {
@@ -57,6 +72,84 @@ pub struct Written {
     /// Stalls (slices) and crashes (instants) from the hang dumps.
     pub hangs: u64,
     pub skipped: Vec<String>,
+    /// Each node's clock as the collectives estimate it (`docs/report.md`, "Clock
+    /// alignment"); empty when no collective was read. With `unaligned`, estimated all the
+    /// same but not applied.
+    pub clocks: Vec<NodeClock>,
+    /// Whether the offsets were applied.
+    pub aligned: bool,
+}
+
+/// Each node's clock offset, µs, to subtract from its times (the aligned nodes'; none for the
+/// reference and the unaligned).
+#[derive(Debug, Default, Clone)]
+pub struct Shifts {
+    by_node: HashMap<String, i64>,
+    /// A process name's tail per node when two nodes or more have clocks: how it was moved.
+    labels: HashMap<String, (String, Value)>,
+}
+
+impl Shifts {
+    /// The offsets of `clocks` (`NodeClock::offset_ms` rounded to µs).
+    pub fn new(clocks: &[NodeClock], apply: bool) -> Shifts {
+        let mut by_node = HashMap::new();
+        let mut labels = HashMap::new();
+        for c in clocks {
+            let off = c.offset_ms.map(|ms| (ms * 1000.0).round() as i64).filter(|_| apply);
+            if let Some(us) = off.filter(|us| *us != 0) {
+                by_node.insert(c.node.clone(), us);
+            }
+            if clocks.len() < 2 {
+                continue;
+            }
+            let (label, args) = match (c.state, off) {
+                (AlignState::Reference, _) => {
+                    ("clock: the reference".to_owned(), json!({"state": "reference", "moved_us": 0}))
+                }
+                (AlignState::Aligned, Some(us)) => {
+                    let unc = c.uncertainty_ms.unwrap_or(0.0);
+                    (
+                        format!("clock: moved {:+.3} ms ± {unc:.3} ms", -(us as f64) / 1000.0),
+                        json!({"state": "aligned", "moved_us": -us, "uncertainty_us": (unc * 1000.0).round() as i64}),
+                    )
+                }
+                (AlignState::Aligned, None) => (
+                    format!(
+                        "clock: as recorded (offset {:+.3} ms ± {:.3} ms not applied)",
+                        c.offset_ms.unwrap_or(0.0),
+                        c.uncertainty_ms.unwrap_or(0.0)
+                    ),
+                    json!({"state": "not_applied", "moved_us": 0}),
+                ),
+                (AlignState::Unaligned, _) => (
+                    "clock: unaligned, as recorded".to_owned(),
+                    json!({"state": "unaligned", "moved_us": 0, "reason": c.reason}),
+                ),
+            };
+            labels.insert(c.node.clone(), (label, args));
+        }
+        Shifts { by_node, labels }
+    }
+
+    /// The offset of a node, µs (0 for a node without one).
+    pub fn node(&self, node: &str) -> i64 {
+        self.by_node.get(node).copied().unwrap_or(0)
+    }
+
+    /// The offset of a rank's node (the host of `<rank>-<host>`), µs.
+    pub fn rank(&self, rank: &str) -> i64 {
+        self.node(collectives::node_of(rank))
+    }
+}
+
+/// Each node's clock as the collectives of the timelines estimate it: one pass over the
+/// timelines, only the collective events kept (`docs/report.md`, "Clock alignment").
+pub fn clocks(dir: &Dir) -> Vec<NodeClock> {
+    let mut c = collectives::Collector::default();
+    // What is skipped here is skipped (and said) again by the pass that writes.
+    let mut skipped = Skipped::default();
+    reading::timeline_events(dir, &mut skipped, &|_, _| true, |e| c.event(e));
+    c.finish(&[]).map(|c| c.clocks).unwrap_or_default()
 }
 
 struct Out<W: Write> {
@@ -71,6 +164,7 @@ struct Out<W: Write> {
     next_pid: u64,
     /// Events and samples that went to a shared track or were left out, by cap.
     capped: BTreeMap<&'static str, u64>,
+    shifts: Shifts,
 }
 
 impl<W: Write> Out<W> {
@@ -108,7 +202,7 @@ impl<W: Write> Out<W> {
             write!(
                 self.w,
                 ",\"ph\":\"i\",\"s\":\"t\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"args\":",
-                e.start_us
+                span.0
             )?;
         }
         serde_json::to_writer(&mut self.w, e.args).map_err(io::Error::other)?;
@@ -136,9 +230,10 @@ impl<W: Write> Out<W> {
         Ok(true)
     }
 
-    /// The trace pid of `process` (`node algo-1`, `rank 0-algo-1`), named on first use;
-    /// past the caps, the shared `OTHER_PROCESSES`.
-    fn pid(&mut self, process: &str, sort: u64) -> io::Result<u64> {
+    /// The trace pid of `process` (`node algo-1`, `rank 0-algo-1`) of `node`, named on first
+    /// use (with how its clock was moved, when nodes' clocks were estimated); past the caps,
+    /// the shared `OTHER_PROCESSES`.
+    fn pid(&mut self, process: &str, node: &str, sort: u64) -> io::Result<u64> {
         if let Some(p) = self.pids.get(process) {
             return Ok(*p);
         }
@@ -147,19 +242,22 @@ impl<W: Write> Out<W> {
             if let Some(p) = self.pids.get(OTHER_PROCESSES) {
                 return Ok(*p);
             }
-            return self.new_pid(OTHER_PROCESSES, 3);
+            return self.new_pid(OTHER_PROCESSES, "", 3);
         }
-        self.new_pid(process, sort)
+        self.new_pid(process, node, sort)
     }
 
-    fn new_pid(&mut self, process: &str, sort: u64) -> io::Result<u64> {
+    fn new_pid(&mut self, process: &str, node: &str, sort: u64) -> io::Result<u64> {
         self.next_pid += 1;
         let p = self.next_pid;
         self.pids.insert(process.to_owned(), p);
         let meta = timeline::PH_METADATA;
-        self.event(
-            &json!({"name": timeline::PROCESS_NAME, "ph": meta, "pid": p, "args": {"name": process}}),
-        )?;
+        let ev = match self.shifts.labels.get(node) {
+            Some((label, clock)) => json!({"name": timeline::PROCESS_NAME, "ph": meta, "pid": p,
+                "args": {"name": format!("{process} ({label})"), "clock": clock}}),
+            None => json!({"name": timeline::PROCESS_NAME, "ph": meta, "pid": p, "args": {"name": process}}),
+        };
+        self.event(&ev)?;
         self.event(&json!({"name": timeline::PROCESS_SORT_INDEX, "ph": meta, "pid": p,
             "args": {(timeline::SORT_INDEX_KEY): sort * 1000 + p}}))?;
         Ok(p)
@@ -213,17 +311,68 @@ impl<W: Write> Out<W> {
     }
 }
 
-/// Writes the trace of the LocalPath at `root` into `out` (gzipped).
+/// Writes the trace of the LocalPath at `root` into `out` (gzipped), aligned.
 pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error> {
+    write_with(root, out, clip, &Settings::default())
+}
+
+/// Writes the trace of the LocalPath at `root` into `out` (gzipped) as `settings` say.
+pub fn write_with(root: &Path, out: impl Write, clip: &Clip, settings: &Settings) -> Result<Written, Error> {
     let dir = Dir::open_root(root, false).map_err(|e| Error::Root(root.display().to_string(), e))?;
+    let clocks = clocks(&dir);
+    let shifts = Shifts::new(&clocks, !settings.unaligned);
+    let sink = Sink::Gz(GzEncoder::new(io::BufWriter::new(out), Compression::fast()));
+    write_shifted(&dir, sink, clip, settings.node.as_deref(), shifts, clocks, !settings.unaligned)
+}
+
+/// Where the events go: gzipped (the trace), or plain (a member of the per-node archive).
+enum Sink<W: Write> {
+    Gz(GzEncoder<io::BufWriter<W>>),
+    Plain(W),
+}
+
+impl<W: Write> Write for Sink<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sink::Gz(w) => w.write(buf),
+            Sink::Plain(w) => w.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::Gz(w) => w.flush(),
+            Sink::Plain(w) => w.flush(),
+        }
+    }
+}
+
+impl<W: Write> Sink<W> {
+    fn finish(self) -> io::Result<()> {
+        match self {
+            Sink::Gz(w) => w.finish()?.flush(),
+            Sink::Plain(mut w) => w.flush(),
+        }
+    }
+}
+
+/// Writes the trace, each node's events moved by `shifts`; `node`: only that node's.
+fn write_shifted<W: Write>(
+    dir: &Dir,
+    out: Sink<W>,
+    clip: &Clip,
+    node: Option<&str>,
+    shifts: Shifts,
+    clocks: Vec<NodeClock>,
+    aligned: bool,
+) -> Result<Written, Error> {
     let mut skipped = Skipped::default();
-    let spans = range(&dir, clip, &mut skipped)?;
+    let ours = |n: &str| node.is_none_or(|x| x == n);
+    let spans = range(dir, clip, &shifts, &mut skipped)?;
     let (lo_us, hi_us) = spans.hull;
     // serde_json writes a value in many small pieces, and the encoder compresses at every
     // write: the buffer in front of it makes that one call per 256 KiB (measured on an hour
     // of 8 ranks: about 3× faster, docs/report.md "Measured").
-    let gz =
-        io::BufWriter::with_capacity(256 << 10, GzEncoder::new(io::BufWriter::new(out), Compression::fast()));
+    let gz = io::BufWriter::with_capacity(256 << 10, out);
     let mut o = Out {
         w: gz,
         first: true,
@@ -233,19 +382,24 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
         gpus: HashMap::new(),
         next_pid: 0,
         capped: BTreeMap::new(),
+        shifts,
     };
-    let mut written = Written::default();
+    let mut written = Written { clocks, aligned, ..Written::default() };
     let mut err: Option<io::Error> = None;
 
     // Timelines: one file at a time.
-    let keep_file = |_: &str, last_us: i64| last_us >= lo_us;
-    reading::timeline_events(&dir, &mut skipped, &keep_file, |e| {
+    let shifts = o.shifts.clone();
+    let keep_file = |rank: &str, last_us: i64| {
+        ours(collectives::node_of(rank)) && last_us.saturating_sub(shifts.rank(rank)) >= lo_us
+    };
+    reading::timeline_events(dir, &mut skipped, &keep_file, |e| {
         if err.is_some() {
             return;
         }
-        let Some(span) = spans.clip(e.node, e.ph == 'X', e.start_us, e.dur_us) else { return };
+        let start = e.start_us.saturating_sub(shifts.rank(e.node));
+        let Some(span) = spans.clip(e.node, e.ph == 'X', start, e.dur_us) else { return };
         let r = (|| -> io::Result<()> {
-            let pid = o.pid(&format!("rank {}", e.node), 2)?;
+            let pid = o.pid(&format!("rank {}", e.node), collectives::node_of(e.node), 2)?;
             let tid = o.tid(pid, e.phase)?;
             o.slice(e, pid, tid, span)
         })();
@@ -259,15 +413,19 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
     }
 
     // Python-profiling windows.
-    for f in reading::stats_files(&dir, &mut skipped) {
+    for f in reading::stats_files(dir, &mut skipped) {
+        if !ours(collectives::node_of(&f.node)) {
+            continue;
+        }
         let Some((a, b)) = reading::parse_window(&f.window) else { continue };
-        let (s, e) = (a.time_us as i64, b.time_us as i64);
+        let shift = shifts.rank(&f.node);
+        let (s, e) = ((a.time_us as i64).saturating_sub(shift), (b.time_us as i64).saturating_sub(shift));
         if e < s {
             continue;
         }
         let Some((s, dur)) = spans.clip(&f.node, true, s, e - s) else { continue };
         let e = s + dur;
-        let pid = o.pid(&format!("rank {}", f.node), 2)?;
+        let pid = o.pid(&format!("rank {}", f.node), collectives::node_of(&f.node), 2)?;
         let tid = o.tid(pid, "python")?;
         o.event(&json!({"name": format!("{} window", f.profiler.as_str()), "cat": "python", "ph": "X", "pid": pid, "tid": tid,
             "ts": s, "dur": e - s, "args": {"window": f.window, "profiler": f.profiler}}))?;
@@ -276,15 +434,20 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
 
     // Hangs and crashes: a stall is a slice from its step's start (else its detection) to its
     // end (else its detection), a crash an instant, on the rank's `hangs` thread.
-    let (dumps, _) = crate::reading::dumps::read_dumps(&dir, &mut skipped);
+    let (dumps, _) = crate::reading::dumps::read_dumps(dir, &mut skipped);
     for d in dumps {
-        let det = (d.detected_s * 1e6).round() as i64;
-        let start = d.step_started_s.map_or(det, |s| ((s * 1e6).round() as i64).min(det));
-        let end = d.ended_s.map_or(det, |e| ((e * 1e6).round() as i64).max(det));
+        if !ours(collectives::node_of(&d.node)) {
+            continue;
+        }
+        let shift = shifts.rank(&d.node);
+        let us = |s: f64| ((s * 1e6).round() as i64).saturating_sub(shift);
+        let det = us(d.detected_s);
+        let start = d.step_started_s.map_or(det, |s| us(s).min(det));
+        let end = d.ended_s.map_or(det, |e| us(e).max(det));
         let slice = d.kind.is_stall();
         let (start, end) = if slice { (start, end) } else { (det, det) };
         let Some((s, dur)) = spans.clip(&d.node, slice, start, end - start) else { continue };
-        let pid = o.pid(&format!("rank {}", d.node), 2)?;
+        let pid = o.pid(&format!("rank {}", d.node), collectives::node_of(&d.node), 2)?;
         let tid = o.tid(pid, "hangs")?;
         let name = format!("{} in step {}", d.kind, d.step.map_or("?".to_owned(), |s| s.to_string()));
         let args = json!({"folder": d.folder, "kind": d.kind, "step": d.step, "detected_us": det, // not the protocol: the trace's args
@@ -298,11 +461,11 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
     }
 
     // System metrics as counters: one tick at a time.
-    reading::system_ticks(&dir, &mut skipped, |node, t| {
-        if err.is_some() {
+    reading::system_ticks(dir, &mut skipped, |node, t| {
+        if err.is_some() || !ours(node) {
             return;
         }
-        let ts = (t.t_s * 1e6).round() as i64;
+        let ts = ((t.t_s * 1e6).round() as i64).saturating_sub(shifts.node(node));
         if !in_span(ts, lo_us, hi_us) {
             return;
         }
@@ -318,9 +481,7 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
         o.w.write_all(b"[")?;
     }
     o.w.write_all(b"\n]\n")?;
-    let gz = o.w.into_inner().map_err(io::IntoInnerError::into_error)?;
-    let mut inner = gz.finish()?;
-    inner.flush()?;
+    o.w.into_inner().map_err(io::IntoInnerError::into_error)?.finish()?;
     written.skipped = skipped.0;
     for (what, n) in &o.capped {
         written.skipped.push(match *what {
@@ -339,7 +500,7 @@ pub fn write(root: &Path, out: impl Write, clip: &Clip) -> Result<Written, Error
 }
 
 fn counters<W: Write>(o: &mut Out<W>, node: &str, ts: i64, t: &Tick) -> io::Result<u64> {
-    let pid = o.pid(&format!("node {node}"), 1)?;
+    let pid = o.pid(&format!("node {node}"), node, 1)?;
     let mut n = 0;
     let mb = |v: Option<f64>| v.map(|b| b / 1e6);
     n += u64::from(o.counter(
@@ -427,7 +588,8 @@ impl Spans {
 type ModeSpan = (String, (i64, i64));
 
 /// The µs range to keep, and with `--steps` each rank's spans of the steps.
-fn range(dir: &Dir, clip: &Clip, skipped: &mut Skipped) -> Result<Spans, Error> {
+/// Times are aligned (each rank's moved by its node's offset in `shifts`).
+fn range(dir: &Dir, clip: &Clip, shifts: &Shifts, skipped: &mut Skipped) -> Result<Spans, Error> {
     let lo = clip.start_s.map_or(i64::MIN, |s| (s * 1e6) as i64);
     let hi = clip.end_s.map_or(i64::MAX, |s| (s * 1e6) as i64);
     let Some((a, b)) = clip.steps else { return Ok(Spans { hull: (lo, hi), by_rank: None }) };
@@ -439,7 +601,8 @@ fn range(dir: &Dir, clip: &Clip, skipped: &mut Skipped) -> Result<Spans, Error> 
         if e.ph != 'X' || !e.step.is_some_and(|s| s >= a && s <= b) {
             return;
         }
-        let span = (e.start_us, e.start_us.saturating_add(e.dur_us));
+        let start = e.start_us.saturating_sub(shifts.rank(e.node));
+        let span = (start, start.saturating_add(e.dur_us));
         let join = |(x, y): (i64, i64)| (x.min(span.0), y.max(span.1));
         hull = Some(hull.map_or(span, join));
         if !found.contains_key(e.node) {

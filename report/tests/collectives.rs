@@ -292,3 +292,191 @@ fn hostile_args_stay_bounded() {
     }
     assert!(to_json(&m).len() < 200_000);
 }
+
+/// `trainprof trace` of `root` as `settings` say: its events and what it wrote.
+fn trace(
+    root: &Path,
+    settings: &trainprof_report::trace::Settings,
+) -> (Vec<Value>, trainprof_report::trace::Written) {
+    use std::io::Read as _;
+    let mut buf = Vec::new();
+    let w = trainprof_report::trace::write_with(root, &mut buf, &Default::default(), settings).unwrap();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&buf[..]).read_to_string(&mut text).unwrap();
+    (serde_json::from_str(&text).unwrap(), w)
+}
+
+/// Per collective (step, place in the step), the spread of its `gloo:all_reduce` ends over
+/// the ranks in the trace, µs.
+fn end_spreads(events: &[Value]) -> Vec<i64> {
+    use std::collections::BTreeMap;
+    let names: BTreeMap<i64, String> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+        .map(|e| (e["pid"].as_i64().unwrap(), e["args"]["name"].as_str().unwrap().to_owned()))
+        .collect();
+    let mut per_rank: BTreeMap<&str, BTreeMap<i64, Vec<i64>>> = BTreeMap::new();
+    for e in events.iter().filter(|e| e["name"] == "gloo:all_reduce") {
+        let rank = names[&e["pid"].as_i64().unwrap()].as_str();
+        let step: i64 = e["args"]["step_num"].as_str().unwrap().parse().unwrap();
+        let end = e["ts"].as_i64().unwrap() + e["dur"].as_i64().unwrap();
+        per_rank.entry(rank).or_default().entry(step).or_default().push(end);
+    }
+    assert_eq!(per_rank.len(), 4, "{:?}", per_rank.keys());
+    let mut by: BTreeMap<(i64, usize), Vec<i64>> = BTreeMap::new();
+    for steps in per_rank.values_mut() {
+        for (step, ends) in steps.iter_mut() {
+            ends.sort_unstable();
+            for (i, e) in ends.iter().enumerate() {
+                by.entry((*step, i)).or_default().push(*e);
+            }
+        }
+    }
+    by.values()
+        .map(|v| {
+            assert_eq!(v.len(), 4);
+            v.iter().max().unwrap() - v.iter().min().unwrap()
+        })
+        .collect()
+}
+
+/// The trace moves node B's events by the offset the collectives give (its process names and
+/// their args say by how much and how sure): each collective's end then agrees across the
+/// four ranks within 1 ms; as recorded (`--unaligned`) the planted 37 ms stay.
+#[test]
+fn the_trace_is_aligned_and_says_by_how_much() {
+    use trainprof_report::trace::Settings;
+    let dir = tempfile::tempdir().unwrap();
+    gloo_job(dir.path(), LATE_US, SHIFT_US);
+    let (events, w) = trace(dir.path(), &Settings::default());
+    assert!(w.aligned);
+    let b = w.clocks.iter().find(|k| k.node == "nodeb").unwrap();
+    assert_eq!(b.state, AlignState::Aligned);
+    let spreads = end_spreads(&events);
+    assert_eq!(spreads.len(), (STEPS * PER_STEP) as usize);
+    assert!(spreads.iter().all(|s| *s < 1000), "{spreads:?}");
+    let names: Vec<&Value> =
+        events.iter().filter(|e| e["ph"] == "M" && e["name"] == "process_name").collect();
+    let rank2 =
+        names.iter().find(|e| e["args"]["name"].as_str().unwrap().starts_with("rank 2-nodeb")).unwrap();
+    let label = rank2["args"]["name"].as_str().unwrap();
+    assert!(label.starts_with("rank 2-nodeb (clock: moved -37.") && label.contains(" ms ± "), "{label}");
+    let moved = rank2["args"]["clock"]["moved_us"].as_i64().unwrap();
+    assert!((moved + SHIFT_US).abs() <= 2000, "{moved}");
+    assert_eq!(rank2["args"]["clock"]["state"], "aligned");
+    let rank0 =
+        names.iter().find(|e| e["args"]["name"].as_str().unwrap().starts_with("rank 0-nodea")).unwrap();
+    assert_eq!(rank0["args"]["name"], "rank 0-nodea (clock: the reference)");
+
+    let (raw, w) = trace(dir.path(), &Settings { unaligned: true, node: None });
+    assert!(!w.aligned);
+    let spreads = end_spreads(&raw);
+    assert!(spreads.iter().all(|s| *s >= SHIFT_US - 1000), "{spreads:?}");
+}
+
+/// A node the collectives cannot align is left where it is, and the trace says so.
+#[test]
+fn the_trace_leaves_an_unaligned_node_as_recorded() {
+    use trainprof_report::trace::Settings;
+    let dir = tempfile::tempdir().unwrap();
+    let mut tl: Vec<Timeline> = (0..2).map(|_| Timeline::new()).collect();
+    for s in 0..3 {
+        for (r, l) in tl.iter_mut().enumerate() {
+            let t = BASE + 1_000_000 + s * 100_000 + r as i64 * 100;
+            l.op("c10d::allreduce_", t, t + 40, s, 1, json!({}));
+            l.op(
+                "gloo:all_reduce",
+                t + 10,
+                BASE + 1_000_000 + s * 100_000 + 3000 + r as i64 * 9000,
+                s,
+                2,
+                json!({}),
+            );
+        }
+    }
+    for (r, l) in tl.into_iter().enumerate() {
+        l.write(dir.path(), &format!("{r}-host{r}"));
+    }
+    let (events, w) = trace(dir.path(), &Settings::default());
+    assert_eq!(w.clocks.iter().find(|k| k.node == "host1").unwrap().state, AlignState::Unaligned);
+    let p = events
+        .iter()
+        .find(|e| e["ph"] == "M" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with("rank 1-host1")))
+        .unwrap();
+    assert_eq!(p["args"]["name"], "rank 1-host1 (clock: unaligned, as recorded)");
+    assert_eq!(p["args"]["clock"]["state"], "unaligned");
+    // Its ends stay where they were recorded: 9 ms after host0's.
+    let ends: Vec<i64> = events
+        .iter()
+        .filter(|e| e["name"] == "gloo:all_reduce" && e["pid"] == p["pid"])
+        .map(|e| e["ts"].as_i64().unwrap() + e["dur"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ends, (0..3).map(|s| BASE + 1_000_000 + s * 100_000 + 12_000).collect::<Vec<_>>());
+}
+
+/// The members of a tar: (name, bytes), in order.
+fn untar(b: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 512 <= b.len() && b[at] != 0 {
+        let h = &b[at..at + 512];
+        let name = std::str::from_utf8(&h[..100]).unwrap().trim_end_matches('\0').to_owned();
+        assert_eq!(&h[257..263], b"ustar\0");
+        let size = u64::from_str_radix(std::str::from_utf8(&h[124..135]).unwrap(), 8).unwrap() as usize;
+        let sum = u32::from_str_radix(std::str::from_utf8(&h[148..154]).unwrap(), 8).unwrap();
+        let want: u32 =
+            h.iter().enumerate().map(|(i, x)| if (148..156).contains(&i) { 32 } else { u32::from(*x) }).sum();
+        assert_eq!(sum, want, "{name}");
+        out.push((name, b[at + 512..at + 512 + size].to_vec()));
+        at += 512 + size.div_ceil(512) * 512;
+    }
+    assert!(b[at..].iter().all(|x| *x == 0) && b.len() - at >= 1024);
+    out
+}
+
+/// `trace --per-node-archive`: the manifest first, each node's trace with its times as
+/// recorded, and the manifest's offsets the collectives' estimates.
+#[test]
+fn the_per_node_archive_holds_raw_traces_and_the_estimated_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    gloo_job(dir.path(), LATE_US, SHIFT_US);
+    let clocks = model(dir.path()).collectives.unwrap().clocks;
+    let mut f = std::io::Cursor::new(Vec::new());
+    let a = trainprof_report::trace::archive::write(dir.path(), &mut f, &Default::default()).unwrap();
+    let members = untar(f.get_ref());
+    let names: Vec<&str> = members.iter().map(|m| m.0.as_str()).collect();
+    assert_eq!(names, ["perfetto_manifest.json", "000-nodea.json", "001-nodeb.json"]);
+    let m: Value = serde_json::from_slice(&members[0].1).unwrap();
+    let files = m["perfetto_manifest"]["files"].as_array().unwrap();
+    assert_eq!(m["perfetto_manifest"]["version"], 1);
+    for (f, node) in files.iter().zip(["nodea", "nodeb"]) {
+        assert_eq!(f["machine"]["name"], node);
+        let est = clocks.iter().find(|c| c.node == node).unwrap().offset_ms.unwrap();
+        assert_eq!(f["clocks"]["offset_ns"].as_i64().unwrap(), (est * 1000.0).round() as i64 * 1000);
+    }
+    assert!((files[1]["clocks"]["offset_ns"].as_i64().unwrap() - SHIFT_US * 1000).abs() < 2_000_000);
+    // Each node's file has its ranks only, times as recorded: node B's ends 37 ms after A's.
+    let ends = |bytes: &[u8]| -> Vec<(String, i64)> {
+        let ev: Vec<Value> = serde_json::from_slice(bytes).unwrap();
+        let names: std::collections::HashMap<i64, String> = ev
+            .iter()
+            .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+            .map(|e| (e["pid"].as_i64().unwrap(), e["args"]["name"].as_str().unwrap().to_owned()))
+            .collect();
+        ev.iter()
+            .filter(|e| e["name"] == "gloo:all_reduce")
+            .map(|e| {
+                (
+                    names[&e["pid"].as_i64().unwrap()].clone(),
+                    e["ts"].as_i64().unwrap() + e["dur"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (ea, eb) = (ends(&members[1].1), ends(&members[2].1));
+    assert!(ea.iter().all(|(r, _)| r.contains("-nodea")) && eb.iter().all(|(r, _)| r.contains("-nodeb")));
+    assert_eq!((ea.len(), eb.len()), (2 * (STEPS * PER_STEP) as usize, 2 * (STEPS * PER_STEP) as usize));
+    let (ma, mb) = (ea.iter().map(|e| e.1).min().unwrap(), eb.iter().map(|e| e.1).min().unwrap());
+    assert!((mb - ma - SHIFT_US).abs() < 1000, "{}", mb - ma);
+    assert_eq!(a.files.len(), 2);
+}

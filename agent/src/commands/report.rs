@@ -20,6 +20,7 @@ use trainprof_report::trace::Clip;
 
 use self::page_child::{ChildError, Made};
 use crate::log;
+use crate::log::printable;
 use crate::s3::download::{download, download_from};
 use crate::s3::store::{ObjectStore as _, Put, S3Options, S3Store, S3Url};
 
@@ -306,6 +307,40 @@ pub fn triggered_lines(model: &ReportModel) -> Vec<String> {
     lines
 }
 
+/// What `trace` says of each node's clock (docs/report.md, "The trace"): by how much its
+/// events moved and how sure, or why they did not; nothing with fewer than two nodes.
+fn clock_lines(clocks: &[trainprof_report::model::collectives::NodeClock], aligned: bool) -> Vec<String> {
+    use trainprof_report::model::AlignState;
+    if clocks.len() < 2 {
+        return Vec::new();
+    }
+    let reference = clocks.iter().find(|c| c.state == AlignState::Reference).map_or("", |c| c.node.as_str());
+    clocks
+        .iter()
+        .map(|c| {
+            let node = printable(&c.node);
+            match (c.state, c.offset_ms, aligned) {
+                (AlignState::Reference, ..) => format!("clock: {node} is the reference (not moved)"),
+                (AlignState::Aligned, Some(off), true) => format!(
+                    "clock: {node} moved by {:+.3} ms (± {:.3} ms, from {} collective ends shared with {})",
+                    -off,
+                    c.uncertainty_ms.unwrap_or(0.0),
+                    c.collectives,
+                    printable(reference)
+                ),
+                (AlignState::Aligned, Some(off), false) => format!(
+                    "clock: {node} left as recorded (--unaligned); its offset is {off:+.3} ms ± {:.3} ms",
+                    c.uncertainty_ms.unwrap_or(0.0)
+                ),
+                _ => format!(
+                    "clock: {node} left as recorded: unaligned ({})",
+                    printable(c.reason.as_deref().unwrap_or("no estimate"))
+                ),
+            }
+        })
+        .collect()
+}
+
 /// `trainprof trace`.
 #[derive(Debug, Clone, Default)]
 pub struct TraceArgs {
@@ -313,6 +348,10 @@ pub struct TraceArgs {
     pub output: Option<PathBuf>,
     pub s3_endpoint: Option<String>,
     pub clip: Clip,
+    /// Times as recorded (`--unaligned`).
+    pub unaligned: bool,
+    /// `--per-node-archive FILE`: that archive instead of the merged trace.
+    pub per_node_archive: Option<PathBuf>,
 }
 
 pub fn trace(args: &TraceArgs) -> ExitCode {
@@ -329,6 +368,9 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
             return ExitCode::from(e.status);
         }
     };
+    if let Some(archive) = &args.per_node_archive {
+        return per_node_archive(args, &input, archive);
+    }
     let (f, path) = match output(args.output.as_deref(), &input, TRACE_FILE) {
         Ok(x) => x,
         Err(e) => {
@@ -337,11 +379,15 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
         }
     };
     let dir = path.parent().map(Path::to_owned).unwrap_or_else(|| PathBuf::from("."));
-    match trainprof_report::trace::write(&input.root, &f, &args.clip) {
+    let settings = trainprof_report::trace::Settings { unaligned: args.unaligned, node: None };
+    match trainprof_report::trace::write_with(&input.root, &f, &args.clip, &settings) {
         Ok(w) => {
             let _ = f.sync_all();
             for s in &w.skipped {
                 log!("skipped: {s}");
+            }
+            for line in clock_lines(&w.clocks, w.aligned) {
+                log!("{line}");
             }
             log!(
                 "trace: {} ({} slices, {} counter samples, {} python windows); open it in ui.perfetto.dev",
@@ -355,6 +401,55 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
         Err(e) => {
             log!("{e}");
             // The half-written file is ours: remove it, but only while the name still holds it.
+            if let (Ok(d), Some(name)) =
+                (Dir::open_root(&dir, false), path.file_name().and_then(|n| n.to_str()))
+            {
+                let _ = d.unlink_if_same(name, &f);
+            }
+            let code = match e {
+                trainprof_report::trace::Error::Root(..) => status::UNREADABLE,
+                _ => status::NOTHING,
+            };
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// `trace --per-node-archive FILE`: the per-node traces and `perfetto_manifest.json` in one
+/// new tar (docs/report.md, "The trace").
+fn per_node_archive(args: &TraceArgs, input: &Input, archive: &Path) -> ExitCode {
+    let (f, path) = match output(Some(archive), input, TRACE_FILE) {
+        Ok(x) => x,
+        Err(e) => {
+            log!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let dir = path.parent().map(Path::to_owned).unwrap_or_else(|| PathBuf::from("."));
+    match trainprof_report::trace::archive::write(&input.root, std::io::BufWriter::new(&f), &args.clip) {
+        Ok(a) => {
+            let _ = f.sync_all();
+            let mut skipped = HashSet::new();
+            for (_, _, w) in &a.files {
+                for s in &w.skipped {
+                    if skipped.insert(s.clone()) {
+                        log!("skipped: {s}");
+                    }
+                }
+            }
+            for line in clock_lines(&a.clocks, true) {
+                log!("{line}");
+            }
+            log!(
+                "archive: {} ({} per-node traces and {}, their clock offsets in it); open it in ui.perfetto.dev",
+                path.display(),
+                a.files.len(),
+                trainprof_report::trace::archive::MANIFEST
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            log!("{e}");
             if let (Ok(d), Some(name)) =
                 (Dir::open_root(&dir, false), path.file_name().and_then(|n| n.to_str()))
             {

@@ -26,7 +26,7 @@ pub const MAX_RANKS: usize = 4096;
 /// Distinct process groups kept per job; a group's name is cut to [`MAX_GROUP_BYTES`].
 pub const MAX_GROUPS: usize = 256;
 pub const MAX_GROUP_BYTES: usize = 64;
-/// Distinct collective kinds kept; further ones are `other`.
+/// Distinct collective kinds kept, `other` among them (the further ones).
 pub const MAX_KINDS: usize = 64;
 const KIND_BYTES: usize = 32;
 /// Collectives listed in `widest`.
@@ -156,7 +156,8 @@ impl Collector {
         if let Some(&i) = self.kind_ids.get(k) {
             return i;
         }
-        let k = if self.kinds.len() >= MAX_KINDS { "other" } else { k };
+        // The last place is kept for `other`: at most MAX_KINDS in all.
+        let k = if self.kinds.len() >= MAX_KINDS - 1 { "other" } else { k };
         if let Some(&i) = self.kind_ids.get(k) {
             return i;
         }
@@ -448,7 +449,7 @@ struct Arrival {
 }
 
 /// A rank's node: the host of `<rank>-<host>`, else the rank's name.
-fn node_of(rank: &str) -> &str {
+pub fn node_of(rank: &str) -> &str {
     crate::analysis::fleet::rank_host(rank).unwrap_or(rank)
 }
 
@@ -651,4 +652,58 @@ fn decimate(points: &[[f64; 2]], cap: usize) -> Vec<[f64; 2]> {
     }
     let per = points.len().div_ceil(cap);
     points.chunks(per).filter_map(|c| c.iter().copied().max_by(|a, b| a[1].total_cmp(&b[1]))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hostile collectives stay within the caps: thousands of distinct kinds (past 64 they are
+    /// `other`), process groups (past 256 left out and counted), names of 100 kB (cut to 64
+    /// bytes), sequence numbers and sizes beyond any integer (read as not recorded).
+    #[test]
+    fn hostile_collectives_stay_within_the_caps() {
+        let mut c = Collector::default();
+        let huge = "g".repeat(100_000);
+        for i in 0..2_000_i64 {
+            let name = format!("c10d::allreduce{i}{}", "x".repeat(10_000));
+            let group = if i % 3 == 0 { huge.clone() } else { format!("{i}{huge}") };
+            let args: serde_json::Map<String, serde_json::Value> = serde_json::Map::from_iter([
+                (words::GROUP_KEY.to_owned(), serde_json::Value::from(group)),
+                (words::SEQ_KEY.to_owned(), serde_json::Value::from(1e300)),
+                (words::IN_NELEMS_KEY.to_owned(), serde_json::Value::from(u64::MAX)),
+                (words::GROUP_SIZE_KEY.to_owned(), serde_json::Value::from(i64::MAX)),
+                (words::DTYPE_KEY.to_owned(), serde_json::Value::from("Double")),
+            ]);
+            for rank in ["0-a", "1-b"] {
+                c.event(&crate::reading::Event {
+                    node: rank,
+                    phase: CPU_FUNCTIONS,
+                    name: &name,
+                    ph: 'X',
+                    start_us: i * 1000,
+                    dur_us: 10,
+                    step: Some(i),
+                    args: &args,
+                });
+            }
+        }
+        assert_eq!(c.kinds.len(), MAX_KINDS);
+        assert!(c.kinds.iter().any(|k| k == "other") && c.kinds.iter().all(|k| k.len() <= KIND_BYTES));
+        assert_eq!(c.groups.len(), MAX_GROUPS);
+        assert!(c.groups.iter().all(|g| g.len() <= MAX_GROUP_BYTES));
+        assert!(c.left_out_groups > 0);
+        let kept = c.records;
+        assert!(kept < 4000 && kept as u64 + c.left_out_groups == 4000, "{kept}");
+        assert!(
+            c.ranks
+                .iter()
+                .flat_map(|r| &r.1.recs)
+                .all(|r| r.seq == i64::MIN && r.bytes == -1 && r.group_size == -1)
+        );
+        let capped = c.capped();
+        assert!(capped.iter().any(|k| k.what == "collective_groups" && k.limit == MAX_GROUPS as u64));
+        let out = c.finish(&[]).unwrap();
+        assert!(out.widest.len() <= WIDEST && out.widest.iter().all(|w| w.group.len() <= MAX_GROUP_BYTES));
+    }
 }

@@ -55,6 +55,7 @@ pub const CLASSES: [&str; 7] = [
     "elementwise",
     "other",
 ];
+const COMMUNICATION: u8 = 0;
 const MEMCPY: u8 = 1;
 
 /// Idle categories, in the order they win where they overlap (`docs/report.md`, "Idle
@@ -437,6 +438,16 @@ impl Collector {
         );
         s.busy_us = measure(&busy);
         s.compute_us = measure(&compute);
+        // Communication against compute (HTA's comm/comp overlap): the communication kernels'
+        // time, and the part of it that kernels of the other classes but memcpy/memset run
+        // alongside (`docs/report.md`, "Communication against compute").
+        let class = |k: &&&Kernel| self.classes[k.name as usize];
+        let comm = merge(real.iter().filter(|k| class(k) == COMMUNICATION).map(|k| clip(k.start, k.end)));
+        let comp = merge(
+            real.iter().filter(|k| !matches!(class(k), COMMUNICATION | MEMCPY)).map(|k| clip(k.start, k.end)),
+        );
+        s.comm_us = measure(&comm);
+        s.comm_overlap_us = measure(&intersect(&comm, &comp));
         if gpu {
             let mut idle = subtract(&[(ws, we)], &busy);
             // The waits are disjoint and sorted, so those that meet the window are one run.
@@ -606,6 +617,9 @@ struct Sums {
     wall_us: i64,
     busy_us: i64,
     compute_us: i64,
+    /// Communication kernels' time (merged), and the part compute kernels overlap.
+    comm_us: i64,
+    comm_overlap_us: i64,
     idle_us: [i64; 5],
     /// Per class: kernels, µs.
     classes: [(u64, i64); 7],
@@ -625,6 +639,8 @@ impl Sums {
         self.wall_us += o.wall_us;
         self.busy_us += o.busy_us;
         self.compute_us += o.compute_us;
+        self.comm_us += o.comm_us;
+        self.comm_overlap_us += o.comm_overlap_us;
         for i in 0..5 {
             self.idle_us[i] += o.idle_us[i];
         }
@@ -671,6 +687,11 @@ impl Sums {
             busy_pct: if self.gpu { pct(self.busy_us, self.wall_us) } else { None },
             compute_busy_ms: self.gpu.then(|| ms(self.compute_us)),
             compute_busy_pct: if self.gpu { pct(self.compute_us, self.wall_us) } else { None },
+            comm_overlap: (self.comm_us > 0).then(|| CommOverlap {
+                comm_ms: ms(self.comm_us),
+                overlapped_ms: ms(self.comm_overlap_us),
+                pct: 100.0 * self.comm_overlap_us as f64 / self.comm_us as f64,
+            }),
             idle_ms: self.gpu.then(|| ms(self.idle_us.iter().sum())),
             idle: if self.gpu {
                 IDLE.iter()
@@ -806,6 +827,13 @@ pub fn sentence(f: &DetailedFigures, label: &str) -> String {
         s += &parts.join(" and ");
     }
     s.push('.');
+    if let Some(c) = &f.comm_overlap {
+        s += &format!(
+            " Communication kernels ran {}, {} of it overlapped by compute.",
+            ms_text(c.comm_ms),
+            pct_text(Some(c.pct))
+        );
+    }
     if let Some(d) = &f.launch_delay
         && let Some(p50) = d.p50_us
     {
@@ -1048,6 +1076,58 @@ mod tests {
         assert_eq!((t.windows, t.wall_ms, t.busy_ms), (2, 220.0, Some(87.0)));
         assert_eq!(share(&t.classes, "gemm/convolution"), 40.0);
         assert!(t.sentence.starts_with("Over the 2 detailed windows: 220 ms of wall time"), "{}", t.sentence);
+    }
+
+    /// Communication against compute, per rank: rank 0's NCCL kernels (both eras) run 30 ms,
+    /// 15 of them beside a GEMM or an elementwise kernel (a memcpy beside them is no compute):
+    /// 50 %; rank 1's 20 ms run alone: 0 %; the total 15 of 50 ms: 30 %.
+    #[test]
+    fn communication_overlapped_by_compute_per_rank() {
+        let mut c = Collector::default();
+        let m = serde_json::Map::from_iter([("device".to_owned(), serde_json::Value::from(0))]);
+        let mut k = |rank: &str, name: &str, a: i64, b: i64| {
+            c.event(&crate::reading::Event {
+                node: rank,
+                phase: "gpu_functions-dev:0",
+                name,
+                ph: 'X',
+                start_us: T0 + a,
+                dur_us: b - a,
+                step: Some(1),
+                args: &m,
+            })
+        };
+        k("0-a", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, 20_000);
+        k("0-a", "sm90_xmma_gemm_bf16", 5_000, 15_000);
+        k("0-a", "Memcpy DtoD (Device -> Device)", 15_000, 20_000);
+        k("0-a", "ncclKernel_AllGather_RING_LL_Sum_int8_t", 30_000, 40_000);
+        k("0-a", "void at::native::vectorized_elementwise_kernel<4>", 35_000, 45_000);
+        k("1-a", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, 20_000);
+        k("1-a", "sm90_xmma_gemm_bf16", 25_000, 35_000);
+        let d = c.finish(&BTreeMap::new());
+        let o: Vec<(&str, f64, f64, f64)> = d
+            .windows
+            .iter()
+            .map(|w| {
+                let c = w.figures.comm_overlap.as_ref().unwrap();
+                (w.rank.as_str(), c.comm_ms, c.overlapped_ms, c.pct)
+            })
+            .collect();
+        assert_eq!(o, [("0-a", 30.0, 15.0, 50.0), ("1-a", 20.0, 0.0, 0.0)]);
+        let t = d.total.as_ref().unwrap().comm_overlap.as_ref().unwrap();
+        assert_eq!((t.comm_ms, t.overlapped_ms, t.pct), (50.0, 15.0, 30.0));
+        assert!(
+            d.windows[0]
+                .figures
+                .sentence
+                .contains("Communication kernels ran 30.0 ms, 50 % of it overlapped by compute."),
+            "{}",
+            d.windows[0].figures.sentence
+        );
+        // Without a communication kernel there is no figure.
+        let mut c = Collector::default();
+        feed(&mut c, "gpu_functions-dev:0", "sm90_gemm", 0, 1000, 1, &[("device", 0)]);
+        assert!(c.finish(&BTreeMap::new()).windows[0].figures.comm_overlap.is_none());
     }
 
     #[test]

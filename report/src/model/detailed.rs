@@ -44,6 +44,10 @@ pub struct DetailedFigures {
     pub busy_pct: Option<f64>,
     pub compute_busy_ms: Option<f64>,
     pub compute_busy_pct: Option<f64>,
+    /// Communication against compute (HTA's comm/comp overlap); `null` without a
+    /// communication kernel.
+    #[serde(default)]
+    pub comm_overlap: Option<CommOverlap>,
     pub idle_ms: Option<f64>,
     /// The idle categories in [`IDLE`] order: `name`, `ms`, `pct` (of wall time).
     pub idle: Vec<Share>,
@@ -60,6 +64,19 @@ pub struct DetailedFigures {
     pub top_ops: Vec<TopRow>,
     pub launch_delay: Option<LaunchDelay>,
     pub sentence: String,
+}
+
+/// The communication kernels' time and the part of it compute kernels (every class but
+/// communication and memcpy/memset) run alongside (`docs/report.md`, "Communication against
+/// compute").
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CommOverlap {
+    /// Communication kernels' time, overlaps counted once, ms.
+    pub comm_ms: f64,
+    /// The part of it with a compute kernel running, ms.
+    pub overlapped_ms: f64,
+    /// `overlapped_ms` of `comm_ms`, %.
+    pub pct: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

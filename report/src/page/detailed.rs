@@ -90,7 +90,8 @@ fn windows_table(out: &mut String, d: &Detailed) {
         "<h3>Per window</h3>\n<table><tr><th>rank</th><th>steps</th><th>GPU</th><th class=\"n\">wall</th>\
          <th class=\"n\">GPU busy</th><th class=\"n\">computing</th><th class=\"n\">idle: input</th>\
          <th class=\"n\">idle: sync</th><th class=\"n\">idle: queued</th><th class=\"n\">idle: launching</th>\
-         <th class=\"n\">idle: other</th><th class=\"n\">kernels</th><th class=\"n\">ops</th></tr>\n",
+         <th class=\"n\">idle: other</th><th class=\"n\">kernels</th><th class=\"n\">ops</th>\
+         <th class=\"n\">comm. overlapped</th></tr>\n",
     );
     for w in d.windows.iter().take(MAX_WINDOW_ROWS) {
         window_row(out, w);
@@ -112,7 +113,8 @@ fn window_row(out: &mut String, w: &DetailedWindow) {
         out,
         "<tr><td>{}</td><td>{}–{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
          <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-         <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+         <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+         <td class=\"n\">{}</td></tr>",
         esc(&w.rank),
         w.first_step,
         w.last_step,
@@ -126,7 +128,8 @@ fn window_row(out: &mut String, w: &DetailedWindow) {
         idle(3),
         idle(4),
         count(f.kernels),
-        count(f.ops)
+        count(f.ops),
+        pct(f.comm_overlap.as_ref().map(|c| c.pct))
     );
 }
 
@@ -239,6 +242,15 @@ fn figures(out: &mut String, f: &DetailedFigures, id: &str) {
     if !f.top_ops.is_empty() {
         let _ = writeln!(out, "<h4>Top {} CPU ops by self time</h4>", f.top_ops.len());
         top_table(out, &f.top_ops, false);
+    }
+    if let Some(c) = &f.comm_overlap {
+        let _ = writeln!(
+            out,
+            "<p>Communication against compute: communication kernels ran {}, {} of it ({}) with a compute kernel running alongside.</p>",
+            esc(&ms_text(c.comm_ms)),
+            pct(Some(c.pct)),
+            esc(&ms_text(c.overlapped_ms))
+        );
     }
     if let Some(d) = &f.launch_delay {
         let _ = writeln!(

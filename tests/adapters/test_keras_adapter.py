@@ -52,7 +52,7 @@ WANT_STEPS = collections.Counter(
 
 
 def timeline_events(out):
-    """Every event of the rank's timeline files (docs/formats.md, "Framework timeline")."""
+    """Every event of the rank's timeline files (docs/formats.md, "Timeline files")."""
     found = []
     for f in (out / "framework" / "pevents").rglob("*.json"):
         found.extend(json.loads(f.read_text()))

@@ -475,6 +475,7 @@ pub fn render(
     wall_s: f64,
     rows: &[Row],
     progress: Option<&super::progress::Progress>,
+    cost_ns: &[u64],
 ) {
     let tick = Row {
         family: F::TickTimestamp,
@@ -505,8 +506,31 @@ pub fn render(
     if let Some(p) = progress {
         super::progress::render(buf, format, &labels.node, p);
     }
+    cost(buf, format, &labels.node, cost_ns);
     if format == Format::OpenMetrics {
         buf.push_str("# EOF\n");
+    }
+}
+
+/// The agent's CPU time per part ([`crate::pipeline::cost`]): one counter, a `part` label
+/// from the closed set of [`Part::ALL`], the parts with time only (docs/metrics.md, "The
+/// agent's own cost").
+fn cost(buf: &mut String, format: Format, node: &str, ns: &[u64]) {
+    use crate::pipeline::cost::Part;
+    if ns.iter().all(|&n| n == 0) {
+        return;
+    }
+    let name = "trainprof_agent_cpu_seconds";
+    let typed = if format == Format::Text { "_total" } else { "" };
+    let _ = write!(
+        buf,
+        "# HELP {name}{typed} The agent's own CPU time by part, seconds (thread CPU clocks around each part's work).\n# TYPE {name}{typed} counter\n"
+    );
+    for (part, &n) in Part::ALL.iter().zip(ns).filter(|(_, n)| **n > 0) {
+        buf.push_str(name);
+        buf.push_str("_total{node=\"");
+        super::format::escaped(buf, node);
+        let _ = writeln!(buf, "\",part=\"{}\"}} {:.6}", part.as_str(), n as f64 / 1e9);
     }
 }
 
@@ -617,7 +641,7 @@ mod tests {
         let mut r = Vec::new();
         rows(metrics.iter().copied(), &mut r);
         let mut buf = String::new();
-        render(&mut buf, format, &labels(), 1_595_455_620.123_456, &r, None);
+        render(&mut buf, format, &labels(), 1_595_455_620.123_456, &r, None, &[]);
         buf
     }
 
@@ -744,6 +768,34 @@ mod tests {
         assert!(!t.contains("# EOF"));
         // Each family's header once.
         assert_eq!(t.matches("# TYPE trainprof_cpu_core_busy_percent ").count(), 1);
+    }
+
+    #[test]
+    fn the_agent_cost_is_one_counter_with_a_part_label() {
+        use crate::pipeline::cost::Part;
+        let mut ns = vec![0u64; Part::ALL.len()];
+        ns[Part::NvmlUtilization.slot()] = 1_500_000_000;
+        ns[Part::Write.slot()] = 2_000;
+        let mut t = String::new();
+        cost(&mut t, Format::Text, "algo-1", &ns);
+        assert!(t.contains("# TYPE trainprof_agent_cpu_seconds_total counter\n"), "{t}");
+        assert!(
+            t.contains(
+                "trainprof_agent_cpu_seconds_total{node=\"algo-1\",part=\"nvml.utilization\"} 1.500000\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("trainprof_agent_cpu_seconds_total{node=\"algo-1\",part=\"write\"} 0.000002\n"),
+            "{t}"
+        );
+        assert_eq!(t.matches("part=").count(), 2, "{t}");
+        let mut om = String::new();
+        cost(&mut om, Format::OpenMetrics, "algo-1", &ns);
+        assert!(om.contains("# TYPE trainprof_agent_cpu_seconds counter\n"), "{om}");
+        let mut none = String::new();
+        cost(&mut none, Format::Text, "algo-1", &vec![0; Part::ALL.len()]);
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -48,6 +48,7 @@ use nvml_wrapper::error::NvmlError;
 use super::tree_pids::TreePids;
 use super::{MetricType, Metrics, Name, SampleError, Sampler, percent, rate};
 use crate::log;
+use crate::pipeline::cost::Part;
 
 pub mod attribution;
 mod nvml;
@@ -166,6 +167,24 @@ impl Query {
 
     fn slot(self) -> usize {
         self as usize
+    }
+
+    /// Its part in the agent's own account ([`crate::pipeline::cost`]).
+    pub fn cost_part(self) -> Part {
+        match self {
+            Query::Utilization => Part::NvmlUtilization,
+            Query::Memory => Part::NvmlMemory,
+            Query::Power => Part::NvmlPower,
+            Query::Temperature => Part::NvmlTemperature,
+            Query::SmClock => Part::NvmlSmClock,
+            Query::UtilizationSamples => Part::NvmlUtilizationSamples,
+            Query::Throttle => Part::NvmlThrottle,
+            Query::InstantFields => Part::NvmlInstantFields,
+            Query::Fields => Part::NvmlFields,
+            Query::Gpm => Part::NvmlGpm,
+            Query::Processes => Part::NvmlProcesses,
+            Query::ProcessUtilization => Part::NvmlProcessUtilization,
+        }
     }
 }
 
@@ -753,7 +772,11 @@ fn ask<S: GpuSource>(
     if *state == QueryState::Off {
         return None;
     }
-    match source.read(gpu.index, query) {
+    let read = {
+        let _cost = crate::pipeline::cost::span(query.cost_part());
+        source.read(gpu.index, query)
+    };
+    match read {
         Ok(reading) => {
             if let QueryState::Failing { ticks, .. } = *state {
                 let s = if ticks == 1 { "" } else { "s" };

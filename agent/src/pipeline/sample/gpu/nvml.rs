@@ -401,7 +401,13 @@ impl GpuSource for NvmlSource {
         for g in &mut self.gpus {
             let Some(set) = &g.events else { continue };
             for _ in 0..MAX_EVENTS_PER_TICK {
-                match set.wait(0) {
+                // Each wait is one call of the agent's own account (docs/formats.md, "The
+                // agent's own cost").
+                let waited = {
+                    let _cost = crate::pipeline::cost::span(crate::pipeline::cost::Part::NvmlEvents);
+                    set.wait(0)
+                };
+                match waited {
                     Ok(data) => {
                         let t = data.event_type;
                         if t.contains(EventTypes::CRITICAL_XID_ERROR) {

@@ -15,6 +15,9 @@ pub const MAX_BYTES: u64 = 64 * 1024;
 /// has a bounded number of values and the report knows every word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Part {
+    /// The sampling thread before its first tick: the probe of every source (NVML's loading
+    /// among them), the sinks' start.
+    Start,
     /// The sampling thread outside every other part: the loop's own bookkeeping and waits.
     Loop,
     SamplerCpu,
@@ -68,7 +71,8 @@ pub enum Part {
 }
 
 impl Part {
-    pub const ALL: [Part; 34] = [
+    pub const ALL: [Part; 35] = [
+        Part::Start,
         Part::Loop,
         Part::SamplerCpu,
         Part::SamplerMemory,
@@ -108,6 +112,7 @@ impl Part {
     /// Its word: the record's `Part` and the endpoint's `part` label.
     pub fn as_str(self) -> &'static str {
         match self {
+            Part::Start => "start",
             Part::Loop => "loop",
             Part::SamplerCpu => "sampler.cpu",
             Part::SamplerMemory => "sampler.memory",

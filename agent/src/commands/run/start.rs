@@ -281,7 +281,7 @@ fn sample(
     (waker, metrics): (Option<upload::Waker>, Option<std::net::TcpListener>),
     reload: ConfigReload,
 ) -> LoopCounts {
-    cost::enroll(cost::Part::Loop);
+    cost::enroll(cost::Part::Start);
     let roots = Roots::host();
     let nvml_lib = gpu::lib_from_env();
     let now = || clock.mono();

@@ -129,17 +129,17 @@ families! {
         "Mean of NVML's memory-controller samples since the buffer's previous read, percent.";
     GpuMemoryBusyMax = "trainprof_gpu_memory_busy_max_percent", Gauge, One, true, "accelerator / deviceN / MemoryBusyMaxPercent", None,
         "Highest of NVML's memory-controller samples since the buffer's previous read, percent.";
-    GpuPower = "trainprof_gpu_power_watts", Gauge, One, false, "accelerator / deviceN / PowerWatts", Some("DCGM_FI_DEV_POWER_USAGE (same, W)"),
+    GpuPower = "trainprof_gpu_power_watts", Gauge, One, true, "accelerator / deviceN / PowerWatts", Some("DCGM_FI_DEV_POWER_USAGE (same, W)"),
         "Power draw as NVML reports it (the driver may average it over up to a second), watts.";
     GpuPowerInstant = "trainprof_gpu_power_instant_watts", Gauge, One, false, "accelerator / deviceN / PowerInstantWatts", Some("DCGM_FI_DEV_POWER_USAGE_INSTANT (same, W)"),
         "Instant power draw, watts.";
     GpuEnergyMean = "trainprof_gpu_energy_mean_watts", Gauge, One, true, "accelerator / deviceN / EnergyMeanWatts", Some("rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[…]) / 1000 (DCGM: the mJ counter)"),
         "Mean power over the energy counter's last interval, watts.";
-    GpuTemperature = "trainprof_gpu_temperature_celsius", Gauge, One, false, "accelerator / deviceN / TemperatureCelsius", Some("DCGM_FI_DEV_GPU_TEMP (same, °C)"),
+    GpuTemperature = "trainprof_gpu_temperature_celsius", Gauge, One, true, "accelerator / deviceN / TemperatureCelsius", Some("DCGM_FI_DEV_GPU_TEMP (same, °C)"),
         "GPU temperature, degrees Celsius.";
-    GpuSmClock = "trainprof_gpu_sm_clock_hertz", Gauge, Mega, false, "accelerator / deviceN / SMClockMHz", Some("DCGM_FI_DEV_SM_CLOCK × 10⁶ (DCGM: MHz)"),
+    GpuSmClock = "trainprof_gpu_sm_clock_hertz", Gauge, Mega, true, "accelerator / deviceN / SMClockMHz", Some("DCGM_FI_DEV_SM_CLOCK × 10⁶ (DCGM: MHz)"),
         "SM clock, hertz.";
-    GpuThrottleMask = "trainprof_gpu_throttle_reasons_mask", Gauge, One, false, "accelerator / deviceN / ThrottleReasonsMask", Some("DCGM_FI_DEV_CLOCKS_EVENT_REASONS (formerly DCGM_FI_DEV_CLOCK_THROTTLE_REASONS; same bits)"),
+    GpuThrottleMask = "trainprof_gpu_throttle_reasons_mask", Gauge, One, true, "accelerator / deviceN / ThrottleReasonsMask", Some("DCGM_FI_DEV_CLOCKS_EVENT_REASONS (formerly DCGM_FI_DEV_CLOCK_THROTTLE_REASONS; same bits)"),
         "NVML's clock throttle (clocks event) reasons, the bit mask.";
     GpuThrottleActive = "trainprof_gpu_throttle_reason_active", Gauge, One, false, "accelerator / deviceN / ThrottleReasonsMask (one series per reason, from the mask)", None,
         "1 while the clock throttle reason is active, else 0 (label reason).";

@@ -161,6 +161,7 @@ impl Query {
         match self {
             Query::UtilizationSamples | Query::ProcessUtilization => Kind::Buffers,
             Query::Fields | Query::Gpm => Kind::Counters,
+            Query::Power | Query::Temperature | Query::SmClock | Query::Throttle => Kind::Second,
             _ => Kind::Tick,
         }
     }
@@ -198,6 +199,10 @@ pub enum Kind {
     /// Cumulative counters (PCIe and NVLink bytes, energy, ECC counts, GPM samples): the
     /// totals and means between two reads are exact however far apart they are.
     Counters,
+    /// Readings that move slowly or are already a mean over a second (power usage, which
+    /// NVML averages over 1 s on current GPUs; temperature, SM clock, throttle reasons): once
+    /// a second, each a few to tens of µs on a real driver.
+    Second,
 }
 
 /// How often the slow [`Kind`]s run (`docs/formats.md`, "GPU: cadence").
@@ -209,6 +214,8 @@ pub struct Cadence {
     /// until a span was seen).
     pub buffers_min: Duration,
     pub buffers_max: Duration,
+    /// The slow instant readings ([`Kind::Second`]): at most this long apart.
+    pub second: Duration,
 }
 
 impl Cadence {
@@ -217,11 +224,16 @@ impl Cadence {
         counters: Duration::from_secs(10),
         buffers_min: Duration::from_secs(1),
         buffers_max: Duration::from_secs(10),
+        second: Duration::from_secs(1),
     };
 
     /// Every query on every tick.
-    pub const EVERY_TICK: Cadence =
-        Cadence { counters: Duration::ZERO, buffers_min: Duration::ZERO, buffers_max: Duration::ZERO };
+    pub const EVERY_TICK: Cadence = Cadence {
+        counters: Duration::ZERO,
+        buffers_min: Duration::ZERO,
+        buffers_max: Duration::ZERO,
+        second: Duration::ZERO,
+    };
 
     /// The buffers' cadence for a ring seen to hold `held` (µs), or none seen yet.
     pub fn buffers(&self, held: Option<u64>) -> Duration {
@@ -567,6 +579,7 @@ struct GpuState {
     /// When the buffers and the counters are next due (`None` before the first tick).
     buffers_due: Option<Duration>,
     counters_due: Option<Duration>,
+    second_due: Option<Duration>,
     /// The buffers' cadence ([`Cadence::buffers`] of the span they were seen to hold).
     buffers_every: Duration,
     held_us: Option<u64>,
@@ -588,6 +601,7 @@ impl GpuState {
             events: EventCounts::default(),
             buffers_due: None,
             counters_due: None,
+            second_due: None,
             buffers_every: Duration::ZERO,
             held_us: None,
             buffers_read: None,
@@ -603,6 +617,7 @@ impl GpuState {
             Kind::Tick => return true,
             Kind::Buffers => self.buffers_due,
             Kind::Counters => self.counters_due,
+            Kind::Second => self.second_due,
         };
         last || at.is_none_or(|at| now >= at)
     }
@@ -862,6 +877,7 @@ impl<S: GpuSource> GpuSampler<S> {
         };
         let buffers = gpu.due(Kind::Buffers, now, last);
         let counters = gpu.due(Kind::Counters, now, last);
+        let second = gpu.due(Kind::Second, now, last);
 
         // Utilisation: the instant reading, or the buffers' means when they are read every
         // tick (their interval is the tick's); the buffers' mean and max over their interval.
@@ -903,6 +919,9 @@ impl<S: GpuSource> GpuSampler<S> {
         }
 
         for query in [Query::Memory, Query::Power, Query::Temperature, Query::SmClock, Query::Throttle] {
+            if query.kind() == Kind::Second && !second {
+                continue;
+            }
             match ask(source, failures, gpu, query) {
                 Some(Reading::Memory { used_bytes, total_bytes }) => {
                     // Total 0 (never seen, but a broken board could say so) gives NaN: left out.
@@ -1020,6 +1039,9 @@ impl<S: GpuSource> GpuSampler<S> {
         }
         if counters {
             gpu.counters_due = Some(next_due(now, cadence.counters, tick, share));
+        }
+        if second {
+            gpu.second_due = Some(next_due(now, cadence.second, tick, None));
         }
     }
 }

@@ -1,9 +1,9 @@
 //! [`NvmlSource`]: the [`GpuSource`] over the real NVML (or a fake library at its path).
 //!
 //! NVML calls per GPU (`docs/formats.md`, "GPU: cadence"; measured in `BENCHMARKS.md`,
-//! "NVML cost"): every tick the instant utilisation, memory, power, temperature, SM clock,
-//! throttle reasons, the instant-power field, with a trainer the process list, and one
-//! `nvmlEventSetWait_v2(0)` per GPU with events; at the buffers' cadence the two sample
+//! "NVML cost"): every tick the instant utilisation, memory, the instant-power field, with a
+//! trainer the process list, and one `nvmlEventSetWait_v2(0)` per GPU with events; once a
+//! second the power usage, temperature, SM clock and throttle reasons; at the buffers' cadence the two sample
 //! buffers and the per-process samples (one call each, [`raw`]); at the counters' cadence one
 //! batched `nvmlDeviceGetFieldValues` and GPM (the older of two samples filled again, and the
 //! metrics call).

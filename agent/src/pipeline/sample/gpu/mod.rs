@@ -216,6 +216,10 @@ pub struct Cadence {
     pub buffers_max: Duration,
     /// The slow instant readings ([`Kind::Second`]): at most this long apart.
     pub second: Duration,
+    /// The instant utilisation only when the driver has a new sample since its last read
+    /// (its sample period seen in the buffers); between, the last reading stands, which is
+    /// what NVML would return (docs/formats.md, "GPU: cadence").
+    pub utilization_per_sample: bool,
 }
 
 impl Cadence {
@@ -225,6 +229,7 @@ impl Cadence {
         buffers_min: Duration::from_secs(1),
         buffers_max: Duration::from_secs(10),
         second: Duration::from_secs(1),
+        utilization_per_sample: true,
     };
 
     /// Every query on every tick.
@@ -233,6 +238,7 @@ impl Cadence {
         buffers_min: Duration::ZERO,
         buffers_max: Duration::ZERO,
         second: Duration::ZERO,
+        utilization_per_sample: false,
     };
 
     /// The buffers' cadence for a ring seen to hold `held` (µs), or none seen yet.
@@ -588,6 +594,11 @@ struct GpuState {
     /// Samples of the GPU-utilisation buffer read, and lost between reads.
     samples_read: u64,
     samples_lost: u64,
+    /// The driver's sample period and a sample's timestamp (µs, NVML's wall clock), from
+    /// the buffers; the last instant reading and when it was taken (the same clock).
+    sample_period_us: Option<u64>,
+    sample_anchor_us: u64,
+    utilization: Option<((u32, u32), u64)>,
 }
 
 impl GpuState {
@@ -607,6 +618,9 @@ impl GpuState {
             buffers_read: None,
             samples_read: 0,
             samples_lost: 0,
+            sample_period_us: None,
+            sample_anchor_us: 0,
+            utilization: None,
         }
     }
 
@@ -620,6 +634,36 @@ impl GpuState {
             Kind::Second => self.second_due,
         };
         last || at.is_none_or(|at| now >= at)
+    }
+}
+
+/// Now on NVML's clock for sample timestamps (epoch µs).
+fn wall_now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+impl GpuState {
+    /// Whether the driver has taken no utilisation sample since the last instant reading:
+    /// the samples fall every period from the anchor, and the next after that reading is
+    /// more than a tenth of a period away still. Unknown (no period, no reading, a clock
+    /// that disagrees with NVML's by more than a minute): false, so it is read.
+    fn no_new_sample(&self, now_us: u64) -> bool {
+        let (Some(period), Some((_, read_at))) = (self.sample_period_us, self.utilization) else {
+            return false;
+        };
+        let anchor = self.sample_anchor_us;
+        if !(10_000..=2_000_000).contains(&period) || read_at < anchor || now_us < read_at {
+            return false;
+        }
+        // The anchor moves at every buffer read (at most 10 s apart): older than a minute,
+        // the clocks disagree.
+        if now_us - anchor > 60_000_000 {
+            return false;
+        }
+        let newest_at_read = anchor + (read_at - anchor) / period * period;
+        now_us + period / 10 < newest_at_read + period
     }
 }
 
@@ -906,9 +950,24 @@ impl<S: GpuSource> GpuSampler<S> {
                 buffer_seen(gpu, &cadence, g, m);
             }
         }
+        let wall_us = wall_now_us();
+        let unchanged = cadence.utilization_per_sample && !last && gpu.no_new_sample(wall_us);
+        let instant = if unchanged {
+            gpu.utilization.map(|((g, m), _)| Reading::Utilization { gpu_percent: g, memory_busy_percent: m })
+        } else if !(gpu_done && mem_done) {
+            let r = ask(source, failures, gpu, Query::Utilization);
+            gpu.utilization = match r {
+                Some(Reading::Utilization { gpu_percent, memory_busy_percent }) => {
+                    Some(((gpu_percent, memory_busy_percent), wall_us))
+                }
+                _ => None,
+            };
+            r
+        } else {
+            None
+        };
         if !(gpu_done && mem_done)
-            && let Some(Reading::Utilization { gpu_percent, memory_busy_percent }) =
-                ask(source, failures, gpu, Query::Utilization)
+            && let Some(Reading::Utilization { gpu_percent, memory_busy_percent }) = instant
         {
             if !gpu_done {
                 put(GPU_UTILIZATION, f64::from(gpu_percent));
@@ -1050,6 +1109,10 @@ impl<S: GpuSource> GpuSampler<S> {
 /// it, within the bounds), and lost samples are counted and logged.
 fn buffer_seen(gpu: &mut GpuState, cadence: &Cadence, g: SampleStats, m: SampleStats) {
     let index = gpu.index;
+    if let Some(p) = g.period {
+        gpu.sample_period_us = Some(p);
+        gpu.sample_anchor_us = g.newest;
+    }
     gpu.samples_read += u64::from(g.count);
     gpu.samples_lost += g.lost;
     let held = match (g.held, m.held) {

@@ -42,8 +42,10 @@ struct NvmlGpu {
     gpu_since: u64,
     memory_since: u64,
     process_since: u64,
-    /// The span the probe's read of the whole rings showed, handed on with the first reading.
+    /// The span the probe's read of the whole rings showed, and the GPU buffer's sample period
+    /// and newest timestamp, handed on with the first reading.
     held: (Option<u64>, Option<u64>),
+    probe_period: Option<(u64, u64)>,
     /// GPM: whether the GPU has it (asked once), two samples taken in turn, and which of
     /// them is the newer.
     gpm_supported: Option<bool>,
@@ -124,6 +126,7 @@ impl NvmlGpu {
             memory_since: 0,
             process_since: 0,
             held: (None, None),
+            probe_period: None,
             gpm_supported: None,
             gpm_samples: [None, None],
             gpm_newest: 1,
@@ -133,6 +136,7 @@ impl NvmlGpu {
         // A failure here shows on the first tick, where the same call is made.
         if let Ok(Reading::UtilizationSamples { gpu, memory_busy }) = g.utilization_samples(nvml) {
             g.held = (gpu.held, memory_busy.held);
+            g.probe_period = gpu.period.map(|p| (p, gpu.newest));
         }
         let _ = g.process_utilization(nvml);
         g
@@ -185,6 +189,12 @@ impl NvmlGpu {
         let (mut gpu, mut memory_busy) = (gpu, memory_busy);
         let (gpu_held, memory_held) = mem::take(&mut self.held);
         gpu.held = gpu.held.or(gpu_held);
+        if gpu.period.is_none()
+            && let Some((period, newest)) = self.probe_period.take()
+        {
+            gpu.period = Some(period);
+            gpu.newest = newest;
+        }
         memory_busy.held = memory_busy.held.or(memory_held);
         Ok(Reading::UtilizationSamples { gpu, memory_busy })
     }

@@ -254,7 +254,7 @@ fn a_zero_memory_total_leaves_the_percentage_out() {
 }
 
 fn stats(count: u32, mean: f64, max: f64) -> SampleStats {
-    SampleStats { count, mean, max, held: None, lost: 0 }
+    SampleStats { count, mean, max, held: None, lost: 0, ..SampleStats::default() }
 }
 
 /// The sampler over `source` with every query on every tick (the tests of what a query
@@ -397,8 +397,8 @@ fn gpm_needs_two_samples_and_switches_off_per_metric() {
 fn samples(held_s: Option<u64>, lost: u64) -> Reading {
     let held = held_s.map(|s| s * 1_000_000);
     Reading::UtilizationSamples {
-        gpu: SampleStats { count: 5, mean: 50.0, max: 60.0, held, lost },
-        memory_busy: SampleStats { count: 5, mean: 10.0, max: 20.0, held, lost },
+        gpu: SampleStats { count: 5, mean: 50.0, max: 60.0, held, lost, ..SampleStats::default() },
+        memory_busy: SampleStats { count: 5, mean: 10.0, max: 20.0, held, lost, ..SampleStats::default() },
     }
 }
 
@@ -806,6 +806,7 @@ fn the_buffers_are_read_often_enough_to_lose_no_sample() {
             buffers_min: Duration::from_millis(min_ms),
             buffers_max: Duration::from_secs(10),
             second: Duration::from_secs(1),
+            utilization_per_sample: true,
         };
         let mut s = probe(Some(lib.as_os_str())).unwrap().expect("fake GPUs").with_cadence(cadence);
         let start = std::time::Instant::now();
@@ -969,4 +970,41 @@ fn fake_call_counter(lib: &std::path::Path) -> impl Fn() -> u64 {
 /// makes no system calls, so this is user-space time).
 fn thread_cpu() -> Duration {
     Duration::from_nanos(crate::pipeline::sample::process::thread_cpu_ns())
+}
+
+/// The instant utilisation is read only when the driver has a new sample (its period seen in
+/// the buffers): fewer calls than ticks, and every value written is what NVML gives at that
+/// moment (a second sampler reading on every tick, just before and just after, agrees
+/// whenever no sample fell between its two reads).
+#[test]
+fn the_instant_utilisation_is_read_once_per_driver_sample() {
+    use crate::pipeline::cost::{self, Part};
+    let account: &'static cost::Account = Box::leak(Box::default());
+    cost::use_account(account);
+    let calls = || account.snapshot().calls[Part::NvmlUtilization.slot()];
+    let (_tmp, lib) = build_fake("per-sample", &["-DFAKE_NVML_SAMPLE_US=100000", "-DFAKE_NVML_DEVICES=1"]);
+    let fast = Cadence { buffers_min: Duration::from_millis(200), ..Cadence::DEFAULT };
+    let mut a = probe(Some(lib.as_os_str())).unwrap().expect("a fake GPU").with_cadence(fast);
+    let every = Cadence { utilization_per_sample: false, ..fast };
+    let mut b = probe(Some(lib.as_os_str())).unwrap().expect("a fake GPU").with_cadence(every);
+    let start = std::time::Instant::now();
+    let (mut ticks, mut checked, mut a_calls) = (0u64, 0u64, 0u64);
+    while start.elapsed() < Duration::from_millis(2000) {
+        let now = start.elapsed();
+        let before = get(&tick_at(&mut b, now), 0, GPU_UTILIZATION);
+        let c0 = calls();
+        let value = get(&tick_at(&mut a, now), 0, GPU_UTILIZATION);
+        a_calls += calls() - c0;
+        let after = get(&tick_at(&mut b, now), 0, GPU_UTILIZATION);
+        assert!(value.is_some(), "a value on every tick");
+        if before == after {
+            assert_eq!(value, before, "tick {ticks}: what NVML gives now");
+            checked += 1;
+        }
+        ticks += 1;
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(checked * 2 >= ticks, "{checked} of {ticks} ticks checked");
+    // 100 ms samples, ticks about 30 ms apart: about one read in three once the period is known.
+    assert!(a_calls * 2 < ticks, "{a_calls} reads in {ticks} ticks");
 }

@@ -14,7 +14,10 @@ and a part whose prerequisites are missing (no pynvml, no torch, no CUDA device)
   agent    `trainprof agent --interval-ms 100` for GPU_CHECK_AGENT_SECONDS (20) with the GPU and,
            at the same time, another with NVML pointed at a library that does not exist (the
            agent then samples no GPU): CPU per tick from /proc/<pid>/task/*/schedstat, from the
-           first written tick on; RSS at the end.
+           first written tick on; RSS at the end. Beside it the agent's own account of each
+           run (system/cost/, docs/formats.md "The agent's own cost"): its share of a core
+           against the outside figure, µs per tick and per call of every part (each kind of
+           NVML call per GPU), and the per-GPU cost both ways.
   train    bench/gpu_train.py (ResNet-50, bf16, synthetic data) for GPU_CHECK_TRAIN_SECONDS
            (25) each: plain; under `trainprof run --interval-ms 100` with the adapter and no
            window, beside an nvidia-ml-py sampler of GPU 0 every 100 ms (GPU utilisation: the
@@ -320,9 +323,57 @@ def measure_agent(ctx, label, nvml_lib, seconds, results, binary=None):
             proc.wait()
         log.seek(0)
         tail = [line for line in log.read().splitlines() if "ticks:" in line or "agent:" in line]
-        results.setdefault(label, {})["log"] = tail[-2:]
+        results.setdefault(label, {})["log"] = tail[-3:]
         log.close()
+        results[label]["own"] = own_account(out)
         results[label]["gpu_rows"] = sum(1 for r in system_rows(out) if r.get("Type") in ("gpu", "accelerator"))
+
+
+def own_account(out):
+    """The agent's own record of its cost (docs/formats.md, "The agent's own cost"), or None."""
+    for path in sorted(glob.glob(os.path.join(out, "system", "cost", "*", "*.json"))):
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            pass
+    return None
+
+
+def own_table(md, results, labels):
+    """The agent's own per-part account beside the outside measurement: its CPU share against
+    schedstat's, and per part µs per tick and per call (per GPU for the NVML kinds)."""
+    for label in labels:
+        rec = results.get(label, {}).get("own")
+        if not rec:
+            md.append("* %s: no record of its own cost (system/cost/)" % label)
+            continue
+        ticks = max(rec["Ticks"], 1)
+        gpus = max(rec.get("Gpus", 0), 1)
+        outside = results[label].get("core_pct")
+        md.append("**%s, by its own account**: %.3f %% of a core over its %.0f s (outside, after start-up: %s), "
+                  "parts %.0f %% of its CPU, the accounting %.2f %%, %d of %d ticks timed in full\n"
+                  % (label, rec["CpuSeconds"] / max(rec["WallSeconds"], 1e-9) * 100, rec["WallSeconds"],
+                     "%.3f %%" % outside if outside is not None else "none",
+                     sum(p["Seconds"] for p in rec["Parts"]) / max(rec["CpuSeconds"], 1e-9) * 100,
+                     rec["AccountingSeconds"] / max(rec["CpuSeconds"], 1e-9) * 100, rec["TimedTicks"], rec["Ticks"]))
+        md.append("| part | µs / tick | µs / GPU / tick | calls / tick | µs / call |\n|---|---:|---:|---:|---:|")
+        for p in rec["Parts"]:
+            per_tick = p["Seconds"] / ticks * 1e6
+            nvml = p["Part"].startswith("nvml.")
+            md.append("| %s | %.1f | %s | %.2f | %s |" % (
+                p["Part"], per_tick, "%.1f" % (per_tick / gpus) if nvml else "", p["Calls"] / ticks,
+                "%.1f" % p["MicrosPerCall"] if p.get("MicrosPerCall") is not None else ""))
+        md.append("")
+    with_gpu, without = (results.get(k, {}) for k in ("with GPU", "without GPU"))
+    if "us_per_tick" in with_gpu and "us_per_tick" in without and with_gpu.get("own"):
+        gpus = max(with_gpu["own"].get("Gpus", 0), 1)
+        nvml = sum(p["Seconds"] for p in with_gpu["own"]["Parts"]
+                   if p["Part"].startswith("nvml.") or p["Part"] == "sampler.gpu")
+        md.append("Per GPU and tick: %.0f µs from outside ((with − without) ÷ %d GPU%s), %.0f µs by the agent's own "
+                  "account (its nvml.* parts and sampler.gpu over all its ticks, start-up included); the goal is 100.\n"
+                  % ((with_gpu["us_per_tick"] - without["us_per_tick"]) / gpus, gpus, "s" * (gpus != 1),
+                     nvml / max(with_gpu["own"]["Ticks"], 1) / gpus * 1e6))
 
 
 def part_agent(ctx, md):
@@ -359,6 +410,7 @@ def part_agent(ctx, md):
         for line in results.get(label, {}).get("log", []):
             md.append("* %s: `%s`" % (label, line.strip()))
     md.append("")
+    own_table(md, results, labels)
 
 
 def train(ctx, label, tp, config=None, slow_step=-1, seconds=TRAIN_S, oracle=False):

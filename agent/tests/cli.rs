@@ -1016,11 +1016,17 @@ fn write_config(path: &std::path::Path, text: &str) {
 
 /// Lines in the system files (sealed and open) under `root`.
 fn system_lines(root: &std::path::Path) -> Vec<Value> {
+    use trainprof_output::protocol::{agent_cost, node_record};
+    // The agent's records (the node's GPUs, its own cost) are no system lines.
+    let records = [root.join(node_record::FOLDER), root.join(agent_cost::FOLDER)];
     let mut out = Vec::new();
     let mut stack = vec![root.join("system")];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let p = e.path();
+            if records.contains(&p) {
+                continue;
+            }
             if p.is_dir() {
                 stack.push(p);
             } else if p.file_name().unwrap().to_string_lossy() != "training_job_end.ts" {

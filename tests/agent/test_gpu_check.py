@@ -30,6 +30,13 @@ def test_gpu_check_runs_without_a_gpu(trainprof_bin, fake_nvml, tmp_path):
     assert set(rows) == {"with GPU", "without GPU"}, md
     assert int(rows["with GPU"].group(3)) > 0 and int(rows["without GPU"].group(3)) == 0, md
     assert int(rows["with GPU"].group(2)) > 0, md
+    # Beside it, each agent's own account of its cost (system/cost/): the NVML kinds per GPU
+    # for the one with the fake GPUs, none for the other; the per-GPU cost both ways.
+    assert "**with GPU, by its own account**" in md and "**without GPU, by its own account**" in md, md
+    own = md.split("**with GPU, by its own account**")[1].split("**without GPU")[0]
+    assert re.search(r"^\| nvml\.utilization \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", own, re.M), own
+    assert "nvml." not in md.split("**without GPU, by its own account**")[1].split("Per GPU and tick")[0], md
+    assert re.search(r"Per GPU and tick: -?[0-9]+ µs from outside .* [0-9]+ µs by the agent's own account", md), md
     # What it cannot do here, it says.
     try:
         import pynvml  # noqa: F401

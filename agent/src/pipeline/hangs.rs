@@ -695,9 +695,11 @@ impl HangSink {
         let mut w = Watcher::new(root, proc, node, Arc::clone(&ring), tree);
         let stopping = Arc::clone(&stop);
         let spawned = std::thread::Builder::new().name("trainprof-hangs".into()).spawn(move || {
+            crate::pipeline::cost::enroll(crate::pipeline::cost::Part::HangWatch);
             loop {
                 let stop = stopping.load(Ordering::Relaxed);
                 w.step(Instant::now(), stop);
+                crate::pipeline::cost::flush();
                 if stop {
                     break;
                 }
@@ -720,6 +722,10 @@ impl HangSink {
 }
 
 impl Sink for HangSink {
+    fn cost_part(&self) -> crate::pipeline::cost::Part {
+        crate::pipeline::cost::Part::HangSink
+    }
+
     fn tick(&mut self, tick: &Tick<'_>) {
         match self.ring.try_lock() {
             Ok(mut r) => r.push(tick.wall_s, tick.metrics),

@@ -1,6 +1,7 @@
 //! The sampling pipeline: the samplers → the tick → its sinks (the system metrics files,
 //! the metrics endpoint) → the uploader.
 
+pub mod cost;
 pub mod hangs;
 pub mod metrics;
 pub mod sample;

@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use crate::pipeline::cost::Part;
 use crate::pipeline::sample::Metric;
 use crate::pipeline::system_file::SystemCounts;
 
@@ -46,6 +47,12 @@ pub trait Sink: Send {
 
     /// Adds what the sink counted to the loop's counts (for the summary).
     fn add_counts(&self, _counts: &mut LoopCounts) {}
+
+    /// The part its time is charged to in the agent's own account
+    /// ([`crate::pipeline::cost`]).
+    fn cost_part(&self) -> Part {
+        Part::Loop
+    }
 }
 
 /// What the loop did, for the summary and the agent's own metrics.

@@ -96,6 +96,10 @@ impl SystemFiles {
 }
 
 impl Sink for SystemFiles {
+    fn cost_part(&self) -> crate::pipeline::cost::Part {
+        crate::pipeline::cost::Part::Write
+    }
+
     /// A tick into the open minute file; the last one into a file of its own named by its
     /// second ([`SystemWriter::write_last_tick`]).
     fn tick(&mut self, tick: &Tick<'_>) {

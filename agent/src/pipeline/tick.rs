@@ -9,6 +9,7 @@
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::pipeline::cost::{self, Part};
 use crate::pipeline::sample::{Metrics, Sampler};
 use crate::pipeline::sink::{LoopCounts, Sink, Tick};
 use crate::pipeline::system_file::SystemCounts;
@@ -99,6 +100,8 @@ const LAST_TICK_MIN: Duration = Duration::from_millis(50);
 /// One sampler and what the loop knows about its health.
 struct Source {
     sampler: Box<dyn Sampler>,
+    /// Its part in the agent's own account.
+    part: Part,
     failures: u64,
     /// The last error's text, to log only changes.
     failing: Option<String>,
@@ -110,6 +113,23 @@ impl std::fmt::Debug for Source {
             .field("sampler", &self.sampler.name())
             .field("failures", &self.failures)
             .finish()
+    }
+}
+
+/// A sampler's part in the agent's own account, by its name.
+fn sampler_part(name: &str) -> Part {
+    match name {
+        "cpu" => Part::SamplerCpu,
+        "memory" => Part::SamplerMemory,
+        "disk" => Part::SamplerDisk,
+        "network" => Part::SamplerNetwork,
+        "cgroup" => Part::SamplerCgroup,
+        "trainer" => Part::SamplerTree,
+        "agent" => Part::SamplerAgent,
+        "pressure" => Part::SamplerPressure,
+        "clock" => Part::SamplerClock,
+        "gpu" => Part::SamplerGpu,
+        _ => Part::SamplerOther,
     }
 }
 
@@ -156,8 +176,10 @@ impl std::fmt::Debug for Ticker {
 
 impl Ticker {
     pub fn new(samplers: Vec<Box<dyn Sampler>>, sinks: Vec<Box<dyn Sink>>, interval: Duration) -> Ticker {
-        let sources =
-            samplers.into_iter().map(|sampler| Source { sampler, failures: 0, failing: None }).collect();
+        let sources = samplers
+            .into_iter()
+            .map(|sampler| Source { part: sampler_part(sampler.name()), sampler, failures: 0, failing: None })
+            .collect();
         Ticker {
             sources,
             metrics: Metrics::new(),
@@ -231,15 +253,20 @@ impl Ticker {
     fn hand_on(&mut self, wall_s: f64, last: bool) {
         let tick = Tick { wall_s, metrics: self.metrics.as_slice(), last };
         for s in &mut self.sinks {
+            let _cost = cost::span(s.cost_part());
             s.tick(&tick);
         }
     }
 
     /// Every sampler into the buffer (`last`: [`Sampler::sample_last`]).
     fn sample(&mut self, mono: Duration, last: bool) {
+        // Every part timed on one tick in TIMED_EVERY from the second (the first's calls pay
+        // for lazy loading once, which would skew a call's cost), and on the last.
+        cost::tick_begin(last || self.ticks % cost::TIMED_EVERY == 1);
         self.ticks += 1;
         self.metrics.clear();
         for s in &mut self.sources {
+            let _cost = cost::span(s.part);
             let result = if last {
                 s.sampler.sample_last(mono, &mut self.metrics)
             } else {

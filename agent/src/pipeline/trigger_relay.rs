@@ -81,6 +81,7 @@ pub fn spawn(url: S3Url, options: S3Options, settings: Settings) -> io::Result<R
     let flag = Arc::clone(&stop);
     let runtime = crate::s3::runtime().map_err(io::Error::other)?;
     std::thread::Builder::new().name("trainprof-trigger-relay".into()).spawn(move || {
+        crate::pipeline::cost::enroll(crate::pipeline::cost::Part::Relay);
         let store = runtime.block_on(S3Store::connect(url, options));
         let mut relayer = Relayer::new(store, settings);
         relayer.run(&runtime, &flag);
@@ -143,6 +144,7 @@ impl Relayer {
                 if left.is_zero() {
                     break;
                 }
+                crate::pipeline::cost::flush();
                 std::thread::sleep(left.min(SLICE));
             }
         }

@@ -227,6 +227,7 @@ pub fn spawn(
     mut on_signal: impl FnMut(Received) + Send + 'static,
 ) -> io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name("trainprof-signals".into()).spawn(move || {
+        crate::pipeline::cost::enroll(crate::pipeline::cost::Part::Signals);
         let mut pipe = std::fs::File::from(installed.read);
         let mut buf = [0u8; 64];
         loop {
@@ -236,6 +237,7 @@ pub fn spawn(
                     for &b in &buf[..n] {
                         on_signal(Received { signo: i32::from(b) });
                     }
+                    crate::pipeline::cost::flush();
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return,

@@ -13,6 +13,8 @@
 //!   checks (the report's files, the agent's progress and repair);
 //! * [`node_record`]: the agent's record of a node's GPUs, written once when it starts
 //!   sampling and read back by the report;
+//! * [`agent_cost`]: what the agent cost, per part, written at the end of sampling and read
+//!   back by the report;
 //! * [`host_record`]: the agent's record of the host around a stall, read back by the report;
 //! * [`dump`]: the hook's hang and crash dumps (folder and file names, `stall.json` and
 //!   `ended.json` keys, the dump kinds, the check that a `stall.json` is the hook's record);
@@ -38,6 +40,7 @@ macro_rules! words {
     };
 }
 
+pub mod agent_cost;
 pub mod decimal;
 pub mod dump;
 pub mod host_record;

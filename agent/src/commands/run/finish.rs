@@ -168,6 +168,7 @@ fn log_summary(
     for line in summary::summary(root, out, counts, cost).lines() {
         log!("{line}");
     }
+    log!("{}", crate::pipeline::cost::line(&crate::pipeline::cost::record("", Default::default())));
 }
 
 /// CMD's exit status as `run`'s.

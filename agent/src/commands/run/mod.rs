@@ -73,6 +73,7 @@ pub struct UploadOptions {
 /// exit status: CMD's, or 2 when something a person typed is wrong (126 / 127 when CMD
 /// cannot be started).
 pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> ExitCode {
+    crate::pipeline::cost::enroll(crate::pipeline::cost::Part::Main);
     let prepared = match prepare(opts, sources, command.is_some()) {
         Ok(p) => p,
         Err(code) => return code,
@@ -81,6 +82,8 @@ pub fn main(opts: Options, sources: Sources, command: Option<Vec<OsString>>) -> 
         Ok(s) => s,
         Err(code) => return code,
     };
+    // The start-up's time, charged before the long wait.
+    crate::pipeline::cost::flush();
     finish(wait(started))
 }
 

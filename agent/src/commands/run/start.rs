@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 use trainprof_config::{FileStatus, Loader, Reload};
 use trainprof_output::fs as ofs;
 use trainprof_output::node::{ResourceConfig, SystemNode};
+use trainprof_output::protocol::agent_cost;
 use trainprof_output::protocol::node_record::{self, NodeGpu, NodeRecord};
 use trainprof_output::protocol::system_line::round_us;
 
 use super::prepare::Prepared;
 use super::{Job, UploadOptions, Uploading, output_root};
 use crate::log;
+use crate::pipeline::cost;
 use crate::pipeline::metrics;
 use crate::pipeline::sample::probe::{ProbeContext, probe_samplers};
 use crate::pipeline::sample::process::thread_cpu_us;
@@ -279,6 +281,7 @@ fn sample(
     (waker, metrics): (Option<upload::Waker>, Option<std::net::TcpListener>),
     reload: ConfigReload,
 ) -> LoopCounts {
+    cost::enroll(cost::Part::Start);
     let roots = Roots::host();
     let nvml_lib = gpu::lib_from_env();
     let now = || clock.mono();
@@ -315,6 +318,17 @@ fn sample(
     ticker.run(clock);
     let mut c = ticker.counts();
     c.sampling_cpu_us = thread_cpu_us().saturating_sub(cpu_before);
+    let cx = cost::Context {
+        interval_ms: u64::from(interval_ms),
+        gpus: u32::try_from(probed.gpus).unwrap_or(u32::MAX),
+    };
+    write_record(
+        root,
+        agent_cost::FOLDER,
+        &node.to_string(),
+        "cost record",
+        &agent_cost::to_bytes(&cost::record(&node.to_string(), cx)),
+    );
     c
 }
 
@@ -324,12 +338,18 @@ fn sample(
 fn write_node_record(root: &Path, node: &str, gpus: Vec<NodeGpu>) {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let record = NodeRecord { node: node.to_owned(), timestamp: round_us(now.as_secs_f64()), gpus };
-    let bytes = node_record::to_bytes(&record);
-    let folder = format!("{}/{node}", node_record::FOLDER);
+    write_record(root, node_record::FOLDER, node, "node record", &node_record::to_bytes(&record));
+}
+
+/// One record of the agent's, `<folder>/<node>/<µs>.json` (never over a file: a name that
+/// is taken is passed by); one line when it cannot be written.
+fn write_record(root: &Path, folder: &str, node: &str, what: &str, bytes: &[u8]) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let folder = format!("{folder}/{node}");
     let dir = match ofs::Dir::open_root(root, false).and_then(|d| d.sub(&folder, true)) {
         Ok(d) => d,
         Err(e) => {
-            log!("cannot write the node record into {folder}: {e}");
+            log!("cannot write the {what} into {folder}: {e}");
             return;
         }
     };
@@ -337,16 +357,16 @@ fn write_node_record(root: &Path, node: &str, gpus: Vec<NodeGpu>) {
     let tag = std::process::id().to_string();
     for k in 0..16 {
         let name = node_record::file_name(us.saturating_add(k));
-        match ofs::write_new(&dir, &name, &tag, &bytes) {
+        match ofs::write_new(&dir, &name, &tag, bytes) {
             Ok(true) => return,
             Ok(false) => continue,
             Err(e) => {
-                log!("cannot write the node record {folder}/{name}: {e}");
+                log!("cannot write the {what} {folder}/{name}: {e}");
                 return;
             }
         }
     }
-    log!("cannot write the node record: 16 names taken in {folder}");
+    log!("cannot write the {what}: 16 names taken in {folder}");
 }
 
 /// The `TRAINPROF_LOCAL_PATH` the trainer gets: the agent's root when that root was chosen

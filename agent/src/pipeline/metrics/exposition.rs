@@ -129,17 +129,17 @@ families! {
         "Mean of NVML's memory-controller samples since the buffer's previous read, percent.";
     GpuMemoryBusyMax = "trainprof_gpu_memory_busy_max_percent", Gauge, One, true, "accelerator / deviceN / MemoryBusyMaxPercent", None,
         "Highest of NVML's memory-controller samples since the buffer's previous read, percent.";
-    GpuPower = "trainprof_gpu_power_watts", Gauge, One, false, "accelerator / deviceN / PowerWatts", Some("DCGM_FI_DEV_POWER_USAGE (same, W)"),
+    GpuPower = "trainprof_gpu_power_watts", Gauge, One, true, "accelerator / deviceN / PowerWatts", Some("DCGM_FI_DEV_POWER_USAGE (same, W)"),
         "Power draw as NVML reports it (the driver may average it over up to a second), watts.";
     GpuPowerInstant = "trainprof_gpu_power_instant_watts", Gauge, One, false, "accelerator / deviceN / PowerInstantWatts", Some("DCGM_FI_DEV_POWER_USAGE_INSTANT (same, W)"),
         "Instant power draw, watts.";
     GpuEnergyMean = "trainprof_gpu_energy_mean_watts", Gauge, One, true, "accelerator / deviceN / EnergyMeanWatts", Some("rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[…]) / 1000 (DCGM: the mJ counter)"),
         "Mean power over the energy counter's last interval, watts.";
-    GpuTemperature = "trainprof_gpu_temperature_celsius", Gauge, One, false, "accelerator / deviceN / TemperatureCelsius", Some("DCGM_FI_DEV_GPU_TEMP (same, °C)"),
+    GpuTemperature = "trainprof_gpu_temperature_celsius", Gauge, One, true, "accelerator / deviceN / TemperatureCelsius", Some("DCGM_FI_DEV_GPU_TEMP (same, °C)"),
         "GPU temperature, degrees Celsius.";
-    GpuSmClock = "trainprof_gpu_sm_clock_hertz", Gauge, Mega, false, "accelerator / deviceN / SMClockMHz", Some("DCGM_FI_DEV_SM_CLOCK × 10⁶ (DCGM: MHz)"),
+    GpuSmClock = "trainprof_gpu_sm_clock_hertz", Gauge, Mega, true, "accelerator / deviceN / SMClockMHz", Some("DCGM_FI_DEV_SM_CLOCK × 10⁶ (DCGM: MHz)"),
         "SM clock, hertz.";
-    GpuThrottleMask = "trainprof_gpu_throttle_reasons_mask", Gauge, One, false, "accelerator / deviceN / ThrottleReasonsMask", Some("DCGM_FI_DEV_CLOCKS_EVENT_REASONS (formerly DCGM_FI_DEV_CLOCK_THROTTLE_REASONS; same bits)"),
+    GpuThrottleMask = "trainprof_gpu_throttle_reasons_mask", Gauge, One, true, "accelerator / deviceN / ThrottleReasonsMask", Some("DCGM_FI_DEV_CLOCKS_EVENT_REASONS (formerly DCGM_FI_DEV_CLOCK_THROTTLE_REASONS; same bits)"),
         "NVML's clock throttle (clocks event) reasons, the bit mask.";
     GpuThrottleActive = "trainprof_gpu_throttle_reason_active", Gauge, One, false, "accelerator / deviceN / ThrottleReasonsMask (one series per reason, from the mask)", None,
         "1 while the clock throttle reason is active, else 0 (label reason).";
@@ -475,6 +475,7 @@ pub fn render(
     wall_s: f64,
     rows: &[Row],
     progress: Option<&super::progress::Progress>,
+    cost_ns: &[u64],
 ) {
     let tick = Row {
         family: F::TickTimestamp,
@@ -505,8 +506,31 @@ pub fn render(
     if let Some(p) = progress {
         super::progress::render(buf, format, &labels.node, p);
     }
+    cost(buf, format, &labels.node, cost_ns);
     if format == Format::OpenMetrics {
         buf.push_str("# EOF\n");
+    }
+}
+
+/// The agent's CPU time per part ([`crate::pipeline::cost`]): one counter, a `part` label
+/// from the closed set of [`Part::ALL`], the parts with time only (docs/metrics.md, "The
+/// agent's own cost").
+fn cost(buf: &mut String, format: Format, node: &str, ns: &[u64]) {
+    use crate::pipeline::cost::Part;
+    if ns.iter().all(|&n| n == 0) {
+        return;
+    }
+    let name = "trainprof_agent_cpu_seconds";
+    let typed = if format == Format::Text { "_total" } else { "" };
+    let _ = write!(
+        buf,
+        "# HELP {name}{typed} The agent's own CPU time by part, seconds (thread CPU clocks around each part's work).\n# TYPE {name}{typed} counter\n"
+    );
+    for (part, &n) in Part::ALL.iter().zip(ns).filter(|(_, n)| **n > 0) {
+        buf.push_str(name);
+        buf.push_str("_total{node=\"");
+        super::format::escaped(buf, node);
+        let _ = writeln!(buf, "\",part=\"{}\"}} {:.6}", part.as_str(), n as f64 / 1e9);
     }
 }
 
@@ -617,7 +641,7 @@ mod tests {
         let mut r = Vec::new();
         rows(metrics.iter().copied(), &mut r);
         let mut buf = String::new();
-        render(&mut buf, format, &labels(), 1_595_455_620.123_456, &r, None);
+        render(&mut buf, format, &labels(), 1_595_455_620.123_456, &r, None, &[]);
         buf
     }
 
@@ -744,6 +768,34 @@ mod tests {
         assert!(!t.contains("# EOF"));
         // Each family's header once.
         assert_eq!(t.matches("# TYPE trainprof_cpu_core_busy_percent ").count(), 1);
+    }
+
+    #[test]
+    fn the_agent_cost_is_one_counter_with_a_part_label() {
+        use crate::pipeline::cost::Part;
+        let mut ns = vec![0u64; Part::ALL.len()];
+        ns[Part::NvmlUtilization.slot()] = 1_500_000_000;
+        ns[Part::Write.slot()] = 2_000;
+        let mut t = String::new();
+        cost(&mut t, Format::Text, "algo-1", &ns);
+        assert!(t.contains("# TYPE trainprof_agent_cpu_seconds_total counter\n"), "{t}");
+        assert!(
+            t.contains(
+                "trainprof_agent_cpu_seconds_total{node=\"algo-1\",part=\"nvml.utilization\"} 1.500000\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("trainprof_agent_cpu_seconds_total{node=\"algo-1\",part=\"write\"} 0.000002\n"),
+            "{t}"
+        );
+        assert_eq!(t.matches("part=").count(), 2, "{t}");
+        let mut om = String::new();
+        cost(&mut om, Format::OpenMetrics, "algo-1", &ns);
+        assert!(om.contains("# TYPE trainprof_agent_cpu_seconds counter\n"), "{om}");
+        let mut none = String::new();
+        cost(&mut none, Format::Text, "algo-1", &vec![0; Part::ALL.len()]);
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -119,6 +119,10 @@ impl Endpoint {
 }
 
 impl Sink for Endpoint {
+    fn cost_part(&self) -> crate::pipeline::cost::Part {
+        crate::pipeline::cost::Part::MetricsSink
+    }
+
     /// Copies the rows into a spare buffer (a new one until the server gives buffers back)
     /// and queues it; wakes nobody.
     fn tick(&mut self, tick: &Tick<'_>) {

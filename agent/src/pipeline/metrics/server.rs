@@ -58,6 +58,9 @@ struct State {
     progress: Option<Progress>,
     /// Reused between renders.
     rows: Vec<Row>,
+    /// The agent's own CPU time per part as last served, ns: a counter never goes down,
+    /// though the shares of the untimed ticks move (docs/metrics.md, "The agent's own cost").
+    cost_ns: Vec<u64>,
 }
 
 impl State {
@@ -118,7 +121,13 @@ impl State {
         let rows = latest.rows.iter().filter(|m| !sparse(m)).chain(self.held.iter().map(|(m, _)| m)).copied();
         exposition::rows(rows, &mut self.rows);
         let mut buf = String::with_capacity(64 * self.rows.len() + 4096);
-        exposition::render(&mut buf, format, labels, latest.wall_s, &self.rows, self.progress.as_ref());
+        let now = crate::pipeline::cost::snapshot();
+        self.cost_ns.resize(now.ns.len(), 0);
+        for (kept, ns) in self.cost_ns.iter_mut().zip(now.ns) {
+            *kept = (*kept).max(ns);
+        }
+        let progress = self.progress.as_ref();
+        exposition::render(&mut buf, format, labels, latest.wall_s, &self.rows, progress, &self.cost_ns);
         let b = Bytes::from(buf);
         self.cache[k] = Some((latest.seq, generation, b.clone()));
         Some(b)
@@ -147,6 +156,7 @@ pub(super) fn spawn(
         tokio::net::TcpListener::from_std(listener)?
     };
     std::thread::Builder::new().name("trainprof-metrics".into()).spawn(move || {
+        crate::pipeline::cost::enroll(crate::pipeline::cost::Part::Metrics);
         lower_priority();
         rt.block_on(serve(listener, slot, Arc::new(labels), root.map(Progress::new)));
     })?;
@@ -187,6 +197,7 @@ async fn serve(
             loop {
                 tokio::time::sleep(POLL).await;
                 state.lock().unwrap_or_else(PoisonError::into_inner).take_all(&slot);
+                crate::pipeline::cost::flush();
             }
         }
     });

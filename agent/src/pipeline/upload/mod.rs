@@ -222,9 +222,13 @@ pub async fn run<S: ObjectStore>(store: S, settings: Settings, mut rx: mpsc::Rec
             let root = up.settings.root.clone();
             let min_age = if up.finishing { Duration::ZERO } else { up.settings.repair_min_age };
             let walk = tokio::task::spawn_blocking(move || {
+                crate::pipeline::cost::enroll(crate::pipeline::cost::Part::Upload);
                 let sealed = sealed_files(&root);
-                (repair::repair_all(&root, min_age, SystemTime::now()), sealed)
+                let walked = (repair::repair_all(&root, min_age, SystemTime::now()), sealed);
+                crate::pipeline::cost::flush();
+                walked
             });
+            crate::pipeline::cost::flush();
             let walked = match deadline {
                 Some(d) => tokio::time::timeout_at(d, walk).await.ok(),
                 None => Some(walk.await),
@@ -865,6 +869,7 @@ pub fn spawn_s3(url: store::S3Url, options: store::S3Options, settings: Settings
     let (done_tx, done) = std::sync::mpsc::sync_channel(1);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     std::thread::Builder::new().name("trainprof-upload".into()).spawn(move || {
+        crate::pipeline::cost::enroll(crate::pipeline::cost::Part::Upload);
         let uploaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             runtime.block_on(async {
                 let s3 = store::S3Store::connect(url, options).await;
@@ -880,6 +885,7 @@ pub fn spawn_s3(url: store::S3Url, options: store::S3Options, settings: Settings
         }
         // Connections still open to a dead server must not hold the exit up.
         runtime.shutdown_background();
+        crate::pipeline::cost::flush();
     })?;
     Ok(Handle { tx, done })
 }

@@ -48,6 +48,7 @@ use nvml_wrapper::error::NvmlError;
 use super::tree_pids::TreePids;
 use super::{MetricType, Metrics, Name, SampleError, Sampler, percent, rate};
 use crate::log;
+use crate::pipeline::cost::Part;
 
 pub mod attribution;
 mod nvml;
@@ -160,12 +161,31 @@ impl Query {
         match self {
             Query::UtilizationSamples | Query::ProcessUtilization => Kind::Buffers,
             Query::Fields | Query::Gpm => Kind::Counters,
+            Query::Power | Query::Temperature | Query::SmClock | Query::Throttle => Kind::Second,
             _ => Kind::Tick,
         }
     }
 
     fn slot(self) -> usize {
         self as usize
+    }
+
+    /// Its part in the agent's own account ([`crate::pipeline::cost`]).
+    pub fn cost_part(self) -> Part {
+        match self {
+            Query::Utilization => Part::NvmlUtilization,
+            Query::Memory => Part::NvmlMemory,
+            Query::Power => Part::NvmlPower,
+            Query::Temperature => Part::NvmlTemperature,
+            Query::SmClock => Part::NvmlSmClock,
+            Query::UtilizationSamples => Part::NvmlUtilizationSamples,
+            Query::Throttle => Part::NvmlThrottle,
+            Query::InstantFields => Part::NvmlInstantFields,
+            Query::Fields => Part::NvmlFields,
+            Query::Gpm => Part::NvmlGpm,
+            Query::Processes => Part::NvmlProcesses,
+            Query::ProcessUtilization => Part::NvmlProcessUtilization,
+        }
     }
 }
 
@@ -179,6 +199,10 @@ pub enum Kind {
     /// Cumulative counters (PCIe and NVLink bytes, energy, ECC counts, GPM samples): the
     /// totals and means between two reads are exact however far apart they are.
     Counters,
+    /// Readings that move slowly or are already a mean over a second (power usage, which
+    /// NVML averages over 1 s on current GPUs; temperature, SM clock, throttle reasons): once
+    /// a second, each a few to tens of µs on a real driver.
+    Second,
 }
 
 /// How often the slow [`Kind`]s run (`docs/formats.md`, "GPU: cadence").
@@ -190,6 +214,12 @@ pub struct Cadence {
     /// until a span was seen).
     pub buffers_min: Duration,
     pub buffers_max: Duration,
+    /// The slow instant readings ([`Kind::Second`]): at most this long apart.
+    pub second: Duration,
+    /// The instant utilisation only when the driver has a new sample since its last read
+    /// (its sample period seen in the buffers); between, the last reading stands, which is
+    /// what NVML would return (docs/formats.md, "GPU: cadence").
+    pub utilization_per_sample: bool,
 }
 
 impl Cadence {
@@ -198,11 +228,18 @@ impl Cadence {
         counters: Duration::from_secs(10),
         buffers_min: Duration::from_secs(1),
         buffers_max: Duration::from_secs(10),
+        second: Duration::from_secs(1),
+        utilization_per_sample: true,
     };
 
     /// Every query on every tick.
-    pub const EVERY_TICK: Cadence =
-        Cadence { counters: Duration::ZERO, buffers_min: Duration::ZERO, buffers_max: Duration::ZERO };
+    pub const EVERY_TICK: Cadence = Cadence {
+        counters: Duration::ZERO,
+        buffers_min: Duration::ZERO,
+        buffers_max: Duration::ZERO,
+        second: Duration::ZERO,
+        utilization_per_sample: false,
+    };
 
     /// The buffers' cadence for a ring seen to hold `held` (µs), or none seen yet.
     pub fn buffers(&self, held: Option<u64>) -> Duration {
@@ -548,6 +585,7 @@ struct GpuState {
     /// When the buffers and the counters are next due (`None` before the first tick).
     buffers_due: Option<Duration>,
     counters_due: Option<Duration>,
+    second_due: Option<Duration>,
     /// The buffers' cadence ([`Cadence::buffers`] of the span they were seen to hold).
     buffers_every: Duration,
     held_us: Option<u64>,
@@ -556,6 +594,11 @@ struct GpuState {
     /// Samples of the GPU-utilisation buffer read, and lost between reads.
     samples_read: u64,
     samples_lost: u64,
+    /// The driver's sample period and a sample's timestamp (µs, NVML's wall clock), from
+    /// the buffers; the last instant reading and when it was taken (the same clock).
+    sample_period_us: Option<u64>,
+    sample_anchor_us: u64,
+    utilization: Option<((u32, u32), u64)>,
 }
 
 impl GpuState {
@@ -569,11 +612,15 @@ impl GpuState {
             events: EventCounts::default(),
             buffers_due: None,
             counters_due: None,
+            second_due: None,
             buffers_every: Duration::ZERO,
             held_us: None,
             buffers_read: None,
             samples_read: 0,
             samples_lost: 0,
+            sample_period_us: None,
+            sample_anchor_us: 0,
+            utilization: None,
         }
     }
 
@@ -584,8 +631,39 @@ impl GpuState {
             Kind::Tick => return true,
             Kind::Buffers => self.buffers_due,
             Kind::Counters => self.counters_due,
+            Kind::Second => self.second_due,
         };
         last || at.is_none_or(|at| now >= at)
+    }
+}
+
+/// Now on NVML's clock for sample timestamps (epoch µs).
+fn wall_now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+impl GpuState {
+    /// Whether the driver has taken no utilisation sample since the last instant reading:
+    /// the samples fall every period from the anchor, and the next after that reading is
+    /// more than a tenth of a period away still. Unknown (no period, no reading, a clock
+    /// that disagrees with NVML's by more than a minute): false, so it is read.
+    fn no_new_sample(&self, now_us: u64) -> bool {
+        let (Some(period), Some((_, read_at))) = (self.sample_period_us, self.utilization) else {
+            return false;
+        };
+        let anchor = self.sample_anchor_us;
+        if !(10_000..=2_000_000).contains(&period) || read_at < anchor || now_us < read_at {
+            return false;
+        }
+        // The anchor moves at every buffer read (at most 10 s apart): older than a minute,
+        // the clocks disagree.
+        if now_us - anchor > 60_000_000 {
+            return false;
+        }
+        let newest_at_read = anchor + (read_at - anchor) / period * period;
+        now_us + period / 10 < newest_at_read + period
     }
 }
 
@@ -753,7 +831,11 @@ fn ask<S: GpuSource>(
     if *state == QueryState::Off {
         return None;
     }
-    match source.read(gpu.index, query) {
+    let read = {
+        let _cost = crate::pipeline::cost::span(query.cost_part());
+        source.read(gpu.index, query)
+    };
+    match read {
         Ok(reading) => {
             if let QueryState::Failing { ticks, .. } = *state {
                 let s = if ticks == 1 { "" } else { "s" };
@@ -839,6 +921,7 @@ impl<S: GpuSource> GpuSampler<S> {
         };
         let buffers = gpu.due(Kind::Buffers, now, last);
         let counters = gpu.due(Kind::Counters, now, last);
+        let second = gpu.due(Kind::Second, now, last);
 
         // Utilisation: the instant reading, or the buffers' means when they are read every
         // tick (their interval is the tick's); the buffers' mean and max over their interval.
@@ -867,9 +950,24 @@ impl<S: GpuSource> GpuSampler<S> {
                 buffer_seen(gpu, &cadence, g, m);
             }
         }
+        let wall_us = wall_now_us();
+        let unchanged = cadence.utilization_per_sample && !last && gpu.no_new_sample(wall_us);
+        let instant = if unchanged {
+            gpu.utilization.map(|((g, m), _)| Reading::Utilization { gpu_percent: g, memory_busy_percent: m })
+        } else if !(gpu_done && mem_done) {
+            let r = ask(source, failures, gpu, Query::Utilization);
+            gpu.utilization = match r {
+                Some(Reading::Utilization { gpu_percent, memory_busy_percent }) => {
+                    Some(((gpu_percent, memory_busy_percent), wall_us))
+                }
+                _ => None,
+            };
+            r
+        } else {
+            None
+        };
         if !(gpu_done && mem_done)
-            && let Some(Reading::Utilization { gpu_percent, memory_busy_percent }) =
-                ask(source, failures, gpu, Query::Utilization)
+            && let Some(Reading::Utilization { gpu_percent, memory_busy_percent }) = instant
         {
             if !gpu_done {
                 put(GPU_UTILIZATION, f64::from(gpu_percent));
@@ -880,6 +978,9 @@ impl<S: GpuSource> GpuSampler<S> {
         }
 
         for query in [Query::Memory, Query::Power, Query::Temperature, Query::SmClock, Query::Throttle] {
+            if query.kind() == Kind::Second && !second {
+                continue;
+            }
             match ask(source, failures, gpu, query) {
                 Some(Reading::Memory { used_bytes, total_bytes }) => {
                     // Total 0 (never seen, but a broken board could say so) gives NaN: left out.
@@ -998,6 +1099,9 @@ impl<S: GpuSource> GpuSampler<S> {
         if counters {
             gpu.counters_due = Some(next_due(now, cadence.counters, tick, share));
         }
+        if second {
+            gpu.second_due = Some(next_due(now, cadence.second, tick, None));
+        }
     }
 }
 
@@ -1005,6 +1109,10 @@ impl<S: GpuSource> GpuSampler<S> {
 /// it, within the bounds), and lost samples are counted and logged.
 fn buffer_seen(gpu: &mut GpuState, cadence: &Cadence, g: SampleStats, m: SampleStats) {
     let index = gpu.index;
+    if let Some(p) = g.period {
+        gpu.sample_period_us = Some(p);
+        gpu.sample_anchor_us = g.newest;
+    }
     gpu.samples_read += u64::from(g.count);
     gpu.samples_lost += g.lost;
     let held = match (g.held, m.held) {

@@ -1,9 +1,9 @@
 //! [`NvmlSource`]: the [`GpuSource`] over the real NVML (or a fake library at its path).
 //!
 //! NVML calls per GPU (`docs/formats.md`, "GPU: cadence"; measured in `BENCHMARKS.md`,
-//! "NVML cost"): every tick the instant utilisation, memory, power, temperature, SM clock,
-//! throttle reasons, the instant-power field, with a trainer the process list, and one
-//! `nvmlEventSetWait_v2(0)` per GPU with events; at the buffers' cadence the two sample
+//! "NVML cost"): every tick the instant utilisation, memory, the instant-power field, with a
+//! trainer the process list, and one `nvmlEventSetWait_v2(0)` per GPU with events; once a
+//! second the power usage, temperature, SM clock and throttle reasons; at the buffers' cadence the two sample
 //! buffers and the per-process samples (one call each, [`raw`]); at the counters' cadence one
 //! batched `nvmlDeviceGetFieldValues` and GPM (the older of two samples filled again, and the
 //! metrics call).
@@ -42,8 +42,10 @@ struct NvmlGpu {
     gpu_since: u64,
     memory_since: u64,
     process_since: u64,
-    /// The span the probe's read of the whole rings showed, handed on with the first reading.
+    /// The span the probe's read of the whole rings showed, and the GPU buffer's sample period
+    /// and newest timestamp, handed on with the first reading.
     held: (Option<u64>, Option<u64>),
+    probe_period: Option<(u64, u64)>,
     /// GPM: whether the GPU has it (asked once), two samples taken in turn, and which of
     /// them is the newer.
     gpm_supported: Option<bool>,
@@ -124,6 +126,7 @@ impl NvmlGpu {
             memory_since: 0,
             process_since: 0,
             held: (None, None),
+            probe_period: None,
             gpm_supported: None,
             gpm_samples: [None, None],
             gpm_newest: 1,
@@ -133,6 +136,7 @@ impl NvmlGpu {
         // A failure here shows on the first tick, where the same call is made.
         if let Ok(Reading::UtilizationSamples { gpu, memory_busy }) = g.utilization_samples(nvml) {
             g.held = (gpu.held, memory_busy.held);
+            g.probe_period = gpu.period.map(|p| (p, gpu.newest));
         }
         let _ = g.process_utilization(nvml);
         g
@@ -185,6 +189,12 @@ impl NvmlGpu {
         let (mut gpu, mut memory_busy) = (gpu, memory_busy);
         let (gpu_held, memory_held) = mem::take(&mut self.held);
         gpu.held = gpu.held.or(gpu_held);
+        if gpu.period.is_none()
+            && let Some((period, newest)) = self.probe_period.take()
+        {
+            gpu.period = Some(period);
+            gpu.newest = newest;
+        }
         memory_busy.held = memory_busy.held.or(memory_held);
         Ok(Reading::UtilizationSamples { gpu, memory_busy })
     }
@@ -401,7 +411,13 @@ impl GpuSource for NvmlSource {
         for g in &mut self.gpus {
             let Some(set) = &g.events else { continue };
             for _ in 0..MAX_EVENTS_PER_TICK {
-                match set.wait(0) {
+                // Each wait is one call of the agent's own account (docs/formats.md, "The
+                // agent's own cost").
+                let waited = {
+                    let _cost = crate::pipeline::cost::span(crate::pipeline::cost::Part::NvmlEvents);
+                    set.wait(0)
+                };
+                match waited {
                     Ok(data) => {
                         let t = data.event_type;
                         if t.contains(EventTypes::CRITICAL_XID_ERROR) {

@@ -21,6 +21,10 @@ pub struct SampleStats {
     /// Samples that fell out of the ring since the previous read (estimated from the gap
     /// between that read's newest sample and this read's oldest, at this read's period).
     pub lost: u64,
+    /// The driver's sample period, µs (at least two samples), and the newest sample's
+    /// timestamp (0 without samples): where the next sample falls.
+    pub period: Option<u64>,
+    pub newest: u64,
 }
 
 impl SampleStats {
@@ -42,9 +46,10 @@ impl SampleStats {
         if count == 0 {
             return (SampleStats::default(), since);
         }
-        let (mut held, mut lost) = (None, 0);
+        let (mut held, mut lost, mut sample_period) = (None, 0, None);
         if count >= 2 {
             let period = (newest - oldest) / u64::from(count - 1);
+            sample_period = (period > 0).then_some(period);
             // Two periods' gap: at least one sample between the reads is missing.
             let gap = since > 0 && period > 0 && oldest - since >= 2 * period;
             if since == 0 || gap {
@@ -55,7 +60,18 @@ impl SampleStats {
                 lost = ((oldest - since) + period / 2) / period - 1;
             }
         }
-        (SampleStats { count, mean: sum / f64::from(count), max, held, lost }, newest)
+        (
+            SampleStats {
+                count,
+                mean: sum / f64::from(count),
+                max,
+                held,
+                lost,
+                period: sample_period,
+                newest,
+            },
+            newest,
+        )
     }
 }
 
@@ -121,12 +137,34 @@ mod tests {
     fn only_samples_newer_than_the_last_tick_count() {
         let s = [(100, 50.0), (200, 100.0), (300, 80.0), (400, 90.0)];
         let (st, newest) = SampleStats::of(s, 100);
-        assert_eq!(st, SampleStats { count: 3, mean: 90.0, max: 100.0, held: None, lost: 0 });
+        assert_eq!(
+            st,
+            SampleStats {
+                count: 3,
+                mean: 90.0,
+                max: 100.0,
+                held: None,
+                lost: 0,
+                period: st.period,
+                newest: st.newest
+            }
+        );
         assert_eq!(newest, 400);
         let (st, newest) = SampleStats::of(s, 400);
         assert_eq!((st.count, newest), (0, 400));
         let (st, _) = SampleStats::of([(500, f64::NAN), (600, 7.0)], 0);
-        assert_eq!(st, SampleStats { count: 1, mean: 7.0, max: 7.0, held: None, lost: 0 });
+        assert_eq!(
+            st,
+            SampleStats {
+                count: 1,
+                mean: 7.0,
+                max: 7.0,
+                held: None,
+                lost: 0,
+                period: None,
+                newest: st.newest
+            }
+        );
     }
 
     #[test]

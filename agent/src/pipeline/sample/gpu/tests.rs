@@ -82,6 +82,10 @@ fn get(m: &Metrics, index: u32, dimension: &str) -> Option<f64> {
     m.get(kind.as_str(), &name.to_string(), dimension)
 }
 
+/// The default cadence but the once-a-second readings on every tick (tests of each read's
+/// errors).
+const SECOND_EVERY_TICK: Cadence = Cadence { second: Duration::ZERO, ..Cadence::DEFAULT };
+
 fn tick<S: GpuSource>(s: &mut GpuSampler<S>) -> Metrics {
     tick_at(s, Duration::ZERO)
 }
@@ -186,7 +190,7 @@ fn every_gpu_gets_every_basic_dimension_with_its_name_and_unit() {
 fn not_supported_switches_off_that_query_of_that_gpu_only() {
     let mut script = Script::two_gpus();
     script.answer(1, Query::Power, &[Err(NS)]);
-    let mut s = GpuSampler::new(script);
+    let mut s = GpuSampler::new(script).with_cadence(SECOND_EVERY_TICK);
     for _ in 0..3 {
         let m = tick(&mut s);
         assert_eq!(m.len(), 13);
@@ -218,7 +222,7 @@ fn transient_errors_leave_the_tick_out_and_are_asked_again() {
         &[unknown.clone(), unknown, lost.clone(), Ok(Reading::TemperatureCelsius(70))],
     );
     script.answer(1, Query::Memory, &[lost]);
-    let mut s = GpuSampler::new(script);
+    let mut s = GpuSampler::new(script).with_cadence(SECOND_EVERY_TICK);
     for t in 0..3 {
         let m = tick(&mut s);
         assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), None, "tick {t}");
@@ -250,7 +254,7 @@ fn a_zero_memory_total_leaves_the_percentage_out() {
 }
 
 fn stats(count: u32, mean: f64, max: f64) -> SampleStats {
-    SampleStats { count, mean, max, held: None, lost: 0 }
+    SampleStats { count, mean, max, held: None, lost: 0, ..SampleStats::default() }
 }
 
 /// The sampler over `source` with every query on every tick (the tests of what a query
@@ -301,7 +305,7 @@ fn the_sample_buffer_gives_the_interval_mean_and_max_else_the_instant_reading() 
 fn throttle_reasons_give_the_mask_and_one_row_per_active_reason() {
     let mut script = Script::two_gpus();
     script.answer(0, Query::Throttle, &[Ok(Reading::Throttle(0x44)), Ok(Reading::Throttle(0))]);
-    let mut s = GpuSampler::new(script);
+    let mut s = GpuSampler::new(script).with_cadence(SECOND_EVERY_TICK);
     let m = tick(&mut s);
     assert_eq!(get(&m, 0, GPU_THROTTLE_MASK), Some(68.0));
     assert_eq!(get(&m, 0, "ThrottleSwPowerCap"), Some(1.0));
@@ -393,8 +397,8 @@ fn gpm_needs_two_samples_and_switches_off_per_metric() {
 fn samples(held_s: Option<u64>, lost: u64) -> Reading {
     let held = held_s.map(|s| s * 1_000_000);
     Reading::UtilizationSamples {
-        gpu: SampleStats { count: 5, mean: 50.0, max: 60.0, held, lost },
-        memory_busy: SampleStats { count: 5, mean: 10.0, max: 20.0, held, lost },
+        gpu: SampleStats { count: 5, mean: 50.0, max: 60.0, held, lost, ..SampleStats::default() },
+        memory_busy: SampleStats { count: 5, mean: 10.0, max: 20.0, held, lost, ..SampleStats::default() },
     }
 }
 
@@ -415,6 +419,7 @@ fn slow_queries_run_at_their_cadence_and_their_rows_cover_the_interval() {
     script.answer(0, Query::UtilizationSamples, &[Ok(samples(Some(14), 0)), Ok(samples(None, 0))]);
     let mut s = GpuSampler::new(script);
     let (mut counter_reads, mut buffer_reads, mut rates, mut energy) = (vec![], vec![], vec![], vec![]);
+    let mut second_reads = vec![];
     for k in 0..=250 {
         let now = ms(100 * k);
         let m = tick_at(&mut s, now);
@@ -431,10 +436,14 @@ fn slow_queries_run_at_their_cadence_and_their_rows_cover_the_interval() {
             buffer_reads.push(now);
         }
         // The instant readings every tick; the buffers' mean stands for the first tick only
-        // (its interval is the tick's: from the probe).
+        // (its interval is the tick's: from the probe). The temperature once a second.
         let util = if k == 0 { 50.0 } else { 90.0 };
         assert_eq!(get(&m, 0, GPU_UTILIZATION), Some(util), "{now:?}");
-        assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), Some(60.0));
+        let temperature = get(&m, 0, GPU_TEMPERATURE_CELSIUS);
+        if temperature.is_some() {
+            assert_eq!(temperature, Some(60.0));
+            second_reads.push(now);
+        }
         assert_eq!(get(&m, 0, "PowerInstantWatts"), Some(215.0));
     }
     // Counters on the first tick, then on the last tick before 10 s have passed.
@@ -448,6 +457,12 @@ fn slow_queries_run_at_their_cadence_and_their_rows_cover_the_interval() {
     assert_eq!(s.buffer_state(0), Some((Duration::from_secs(7), 20, 0)));
     assert_eq!(s.source.calls(0, Query::Utilization), 250, "not on the first tick");
     assert_eq!(s.source.calls(0, Query::Memory), 251);
+    // The once-a-second readings: on the first tick, then on the last tick before a second
+    // has passed since the previous read (the second read: the tick is known from then on).
+    assert_eq!(second_reads.len(), 28, "{second_reads:?}");
+    assert_eq!(&second_reads[..4], [ms(0), ms(1_000), ms(1_900), ms(2_800)]);
+    assert_eq!(s.source.calls(0, Query::Temperature), 28);
+    assert_eq!(s.source.calls(0, Query::Power), 28);
 
     // The last tick reads what is not due, so that the totals reach the end.
     let mut m = Metrics::new();
@@ -728,7 +743,7 @@ fn a_fake_nvml_library_is_loaded_enumerated_and_read() {
     // counter is. The buffers were read on the tick before: their mean is the tick's.
     std::thread::sleep(Duration::from_millis(5));
     let m = tick_at(&mut s, Duration::from_millis(1500));
-    assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), Some(64.0));
+    assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), None, "once a second: asked again at 2 s");
     assert!(get(&m, 0, GPU_BUSY_MAX_PERCENT).is_some());
     assert_eq!(get(&m, 0, GPU_UTILIZATION), get(&m, 0, GPU_BUSY_MEAN_PERCENT));
     assert_eq!(get(&m, 0, "PowerInstantWatts"), Some(215.0));
@@ -747,6 +762,7 @@ fn a_fake_nvml_library_is_loaded_enumerated_and_read() {
     // Tick 3 at 6 s: gpu0's counters (half of 10 s after the first tick): rates over the 5 s
     // since the first tick's read, GPM between the two samples. gpu1's are due at 11 s.
     let m = tick_at(&mut s, Duration::from_secs(6));
+    assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), Some(64.0), "read again after its failure");
     assert_eq!(get(&m, 0, "PcieTxBytesPerSecond"), Some(200_000.0));
     assert_eq!(get(&m, 0, "PcieRxBytesPerSecond"), Some(400_000.0));
     assert_eq!(get(&m, 0, "NvlinkTxBytesPerSecond"), Some(204_800.0));
@@ -789,6 +805,8 @@ fn the_buffers_are_read_often_enough_to_lose_no_sample() {
             counters: Duration::from_secs(10),
             buffers_min: Duration::from_millis(min_ms),
             buffers_max: Duration::from_secs(10),
+            second: Duration::from_secs(1),
+            utilization_per_sample: true,
         };
         let mut s = probe(Some(lib.as_os_str())).unwrap().expect("fake GPUs").with_cadence(cadence);
         let start = std::time::Instant::now();
@@ -952,4 +970,41 @@ fn fake_call_counter(lib: &std::path::Path) -> impl Fn() -> u64 {
 /// makes no system calls, so this is user-space time).
 fn thread_cpu() -> Duration {
     Duration::from_nanos(crate::pipeline::sample::process::thread_cpu_ns())
+}
+
+/// The instant utilisation is read only when the driver has a new sample (its period seen in
+/// the buffers): fewer calls than ticks, and every value written is what NVML gives at that
+/// moment (a second sampler reading on every tick, just before and just after, agrees
+/// whenever no sample fell between its two reads).
+#[test]
+fn the_instant_utilisation_is_read_once_per_driver_sample() {
+    use crate::pipeline::cost::{self, Part};
+    let account: &'static cost::Account = Box::leak(Box::default());
+    cost::use_account(account);
+    let calls = || account.snapshot().calls[Part::NvmlUtilization.slot()];
+    let (_tmp, lib) = build_fake("per-sample", &["-DFAKE_NVML_SAMPLE_US=100000", "-DFAKE_NVML_DEVICES=1"]);
+    let fast = Cadence { buffers_min: Duration::from_millis(200), ..Cadence::DEFAULT };
+    let mut a = probe(Some(lib.as_os_str())).unwrap().expect("a fake GPU").with_cadence(fast);
+    let every = Cadence { utilization_per_sample: false, ..fast };
+    let mut b = probe(Some(lib.as_os_str())).unwrap().expect("a fake GPU").with_cadence(every);
+    let start = std::time::Instant::now();
+    let (mut ticks, mut checked, mut a_calls) = (0u64, 0u64, 0u64);
+    while start.elapsed() < Duration::from_millis(2000) {
+        let now = start.elapsed();
+        let before = get(&tick_at(&mut b, now), 0, GPU_UTILIZATION);
+        let c0 = calls();
+        let value = get(&tick_at(&mut a, now), 0, GPU_UTILIZATION);
+        a_calls += calls() - c0;
+        let after = get(&tick_at(&mut b, now), 0, GPU_UTILIZATION);
+        assert!(value.is_some(), "a value on every tick");
+        if before == after {
+            assert_eq!(value, before, "tick {ticks}: what NVML gives now");
+            checked += 1;
+        }
+        ticks += 1;
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(checked * 2 >= ticks, "{checked} of {ticks} ticks checked");
+    // 100 ms samples, ticks about 30 ms apart: about one read in three once the period is known.
+    assert!(a_calls * 2 < ticks, "{a_calls} reads in {ticks} ticks");
 }

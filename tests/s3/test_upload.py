@@ -51,6 +51,8 @@ MARKERS = ("system/training_job_end.ts", "framework/training_job_end.ts")
 AGENT_SYSTEM_FILE = re.compile(r"^system/incremental/\d{10}/\d+\.algo-1\.json$")
 # The agent's node record, once per start (docs/formats.md, "Node record").
 NODE_RECORD = re.compile(r"^system/node/algo-1/\d{16}\.json$")
+# The agent's own cost, written once when sampling ends (docs/formats.md, "The agent's own cost").
+COST_RECORD = re.compile(r"^system/cost/algo-1/\d{16}\.json$")
 TIMELINE_FILE = re.compile(r"^framework/pevents/(\d{10})/(\d+)_(.+)_pythontimeline\.json$")
 
 UPLOADED_RE = re.compile(
@@ -460,8 +462,9 @@ def test_run_without_keep_local_leaves_nothing_on_disk(trainprof_bin, s3, procs,
     assert all(m in remote for m in MARKERS), sorted(remote)
     system = [r for r in remote if AGENT_SYSTEM_FILE.match(r)]
     records = [r for r in remote if NODE_RECORD.match(r)]
-    assert system and len(records) == 1, sorted(remote)
-    assert sorted(remote) == sorted([*MARKERS, *system, *records]), sorted(remote)
+    costs = [r for r in remote if COST_RECORD.match(r)]
+    assert system and len(records) == 1 and len(costs) == 1, sorted(remote)
+    assert sorted(remote) == sorted([*MARKERS, *system, *records, *costs]), sorted(remote)
     for rel in system:
         assert len(json_lines(remote[rel], rel)) >= 10  # 2 s at 100 ms, many rows a tick
 
@@ -519,7 +522,8 @@ def test_outage_loses_and_duplicates_nothing(trainprof_bin, s3, proxy, procs, tm
     remote = uploaded(s3, prefix)
     own = sorted(set(remote) - set(dropped))
     assert all(m in own for m in MARKERS), own
-    assert all(AGENT_SYSTEM_FILE.match(r) or NODE_RECORD.match(r) or r in MARKERS for r in own), own
+    assert all(AGENT_SYSTEM_FILE.match(r) or NODE_RECORD.match(r) or COST_RECORD.match(r) or r in MARKERS
+               for r in own), own
     assert any(AGENT_SYSTEM_FILE.match(r) for r in own), own
     assert sealed_files(out) == {}, sorted(sealed_files(out))
     assert temporary_files(out) == []
@@ -597,10 +601,12 @@ def test_sigkilled_agents_lose_no_record(trainprof_bin, s3, procs, tmp_path):
     assert all(m in remote for m in MARKERS), sorted(remote)
     # One node record per agent started.
     assert len([r for r in remote if NODE_RECORD.match(r)]) == len(agents) + 1, sorted(remote)
+    # The agents killed wrote no cost record; the last one, which ended, did.
+    assert len([r for r in remote if COST_RECORD.match(r)]) >= 1, sorted(remote)
     seen = collections.Counter()
     got = {}
     for rel, body in remote.items():
-        if rel in MARKERS or NODE_RECORD.match(rel):
+        if rel in MARKERS or NODE_RECORD.match(rel) or COST_RECORD.match(rel):
             continue
         assert rel.startswith("system/incremental/") and rel.endswith(".json") and not is_temporary(rel), rel
         for r in json_lines(body, rel):

@@ -63,6 +63,21 @@ pub const MAX_VALUE_BYTES: usize = 256;
 /// series), after control characters are escaped.
 pub const MAX_SHOWN_BYTES: usize = 128;
 
+/// The keys of [`JobIdentity::summary`], in its order (the page shows them in it).
+pub const SUMMARY_KEYS: [&str; 11] = [
+    "platform",
+    "job",
+    "host",
+    "pod",
+    "rank",
+    "local_rank",
+    "world_size",
+    "nodes",
+    "cuda_visible_devices",
+    "gpus",
+    "gpu_model",
+];
+
 /// The platforms the identity recognises, as `Platforms` names them.
 pub const SAGEMAKER: &str = "sagemaker";
 pub const TORCHRUN: &str = "torchrun";

@@ -282,7 +282,7 @@ def test_the_node_record_names_each_gpu_s_model_for_compare_and_the_page(trainpr
     assert report.returncode == 0, report.stderr
     assert json.loads(report.stdout)["job"]["gpu_models"] == {"algo-1": {"Fake GPU A": 1, "Fake GPU B": 1}}
     ident = json.loads(report.stdout)["job"]["identities"]["algo-1"]
-    assert ident["job"] == '4242"</script><b>\\x0a' + "x" * (128 - 23) + "…", ident
+    assert ident["job"] == '4242"</script><b>\\x0a' + "x" * (128 - 21) + "…", ident
     assert (ident["rank"], ident["world_size"], ident["gpus"], ident["gpu_model"]) == \
         ("3", "8", "2", "Fake GPU A,Fake GPU B"), ident
     page = (root / "report.html").read_text()

@@ -74,7 +74,7 @@ fn build_inner(
     let stats = reading::stats_files(&dir, &mut skipped);
     let native = native::windows(&dir, &mut skipped);
     let hangs = incidents::read(&dir, &agg.steps, &mut skipped);
-    let gpu_models = node_gpus::read(&dir, &mut skipped);
+    let (gpu_models, identities) = node_gpus::read(&dir, &mut skipped);
     if agg.nodes.is_empty()
         && agg.ranks.is_empty()
         && stats.is_empty()
@@ -100,6 +100,7 @@ fn build_inner(
     m.native = native;
     m.hangs = hangs;
     m.job.gpu_models = gpu_models;
+    m.job.identities = identities;
     Ok((m, raw))
 }
 
@@ -267,6 +268,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
             .collect(),
         // Set by `build` once read.
         gpu_models: BTreeMap::new(),
+        identities: BTreeMap::new(),
     };
     let collectives = collectives.finish(&job.clock);
     let mut fleet = fleet::fleet(&agg.steps, &agg.signals);

@@ -249,6 +249,13 @@ def test_the_node_record_names_each_gpu_s_model_for_compare_and_the_page(trainpr
     env["TRAINPROF_NVML_LIB"] = str(fake_nvml)
     env["TRAINPROF_RESOURCE_CONFIG"] = str(tmp_path / "no-resourceconfig.json")
     env["SMPROFILER_CONFIG_PATH"] = str(tmp_path / "no-profilerconfig.json")
+    # The job's identity (docs/formats.md, "Job identity") under SLURM, with a hostile job
+    # name: it stays text in the record, the page and --json.
+    for k in [k for k in env if k.startswith(("SLURM", "KUBERNETES_", "TRAINING_JOB", "PET_"))] + \
+            ["RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SM_CURRENT_HOST"]:
+        env.pop(k, None)
+    hostile = '4242"</script><b>\n' + "x" * 10_000
+    env.update(SLURM_JOB_ID=hostile, SLURM_PROCID="3", SLURM_NTASKS="8", CUDA_VISIBLE_DEVICES="1,0")
     t0 = time.time()
     proc = subprocess.run([str(trainprof_bin), "run", "--interval-ms", "100", "--local-path", str(root), "--",
                            "sleep", "0.5"], env=env, capture_output=True, text=True, timeout=120)
@@ -258,9 +265,13 @@ def test_the_node_record_names_each_gpu_s_model_for_compare_and_the_page(trainpr
     doc = json.loads(record.read_text())
     assert doc["NodeId"] == "algo-1" and t0 - 1 < doc["Timestamp"] < time.time(), doc
     assert doc["Gpus"] == [
-        {"Index": 0, "Model": "Fake GPU A", "MemoryTotalBytes": 16 << 30},
-        {"Index": 1, "Model": "Fake GPU B", "MemoryTotalBytes": 8 << 30},
+        {"Index": 0, "Model": "Fake GPU A", "MemoryTotalBytes": 16 << 30, "Uuid": "GPU-00000000-0000-0000-0000-00000000000a"},
+        {"Index": 1, "Model": "Fake GPU B", "MemoryTotalBytes": 8 << 30, "Uuid": "GPU-00000000-0000-0000-0000-00000000000b"},
     ], doc
+    job = doc["Job"]
+    assert job["Platforms"] == ["slurm"], job
+    assert job["Variables"]["SLURM_JOB_ID"] == hostile[:256], job
+    assert job["Variables"]["SLURM_PROCID"] == "3" and job["Variables"]["CUDA_VISIBLE_DEVICES"] == "1,0", job
     # smdebug's reader lists only the system files, and reads every one of them.
     events = LocalSystemMetricsReader(str(root)).get_events(int((t0 - 120) * 1e6), int((time.time() + 1) * 1e6))
     assert {(e.type, e.name, e.dimension) for e in events} >= {("gpu", "gpu0", "GPUUtilization")}
@@ -270,8 +281,14 @@ def test_the_node_record_names_each_gpu_s_model_for_compare_and_the_page(trainpr
                             timeout=120)
     assert report.returncode == 0, report.stderr
     assert json.loads(report.stdout)["job"]["gpu_models"] == {"algo-1": {"Fake GPU A": 1, "Fake GPU B": 1}}
+    ident = json.loads(report.stdout)["job"]["identities"]["algo-1"]
+    assert ident["job"] == '4242"</script><b>\\x0a' + "x" * (128 - 21) + "…", ident
+    assert (ident["rank"], ident["world_size"], ident["gpus"], ident["gpu_model"]) == \
+        ("3", "8", "2", "Fake GPU A,Fake GPU B"), ident
     page = (root / "report.html").read_text()
     assert "<th>GPUs (node records)</th><td>algo-1: 1 × Fake GPU A, 1 × Fake GPU B</td>" in page
+    assert "<th>Job identity (node records)</th><td>algo-1: platform slurm, job 4242&quot;&lt;/script&gt;&lt;b&gt;" in page
+    assert "</script><b>" not in page
     compare = subprocess.run([str(trainprof_bin), "compare", str(root), str(root), "--json"], capture_output=True,
                              text=True, timeout=120)
     # No step in either run (exit 2), but the comparability list is printed.
@@ -279,3 +296,4 @@ def test_the_node_record_names_each_gpu_s_model_for_compare_and_the_page(trainpr
     items = {i["what"]: i for i in json.loads(compare.stdout)["comparable"]["items"]}
     assert items["GPU model"] == {"what": "GPU model", "a": "1 × Fake GPU A, 1 × Fake GPU B",
                                   "b": "1 × Fake GPU A, 1 × Fake GPU B", "status": "same", "note": ""}, items
+    assert items["platform (job identity)"]["a"] == "slurm", items

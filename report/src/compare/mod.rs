@@ -995,6 +995,24 @@ fn comparable(a: &Run, b: &Run) -> Comparable {
     };
     let recorded = |g: Option<String>| g.unwrap_or_else(|| "not recorded".into());
     item("GPU model", recorded(ga), recorded(gb), s, note);
+    // The launcher and platform, from the records' job identity (docs/formats.md, "Job identity").
+    let platforms = |m: &ReportModel| {
+        let mut p: Vec<&str> =
+            m.job.identities.values().filter_map(|id| id.get("platform").map(String::as_str)).collect();
+        p.sort_unstable();
+        p.dedup();
+        (!m.job.identities.is_empty())
+            .then(|| if p.is_empty() { "none recognised".to_owned() } else { p.join("; ") })
+    };
+    let (pa, pb) = (platforms(ma), platforms(mb));
+    let s = match (&pa, &pb) {
+        (Some(x), Some(y)) if x == y => Status::Same,
+        (Some(_), Some(_)) => Status::Differs,
+        _ => Status::Unknown,
+    };
+    let note =
+        if s == Status::Differs { "another launcher may place ranks and GPUs differently" } else { "" };
+    item("platform (job identity)", recorded(pa), recorded(pb), s, note);
     let config = |m: &ReportModel| profiled(m);
     let (ca, cb) = (config(ma), config(mb));
     let s = if ca == cb { Status::Same } else { Status::Differs };

@@ -93,6 +93,11 @@ pub struct Job {
     /// "Node record"): node → model → GPUs; a node without a record is absent (optional).
     #[serde(default)]
     pub gpu_models: BTreeMap<String, BTreeMap<String, u32>>,
+    /// Each system node's job identity from its newest node record (docs/formats.md, "Job
+    /// identity"): node → key → value (the keys of `SUMMARY_KEYS` that are known); a node
+    /// whose record has none is absent (optional).
+    #[serde(default)]
+    pub identities: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// A cap that was reached.

@@ -137,6 +137,9 @@ fn section_job(out: &mut String, job: &Job) {
     if !job.gpu_models.is_empty() {
         row(out, "GPUs (node records)", esc(&gpu_models(&job.gpu_models)));
     }
+    if !job.identities.is_empty() {
+        row(out, "Job identity (node records)", esc(&identities(&job.identities)));
+    }
     row(out, "Ranks (timelines)", list(&job.ranks));
     let mut spm = String::new();
     for (mode, n) in &job.steps_per_mode {
@@ -211,6 +214,20 @@ fn gpu_models(nodes: &BTreeMap<String, BTreeMap<String, u32>>) -> String {
     let node = |(n, models): (&String, &BTreeMap<String, u32>)| {
         let one = BTreeMap::from([(n.clone(), models.clone())]);
         format!("{n}: {}", crate::reading::node_gpus::describe(&one).unwrap_or_default())
+    };
+    nodes.iter().map(node).collect::<Vec<_>>().join("; ")
+}
+
+/// Each node's job identity (`job.identities`, docs/formats.md, "Job identity"), the keys in
+/// the summary's order: `algo-1: platform slurm, job 42, rank 3; algo-2: …`.
+fn identities(nodes: &BTreeMap<String, BTreeMap<String, String>>) -> String {
+    use trainprof_output::protocol::node_record::SUMMARY_KEYS;
+    let node = |(n, id): (&String, &BTreeMap<String, String>)| {
+        let words: Vec<String> = SUMMARY_KEYS
+            .iter()
+            .filter_map(|k| Some(format!("{} {}", k.replace('_', " "), id.get(*k)?)))
+            .collect();
+        format!("{n}: {}", words.join(", "))
     };
     nodes.iter().map(node).collect::<Vec<_>>().join("; ")
 }

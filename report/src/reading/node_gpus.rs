@@ -20,7 +20,12 @@ pub const UNKNOWN_MODEL: &str = "(model not given by NVML)";
 /// node → model → GPUs, from the newest record of each node (by its name's time). A node
 /// whose record lists no GPU maps to an empty map; a node without a record (an agent older
 /// than the record, or none) is absent.
-pub fn read(dir: &Dir, skipped: &mut Skipped) -> BTreeMap<String, BTreeMap<String, u32>> {
+/// Also each node's job identity in words (docs/formats.md, "Job identity"): node → key →
+/// value, from [`node_record::JobIdentity::summary`] (values printable and cut); a record
+/// without one gives none.
+pub type Identities = BTreeMap<String, BTreeMap<String, String>>;
+
+pub fn read(dir: &Dir, skipped: &mut Skipped) -> (BTreeMap<String, BTreeMap<String, u32>>, Identities) {
     let want =
         |name: &str, is_dir: bool| !name.starts_with('.') && (is_dir || node_record::name_us(name).is_some());
     let w = ofs::walk(dir, node_record::FOLDER, &want);
@@ -42,6 +47,7 @@ pub fn read(dir: &Dir, skipped: &mut Skipped) -> BTreeMap<String, BTreeMap<Strin
         }
     }
     let mut out = BTreeMap::new();
+    let mut identities = Identities::new();
     for (node, (_, rel)) in newest {
         let bytes = match reading::read_file(dir, &rel, node_record::MAX_BYTES) {
             Ok(b) => b,
@@ -63,9 +69,17 @@ pub fn read(dir: &Dir, skipped: &mut Skipped) -> BTreeMap<String, BTreeMap<Strin
             *models.entry(model).or_default() += 1;
         }
         // The folder names the node; the record's own NodeId is not trusted over it.
-        out.insert(reading::printable(&node, node_record::MAX_MODEL_BYTES), models);
+        let node = reading::printable(&node, node_record::MAX_MODEL_BYTES);
+        if let Some(job) = &record.job {
+            let gpus = &record.gpus[..record.gpus.len().min(node_record::MAX_GPUS)];
+            identities.insert(
+                node.clone(),
+                job.summary(gpus).into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            );
+        }
+        out.insert(node, models);
     }
-    out
+    (out, identities)
 }
 
 /// The GPUs of a job in words, over every node: `8 × NVIDIA H200`, models by name and
@@ -118,7 +132,7 @@ mod tests {
         put(r, "system/node/algo-7/1795316901000000.json", &rec(many));
         let dir = Dir::open_root(r, false).unwrap();
         let mut skipped = Skipped::default();
-        let got = read(&dir, &mut skipped);
+        let (got, _) = read(&dir, &mut skipped);
         let want: BTreeMap<String, BTreeMap<String, u32>> = [
             ("algo-1", vec![("NVIDIA H200", 2), (UNKNOWN_MODEL, 1)]),
             ("algo-2", vec![]),

@@ -10,7 +10,7 @@ use trainprof_config::{FileStatus, Loader, Reload};
 use trainprof_output::fs as ofs;
 use trainprof_output::node::{ResourceConfig, SystemNode};
 use trainprof_output::protocol::agent_cost;
-use trainprof_output::protocol::node_record::{self, NodeGpu, NodeRecord};
+use trainprof_output::protocol::node_record::{self, JobIdentity, NodeGpu, NodeRecord};
 use trainprof_output::protocol::system_line::round_us;
 
 use super::prepare::Prepared;
@@ -289,8 +289,11 @@ fn sample(
     let cx =
         ProbeContext { roots: &roots, now: &now, trainer, nvml_lib: nvml_lib.as_deref(), tree: tree.clone() };
     let probed = probe_samplers(&cx);
-    let node = SystemNode::from_env(read_resource_config().as_ref(), |k| std::env::var(k).ok());
-    write_node_record(root, &node.to_string(), probed.gpu_record.clone());
+    let resource = read_resource_config();
+    let node = SystemNode::from_env(resource.as_ref(), |k| std::env::var(k).ok());
+    let identity = job_identity(resource.as_ref());
+    let info = identity.summary(&probed.gpu_record);
+    write_node_record(root, &node.to_string(), probed.gpu_record.clone(), identity);
     let interval = Duration::from_millis(u64::from(interval_ms));
     let sinks = sinks::build(sinks::Outputs {
         root,
@@ -299,7 +302,14 @@ fn sample(
         proc: &roots.proc,
         tree,
         metrics: metrics.map(|listener| {
-            (listener, metrics::Labels { node: node.to_string(), gpu_uuid: probed.gpu_uuids.clone() })
+            (
+                listener,
+                metrics::Labels {
+                    node: node.to_string(),
+                    gpu_uuid: probed.gpu_uuids.clone(),
+                    job_info: info,
+                },
+            )
         }),
     });
     let mut ticker = Ticker::new(probed.samplers, sinks, interval);
@@ -332,12 +342,24 @@ fn sample(
     c
 }
 
-/// The node record (docs/formats.md, "Node record"): this node's GPUs, once, as a new
-/// `system/node/<node>/<µs>.json` (never over a file: a name that is taken is passed by).
-/// A record that cannot be written is one line; sampling goes on without it.
-fn write_node_record(root: &Path, node: &str, gpus: Vec<NodeGpu>) {
+/// The job's identity on this node (docs/formats.md, "Job identity"): the agent's own
+/// environment (a variable that is not UTF-8 is taken lossily), SageMaker's resource config
+/// and the host name.
+fn job_identity(resource: Option<&ResourceConfig>) -> JobIdentity {
+    let var = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
+    // The kernel's own file: at most 64 bytes, no link planted by the trainer.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
+    let resource = resource.map(|r| (r.current_host.as_deref(), r.hosts.as_ref().map(Vec::len)));
+    JobIdentity::from_env(var, resource, host.as_deref().map(str::trim))
+}
+
+/// The node record (docs/formats.md, "Node record"): this node's GPUs and the job's identity,
+/// once, as a new `system/node/<node>/<µs>.json` (never over a file: a name that is taken is
+/// passed by). A record that cannot be written is one line; sampling goes on without it.
+fn write_node_record(root: &Path, node: &str, gpus: Vec<NodeGpu>, job: JobIdentity) {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let record = NodeRecord { node: node.to_owned(), timestamp: round_us(now.as_secs_f64()), gpus };
+    let record =
+        NodeRecord { node: node.to_owned(), timestamp: round_us(now.as_secs_f64()), gpus, job: Some(job) };
     write_record(root, node_record::FOLDER, node, "node record", &node_record::to_bytes(&record));
 }
 

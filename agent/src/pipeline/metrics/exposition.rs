@@ -428,6 +428,35 @@ pub struct Labels {
     pub node: String,
     /// The UUID of GPU `i` (when NVML gave one).
     pub gpu_uuid: Vec<(u32, String)>,
+    /// The job's identity on this node ([`trainprof_output::protocol::node_record::JobIdentity::summary`], docs/formats.md, "Job
+    /// identity"): the labels of the one `trainprof_job_info` series, on no other series.
+    pub job_info: Vec<(&'static str, String)>,
+}
+
+/// The info series' name: one series, value 1, the job's identity in its labels.
+pub const JOB_INFO: &str = "trainprof_job_info";
+
+/// The info series (docs/metrics.md, "Job identity"): the node, then the identity's labels,
+/// each value escaped as every label value is.
+fn job_info(buf: &mut String, format: Format, labels: &Labels) {
+    // OpenMetrics types an info metric `info` and names its sample `_info`; the text
+    // format has no such type: a gauge, as the convention for `*_info` series has it.
+    let (family, kind) = match format {
+        Format::OpenMetrics => ("trainprof_job", "info"),
+        Format::Text => (JOB_INFO, "gauge"),
+    };
+    let _ = writeln!(
+        buf,
+        "# HELP {family} The job this node's agent runs for: platform, job, host, rank, GPUs (always 1).\n# TYPE {family} {kind}"
+    );
+    buf.push_str(JOB_INFO);
+    buf.push_str("{node=\"");
+    escaped(buf, &labels.node);
+    buf.push('"');
+    for (k, v) in &labels.job_info {
+        pair(buf, k, v);
+    }
+    buf.push_str("} 1\n");
 }
 
 /// A row to serve and its family, in serving order.
@@ -503,6 +532,7 @@ pub fn render(
         }
         buf.push('\n');
     }
+    job_info(buf, format, labels);
     if let Some(p) = progress {
         super::progress::render(buf, format, &labels.node, p);
     }
@@ -634,7 +664,7 @@ mod tests {
     }
 
     fn labels() -> Labels {
-        Labels { node: "algo-1".into(), gpu_uuid: vec![(0, "GPU-0000".into())] }
+        Labels { node: "algo-1".into(), gpu_uuid: vec![(0, "GPU-0000".into())], job_info: vec![] }
     }
 
     fn text(metrics: &[Metric], format: Format) -> String {
@@ -813,5 +843,39 @@ mod tests {
         let t =
             text(&[m(MetricType::Host, Name::Static(name::ALL_CORES), "SomethingNew", 3.0)], Format::Text);
         assert!(t.contains("trainprof_system_row{node=\"algo-1\",type=\"host\",name=\"AllCores\",dimension=\"SomethingNew\"} 3\n"), "{t}");
+    }
+
+    /// The job's identity is one series, its values escaped; no other series carries it.
+    #[test]
+    fn the_job_s_identity_is_one_info_series_with_escaped_values() {
+        let mut l = labels();
+        let id = trainprof_output::protocol::node_record::JobIdentity::from_env(
+            |k| match k {
+                "SLURM_JOB_ID" => Some("42\"} 0\nfake{x=\"\\".to_owned()),
+                "SLURM_PROCID" => Some("3".to_owned()),
+                _ => None,
+            },
+            None,
+            Some("h"),
+        );
+        l.job_info = id.summary(&[]);
+        let metrics = [m(MetricType::Cpu, Name::core(0), dim::CPU_UTILIZATION, 1.0)];
+        let mut rows_out = Vec::new();
+        rows(metrics.iter().copied(), &mut rows_out);
+        for format in [Format::Text, Format::OpenMetrics] {
+            let mut t = String::new();
+            render(&mut t, format, &l, 1.0, &rows_out, None);
+            let series: Vec<&str> = t.lines().filter(|l| l.starts_with("trainprof_job_info{")).collect();
+            assert_eq!(
+                series,
+                [
+                    "trainprof_job_info{node=\"algo-1\",platform=\"slurm\",job=\"42\\\"} 0\\\\x0afake{x=\\\"\\\\\",\
+                     host=\"h\",rank=\"3\",gpus=\"0\"} 1"
+                ],
+                "{t}"
+            );
+            assert_eq!(t.matches("platform=").count(), 1, "{t}");
+            assert!(!t.lines().any(|l| l.starts_with("fake")), "{t}");
+        }
     }
 }

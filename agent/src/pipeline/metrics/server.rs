@@ -410,7 +410,7 @@ mod tests {
             dimension: dimension::GPU_BUSY_MEAN_PERCENT,
             value: 70.0,
         };
-        let labels = Labels { node: "algo-1".into(), gpu_uuid: vec![] };
+        let labels = Labels { node: "algo-1".into(), gpu_uuid: vec![], job_info: vec![] };
         let mut s = State::default();
         assert!(s.body(Format::Text, &labels).is_none());
         s.take(snapshot(1, 100.0, vec![cpu, mean]));

@@ -3,7 +3,7 @@
 use std::ffi::OsStr;
 use std::time::Duration;
 
-use trainprof_output::protocol::node_record::NodeGpu;
+use trainprof_output::protocol::node_record::{self, NodeGpu};
 
 use super::cgroup::{CgroupMemory, CgroupSampler};
 use super::clock::ClockSampler;
@@ -187,6 +187,7 @@ pub fn probe_samplers(cx: &ProbeContext<'_>) -> Probed {
                 index: f.index,
                 model: f.name.clone(),
                 memory_total_bytes: f.memory_total_bytes,
+                uuid: f.uuid.as_deref().map(|u| node_record::bounded(u, node_record::MAX_VALUE_BYTES)),
             })
             .collect();
     });

@@ -654,13 +654,14 @@ mod tests {
         assert_eq!(
             caps_words(&c.caps),
             "a window stops early at: detailed 10 events or 512 MiB of trainer RSS growth; dataloader 100000 events; \
-             python (pyinstrument) 1000000 samples a window"
+             python (pyinstrument) 1000000 samples a window; native 1000000 samples a window"
         );
         let v = caps_json(&c.caps);
         assert_eq!(
             (v["detailed_max_events"].clone(), v["detailed_max_memory_bytes"].clone()),
             (json!(10), json!(512 << 20))
         );
+        assert_eq!(v["native_max_samples"], json!(1_000_000));
         assert_eq!(c.problems.len(), 1, "{:?}", c.problems);
     }
 }

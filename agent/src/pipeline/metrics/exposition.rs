@@ -864,7 +864,7 @@ mod tests {
         rows(metrics.iter().copied(), &mut rows_out);
         for format in [Format::Text, Format::OpenMetrics] {
             let mut t = String::new();
-            render(&mut t, format, &l, 1.0, &rows_out, None);
+            render(&mut t, format, &l, 1.0, &rows_out, None, &[]);
             let series: Vec<&str> = t.lines().filter(|l| l.starts_with("trainprof_job_info{")).collect();
             assert_eq!(
                 series,

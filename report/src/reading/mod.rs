@@ -14,6 +14,7 @@ pub mod demangle;
 pub mod dumps;
 pub mod job_files;
 pub mod marshal;
+pub mod memory;
 pub mod native;
 pub mod node_gpus;
 pub mod pickle;

@@ -23,8 +23,9 @@ use std::rc::Rc;
 
 use thiserror::Error;
 
-/// Values made per file at most (memo writes included): a snapshot of 100,000 history
-/// entries with 8-frame stacks makes about 2.5 million (BENCHMARKS.md, "Memory snapshots").
+/// Values made per file at most (memo writes and reads included): a snapshot of 100,000
+/// history entries with 8-frame stacks, frames shared as torch shares them, is well within
+/// (BENCHMARKS.md, "Memory snapshots").
 pub const MAX_VALUES: usize = 8_000_000;
 /// Containers nest at most so deep (a snapshot nests 6: the dict, `segments`, a segment,
 /// `blocks`, a block, `frames`, a frame).

@@ -74,12 +74,14 @@ fn build_inner(
     let stats = reading::stats_files(&dir, &mut skipped);
     let native = native::windows(&dir, &mut skipped);
     let hangs = incidents::read(&dir, &agg.steps, &mut skipped);
+    let memory = crate::analysis::memory::read(&dir, &agg.steps, &mut skipped);
     let (gpu_models, identities) = node_gpus::read(&dir, &mut skipped);
     if agg.nodes.is_empty()
         && agg.ranks.is_empty()
         && stats.is_empty()
         && native.is_empty()
         && hangs.is_empty()
+        && memory.is_empty()
     {
         return Err(Error::Empty(root.display().to_string()));
     }
@@ -99,6 +101,7 @@ fn build_inner(
     m.python_summary = python_summary;
     m.native = native;
     m.hangs = hangs;
+    m.memory = memory;
     m.job.gpu_models = gpu_models;
     m.job.identities = identities;
     Ok((m, raw))
@@ -306,6 +309,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         findings,
         detailed,
         hangs: Hangs::default(),
+        memory: Default::default(),
         fleet,
         collectives,
         series: Some(series),

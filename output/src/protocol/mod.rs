@@ -18,6 +18,7 @@
 //! * [`host_record`]: the agent's record of the host around a stall, read back by the report;
 //! * [`dump`]: the hook's hang and crash dumps (folder and file names, `stall.json` and
 //!   `ended.json` keys, the dump kinds, the check that a `stall.json` is the hook's record);
+//! * [`memory_snapshot`]: the PyTorch memory snapshots' folder and file names;
 //! * [`native_window`]: the native profiler's window folder names and files;
 //! * [`python_window`]: the Python profiler's window folders: profilers, stats files, modes
 //!   and phases.
@@ -44,6 +45,7 @@ pub mod agent_cost;
 pub mod decimal;
 pub mod dump;
 pub mod host_record;
+pub mod memory_snapshot;
 pub mod metric;
 pub mod native_window;
 pub mod node_record;

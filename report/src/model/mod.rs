@@ -12,6 +12,7 @@ pub mod evidence;
 pub mod fleet;
 pub mod hangs;
 pub mod kinds;
+pub mod memory;
 
 pub use detailed::{Detailed, DetailedFigures, DetailedWindow, LaunchDelay, Share, TopRow};
 pub use evidence::Evidence;
@@ -55,6 +56,9 @@ pub struct ReportModel {
     /// Hangs and crashes (`docs/report.md`, "Hangs and crashes"): empty when there were none.
     #[serde(default)]
     pub hangs: Hangs,
+    /// PyTorch memory snapshots (`docs/report.md`, "Memory"): empty without them.
+    #[serde(default)]
+    pub memory: memory::Memory,
     /// Many ranks: robust straggler scores and their nodes' causes (`docs/report.md`,
     /// "Many ranks"); `null` with fewer than two ranks.
     #[serde(default)]

@@ -26,6 +26,7 @@ pub mod detailed;
 pub mod fleet;
 pub mod hangs;
 pub mod markup;
+pub mod memory;
 pub mod windows;
 
 use markup::{
@@ -83,6 +84,9 @@ pub fn render(m: &ReportModel) -> String {
     if !m.requested.is_empty() {
         out.push_str("<a href=\"#requested\">Requested</a>");
     }
+    if !m.memory.is_empty() {
+        out.push_str("<a href=\"#memory-snapshots\">Memory</a>");
+    }
     if !m.capped_windows.is_empty() {
         out.push_str("<a href=\"#capped\">Capped</a>");
     }
@@ -107,6 +111,7 @@ pub fn render(m: &ReportModel) -> String {
     section_system(&mut out, &series.nodes);
     section_framework(&mut out, &m.phases, &m.python, &m.python_summary);
     crate::page::detailed::section(&mut out, &m.detailed);
+    crate::page::memory::section(&mut out, &m.memory);
     crate::page::windows::section_native(&mut out, &m.native, t0);
     section_findings(&mut out, &m.findings, t0);
     section_triggers(&mut out, &m.triggers, t0);

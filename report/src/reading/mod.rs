@@ -3,7 +3,7 @@
 //! relative to an open folder, and everything is streamed (one line, one event at a time) or
 //! read up to a bound, so that memory does not grow with a file's size.
 //!
-//! One module per format: [`marshal`] (cProfile's stats), [`python`] (cProfile and
+//! One module per format: [`marshal`] (cProfile's stats), [`pickle`] (PyTorch memory snapshots), [`python`] (cProfile and
 //! pyinstrument windows), [`native`] (`profile.pb.gz`, `flamegraph.svg`) with [`demangle`],
 //! [`dumps`] (hang and crash dumps, the agent's host records), [`node_gpus`] (the node
 //! record). This file holds the system lines and the timelines, and what every reader shares:
@@ -14,8 +14,10 @@ pub mod demangle;
 pub mod dumps;
 pub mod job_files;
 pub mod marshal;
+pub mod memory;
 pub mod native;
 pub mod node_gpus;
+pub mod pickle;
 pub mod python;
 
 use std::collections::HashMap;

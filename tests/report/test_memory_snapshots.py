@@ -1,0 +1,150 @@
+"""`trainprof report` on PyTorch memory snapshots (docs/report.md, "Memory"; docs/formats.md,
+"Memory snapshots"): synthetic snapshots in the format torch writes (`_snapshot()`'s dict,
+pickled by Python's own `pickle` at protocols 2 to 5), with known allocations planted: the peak,
+the frames holding memory at the peak, the leak finding against the rank's steps. Hostile pickles
+(a GLOBAL/REDUCE that would run code) are refused with the reason and never executed."""
+
+import json
+import os
+import pickle
+import subprocess
+
+T0 = 1_795_400_000_000_000  # epoch µs
+STEP_US = 100_000
+MIB = 1 << 20
+NODE = "0-host"
+
+
+def run(trainprof_bin, *args):
+    proc = subprocess.run([str(trainprof_bin), *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def write_timeline(root, steps):
+    out = [
+        {"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros": T0}},
+        {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "Step:ModeKeys.TRAIN"}},
+    ]
+    for i in range(steps):
+        out.append({"name": "Step:ModeKeys.TRAIN", "pid": 1, "ph": "X", "ts": i * STEP_US, "dur": STEP_US - 100,
+                    "args": {"step_num": str(i)}})
+    d = root / "framework" / "pevents" / "2026112203"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{T0 + steps * STEP_US}_{NODE}_pythontimeline.json").write_text(json.dumps(out))
+
+
+def frames(file, line, name):
+    # Innermost first, as torch records them: torch's own frame, then the user's.
+    return [{"filename": "/usr/lib/python3.11/site-packages/torch/nn/modules/linear.py", "line": 125, "name": "forward"},
+            {"filename": file, "line": line, "name": name}]
+
+
+def leaky_snapshot(steps):
+    """Each step: a 64 MiB activation allocated and freed at train.py:20, and 4 MiB kept for
+    ever at train.py:30 (the leak). Weights: 100 MiB at model.py:5, allocated before the history."""
+    trace, t, addr = [], T0 + 1000, 1 << 40
+    weights = {"address": 1 << 30, "size": 100 * MIB, "requested_size": 100 * MIB, "state": "active_allocated",
+               "frames": frames("/job/model.py", 5, "__init__")}
+    kept = []
+    for s in range(steps):
+        t = T0 + s * STEP_US + 1000
+        act = addr
+        addr += 64 * MIB
+        trace.append({"action": "alloc", "addr": act, "size": 64 * MIB, "stream": 0, "time_us": t,
+                      "frames": frames("/job/train.py", 20, "step")})
+        leak = addr
+        addr += 4 * MIB
+        trace.append({"action": "alloc", "addr": leak, "size": 4 * MIB, "stream": 0, "time_us": t + 10,
+                      "frames": frames("/job/train.py", 30, "remember")})
+        kept.append(leak)
+        trace.append({"action": "free_requested", "addr": act, "size": 64 * MIB, "stream": 0, "time_us": t + 50_000,
+                      "frames": []})
+        trace.append({"action": "free_completed", "addr": act, "size": 64 * MIB, "stream": 0, "time_us": t + 50_001,
+                      "frames": []})
+    blocks = [weights] + [{"address": a, "size": 4 * MIB, "requested_size": 4 * MIB, "state": "active_allocated",
+                           "frames": frames("/job/train.py", 30, "remember")} for a in kept]
+    blocks.append({"address": addr, "size": 50 * MIB, "requested_size": 0, "state": "inactive", "frames": []})
+    total = sum(b["size"] for b in blocks)
+    seg = {"device": 0, "address": 1 << 30, "total_size": total, "stream": 0, "segment_type": "large",
+           "segment_pool_id": (0, 0), "allocated_size": total - 50 * MIB, "active_size": total - 50 * MIB,
+           "requested_size": total - 50 * MIB, "blocks": blocks}
+    return {"segments": [seg], "device_traces": [trace], "allocator_settings": {}, "external_annotations": []}
+
+
+def write_snapshot(root, name, data, protocol=None):
+    d = root / "framework" / "memory" / NODE
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_bytes(data if isinstance(data, bytes) else pickle.dumps(data, protocol))
+
+
+def test_peak_top_frames_and_leak(tmp_path, trainprof_bin):
+    steps = 6
+    write_timeline(tmp_path, steps)
+    snap = leaky_snapshot(steps)
+    for proto in (2, 3, 4, 5):
+        write_snapshot(tmp_path, f"window-0-{steps - 1}-{T0 + proto}.pickle", snap, proto)
+    page = tmp_path / "page.html"
+    out = json.loads(run(trainprof_bin, "report", tmp_path, "--json", "-o", page).stdout)
+    snaps = out["memory"]["snapshots"]
+    assert len(snaps) == 4, out["job"]["skipped"]
+    for s in snaps:
+        assert s["kind"] == "window" and s["node"] == NODE
+        (d,) = s["devices"]
+        # The peak: weights + 6 leaked 4 MiB + the last step's 64 MiB activation.
+        assert d["peak_allocated_bytes"] == (100 + 4 * steps + 64) * MIB
+        assert d["allocated_bytes"] == (100 + 4 * steps) * MIB
+        assert d["reserved_bytes"] == (100 + 4 * steps + 50) * MIB
+        top = {(r["file"], r["line"]): (r["bytes"], r["count"]) for r in d["top"]}
+        assert top[("/job/model.py", 5)] == (100 * MIB, 1)
+        assert top[("/job/train.py", 20)] == (64 * MIB, 1)
+        assert top[("/job/train.py", 30)] == (4 * steps * MIB, steps)
+        leak = d["leak"]
+        assert leak is not None
+        assert leak["per_step_bytes"] == 4 * MIB
+        assert leak["sites"][0]["file"] == "/job/train.py" and leak["sites"][0]["line"] == 30
+        assert len(d["chart"]) >= 2
+    text = page.read_text()
+    assert 'id="memory-snapshots"' in text and "Memory grows step over step" in text and "pytorch.org/memory_viz" in text
+
+
+def test_no_leak_when_memory_is_flat(tmp_path, trainprof_bin):
+    steps = 6
+    write_timeline(tmp_path, steps)
+    snap = leaky_snapshot(steps)
+    # Without the kept allocations: flat at each step start.
+    snap["device_traces"][0] = [e for e in snap["device_traces"][0] if e["size"] != 4 * MIB]
+    snap["segments"][0]["blocks"] = [b for b in snap["segments"][0]["blocks"] if b["size"] != 4 * MIB]
+    write_snapshot(tmp_path, f"oom-3-{T0}.pickle", snap)
+    out = json.loads(run(trainprof_bin, "report", tmp_path, "--json", "-o", tmp_path / "p.html").stdout)
+    (s,) = out["memory"]["snapshots"]
+    assert s["kind"] == "oom" and s["first_step"] == 3
+    (d,) = s["devices"]
+    assert d["peak_allocated_bytes"] == 164 * MIB
+    assert d["leak"] is None
+
+
+class Boom:
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+
+
+def test_hostile_pickles_are_refused_never_run(tmp_path, trainprof_bin):
+    write_timeline(tmp_path, 3)
+    marker = tmp_path / "PWNED"
+    write_snapshot(tmp_path, f"window-0-1-{T0}.pickle", pickle.dumps({"segments": [Boom()], "device_traces": []}))
+    write_snapshot(tmp_path, f"window-0-1-{T0 + 1}.pickle", pickle.dumps(leaky_snapshot(3))[:-40])
+    deep = []
+    for _ in range(200):
+        deep = [deep]
+    write_snapshot(tmp_path, f"window-0-1-{T0 + 2}.pickle", pickle.dumps({"segments": deep, "device_traces": []}))
+    proc = subprocess.run([str(trainprof_bin), "report", tmp_path, "--json", "-o", tmp_path / "p.html"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["memory"]["snapshots"] == []
+    skipped = "\n".join(out["job"]["skipped"])
+    assert "STACK_GLOBAL" in skipped and "never runs" in skipped
+    assert "ends early" in skipped
+    assert "nest deeper than 64" in skipped
+    assert not marker.exists()

@@ -75,6 +75,8 @@ fn build_inner(
     let native = native::windows(&dir, &mut skipped);
     let hangs = incidents::read(&dir, &agg.steps, &mut skipped);
     let gpu_models = node_gpus::read(&dir, &mut skipped);
+    let mut inspector_capped = Vec::new();
+    let nccl_inspector = crate::analysis::inspector::read(&dir, &mut skipped, &mut inspector_capped);
     if agg.nodes.is_empty()
         && agg.ranks.is_empty()
         && stats.is_empty()
@@ -100,6 +102,8 @@ fn build_inner(
     m.native = native;
     m.hangs = hangs;
     m.job.gpu_models = gpu_models;
+    m.job.capped.extend(inspector_capped);
+    m.nccl_inspector = nccl_inspector;
     Ok((m, raw))
 }
 
@@ -306,6 +310,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         hangs: Hangs::default(),
         fleet,
         collectives,
+        nccl_inspector: None,
         series: Some(series),
     }
 }

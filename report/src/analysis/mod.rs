@@ -10,5 +10,6 @@ pub mod collectives;
 pub mod detailed;
 pub mod fleet;
 pub mod incidents;
+pub mod inspector;
 pub mod stats;
 pub mod steps;

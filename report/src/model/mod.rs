@@ -64,6 +64,10 @@ pub struct ReportModel {
     /// hold no collective.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collectives: Option<collectives::Collectives>,
+    /// NCCL Inspector's records of the job's collectives, per process (`docs/report.md`,
+    /// "NCCL Inspector"); left out without Inspector files in the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_inspector: Option<collectives::Inspector>,
     /// Only for the HTML page; `--json` leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<Series>,

@@ -82,6 +82,7 @@ fn build_inner(
         && stats.is_empty()
         && native.is_empty()
         && hangs.is_empty()
+        && nccl_inspector.is_none()
     {
         return Err(Error::Empty(root.display().to_string()));
     }

@@ -184,3 +184,14 @@ fn the_splitter_frames_lines_and_pretty_objects() {
         ]
     );
 }
+
+#[test]
+fn inspector_files_alone_make_a_report() {
+    let t = tempfile::tempdir().unwrap();
+    let d = inspector_dir(t.path());
+    std::fs::write(d.join("h-pid1.log"), record("0x1", 0, "h", 1, "AllReduce", 1, 5, 1.0).to_string() + "\n")
+        .unwrap();
+    let m = build(t.path(), "job", &Options::default()).unwrap();
+    assert_eq!(m.nccl_inspector.as_ref().unwrap().records, 1);
+    assert!(page::render(&m).contains("NCCL Inspector"));
+}

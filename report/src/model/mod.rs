@@ -104,7 +104,8 @@ pub struct Job {
 pub struct Capped {
     /// `nodes`, `gpus`, `cores`, `columns`, `ranks`, `modes`, `phases`, `dataloader_seconds`,
     /// `dataloader_pids`, `detailed_steps`, `detailed_events`, `detailed_waits`, `detailed_names`,
-    /// `demangled_bytes` (mangled names not demangled, `docs/report.md` "Mangled names") or
+    /// `demangled_bytes` (mangled names not demangled, `docs/report.md` "Mangled names"),
+    /// `nccl_inspector_records`, `nccl_inspector_files` (`docs/report.md`, "NCCL Inspector") or
     /// `names` (names longer than the cap, in bytes).
     pub what: String,
     /// The node, for a per-node cap; `null` for a per-job one.

@@ -76,12 +76,15 @@ fn build_inner(
     let hangs = incidents::read(&dir, &agg.steps, &mut skipped);
     let memory = crate::analysis::memory::read(&dir, &agg.steps, &mut skipped);
     let (gpu_models, identities) = node_gpus::read(&dir, &mut skipped);
+    let mut inspector_capped = Vec::new();
+    let nccl_inspector = crate::analysis::inspector::read(&dir, &mut skipped, &mut inspector_capped);
     if agg.nodes.is_empty()
         && agg.ranks.is_empty()
         && stats.is_empty()
         && native.is_empty()
         && hangs.is_empty()
         && memory.is_empty()
+        && nccl_inspector.is_none()
     {
         return Err(Error::Empty(root.display().to_string()));
     }
@@ -104,6 +107,8 @@ fn build_inner(
     m.memory = memory;
     m.job.gpu_models = gpu_models;
     m.job.identities = identities;
+    m.job.capped.extend(inspector_capped);
+    m.nccl_inspector = nccl_inspector;
     Ok((m, raw))
 }
 
@@ -312,6 +317,7 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         memory: Default::default(),
         fleet,
         collectives,
+        nccl_inspector: None,
         series: Some(series),
     }
 }

@@ -10,6 +10,7 @@ pub mod collectives;
 pub mod detailed;
 pub mod fleet;
 pub mod incidents;
+pub mod inspector;
 pub mod memory;
 pub mod stats;
 pub mod steps;

@@ -2,6 +2,8 @@
 //! holds them (`docs/report.md`, "Collectives across ranks"): `analysis/collectives.rs`
 //! computes them from the detailed windows' events.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 pub use super::kinds::{AlignState, MatchedBy};
@@ -123,4 +125,72 @@ pub struct NodeClock {
     pub bound_ms: Option<f64>,
     /// Whether |offset| − uncertainty is within `bound_ms`; `null` without a bound.
     pub within_bound: Option<bool>,
+}
+
+/// `nccl_inspector` in the model: NCCL Inspector's per-process records of the job's
+/// collectives (`docs/report.md`, "NCCL Inspector"); left out without Inspector files.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Inspector {
+    /// Files read (one per process) and records (collectives) taken from them.
+    pub files: u64,
+    pub records: u64,
+    /// Records skipped: not JSON, not Inspector's shape, too long or cut.
+    pub bad_records: u64,
+    /// Communicators, by id: their size and the processes whose files hold them.
+    pub communicators: Vec<InspectorComm>,
+    /// Collectives (communicator id, `coll_sn`) seen on two processes or more.
+    pub matched: u64,
+    /// Over the matched collectives: the longest execution time less the shortest, ms.
+    pub exec_spread_ms: Spread,
+    /// One row per process (file), by host and pid.
+    pub per_rank: Vec<InspectorRank>,
+    /// The process with the most GPU time over the matched collectives; `null` with fewer
+    /// than two processes sharing collectives.
+    pub slowest: Option<InspectorSlowest>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct InspectorComm {
+    pub id: String,
+    /// `header.n_ranks`.
+    pub n_ranks: i64,
+    /// Processes whose files hold it.
+    pub processes: u64,
+    pub records: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct InspectorRank {
+    pub host: String,
+    pub pid: Option<u64>,
+    /// Its `header.rank` in the largest communicator it is in.
+    pub rank: Option<i64>,
+    pub collectives: u64,
+    /// Collectives by kind (`AllReduce`, `AllGather`, …).
+    pub kinds: BTreeMap<String, u64>,
+    /// `coll_msg_size_bytes` summed.
+    pub bytes: u64,
+    /// `coll_exec_time_us` summed, ms.
+    pub gpu_time_ms: f64,
+    /// The mean of `coll_busbw_gbs` over its collectives that have one.
+    pub mean_busbw_gbs: Option<f64>,
+    /// Its collectives seen on another process too, and their execution time summed, ms.
+    pub matched: u64,
+    pub matched_gpu_time_ms: f64,
+    /// Matched collectives where its execution time was the longest, and the shortest.
+    pub longest: u64,
+    pub shortest: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct InspectorSlowest {
+    pub host: String,
+    pub pid: Option<u64>,
+    pub rank: Option<i64>,
+    pub matched_gpu_time_ms: f64,
+    /// The median of the processes' `matched_gpu_time_ms`.
+    pub median_ms: f64,
+    pub longest: u64,
+    pub matched: u64,
+    pub summary: String,
 }

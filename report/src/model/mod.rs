@@ -68,6 +68,10 @@ pub struct ReportModel {
     /// hold no collective.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collectives: Option<collectives::Collectives>,
+    /// NCCL Inspector's records of the job's collectives, per process (`docs/report.md`,
+    /// "NCCL Inspector"); left out without Inspector files in the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_inspector: Option<collectives::Inspector>,
     /// Only for the HTML page; `--json` leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<Series>,
@@ -109,7 +113,8 @@ pub struct Job {
 pub struct Capped {
     /// `nodes`, `gpus`, `cores`, `columns`, `ranks`, `modes`, `phases`, `dataloader_seconds`,
     /// `dataloader_pids`, `detailed_steps`, `detailed_events`, `detailed_waits`, `detailed_names`,
-    /// `demangled_bytes` (mangled names not demangled, `docs/report.md` "Mangled names") or
+    /// `demangled_bytes` (mangled names not demangled, `docs/report.md` "Mangled names"),
+    /// `nccl_inspector_records`, `nccl_inspector_files` (`docs/report.md`, "NCCL Inspector") or
     /// `names` (names longer than the cap, in bytes).
     pub what: String,
     /// The node, for a per-node cap; `null` for a per-job one.

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::model::collectives::{AlignState, Collectives};
+use crate::model::collectives::{AlignState, Collectives, Inspector};
 use crate::page::markup::{esc, num, offset};
 
 /// Rows of the per-rank table on the page (all of them are in `--json`).
@@ -19,9 +19,98 @@ fn state(s: AlignState) -> &'static str {
     }
 }
 
-pub fn section(out: &mut String, c: Option<&Collectives>, t0: f64) {
-    let Some(c) = c else { return };
+pub fn section(out: &mut String, c: Option<&Collectives>, ins: Option<&Inspector>, t0: f64) {
+    if c.is_none() && ins.is_none() {
+        return;
+    }
     out.push_str("<section id=\"collectives\"><h2>Collectives across ranks</h2>\n");
+    if let Some(c) = c {
+        matched(out, c, t0);
+    }
+    if let Some(i) = ins {
+        inspector(out, i);
+    }
+    out.push_str("</section>\n");
+}
+
+/// Rows of the Inspector table on the page (all of them are in `--json`).
+pub const MAX_INSPECTOR_ROWS: usize = 64;
+
+/// The "NCCL Inspector" subsection: per process its collectives, GPU time and bus bandwidth,
+/// and the process with the most execution time over the collectives shared.
+fn inspector(out: &mut String, i: &Inspector) {
+    out.push_str("<h3 id=\"nccl-inspector\">NCCL Inspector</h3>\n");
+    let _ = writeln!(
+        out,
+        "<p class=\"note\">{} collectives from {} Inspector files ({} records skipped as unreadable), {} \
+         communicators; {} collectives seen on two processes or more (matched by communicator and <code>coll_sn</code>). \
+         Inspector records each collective's execution time (GPU time where <code>coll_timing_source</code> is \
+         <code>kernel_gpu</code>), not when each rank reached it: a rank that arrives first waits inside the \
+         collective, so the longest execution time marks a rank that waited as often as a slow one, and a late rank \
+         shows the shortest.</p>",
+        i.records,
+        i.files,
+        i.bad_records,
+        i.communicators.len(),
+        i.matched
+    );
+    match &i.slowest {
+        Some(s) => {
+            let _ = writeln!(
+                out,
+                "<p class=\"inspector-slowest\"><b>Most execution time: {}</b></p>",
+                esc(&s.summary)
+            );
+        }
+        None => out.push_str("<p>No two processes share a collective.</p>\n"),
+    }
+    let _ = writeln!(
+        out,
+        "<p>Execution-time spread (longest − shortest): median {} ms, p90 {} ms, max {} ms over {} collectives.</p>",
+        esc(&num(i.exec_spread_ms.p50_ms)),
+        esc(&num(i.exec_spread_ms.p90_ms)),
+        esc(&num(i.exec_spread_ms.max_ms)),
+        i.exec_spread_ms.count
+    );
+    out.push_str(
+        "<table class=\"inspector-ranks\"><tr><th>host</th><th class=\"n\">pid</th><th class=\"n\">rank</th>\
+         <th class=\"n\">collectives</th><th>kinds</th><th class=\"n\">GPU time, ms</th>\
+         <th class=\"n\">mean bus bandwidth, GB/s</th><th class=\"n\">matched</th>\
+         <th class=\"n\">longest at</th><th class=\"n\">shortest at</th></tr>\n",
+    );
+    for r in i.per_rank.iter().take(MAX_INSPECTOR_ROWS) {
+        let top = i.slowest.as_ref().is_some_and(|s| s.host == r.host && s.pid == r.pid);
+        let kinds: Vec<String> = r.kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let _ = writeln!(
+            out,
+            "<tr{}><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td></tr>",
+            if top { " class=\"straggler\"" } else { "" },
+            esc(&r.host),
+            r.pid.map_or_else(|| "–".to_owned(), |p| p.to_string()),
+            r.rank.map_or_else(|| "–".to_owned(), |k| k.to_string()),
+            r.collectives,
+            esc(&kinds.join(", ")),
+            esc(&num(Some(r.gpu_time_ms))),
+            esc(&num(r.mean_busbw_gbs)),
+            r.matched,
+            r.longest,
+            r.shortest
+        );
+    }
+    out.push_str("</table>\n");
+    if i.per_rank.len() > MAX_INSPECTOR_ROWS {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">{} of {} processes listed; all are in <code>--json</code>.</p>",
+            MAX_INSPECTOR_ROWS,
+            i.per_rank.len()
+        );
+    }
+}
+
+fn matched(out: &mut String, c: &Collectives, t0: f64) {
     let _ = writeln!(
         out,
         "<p class=\"note\">{} collectives on {} ranks, matched {} ({} matched on two ranks or more, {} on one rank \
@@ -143,5 +232,5 @@ pub fn section(out: &mut String, c: Option<&Collectives>, t0: f64) {
             esc(&note)
         );
     }
-    out.push_str("</table></section>\n");
+    out.push_str("</table>\n");
 }

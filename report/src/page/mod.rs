@@ -75,7 +75,7 @@ pub fn render(m: &ReportModel) -> String {
          <a href=\"#framework\">Framework</a><a href=\"#detailed\">Detailed</a><a href=\"#native\">Native</a>\
          <a href=\"#findings\">Findings</a>",
     );
-    if m.collectives.is_some() {
+    if m.collectives.is_some() || m.nccl_inspector.is_some() {
         out.push_str("<a href=\"#collectives\">Collectives</a>");
     }
     if !m.triggers.is_empty() {
@@ -107,7 +107,7 @@ pub fn render(m: &ReportModel) -> String {
     section_job(&mut out, job);
     section_steps(&mut out, &m.steps, t0);
     crate::page::fleet::section(&mut out, m.fleet.as_ref());
-    crate::page::collectives::section(&mut out, m.collectives.as_ref(), t0);
+    crate::page::collectives::section(&mut out, m.collectives.as_ref(), m.nccl_inspector.as_ref(), t0);
     section_system(&mut out, &series.nodes);
     section_framework(&mut out, &m.phases, &m.python, &m.python_summary);
     crate::page::detailed::section(&mut out, &m.detailed);

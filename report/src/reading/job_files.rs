@@ -5,7 +5,8 @@
 use trainprof_output::protocol::{native_window, node_record};
 
 /// Whether an S3 key (relative to the prefix) is a file the report reads: system files,
-/// timelines, Python-stats files, native windows' profiles and flame graphs (not the TF
+/// timelines, Python-stats files, native windows' profiles and flame graphs, NCCL Inspector's
+/// files (not the TF
 /// detailed profiles, which can be large), every component a plain name.
 pub fn wanted(rel: &str) -> bool {
     let name = rel.rsplit('/').next().unwrap_or(rel);
@@ -14,7 +15,8 @@ pub fn wanted(rel: &str) -> bool {
         || is_stats(rel, name)
         || is_native(rel, name)
         || is_hang(rel, name)
-        || is_node_record(rel, name);
+        || is_node_record(rel, name)
+        || is_inspector(rel, name);
     kind && !rel.ends_with(".tmp")
         && rel.split('/').all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
 }
@@ -27,6 +29,14 @@ fn is_stats(rel: &str, name: &str) -> bool {
 
 fn is_native(rel: &str, name: &str) -> bool {
     rel.starts_with("framework/native/") && native_window::NativeFile::parse(name).is_some()
+}
+
+/// NCCL Inspector's file of one process, `nccl-inspector/<host>-pid<pid>.log` (docs/formats.md,
+/// "NCCL Inspector"): put there by the user, never by the uploader.
+fn is_inspector(rel: &str, name: &str) -> bool {
+    rel.strip_prefix(crate::reading::inspector::FOLDER).is_some_and(|r| r.starts_with('/'))
+        && rel.split('/').count() == 2
+        && crate::reading::inspector::is_file_name(name)
 }
 
 /// The agent's node record, `system/node/<node>/<µs>.json` (docs/formats.md, "Node record").
@@ -59,6 +69,8 @@ pub fn max_bytes(rel: &str) -> u64 {
         crate::reading::native::MAX_FILE_BYTES
     } else if is_hang(rel, name) {
         crate::reading::dumps::MAX_STACKS_BYTES
+    } else if is_inspector(rel, name) {
+        crate::reading::inspector::MAX_FILE_BYTES
     } else {
         crate::reading::MAX_TIMELINE_BYTES
     }
@@ -98,6 +110,11 @@ mod tests {
         assert!(!wanted("system/node/algo-1/x/1795400001000000.json"));
         assert!(!wanted("system/node/algo-1/notes.json"));
         assert!(!wanted("system/nodes/algo-1/1795400001000000.json"));
+        assert!(wanted("nccl-inspector/node-a-pid4242.log"));
+        assert!(!wanted("nccl-inspector/node-a-pid4242.log.tmp"));
+        assert!(!wanted("nccl-inspector/x/node-a-pid4242.log"));
+        assert!(!wanted("nccl-inspector/notes.log"));
+        assert!(!wanted("nccl-inspector/node-a-pidx.log"));
     }
 
     #[test]
@@ -114,6 +131,7 @@ mod tests {
             max_bytes("framework/hangs/0-algo-1/30-1795400001000000/python_stacks.txt"),
             crate::reading::dumps::MAX_STACKS_BYTES
         );
+        assert_eq!(max_bytes("nccl-inspector/node-a-pid4242.log"), crate::reading::inspector::MAX_FILE_BYTES);
         assert_eq!(max_bytes("framework/pevents/1/t.json"), crate::reading::MAX_TIMELINE_BYTES);
         assert_eq!(max_bytes("system/incremental/1/1.algo-1.json"), crate::reading::MAX_TIMELINE_BYTES);
     }

@@ -12,6 +12,7 @@
 
 pub mod demangle;
 pub mod dumps;
+pub mod inspector;
 pub mod job_files;
 pub mod marshal;
 pub mod memory;

@@ -398,20 +398,7 @@ pub fn trace(args: &TraceArgs) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            log!("{e}");
-            // The half-written file is ours: remove it, but only while the name still holds it.
-            if let (Ok(d), Some(name)) =
-                (Dir::open_root(&dir, false), path.file_name().and_then(|n| n.to_str()))
-            {
-                let _ = d.unlink_if_same(name, &f);
-            }
-            let code = match e {
-                trainprof_report::trace::Error::Root(..) => status::UNREADABLE,
-                _ => status::NOTHING,
-            };
-            ExitCode::from(code)
-        }
+        Err(e) => trace_failed(&e, &dir, &path, &f),
     }
 }
 
@@ -448,20 +435,22 @@ fn per_node_archive(args: &TraceArgs, input: &Input, archive: &Path) -> ExitCode
             );
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            log!("{e}");
-            if let (Ok(d), Some(name)) =
-                (Dir::open_root(&dir, false), path.file_name().and_then(|n| n.to_str()))
-            {
-                let _ = d.unlink_if_same(name, &f);
-            }
-            let code = match e {
-                trainprof_report::trace::Error::Root(..) => status::UNREADABLE,
-                _ => status::NOTHING,
-            };
-            ExitCode::from(code)
-        }
+        Err(e) => trace_failed(&e, &dir, &path, &f),
     }
+}
+
+/// A trace or archive that could not be written: the line, the half-written file removed (it
+/// is ours, and only while the name still holds it), the exit status.
+fn trace_failed(e: &trainprof_report::trace::Error, dir: &Path, path: &Path, f: &std::fs::File) -> ExitCode {
+    log!("{e}");
+    if let (Ok(d), Some(name)) = (Dir::open_root(dir, false), path.file_name().and_then(|n| n.to_str())) {
+        let _ = d.unlink_if_same(name, f);
+    }
+    let code = match e {
+        trainprof_report::trace::Error::Root(..) => status::UNREADABLE,
+        _ => status::NOTHING,
+    };
+    ExitCode::from(code)
 }
 
 /// The page at the end of `trainprof run` (docs/report.md, "At the end of trainprof run"):

@@ -238,7 +238,7 @@ pub fn read(dir: &Dir, steps: &Steps, skipped: &mut Skipped) -> Memory {
         let s = match rm::read(dir, &f) {
             Ok(s) => s,
             Err(e) => {
-                skipped.push(e);
+                skipped.push(e.to_string());
                 continue;
             }
         };

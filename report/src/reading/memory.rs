@@ -281,8 +281,17 @@ pub fn files(root: &Dir, skipped: &mut Skipped) -> Vec<SnapshotFile> {
     out
 }
 
-/// Reads and decodes one file; the error is the line for `job.skipped`.
-pub fn read(root: &Dir, f: &SnapshotFile) -> Result<Snapshot, String> {
-    let bytes = read_file(root, &f.rel, MAX_SNAPSHOT_BYTES).map_err(|e| e.to_string())?;
-    decode(&bytes).map_err(|e| format!("{}: {e}", f.rel))
+/// Why a snapshot file was not read; its line goes to `job.skipped`.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Unread(#[from] super::Unread),
+    #[error("{0}: {1}")]
+    Decode(String, SnapshotError),
+}
+
+/// Reads and decodes one file.
+pub fn read(root: &Dir, f: &SnapshotFile) -> Result<Snapshot, ReadError> {
+    let bytes = read_file(root, &f.rel, MAX_SNAPSHOT_BYTES)?;
+    decode(&bytes).map_err(|e| ReadError::Decode(f.rel.clone(), e))
 }

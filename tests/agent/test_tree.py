@@ -151,10 +151,16 @@ truth = []
 for _ in range(3):
     time.sleep(2)
     truth.append(sum(pss(p) for p in [os.getpid()] + kids))
-print(json.dumps({"pss": truth}))
-sys.stdout.flush()
 time.sleep(2)  # the children outlive the last read by 2 s, as the agent's last ticks need
 os.close(done_w)
+# They exit now, and stay zombies for 2 s: the parent holds every page alone.
+time.sleep(2)
+def state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+zombies = sum(state(p) == "Z" for p in kids)
+print(json.dumps({"pss": truth, "zombies": zombies, "alone": pss(os.getpid())}))
+sys.stdout.flush()
 for p in kids:
     os.waitpid(p, 0)
 """
@@ -162,11 +168,17 @@ for p in kids:
 
 def test_pss_after_a_fork_storm_never_overcounts(trainprof_bin, tmp_path):
     """A child whose PSS is not read yet (reads are paced: 300 MiB takes a few ms each) must
-    not stand in with its RSS, nor the parent's PSS read before the forks count whole."""
+    not stand in with its RSS, nor the parent's PSS read before the forks count whole; and
+    once the children exit, as zombies not yet reaped, their last PSS must not count the
+    pages their parent now holds alone."""
     proc, events = run_agent(trainprof_bin, tmp_path, python(FORK_STORM))
     assert proc.returncode == 0, proc.stderr
-    truth = json.loads(proc.stdout.strip().splitlines()[-1])["pss"]
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    truth = said["pss"]
     assert all(250 * MIB <= t <= 400 * MIB for t in truth), truth
+    assert said["zombies"] == 20, said
+    # The last full ticks are the zombies' (2 s of them): the parent alone holds it all.
+    truth.append(said["alone"])
     ticks = by_tick(events, "trainer")
     full = [t for t in ticks.values() if t.get(("Processes", "ProcessTree")) == 21]
     assert len(full) >= 30, (len(full), proc.stderr)

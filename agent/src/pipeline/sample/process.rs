@@ -29,7 +29,9 @@
 //!   there (each newcomer can share a page once more at most), and is read again first
 //!   when a child of its own waits for its first read; a process not read yet counts what
 //!   its nearest read ancestor counts (a fork child shares its parent's pages), its RSS
-//!   only when it has none (the root before its first read).
+//!   only when it has none (the root before its first read). A zombie (exited, not yet
+//!   reaped) counts nothing, and the parent of a child that exited or went is read again
+//!   first: the pages they shared are the parent's alone now.
 //!
 //! Type `trainer`, Dimension `ProcessTree`, Names `CPUPercent` (100 = one core busy),
 //! `PSSBytes`, `RSSBytes`, `Processes`; the busiest [`TOP`] processes by CPU as Names
@@ -101,6 +103,9 @@ pub struct PidStat {
     pub rss_pages: u64,
     /// When the process started, in clock ticks since boot: with the pid, its identity.
     pub start_ticks: u64,
+    /// State `Z` (zombie) or `X` (dead): it exited and holds no memory, though its parent
+    /// has not reaped it yet.
+    pub exited: bool,
 }
 
 /// The command name of a `/proc/<pid>/stat` line (between the first `(` and the last `)`).
@@ -121,7 +126,8 @@ pub fn parse_pid_stat(text: &[u8]) -> Option<PidStat> {
     // cmajflt utime(14) stime(15) cutime(16) cstime(17) priority nice threads itrealvalue
     // starttime(22) vsize(23) rss(24)
     let mut f = fields(&text[close + 1..]);
-    let ppid = u32::try_from(parse_u64(f.nth(1)?)?).ok()?;
+    let exited = matches!(f.next()?, b"Z" | b"X");
+    let ppid = u32::try_from(parse_u64(f.next()?)?).ok()?;
     let utime = parse_u64(f.nth(9)?)?;
     let stime = parse_u64(f.next()?)?;
     // cutime and cstime are signed in the kernel's format; a negative value reads as 0.
@@ -137,6 +143,7 @@ pub fn parse_pid_stat(text: &[u8]) -> Option<PidStat> {
         children_ticks: cutime.saturating_add(cstime),
         rss_pages,
         start_ticks,
+        exited,
     })
 }
 
@@ -234,6 +241,12 @@ struct Known {
     reading: Reading,
     /// Not in `/proc` at the last scan.
     vanished: bool,
+    /// A zombie at its last reading: it counts no memory (its last PSS would count pages
+    /// it no longer maps, which the processes still alive now count whole).
+    exited: bool,
+    /// A child of it exited or went away since its last PSS read: the pages they shared
+    /// are its alone now, so its PSS grew, and it is read again first.
+    reread: bool,
 }
 
 impl Known {
@@ -259,6 +272,8 @@ impl Known {
             delta: 0,
             reading: Reading::Unread,
             vanished: false,
+            exited: false,
+            reread: false,
         }
     }
 
@@ -568,11 +583,13 @@ impl TreeSampler {
             if let Some(p) = self.known.iter_mut().find(|p| p.pid == ppid && p.reading != Reading::Gone) {
                 p.credit = p.credit.saturating_add(counted);
                 p.credit_age = 0;
+                p.reread = true;
             }
         }
         self.known.retain(|k| k.reading != Reading::Gone);
         // Pass 3: count.
         let mut t = Totals::default();
+        let mut exited_parents = Vec::new();
         for k in &mut self.known {
             k.delta = 0;
             if let Reading::Fresh(st) = k.reading {
@@ -587,6 +604,10 @@ impl TreeSampler {
                 k.base.get_or_insert(st.cpu_ticks.saturating_add(st.children_ticks));
                 k.ppid = st.ppid;
                 k.rss_pages = st.rss_pages;
+                if st.exited && !k.exited {
+                    exited_parents.push(k.ppid);
+                }
+                k.exited = st.exited;
             }
             k.credit_age = k.credit_age.saturating_add(1);
             if k.credit_age > CREDIT_TICKS {
@@ -594,6 +615,11 @@ impl TreeSampler {
             }
             t.ticks = t.ticks.saturating_add(k.delta);
             t.rss_pages = t.rss_pages.saturating_add(k.rss_pages);
+        }
+        for ppid in exited_parents {
+            if let Some(p) = self.known.iter_mut().find(|p| p.pid == ppid) {
+                p.reread = true;
+            }
         }
         self.count_pss();
         t.pss_bytes = self.known.iter().fold(0u64, |sum, k| sum.saturating_add(k.pss_counted));
@@ -623,6 +649,7 @@ impl TreeSampler {
         let born = &self.born_sorted;
         for k in &mut self.known {
             k.pss_counted = match k.pss {
+                _ if k.exited => 0,
                 Some(pss) => {
                     let newer = born.len() - born.partition_point(|&b| b <= k.pss_at);
                     pss / (1 + newer as u64)
@@ -677,8 +704,11 @@ impl TreeSampler {
         self.sort_births();
         loop {
             let done = &self.pss.done;
-            let next =
-                self.stale_parent().or_else(|| self.known.iter().position(|k| !k.pss_tried)).or_else(|| {
+            let next = self
+                .stale_parent()
+                .or_else(|| self.known.iter().position(|k| k.reread && !k.exited))
+                .or_else(|| self.known.iter().position(|k| !k.pss_tried))
+                .or_else(|| {
                     self.pss.in_pass.then(|| self.known.iter().position(|k| !done.contains(&k.pid))).flatten()
                 });
             let Some(i) = next else {
@@ -687,6 +717,7 @@ impl TreeSampler {
             };
             let pid = self.known[i].pid;
             self.known[i].pss_tried = true;
+            self.known[i].reread = false;
             self.known[i].pss_tried_at = self.births;
             if self.pss.in_pass {
                 self.pss.done.push(pid);
@@ -944,7 +975,8 @@ mod tests {
                 cpu_ticks: 300,
                 children_ticks: 0,
                 rss_pages: 1000,
-                start_ticks: 541020
+                start_ticks: 541020,
+                exited: false,
             })
         );
         let real = b"9303 (cat) R 9295 9295 5465 0 -1 4194304 100 0 0 0 3 4 10 2 20 0 1 0 541020 3133440 383 18446744073709551615 94560746942464 0";
@@ -955,7 +987,8 @@ mod tests {
                 cpu_ticks: 7,
                 children_ticks: 12,
                 rss_pages: 383,
-                start_ticks: 541020
+                start_ticks: 541020,
+                exited: false,
             })
         );
         assert_eq!(stat_comm(s.as_bytes()), b"py (worker) 1");
@@ -1179,6 +1212,25 @@ mod tests {
         m.clear();
         s.sample(Duration::from_secs(1) + PSS_EVERY, &mut m).unwrap();
         assert_eq!(pss(&m), 22.0 * (now_kb * 1024) as f64);
+        // A tick to finish the pass under way, if the pace cut it short.
+        s.sample(Duration::from_secs(1) + PSS_EVERY + Duration::from_millis(500), &mut m).unwrap();
+        assert_eq!(pss(&m), 22.0 * (now_kb * 1024) as f64);
+        // The children exit and wait as zombies for their parent to reap them: they hold no
+        // memory (their smaps_rollup is gone, their rss 0), and the parent, read again,
+        // holds all of it. A zombie's last PSS would count the shared pages a second time.
+        for pid in 101..=121 {
+            let zombie = stat(pid, "python", 100, 0, 0, 0).replacen(" S ", " Z ", 1);
+            std::fs::write(p.proc.join(format!("{pid}/stat")), zombie).unwrap();
+            std::fs::remove_file(p.proc.join(format!("{pid}/smaps_rollup"))).unwrap();
+        }
+        p.pss(100, shared_kb);
+        // One tick sees them exit, the next reads their parent again, before its next pass.
+        for ms in [1000, 1500] {
+            m.clear();
+            s.sample(Duration::from_secs(1) + PSS_EVERY + Duration::from_millis(ms), &mut m).unwrap();
+        }
+        assert_eq!(m.get("trainer", "Processes", "ProcessTree"), Some(22.0));
+        assert_eq!(pss(&m), (shared_kb * 1024) as f64);
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod convert;
 mod feature;
 pub mod hang;
 pub mod literal;
+pub mod memory;
 mod native;
 mod parse;
 mod reload;
@@ -31,6 +32,7 @@ pub use auto::{AutoFeature, AutoFeatures, AutoProfiling};
 pub use caps::WindowCaps;
 pub use feature::{CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler};
 pub use hang::HangDetection;
+pub use memory::{MemoryFeature, Stacks};
 pub use native::{DEFAULT_SAMPLING_HZ, NativeFeature, SAMPLING_HZ_RANGE};
 pub use reload::{Loader, ReadError, Reload, read_bytes as read_platform_file};
 pub use sources::{OverrideKey, Sources};
@@ -82,6 +84,8 @@ pub struct Config {
     pub hang: HangDetection,
     /// `WindowCapsConfig`: how much one window may capture (a trainprof extension).
     pub caps: WindowCaps,
+    /// `MemoryProfilingConfig`: PyTorch memory snapshots (a trainprof extension).
+    pub memory: MemoryFeature,
     /// Everything that was ignored, replaced by a default or turned off, one line each.
     pub problems: Vec<Problem>,
 }
@@ -106,6 +110,7 @@ impl Config {
             auto: AutoProfiling::not_configured(),
             hang: HangDetection::not_configured(),
             caps: WindowCaps::default(),
+            memory: MemoryFeature::not_configured(),
             problems: Vec::new(),
         }
     }

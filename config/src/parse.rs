@@ -11,6 +11,7 @@ use crate::auto::AutoProfiling;
 use crate::convert::{NumberError, kind, py_float, py_int};
 use crate::feature::{CProfileTimer, DataloaderFeature, Feature, Off, PythonFeature, PythonProfiler};
 use crate::literal;
+use crate::memory::{self, MemoryFeature};
 use crate::native::{self, NativeFeature};
 use crate::sources::{OverrideKey, Sources};
 use crate::window::Range;
@@ -72,6 +73,7 @@ pub(crate) fn build(file: &FileStatus, doc: Option<&Value>, sources: &Sources) -
             &mut cfg.python.feature,
             &mut cfg.smdataparallel,
             &mut cfg.native.feature,
+            &mut cfg.memory.feature,
         ] {
             f.turn_off(Off::ProfilerDisabled);
         }
@@ -271,6 +273,8 @@ fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) 
             "HangDetectionConfig",
             // A trainprof extension (docs/formats.md, "Window caps").
             "WindowCapsConfig",
+            // A trainprof extension (docs/formats.md, "Memory windows").
+            "MemoryProfilingConfig",
             // Written by the SDK, read by nobody (smdebug neither): ignored quietly.
             "HorovodProfilingConfig",
             "ProfilerEnabled",
@@ -324,6 +328,9 @@ fn read_params(params: &Map<String, Value>, cfg: &mut Config, p: &mut Problems) 
     }
     if let Some(s) = sub("HangDetectionConfig", p) {
         cfg.hang = hang(s, &keys.path("HangDetectionConfig"), p);
+    }
+    if let Some(s) = sub("MemoryProfilingConfig", p) {
+        cfg.memory = memory_feature(s, &keys.path("MemoryProfilingConfig"), p);
     }
     if let Some(Ok(m)) = sub("WindowCapsConfig", p) {
         cfg.caps = caps(&m, &keys.path("WindowCapsConfig"), p);
@@ -400,6 +407,7 @@ enum Which {
     Python,
     SmDataParallel,
     Native,
+    Memory,
 }
 
 const SUB_KEYS: &[&str] = &[
@@ -606,6 +614,44 @@ fn native_feature(sub: Sub, path: &str, p: &mut Problems) -> NativeFeature {
     match (range, hz) {
         (Ok(range), Ok(sampling_hz)) => NativeFeature { feature: Feature::on(range), sampling_hz },
         _ => NativeFeature::invalid(),
+    }
+}
+
+/// `MemoryProfilingConfig`: its window (none, without a warning, when only its own keys are
+/// given: an OOM snapshot alone) and its own keys; every refused value is reported, then the
+/// feature is off.
+fn memory_feature(sub: Sub, path: &str, p: &mut Problems) -> MemoryFeature {
+    let Ok(m) = sub else { return MemoryFeature::invalid() };
+    let keys = Keys::fold(&m, path, memory::KEYS, p);
+    let range = if memory::WINDOW_KEYS.iter().any(|k| keys.get(k).is_some()) {
+        range_of(&keys, Which::Memory, p)
+    } else {
+        Ok(Range::Never)
+    };
+    let mut bad = false;
+    let mut report = |p: &mut Problems, key: &str, e: memory::MemoryError| {
+        p.push(keys.path(key), format!("{e}; this feature is off"));
+        bad = true;
+    };
+    let mut out = MemoryFeature::not_configured();
+    match keys.get("MaxEntries").map(memory::max_entries) {
+        Some(Ok(n)) => out.max_entries = n,
+        Some(Err(e)) => report(p, "MaxEntries", e),
+        None => {}
+    }
+    match keys.get("Stacks").map(memory::stacks) {
+        Some(Ok(s)) => out.stacks = s,
+        Some(Err(e)) => report(p, "Stacks", e),
+        None => {}
+    }
+    match keys.get("OomSnapshot").map(memory::boolean) {
+        Some(Ok(b)) => out.oom_snapshot = b,
+        Some(Err(e)) => report(p, "OomSnapshot", e),
+        None => {}
+    }
+    match range {
+        Ok(range) if !bad => MemoryFeature { feature: Feature::on(range), ..out },
+        _ => MemoryFeature::invalid(),
     }
 }
 

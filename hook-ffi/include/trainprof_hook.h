@@ -186,6 +186,11 @@ enum TrainprofFeature
    answer is for the caller's information.
    */
   TRAINPROF_FEATURE_NATIVE = 5,
+  /*
+   PyTorch memory snapshots (`MemoryProfilingConfig`, docs/formats.md, "Memory
+   windows"); the adapter records and dumps, the hook only answers.
+   */
+  TRAINPROF_FEATURE_MEMORY = 6,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -327,6 +332,50 @@ typedef int32_t TrainprofCap;
 #endif // __cplusplus
 
 /*
+ Which stacks torch records (`Stacks`).
+ */
+enum TrainprofStacks
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  TRAINPROF_STACKS_PYTHON = 1,
+  TRAINPROF_STACKS_ALL = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum TrainprofStacks TrainprofStacks;
+#else
+typedef int32_t TrainprofStacks;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/*
+ Why a memory snapshot is taken (`trainprof_memory_snapshot_create`).
+ */
+enum TrainprofSnapshotKind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /*
+   At a memory window's end: `window-<first>-<last>-<µs>.pickle`.
+   */
+  TRAINPROF_SNAPSHOT_KIND_WINDOW = 1,
+  /*
+   At a rank's first out-of-memory error: `oom-<step>-<µs>.pickle`.
+   */
+  TRAINPROF_SNAPSHOT_KIND_OOM = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum TrainprofSnapshotKind TrainprofSnapshotKind;
+#else
+typedef int32_t TrainprofSnapshotKind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/*
  One extra argument of an event: `args.<name of key> = value`.
 
  For [`TrainprofArgKind::Float`], `value` carries the bits of an IEEE-754 double
@@ -418,6 +467,29 @@ typedef struct TrainprofWindowCaps {
    */
   uint64_t python_max_samples;
 } TrainprofWindowCaps;
+
+/*
+ What `MemoryProfilingConfig` asks for (docs/formats.md, "Memory windows"), see
+ `trainprof_memory_settings`.
+ */
+typedef struct TrainprofMemorySettings {
+  /*
+   The history's bound (`MaxEntries`).
+   */
+  uint64_t max_entries;
+  /*
+   1 when the feature is on (a window, or the OOM snapshot), else 0.
+   */
+  int32_t enabled;
+  /*
+   1 when `OomSnapshot` keeps history on for a snapshot at the first out-of-memory error.
+   */
+  int32_t oom_snapshot;
+  /*
+   A `TrainprofStacks`.
+   */
+  int32_t stacks;
+} TrainprofMemorySettings;
 
 
 
@@ -624,6 +696,38 @@ TrainprofStatus trainprof_window_capped(int32_t feature,
                                         uint64_t value,
                                         uint64_t limit,
                                         int64_t step);
+
+/*
+ Fills `*out` with what `MemoryProfilingConfig` asks for (docs/formats.md, "Memory
+ windows"), as the config now says; all zeros (off) before init, in a forked child and
+ when profiling is off.
+
+ # Safety
+ `out` is NULL or valid for a write of a `TrainprofMemorySettings`.
+ */
+TrainprofStatus trainprof_memory_settings(struct TrainprofMemorySettings *out);
+
+/*
+ Makes the new, empty file of a PyTorch memory snapshot (docs/formats.md, "Memory
+ windows"): `framework/memory/<node>/window-<first_step>-<last_step>-<µs>.pickle` for
+ `kind` `WINDOW`, `oom-<first_step>-<µs>.pickle` for `OOM` (`last_step` is then
+ ignored), each folder opened without following a link and the file created with
+ `O_EXCL | O_NOFOLLOW`, mode 0600. Writes its path NUL-terminated into `buf` of `cap`
+ bytes and a descriptor open for writing (close-on-exec; the caller owns and closes it)
+ into `*out_fd`. `IO` (one log line says why) when the file cannot be made: a link or a
+ file at its name, a folder that is a link; `INVALID_ARGUMENT` for an unknown kind or
+ steps out of order; `BUFFER_TOO_SMALL` (the file is removed again) when the path does
+ not fit: `TRAINPROF_PATH_MAX` bytes always do.
+
+ # Safety
+ `buf` is NULL or valid for `cap` bytes; `out_fd` is NULL or valid for a write.
+ */
+TrainprofStatus trainprof_memory_snapshot_create(int32_t kind,
+                                                 int64_t first_step,
+                                                 int64_t last_step,
+                                                 char *buf,
+                                                 size_t cap,
+                                                 int32_t *out_fd);
 
 /*
  Makes a new, empty file for torch.profiler's chrome trace of a detailed window

@@ -22,8 +22,9 @@ use crate::hook::{self, FRAMEWORKS, Hook, Options};
 use crate::names::MAX_NAMES_DEFAULT;
 use crate::types::{
     TRAINPROF_MAX_ARGS, TRAINPROF_NAME_OVER_LIMIT, TrainprofArg, TrainprofBoundary, TrainprofCap,
-    TrainprofCprofileTimer, TrainprofFeature, TrainprofMode, TrainprofPythonProfiler, TrainprofPythonWindow,
-    TrainprofStats, TrainprofStatus, TrainprofWindowCaps,
+    TrainprofCprofileTimer, TrainprofFeature, TrainprofMemorySettings, TrainprofMode,
+    TrainprofPythonProfiler, TrainprofPythonWindow, TrainprofSnapshotKind, TrainprofStacks, TrainprofStats,
+    TrainprofStatus, TrainprofWindowCaps,
 };
 use crate::{TRAINPROF_ABI_VERSION, guard, log, node};
 
@@ -731,6 +732,95 @@ pub extern "C" fn trainprof_window_capped(
         let feature = TrainprofFeature::from_i32(feature).ok_or(TrainprofStatus::InvalidArgument)?;
         let cap = TrainprofCap::from_i32(cap).ok_or(TrainprofStatus::InvalidArgument)?;
         Ok(hook.window_capped(feature, cap, value, limit, step, hook::now_us()))
+    })
+}
+
+/// Fills `*out` with what `MemoryProfilingConfig` asks for (docs/formats.md, "Memory
+/// windows"), as the config now says; all zeros (off) before init, in a forked child and
+/// when profiling is off.
+///
+/// # Safety
+/// `out` is NULL or valid for a write of a `TrainprofMemorySettings`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn trainprof_memory_settings(out: *mut TrainprofMemorySettings) -> TrainprofStatus {
+    // SAFETY: out is forwarded from the caller.
+    unsafe {
+        export_out(out, TrainprofMemorySettings::default(), |settings| {
+            let hook = running()?;
+            if !hook.is_enabled() {
+                return Ok(TrainprofStatus::Disabled);
+            }
+            let m = hook.memory_settings();
+            *settings = TrainprofMemorySettings {
+                max_entries: m.max_entries,
+                enabled: i32::from(m.feature.is_enabled()),
+                oom_snapshot: i32::from(m.oom_on()),
+                stacks: match m.stacks {
+                    trainprof_config::Stacks::Python => TrainprofStacks::Python as i32,
+                    trainprof_config::Stacks::All => TrainprofStacks::All as i32,
+                },
+            };
+            Ok(TrainprofStatus::Ok)
+        })
+    }
+}
+
+/// Makes the new, empty file of a PyTorch memory snapshot (docs/formats.md, "Memory
+/// windows"): `framework/memory/<node>/window-<first_step>-<last_step>-<µs>.pickle` for
+/// `kind` `WINDOW`, `oom-<first_step>-<µs>.pickle` for `OOM` (`last_step` is then
+/// ignored), each folder opened without following a link and the file created with
+/// `O_EXCL | O_NOFOLLOW`, mode 0600. Writes its path NUL-terminated into `buf` of `cap`
+/// bytes and a descriptor open for writing (close-on-exec; the caller owns and closes it)
+/// into `*out_fd`. `IO` (one log line says why) when the file cannot be made: a link or a
+/// file at its name, a folder that is a link; `INVALID_ARGUMENT` for an unknown kind or
+/// steps out of order; `BUFFER_TOO_SMALL` (the file is removed again) when the path does
+/// not fit: `TRAINPROF_PATH_MAX` bytes always do.
+///
+/// # Safety
+/// `buf` is NULL or valid for `cap` bytes; `out_fd` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn trainprof_memory_snapshot_create(
+    kind: i32,
+    first_step: i64,
+    last_step: i64,
+    buf: *mut c_char,
+    cap: usize,
+    out_fd: *mut i32,
+) -> TrainprofStatus {
+    use std::os::fd::IntoRawFd as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    use trainprof_output::protocol::memory_snapshot::SnapshotKind;
+    export(|| {
+        let fd_out = non_null(out_fd)?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { out_buf(buf, cap) }?;
+        let hook = running()?;
+        let kind = match kind {
+            k if k == TrainprofSnapshotKind::Window as i32 => SnapshotKind::Window,
+            k if k == TrainprofSnapshotKind::Oom as i32 => SnapshotKind::Oom,
+            _ => return Err(TrainprofStatus::InvalidArgument),
+        };
+        let first = u64::try_from(first_step).map_err(|_| TrainprofStatus::InvalidArgument)?;
+        let last = match kind {
+            SnapshotKind::Window => u64::try_from(last_step).map_err(|_| TrainprofStatus::InvalidArgument)?,
+            SnapshotKind::Oom => first,
+        };
+        if last < first {
+            return Err(TrainprofStatus::InvalidArgument);
+        }
+        let us = u64::try_from(hook::now_us()).unwrap_or(0);
+        let made = hook.memory_snapshot_create(kind, first, last, us).map_err(|e| {
+            log(&format_args!("cannot make the memory snapshot's file: {e}"));
+            TrainprofStatus::Io
+        })?;
+        let (dir, name, file) = made;
+        if let Err(e) = copy_out(dir.display(&name).as_os_str().as_bytes(), out) {
+            let _ = dir.unlink_if_same(&name, &file);
+            return Err(e);
+        }
+        // SAFETY: not NULL, and the caller promises it is valid for a write.
+        unsafe { fd_out.as_ptr().write(file.into_raw_fd()) };
+        Ok(TrainprofStatus::Ok)
     })
 }
 

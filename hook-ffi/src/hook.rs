@@ -125,9 +125,16 @@ impl Gate {
     /// Was a configured window (any feature) open at `step` / `now_s`, as resolved so far?
     fn configured_open(&self, step: u64, now_s: f64) -> bool {
         let c = &self.config;
-        [&c.detailed, &c.dataloader.feature, &c.python.feature, &c.smdataparallel, &c.native.feature]
-            .into_iter()
-            .any(|f| f.is_open_at(step, now_s))
+        [
+            &c.detailed,
+            &c.dataloader.feature,
+            &c.python.feature,
+            &c.smdataparallel,
+            &c.native.feature,
+            &c.memory.feature,
+        ]
+        .into_iter()
+        .any(|f| f.is_open_at(step, now_s))
     }
 }
 
@@ -169,7 +176,7 @@ fn cap_index(feature: TrainprofFeature) -> Option<usize> {
         TrainprofFeature::Dataloader => Some(1),
         TrainprofFeature::Python => Some(2),
         TrainprofFeature::Native => Some(3),
-        TrainprofFeature::Smdataparallel => None,
+        TrainprofFeature::Smdataparallel | TrainprofFeature::Memory => None,
     }
 }
 
@@ -404,6 +411,11 @@ impl Hook {
             }
             _ => None,
         }
+    }
+
+    /// `MemoryProfilingConfig` as the config now says (docs/formats.md, "Memory windows").
+    pub fn memory_settings(&self) -> trainprof_config::MemoryFeature {
+        lock(&self.gate).config.memory.clone()
     }
 
     /// The effective `LocalPath` (the config's, or `TRAINPROF_LOCAL_PATH`), fixed at init.
@@ -676,6 +688,7 @@ impl Hook {
             ("python", &c.python.feature),
             ("smdataparallel", &c.smdataparallel),
             ("native", &c.native.feature),
+            ("memory", &c.memory.feature),
         ]
         .into_iter()
         .filter(|(_, f)| f.is_open_at(step, now_s))
@@ -734,6 +747,7 @@ impl Hook {
                 TrainprofFeature::Python => c.python.feature.is_active(at, now_s),
                 TrainprofFeature::Smdataparallel => c.smdataparallel.is_active(at, now_s),
                 TrainprofFeature::Native => c.native.feature.is_active(at, now_s),
+                TrainprofFeature::Memory => c.memory.feature.is_active(at, now_s),
             }
         };
         let open = configured || {
@@ -750,7 +764,7 @@ impl Hook {
                 TrainprofFeature::Python => {
                     c.python.feature.may_auto_open() && gate.extra_opens(AutoFeature::Python, step)
                 }
-                TrainprofFeature::Smdataparallel => false,
+                TrainprofFeature::Smdataparallel | TrainprofFeature::Memory => false,
                 TrainprofFeature::Native => {
                     c.native.feature.may_auto_open() && gate.extra_opens(AutoFeature::Native, step)
                 }

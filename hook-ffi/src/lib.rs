@@ -37,6 +37,7 @@ pub mod anomaly;
 pub mod event;
 pub mod hang;
 pub mod hook;
+pub mod memory;
 pub mod names;
 pub mod native;
 pub mod node;

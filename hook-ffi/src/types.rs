@@ -120,12 +120,15 @@ pub enum TrainprofFeature {
     /// Native CPU sampling (`NativeProfilingConfig`); the hook samples by itself, the
     /// answer is for the caller's information.
     Native = 5,
+    /// PyTorch memory snapshots (`MemoryProfilingConfig`, docs/formats.md, "Memory
+    /// windows"); the adapter records and dumps, the hook only answers.
+    Memory = 6,
 }
 
 impl TrainprofFeature {
     pub fn from_i32(v: i32) -> Option<TrainprofFeature> {
         use TrainprofFeature::*;
-        [Detailed, Dataloader, Python, Smdataparallel, Native].into_iter().find(|f| *f as i32 == v)
+        [Detailed, Dataloader, Python, Smdataparallel, Native, Memory].into_iter().find(|f| *f as i32 == v)
     }
 }
 
@@ -267,6 +270,39 @@ pub struct TrainprofWindowCaps {
     pub dataloader_max_events: u64,
     /// pyinstrument samples in one Python window.
     pub python_max_samples: u64,
+}
+
+/// What `MemoryProfilingConfig` asks for (docs/formats.md, "Memory windows"), see
+/// `trainprof_memory_settings`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrainprofMemorySettings {
+    /// The history's bound (`MaxEntries`).
+    pub max_entries: u64,
+    /// 1 when the feature is on (a window, or the OOM snapshot), else 0.
+    pub enabled: i32,
+    /// 1 when `OomSnapshot` keeps history on for a snapshot at the first out-of-memory error.
+    pub oom_snapshot: i32,
+    /// A `TrainprofStacks`.
+    pub stacks: i32,
+}
+
+/// Which stacks torch records (`Stacks`).
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrainprofStacks {
+    Python = 1,
+    All = 2,
+}
+
+/// Why a memory snapshot is taken (`trainprof_memory_snapshot_create`).
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrainprofSnapshotKind {
+    /// At a memory window's end: `window-<first>-<last>-<µs>.pickle`.
+    Window = 1,
+    /// At a rank's first out-of-memory error: `oom-<step>-<µs>.pickle`.
+    Oom = 2,
 }
 
 /// Counters, see `trainprof_stats`.

@@ -91,7 +91,13 @@ def test_the_header_parses():
     assert len(FUNCTIONS) >= 17 and "trainprof_record" in FUNCTIONS
     assert CONSTS["TRAINPROF_STATUS_BUFFER_TOO_SMALL"] == -6 and CONSTS["TRAINPROF_ABI_VERSION"] >= 1
     assert FUNCTIONS["trainprof_record"][1][5] == "const struct TrainprofArg*"
-    assert set(STRUCTS) == {"TrainprofArg", "TrainprofPythonWindow", "TrainprofStats", "TrainprofWindowCaps"}
+    assert set(STRUCTS) == {
+        "TrainprofArg",
+        "TrainprofMemorySettings",
+        "TrainprofPythonWindow",
+        "TrainprofStats",
+        "TrainprofWindowCaps",
+    }
 
 
 def test_every_export_is_bound_and_no_other():
@@ -111,7 +117,7 @@ def test_prototype_matches_the_header(name):
 def _constants_of_the_package():
     """Every constant of ``_lib`` that names a header constant: ``STATUS_OK`` is
     ``TRAINPROF_STATUS_OK``, ``PATH_MAX`` is ``TRAINPROF_PATH_MAX``, ..."""
-    prefixes = ("STATUS_", "MODE_", "FEATURE_", "BOUNDARY_", "ARG_KIND_", "PYTHON_PROFILER_", "CPROFILE_TIMER_", "CAP_")
+    prefixes = ("STATUS_", "MODE_", "FEATURE_", "BOUNDARY_", "ARG_KIND_", "PYTHON_PROFILER_", "CPROFILE_TIMER_", "CAP_", "STACKS_", "SNAPSHOT_KIND_")
     found = {}
     for k, v in vars(_lib).items():
         if isinstance(v, int) and (k.startswith(prefixes) or k in ("PATH_MAX", "MAX_ARGS", "NAME_OVER_LIMIT")):

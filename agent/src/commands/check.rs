@@ -51,6 +51,8 @@ enum Kind {
     /// trainprof's native sampling: asked at each step boundary with the step the hook
     /// tests windows at (the global step for PyTorch, each mode's own otherwise).
     Native,
+    /// PyTorch memory snapshots: the adapter asks at each step begin with its global step.
+    Memory,
 }
 
 /// Which steps a feature's window counts: smdebug's PyTorch hook tests every window at its
@@ -109,6 +111,7 @@ struct StepReport {
     python: Option<Vec<u64>>,
     smdataparallel: Option<Vec<u64>>,
     native: Option<Vec<u64>>,
+    memory: Option<Vec<u64>>,
 }
 
 impl StepReport {
@@ -120,6 +123,7 @@ impl StepReport {
             python: active_steps(&config.python.feature, n, now_s),
             smdataparallel: active_steps(&config.smdataparallel, n, now_s),
             native: active_steps(&config.native.feature, n, now_s),
+            memory: active_steps(&config.memory.feature, n, now_s),
         }
     }
 }
@@ -165,6 +169,12 @@ pub fn to_json(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
     let mut native =
         counted(with_steps(feature_json(&c.native.feature), steps_of(|r| &r.native)), Kind::Native);
     native["sampling_hz"] = json!(c.native.sampling_hz);
+    let mut memory =
+        counted(with_steps(feature_json(&c.memory.feature), steps_of(|r| &r.memory)), Kind::Memory);
+    memory["max_entries"] = json!(c.memory.max_entries);
+    memory["stacks"] = json!(c.memory.stacks.as_str());
+    memory["oom_snapshot"] = json!(c.memory.oom_on());
+    memory["description"] = json!(memory_words(&c.memory, framework));
     json!({
         "config_path": loaded.path.display().to_string(),
         "config_file": match &loaded.file {
@@ -189,6 +199,7 @@ pub fn to_json(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
                 Kind::Smdataparallel,
             ),
             "native": native,
+            "memory": memory,
         },
         "auto_profiling": auto_json(&c.auto),
         "hang_detection": hang_json(&c.hang),
@@ -382,6 +393,28 @@ fn window_words(f: &Feature, kind: Kind, framework: Option<Framework>) -> String
     }
 }
 
+/// `MemoryProfilingConfig` (docs/formats.md, "Memory windows") in words: the window, then
+/// what it records and whether an out-of-memory error dumps a snapshot.
+fn memory_words(m: &trainprof_config::MemoryFeature, framework: Option<Framework>) -> String {
+    if !m.feature.is_enabled() {
+        return window_words(&m.feature, Kind::Memory, framework);
+    }
+    let history =
+        format!("PyTorch allocator history of {} entries with {} stacks", m.max_entries, m.stacks.as_str());
+    let oom = if m.oom_on() {
+        "; history stays on from the first step and a rank's first out-of-memory error dumps a snapshot"
+    } else {
+        ""
+    };
+    if matches!(m.feature.window().range(), Range::Never) {
+        return format!("no window; {history}{oom}");
+    }
+    format!(
+        "{}, {history}, one snapshot per rank at the window's end{oom}",
+        window_words(&m.feature, Kind::Memory, framework)
+    )
+}
+
 /// The check for people.
 pub fn to_text(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>, now_s: f64) -> String {
     let c = &loaded.config;
@@ -425,6 +458,7 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
         let _ = write!(native, ", sampling the whole process at {} Hz of CPU time", c.native.sampling_hz);
     }
     let _ = writeln!(out, "native: {native}");
+    let _ = writeln!(out, "memory: {}", memory_words(&c.memory, framework));
     let _ = writeln!(out, "auto profiling: {}", auto_words(&c.auto));
     let _ = writeln!(out, "hang detection: {}", hang_words(&c.hang));
     let _ = writeln!(out, "window caps: {}", caps_words(&c.caps));
@@ -447,6 +481,7 @@ pub fn to_text(loaded: &Loaded, steps: Option<u64>, framework: Option<Framework>
             ("python", &r.python, Some(&python_timer as &dyn Fn(u64) -> String)),
             ("smdataparallel", &r.smdataparallel, None),
             ("native", &r.native, None),
+            ("memory", &r.memory, None),
         ] {
             let _ = writeln!(out, "  {name}: {}", list_steps(active.as_deref(), label));
         }
@@ -596,6 +631,41 @@ mod tests {
         );
         let text = to_text(&loaded(r#"{"ProfilingParameters": {"LocalPath": "/x"}}"#), None, None, 0.0);
         assert!(text.lines().any(|line| line == "native: off (not configured)"), "{text}");
+    }
+
+    #[test]
+    fn memory_in_words_and_json() {
+        let l = loaded(
+            r#"{"ProfilingParameters": {"MemoryProfilingConfig": "{\"StartStep\": 4, \"NumSteps\": 2, \"MaxEntries\": 5000, \"Stacks\": \"all\"}"}}"#,
+        );
+        let text = to_text(&l, Some(8), Some(Framework::PyTorch), 0.0);
+        assert!(
+            text.lines().any(|line| line
+                == "memory: global steps 4–5 (every mode, PyTorch), PyTorch allocator history of 5000 entries with all stacks, one snapshot per rank at the window's end"),
+            "{text}"
+        );
+        assert!(text.lines().any(|line| line == "  memory: 4–5"), "{text}");
+        let v = to_json(&l, Some(8), None, 0.0);
+        let m = &v["features"]["memory"];
+        assert_eq!(
+            (&m["enabled"], &m["max_entries"], &m["stacks"]),
+            (&json!(true), &json!(5000), &json!("all"))
+        );
+        assert_eq!((&m["active_steps"], &m["oom_snapshot"]), (&json!([4, 5]), &json!(false)));
+
+        let l = loaded(r#"{"ProfilingParameters": {"MemoryProfilingConfig": {"OomSnapshot": true}}}"#);
+        let text = to_text(&l, None, None, 0.0);
+        assert!(
+            text.lines().any(|line| line
+                == "memory: no window; PyTorch allocator history of 100000 entries with python stacks; history stays on from the first step and a rank's first out-of-memory error dumps a snapshot"),
+            "{text}"
+        );
+        assert!(text.contains("problems: none"), "{text}");
+        let l = loaded(r#"{"ProfilingParameters": {"MemoryProfilingConfig": {"Stacks": "cpp"}}}"#);
+        let text = to_text(&l, None, None, 0.0);
+        assert!(text.lines().any(|line| line == "memory: off (invalid, see problems)"), "{text}");
+        let text = to_text(&loaded(r#"{"ProfilingParameters": {"LocalPath": "/x"}}"#), None, None, 0.0);
+        assert!(text.lines().any(|line| line == "memory: off (not configured)"), "{text}");
     }
 
     #[test]

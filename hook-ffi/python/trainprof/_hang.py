@@ -42,6 +42,15 @@ _installed = False
 _keep: List[Any] = []
 # What this module turned on in faulthandler, undone in a forked child.
 _registered_signal: Optional[int] = None
+# Lines added at the end of an uncaught exception's dump (the OOM's memory snapshot).
+_notes: List[str] = []
+
+
+def add_exception_note(line: str) -> None:
+    """A line the dump of an uncaught exception ends with (docs/formats.md, "Memory
+    windows": the snapshot taken at the out-of-memory error)."""
+    if len(_notes) < 8:
+        _notes.append(line)
 
 
 def _in_forked_child() -> None:
@@ -105,6 +114,8 @@ def _report(lib: _lib.Library, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None or issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
             return
         text = "".join(traceback.format_exception(exc_type, exc, tb))
+        if _notes:
+            text += "".join(n + "\n" for n in _notes)
         lib.trainprof_hang_exception(text.encode("utf-8", "replace"))
     except Exception:
         pass

@@ -62,6 +62,15 @@ FEATURE_DATALOADER = 2
 FEATURE_PYTHON = 3
 FEATURE_SMDATAPARALLEL = 4
 FEATURE_NATIVE = 5
+FEATURE_MEMORY = 6
+
+# enum TrainprofStacks
+STACKS_PYTHON = 1
+STACKS_ALL = 2
+
+# enum TrainprofSnapshotKind
+SNAPSHOT_KIND_WINDOW = 1
+SNAPSHOT_KIND_OOM = 2
 
 # enum TrainprofBoundary
 BOUNDARY_START = 1
@@ -130,6 +139,18 @@ class TrainprofStats(ctypes.Structure):
         ("written", ctypes.c_uint64),
         ("files_sealed", ctypes.c_uint64),
         ("open_failures", ctypes.c_uint64),
+    ]
+
+
+class TrainprofMemorySettings(ctypes.Structure):
+    """``struct TrainprofMemorySettings``: what ``MemoryProfilingConfig`` asks for
+    (docs/formats.md, "Memory windows")."""
+
+    _fields_ = [
+        ("max_entries", ctypes.c_uint64),
+        ("enabled", ctypes.c_int32),
+        ("oom_snapshot", ctypes.c_int32),
+        ("stacks", ctypes.c_int32),
     ]
 
 
@@ -216,6 +237,18 @@ _PROTOTYPES: Dict[str, Tuple[CType, "list[CType]"]] = {
         ],
     ),
     "trainprof_torch_trace_discard": (_Status, [ctypes.c_uint64]),
+    "trainprof_memory_settings": (_Status, [ctypes.POINTER(TrainprofMemorySettings)]),
+    "trainprof_memory_snapshot_create": (
+        _Status,
+        [
+            ctypes.c_int32,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+            ctypes.POINTER(ctypes.c_int32),
+        ],
+    ),
 }
 
 
@@ -234,6 +267,8 @@ _OPTIONAL = frozenset(
         "trainprof_torch_trace_create",
         "trainprof_torch_trace_import",
         "trainprof_torch_trace_discard",
+        "trainprof_memory_settings",
+        "trainprof_memory_snapshot_create",
     }
 )
 

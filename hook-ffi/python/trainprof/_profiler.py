@@ -43,6 +43,7 @@ FEATURES: Mapping[str, int] = {
     "python": _lib.FEATURE_PYTHON,
     "smdataparallel": _lib.FEATURE_SMDATAPARALLEL,
     "native": _lib.FEATURE_NATIVE,
+    "memory": _lib.FEATURE_MEMORY,
 }
 # The features asked without a metrics name (all but the dataloader's).
 _NAMELESS_FEATURES = {k: v for k, v in FEATURES.items() if v != _lib.FEATURE_DATALOADER}
@@ -488,7 +489,7 @@ class Profiler:
 
     def active(self, feature: str, metrics_name: Optional[str] = None, step: Optional[int] = None) -> bool:
         """Is ``feature``'s window (detailed | dataloader | python | smdataparallel |
-        native) open at ``step``? By default, the current step as smdebug counts it for the
+        native | memory) open at ``step``? By default, the current step as smdebug counts it for the
         framework: the global step for ``pytorch``, the current mode's step otherwise. The
         dataloader feature needs the metrics name its ``MetricsRegex`` is matched against."""
         if (
@@ -585,6 +586,40 @@ class Profiler:
     def _torch_trace_discard(self, token: int) -> None:
         """Removes the trace ``token`` unread."""
         self._lib.trainprof_torch_trace_discard(token)
+
+    # --- PyTorch memory snapshots ---------------------------------------------------------------
+
+    def _memory_settings(self) -> Optional[Dict[str, Any]]:
+        """What ``MemoryProfilingConfig`` asks for (docs/formats.md, "Memory windows"):
+        ``{"max_entries", "stacks" ("python" | "all"), "oom_snapshot"}``, or None when the
+        feature is off (or the library is too old to say)."""
+        if not self.enabled or not _lib.has(self._lib, "trainprof_memory_settings"):
+            return None
+        out = _lib.TrainprofMemorySettings()
+        status: int = self._lib.trainprof_memory_settings(_byref(out))
+        if status != _lib.STATUS_OK or out.enabled != 1:
+            return None
+        return {
+            "max_entries": int(out.max_entries),
+            "stacks": "all" if out.stacks == _lib.STACKS_ALL else "python",
+            "oom_snapshot": out.oom_snapshot == 1,
+        }
+
+    def _memory_snapshot_create(self, oom: bool, first_step: int, last_step: int) -> Optional[Tuple[int, str]]:
+        """A new, empty snapshot file made by the library (docs/formats.md, "Memory
+        windows"): ``(fd, path)``, the descriptor open for writing and the caller's to close;
+        None when it could not be made (the library said why)."""
+        if not self.enabled or not _lib.has(self._lib, "trainprof_memory_snapshot_create"):
+            return None
+        buf = ctypes.create_string_buffer(_lib.PATH_MAX)
+        fd = ctypes.c_int32(-1)
+        kind = _lib.SNAPSHOT_KIND_OOM if oom else _lib.SNAPSHOT_KIND_WINDOW
+        status: int = self._lib.trainprof_memory_snapshot_create(
+            kind, _c_int64(first_step), _c_int64(last_step), buf, _lib.PATH_MAX, _byref(fd)
+        )
+        if status != _lib.STATUS_OK or fd.value < 0:
+            return None
+        return int(fd.value), os.fsdecode(buf.value)
 
     def stats(self) -> Optional[Dict[str, int]]:
         """The hook's counters as a dict (zeros when profiling is off); None in a forked child."""

@@ -32,6 +32,12 @@ first step after it):
   user's choice, or torch's own ``0`` for CUDA graphs) or CUDA is older than 12.6 (where a
   teardown can crash CUDA graphs).
 
+Memory snapshots (``MemoryProfilingConfig``, docs/formats.md, "Memory windows"; CUDA only):
+the allocator's history is on for the memory window's steps (asked at each step begin, at the
+global step) and one snapshot is written at its end, then history goes off; with
+``OomSnapshot`` history stays on from :func:`attach` and the process's first out-of-memory
+error writes one snapshot before the error reaches the trainer (``trainprof._memory``).
+
 ``torch.compile``: the hooks never break a Dynamo graph (docs/trainer.md, "Framework adapters"). The
 top module's hooks are ``torch.compiler.disable``\ d, so Dynamo never traces them and they run
 as plain Python around the compiled forward, whether the hook is attached to the compiled
@@ -58,7 +64,7 @@ import threading
 import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from . import _caps, _fork
+from . import _caps, _fork, _memory
 from ._log import log
 from ._profiler import Profiler
 
@@ -89,6 +95,7 @@ def attach(
     module_events: bool = True,
     op_events: bool = True,
     profiler_options: Optional[Dict[str, Any]] = None,
+    cuda_memory: Any = None,
 ) -> TorchHook:
     """Hooks ``model`` (a ``torch.nn.Module``): returns a :class:`TorchHook`.
 
@@ -98,7 +105,9 @@ def attach(
     events of the detailed window, each on by default. ``profiler_options``: more keyword
     arguments for ``torch.profiler.profile`` in the detailed window (``{"with_stack": True,
     "record_shapes": True}``); the window's caps bound what they cost (docs/formats.md,
-    "Window caps").
+    "Window caps"). ``cuda_memory``: what records and snapshots CUDA memory for
+    ``MemoryProfilingConfig`` (docs/formats.md, "Memory windows"; default: torch's own
+    calls, ``trainprof._memory.CudaMemory``; a stand-in with the same methods for tests).
 
     Profiling problems never raise: when the library cannot be loaded or the model cannot be
     hooked, a warning says so and the returned hook does nothing. An unknown ``mode`` raises
@@ -110,6 +119,7 @@ def attach(
         module_events=module_events,
         op_events=op_events,
         profiler_options=profiler_options,
+        cuda_memory=cuda_memory,
     )
     global _latest
     with _latest_lock:
@@ -206,8 +216,11 @@ class TorchHook:
         module_events: bool = True,
         op_events: bool = True,
         profiler_options: Optional[Dict[str, Any]] = None,
+        cuda_memory: Any = None,
     ) -> None:
         self._gen = _fork.generation()
+        # Memory snapshots (docs/formats.md, "Memory windows"), when configured.
+        self._memory: Optional[_memory.Recorder] = None
         self._profiler_options: Dict[str, Any] = dict(profiler_options or {})
         # The detailed window's caps (docs/formats.md, "Window caps"), read when it opens:
         # the trainer's resident memory then, and the events it wrote so far.
@@ -264,6 +277,16 @@ class TorchHook:
             self._remove(self._handles)
             self._closed = True
             return
+        self._memory = _memory.Recorder.make(profiler, cuda_memory, lambda: max(self.step, 0))
+        if self._memory is not None and self._memory.wants_forward_hook():
+            try:
+                hook = _untraced(self._memory.forward_hook, self._disable)
+                self._handles.append(model.register_forward_hook(hook, always_call=True))
+            except Exception as e:
+                log(
+                    "trainprof.torch: no out-of-memory observer and no always_call forward hook (%s: %s); "
+                    "no snapshot at an out-of-memory error" % (type(e).__name__, e)
+                )
         atexit.register(self._at_exit)
 
     # --- state ---------------------------------------------------------------------------
@@ -339,6 +362,8 @@ class TorchHook:
             self.step += 1
             if self._sub_starts:
                 self._sub_starts.clear()
+        if self._memory is not None:
+            self._memory.at_step(self.step)
         if detailed and self._detailed and self._over_cap():
             detailed = False  # stopped at its cap: closed below, this step not profiled
         if detailed and not self._detailed:
@@ -642,6 +667,8 @@ class TorchHook:
         try:
             if self._detailed:
                 self._close_detailed()
+            if self._memory is not None:
+                self._memory.close(self.step)
             if self._in_step:
                 self._in_step = False
                 self._prof.step_end()

@@ -89,6 +89,7 @@ fn build_inner(
         return Err(Error::Empty(root.display().to_string()));
     }
     agg.finish();
+    let memory_events = std::mem::take(&mut agg.memory_events);
     let (python, python_summary) = python_windows(&dir, &stats, &mut skipped);
     let raw = if keep_raw {
         Raw {
@@ -105,6 +106,8 @@ fn build_inner(
     m.native = native;
     m.hangs = hangs;
     m.memory = memory;
+    m.job.capped.extend(memory_events.capped());
+    m.memory.windows = memory_events.finish();
     m.job.gpu_models = gpu_models;
     m.job.identities = identities;
     m.job.capped.extend(inspector_capped);

@@ -148,3 +148,44 @@ def test_hostile_pickles_are_refused_never_run(tmp_path, trainprof_bin):
     assert "ends early" in skipped
     assert "nest deeper than 64" in skipped
     assert not marker.exists()
+
+
+def test_memory_events_of_a_detailed_window(tmp_path, trainprof_bin):
+    """The detailed windows' memory events (docs/formats.md, "Memory events"), as the hook
+    writes torch's `[memory]` events: per device and window, the peak and a chart."""
+    steps = 6
+    write_timeline(tmp_path, steps)
+    out = [
+        {"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros": T0}},
+        {"name": "process_name", "ph": "M", "pid": 7, "args": {"name": "trainprof:Memory"}},
+    ]
+    # Window of steps 2-3 on the CPU: 1 MiB, +16 MiB, +32 MiB (peak 49 MiB in step 3), frees;
+    # cuda:0 in step 2 peaks at 5 MiB; a second CPU window in step 5 peaks at 2 MiB.
+    cpu = [(2, 1 * MIB), (2, 17 * MIB), (3, 49 * MIB), (3, 17 * MIB), (3, 1 * MIB)]
+    for k, (step, total) in enumerate(cpu):
+        out.append({"name": "[memory]", "pid": 7, "ph": "X", "ts": step * STEP_US + 10 * k, "dur": 0,
+                    "args": {"step_num": str(step), "Device Type": 0, "Device Id": -1, "Total Allocated": total,
+                             "Total Reserved": 0}})
+    out.append({"name": "[memory]", "pid": 7, "ph": "X", "ts": 2 * STEP_US + 5, "dur": 0,
+                "args": {"step_num": "2", "Device Type": 1, "Device Id": 0, "Total Allocated": 5 * MIB,
+                         "Total Reserved": 20 * MIB}})
+    out.append({"name": "[memory]", "pid": 7, "ph": "X", "ts": 5 * STEP_US + 1, "dur": 0,
+                "args": {"step_num": "5", "Device Type": 0, "Device Id": -1, "Total Allocated": 2 * MIB,
+                         "Total Reserved": 0}})
+    d = tmp_path / "framework" / "pevents" / "2026112203"
+    (d / f"{T0 + steps * STEP_US + 1}_{NODE}_pythontimeline.json").write_text(json.dumps(out))
+    page = tmp_path / "page.html"
+    got = json.loads(run(trainprof_bin, "report", tmp_path, "--json", "-o", page).stdout)
+    ws = [(w["device"], w["first_step"], w["last_step"], w["peak_allocated_bytes"], w["peak_step"], w["events"])
+          for w in got["memory"]["windows"]]
+    assert ws == [("cpu", 2, 3, 49 * MIB, 3, 5), ("cpu", 5, 5, 2 * MIB, 5, 1), ("cuda:0", 2, 2, 5 * MIB, 2, 1)]
+    w = got["memory"]["windows"][0]
+    assert w["peak_s"] == (T0 + 3 * STEP_US + 20) / 1e6
+    assert max(p[1] for p in w["chart"]) == 49 * MIB
+    assert got["memory"]["windows"][2]["peak_reserved_bytes"] == 20 * MIB
+    # Not a phase of its own among the job's phases.
+    assert all(p["name"] != "trainprof:Memory" for p in got.get("phases", []))
+    text = page.read_text()
+    assert "Over the detailed windows" in text and "49.0 MiB" in text
+    # A chart for the window of more than one event.
+    assert text.count('aria-label="allocated memory over the ' + NODE + " cpu, steps 2–3") == 1

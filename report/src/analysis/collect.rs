@@ -305,6 +305,8 @@ pub struct Agg<R> {
     pub detailed_windows: crate::analysis::detailed::Collector,
     /// The detailed windows' collectives (`collectives.rs`).
     pub collectives: crate::analysis::collectives::Collector,
+    /// The detailed windows' memory events (`memory_events.rs`).
+    pub memory_events: crate::analysis::memory_events::Collector,
     /// What each node's rows showed for the stragglers' causes (`fleet.rs`).
     pub signals: BTreeMap<String, crate::analysis::fleet::NodeSignals>,
     /// GPUs and series columns of all nodes.
@@ -567,6 +569,10 @@ impl<R: NodeJudge> Agg<R> {
                 v.push(StepRec { start_us: e.start_us, dur_us: e.dur_us, step });
                 self.first_step_us = Some(self.first_step_us.map_or(e.start_us, |f| f.min(e.start_us)));
             }
+            return;
+        }
+        if e.phase == timeline::MEMORY_PHASE {
+            self.memory_events.event(e);
             return;
         }
         self.detailed_windows.event(e);

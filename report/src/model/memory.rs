@@ -9,12 +9,46 @@ use serde::{Deserialize, Serialize};
 pub struct Memory {
     /// One per snapshot file read, by node then file name.
     pub snapshots: Vec<MemorySnapshot>,
+    /// The detailed windows' memory events (torch.profiler's `profile_memory`): one per
+    /// node, device and window, by node, device, then first step.
+    #[serde(default)]
+    pub windows: Vec<MemoryWindow>,
 }
 
 impl Memory {
     pub fn is_empty(&self) -> bool {
-        self.snapshots.is_empty()
+        self.snapshots.is_empty() && self.windows.is_empty()
     }
+}
+
+/// Allocated memory over one detailed window on one device, from torch's memory events
+/// (`docs/report.md`, "Memory over the detailed windows").
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct MemoryWindow {
+    pub node: String,
+    /// `cpu`, `cuda:<id>`, … (from `device_type` and `device_id`).
+    pub device: String,
+    /// c10's `DeviceType` number (0 CPU, 1 CUDA, …) and the device's index (-1: the CPU).
+    pub device_type: i64,
+    pub device_id: i64,
+    pub first_step: i64,
+    pub last_step: i64,
+    /// Memory events read (allocations and frees).
+    pub events: u64,
+    pub start_s: f64,
+    pub end_s: f64,
+    /// The highest `Total Allocated` of the window, when (epoch s) and in which step.
+    pub peak_allocated_bytes: i64,
+    pub peak_s: f64,
+    pub peak_step: i64,
+    /// The highest `Total Reserved` (0 on the CPU).
+    pub peak_reserved_bytes: i64,
+    /// `Total Allocated` after the window's first and last event.
+    pub first_allocated_bytes: i64,
+    pub last_allocated_bytes: i64,
+    /// Allocated memory over the window: `[epoch s, bytes]`, 2,000 points at most (each the
+    /// highest of its span).
+    pub chart: Vec<[f64; 2]>,
 }
 
 /// One snapshot file (`framework/memory/<node>/<file>`).

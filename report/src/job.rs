@@ -75,6 +75,7 @@ fn build_inner(
     let native = native::windows(&dir, &mut skipped);
     let hangs = incidents::read(&dir, &agg.steps, &mut skipped);
     let memory = crate::analysis::memory::read(&dir, &agg.steps, &mut skipped);
+    agg.snapshot_leaks = crate::analysis::memory::leaks(&memory);
     let (gpu_models, identities) = node_gpus::read(&dir, &mut skipped);
     let mut inspector_capped = Vec::new();
     let nccl_inspector = crate::analysis::inspector::read(&dir, &mut skipped, &mut inspector_capped);
@@ -432,7 +433,7 @@ mod tests {
         assert_eq!(m.job.nodes, ["algo-1"]);
         assert_eq!(m.job.ranks, ["0-algo-1"]);
         assert_eq!(m.job.steps_per_mode["TRAIN"], 5000);
-        assert_eq!(m.findings.len(), 10);
+        assert_eq!(m.findings.len(), 11);
         // Steps: above 4000, min/max decimated, the slow step kept.
         let s = &m.series.as_ref().unwrap().steps["TRAIN"]["0-algo-1"];
         assert!(s.t_s.len() <= STEP_POINTS && s.t_s.len() == s.ms.len());

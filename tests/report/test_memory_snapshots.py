@@ -106,6 +106,16 @@ def test_peak_top_frames_and_leak(tmp_path, trainprof_bin):
         assert len(d["chart"]) >= 2
     text = page.read_text()
     assert 'id="memory-snapshots"' in text and "Memory grows step over step" in text and "pytorch.org/memory_viz" in text
+    # The leak as a finding, beside GPUMemoryIncrease.
+    rules = [f["rule"] for f in out["findings"]]
+    assert rules.index("GPUMemoryLeak") == rules.index("GPUMemoryIncrease") + 1
+    (f,) = [f for f in out["findings"] if f["rule"] == "GPUMemoryLeak"]
+    assert f["triggered"] and f["evaluated"], f
+    assert f["evidence"]["devices_judged"] == 4
+    assert len(f["evidence"]["leaks"]) == 4
+    row = f["evidence"]["leaks"][0]
+    assert row["per_step_bytes"] == 4 * MIB and row["site"] == "/job/train.py:30 remember", row
+    assert "most of it allocated at /job/train.py:30 remember" in f["summary"]
 
 
 def test_no_leak_when_memory_is_flat(tmp_path, trainprof_bin):
@@ -122,6 +132,9 @@ def test_no_leak_when_memory_is_flat(tmp_path, trainprof_bin):
     (d,) = s["devices"]
     assert d["peak_allocated_bytes"] == 164 * MIB
     assert d["leak"] is None
+    (f,) = [f for f in out["findings"] if f["rule"] == "GPUMemoryLeak"]
+    assert f["evaluated"] and not f["triggered"], f
+    assert f["evidence"]["devices_judged"] == 1 and f["evidence"]["leaks"] == []
 
 
 class Boom:

@@ -305,6 +305,9 @@ pub struct Agg<R> {
     pub detailed_windows: crate::analysis::detailed::Collector,
     /// The detailed windows' collectives (`collectives.rs`).
     pub collectives: crate::analysis::collectives::Collector,
+    /// The memory snapshots' leak judgements (`memory.rs`), for the GPUMemoryLeak rule: the
+    /// devices judged, and those that grew.
+    pub snapshot_leaks: (u64, Vec<crate::model::evidence::memory_leak::LeakEvidence>),
     /// The detailed windows' memory events (`memory_events.rs`).
     pub memory_events: crate::analysis::memory_events::Collector,
     /// What each node's rows showed for the stragglers' causes (`fleet.rs`).

@@ -121,7 +121,7 @@ pub fn device(index: i64, d: &Device, s: &Snapshot, starts_us: &[(i64, i64)]) ->
     let (top, left_b, left_n) = rows(live.values().copied(), s, TOP_ROWS);
     let time = |i: usize| d.trace[i].time_us as f64 / 1e6;
     let chart = chart(d, &after, start_a);
-    let leak = leak(d, &after, start_a, s, starts_us, peak.0);
+    let (leak_judged, leak) = leak(d, &after, start_a, s, starts_us, peak.0);
     SnapshotDevice {
         device: index,
         entries: n as u64,
@@ -139,6 +139,7 @@ pub fn device(index: i64, d: &Device, s: &Snapshot, starts_us: &[(i64, i64)]) ->
         top_left_out_count: left_n,
         chart,
         leak,
+        leak_judged,
     }
 }
 
@@ -157,7 +158,8 @@ fn chart(d: &Device, after: &[(i64, i64)], start: i64) -> Vec<[f64; 2]> {
     out
 }
 
-/// Allocated memory at each step start inside the history; a leak when it grows at every one.
+/// Allocated memory at each step start inside the history: whether there were enough to
+/// judge, and a leak when it grows at every one.
 fn leak(
     d: &Device,
     after: &[(i64, i64)],
@@ -165,14 +167,27 @@ fn leak(
     s: &Snapshot,
     starts_us: &[(i64, i64)],
     peak: i64,
-) -> Option<Leak> {
-    let (first, last) = (d.trace.first()?.time_us, d.trace.last()?.time_us);
+) -> (bool, Option<Leak>) {
+    let (Some(first), Some(last)) = (d.trace.first(), d.trace.last()) else { return (false, None) };
+    let (first, last) = (first.time_us, last.time_us);
     let inside: Vec<(i64, i64)> =
         starts_us.iter().copied().filter(|&(t, _)| t >= first && t <= last).collect();
     let inside = &inside[inside.len().saturating_sub(LEAK_STEPS)..];
     if inside.len() < LEAK_MIN_STEPS + 1 {
-        return None;
+        return (false, None);
     }
+    (true, grown(d, after, start, s, inside, peak))
+}
+
+/// The leak over the step starts `inside` (at least [`LEAK_MIN_STEPS`] + 1), if it grew.
+fn grown(
+    d: &Device,
+    after: &[(i64, i64)],
+    start: i64,
+    s: &Snapshot,
+    inside: &[(i64, i64)],
+    peak: i64,
+) -> Option<Leak> {
     // The value just before each start: after the last entry earlier than it.
     let at = |t: i64| {
         let k = d.trace.partition_point(|e| e.time_us < t);
@@ -255,4 +270,33 @@ pub fn read(dir: &Dir, steps: &Steps, skipped: &mut Skipped) -> Memory {
         });
     }
     out
+}
+
+/// The snapshot devices judged for a leak, and those that grew (the GPUMemoryLeak rule's
+/// evidence rows).
+pub fn leaks(m: &Memory) -> (u64, Vec<crate::model::evidence::memory_leak::LeakEvidence>) {
+    let mut judged = 0u64;
+    let mut out = Vec::new();
+    for s in &m.snapshots {
+        for d in &s.devices {
+            judged += u64::from(d.leak_judged);
+            let Some(l) = &d.leak else { continue };
+            let (Some(first), Some(last)) = (l.steps.first(), l.steps.last()) else { continue };
+            out.push(crate::model::evidence::memory_leak::LeakEvidence {
+                node: s.node.clone(),
+                file: s.file.clone(),
+                device: d.device,
+                first_step: first[0],
+                last_step: last[0],
+                growth_bytes: l.growth_bytes,
+                per_step_bytes: l.per_step_bytes,
+                site: l
+                    .sites
+                    .first()
+                    .map(|r| format!("{}:{} {}", r.file, r.line, r.function))
+                    .unwrap_or_default(),
+            });
+        }
+    }
+    (judged, out)
 }

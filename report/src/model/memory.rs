@@ -96,6 +96,10 @@ pub struct SnapshotDevice {
     pub chart: Vec<[f64; 2]>,
     /// The finding when allocated memory grows at every step start of the history.
     pub leak: Option<Leak>,
+    /// Whether the history spans enough step starts to judge a leak (4): `leak` is `null`
+    /// either way when it did not grow.
+    #[serde(default)]
+    pub leak_judged: bool,
 }
 
 /// Allocations attributed to one Python frame.

@@ -74,7 +74,7 @@ fn build_inner(
     let stats = reading::stats_files(&dir, &mut skipped);
     let native = native::windows(&dir, &mut skipped);
     let hangs = incidents::read(&dir, &agg.steps, &mut skipped);
-    let memory = crate::analysis::memory::read(&dir, &agg.steps, &mut skipped);
+    let memory = crate::analysis::memory::read(&dir, &agg.steps, &agg.trainer_gpu_mem, &mut skipped);
     agg.snapshot_leaks = crate::analysis::memory::leaks(&memory);
     let (gpu_models, identities) = node_gpus::read(&dir, &mut skipped);
     let mut inspector_capped = Vec::new();

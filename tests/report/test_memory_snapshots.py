@@ -202,3 +202,45 @@ def test_memory_events_of_a_detailed_window(tmp_path, trainprof_bin):
     assert "Over the detailed windows" in text and "49.0 MiB" in text
     # A chart for the window of more than one event.
     assert text.count('aria-label="allocated memory over the ' + NODE + " cpu, steps 2–3") == 1
+
+
+def write_trainer_gpu_memory(root, node, seconds, device="device0", value=1000 * MIB):
+    """The agent's system lines of the trainer's GPU memory (docs/formats.md, "GPU: the
+    trainer's processes") on `node`, one tick at each epoch second given."""
+    lines = [json.dumps({"Type": "accelerator", "Name": device, "Dimension": "TrainerMemUsedBytes", "Value": value,
+                         "NodeId": node, "Timestamp": t}) for t in seconds]
+    minute = seconds[0] - seconds[0] % 60
+    d = root / "system" / "incremental" / "2026112203"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{minute}.{node}.json").write_text("\n".join(lines) + "\n")
+
+
+def test_what_a_snapshot_cannot_see_against_the_agent(tmp_path, trainprof_bin):
+    """The agent's per-process GPU memory on the snapshot's GPU near its peak, and the memory
+    outside the caching allocator (docs/report.md, "What a snapshot cannot see")."""
+    steps = 6
+    t0_s = T0 // 1_000_000
+    for case, node, device, seconds in (("near", "host", "device0", [t0_s - 1, t0_s, t0_s + 1, t0_s + 2]),
+                                        ("far", "host", "device0", [t0_s + 60]),
+                                        ("other-gpu", "host", "device1", [t0_s, t0_s + 1]),
+                                        ("other-host", "elsewhere", "device0", [t0_s, t0_s + 1])):
+        root = tmp_path / case
+        write_timeline(root, steps)
+        write_snapshot(root, f"window-0-{steps - 1}-{T0}.pickle", leaky_snapshot(steps))
+        write_trainer_gpu_memory(root, node, seconds, device)
+        page = root / "page.html"
+        out = json.loads(run(trainprof_bin, "report", root, "--json", "-o", page).stdout)
+        (s,) = out["memory"]["snapshots"]
+        (d,) = s["devices"]
+        text = page.read_text()
+        if case != "near":
+            assert d["agent"] is None, (case, d["agent"])
+            assert "No reading of the trainer" in text
+            continue
+        a = d["agent"]
+        assert (a["node"], a["gpu"], a["trainer_bytes"]) == ("host", "gpu0", 1000 * MIB), a
+        # The tick nearest the peak (0.5 s after T0).
+        assert abs(a["at_s"] - d["peak_s"]) <= 1 and a["at_s"] == t0_s + 1
+        assert a["reserved_bytes"] == d["peak_allocated_bytes"] + d["fragmentation_bytes"]
+        assert a["outside_bytes"] == 1000 * MIB - a["reserved_bytes"] > 0
+        assert "outside the caching allocator</b>" in text and "NCCL" in text

@@ -140,7 +140,38 @@ pub fn device(index: i64, d: &Device, s: &Snapshot, starts_us: &[(i64, i64)]) ->
         chart,
         leak,
         leak_judged,
+        agent: None,
     }
+}
+
+/// Readings further than this from the peak are not compared.
+pub const AGENT_NEAR_S: f64 = 5.0;
+
+/// The agent's reading of the trainer's memory on the snapshot's GPU nearest its peak (the
+/// host of the snapshot's rank, the GPU of its device index).
+fn agent(
+    rank: &str,
+    d: &SnapshotDevice,
+    trainer_gpu_mem: &BTreeMap<(String, u32), Vec<(f64, f64)>>,
+) -> Option<AgentGpuMemory> {
+    let host = crate::analysis::fleet::rank_host(rank)?;
+    let gpu = u32::try_from(d.device).ok()?;
+    let series = trainer_gpu_mem.get(&(host.to_owned(), gpu))?;
+    let at = d.peak_s.or(d.end_s)?;
+    let &(t, bytes) = series.iter().min_by(|a, b| (a.0 - at).abs().total_cmp(&(b.0 - at).abs()))?;
+    if (t - at).abs() > AGENT_NEAR_S {
+        return None;
+    }
+    let reserved = d.peak_allocated_bytes.saturating_add(d.fragmentation_bytes);
+    let trainer = bytes as i64;
+    Some(AgentGpuMemory {
+        node: host.to_owned(),
+        gpu: format!("gpu{gpu}"),
+        at_s: t,
+        trainer_bytes: trainer,
+        reserved_bytes: reserved,
+        outside_bytes: trainer.saturating_sub(reserved),
+    })
 }
 
 /// Allocated memory over time, each point the highest of its span of entries.
@@ -247,7 +278,12 @@ fn starts(steps: &Steps, node: &str) -> Vec<(i64, i64)> {
 
 /// Every snapshot of the job, read and judged one at a time (a decoded snapshot is dropped
 /// before the next is read).
-pub fn read(dir: &Dir, steps: &Steps, skipped: &mut Skipped) -> Memory {
+pub fn read(
+    dir: &Dir,
+    steps: &Steps,
+    trainer_gpu_mem: &BTreeMap<(String, u32), Vec<(f64, f64)>>,
+    skipped: &mut Skipped,
+) -> Memory {
     let mut out = Memory::default();
     for f in rm::files(dir, skipped) {
         let s = match rm::read(dir, &f) {
@@ -258,7 +294,15 @@ pub fn read(dir: &Dir, steps: &Steps, skipped: &mut Skipped) -> Memory {
             }
         };
         let starts = starts(steps, &f.node);
-        let devices = s.devices.iter().map(|(i, d)| device(*i, d, &s, &starts)).collect();
+        let devices = s
+            .devices
+            .iter()
+            .map(|(i, d)| {
+                let mut dev = device(*i, d, &s, &starts);
+                dev.agent = agent(&f.node, &dev, trainer_gpu_mem);
+                dev
+            })
+            .collect();
         out.snapshots.push(MemorySnapshot {
             node: f.node.clone(),
             kind: f.name.kind.as_str().to_owned(),

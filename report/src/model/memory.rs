@@ -100,6 +100,29 @@ pub struct SnapshotDevice {
     /// either way when it did not grow.
     #[serde(default)]
     pub leak_judged: bool,
+    /// The agent's reading of the trainer's GPU memory on the same GPU nearest the peak
+    /// (`null` without one within 5 s).
+    #[serde(default)]
+    pub agent: Option<AgentGpuMemory>,
+}
+
+/// What the agent saw on the snapshot's GPU (the system metrics' `TrainerMemUsedBytes`: the
+/// trainer tree's processes' GPU memory, NVML's), against what the snapshot holds then.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct AgentGpuMemory {
+    /// The system node (`algo-<n>`, the host of the snapshot's rank) and its GPU (`gpu<N>`, the
+    /// snapshot's device index).
+    pub node: String,
+    pub gpu: String,
+    /// The tick's time, epoch s.
+    pub at_s: f64,
+    pub trainer_bytes: i64,
+    /// The snapshot's reserved memory at the allocated peak (allocated + fragmentation).
+    pub reserved_bytes: i64,
+    /// `trainer_bytes − reserved_bytes`: memory outside the caching allocator (CUDA context,
+    /// NCCL buffers, libraries' workspaces, other processes of the tree on that GPU); negative
+    /// when the allocator released memory between the two readings.
+    pub outside_bytes: i64,
 }
 
 /// Allocations attributed to one Python frame.

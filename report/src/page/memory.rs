@@ -113,6 +113,28 @@ fn device(out: &mut String, d: &SnapshotDevice) {
         mib(d.reserved_bytes),
         d.entries
     );
+    match &d.agent {
+        Some(a) => {
+            let _ = writeln!(
+                out,
+                "<p class=\"memory-outside\">The agent saw {} of GPU memory held by the trainer's processes on {} {} \
+                 at {}; the snapshot's allocator reserved {} at its peak: <b>{} outside the caching allocator</b> \
+                 (the CUDA context, NCCL's buffers, cuBLAS/cuDNN workspaces, other processes of the trainer on that GPU), \
+                 which a snapshot cannot see.</p>",
+                mib(a.trainer_bytes),
+                esc(&a.node),
+                esc(&a.gpu),
+                utc(Some(a.at_s)),
+                mib(a.reserved_bytes),
+                mib(a.outside_bytes)
+            );
+        }
+        None => out.push_str(
+            "<p class=\"note\">No reading of the trainer's GPU memory by the agent within 5 s of the peak \
+             (<code>trainprof run</code> samples it per GPU with NVML): what lies outside the caching allocator \
+             is not known here.</p>\n",
+        ),
+    }
     if let Some(l) = &d.leak {
         let _ = writeln!(
             out,

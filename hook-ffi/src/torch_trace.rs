@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use trainprof_config::AutoFeature;
 use trainprof_output::fs::{self as ofs, Dir, Meta};
-use trainprof_output::protocol::timeline::CPU_FUNCTIONS;
+use trainprof_output::protocol::timeline::{CPU_FUNCTIONS, MEMORY_NAME, MEMORY_PHASE, memory_key};
 use trainprof_output::protocol::torch_trace::{self as proto, Flow, TraceEvent};
 
 use crate::event::{Event, Kind};
@@ -256,6 +256,8 @@ pub(crate) fn convert(
     };
     let phase = register(CPU_FUNCTIONS);
     let tid_key = register(proto::OP_THREAD_ARG);
+    // torch's memory events (`profile_memory`), lazily: a window without them registers nothing.
+    let mut memory_ids: Option<[u32; 6]> = None;
     let mut ids: HashMap<String, u32> = HashMap::new();
     let mut out = Imported::default();
     let room = job.max_events.saturating_sub(job.events_before);
@@ -267,12 +269,49 @@ pub(crate) fn convert(
             out.on_device += 1;
             return Flow::Go;
         }
-        let Some(name) = proto::op_name(&e.name) else { return Flow::Go };
+        let memory = e.memory;
+        let name = match memory {
+            Some(_) => MEMORY_NAME,
+            None => match proto::op_name(&e.name) {
+                Some(n) => n,
+                None => return Flow::Go,
+            },
+        };
         let (start, end) = e.span_us();
         let step = step_of(start);
         if out.written >= room {
             out.capped_at = Some((job.events_before + out.written, step));
             return Flow::Stop;
+        }
+        if let Some(m) = memory {
+            // docs/formats.md, "Memory events": one zero-length event, torch's four numbers.
+            let ids = *memory_ids.get_or_insert_with(|| {
+                [
+                    register(MEMORY_PHASE),
+                    register(MEMORY_NAME),
+                    register(memory_key::DEVICE_TYPE),
+                    register(memory_key::DEVICE_ID),
+                    register(memory_key::TOTAL_ALLOCATED),
+                    register(memory_key::TOTAL_RESERVED),
+                ]
+            });
+            let mut args = [TrainprofArg::EMPTY; TRAINPROF_MAX_ARGS];
+            let values = [m.device_type, m.device_id, m.total_allocated, m.total_reserved];
+            for (slot, (key, value)) in args.iter_mut().zip(ids[2..].iter().zip(values)) {
+                *slot = TrainprofArg { key: *key, kind: TrainprofArgKind::Int as i32, value };
+            }
+            emit(&Event {
+                kind: Kind::Complete,
+                phase: ids[0],
+                name: ids[1],
+                start_us: start,
+                end_us: start,
+                step,
+                n_args: 4,
+                args,
+            });
+            out.written += 1;
+            return Flow::Go;
         }
         let id = match ids.get(name) {
             Some(id) => *id,
@@ -474,6 +513,54 @@ mod tests {
             ]
         );
         assert_eq!(done, Imported { written: 3, capped_at: None, on_device: 1 });
+    }
+
+    #[test]
+    fn memory_events_are_written_with_torchs_numbers_and_count_toward_the_cap() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = Dir::open_root(t.path(), true).unwrap();
+        let base = 1_000_000_000_000;
+        let trace = r#"{"baseTimeNanoseconds": 1000000000000000, "traceEvents": [
+          {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "ts": 12.7,
+           "args": {"Total Reserved": 0, "Total Allocated": 4202496, "Bytes": 4194304, "Device Id": -1, "Device Type": 0}},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 13, "dur": 1, "tid": 77},
+          {"ph": "i", "name": "[memory]", "ts": 25, "args": {"Total Allocated": 8192, "Total Reserved": 65536, "Device Id": 1, "Device Type": 1}}
+        ]}"#;
+        let mut table: Vec<String> = Vec::new();
+        let mut register = |n: &str| match table.iter().position(|t| t == n) {
+            Some(i) => i as u32,
+            None => {
+                table.push(n.to_owned());
+                (table.len() - 1) as u32
+            }
+        };
+        let mut evs = Vec::new();
+        let j = job(&dir, vec![(base, 5), (base + 20, 6)], 0, 100);
+        let (done, r) = convert(trace.as_bytes(), &j, &mut register, &mut |e| evs.push(*e));
+        r.unwrap();
+        assert_eq!(done.written, 3);
+        let mem: Vec<_> = evs.iter().filter(|e| table[e.phase as usize] == "trainprof:Memory").collect();
+        assert_eq!(mem.len(), 2);
+        let args = |e: &Event| -> Vec<(String, i64)> {
+            e.args().iter().map(|a| (table[a.key as usize].clone(), a.value)).collect()
+        };
+        assert_eq!(table[mem[0].name as usize], "[memory]");
+        assert_eq!((mem[0].start_us, mem[0].end_us, mem[0].step), (base + 12, base + 12, 5));
+        assert_eq!(
+            args(mem[0]),
+            [
+                ("Device Type".to_owned(), 0),
+                ("Device Id".to_owned(), -1),
+                ("Total Allocated".to_owned(), 4_202_496),
+                ("Total Reserved".to_owned(), 0)
+            ]
+        );
+        assert_eq!(mem[1].step, 6);
+        assert_eq!(args(mem[1])[2], ("Total Allocated".to_owned(), 8192));
+        // The cap counts them as it counts ops.
+        let j = job(&dir, vec![(base, 5)], 0, 1);
+        let (done, _) = convert(trace.as_bytes(), &j, &mut |_| 0, &mut |_| {});
+        assert_eq!((done.written, done.capped_at), (1, Some((1, 5))));
     }
 
     #[test]

@@ -74,7 +74,8 @@ fn build_inner(
     let stats = reading::stats_files(&dir, &mut skipped);
     let native = native::windows(&dir, &mut skipped);
     let hangs = incidents::read(&dir, &agg.steps, &mut skipped);
-    let memory = crate::analysis::memory::read(&dir, &agg.steps, &mut skipped);
+    let memory = crate::analysis::memory::read(&dir, &agg.steps, &agg.trainer_gpu_mem, &mut skipped);
+    agg.snapshot_leaks = crate::analysis::memory::leaks(&memory);
     let (gpu_models, identities) = node_gpus::read(&dir, &mut skipped);
     let mut inspector_capped = Vec::new();
     let nccl_inspector = crate::analysis::inspector::read(&dir, &mut skipped, &mut inspector_capped);
@@ -89,6 +90,7 @@ fn build_inner(
         return Err(Error::Empty(root.display().to_string()));
     }
     agg.finish();
+    let memory_events = std::mem::take(&mut agg.memory_events);
     let (python, python_summary) = python_windows(&dir, &stats, &mut skipped);
     let raw = if keep_raw {
         Raw {
@@ -105,6 +107,8 @@ fn build_inner(
     m.native = native;
     m.hangs = hangs;
     m.memory = memory;
+    m.job.capped.extend(memory_events.capped());
+    m.memory.windows = memory_events.finish();
     m.job.gpu_models = gpu_models;
     m.job.identities = identities;
     m.job.capped.extend(inspector_capped);
@@ -429,7 +433,7 @@ mod tests {
         assert_eq!(m.job.nodes, ["algo-1"]);
         assert_eq!(m.job.ranks, ["0-algo-1"]);
         assert_eq!(m.job.steps_per_mode["TRAIN"], 5000);
-        assert_eq!(m.findings.len(), 10);
+        assert_eq!(m.findings.len(), 11);
         // Steps: above 4000, min/max decimated, the slow step kept.
         let s = &m.series.as_ref().unwrap().steps["TRAIN"]["0-algo-1"];
         assert!(s.t_s.len() <= STEP_POINTS && s.t_s.len() == s.ms.len());

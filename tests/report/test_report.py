@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 from test_example_end_to_end import chrome_trace_problems  # noqa: E402
 
-RULES = ["CPUBottleneck", "IOBottleneck", "LowGPUUtilization", "GPUMemoryIncrease", "BatchSize",
+RULES = ["CPUBottleneck", "IOBottleneck", "LowGPUUtilization", "GPUMemoryIncrease", "GPUMemoryLeak", "BatchSize",
          "StepOutlier", "Dataloader", "MaxInitializationTime", "LoadBalancing", "OverallSystemUsage"]
 
 

@@ -78,6 +78,17 @@ pub mod collective {
     pub const DTYPE_KEY: &str = "dtype";
 }
 
+/// A memory event's `args` ([`MEMORY_PHASE`]; docs/formats.md, "Memory events"): torch's own
+/// keys of its `[memory]` instant events, in the order written. The device's type is
+/// c10's `DeviceType` number (0 CPU, 1 CUDA, …), its id -1 for the CPU; the totals are the
+/// allocator's after the allocation or free, in bytes.
+pub mod memory_key {
+    pub const DEVICE_TYPE: &str = "Device Type";
+    pub const DEVICE_ID: &str = "Device Id";
+    pub const TOTAL_ALLOCATED: &str = "Total Allocated";
+    pub const TOTAL_RESERVED: &str = "Total Reserved";
+}
+
 /// A capped window's `args` besides `step_num`, in the order written (docs/formats.md,
 /// "Window caps"): the feature, the cap reached (one of [`CAP_WORDS`]), the value the
 /// window had reached and the cap's limit, and the step it stopped at (the windows'
@@ -128,6 +139,11 @@ words! {
     /// The phase of a window's instant event when it stopped at its cap, and its name.
     CAPPED_PHASE = "trainprof:Capped",
     CAPPED_NAME = "trainprof:WindowCapped",
+    /// The phase of a detailed window's memory events (torch.profiler's `profile_memory`):
+    /// one event of zero duration per allocation or free, named as torch names it
+    /// ([`MEMORY_NAME`]), with the [`memory_key`] args.
+    MEMORY_PHASE = "trainprof:Memory",
+    MEMORY_NAME = "[memory]",
     /// The phase of an event whose pid no `process_name` line named (smdebug's default).
     UNKNOWN_PHASE = "Unknown",
 }

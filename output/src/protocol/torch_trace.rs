@@ -5,8 +5,9 @@
 //! `cpu_functions` events, off the training thread.
 //!
 //! The file is streamed: one element of `traceEvents` at a time (serde's visitor, never
-//! the whole document in memory), each complete event (`ph: "X"`) handed to the caller,
-//! who may stop the reading at any event (the window's event cap).
+//! the whole document in memory), each complete event (`ph: "X"`) and each memory event
+//! (torch's `[memory]` instant events, with `profile_memory`) handed to the caller, who may
+//! stop the reading at any event (the window's event cap).
 //!
 //! Times: torch (Kineto) writes `ts` and `dur` in µs with 3 decimals, `ts` counted from
 //! `baseTimeNanoseconds` (a top-level key written before `traceEvents`); the epoch time of
@@ -20,6 +21,8 @@ use std::io::Read;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
+use crate::protocol::timeline;
+
 words! {
     /// Every word of this format.
     ALL;
@@ -30,8 +33,11 @@ words! {
     TRACE_EVENTS = "traceEvents",
     /// The top-level key of the time `ts` counts from, in ns since the epoch.
     BASE_TIME_NS = "baseTimeNanoseconds",
-    /// The phase of a complete event, the only one read.
+    /// The phase of a complete event.
     PH_COMPLETE = "X",
+    /// The phase of an instant event: only torch's memory events ([`timeline::MEMORY_NAME`])
+    /// are read.
+    PH_INSTANT = "i",
     /// The category of the trace's own span (`PyTorch Profiler (0)`), not an op.
     CAT_TRACE = "Trace",
     /// What torch's raw results call a `ProfilerStep#<n>` range, and the adapter writes.
@@ -92,6 +98,40 @@ pub struct TraceEvent {
     pub dur_ns: i64,
     /// The thread (`tid`), when it is a number.
     pub tid: Option<i64>,
+    /// A memory event (`[memory]`, `ph: "i"`, duration 0): its numbers.
+    pub memory: Option<MemoryArgs>,
+}
+
+/// The numbers of one of torch's memory events (its `args`; a key that is missing or not
+/// an integer is 0, the device id -1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct MemoryArgs {
+    #[serde(rename = "Device Type", default, deserialize_with = "integer_or_zero")]
+    pub device_type: i64,
+    #[serde(rename = "Device Id", default = "minus_one", deserialize_with = "integer_or_minus_one")]
+    pub device_id: i64,
+    #[serde(rename = "Total Allocated", default, deserialize_with = "integer_or_zero")]
+    pub total_allocated: i64,
+    #[serde(rename = "Total Reserved", default, deserialize_with = "integer_or_zero")]
+    pub total_reserved: i64,
+}
+
+impl Default for MemoryArgs {
+    fn default() -> Self {
+        MemoryArgs { device_type: 0, device_id: -1, total_allocated: 0, total_reserved: 0 }
+    }
+}
+
+fn minus_one() -> i64 {
+    -1
+}
+
+fn integer_or_zero<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    Ok(integer(d)?.unwrap_or(0))
+}
+
+fn integer_or_minus_one<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    Ok(integer(d)?.unwrap_or(-1))
 }
 
 impl TraceEvent {
@@ -225,16 +265,25 @@ impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let state = self.0;
         while let Some(raw) = seq.next_element::<Raw>()? {
-            if raw.ph != PH_COMPLETE {
+            let memory = raw.ph == PH_INSTANT && raw.name == timeline::MEMORY_NAME;
+            if raw.ph != PH_COMPLETE && !memory {
                 continue;
             }
-            let (Some(ts), Some(dur)) = (raw.ts, raw.dur) else { continue };
+            let dur = if memory { Some(0.0) } else { raw.dur };
+            let (Some(ts), Some(dur)) = (raw.ts, dur) else { continue };
             let start_ns = match state.base_ns {
                 Some(base) => base.saturating_add(us_to_ns(ts)),
                 None => us_to_ns(ts),
             };
-            let ev =
-                TraceEvent { name: raw.name, cat: raw.cat, start_ns, dur_ns: us_to_ns(dur), tid: raw.tid };
+            let memory = if memory { Some(raw.args.unwrap_or_default()) } else { None };
+            let ev = TraceEvent {
+                name: raw.name,
+                cat: raw.cat,
+                start_ns,
+                dur_ns: us_to_ns(dur),
+                tid: raw.tid,
+                memory,
+            };
             state.summary.events += 1;
             if (state.each)(ev) == Flow::Stop {
                 state.summary.stopped = true;
@@ -250,9 +299,12 @@ fn us_to_ns(us: f64) -> i64 {
     (us * 1000.0).round() as i64
 }
 
-/// One element of `traceEvents`: the keys read (the rest, `args` among them, skipped).
+/// One element of `traceEvents`: the keys read (the rest skipped; of `args`, only a memory
+/// event's numbers).
 #[derive(Deserialize)]
 struct Raw {
+    #[serde(default, deserialize_with = "memory_args")]
+    args: Option<MemoryArgs>,
     #[serde(default)]
     ph: String,
     #[serde(default)]
@@ -265,6 +317,44 @@ struct Raw {
     dur: Option<f64>,
     #[serde(default, deserialize_with = "integer")]
     tid: Option<i64>,
+}
+
+/// `args` as a memory event's numbers when it is an object (else None); keys of other
+/// events are skipped as they are read.
+fn memory_args<'de, D: Deserializer<'de>>(d: D) -> Result<Option<MemoryArgs>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<MemoryArgs>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            MemoryArgs::deserialize(de::value::MapAccessDeserializer::new(map)).map(Some)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+    }
+    d.deserialize_any(V)
 }
 
 /// A number (else None: a string, null, ...).
@@ -381,6 +471,46 @@ mod tests {
         assert!(r.unwrap().no_events);
         let (_, r) = read(r#"{"traceEvents": [], "baseTimeNanoseconds": 5}"#);
         assert!(r.unwrap().base_after_events);
+    }
+
+    #[test]
+    fn memory_events_are_read_with_their_numbers() {
+        // As torch 2.15 writes them with `profile_memory=True` on a CPU model.
+        let text = r#"{"baseTimeNanoseconds": 1790857026000000000, "traceEvents": [
+            {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 11294, "tid": 11294,
+             "ts": 5033871899455.97, "args": {"Total Reserved": 0, "Total Allocated": 4202496, "Bytes": 4194304,
+             "Device Id": -1, "Device Type": 0, "Addr": 94250429355904, "finished": false, "Ev Idx": 36}},
+            {"ph": "i", "name": "[memory]", "ts": 5, "args": {"Total Allocated": "x", "Device Type": 1, "Device Id": 3}},
+            {"ph": "i", "name": "other", "ts": 6, "args": {"Total Allocated": 9}},
+            {"ph": "X", "name": "aten::mm", "ts": 7, "dur": 1, "args": {"Total Allocated": 9, "Input Dims": [[1]]}},
+            {"ph": "i", "name": "[memory]", "ts": 8, "args": 5}
+        ]}"#;
+        let (got, r) = read(text);
+        assert_eq!(r.unwrap().events, 4);
+        let m = got[0].memory.unwrap();
+        assert_eq!(
+            m,
+            MemoryArgs { device_type: 0, device_id: -1, total_allocated: 4_202_496, total_reserved: 0 }
+        );
+        assert_eq!(got[0].start_ns, 1_795_890_897_899_455_970);
+        assert_eq!(got[0].dur_ns, 0);
+        assert_eq!(
+            got[1].memory.unwrap(),
+            MemoryArgs { device_type: 1, device_id: 3, total_allocated: 0, total_reserved: 0 }
+        );
+        assert_eq!(got[2].name, "aten::mm");
+        assert!(got[2].memory.is_none());
+        assert_eq!(got[3].memory.unwrap(), MemoryArgs { device_id: -1, ..MemoryArgs::default() });
+        // The keys are the timeline's (docs/formats.md, "Memory events").
+        let keys = [
+            timeline::memory_key::DEVICE_TYPE,
+            timeline::memory_key::DEVICE_ID,
+            timeline::memory_key::TOTAL_ALLOCATED,
+            timeline::memory_key::TOTAL_RESERVED,
+        ];
+        let obj = format!(r#"{{"{}": 1, "{}": 2, "{}": 3, "{}": 4}}"#, keys[0], keys[1], keys[2], keys[3]);
+        let m: MemoryArgs = serde_json::from_str(&obj).unwrap();
+        assert_eq!(m, MemoryArgs { device_type: 1, device_id: 2, total_allocated: 3, total_reserved: 4 });
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub const MAX_NODES: usize = 256;
 /// GPUs per node and per job (each costs two 40 KB histograms and 1,011 recent values).
 pub const MAX_GPUS_PER_NODE: usize = crate::reading::MAX_TICK_GPUS;
 pub const MAX_GPUS: usize = 1024;
+/// Readings of the trainer tree's GPU memory kept per job (16 bytes each), for the memory
+/// snapshots' comparison (`docs/report.md`, "Memory").
+pub const MAX_TRAINER_GPU_POINTS: usize = 500_000;
 /// Cores per node (a core costs a series column).
 pub const MAX_CORES_PER_NODE: usize = 1024;
 /// Series columns (one per core, two per GPU, a few per node) per job.
@@ -305,6 +308,16 @@ pub struct Agg<R> {
     pub detailed_windows: crate::analysis::detailed::Collector,
     /// The detailed windows' collectives (`collectives.rs`).
     pub collectives: crate::analysis::collectives::Collector,
+    /// The trainer tree's GPU memory per (system node, device index): `(epoch s, bytes)` at
+    /// each tick, at most [`MAX_TRAINER_GPU_POINTS`] in all (the memory snapshots' comparison,
+    /// `memory.rs`).
+    pub trainer_gpu_mem: BTreeMap<(String, u32), Vec<(f64, f64)>>,
+    trainer_gpu_points: usize,
+    /// The memory snapshots' leak judgements (`memory.rs`), for the GPUMemoryLeak rule: the
+    /// devices judged, and those that grew.
+    pub snapshot_leaks: (u64, Vec<crate::model::evidence::memory_leak::LeakEvidence>),
+    /// The detailed windows' memory events (`memory_events.rs`).
+    pub memory_events: crate::analysis::memory_events::Collector,
     /// What each node's rows showed for the stragglers' causes (`fleet.rs`).
     pub signals: BTreeMap<String, crate::analysis::fleet::NodeSignals>,
     /// GPUs and series columns of all nodes.
@@ -391,6 +404,14 @@ impl<R: NodeJudge> Agg<R> {
         match self.signals.get_mut(node) {
             Some(s) => s.tick(t),
             None => self.signals.entry(node.to_owned()).or_default().tick(t),
+        }
+        for &(gpu, bytes) in &t.gpu_trainer_mem {
+            if self.trainer_gpu_points >= MAX_TRAINER_GPU_POINTS {
+                self.caps.hit("trainer_gpu_memory", None, MAX_TRAINER_GPU_POINTS);
+                continue;
+            }
+            self.trainer_gpu_points += 1;
+            self.trainer_gpu_mem.entry((node.to_owned(), gpu)).or_default().push((t.t_s, bytes));
         }
         self.sys_first_s = Some(self.sys_first_s.map_or(t.t_s, |f| f.min(t.t_s)));
         self.sys_last_s = Some(self.sys_last_s.map_or(t.t_s, |f| f.max(t.t_s)));
@@ -567,6 +588,10 @@ impl<R: NodeJudge> Agg<R> {
                 v.push(StepRec { start_us: e.start_us, dur_us: e.dur_us, step });
                 self.first_step_us = Some(self.first_step_us.map_or(e.start_us, |f| f.min(e.start_us)));
             }
+            return;
+        }
+        if e.phase == timeline::MEMORY_PHASE {
+            self.memory_events.event(e);
             return;
         }
         self.detailed_windows.event(e);

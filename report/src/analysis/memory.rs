@@ -121,7 +121,7 @@ pub fn device(index: i64, d: &Device, s: &Snapshot, starts_us: &[(i64, i64)]) ->
     let (top, left_b, left_n) = rows(live.values().copied(), s, TOP_ROWS);
     let time = |i: usize| d.trace[i].time_us as f64 / 1e6;
     let chart = chart(d, &after, start_a);
-    let leak = leak(d, &after, start_a, s, starts_us, peak.0);
+    let (leak_judged, leak) = leak(d, &after, start_a, s, starts_us, peak.0);
     SnapshotDevice {
         device: index,
         entries: n as u64,
@@ -139,7 +139,39 @@ pub fn device(index: i64, d: &Device, s: &Snapshot, starts_us: &[(i64, i64)]) ->
         top_left_out_count: left_n,
         chart,
         leak,
+        leak_judged,
+        agent: None,
     }
+}
+
+/// Readings further than this from the peak are not compared.
+pub const AGENT_NEAR_S: f64 = 5.0;
+
+/// The agent's reading of the trainer's memory on the snapshot's GPU nearest its peak (the
+/// host of the snapshot's rank, the GPU of its device index).
+fn agent(
+    rank: &str,
+    d: &SnapshotDevice,
+    trainer_gpu_mem: &BTreeMap<(String, u32), Vec<(f64, f64)>>,
+) -> Option<AgentGpuMemory> {
+    let host = crate::analysis::fleet::rank_host(rank)?;
+    let gpu = u32::try_from(d.device).ok()?;
+    let series = trainer_gpu_mem.get(&(host.to_owned(), gpu))?;
+    let at = d.peak_s.or(d.end_s)?;
+    let &(t, bytes) = series.iter().min_by(|a, b| (a.0 - at).abs().total_cmp(&(b.0 - at).abs()))?;
+    if (t - at).abs() > AGENT_NEAR_S {
+        return None;
+    }
+    let reserved = d.peak_allocated_bytes.saturating_add(d.fragmentation_bytes);
+    let trainer = bytes as i64;
+    Some(AgentGpuMemory {
+        node: host.to_owned(),
+        gpu: format!("gpu{gpu}"),
+        at_s: t,
+        trainer_bytes: trainer,
+        reserved_bytes: reserved,
+        outside_bytes: trainer.saturating_sub(reserved),
+    })
 }
 
 /// Allocated memory over time, each point the highest of its span of entries.
@@ -157,7 +189,8 @@ fn chart(d: &Device, after: &[(i64, i64)], start: i64) -> Vec<[f64; 2]> {
     out
 }
 
-/// Allocated memory at each step start inside the history; a leak when it grows at every one.
+/// Allocated memory at each step start inside the history: whether there were enough to
+/// judge, and a leak when it grows at every one.
 fn leak(
     d: &Device,
     after: &[(i64, i64)],
@@ -165,14 +198,27 @@ fn leak(
     s: &Snapshot,
     starts_us: &[(i64, i64)],
     peak: i64,
-) -> Option<Leak> {
-    let (first, last) = (d.trace.first()?.time_us, d.trace.last()?.time_us);
+) -> (bool, Option<Leak>) {
+    let (Some(first), Some(last)) = (d.trace.first(), d.trace.last()) else { return (false, None) };
+    let (first, last) = (first.time_us, last.time_us);
     let inside: Vec<(i64, i64)> =
         starts_us.iter().copied().filter(|&(t, _)| t >= first && t <= last).collect();
     let inside = &inside[inside.len().saturating_sub(LEAK_STEPS)..];
     if inside.len() < LEAK_MIN_STEPS + 1 {
-        return None;
+        return (false, None);
     }
+    (true, grown(d, after, start, s, inside, peak))
+}
+
+/// The leak over the step starts `inside` (at least [`LEAK_MIN_STEPS`] + 1), if it grew.
+fn grown(
+    d: &Device,
+    after: &[(i64, i64)],
+    start: i64,
+    s: &Snapshot,
+    inside: &[(i64, i64)],
+    peak: i64,
+) -> Option<Leak> {
     // The value just before each start: after the last entry earlier than it.
     let at = |t: i64| {
         let k = d.trace.partition_point(|e| e.time_us < t);
@@ -232,7 +278,12 @@ fn starts(steps: &Steps, node: &str) -> Vec<(i64, i64)> {
 
 /// Every snapshot of the job, read and judged one at a time (a decoded snapshot is dropped
 /// before the next is read).
-pub fn read(dir: &Dir, steps: &Steps, skipped: &mut Skipped) -> Memory {
+pub fn read(
+    dir: &Dir,
+    steps: &Steps,
+    trainer_gpu_mem: &BTreeMap<(String, u32), Vec<(f64, f64)>>,
+    skipped: &mut Skipped,
+) -> Memory {
     let mut out = Memory::default();
     for f in rm::files(dir, skipped) {
         let s = match rm::read(dir, &f) {
@@ -243,7 +294,15 @@ pub fn read(dir: &Dir, steps: &Steps, skipped: &mut Skipped) -> Memory {
             }
         };
         let starts = starts(steps, &f.node);
-        let devices = s.devices.iter().map(|(i, d)| device(*i, d, &s, &starts)).collect();
+        let devices = s
+            .devices
+            .iter()
+            .map(|(i, d)| {
+                let mut dev = device(*i, d, &s, &starts);
+                dev.agent = agent(&f.node, &dev, trainer_gpu_mem);
+                dev
+            })
+            .collect();
         out.snapshots.push(MemorySnapshot {
             node: f.node.clone(),
             kind: f.name.kind.as_str().to_owned(),
@@ -255,4 +314,33 @@ pub fn read(dir: &Dir, steps: &Steps, skipped: &mut Skipped) -> Memory {
         });
     }
     out
+}
+
+/// The snapshot devices judged for a leak, and those that grew (the GPUMemoryLeak rule's
+/// evidence rows).
+pub fn leaks(m: &Memory) -> (u64, Vec<crate::model::evidence::memory_leak::LeakEvidence>) {
+    let mut judged = 0u64;
+    let mut out = Vec::new();
+    for s in &m.snapshots {
+        for d in &s.devices {
+            judged += u64::from(d.leak_judged);
+            let Some(l) = &d.leak else { continue };
+            let (Some(first), Some(last)) = (l.steps.first(), l.steps.last()) else { continue };
+            out.push(crate::model::evidence::memory_leak::LeakEvidence {
+                node: s.node.clone(),
+                file: s.file.clone(),
+                device: d.device,
+                first_step: first[0],
+                last_step: last[0],
+                growth_bytes: l.growth_bytes,
+                per_step_bytes: l.per_step_bytes,
+                site: l
+                    .sites
+                    .first()
+                    .map(|r| format!("{}:{} {}", r.file, r.line, r.function))
+                    .unwrap_or_default(),
+            });
+        }
+    }
+    (judged, out)
 }

@@ -12,5 +12,6 @@ pub mod fleet;
 pub mod incidents;
 pub mod inspector;
 pub mod memory;
+pub mod memory_events;
 pub mod stats;
 pub mod steps;

@@ -241,6 +241,36 @@ pub mod gpu_memory {
     }
 }
 
+/// GPUMemoryLeak (`rules/memory_leak.rs`).
+pub mod memory_leak {
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+    pub struct Evidence {
+        /// The least growth over the step starts looked at, and the least step starts.
+        pub min_growth_bytes: i64,
+        pub min_step_starts: u64,
+        /// Snapshot devices whose history spans enough step starts to be judged.
+        pub devices_judged: u64,
+        pub leaks: Vec<LeakEvidence>,
+    }
+
+    evidence_row! {
+        /// One snapshot device whose allocated memory grew at every step start.
+        pub struct LeakEvidence {
+            pub node: String,
+            pub file: String,
+            pub device: i64,
+            pub first_step: i64,
+            pub last_step: i64,
+            pub growth_bytes: i64,
+            pub per_step_bytes: i64,
+            /// The frame that allocated most of the growth (`file:line function`), or empty.
+            pub site: String,
+        }
+    }
+}
+
 /// BatchSize (`rules/batch_size.rs`).
 pub mod batch_size {
     use serde::{Deserialize, Serialize};
@@ -416,6 +446,7 @@ pub const CPU_BOTTLENECK: &str = "CPUBottleneck";
 pub const IO_BOTTLENECK: &str = "IOBottleneck";
 pub const LOW_GPU_UTILIZATION: &str = "LowGPUUtilization";
 pub const GPU_MEMORY_INCREASE: &str = "GPUMemoryIncrease";
+pub const GPU_MEMORY_LEAK: &str = "GPUMemoryLeak";
 pub const BATCH_SIZE: &str = "BatchSize";
 pub const STEP_OUTLIER: &str = "StepOutlier";
 pub const DATALOADER: &str = "Dataloader";
@@ -460,6 +491,7 @@ evidence! {
     IoBottleneck(IO_BOTTLENECK): bottleneck::Evidence,
     LowGpuUtilization(LOW_GPU_UTILIZATION): low_gpu::Evidence,
     GpuMemoryIncrease(GPU_MEMORY_INCREASE): gpu_memory::Evidence,
+    GpuMemoryLeak(GPU_MEMORY_LEAK): memory_leak::Evidence,
     BatchSize(BATCH_SIZE): batch_size::Evidence,
     StepOutlier(STEP_OUTLIER): step_outlier::Evidence,
     Dataloader(DATALOADER): dataloader::Evidence,

@@ -113,6 +113,8 @@ pub struct Job {
 pub struct Capped {
     /// `nodes`, `gpus`, `cores`, `columns`, `ranks`, `modes`, `phases`, `dataloader_seconds`,
     /// `dataloader_pids`, `detailed_steps`, `detailed_events`, `detailed_waits`, `detailed_names`,
+    /// `memory_events` (`docs/report.md`, "Memory over the detailed windows"),
+    /// `trainer_gpu_memory` (`docs/report.md`, "Memory"),
     /// `demangled_bytes` (mangled names not demangled, `docs/report.md` "Mangled names"),
     /// `nccl_inspector_records`, `nccl_inspector_files` (`docs/report.md`, "NCCL Inspector") or
     /// `names` (names longer than the cap, in bytes).

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::model::memory::{Memory, MemorySnapshot, SiteRow, SnapshotDevice};
+use crate::model::memory::{Memory, MemorySnapshot, MemoryWindow, SiteRow, SnapshotDevice};
 use crate::page::markup::{esc, utc};
 
 const W: f64 = 720.0;
@@ -21,6 +21,11 @@ pub fn section(out: &mut String, m: &Memory) {
         return;
     }
     out.push_str("<section id=\"memory-snapshots\"><h2>Memory</h2>\n");
+    windows(out, &m.windows);
+    if m.snapshots.is_empty() {
+        out.push_str("</section>\n");
+        return;
+    }
     out.push_str(
         "<p class=\"note\">From PyTorch's memory snapshots (the caching allocator's history with Python stacks). \
          A snapshot sees only memory of the caching allocator: not NCCL's buffers, the CUDA context, \
@@ -32,6 +37,43 @@ pub fn section(out: &mut String, m: &Memory) {
         snapshot(out, s);
     }
     out.push_str("</section>\n");
+}
+
+/// The detailed windows' memory events: per node, device and window, the peak and a chart.
+fn windows(out: &mut String, ws: &[MemoryWindow]) {
+    if ws.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<h3>Over the detailed windows</h3>\n<p class=\"note\">From torch.profiler's memory events \
+         (<code>profile_memory</code>): the allocator's total after each allocation and free. On the CPU \
+         torch counts only what was allocated while it recorded.</p>\n\
+         <table class=\"memory-windows\"><tr><th>node</th><th>device</th><th>steps</th><th>peak allocated</th>\
+         <th>at</th><th>in step</th><th>peak reserved</th><th>allocated at the first / last event</th><th>events</th></tr>\n",
+    );
+    for w in ws {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}–{}</td><td class=\"peak\">{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{} / {}</td><td>{}</td></tr>",
+            esc(&w.node),
+            esc(&w.device),
+            w.first_step,
+            w.last_step,
+            mib(w.peak_allocated_bytes),
+            utc(Some(w.peak_s)),
+            w.peak_step,
+            mib(w.peak_reserved_bytes),
+            mib(w.first_allocated_bytes),
+            mib(w.last_allocated_bytes),
+            w.events
+        );
+    }
+    out.push_str("</table>\n");
+    for w in ws {
+        let label = format!("{} {}, steps {}–{}", w.node, w.device, w.first_step, w.last_step);
+        chart_of(out, &w.chart, &label);
+    }
 }
 
 fn snapshot(out: &mut String, s: &MemorySnapshot) {
@@ -71,6 +113,28 @@ fn device(out: &mut String, d: &SnapshotDevice) {
         mib(d.reserved_bytes),
         d.entries
     );
+    match &d.agent {
+        Some(a) => {
+            let _ = writeln!(
+                out,
+                "<p class=\"memory-outside\">The agent saw {} of GPU memory held by the trainer's processes on {} {} \
+                 at {}; the snapshot's allocator reserved {} at its peak: <b>{} outside the caching allocator</b> \
+                 (the CUDA context, NCCL's buffers, cuBLAS/cuDNN workspaces, other processes of the trainer on that GPU), \
+                 which a snapshot cannot see.</p>",
+                mib(a.trainer_bytes),
+                esc(&a.node),
+                esc(&a.gpu),
+                utc(Some(a.at_s)),
+                mib(a.reserved_bytes),
+                mib(a.outside_bytes)
+            );
+        }
+        None => out.push_str(
+            "<p class=\"note\">No reading of the trainer's GPU memory by the agent within 5 s of the peak \
+             (<code>trainprof run</code> samples it per GPU with NVML): what lies outside the caching allocator \
+             is not known here.</p>\n",
+        ),
+    }
     if let Some(l) = &d.leak {
         let _ = writeln!(
             out,
@@ -116,6 +180,11 @@ fn table(out: &mut String, title: &str, rows: &[SiteRow]) {
 
 /// Allocated memory over the history, as a polyline.
 fn chart(out: &mut String, pts: &[[f64; 2]]) {
+    chart_of(out, pts, "history")
+}
+
+/// Allocated memory over time, as a polyline; `what` names the span (escaped here).
+fn chart_of(out: &mut String, pts: &[[f64; 2]], what: &str) {
     if pts.len() < 2 {
         return;
     }
@@ -131,10 +200,12 @@ fn chart(out: &mut String, pts: &[[f64; 2]]) {
     let _ = writeln!(
         out,
         "<figure class=\"memory-chart\"><svg viewBox=\"0 0 {W} {H}\" width=\"100%\" height=\"{H}\" role=\"img\" \
-         aria-label=\"allocated memory over the history\"><polyline fill=\"none\" stroke=\"#1f77b4\" points=\"{}\"/></svg>\
-         <figcaption>Allocated memory, {:.1} s of history, top {} (MiB).</figcaption></figure>",
+         aria-label=\"allocated memory over the {}\"><polyline fill=\"none\" stroke=\"#1f77b4\" points=\"{}\"/></svg>\
+         <figcaption>Allocated memory, {:.1} s of {}, top {} (MiB).</figcaption></figure>",
+        esc(what),
         line.trim_end(),
         t1 - t0,
+        esc(what),
         format_args!("{:.1}", top / 1048576.0)
     );
 }

@@ -1144,9 +1144,9 @@ mod tests {
             findings: crate::rules::all(&mut crate::rules::Agg::default(), None),
             ..ReportModel::default()
         };
-        let Some(crate::model::Evidence::StepOutlier(e)) = m.findings.get_mut(5).map(|f| &mut f.evidence)
+        let Some(crate::model::Evidence::StepOutlier(e)) = m.findings.get_mut(6).map(|f| &mut f.evidence)
         else {
-            panic!("{:?}", m.findings.get(5))
+            panic!("{:?}", m.findings.get(6))
         };
         for r in 0..60 {
             e.ranks.push(crate::rules::step_outlier::RankEvidence {

@@ -144,6 +144,10 @@ pub struct Tick {
     pub gpu_throttle: u64,
     pub gpu_xid: Option<f64>,
     pub gpu_pcie: Option<f64>,
+    /// `accelerator` / `device<N>` / `TrainerMemUsedBytes`: the trainer tree's GPU memory on
+    /// device N (docs/formats.md, "GPU: the trainer's processes"), at most
+    /// `MAX_TICK_CORES` devices.
+    pub gpu_trainer_mem: Vec<(u32, f64)>,
     /// GPU readings of names past the first `collect::MAX_GPUS_PER_NODE` of this tick, left
     /// out (so that finding a tick's GPU stays O(1) per line; `docs/report.md`, "Caps").
     pub gpus_left_out: u64,
@@ -237,6 +241,14 @@ impl Tick {
                 if v.is_finite() && v >= 0.0 && v < u64::MAX as f64 =>
             {
                 self.gpu_throttle |= v as u64
+            }
+            (Some(MetricType::Accelerator), name, d::TRAINER_MEM_USED_BYTES) => {
+                if let Some(i) = metric::indexed(name, metric::DEVICE) {
+                    if self.gpu_trainer_mem.len() >= MAX_TICK_CORES {
+                        return false;
+                    }
+                    self.gpu_trainer_mem.push((i, v));
+                }
             }
             (Some(MetricType::Accelerator), _, d::GPU_XID_EVENTS) => {
                 self.gpu_xid = Some(self.gpu_xid.map_or(v, |x| x.max(v)))

@@ -15,6 +15,7 @@ pub mod gpu_memory;
 pub mod load_balancing;
 pub mod low_gpu;
 pub mod max_init;
+pub mod memory_leak;
 pub mod overall;
 pub mod rule;
 pub mod step_outlier;
@@ -121,6 +122,7 @@ registry! {
     IoBottleneck(io_bottleneck): bottleneck::Bottleneck<true>,
     LowGpuUtilization(low_gpu): low_gpu::LowGpuUtilization,
     GpuMemoryIncrease(gpu_memory): gpu_memory::GpuMemoryIncrease,
+    GpuMemoryLeak(memory_leak): memory_leak::GpuMemoryLeak,
     BatchSize(batch_size): batch_size::BatchSize,
     StepOutlier(step_outlier): step_outlier::StepOutlier,
     Dataloader(dataloader): dataloader::Dataloader,
@@ -179,7 +181,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn all_ten_in_order_even_without_data() {
+    fn all_eleven_in_order_even_without_data() {
         let f = all(&mut Agg::default(), None);
         assert!(f.iter().map(|x| x.rule.as_str()).eq(RULES));
         assert!(f.iter().all(|x| !x.triggered && !x.evaluated));
@@ -273,6 +275,19 @@ pub(crate) mod tests {
         });
         agg.steps.entry("TRAIN".into()).or_default().insert("0-algo-1".into(), steps.collect());
         agg.first_step_us = Some(1_000_000_000);
+        agg.snapshot_leaks = (
+            1,
+            vec![crate::model::evidence::memory_leak::LeakEvidence {
+                node: "0-algo-1".into(),
+                file: "framework/memory/0-algo-1/window-1-5-9.pickle".into(),
+                device: 0,
+                first_step: 1,
+                last_step: 5,
+                growth_bytes: 4 << 20,
+                per_step_bytes: 1 << 20,
+                site: String::new(),
+            }],
+        );
         let model = crate::model::ReportModel { findings: all(&mut agg, Some(990.0)), ..Default::default() };
         assert!(get(&model.findings, "LowGPUUtilization").triggered);
         let json = crate::to_json(&model);
@@ -297,7 +312,7 @@ pub(crate) mod tests {
             "triggered_windows",
             "triggered",
         ];
-        let expect: [(&str, &[&str], &str, &[&str]); 10] = [
+        let expect: [(&str, &[&str], &str, &[&str]); 11] = [
             (
                 "CPUBottleneck",
                 &["threshold_percent", "gpu_threshold", "cpu_threshold", "patience", "nodes"],
@@ -333,6 +348,21 @@ pub(crate) mod tests {
                 &["increase", "window", "patience", "gpus"],
                 "gpus",
                 &["node", "gpu", "datapoints", "max_increase", "at_s", "violations", "p50", "max"],
+            ),
+            (
+                "GPUMemoryLeak",
+                &["min_growth_bytes", "min_step_starts", "devices_judged", "leaks"],
+                "leaks",
+                &[
+                    "node",
+                    "file",
+                    "device",
+                    "first_step",
+                    "last_step",
+                    "growth_bytes",
+                    "per_step_bytes",
+                    "site",
+                ],
             ),
             (
                 "BatchSize",

@@ -10,8 +10,8 @@ lists the pids the trainer writes to FAKE_NVML_PIDS_FILE as its GPU processes, p
 that is nobody's (4194000).
 
 Each kind of query has its cadence (docs/formats.md, "GPU: cadence"): the fake here holds
-2.4 s of samples (25, one each 100 ms), so its buffers are read every 1.2 s; the counters
-(10 s) only on the first and the last tick of this 2.5 s run.
+2.4 s of samples (25, one each 100 ms), so its buffers are read every 1.8 s; the counters
+(60 s) only on the first and the last tick of this 2.5 s run.
 """
 
 import ctypes

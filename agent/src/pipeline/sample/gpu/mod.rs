@@ -9,9 +9,9 @@
 //!
 //! Each kind of query has its own cadence ([`Cadence`], `docs/formats.md`, "GPU: cadence"),
 //! because some NVML calls cost a thousand times what others do: the instant readings every
-//! tick; the sample buffers often enough that none of their samples is lost (half the span
-//! the ring was seen to hold); the cumulative counters (PCIe, NVLink, energy, ECC, GPM) at
-//! most [`Cadence::counters`] apart. Every query runs on the first and on the last tick.
+//! tick; the sample buffers often enough that none of their samples is lost (three quarters
+//! of the span the ring was seen to hold); the cumulative counters (PCIe, NVLink, energy,
+//! ECC, GPM) at most [`Cadence::counters`] apart. Every query runs on the first and on the last tick.
 //! A slow query's rows are written on the ticks it runs, and cover the time since its
 //! previous run.
 //!
@@ -210,8 +210,8 @@ pub enum Kind {
 pub struct Cadence {
     /// Counters: at most this long apart.
     pub counters: Duration,
-    /// Buffers: half the span the ring was seen to hold, within these bounds (the lower one
-    /// until a span was seen).
+    /// Buffers: three quarters of the span the ring was seen to hold, within these bounds
+    /// (the lower one until a span was seen).
     pub buffers_min: Duration,
     pub buffers_max: Duration,
     /// The slow instant readings ([`Kind::Second`]): at most this long apart.
@@ -223,11 +223,12 @@ pub struct Cadence {
 }
 
 impl Cadence {
-    /// 10 s for the counters; the buffers between 1 s and 10 s.
+    /// 60 s for the counters; the buffers between 1 s and 30 s (docs/formats.md, "GPU:
+    /// cadence": an H200's ring holds 14 s, read every 10.5 s).
     pub const DEFAULT: Cadence = Cadence {
-        counters: Duration::from_secs(10),
+        counters: Duration::from_secs(60),
         buffers_min: Duration::from_secs(1),
-        buffers_max: Duration::from_secs(10),
+        buffers_max: Duration::from_secs(30),
         second: Duration::from_secs(1),
         utilization_per_sample: true,
     };
@@ -241,10 +242,12 @@ impl Cadence {
         utilization_per_sample: false,
     };
 
-    /// The buffers' cadence for a ring seen to hold `held` (µs), or none seen yet.
+    /// The buffers' cadence for a ring seen to hold `held` (µs), or none seen yet: three
+    /// quarters of the span, so that a read may come a quarter of it late (a loaded machine's
+    /// tick) and still find the previous read's newest sample in the ring.
     pub fn buffers(&self, held: Option<u64>) -> Duration {
         match held {
-            Some(us) => (Duration::from_micros(us) / 2).clamp(self.buffers_min, self.buffers_max),
+            Some(us) => (Duration::from_micros(us) * 3 / 4).clamp(self.buffers_min, self.buffers_max),
             None => self.buffers_min,
         }
     }
@@ -657,7 +660,7 @@ impl GpuState {
         if !(10_000..=2_000_000).contains(&period) || read_at < anchor || now_us < read_at {
             return false;
         }
-        // The anchor moves at every buffer read (at most 10 s apart): older than a minute,
+        // The anchor moves at every buffer read (at most 30 s apart): older than a minute,
         // the clocks disagree.
         if now_us - anchor > 60_000_000 {
             return false;
@@ -1105,8 +1108,8 @@ impl<S: GpuSource> GpuSampler<S> {
     }
 }
 
-/// What a read of the sample buffers tells of their span: the cadence follows it (half of
-/// it, within the bounds), and lost samples are counted and logged.
+/// What a read of the sample buffers tells of their span: the cadence follows it (three
+/// quarters of it, within the bounds), and lost samples are counted and logged.
 fn buffer_seen(gpu: &mut GpuState, cadence: &Cadence, g: SampleStats, m: SampleStats) {
     let index = gpu.index;
     if let Some(p) = g.period {
@@ -1125,7 +1128,7 @@ fn buffer_seen(gpu: &mut GpuState, cadence: &Cadence, g: SampleStats, m: SampleS
     let every = cadence.buffers(gpu.held_us);
     let lost = g.lost.max(m.lost);
     if lost > 0 {
-        // Said each time: with the lower bound above half the span, it goes on.
+        // Said each time: with the lower bound above the span's three quarters, it goes on.
         log!(
             "gpu{index}: {lost} sample{} fell out of the utilisation buffer between two reads \
              (it holds {:.1} s): now read every {:.1} s",

@@ -406,7 +406,7 @@ fn ms(ms: u64) -> Duration {
     Duration::from_millis(ms)
 }
 
-/// One GPU, ticks of 100 ms for 25 s, the default cadence, then the last tick.
+/// One GPU, ticks of 100 ms for 125 s, the default cadence, then the last tick.
 #[test]
 fn slow_queries_run_at_their_cadence_and_their_rows_cover_the_interval() {
     let mut script = Script::two_gpus();
@@ -420,7 +420,7 @@ fn slow_queries_run_at_their_cadence_and_their_rows_cover_the_interval() {
     let mut s = GpuSampler::new(script);
     let (mut counter_reads, mut buffer_reads, mut rates, mut energy) = (vec![], vec![], vec![], vec![]);
     let mut second_reads = vec![];
-    for k in 0..=250 {
+    for k in 0..=1250 {
         let now = ms(100 * k);
         let m = tick_at(&mut s, now);
         if get(&m, 0, "EccCorrectedVolatile").is_some() {
@@ -446,27 +446,30 @@ fn slow_queries_run_at_their_cadence_and_their_rows_cover_the_interval() {
         }
         assert_eq!(get(&m, 0, "PowerInstantWatts"), Some(215.0));
     }
-    // Counters on the first tick, then on the last tick before 10 s have passed.
-    assert_eq!(counter_reads, [ms(0), ms(10_000), ms(19_900)]);
+    // Counters on the first tick, then on the last tick before 60 s have passed.
+    assert_eq!(counter_reads, [ms(0), ms(60_000), ms(119_900)]);
     // Each rate is the growth over the time since the previous read.
     assert_eq!(rates.len(), 2);
-    assert!(close(Some(rates[0]), 1e6 / 10.0) && close(Some(rates[1]), 1e6 / 9.9), "{rates:?}");
-    assert!(close(Some(energy[1]), 1e3 / 9.9), "{energy:?}");
-    // Buffers every half of the 14 s the ring holds.
-    assert_eq!(buffer_reads, [ms(0), ms(7_000), ms(13_900), ms(20_800)]);
-    assert_eq!(s.buffer_state(0), Some((Duration::from_secs(7), 20, 0)));
-    assert_eq!(s.source.calls(0, Query::Utilization), 250, "not on the first tick");
-    assert_eq!(s.source.calls(0, Query::Memory), 251);
+    assert!(close(Some(rates[0]), 1e6 / 60.0) && close(Some(rates[1]), 1e6 / 59.9), "{rates:?}");
+    assert!(close(Some(energy[1]), 1e3 / 59.9), "{energy:?}");
+    // Buffers every three quarters of the 14 s the ring holds: at 10.5 s, then on the last
+    // tick before another 10.5 s have passed.
+    let want: Vec<Duration> =
+        std::iter::once(ms(0)).chain((0..12).map(|j| ms(10_500 + 10_400 * j))).collect();
+    assert_eq!(buffer_reads, want);
+    assert_eq!(s.buffer_state(0), Some((ms(10_500), 65, 0)));
+    assert_eq!(s.source.calls(0, Query::Utilization), 1250, "not on the first tick");
+    assert_eq!(s.source.calls(0, Query::Memory), 1251);
     // The once-a-second readings: on the first tick, then on the last tick before a second
     // has passed since the previous read (the second read: the tick is known from then on).
-    assert_eq!(second_reads.len(), 28, "{second_reads:?}");
+    assert_eq!(second_reads.len(), 139, "{second_reads:?}");
     assert_eq!(&second_reads[..4], [ms(0), ms(1_000), ms(1_900), ms(2_800)]);
-    assert_eq!(s.source.calls(0, Query::Temperature), 28);
-    assert_eq!(s.source.calls(0, Query::Power), 28);
+    assert_eq!(s.source.calls(0, Query::Temperature), 139);
+    assert_eq!(s.source.calls(0, Query::Power), 139);
 
     // The last tick reads what is not due, so that the totals reach the end.
     let mut m = Metrics::new();
-    s.sample_last(ms(25_050), &mut m).unwrap();
+    s.sample_last(ms(125_050), &mut m).unwrap();
     assert!(close(get(&m, 0, "PcieTxBytesPerSecond"), 1e6 / 5.15));
     assert_eq!(get(&m, 0, GPU_BUSY_MAX_PERCENT), Some(60.0));
     assert_eq!(s.source.calls(0, Query::Fields), 4);
@@ -483,14 +486,14 @@ fn lost_samples_make_the_buffers_read_sooner_within_the_bounds() {
     );
     let mut s = GpuSampler::new(script);
     tick_at(&mut s, ms(0));
-    assert_eq!(s.buffer_state(0), Some((ms(7_000), 5, 0)));
-    tick_at(&mut s, ms(6_900));
+    assert_eq!(s.buffer_state(0), Some((ms(10_500), 5, 0)));
+    tick_at(&mut s, ms(10_400));
     assert_eq!(s.source.calls(0, Query::UtilizationSamples), 1, "not due");
-    tick_at(&mut s, ms(7_000));
-    assert_eq!(s.buffer_state(0), Some((ms(2_000), 10, 12)), "half the 4 s it held");
-    tick_at(&mut s, ms(9_000));
+    tick_at(&mut s, ms(10_500));
+    assert_eq!(s.buffer_state(0), Some((ms(3_000), 10, 12)), "three quarters of the 4 s it held");
+    tick_at(&mut s, ms(13_500));
     assert_eq!(s.buffer_state(0), Some((ms(1_000), 15, 15)), "never below the lower bound");
-    tick_at(&mut s, ms(10_000));
+    tick_at(&mut s, ms(14_500));
     assert_eq!(s.buffer_state(0), Some((ms(1_000), 20, 15)), "the span seen last holds");
 }
 
@@ -505,7 +508,7 @@ fn the_gpus_slow_calls_fall_on_different_ticks() {
     let mut s = GpuSampler::new(script);
     let count = |s: &GpuSampler<Script>, q| (0..8).map(|i| s.source.calls(i, q)).sum::<usize>();
     let mut last_read = [Duration::ZERO; 8];
-    for k in 0..=300 {
+    for k in 0..=1800 {
         let now = ms(100 * k);
         let (fields_before, buffers_before) =
             (count(&s, Query::Fields), count(&s, Query::UtilizationSamples));
@@ -519,12 +522,12 @@ fn the_gpus_slow_calls_fall_on_different_ticks() {
         assert!(fields <= 1 && buffers <= 1, "{now:?}: {fields} counter and {buffers} buffer reads");
         for (i, at) in last_read.iter_mut().enumerate() {
             if get(&m, i as u32, "EccCorrectedVolatile").is_some() {
-                assert!(now - *at <= ms(10_000), "gpu{i} at {now:?}");
+                assert!(now - *at <= ms(60_000), "gpu{i} at {now:?}");
                 *at = now;
             }
         }
     }
-    assert_eq!(count(&s, Query::Fields), 8 + 8 * 3, "three more reads each in 30 s");
+    assert_eq!(count(&s, Query::Fields), 8 + 8 * 3, "three more reads each in 180 s");
 }
 
 fn processes_script() -> Script {
@@ -735,8 +738,8 @@ fn a_fake_nvml_library_is_loaded_enumerated_and_read() {
     assert!(!off1.contains(&Field::PcieTxBytes) && !off1.contains(&Field::PcieRxBytes));
     assert_eq!(off1.len(), Field::ALL.len() - 2);
     assert_eq!(s.fields_off(0).count(), 0, "NVLink asked with the all-links scope");
-    // The probe's read showed the ring (70 samples, 69 ms): half of it is below the lower
-    // bound.
+    // The probe's read showed the ring (70 samples, 69 ms): three quarters of it is below
+    // the lower bound.
     assert_eq!(s.buffer_state(0).map(|b| b.0), Some(Duration::from_secs(1)));
 
     // Tick 2, 0.5 s later: gpu0's buffers are due (the GPUs share the first second), no
@@ -759,15 +762,15 @@ fn a_fake_nvml_library_is_loaded_enumerated_and_read() {
     assert_eq!(get(&m, 0, GPU_BUSY_MAX_PERCENT), None);
     assert_eq!(get(&m, 0, GPU_BUSY_MEAN_PERCENT), None);
 
-    // Tick 3 at 6 s: gpu0's counters (half of 10 s after the first tick): rates over the 5 s
-    // since the first tick's read, GPM between the two samples. gpu1's are due at 11 s.
-    let m = tick_at(&mut s, Duration::from_secs(6));
+    // Tick 3 at 31 s: gpu0's counters (half of 60 s after the first tick): rates over the
+    // 30 s since the first tick's read, GPM between the two samples. gpu1's are due at 61 s.
+    let m = tick_at(&mut s, Duration::from_secs(31));
     assert_eq!(get(&m, 0, GPU_TEMPERATURE_CELSIUS), Some(64.0), "read again after its failure");
-    assert_eq!(get(&m, 0, "PcieTxBytesPerSecond"), Some(200_000.0));
-    assert_eq!(get(&m, 0, "PcieRxBytesPerSecond"), Some(400_000.0));
-    assert_eq!(get(&m, 0, "NvlinkTxBytesPerSecond"), Some(204_800.0));
-    assert_eq!(get(&m, 0, "NvlinkRxBytesPerSecond"), Some(614_400.0));
-    assert_eq!(get(&m, 0, "EnergyMeanWatts"), Some(4.25));
+    assert!(close(get(&m, 0, "PcieTxBytesPerSecond"), 1e6 / 30.0));
+    assert!(close(get(&m, 0, "PcieRxBytesPerSecond"), 2e6 / 30.0));
+    assert!(close(get(&m, 0, "NvlinkTxBytesPerSecond"), 1000.0 * 1024.0 / 30.0));
+    assert!(close(get(&m, 0, "NvlinkRxBytesPerSecond"), 3000.0 * 1024.0 / 30.0));
+    assert!(close(get(&m, 0, "EnergyMeanWatts"), 21.25 / 30.0));
     assert_eq!(get(&m, 0, "EccCorrectedVolatile"), Some(2.0));
     assert_eq!(get(&m, 0, "SmActivePercent"), Some(61.5));
     assert_eq!(get(&m, 0, "SmOccupancyPercent"), Some(33.25));
@@ -777,25 +780,25 @@ fn a_fake_nvml_library_is_loaded_enumerated_and_read() {
     assert_eq!(s.failures(), 1);
     assert_eq!(s.event_counts(0), Some((1, 1, 0, 2)));
 
-    // Tick 4 at 11 s: gpu1's counters (10 s after its first), not gpu0's.
-    let m = tick_at(&mut s, Duration::from_secs(11));
-    assert_eq!(get(&m, 1, "PcieRxBytesPerSecond"), Some(200_000.0));
+    // Tick 4 at 61 s: gpu1's counters (60 s after its first), not gpu0's.
+    let m = tick_at(&mut s, Duration::from_secs(61));
+    assert!(close(get(&m, 1, "PcieRxBytesPerSecond"), 2e6 / 60.0));
     assert_eq!(get(&m, 0, "PcieRxBytesPerSecond"), None);
 
     // The last tick reads everything: the older GPM sample is filled again (the fake
-    // refuses a pair out of order), the rates cover the 6 s since gpu0's previous read.
+    // refuses a pair out of order), the rates cover the 31 s since gpu0's previous read.
     std::thread::sleep(Duration::from_millis(5));
     let mut m = Metrics::new();
-    s.sample_last(Duration::from_secs(12), &mut m).unwrap();
+    s.sample_last(Duration::from_secs(62), &mut m).unwrap();
     assert_eq!(get(&m, 0, "SmActivePercent"), Some(61.5));
-    assert!(close(get(&m, 0, "PcieTxBytesPerSecond"), 1e6 / 6.0));
+    assert!(close(get(&m, 0, "PcieTxBytesPerSecond"), 1e6 / 31.0));
     assert!(close(get(&m, 1, "PcieTxBytesPerSecond"), 1e6));
     assert!(get(&m, 0, GPU_BUSY_MEAN_PERCENT).is_some());
     assert_eq!(s.failures(), 1);
 }
 
 /// A real read of the fake's buffers (100 samples a second, a ring of 50: 490 ms), ticks of
-/// 20 ms for about 1.2 s: at the measured cadence (245 ms) no sample is lost; with a lower
+/// 20 ms for about 1.2 s: at the measured cadence (367.5 ms) no sample is lost; with a lower
 /// bound above the ring's span, the loss is seen and counted.
 #[test]
 fn the_buffers_are_read_often_enough_to_lose_no_sample() {
@@ -824,7 +827,7 @@ fn the_buffers_are_read_often_enough_to_lose_no_sample() {
         (every, read, lost, reads, ticks, start.elapsed())
     };
     let (every, read, lost, reads, ticks, took) = run(10);
-    assert_eq!(every, Duration::from_micros(245_000), "half the span the probe saw");
+    assert_eq!(every, Duration::from_micros(367_500), "three quarters of the span the probe saw");
     assert_eq!(lost, 0);
     // Every sample since the probe (one each 10 ms), give or take the edges.
     let made = took.as_millis() as u64 / 10;
@@ -836,6 +839,67 @@ fn the_buffers_are_read_often_enough_to_lose_no_sample() {
     assert!(lost > 0, "the gaps are seen");
     let made = took.as_millis() as u64 / 10;
     assert!(read + lost + 3 >= made && read + lost <= made + 3, "{read} + {lost} of {made}");
+}
+
+/// The buffers read at their cadence (three quarters of the ring's span) give the same
+/// samples as the buffers read on every tick: two samplers over the fake's buffers (50 samples
+/// a second, a ring of 25: 480 ms), one reading every 20 ms tick, the other at the default
+/// cadence's rule, side by side on the same ticks for 1.5 s and the last tick. Both count every
+/// sample once, with the same values (their sum and maximum), give or take one sample at each
+/// end (the two probes and the two last ticks are a few µs apart).
+#[test]
+fn the_buffers_at_their_cadence_lose_no_sample_against_reading_every_tick() {
+    let (_tmp, lib) = build_fake("whole", &["-DFAKE_NVML_SAMPLE_US=20000", "-DFAKE_NVML_RING=25"]);
+    let slow_cadence = Cadence { buffers_min: Duration::from_millis(10), ..Cadence::DEFAULT };
+    let mut every =
+        probe(Some(lib.as_os_str())).unwrap().expect("fake GPUs").with_cadence(Cadence::EVERY_TICK);
+    let mut slow = probe(Some(lib.as_os_str())).unwrap().expect("fake GPUs").with_cadence(slow_cadence);
+    // Per sampler: samples, their sum (the mean of a read × its count), their maximum, reads.
+    #[derive(Default, Debug)]
+    struct Seen {
+        samples: u64,
+        sum: f64,
+        max: f64,
+        reads: u64,
+    }
+    fn seen<S: GpuSource>(s: &mut GpuSampler<S>, now: Duration, last: bool, acc: &mut Seen) {
+        let before = s.buffer_state(0).unwrap().1;
+        let mut m = Metrics::new();
+        if last {
+            s.sample_last(now, &mut m).unwrap();
+        } else {
+            s.sample(now, &mut m).unwrap();
+        }
+        let n = s.buffer_state(0).unwrap().1 - before;
+        if let Some(mean) = get(&m, 0, GPU_BUSY_MEAN_PERCENT) {
+            acc.reads += 1;
+            acc.samples += n;
+            acc.sum += mean * n as f64;
+            acc.max = acc.max.max(get(&m, 0, GPU_BUSY_MAX_PERCENT).unwrap());
+        }
+    }
+    let (mut a, mut b) = (Seen::default(), Seen::default());
+    let start = std::time::Instant::now();
+    let mut ticks = 0;
+    while start.elapsed() < Duration::from_millis(1500) {
+        let now = start.elapsed();
+        seen(&mut every, now, false, &mut a);
+        seen(&mut slow, now, false, &mut b);
+        ticks += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let now = start.elapsed();
+    seen(&mut every, now, true, &mut a);
+    seen(&mut slow, now, true, &mut b);
+    let (slow_every, _, slow_lost) = slow.buffer_state(0).unwrap();
+    assert_eq!(slow_every, Duration::from_millis(360), "three quarters of the 480 ms ring");
+    assert_eq!(slow_lost, 0, "{b:?}");
+    assert!(b.reads >= 4 && b.reads * 4 < ticks, "{} reads in {ticks} ticks", b.reads);
+    // About 75 samples made in 1.5 s; each counted once by both.
+    assert!(a.samples >= 60, "{a:?}");
+    assert!(a.samples.abs_diff(b.samples) <= 2, "every tick {a:?}, at the cadence {b:?}");
+    assert!((a.sum - b.sum).abs() <= 200.0, "every tick {a:?}, at the cadence {b:?}");
+    assert_eq!((a.max, b.max), (100.0, 100.0));
 }
 
 #[test]

@@ -87,10 +87,10 @@ def merged(tmp_path, outs, shift_host, drop_ends_of=None):
     return job
 
 
-def report(trainprof_bin, job):
+def report(trainprof_bin, job, key="collectives"):
     r = subprocess.run([str(trainprof_bin), "report", str(job), "--json"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)["collectives"]
+    return json.loads(r.stdout)[key]
 
 
 def trace(trainprof_bin, job, out, *flags):
@@ -148,6 +148,9 @@ def test_the_late_rank_is_named_and_the_shifted_node_aligned(tmp_path, trainprof
     assert b["state"] == "aligned", clocks
     assert abs(b["offset_ms"] - SHIFT_US / 1000.0) <= 2.0, b
     assert b["uncertainty_ms"] is not None and b["collectives"] >= 5, b
+    # Beside the fleet scores (docs/report.md, "Many ranks"): the same rank, its step score.
+    fleet = report(trainprof_bin, job, "fleet")
+    assert fleet["late_rank"]["rank"] == late["rank"] and fleet["late_rank"]["score"] is not None, fleet
     # Without node B's ends it shares no collective end with node A: unaligned, not guessed.
     c2 = report(trainprof_bin, merged(tmp_path, outs, shift_host="algo-2", drop_ends_of="algo-2"))
     b2 = {k["node"]: k for k in c2["clocks"]}["algo-2"]
@@ -182,7 +185,7 @@ def test_the_late_rank_is_named_and_the_shifted_node_aligned(tmp_path, trainprof
     assert abs(raw_gaps[len(raw_gaps) // 2] - SHIFT_US / 1000.0) <= 3.0, raw_gaps
     print(f"offset {b['offset_ms']:.3f} ± {b['uncertainty_ms']:.3f} ms from {b['collectives']} ends; "
           f"each rank's aligned end less its common-clock end: max {max(errors)[0]:.3f} ms; the ranks' "
-          f"end spread per collective (one clock): median {spreads[len(spreads) // 2]:.3f} ms, "
+          f"aligned end spread per collective: median {spreads[len(spreads) // 2]:.3f} ms, "
           f"max {spreads[-1]:.3f} ms; as recorded node B − node A {raw_gaps[len(raw_gaps) // 2]:.3f} ms")
     # The per-node archive: Python's tar reader opens it; the manifest's offsets are the estimates.
     archive = tmp_path / "nodes.tar"

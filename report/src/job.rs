@@ -284,6 +284,9 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
     };
     let collectives = collectives.finish(&job.clock);
     let mut fleet = fleet::fleet(&agg.steps, &agg.signals);
+    if let (Some(f), Some(late)) = (fleet.as_mut(), collectives.as_ref().and_then(|c| c.late_rank.as_ref())) {
+        fleet::set_late_rank(f, late, &agg.steps, &agg.signals);
+    }
     let drawn = fleet::nodes_to_draw(agg.nodes.keys(), fleet.as_ref(), &agg.signals);
     let not_drawn = (agg.nodes.len() - drawn.len()) as u64;
     let series = series(&agg, fleet.as_ref(), &drawn);

@@ -76,6 +76,13 @@ const SHIFT_US: i64 = 37_000;
 /// collective ends (the same instant on every rank, give or take 100 µs). Rank 3 reaches every
 /// collective `late` µs after the others; node B's clock reads `shift` µs ahead.
 fn gloo_job(root: &Path, late: i64, shift: i64) {
+    for (r, l) in gloo_timelines(late, shift).into_iter().enumerate() {
+        l.write(root, &format!("{r}-node{}", if r < 2 { "a" } else { "b" }));
+    }
+}
+
+/// [`gloo_job`]'s timelines, to be written.
+fn gloo_timelines(late: i64, shift: i64) -> Vec<Timeline> {
     let mut tl: Vec<Timeline> = (0..4).map(|_| Timeline::new()).collect();
     for s in 0..STEPS {
         for c in 0..PER_STEP {
@@ -96,9 +103,7 @@ fn gloo_job(root: &Path, late: i64, shift: i64) {
             }
         }
     }
-    for (r, l) in tl.into_iter().enumerate() {
-        l.write(root, &format!("{r}-node{}", if r < 2 { "a" } else { "b" }));
-    }
+    tl
 }
 
 fn model(root: &Path) -> ReportModel {
@@ -143,6 +148,56 @@ fn a_late_rank_is_named_and_a_shifted_node_is_aligned() {
     let html = page::render(&m);
     assert!(html.contains("<section id=\"collectives\">"));
     assert!(html.contains("3-nodeb arrived last at"));
+}
+
+/// The late rank in the straggler findings, beside the fleet scores: its steps are as long as
+/// the others' (it is slow before the collective, the others wait inside it), so it is no
+/// straggler by its score, and the collectives name it.
+#[test]
+fn the_late_rank_stands_beside_the_fleet_scores() {
+    for late in [LATE_US, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tl = gloo_timelines(late, SHIFT_US);
+        for (r, l) in tl.iter_mut().enumerate() {
+            let off = if r >= 2 { SHIFT_US } else { 0 };
+            l.events.push(
+                json!({"name": "process_name", "ph": "M", "pid": 3, "args": {"name": "Step:ModeKeys.TRAIN"}}),
+            );
+            for s in 0..STEPS {
+                let t = BASE + 1_000_000 + s * 200_000 + off;
+                l.events.push(json!({"name": "Step:ModeKeys.TRAIN", "pid": 3, "ph": "X", "ts": t - BASE,
+                    "dur": 199_000 - jitter(r as i64, s, 500), "args": {"pid": 7, "step_num": s.to_string()}}));
+            }
+        }
+        for (r, l) in tl.into_iter().enumerate() {
+            l.write(dir.path(), &format!("{r}-node{}", if r < 2 { "a" } else { "b" }));
+        }
+        let m = model(dir.path());
+        let f = m.fleet.as_ref().expect("fleet");
+        assert_eq!(f.ranks, 4);
+        if late == 0 {
+            assert!(f.late_rank.is_none(), "{:?}", f.late_rank);
+            assert!(!page::render(&m).contains("Last at collectives"));
+            continue;
+        }
+        let l = f.late_rank.as_ref().expect("the late rank beside the scores");
+        let c = m.collectives.as_ref().unwrap().late_rank.as_ref().unwrap();
+        assert_eq!(
+            (l.rank.as_str(), l.last_share, l.others_waited_ms),
+            ("3-nodeb", c.last_share, c.others_waited_ms)
+        );
+        assert!(!l.straggler && f.stragglers.is_empty(), "{l:?}");
+        let score = f.scores.iter().find(|s| s.rank == "3-nodeb").unwrap().score;
+        assert_eq!(l.score, Some(score));
+        assert!(l.summary.contains("no straggler"), "{}", l.summary);
+        let j: Value = serde_json::from_str(&to_json(&m)).unwrap();
+        assert_eq!(j["fleet"]["late_rank"]["rank"], "3-nodeb");
+        assert_eq!(j["fleet"]["late_rank"]["straggler"], false);
+        let html = page::render(&m);
+        let fleet = &html[html.find("<section id=\"fleet\">").unwrap()..];
+        let fleet = &fleet[..fleet.find("</section>").unwrap()];
+        assert!(fleet.contains("<b>Last at collectives: 3-nodeb</b>"), "{fleet}");
+    }
 }
 
 #[test]

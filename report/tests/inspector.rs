@@ -1,7 +1,7 @@
 //! NCCL Inspector's per-process files (`docs/report.md`, "NCCL Inspector"; the format:
 //! docs/formats.md, "NCCL Inspector") written here as the plugin writes them: two ranks of one
 //! communicator with a rank planted slow, a pretty-printed file, and hostile files that must
-//! stay bounded and never fail the report.
+//! stay bounded and never fail the report; and the same in its Prometheus mode's text files.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,7 +9,9 @@ use std::io::Write as _;
 use std::path::Path;
 
 use serde_json::{Value, json};
-use trainprof_report::reading::inspector::{self, MAX_RECORD_BYTES, split_objects};
+use trainprof_report::reading::inspector::{
+    self, MAX_RECORD_BYTES, parse_prom_line, prom_size, split_objects,
+};
 use trainprof_report::{Options, build, page, to_json};
 
 fn write_system(root: &Path) {
@@ -194,4 +196,110 @@ fn inspector_files_alone_make_a_report() {
     let m = build(t.path(), "job", &Options::default()).unwrap();
     assert_eq!(m.nccl_inspector.as_ref().unwrap().records, 1);
     assert!(page::render(&m).contains("NCCL Inspector"));
+}
+
+/// The three lines Inspector's Prometheus mode writes for one collective (labels in its order).
+fn prom_lines(comm: &str, rank: i64, host: &str, gpu: u32, sn: u64, exec_us: u64, busbw: &str) -> String {
+    let labels = format!(
+        "comm_id=\"{comm}\",hostname=\"{host}\",rank=\"{rank}\",slurm_job=\"unknown\",slurm_job_id=\"unknown\",\
+         nranks=\"2\",n_nodes=\"2\",gpu_device_id=\"GPU{gpu}\",collective=\"AllReduce\",coll_sn=\"{sn}\",\
+         timestamp=\"2026-11-28T03:31:47Z\",message_size=\"2.00MB\""
+    );
+    format!(
+        "nccl_algorithm_bandwidth_gbs{{{labels}}} 20\nnccl_bus_bandwidth_gbs{{{labels}}} {busbw}\n\
+         nccl_collective_exec_time_microseconds{{{labels}}} {exec_us}\n"
+    )
+}
+
+/// Two GPUs' files of one communicator in the Prometheus mode, the second rank 5× slower: read
+/// into the same records as the JSON mode's, matched by (comm_id, coll_sn), the slow one named.
+#[test]
+fn prometheus_mode_files_are_read_and_matched() {
+    let t = tempfile::tempdir().unwrap();
+    write_system(t.path());
+    let d = inspector_dir(t.path());
+    for (rank, host, us) in [(0, "node-a", 200u64), (1, "node-b", 1000)] {
+        let mut text = "# HELP nccl_bus_bandwidth_gbs not written by Inspector, read around\n\n".to_owned();
+        for sn in 0..6 {
+            text += &prom_lines("0xd152c00f111816", rank, host, rank as u32, sn, us + sn, "40");
+        }
+        std::fs::write(d.join(format!("nccl_inspector_metrics_GPU-{rank}a2b-77.prom")), text).unwrap();
+    }
+    let m = build(t.path(), "job", &Options::default()).unwrap();
+    let i = m.nccl_inspector.as_ref().expect("nccl_inspector");
+    assert_eq!((i.files, i.records, i.bad_records, i.matched), (2, 12, 0, 6));
+    assert_eq!((i.communicators[0].id.as_str(), i.communicators[0].n_ranks), ("0xd152c00f111816", 2));
+    let slow = i.slowest.as_ref().unwrap();
+    assert_eq!((slow.host.as_str(), slow.pid, slow.rank, slow.longest), ("node-b", None, Some(1), 6));
+    let b = i.per_rank.iter().find(|r| r.host == "node-b").unwrap();
+    let expected_ms: f64 = (0..6).map(|sn| (1000 + sn) as f64 / 1000.0).sum();
+    assert!((b.gpu_time_ms - expected_ms).abs() < 1e-9);
+    assert_eq!((b.bytes, b.mean_busbw_gbs, b.kinds.get("AllReduce")), (6 * (2 << 20), Some(40.0), Some(&6)));
+    assert_eq!(i.exec_spread_ms.max_ms, Some(0.8));
+    assert!(page::render(&m).contains("Most execution time: rank 1 (node-b pid ?)"));
+}
+
+/// Bad lines are skipped and counted, never held whole: garbage, a line over 64 KiB, a
+/// collective without its execution time, a `NaN` bandwidth (no bandwidth), a cut last line,
+/// binary garbage; names cut; a file that is no Inspector name is left alone.
+#[test]
+fn prometheus_mode_bad_lines_are_counted_and_bounded() {
+    let t = tempfile::tempdir().unwrap();
+    write_system(t.path());
+    let d = inspector_dir(t.path());
+    let mut text = prom_lines("0x1", 0, &"h".repeat(1000), 0, 1, 100, "NaN");
+    text += "garbage here\n";
+    text += &format!(
+        "nccl_bus_bandwidth_gbs{{comm_id=\"{}\",rank=\"0\",coll_sn=\"2\"}} 1\n",
+        "x".repeat(MAX_RECORD_BYTES * 4)
+    );
+    // Only a bandwidth for sn 3: no execution time.
+    text += "nccl_bus_bandwidth_gbs{comm_id=\"0x1\",rank=\"0\",coll_sn=\"3\"} 1\n";
+    text += &prom_lines("0x1", 0, "h", 0, 4, 300, "2.5");
+    let cut = prom_lines("0x1", 0, "h", 0, 5, 400, "1");
+    text += &cut[..cut.len() - 5];
+    std::fs::write(d.join("nccl_inspector_metrics_GPU-0.prom"), text).unwrap();
+    let binary: Vec<u8> = (0..=255u8).cycle().take(1 << 20).collect();
+    // Every line of it is skipped (none is the text format), the cut last one too.
+    let binary_lines = binary.split(|b| *b == b'\n').count() as u64;
+    std::fs::write(d.join("nccl_inspector_metrics_GPU-1.prom"), binary).unwrap();
+    std::fs::write(d.join("metrics.prom"), prom_lines("0x9", 0, "h", 0, 1, 1, "1")).unwrap();
+    let m = build(t.path(), "job", &Options::default()).unwrap();
+    let i = m.nccl_inspector.unwrap();
+    assert_eq!(i.files, 2);
+    // sn 1 and 4 read; skipped: the garbage, the long line, sn 3 (no time), sn 5's cut last
+    // line and so sn 5 (no time).
+    assert_eq!((i.records, i.bad_records), (2, 5 + binary_lines));
+    let p = i.per_rank.iter().find(|r| r.collectives == 2).unwrap();
+    assert_eq!(p.mean_busbw_gbs, Some(2.5));
+    assert!(p.host.len() <= inspector::MAX_NAME_BYTES + 4, "{}", p.host.len());
+    assert!(i.communicators.iter().all(|c| c.id != "0x9"));
+}
+
+#[test]
+fn the_prometheus_text_format_is_parsed() {
+    let (name, labels, value) = parse_prom_line(
+        "nccl_bus_bandwidth_gbs{comm_id=\"a\\\"b\",hostname=\"x\\\\y\",rank=\"3\"} 4.5e1 1700000000000",
+    )
+    .unwrap();
+    assert_eq!((name, value), ("nccl_bus_bandwidth_gbs", 45.0));
+    assert_eq!(
+        labels,
+        vec![("comm_id", "a\"b".to_owned()), ("hostname", "x\\y".to_owned()), ("rank", "3".to_owned())]
+    );
+    assert!(parse_prom_line("m{a=\"1\"} NaN").unwrap().2.is_nan());
+    assert_eq!(parse_prom_line("plain 7").unwrap().2, 7.0);
+    for bad in
+        ["# HELP m x", "", "m{a=\"1} 3", "m{a=1} 3", "m{a=\"1\"}", "m{a=\"1\"} x", "m 1 2 3", "{a=\"1\"} 1"]
+    {
+        assert!(parse_prom_line(bad).is_none(), "{bad}");
+    }
+    let many = (0..100).map(|i| format!("l{i}=\"v\"")).collect::<Vec<_>>().join(",");
+    assert!(parse_prom_line(&format!("m{{{many}}} 1")).is_none());
+    assert_eq!(prom_size("512B"), Some(512));
+    assert_eq!(prom_size("2.00GB"), Some(2 << 30));
+    assert_eq!(prom_size("1.50KB"), Some(1536));
+    for bad in ["", "GB", "1.0PB", "-1MB", "1e300GB", "nanGB"] {
+        assert_eq!(prom_size(bad), None, "{bad}");
+    }
 }

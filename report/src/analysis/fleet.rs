@@ -229,8 +229,55 @@ pub fn fleet(
         min_slowdown: MIN_SLOWDOWN,
         scores,
         stragglers,
+        late_rank: None,
         page: PageChoice::default(),
     })
+}
+
+/// The collectives' late rank set beside the scores (`docs/report.md`, "Many ranks"): its
+/// score, whether it is a straggler, and its node's likely causes over its steps.
+pub fn set_late_rank(
+    f: &mut Fleet,
+    late: &crate::model::collectives::LateRank,
+    steps: &BTreeMap<String, BTreeMap<String, Vec<StepRec>>>,
+    signals: &BTreeMap<String, NodeSignals>,
+) {
+    let node = rank_host(&late.rank).filter(|h| signals.contains_key(*h)).map(str::to_owned);
+    let scored = f.scores.iter().find(|s| s.rank == late.rank);
+    let span = steps.get(&f.mode).and_then(|r| r.get(&late.rank)).filter(|s| !s.is_empty()).map(|s| {
+        let from = s.iter().map(|x| x.start_us).min().unwrap_or(0) as f64 / 1e6;
+        let to = s.iter().map(|x| x.start_us + x.dur_us).max().unwrap_or(0) as f64 / 1e6;
+        (from, to)
+    });
+    let causes =
+        node.as_ref().zip(span).map(|(n, (from, to))| causes(n, signals, from, to)).unwrap_or_default();
+    let straggler = scored.is_some_and(|s| s.straggler);
+    let by_steps = match scored {
+        Some(s) if s.straggler => format!("It is a straggler by its steps too (score {:.1}).", s.score),
+        Some(s) => format!(
+            "By its steps it is no straggler (score {:.1}): it is slow before the collectives and the others \
+             absorb its delay in their wait.",
+            s.score
+        ),
+        None => "Its steps are not among the scores.".to_owned(),
+    };
+    f.late_rank = Some(FleetLateRank {
+        rank: late.rank.clone(),
+        node,
+        last_share: late.last_share,
+        others_waited_ms: late.others_waited_ms,
+        score: scored.map(|s| s.score),
+        straggler,
+        causes,
+        summary: format!(
+            "{} arrives last at collectives: at {:.0} % of its {} matched ones, the other ranks waiting {:.1} ms for \
+             it in all. {by_steps}",
+            late.rank,
+            late.last_share * 100.0,
+            late.matched,
+            late.others_waited_ms
+        ),
+    });
 }
 
 /// The rank's best tenth of its steps (in time order): that tenth's median ÷ `median`.

@@ -22,6 +22,10 @@ pub struct Fleet {
     /// Every rank's score, the highest first (at most [`MAX_SCORES`]).
     pub scores: Vec<RankScore>,
     pub stragglers: Vec<FleetStraggler>,
+    /// The rank that arrived last at the collectives (`collectives.late_rank`), with its
+    /// score and its node's likely causes; `None` when no rank was named late.
+    #[serde(default)]
+    pub late_rank: Option<FleetLateRank>,
     /// What the page draws: every rank's line, or the distribution and these ranks; the
     /// nodes whose system charts are drawn, and how many are not.
     pub page: PageChoice,
@@ -56,6 +60,23 @@ pub struct FleetStraggler {
     /// Likely causes on its node while it ran, the strongest first; empty when the node's
     /// rows show nothing unusual (or the rank has no system node).
     pub causes: Vec<Cause>,
+}
+
+/// `fleet.late_rank`: the collectives' late rank beside the step-time scores (`docs/report.md`,
+/// "Many ranks").
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct FleetLateRank {
+    pub rank: String,
+    pub node: Option<String>,
+    /// The share of its matched collectives it arrived last at, and the others' wait for it.
+    pub last_share: f64,
+    pub others_waited_ms: f64,
+    /// Its step-time score and whether it is a straggler by it (`None`: not among the scores).
+    pub score: Option<f64>,
+    pub straggler: bool,
+    /// Likely causes on its node while it ran, as for a straggler.
+    pub causes: Vec<Cause>,
+    pub summary: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]

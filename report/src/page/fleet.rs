@@ -62,6 +62,32 @@ pub fn section(out: &mut String, fleet: Option<&Fleet>) {
         }
         out.push_str("</div>\n");
     }
+    if let Some(l) = &f.late_rank {
+        // Beside the step-time findings: the rank the collectives found late (docs/report.md,
+        // "Many ranks").
+        let _ = writeln!(
+            out,
+            "<div class=\"late-rank\"><p><b>Last at collectives: {}</b> on {}: {} See \
+             <a href=\"#collectives\">Collectives across ranks</a>.</p>",
+            esc(&l.rank),
+            esc(l.node.as_deref().unwrap_or("(no system node)")),
+            esc(&l.summary)
+        );
+        if !l.causes.is_empty() {
+            out.push_str("<p>Likely causes, from its node while it ran:</p><ul>\n");
+            for c in &l.causes {
+                let _ = writeln!(
+                    out,
+                    "<li class=\"cause\" data-cause=\"{}\"><b>{}</b>: {}</li>",
+                    esc(c.cause.as_str()),
+                    esc(&c.cause.as_str().replace('_', " ")),
+                    esc(&c.evidence)
+                );
+            }
+            out.push_str("</ul>\n");
+        }
+        out.push_str("</div>\n");
+    }
     let _ = writeln!(
         out,
         "<details><summary>Scores, highest first ({} of {})</summary><table><tr><th>rank</th><th>node</th>\

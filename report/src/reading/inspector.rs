@@ -6,6 +6,12 @@
 //! [`MAX_FILE_BYTES`] of each, records of at most [`MAX_RECORD_BYTES`] and [`MAX_RECORDS`] per
 //! job; a record that is not one of Inspector's (garbage, a cut line, a `nan`, a missing key)
 //! is skipped and counted, never fails the report.
+//!
+//! In its Prometheus mode (`NCCL_INSPECTOR_PROM_DUMP=1`) Inspector writes instead one text file
+//! per GPU, `nccl_inspector_metrics_<device uuid>.prom`, in Prometheus's text exposition format:
+//! three lines per collective (bandwidths and execution time) with the same labels. Those files
+//! are read here too ([`read_prom`]), each line at most [`MAX_RECORD_BYTES`], into the same
+//! records.
 
 use std::io::{BufRead, BufReader, Read};
 
@@ -29,12 +35,31 @@ pub const MAX_RECORDS: u64 = 1_000_000;
 /// Names (communicator id, host, collective kind) are cut to this many bytes.
 pub const MAX_NAME_BYTES: usize = 128;
 
-/// Whether `name` is one of Inspector's files: `<hostname>-pid<pid>.log`.
+/// Whether `name` is one of Inspector's files: `<hostname>-pid<pid>.log`, or in its
+/// Prometheus mode `nccl_inspector_metrics_<device uuid>.prom`.
 pub fn is_file_name(name: &str) -> bool {
-    name.strip_suffix(".log").and_then(|s| s.rsplit_once("-pid")).is_some_and(|(host, pid)| {
-        !host.is_empty() && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
+    is_prom_file_name(name)
+        || name.strip_suffix(".log").and_then(|s| s.rsplit_once("-pid")).is_some_and(|(host, pid)| {
+            !host.is_empty() && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
+/// Whether `name` is a file of Inspector's Prometheus mode: `nccl_inspector_metrics_<device
+/// uuid>.prom` (the uuid: letters, digits, `-`, `_`).
+pub fn is_prom_file_name(name: &str) -> bool {
+    name.strip_prefix(PROM_PREFIX).and_then(|s| s.strip_suffix(".prom")).is_some_and(|u| {
+        !u.is_empty() && u.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     })
 }
+
+/// The name of a Prometheus-mode file before its device's uuid.
+pub const PROM_PREFIX: &str = "nccl_inspector_metrics_";
+/// The metrics of the Prometheus mode read (the rest are passed over): the execution time
+/// (µs), required, and the bus bandwidth (GB/s).
+pub const PROM_EXEC_TIME: &str = "nccl_collective_exec_time_microseconds";
+pub const PROM_BUSBW: &str = "nccl_bus_bandwidth_gbs";
+/// Labels read per line at most; a line with more is skipped.
+pub const MAX_PROM_LABELS: usize = 64;
 
 /// One collective on one rank, as read.
 #[derive(Debug, Clone, PartialEq)]
@@ -233,6 +258,200 @@ pub fn split_objects(r: impl Read, mut each: impl FnMut(Result<&[u8], ()>) -> bo
     }
 }
 
+/// A Prometheus line's labels: (name, unescaped value), in the line's order.
+pub type PromLabels<'a> = Vec<(&'a str, String)>;
+
+/// One line of Prometheus's text format: the metric's name, its labels, its value; `None` for
+/// a line that is not one (a comment or a blank line among them). Label values are unescaped
+/// (`\\`, `\"`, `\n`).
+pub fn parse_prom_line(line: &str) -> Option<(&str, PromLabels<'_>, f64)> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return None;
+    }
+    let name_end = line.find(['{', ' ', '\t']).unwrap_or(line.len());
+    let name = &line[..name_end];
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':') {
+        return None;
+    }
+    let mut rest = &line[name_end..];
+    let mut labels = Vec::new();
+    if let Some(r) = rest.strip_prefix('{') {
+        rest = r;
+        loop {
+            rest = rest.trim_start_matches([' ', ',']);
+            if let Some(r) = rest.strip_prefix('}') {
+                rest = r;
+                break;
+            }
+            if labels.len() >= MAX_PROM_LABELS {
+                return None;
+            }
+            let (key, r) = rest.split_once('=')?;
+            let r = r.strip_prefix('"')?;
+            let mut value = String::new();
+            let mut chars = r.char_indices();
+            let end = loop {
+                match chars.next()? {
+                    (i, '"') => break i,
+                    (_, '\\') => match chars.next()?.1 {
+                        'n' => value.push('\n'),
+                        c => value.push(c),
+                    },
+                    (_, c) => value.push(c),
+                }
+            };
+            labels.push((key.trim(), value));
+            rest = &r[end + 1..];
+        }
+    }
+    // The value, then an optional timestamp (ms).
+    let mut it = rest.split_ascii_whitespace();
+    let value = match it.next()? {
+        "NaN" => f64::NAN,
+        "+Inf" | "Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    match (it.next(), it.next()) {
+        (None, _) => {}
+        (Some(t), None) if t.parse::<i64>().is_ok() => {}
+        _ => return None,
+    }
+    Some((name, labels, value))
+}
+
+/// Inspector's `message_size` label (`2.00GB`, `512B`: powers of 1024, two decimals) in bytes,
+/// as close as its two decimals allow.
+pub fn prom_size(s: &str) -> Option<u64> {
+    let split = s.find(|c: char| c.is_ascii_alphabetic())?;
+    let (n, unit) = s.split_at(split);
+    let scale: u64 = match unit {
+        "B" => 1,
+        "KB" => 1 << 10,
+        "MB" => 1 << 20,
+        "GB" => 1 << 30,
+        "TB" => 1 << 40,
+        _ => return None,
+    };
+    let n: f64 = n.parse().ok().filter(|n: &f64| n.is_finite() && *n >= 0.0 && *n < 1e6)?;
+    Some((n * scale as f64).round() as u64)
+}
+
+/// One record read with its process's `hostname` and `pid`, or `Err(())` for one skipped.
+pub type Item = Result<(Record, Option<String>, Option<u64>), ()>;
+
+/// The collective a Prometheus-mode line is about, and what the record takes from it.
+#[derive(Default)]
+struct PromPending {
+    key: Option<(String, String, String)>,
+    rec: Option<Record>,
+    host: Option<String>,
+    pid: Option<u64>,
+}
+
+/// Reads one Prometheus-mode file: `each(Ok((record, hostname, pid)))` per collective (its
+/// consecutive lines with the same `comm_id`, `rank` and `coll_sn`), `each(Err(()))` per line
+/// skipped (not the text format, over [`MAX_RECORD_BYTES`], cut at the file's end, or a
+/// collective without its execution time, `comm_id`, `rank` or `coll_sn`); comments, blank
+/// lines and other metrics are passed over. `each` returns whether to go on.
+pub fn read_prom(r: impl Read, mut each: impl FnMut(Item) -> bool) {
+    let mut r = BufReader::with_capacity(64 << 10, r);
+    let mut buf = Vec::new();
+    let mut p = PromPending::default();
+    let name = |s: &str| reading::printable(s, MAX_NAME_BYTES);
+    let flush = |p: &mut PromPending, each: &mut dyn FnMut(Item) -> bool| {
+        let Some(rec) = p.rec.take() else { return true };
+        p.key = None;
+        if rec.exec_us.is_finite() && rec.exec_us >= 0.0 {
+            each(Ok((rec, p.host.take(), p.pid.take())))
+        } else {
+            each(Err(()))
+        }
+    };
+    loop {
+        buf.clear();
+        let n = match (&mut r).take(MAX_RECORD_BYTES as u64 + 1).read_until(b'\n', &mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        if n == 0 {
+            break;
+        }
+        if buf.last() != Some(&b'\n') {
+            // Longer than a record may be (skipped unread), or cut at the file's end.
+            if buf.len() > MAX_RECORD_BYTES && r.skip_until(b'\n').is_err() {
+                break;
+            }
+            if !each(Err(())) {
+                return;
+            }
+            continue;
+        }
+        let Ok(line) = std::str::from_utf8(&buf) else {
+            if !each(Err(())) {
+                return;
+            }
+            continue;
+        };
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let Some((metric, labels, value)) = parse_prom_line(t) else {
+            if !each(Err(())) {
+                return;
+            }
+            continue;
+        };
+        if metric != PROM_EXEC_TIME && metric != PROM_BUSBW && !metric.starts_with("nccl_") {
+            continue;
+        }
+        let label = |k: &str| labels.iter().find(|(key, _)| *key == k).map(|(_, v)| v.as_str());
+        let (Some(comm), Some(rank), Some(sn)) = (label("comm_id"), label("rank"), label("coll_sn")) else {
+            if !each(Err(())) {
+                return;
+            }
+            continue;
+        };
+        let key = (comm.to_owned(), rank.to_owned(), sn.to_owned());
+        if p.key.as_ref() != Some(&key) {
+            if !flush(&mut p, &mut each) {
+                return;
+            }
+            let (Ok(rank_n), Ok(sn_n)) = (rank.parse::<i64>(), sn.parse::<u64>()) else {
+                if !each(Err(())) {
+                    return;
+                }
+                continue;
+            };
+            p.rec = Some(Record {
+                comm: name(comm),
+                rank: rank_n,
+                n_ranks: label("nranks").or(label("n_ranks")).and_then(|v| v.parse().ok()).unwrap_or(-1),
+                kind: name(label("collective").unwrap_or("")),
+                sn: sn_n,
+                bytes: label("message_size").and_then(prom_size),
+                exec_us: f64::NAN,
+                busbw_gbs: None,
+                timing: label("coll_timing_source").map(name),
+            });
+            p.host = label("hostname").map(name);
+            p.pid = label("pid").and_then(|v| v.parse().ok());
+            p.key = Some(key);
+        }
+        if let Some(rec) = p.rec.as_mut() {
+            match metric {
+                PROM_EXEC_TIME => rec.exec_us = value,
+                PROM_BUSBW => rec.busbw_gbs = Some(value).filter(|v| v.is_finite()),
+                _ => {}
+            }
+        }
+    }
+    flush(&mut p, &mut each);
+}
+
 /// Reads every Inspector file of the job: `each(process index, record)` for each record, in
 /// file order; returns the processes (one per file read) and the counts.
 pub fn read(dir: &Dir, skipped: &mut Skipped, mut each: impl FnMut(usize, Record)) -> (Vec<Process>, Counts) {
@@ -281,12 +500,8 @@ pub fn read(dir: &Dir, skipped: &mut Skipped, mut each: impl FnMut(usize, Record
         procs.push(Process { file: rel.clone(), host, pid });
         c.files += 1;
         let mut first = true;
-        split_objects(f.take(m.len.min(MAX_FILE_BYTES)), |o| {
-            let Ok(bytes) = o else {
-                c.bad += 1;
-                return true;
-            };
-            let Some((rec, host, pid)) = parse_record(bytes) else {
+        let mut take = |o: Item| {
+            let Ok((rec, host, pid)) = o else {
                 c.bad += 1;
                 return true;
             };
@@ -305,7 +520,13 @@ pub fn read(dir: &Dir, skipped: &mut Skipped, mut each: impl FnMut(usize, Record
             c.records += 1;
             each(idx, rec);
             true
-        });
+        };
+        let f = f.take(m.len.min(MAX_FILE_BYTES));
+        if is_prom_file_name(name) {
+            read_prom(f, take);
+        } else {
+            split_objects(f, |o| take(o.ok().and_then(parse_record).ok_or(())));
+        }
     }
     (procs, c)
 }

@@ -31,7 +31,8 @@ fn is_native(rel: &str, name: &str) -> bool {
     rel.starts_with("framework/native/") && native_window::NativeFile::parse(name).is_some()
 }
 
-/// NCCL Inspector's file of one process, `nccl-inspector/<host>-pid<pid>.log` (docs/formats.md,
+/// NCCL Inspector's file of one process, `nccl-inspector/<host>-pid<pid>.log`, or of one GPU in
+/// its Prometheus mode, `nccl-inspector/nccl_inspector_metrics_<uuid>.prom` (docs/formats.md,
 /// "NCCL Inspector"): put there by the user, never by the uploader.
 fn is_inspector(rel: &str, name: &str) -> bool {
     rel.strip_prefix(crate::reading::inspector::FOLDER).is_some_and(|r| r.starts_with('/'))

@@ -75,6 +75,7 @@ fn build_inner(
     let native = native::windows(&dir, &mut skipped);
     let hangs = incidents::read(&dir, &agg.steps, &mut skipped);
     let gpu_models = node_gpus::read(&dir, &mut skipped);
+    let agent_costs = reading::agent_cost::read(&dir, &mut skipped);
     if agg.nodes.is_empty()
         && agg.ranks.is_empty()
         && stats.is_empty()
@@ -93,6 +94,15 @@ fn build_inner(
     } else {
         Raw::default()
     };
+    let rank_steps: crate::analysis::cost::RankSteps = {
+        let mut r: crate::analysis::cost::RankSteps = BTreeMap::new();
+        for ranks in agg.steps.values() {
+            for (rank, steps) in ranks {
+                r.entry(rank.clone()).or_default().extend(steps.iter().map(|s| (s.start_us, s.dur_us)));
+            }
+        }
+        r
+    };
     let mut m = assemble(agg, python, source, skipped);
     m.job.profiled.python_windows = python_summary.windows.len() as u64;
     m.job.profiled.native_windows = native.len() as u64;
@@ -100,6 +110,9 @@ fn build_inner(
     m.native = native;
     m.hangs = hangs;
     m.job.gpu_models = gpu_models;
+    let (cost, finding) = crate::analysis::cost::build(&agent_costs, &m, &rank_steps);
+    m.profiling_cost = cost;
+    m.findings.extend(finding);
     Ok((m, raw))
 }
 
@@ -306,6 +319,8 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         hangs: Hangs::default(),
         fleet,
         collectives,
+        // Set by `build` once the agent's records are read.
+        profiling_cost: Default::default(),
         series: Some(series),
     }
 }

@@ -187,3 +187,60 @@ fn span(
 ) -> WindowSpan {
     WindowSpan { kind: kind.to_owned(), first_step: first, last_step: last, start_s: start, end_s: end }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node `algo-1` whose agent used `cpu_s` over 100 s, with one rank `0-algo-1` that ran
+    /// four 10 ms steps, the second in a detailed window.
+    fn job(cpu_s: f64) -> (ProfilingCost, Option<Finding>) {
+        let record = AgentCost { node: "algo-1".into(), wall_s: 100.0, cpu_s, ..AgentCost::default() };
+        let records = BTreeMap::from([("algo-1".to_owned(), record)]);
+        let mut m = ReportModel::default();
+        m.detailed.windows.push(crate::model::detailed::DetailedWindow {
+            rank: "0-algo-1".into(),
+            first_step: 1,
+            last_step: 1,
+            device: None,
+            steps: 1,
+            start_s: 1.010,
+            end_s: 1.020,
+            figures: Default::default(),
+        });
+        let steps: RankSteps = BTreeMap::from([(
+            "0-algo-1".to_owned(),
+            vec![(1_000_000, 10_000), (1_010_000, 10_000), (1_020_000, 10_000), (1_030_000, 10_000)],
+        )]);
+        build(&records, &m, &steps)
+    }
+
+    #[test]
+    fn the_finding_fires_above_one_percent_and_not_at_it() {
+        let (cost, f) = job(1.01);
+        let f = f.unwrap();
+        assert!(cost.recorded);
+        assert_eq!(cost.nodes[0].ranks, 1);
+        assert!((cost.nodes[0].steps_percent.unwrap() - 1.01).abs() < 1e-9);
+        assert!(f.triggered && f.evaluated, "{f:?}");
+        let (_, f) = job(1.0);
+        let f = f.unwrap();
+        assert!(!f.triggered && f.evaluated, "{f:?}");
+        let (_, f) = job(0.2);
+        assert!(!f.unwrap().triggered);
+    }
+
+    #[test]
+    fn a_window_leaves_out_its_steps_and_the_next() {
+        let (cost, _) = job(0.1);
+        let r = &cost.ranks[0];
+        assert_eq!((r.rank.as_str(), r.steps, r.steps_left_out), ("0-algo-1", 4, 2), "{r:?}");
+    }
+
+    #[test]
+    fn without_a_record_nothing_is_judged() {
+        let (cost, f) = build(&BTreeMap::new(), &ReportModel::default(), &RankSteps::new());
+        assert!(!cost.recorded && cost.nodes.is_empty());
+        assert!(f.is_none());
+    }
+}

@@ -79,6 +79,7 @@ fn build_inner(
     let (gpu_models, identities) = node_gpus::read(&dir, &mut skipped);
     let mut inspector_capped = Vec::new();
     let nccl_inspector = crate::analysis::inspector::read(&dir, &mut skipped, &mut inspector_capped);
+    let agent_costs = reading::agent_cost::read(&dir, &mut skipped);
     if agg.nodes.is_empty()
         && agg.ranks.is_empty()
         && stats.is_empty()
@@ -100,6 +101,15 @@ fn build_inner(
     } else {
         Raw::default()
     };
+    let rank_steps: crate::analysis::cost::RankSteps = {
+        let mut r: crate::analysis::cost::RankSteps = BTreeMap::new();
+        for ranks in agg.steps.values() {
+            for (rank, steps) in ranks {
+                r.entry(rank.clone()).or_default().extend(steps.iter().map(|s| (s.start_us, s.dur_us)));
+            }
+        }
+        r
+    };
     let mut m = assemble(agg, python, source, skipped);
     m.job.profiled.python_windows = python_summary.windows.len() as u64;
     m.job.profiled.native_windows = native.len() as u64;
@@ -113,6 +123,9 @@ fn build_inner(
     m.job.identities = identities;
     m.job.capped.extend(inspector_capped);
     m.nccl_inspector = nccl_inspector;
+    let (cost, finding) = crate::analysis::cost::build(&agent_costs, &m, &rank_steps);
+    m.profiling_cost = cost;
+    m.findings.extend(finding);
     Ok((m, raw))
 }
 
@@ -325,6 +338,8 @@ fn assemble(mut agg: Agg, python: Vec<PythonWindow>, source: &str, skipped: read
         fleet,
         collectives,
         nccl_inspector: None,
+        // Set by `build` once the agent's records are read.
+        profiling_cost: Default::default(),
         series: Some(series),
     }
 }

@@ -441,6 +441,27 @@ pub mod overall {
     }
 }
 
+/// ProfilingCost (`analysis/cost.rs`): the agent's CPU against its node's steps' time.
+pub mod profiling_cost {
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Evidence {
+        pub threshold_percent: f64,
+        pub nodes: Vec<Node>,
+    }
+
+    evidence_row! {
+        pub struct Node {
+            pub node: String,
+            pub cpu_s: f64,
+            pub wall_s: f64,
+            pub ranks: u64,
+            pub steps_percent: Option<f64>,
+        }
+    }
+}
+
 /// `findings[].rule`: each rule's name (SageMaker's), the words a finding is read back by.
 pub const CPU_BOTTLENECK: &str = "CPUBottleneck";
 pub const IO_BOTTLENECK: &str = "IOBottleneck";
@@ -453,6 +474,8 @@ pub const DATALOADER: &str = "Dataloader";
 pub const MAX_INITIALIZATION_TIME: &str = "MaxInitializationTime";
 pub const LOAD_BALANCING: &str = "LoadBalancing";
 pub const OVERALL_SYSTEM_USAGE: &str = "OverallSystemUsage";
+/// trainprof's own: listed only when the agent wrote its cost record.
+pub const PROFILING_COST: &str = "ProfilingCost";
 
 /// Declares [`Evidence`]: each line is `Variant(NAME): the rule's evidence`; the rules'
 /// registry (`rules/mod.rs`) wraps each rule's verdict in its variant.
@@ -498,6 +521,7 @@ evidence! {
     MaxInitializationTime(MAX_INITIALIZATION_TIME): max_init::Evidence,
     LoadBalancing(LOAD_BALANCING): load_balancing::Evidence,
     OverallSystemUsage(OVERALL_SYSTEM_USAGE): overall::Evidence,
+    ProfilingCost(PROFILING_COST): profiling_cost::Evidence,
 }
 
 /// A finding's evidence that cannot be read back.

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub mod collectives;
+pub mod cost;
 pub mod detailed;
 pub mod evidence;
 pub mod fleet;
@@ -72,6 +73,10 @@ pub struct ReportModel {
     /// "NCCL Inspector"); left out without Inspector files in the job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_inspector: Option<collectives::Inspector>,
+    /// What profiling cost: the agent's CPU per node and each rank's windows
+    /// (`docs/report.md`, "What profiling cost").
+    #[serde(default)]
+    pub profiling_cost: cost::ProfilingCost,
     /// Only for the HTML page; `--json` leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<Series>,

@@ -22,6 +22,7 @@ use crate::model::{
 use crate::rules::Cell;
 
 pub mod collectives;
+pub mod cost;
 pub mod detailed;
 pub mod fleet;
 pub mod hangs;
@@ -73,7 +74,7 @@ pub fn render(m: &ReportModel) -> String {
     out.push_str(
         "<a href=\"#job\">Job</a><a href=\"#steps\">Steps</a><a href=\"#system\">System</a>\
          <a href=\"#framework\">Framework</a><a href=\"#detailed\">Detailed</a><a href=\"#native\">Native</a>\
-         <a href=\"#findings\">Findings</a>",
+         <a href=\"#findings\">Findings</a><a href=\"#profiling-cost\">Profiling cost</a>",
     );
     if m.collectives.is_some() || m.nccl_inspector.is_some() {
         out.push_str("<a href=\"#collectives\">Collectives</a>");
@@ -114,6 +115,7 @@ pub fn render(m: &ReportModel) -> String {
     crate::page::memory::section(&mut out, &m.memory);
     crate::page::windows::section_native(&mut out, &m.native, t0);
     section_findings(&mut out, &m.findings, t0);
+    crate::page::cost::section(&mut out, &m.profiling_cost);
     section_triggers(&mut out, &m.triggers, t0);
     section_requested(&mut out, &m.requested, t0);
     section_capped(&mut out, &m.capped_windows, t0);

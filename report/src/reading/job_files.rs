@@ -2,7 +2,7 @@
 //! job's prefix: what `trainprof report s3://…` and `trainprof compare` download, and the
 //! most of each they read.
 
-use trainprof_output::protocol::{native_window, node_record};
+use trainprof_output::protocol::{agent_cost, native_window, node_record};
 
 /// Whether an S3 key (relative to the prefix) is a file the report reads: system files,
 /// timelines, Python-stats files, native windows' profiles and flame graphs, NCCL Inspector's
@@ -16,7 +16,8 @@ pub fn wanted(rel: &str) -> bool {
         || is_native(rel, name)
         || is_hang(rel, name)
         || is_node_record(rel, name)
-        || is_inspector(rel, name);
+        || is_inspector(rel, name)
+        || is_agent_cost(rel, name);
     kind && !rel.ends_with(".tmp")
         && rel.split('/').all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
 }
@@ -47,6 +48,14 @@ fn is_node_record(rel: &str, name: &str) -> bool {
         && node_record::name_us(name).is_some()
 }
 
+/// The agent's cost record, `system/cost/<node>/<µs>.json` (docs/formats.md, "The agent's own
+/// cost"); read up to [`agent_cost::MAX_BYTES`].
+fn is_agent_cost(rel: &str, name: &str) -> bool {
+    rel.strip_prefix(agent_cost::FOLDER).is_some_and(|r| r.starts_with('/'))
+        && rel.split('/').count() == 4
+        && node_record::name_us(name).is_some()
+}
+
 /// A hang or crash dump's file (`framework/hangs/<node>/<folder>/<file>`) or the agent's record
 /// of the host at a stall (`system/hangs/<node>/<name>.json`).
 fn is_hang(rel: &str, name: &str) -> bool {
@@ -72,6 +81,8 @@ pub fn max_bytes(rel: &str) -> u64 {
         crate::reading::dumps::MAX_STACKS_BYTES
     } else if is_inspector(rel, name) {
         crate::reading::inspector::MAX_FILE_BYTES
+    } else if is_agent_cost(rel, name) {
+        agent_cost::MAX_BYTES
     } else {
         crate::reading::MAX_TIMELINE_BYTES
     }
@@ -116,6 +127,9 @@ mod tests {
         assert!(!wanted("nccl-inspector/x/node-a-pid4242.log"));
         assert!(!wanted("nccl-inspector/notes.log"));
         assert!(!wanted("nccl-inspector/node-a-pidx.log"));
+        assert!(wanted("system/cost/algo-1/1795400001000000.json"));
+        assert!(!wanted("system/cost/algo-1/x/1795400001000000.json"));
+        assert!(!wanted("system/cost/algo-1/notes.json"));
     }
 
     #[test]
@@ -133,6 +147,7 @@ mod tests {
             crate::reading::dumps::MAX_STACKS_BYTES
         );
         assert_eq!(max_bytes("nccl-inspector/node-a-pid4242.log"), crate::reading::inspector::MAX_FILE_BYTES);
+        assert_eq!(max_bytes("system/cost/algo-1/1795400001000000.json"), agent_cost::MAX_BYTES);
         assert_eq!(max_bytes("framework/pevents/1/t.json"), crate::reading::MAX_TIMELINE_BYTES);
         assert_eq!(max_bytes("system/incremental/1/1.algo-1.json"), crate::reading::MAX_TIMELINE_BYTES);
     }

@@ -6,10 +6,11 @@
 //! One module per format: [`marshal`] (cProfile's stats), [`pickle`] (PyTorch memory snapshots), [`python`] (cProfile and
 //! pyinstrument windows), [`native`] (`profile.pb.gz`, `flamegraph.svg`) with [`demangle`],
 //! [`dumps`] (hang and crash dumps, the agent's host records), [`node_gpus`] (the node
-//! record). This file holds the system lines and the timelines, and what every reader shares:
+//! record), [`agent_cost`] (the agent's own cost). This file holds the system lines and the timelines, and what every reader shares:
 //! [`Skipped`], the bounded reads ([`open_limited`], [`read_file`]) and the text helpers
 //! ([`printable`], [`shown`], [`readable`]).
 
+pub mod agent_cost;
 pub mod demangle;
 pub mod dumps;
 pub mod inspector;

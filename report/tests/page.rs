@@ -208,6 +208,10 @@ fn evidence(rule: &str, x: f64) -> Value {
         "GPUMemoryIncrease" => json!({"increase": 5.0, "window": 10, "patience": 1000,
             "gpus": [with(gpu("algo-1", "gpu0"), json!({"datapoints": 36000, "max_increase": 6.5,
                 "at_s": START + 700.0, "violations": 4, "p50": 30.0, "max": 91.0}))]}),
+        "GPUMemoryLeak" => json!({"min_growth_bytes": 1048576, "min_step_starts": 4, "devices_judged": 1,
+            "leaks": [{"node": "0-algo-1", "file": "framework/memory/algo-1/window-0-1.pickle", "device": 0,
+                "first_step": 10, "last_step": 14, "growth_bytes": 41943040, "per_step_bytes": 10485760,
+                "site": format!("train.py:42 {HOSTILE_PHASE}")}]}),
         "BatchSize" => {
             json!({"cpu_threshold_p95": 70.0, "gpu_threshold_p95": 70.0, "gpu_memory_threshold_p95": 70.0,
             "window": 500, "patience": 1000,
@@ -295,7 +299,7 @@ fn every_section_is_there() {
     for id in ["job", "steps", "system", "framework", "findings", "triggers"] {
         assert!(page.contains(&format!("<section id=\"{id}\">")), "no section {id}");
     }
-    assert_eq!(page.matches("<div class=\"finding").count(), 10);
+    assert_eq!(page.matches("<div class=\"finding").count(), 11);
     assert_eq!(page.matches("<div class=\"finding triggered\">").count(), 4);
     assert_eq!(page.matches("<span class=\"badge\">not evaluated</span>").count(), 1);
     assert!(page.contains("<b>Straggler: 5-algo-1</b>"));

@@ -6,9 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use trainprof_output::fs::{self as ofs, Dir};
+use trainprof_output::fs::Dir;
 use trainprof_output::protocol::agent_cost::{self, AgentCost};
-use trainprof_output::protocol::node_record;
 
 use crate::reading::{self, Skipped};
 
@@ -23,27 +22,9 @@ const MAX_WORD_BYTES: usize = 128;
 /// record (an agent older than the record) is absent.
 pub fn read(dir: &Dir, skipped: &mut Skipped) -> BTreeMap<String, AgentCost> {
     // The records are named like the node records: `<µs>.json`.
-    let want =
-        |name: &str, is_dir: bool| !name.starts_with('.') && (is_dir || node_record::name_us(name).is_some());
-    let w = ofs::walk(dir, agent_cost::FOLDER, &want);
-    for r in w.refused {
-        skipped.push(r);
-    }
-    let mut newest: BTreeMap<String, (u64, String)> = BTreeMap::new();
-    for (rel, _) in w.files {
-        let parts: Vec<&str> = rel.split('/').collect();
-        let [_, _, node, name] = parts[..] else { continue };
-        let Some(us) = node_record::name_us(name) else { continue };
-        if skipped.1.contains(&rel) || (!newest.contains_key(node) && newest.len() >= MAX_NODES) {
-            continue;
-        }
-        let e = newest.entry(node.to_owned()).or_insert((us, rel.clone()));
-        if us > e.0 {
-            *e = (us, rel);
-        }
-    }
+    let newest = reading::newest_per_node(dir, agent_cost::FOLDER, MAX_NODES, skipped);
     let mut out = BTreeMap::new();
-    for (node, (_, rel)) in newest {
+    for (node, rel) in newest {
         let bytes = match reading::read_file(dir, &rel, agent_cost::MAX_BYTES) {
             Ok(b) => b,
             Err(e) => {

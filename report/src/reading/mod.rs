@@ -543,6 +543,38 @@ pub fn stats_files(root: &Dir, skipped: &mut Skipped) -> Vec<StatsFile> {
 
 /// The bytes of a stats file, at most `max` ([`open_limited`]); the error is the reason
 /// to skip it.
+/// node → the relative path of its newest record under `folder` (`<folder>/<node>/<µs>.json`,
+/// the node record's naming: docs/formats.md, "Node record"), for at most `max_nodes` nodes;
+/// what the walk refused is in `skipped`.
+pub fn newest_per_node(
+    dir: &Dir,
+    folder: &str,
+    max_nodes: usize,
+    skipped: &mut Skipped,
+) -> std::collections::BTreeMap<String, String> {
+    use trainprof_output::protocol::node_record;
+    let want =
+        |name: &str, is_dir: bool| !name.starts_with('.') && (is_dir || node_record::name_us(name).is_some());
+    let w = ofs::walk(dir, folder, &want);
+    for r in w.refused {
+        skipped.push(r);
+    }
+    let mut newest: std::collections::BTreeMap<String, (u64, String)> = std::collections::BTreeMap::new();
+    for (rel, _) in w.files {
+        let parts: Vec<&str> = rel.split('/').collect();
+        let [_, _, node, name] = parts[..] else { continue };
+        let Some(us) = node_record::name_us(name) else { continue };
+        if skipped.1.contains(&rel) || (!newest.contains_key(node) && newest.len() >= max_nodes) {
+            continue;
+        }
+        let e = newest.entry(node.to_owned()).or_insert((us, rel.clone()));
+        if us > e.0 {
+            *e = (us, rel);
+        }
+    }
+    newest.into_iter().map(|(node, (_, rel))| (node, rel)).collect()
+}
+
 pub fn read_file(root: &Dir, rel: &str, max: u64) -> Result<Vec<u8>, Unread> {
     let (mut f, len) = open_limited(root, rel, max)?;
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use trainprof_output::fs::{self as ofs, Dir};
+use trainprof_output::fs::Dir;
 use trainprof_output::protocol::node_record;
 
 use crate::reading::{self, Skipped};
@@ -26,29 +26,11 @@ pub const UNKNOWN_MODEL: &str = "(model not given by NVML)";
 pub type Identities = BTreeMap<String, BTreeMap<String, String>>;
 
 pub fn read(dir: &Dir, skipped: &mut Skipped) -> (BTreeMap<String, BTreeMap<String, u32>>, Identities) {
-    let want =
-        |name: &str, is_dir: bool| !name.starts_with('.') && (is_dir || node_record::name_us(name).is_some());
-    let w = ofs::walk(dir, node_record::FOLDER, &want);
-    for r in w.refused {
-        skipped.push(r);
-    }
     // system/node/<node>/<µs>.json: the newest name per node folder.
-    let mut newest: BTreeMap<String, (u64, String)> = BTreeMap::new();
-    for (rel, _) in w.files {
-        let parts: Vec<&str> = rel.split('/').collect();
-        let [_, _, node, name] = parts[..] else { continue };
-        let Some(us) = node_record::name_us(name) else { continue };
-        if skipped.1.contains(&rel) || (!newest.contains_key(node) && newest.len() >= MAX_NODES) {
-            continue;
-        }
-        let e = newest.entry(node.to_owned()).or_insert((us, rel.clone()));
-        if us > e.0 {
-            *e = (us, rel);
-        }
-    }
+    let newest = reading::newest_per_node(dir, node_record::FOLDER, MAX_NODES, skipped);
     let mut out = BTreeMap::new();
     let mut identities = Identities::new();
-    for (node, (_, rel)) in newest {
+    for (node, rel) in newest {
         let bytes = match reading::read_file(dir, &rel, node_record::MAX_BYTES) {
             Ok(b) => b,
             Err(e) => {

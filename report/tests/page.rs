@@ -313,8 +313,8 @@ fn every_section_is_there() {
     );
     // Each finding's evidence is its rule's table: settings, then rows (the hostile GPU name
     // as text).
-    assert_eq!(page.matches("<table class=\"evidence\">").count(), 9);
-    assert_eq!(page.matches("<table class=\"evidence-rows\">").count(), 8);
+    assert_eq!(page.matches("<table class=\"evidence\">").count(), 10);
+    assert_eq!(page.matches("<table class=\"evidence-rows\">").count(), 9);
     assert!(page.contains(
         "<tr><td>algo-1</td><td>&lt;img src=x onerror=&quot;document.body.dataset.xss=&#39;phase&#39;&quot;&gt;</td><td class=\"n\">36000</td>"
     ));

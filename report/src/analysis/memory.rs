@@ -166,7 +166,7 @@ fn agent(
     let trainer = bytes as i64;
     Some(AgentGpuMemory {
         node: host.to_owned(),
-        gpu: format!("gpu{gpu}"),
+        gpu: trainprof_output::protocol::metric::Name::gpu(gpu).to_string(),
         at_s: t,
         trainer_bytes: trainer,
         reserved_bytes: reserved,

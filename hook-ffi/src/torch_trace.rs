@@ -27,7 +27,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use trainprof_config::AutoFeature;
 use trainprof_output::fs::{self as ofs, Dir, Meta};
-use trainprof_output::protocol::timeline::{CPU_FUNCTIONS, MEMORY_NAME, MEMORY_PHASE, memory_key};
+use trainprof_output::protocol::timeline::{
+    CPU_FUNCTIONS, MEMORY_NAME, MEMORY_PHASE, collective, memory_key,
+};
 use trainprof_output::protocol::torch_trace::{self as proto, Flow, TraceEvent};
 
 use crate::event::{Event, Kind};
@@ -258,6 +260,8 @@ pub(crate) fn convert(
     let tid_key = register(proto::OP_THREAD_ARG);
     // torch's memory events (`profile_memory`), lazily: a window without them registers nothing.
     let mut memory_ids: Option<[u32; 6]> = None;
+    // The keys of a collective's message, lazily as well.
+    let mut message_keys: Option<[u32; 2]> = None;
     let mut ids: HashMap<String, u32> = HashMap::new();
     let mut out = Imported::default();
     let room = job.max_events.saturating_sub(job.events_before);
@@ -324,16 +328,22 @@ pub(crate) fn convert(
         let mut args = [TrainprofArg::EMPTY; TRAINPROF_MAX_ARGS];
         args[0] =
             TrainprofArg { key: tid_key, kind: TrainprofArgKind::Int as i32, value: e.tid.unwrap_or(0) };
-        let ev = Event {
-            kind: Kind::Complete,
-            phase,
-            name: id,
-            start_us: start,
-            end_us: end,
-            step,
-            n_args: 1,
-            args,
-        };
+        let mut n_args = 1;
+        // A collective's message, when torch recorded its inputs (docs/formats.md, "Collectives").
+        if let Some(m) = e.message.filter(|_| collective::is_collective_range(name)) {
+            let keys = *message_keys.get_or_insert_with(|| {
+                [register(collective::MSG_BYTES_KEY), register(collective::SCALAR_TYPE_KEY)]
+            });
+            let int = |key: u32, value: i64| TrainprofArg { key, kind: TrainprofArgKind::Int as i32, value };
+            args[1] = int(keys[0], i64::try_from(m.bytes).unwrap_or(i64::MAX));
+            n_args = 2;
+            if let Some(t) = m.scalar_type {
+                args[2] = int(keys[1], i64::from(t));
+                n_args = 3;
+            }
+        }
+        let ev =
+            Event { kind: Kind::Complete, phase, name: id, start_us: start, end_us: end, step, n_args, args };
         emit(&ev);
         out.written += 1;
         Flow::Go
@@ -561,6 +571,54 @@ mod tests {
         let j = job(&dir, vec![(base, 5)], 0, 1);
         let (done, _) = convert(trace.as_bytes(), &j, &mut |_| 0, &mut |_| {});
         assert_eq!((done.written, done.capped_at), (1, Some((1, 5))));
+    }
+
+    #[test]
+    fn a_collectives_message_is_written_from_torchs_recorded_shapes() {
+        // As torch 2.15 writes a gloo all-reduce with `record_shapes=True` (docs/formats.md,
+        // "Collectives"): the message goes on the collective's events only.
+        let t = tempfile::tempdir().unwrap();
+        let dir = Dir::open_root(t.path(), true).unwrap();
+        let trace = r#"{"baseTimeNanoseconds": 1000000000000000, "traceEvents": [
+          {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": 9, "dur": 7, "tid": 1,
+           "args": {"Input type": ["TensorList", "", "", "", "Scalar", "Scalar"], "Input Dims": [[[1000]], [], [], [], [], []]}},
+          {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": 10, "dur": 5, "tid": 2,
+           "args": {"Input type": ["float"], "Input Strides": [[1]], "Input Dims": [[1000]]}},
+          {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": 20, "dur": 5, "tid": 2,
+           "args": {"Input type": ["float", "double"], "Input Dims": [[10], [3]]}},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 11, "dur": 1, "tid": 1,
+           "args": {"Input type": ["float"], "Input Dims": [[1000]]}}
+        ]}"#;
+        let mut table: Vec<String> = Vec::new();
+        let mut register = |n: &str| match table.iter().position(|t| t == n) {
+            Some(i) => i as u32,
+            None => {
+                table.push(n.to_owned());
+                (table.len() - 1) as u32
+            }
+        };
+        let mut evs = Vec::new();
+        let j = job(&dir, vec![(1_000_000_000_000, 5)], 0, 100);
+        let (_, r) = convert(trace.as_bytes(), &j, &mut register, &mut |e| evs.push(*e));
+        r.unwrap();
+        let got: Vec<(String, Vec<(String, i64)>)> = evs
+            .iter()
+            .map(|e| {
+                let args =
+                    e.args().iter().skip(1).map(|a| (table[a.key as usize].clone(), a.value)).collect();
+                (table[e.name as usize].clone(), args)
+            })
+            .collect();
+        let kv = |k: &str, v: i64| (k.to_owned(), v);
+        assert_eq!(
+            got,
+            [
+                ("c10d::allreduce_".to_owned(), vec![]),
+                ("gloo:all_reduce".to_owned(), vec![kv("msg_bytes", 4000), kv("scalar_type", 6)]),
+                ("gloo:all_reduce".to_owned(), vec![kv("msg_bytes", 10 * 4 + 3 * 8)]),
+                ("aten::add".to_owned(), vec![]),
+            ]
+        );
     }
 
     #[test]

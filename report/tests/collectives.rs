@@ -252,6 +252,40 @@ fn too_few_shared_collectives_leave_a_node_unaligned() {
     assert!(k.reason.as_deref().unwrap().contains("5 are needed"));
 }
 
+/// gloo on CPU with torch's `record_shapes`: `trainprof.torch` writes each `gloo:all_reduce`'s
+/// message (`msg_bytes`, `scalar_type`: c10's number) from torch's `Input Dims` and `Input
+/// type`; the `c10d::allreduce_` op has none (its input is a list torch gives no type). Each
+/// collective's bytes and type are its gloo range's: per step a bucket of 1,089 floats, then
+/// one of 300 doubles (docs/formats.md, "Collectives").
+#[test]
+fn gloo_collectives_take_their_message_from_the_recorded_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let sizes = [(1089_i64 * 4, 6, "Float"), (300 * 8, 7, "Double")];
+    for r in 0..2_i64 {
+        let mut l = Timeline::new();
+        for s in 0..STEPS {
+            for (c, (bytes, code, _)) in sizes.iter().enumerate() {
+                let t = BASE + 1_000_000 + s * 200_000 + c as i64 * 60_000 + r * 700;
+                let done = BASE + 1_000_000 + s * 200_000 + c as i64 * 60_000 + 5000;
+                l.op("c10d::allreduce_", t, t + 40, s, 1, json!({}));
+                l.op("gloo:all_reduce", t + 15, done, s, 2, json!({"msg_bytes": bytes, "scalar_type": code}));
+            }
+        }
+        l.write(dir.path(), &format!("{r}-nodea"));
+    }
+    let m = model(dir.path());
+    let c = m.collectives.as_ref().unwrap();
+    assert_eq!((c.matched_by, c.matched), (MatchedBy::Order, (STEPS * 2) as u64));
+    assert!(!c.widest.is_empty());
+    for w in &c.widest {
+        let (bytes, _, name) = sizes[w.seq as usize];
+        assert_eq!((w.bytes, w.dtype.as_deref()), (Some(bytes as u64), Some(name)), "{w:?}");
+    }
+    // In --json as well.
+    let j = serde_json::to_value(c).unwrap();
+    assert!(j["widest"].as_array().unwrap().iter().all(|w| w["bytes"].is_u64() && w["dtype"].is_string()));
+}
+
 /// Two ranks on one H200 node each, as torch records NCCL: `record_param_comms` with its args
 /// (the sequence number among them) and the kernel, one rank's in each era's name.
 #[test]
@@ -282,8 +316,8 @@ fn nccl_collectives_match_by_sequence_number_in_both_kernel_eras() {
     assert_eq!((c.matched, c.kernels), (12, 24));
     let w = &c.widest[0];
     assert_eq!(
-        (w.kind.as_str(), w.group.as_str(), w.bytes, w.group_size),
-        ("allreduce", "0", Some(4_000_000), Some(2))
+        (w.kind.as_str(), w.group.as_str(), w.bytes, w.dtype.as_deref(), w.group_size),
+        ("allreduce", "0", Some(4_000_000), Some("Float"), Some(2))
     );
     assert!(c.per_rank.iter().find(|r| r.rank == "1-gpu1").unwrap().last == 12);
     let k = c.clocks.iter().find(|k| k.node == "gpu1").unwrap();

@@ -126,6 +126,20 @@ def test_cuda_kernels_become_gpu_functions_events(run_trainer):
     assert len({e.event_args["correlation"] for e in kernels}) == len(kernels)
 
 
+def test_a_collectives_message_comes_from_torchs_recorded_shapes(run_trainer):
+    """docs/formats.md, "Collectives": the Python conversion writes a gloo range's bytes and
+    c10's ScalarType number from its input's shape and type; the dispatcher's op, whose input
+    is a TensorList without its type, keeps its thread only."""
+    run = run_trainer(SCRIPT, {"collectives": True}, config=CONFIG).check()
+    events = read(run)
+    gloo = [e for e in events if e.event_phase == "cpu_functions" and e.event_name == "gloo:all_reduce"]
+    calls = [e for e in events if e.event_phase == "cpu_functions" and e.event_name == "c10d::allreduce_"]
+    assert {int(e.event_args["step_num"]) for e in gloo} == WINDOW and len(calls) == len(gloo)
+    for e in gloo:
+        assert (e.event_args["msg_bytes"], e.event_args["scalar_type"], e.event_args["tid"]) == (1089 * 4, 6, 3)
+    assert all(set(e.event_args) == {"pid", "step_num", "tid"} for e in calls)
+
+
 def test_device_ranges_of_record_function_are_marked_as_annotations(run_trainer):
     run = run_trainer(SCRIPT, {"cuda": True, "annotations": True}, config=CONFIG).check()
     assert run.warnings() == []

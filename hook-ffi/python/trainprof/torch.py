@@ -635,7 +635,10 @@ class TorchHook:
             thread = _int_or(getattr(e, "thread", 0), 0)
             if kind == "CPU":
                 # smdebug writes device: "cpu"; the library takes numbers only, so it is left out.
-                prof.record_event(_CPU_FUNCTIONS, e.name, start, end, step=step, args={"tid": thread})
+                cpu_args = {"tid": thread}
+                if e.name.startswith(_COLLECTIVE_PREFIXES):
+                    cpu_args.update(_message(getattr(e, "input_shapes", None), getattr(e, "input_dtypes", None)))
+                prof.record_event(_CPU_FUNCTIONS, e.name, start, end, step=step, args=cpu_args)
             else:
                 # The library takes 4 args an event: the device, the stream, the correlation
                 # id and the launch's start (or, for a device range that is no kernel, the
@@ -719,6 +722,76 @@ class _Range:
         self.end = end
 
 
+# A collective's events (docs/formats.md, "Collectives"): the dispatcher's op, the backends'
+# ranges. Their message is written from torch's recorded shapes (``record_shapes``), as the
+# library does from torch's trace (output/src/protocol/timeline.rs, ``collective``).
+_COLLECTIVE_PREFIXES = ("c10d::", "gloo:", "nccl:")
+_MSG_BYTES = "msg_bytes"
+_SCALAR_TYPE = "scalar_type"
+_MAX_INPUTS = 16
+_MAX_ELEMENTS = 1 << 50
+# torch.profiler's input type names: (c10's ScalarType number, bytes an element).
+_SCALAR_TYPES: Dict[str, Tuple[int, int]] = {
+    "unsigned char": (0, 1),
+    "signed char": (1, 1),
+    "short int": (2, 2),
+    "int": (3, 4),
+    "long int": (4, 8),
+    "c10::Half": (5, 2),
+    "float": (6, 4),
+    "double": (7, 8),
+    "c10::complex<c10::Half>": (8, 4),
+    "c10::complex<float>": (9, 8),
+    "c10::complex<double>": (10, 16),
+    "bool": (11, 1),
+    "c10::BFloat16": (15, 2),
+    "c10::Float8_e5m2": (23, 1),
+    "c10::Float8_e4m3fn": (24, 1),
+    "c10::Float8_e5m2fnuz": (25, 1),
+    "c10::Float8_e4m3fnuz": (26, 1),
+    "short unsigned int": (27, 2),
+    "unsigned int": (28, 4),
+    "long unsigned int": (29, 8),
+}
+
+
+def _message(shapes: Any, dtypes: Any) -> Dict[str, int]:
+    """A collective's ``msg_bytes`` and ``scalar_type`` from its inputs' shapes and types
+    (docs/formats.md, "Collectives"): every input with dimensions a tensor of a known type
+    (else nothing: a ``TensorList``, an unknown type), one with none a scalar tensor of a
+    known type or no tensor; at most 16 inputs."""
+    if not isinstance(shapes, (list, tuple)) or not isinstance(dtypes, (list, tuple)) or len(shapes) > _MAX_INPUTS:
+        return {}
+    total = 0
+    codes = set()
+    for i, dims in enumerate(shapes):
+        t = dtypes[i] if i < len(dtypes) else None
+        known = _SCALAR_TYPES.get(t) if isinstance(t, str) else None
+        if not isinstance(dims, (list, tuple)):
+            return {}
+        n = 1
+        if not dims:
+            if known is None:
+                continue
+        else:
+            if known is None:
+                return {}
+            for d in dims:
+                if type(d) is not int or d < 0:
+                    return {}
+                n *= d
+                if n > _MAX_ELEMENTS:
+                    return {}
+        total += n * known[1]
+        codes.add(known[0])
+    if not codes:
+        return {}
+    out = {_MSG_BYTES: total}
+    if len(codes) == 1:
+        out[_SCALAR_TYPE] = codes.pop()
+    return out
+
+
 class _Op:
     """One event of torch.profiler's raw results, with the attributes of its ``FunctionEvent``
     that :meth:`TorchHook._record_ops` reads (times in µs from the trace start); what only a
@@ -746,6 +819,14 @@ class _Op:
     @property
     def is_user_annotation(self) -> Any:
         return self._e.is_user_annotation()
+
+    @property
+    def input_shapes(self) -> Any:
+        return self._e.shapes()
+
+    @property
+    def input_dtypes(self) -> Any:
+        return self._e.dtypes()
 
 
 def _profiler_events(tp: Any) -> Iterable[Any]:

@@ -76,6 +76,42 @@ pub mod collective {
     pub const GROUP_SIZE_KEY: &str = "Group size";
     pub const IN_NELEMS_KEY: &str = "In msg nelems";
     pub const DTYPE_KEY: &str = "dtype";
+    /// What `trainprof.torch` writes on a `c10d::*`, `gloo:*` or `nccl:*` event when torch
+    /// recorded its inputs' shapes (torch.profiler's `record_shapes`: `Input Dims` and
+    /// `Input type`; docs/formats.md, "Collectives"): the bytes of its tensor inputs, and
+    /// their type as c10's `ScalarType` number when they share one ([`SCALAR_TYPES`]).
+    pub const MSG_BYTES_KEY: &str = "msg_bytes";
+    pub const SCALAR_TYPE_KEY: &str = "scalar_type";
+    /// torch's element types: c10's `ScalarType` name (`record_param_comms`' `dtype`), its
+    /// number ([`SCALAR_TYPE_KEY`]), the name torch.profiler's `Input type` gives it (caffe2's
+    /// `TypeMeta` name, as torch 2.15 writes it), and the bytes of one element.
+    pub const SCALAR_TYPES: [(&str, u8, &str, u8); 20] = [
+        ("Byte", 0, "unsigned char", 1),
+        ("Char", 1, "signed char", 1),
+        ("Short", 2, "short int", 2),
+        ("Int", 3, "int", 4),
+        ("Long", 4, "long int", 8),
+        ("Half", 5, "c10::Half", 2),
+        ("Float", 6, "float", 4),
+        ("Double", 7, "double", 8),
+        ("ComplexHalf", 8, "c10::complex<c10::Half>", 4),
+        ("ComplexFloat", 9, "c10::complex<float>", 8),
+        ("ComplexDouble", 10, "c10::complex<double>", 16),
+        ("Bool", 11, "bool", 1),
+        ("BFloat16", 15, "c10::BFloat16", 2),
+        ("Float8_e5m2", 23, "c10::Float8_e5m2", 1),
+        ("Float8_e4m3fn", 24, "c10::Float8_e4m3fn", 1),
+        ("Float8_e5m2fnuz", 25, "c10::Float8_e5m2fnuz", 1),
+        ("Float8_e4m3fnuz", 26, "c10::Float8_e4m3fnuz", 1),
+        ("UInt16", 27, "short unsigned int", 2),
+        ("UInt32", 28, "unsigned int", 4),
+        ("UInt64", 29, "long unsigned int", 8),
+    ];
+
+    /// A collective's events by name: the dispatcher's op, a backend's range.
+    pub fn is_collective_range(name: &str) -> bool {
+        [CALL_PREFIX, GLOO_PREFIX, NCCL_PREFIX].iter().any(|p| name.starts_with(p))
+    }
 }
 
 /// A memory event's `args` ([`MEMORY_PHASE`]; docs/formats.md, "Memory events"): torch's own

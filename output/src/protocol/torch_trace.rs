@@ -100,7 +100,28 @@ pub struct TraceEvent {
     pub tid: Option<i64>,
     /// A memory event (`[memory]`, `ph: "i"`, duration 0): its numbers.
     pub memory: Option<MemoryArgs>,
+    /// Its tensor inputs, when torch recorded their shapes and types (`record_shapes`).
+    pub message: Option<Message>,
 }
+
+/// An op's tensor inputs as torch.profiler's `record_shapes` records them (`args`' `Input
+/// Dims` and `Input type`, one entry an input; docs/formats.md, "Collectives"): their bytes
+/// (each input's elements × its type's size), and their type (c10's `ScalarType` number,
+/// `timeline::collective::SCALAR_TYPES`) when they share one. Only an op whose every input
+/// with dimensions is a tensor of a known type has one: a `TensorList` (`c10d::allreduce_`'s
+/// input, whose type torch does not write) or an unknown type gives none; an input with no
+/// dimensions is a scalar tensor of a known type (1 element) or no tensor at all. At most
+/// [`MAX_INPUTS`] inputs are read (an op with more has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Message {
+    pub bytes: u64,
+    pub scalar_type: Option<u8>,
+}
+
+/// The inputs of an op read for its [`Message`].
+pub const MAX_INPUTS: usize = 16;
+/// The most elements an input may count (larger is taken as not recorded).
+const MAX_ELEMENTS: u64 = 1 << 50;
 
 /// The numbers of one of torch's memory events (its `args`; a key that is missing or not
 /// an integer is 0, the device id -1).
@@ -275,7 +296,8 @@ impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
                 Some(base) => base.saturating_add(us_to_ns(ts)),
                 None => us_to_ns(ts),
             };
-            let memory = if memory { Some(raw.args.unwrap_or_default()) } else { None };
+            let args = raw.args.unwrap_or_default();
+            let (memory, message) = if memory { (Some(args.memory()), None) } else { (None, args.message()) };
             let ev = TraceEvent {
                 name: raw.name,
                 cat: raw.cat,
@@ -283,6 +305,7 @@ impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
                 dur_ns: us_to_ns(dur),
                 tid: raw.tid,
                 memory,
+                message,
             };
             state.summary.events += 1;
             if (state.each)(ev) == Flow::Stop {
@@ -299,12 +322,12 @@ fn us_to_ns(us: f64) -> i64 {
     (us * 1000.0).round() as i64
 }
 
-/// One element of `traceEvents`: the keys read (the rest skipped; of `args`, only a memory
-/// event's numbers).
+/// One element of `traceEvents`: the keys read (the rest skipped; of `args`, a memory
+/// event's numbers and the inputs' shapes and types).
 #[derive(Deserialize)]
 struct Raw {
-    #[serde(default, deserialize_with = "memory_args")]
-    args: Option<MemoryArgs>,
+    #[serde(default, deserialize_with = "raw_args")]
+    args: Option<RawArgs>,
     #[serde(default)]
     ph: String,
     #[serde(default)]
@@ -319,17 +342,291 @@ struct Raw {
     tid: Option<i64>,
 }
 
-/// `args` as a memory event's numbers when it is an object (else None); keys of other
-/// events are skipped as they are read.
-fn memory_args<'de, D: Deserializer<'de>>(d: D) -> Result<Option<MemoryArgs>, D::Error> {
+/// The keys of `args` read: a memory event's numbers ([`MemoryArgs`]' keys and defaults), an
+/// op's `Input Dims` and `Input type` (a [`Message`]); the rest skipped as they are read.
+#[derive(Deserialize)]
+struct RawArgs {
+    #[serde(rename = "Device Type", default, deserialize_with = "integer_or_zero")]
+    device_type: i64,
+    #[serde(rename = "Device Id", default = "minus_one", deserialize_with = "integer_or_minus_one")]
+    device_id: i64,
+    #[serde(rename = "Total Allocated", default, deserialize_with = "integer_or_zero")]
+    total_allocated: i64,
+    #[serde(rename = "Total Reserved", default, deserialize_with = "integer_or_zero")]
+    total_reserved: i64,
+    #[serde(rename = "Input Dims", default, deserialize_with = "input_dims")]
+    dims: Inputs<Dims>,
+    #[serde(rename = "Input type", default, deserialize_with = "input_types")]
+    types: Inputs<Type>,
+}
+
+impl Default for RawArgs {
+    fn default() -> Self {
+        let m = MemoryArgs::default();
+        RawArgs {
+            device_type: m.device_type,
+            device_id: m.device_id,
+            total_allocated: m.total_allocated,
+            total_reserved: m.total_reserved,
+            dims: Inputs::default(),
+            types: Inputs::default(),
+        }
+    }
+}
+
+impl RawArgs {
+    fn memory(&self) -> MemoryArgs {
+        MemoryArgs {
+            device_type: self.device_type,
+            device_id: self.device_id,
+            total_allocated: self.total_allocated,
+            total_reserved: self.total_reserved,
+        }
+    }
+
+    /// The op's [`Message`], when its inputs say it.
+    fn message(&self) -> Option<Message> {
+        let (dims, types) = (&self.dims, &self.types);
+        if dims.over || types.over {
+            return None;
+        }
+        let mut bytes = 0u64;
+        let mut any = false;
+        let mut scalar_type: Option<Option<u8>> = None;
+        for (i, d) in dims.items[..dims.n].iter().enumerate() {
+            let ty = if i < types.n { types.items[i] } else { Type::Other };
+            let n = match (d, ty) {
+                (Dims::Empty, Type::Known { .. }) => 1,
+                (Dims::Empty, _) => continue,
+                (Dims::Tensor(Some(n)), Type::Known { .. }) => *n,
+                _ => return None,
+            };
+            let Type::Known { code, size } = ty else { return None };
+            bytes = bytes.checked_add(n.checked_mul(u64::from(size))?)?;
+            any = true;
+            scalar_type = match scalar_type {
+                None => Some(Some(code)),
+                Some(Some(c)) if c == code => Some(Some(c)),
+                Some(_) => Some(None),
+            };
+        }
+        any.then_some(Message { bytes, scalar_type: scalar_type.flatten() })
+    }
+}
+
+/// The first [`MAX_INPUTS`] entries of an input list; `over` when it had more.
+#[derive(Debug, Clone, Copy)]
+struct Inputs<T> {
+    items: [T; MAX_INPUTS],
+    n: usize,
+    over: bool,
+}
+
+impl<T: Copy + Default> Default for Inputs<T> {
+    fn default() -> Self {
+        Inputs { items: [T::default(); MAX_INPUTS], n: 0, over: false }
+    }
+}
+
+/// One input's `Input Dims` entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Dims {
+    /// `[]`: a scalar, or no tensor.
+    #[default]
+    Empty,
+    /// A tensor's dimensions: its elements (None past [`MAX_ELEMENTS`]).
+    Tensor(Option<u64>),
+    /// Anything else (a `TensorList`'s list of dimensions, a value that is no list).
+    Other,
+}
+
+/// One input's `Input type` entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Type {
+    Known {
+        code: u8,
+        size: u8,
+    },
+    #[default]
+    Other,
+}
+
+/// A list of `T`s, the first [`MAX_INPUTS`] kept (each read by `T`'s visitor, the rest
+/// skipped); anything that is no list is no entries.
+struct ListOf<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: Copy + Default + Deserialize<'de>> Visitor<'de> for ListOf<T> {
+    type Value = Inputs<T>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Inputs::<T>::default();
+        while out.n < MAX_INPUTS {
+            match seq.next_element::<T>()? {
+                Some(t) => {
+                    out.items[out.n] = t;
+                    out.n += 1;
+                }
+                None => return Ok(out),
+            }
+        }
+        while seq.next_element::<IgnoredAny>()?.is_some() {
+            out.over = true;
+        }
+        Ok(out)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Inputs { over: true, ..Inputs::default() })
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Inputs { over: true, ..Inputs::default() })
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Inputs { over: true, ..Inputs::default() })
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Inputs { over: true, ..Inputs::default() })
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Inputs { over: true, ..Inputs::default() })
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Inputs { over: true, ..Inputs::default() })
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Inputs { over: true, ..Inputs::default() })
+    }
+}
+
+fn input_dims<'de, D: Deserializer<'de>>(d: D) -> Result<Inputs<Dims>, D::Error> {
+    d.deserialize_any(ListOf::<Dims>(std::marker::PhantomData))
+}
+
+fn input_types<'de, D: Deserializer<'de>>(d: D) -> Result<Inputs<Type>, D::Error> {
+    d.deserialize_any(ListOf::<Type>(std::marker::PhantomData))
+}
+
+impl<'de> Deserialize<'de> for Dims {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Dims;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of dimensions")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Dims, A::Error> {
+                // The product of integers ≥ 0; anything else in the list makes it `Other`.
+                let mut n = Some(1u64);
+                let mut empty = true;
+                let mut other = false;
+                while let Some(g) = seq.next_element::<Scalar2>()? {
+                    empty = false;
+                    match g.0 {
+                        Some(v) if !other => {
+                            n = n.and_then(|n| n.checked_mul(v)).filter(|n| *n <= MAX_ELEMENTS);
+                        }
+                        _ => other = true,
+                    }
+                }
+                Ok(if other {
+                    Dims::Other
+                } else if empty {
+                    Dims::Empty
+                } else {
+                    Dims::Tensor(n)
+                })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Dims, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Dims::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Dims, E> {
+                Ok(Dims::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Dims, E> {
+                Ok(Dims::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Dims, E> {
+                Ok(Dims::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Dims, E> {
+                Ok(Dims::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Dims, E> {
+                Ok(Dims::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Dims, E> {
+                Ok(Dims::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One dimension: an integer ≥ 0 (else None; a nested list is skipped).
+struct Scalar2(Option<u64>);
+
+impl<'de> Deserialize<'de> for Scalar2 {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let g = d.deserialize_any(Scalar)?;
+        Ok(Scalar2(g.1.and_then(|v| u64::try_from(v).ok())))
+    }
+}
+
+impl<'de> Deserialize<'de> for Type {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Type;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a type name")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Type, E> {
+                Ok(timeline::collective::SCALAR_TYPES
+                    .iter()
+                    .find(|t| t.2 == v)
+                    .map_or(Type::Other, |t| Type::Known { code: t.1, size: t.3 }))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Type, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Type::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Type, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Type::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Type, E> {
+                Ok(Type::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Type, E> {
+                Ok(Type::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Type, E> {
+                Ok(Type::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Type, E> {
+                Ok(Type::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Type, E> {
+                Ok(Type::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `args` when it is an object (else None).
+fn raw_args<'de, D: Deserializer<'de>>(d: D) -> Result<Option<RawArgs>, D::Error> {
     struct V;
     impl<'de> Visitor<'de> for V {
-        type Value = Option<MemoryArgs>;
+        type Value = Option<RawArgs>;
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("an object")
         }
         fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-            MemoryArgs::deserialize(de::value::MapAccessDeserializer::new(map)).map(Some)
+            RawArgs::deserialize(de::value::MapAccessDeserializer::new(map)).map(Some)
         }
         fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
             Ok(None)
@@ -511,6 +808,67 @@ mod tests {
         let obj = format!(r#"{{"{}": 1, "{}": 2, "{}": 3, "{}": 4}}"#, keys[0], keys[1], keys[2], keys[3]);
         let m: MemoryArgs = serde_json::from_str(&obj).unwrap();
         assert_eq!(m, MemoryArgs { device_type: 1, device_id: 2, total_allocated: 3, total_reserved: 4 });
+    }
+
+    #[test]
+    fn an_ops_tensor_inputs_are_read_from_its_shapes_and_types() {
+        // As torch 2.15 writes a gloo all-reduce of 1,000 floats with `record_shapes=True`:
+        // gloo's range has the tensor, the dispatcher's op a TensorList without its type.
+        let text = r#"{"baseTimeNanoseconds": 1790857026000000000, "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": 10, "dur": 5,
+             "args": {"External id": 513, "Record function id": 0, "Concrete Inputs": [""], "Input type": ["float"],
+                      "Input Strides": [[1]], "Input Dims": [[1000]], "Ev Idx": 0}},
+            {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 9, "dur": 7,
+             "args": {"External id": 1, "Sequence number": 0, "Concrete Inputs": ["", "", "", "", "False", "-1"],
+                      "Input type": ["TensorList", "", "", "", "Scalar", "Scalar"],
+                      "Input Strides": [[[1]], [], [], [], [], []], "Input Dims": [[[1000]], [], [], [], [], []]}},
+            {"ph": "X", "name": "aten::add", "ts": 1, "dur": 1,
+             "args": {"Input Dims": [[2, 3], [], [4]], "Input type": ["c10::BFloat16", "Scalar", "double"]}},
+            {"ph": "X", "name": "aten::mul", "ts": 1, "dur": 1,
+             "args": {"Input Dims": [[2, 3], []], "Input type": ["c10::Half", "long int"]}},
+            {"ph": "X", "name": "no shapes", "ts": 1, "dur": 1, "args": {"Ev Idx": 3}},
+            {"ph": "X", "name": "unknown type", "ts": 1, "dur": 1, "args": {"Input Dims": [[2]], "Input type": ["c10::qint8"]}},
+            {"ph": "X", "name": "no type", "ts": 1, "dur": 1, "args": {"Input Dims": [[2]]}},
+            {"ph": "X", "name": "only scalars", "ts": 1, "dur": 1, "args": {"Input Dims": [[], []], "Input type": ["Scalar", ""]}},
+            {"ph": "X", "name": "overflow", "ts": 1, "dur": 1,
+             "args": {"Input Dims": [[1125899906842624, 2]], "Input type": ["float"]}},
+            {"ph": "X", "name": "negative", "ts": 1, "dur": 1, "args": {"Input Dims": [[-3]], "Input type": ["float"]}},
+            {"ph": "X", "name": "not lists", "ts": 1, "dur": 1, "args": {"Input Dims": 5, "Input type": {"a": 1}}}
+        ]}"#;
+        let (got, r) = read(text);
+        assert_eq!(r.unwrap().events, 11);
+        let m: Vec<(&str, Option<Message>)> = got.iter().map(|e| (e.name.as_str(), e.message)).collect();
+        assert_eq!(m[0], ("gloo:all_reduce", Some(Message { bytes: 4000, scalar_type: Some(6) })));
+        assert_eq!(m[1], ("c10d::allreduce_", None));
+        assert_eq!(m[2].1, Some(Message { bytes: 2 * 6 + 8 * 4, scalar_type: None }));
+        // A 0-d tensor of a known type counts one element.
+        assert_eq!(m[3].1, Some(Message { bytes: 2 * 6 + 8, scalar_type: None }));
+        assert!(m[4..].iter().all(|(_, m)| m.is_none()), "{m:?}");
+        // The table's element sizes are torch's, and its names unique.
+        for (i, t) in timeline::collective::SCALAR_TYPES.iter().enumerate() {
+            assert!(
+                timeline::collective::SCALAR_TYPES[i + 1..]
+                    .iter()
+                    .all(|u| u.0 != t.0 && u.1 != t.1 && u.2 != t.2)
+            );
+        }
+    }
+
+    #[test]
+    fn more_inputs_than_read_give_no_message() {
+        let n = MAX_INPUTS + 1;
+        let dims = vec!["[1]"; n].join(",");
+        let types = vec!["\"float\""; n].join(",");
+        let text = format!(
+            r#"{{"traceEvents": [{{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": {{"Input Dims": [{dims}], "Input type": [{types}]}}}},
+               {{"ph": "X", "name": "b", "ts": 1, "dur": 1, "args": {{"Input Dims": [{d}], "Input type": [{t}]}}}}]}}"#,
+            d = vec!["[1]"; MAX_INPUTS].join(","),
+            t = vec!["\"float\""; MAX_INPUTS].join(","),
+        );
+        let (got, r) = read(&text);
+        r.unwrap();
+        assert_eq!(got[0].message, None);
+        assert_eq!(got[1].message, Some(Message { bytes: 4 * MAX_INPUTS as u64, scalar_type: Some(6) }));
     }
 
     #[test]

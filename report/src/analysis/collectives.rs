@@ -19,7 +19,7 @@ use crate::model::{Clock, ClockState};
 use trainprof_output::protocol::timeline::collective as words;
 use trainprof_output::protocol::timeline::{CPU_FUNCTIONS, GPU_FUNCTIONS};
 
-/// Collective records kept per job (48 bytes each: 24 MB at most).
+/// Collective records kept per job (56 bytes each: 28 MB at most).
 pub const MAX_RECORDS: usize = 500_000;
 /// Ranks with collectives kept per job.
 pub const MAX_RANKS: usize = 4096;
@@ -76,17 +76,16 @@ pub fn kernel_kind(name: &str) -> Option<String> {
     kind_of(rest.split(['_', '(', ' ']).next().unwrap_or_default())
 }
 
-/// Bytes of one element of torch's `dtype` (`c10::ScalarType`'s name).
-fn dtype_bytes(d: &str) -> Option<u64> {
-    Some(match d {
-        "Double" | "Long" | "ComplexFloat" => 8,
-        "Float" | "Int" | "ComplexHalf" => 4,
-        "Half" | "BFloat16" | "Short" | "UInt16" => 2,
-        "Byte" | "Char" | "Bool" | "Float8_e4m3fn" | "Float8_e5m2" | "Float8_e4m3fnuz"
-        | "Float8_e5m2fnuz" => 1,
-        "ComplexDouble" => 16,
-        _ => return None,
-    })
+/// torch's element type by `record_param_comms`' `dtype` (c10's `ScalarType` name): its
+/// place in [`words::SCALAR_TYPES`].
+fn dtype_named(d: &str) -> Option<u8> {
+    words::SCALAR_TYPES.iter().position(|t| t.0 == d).map(|i| i as u8)
+}
+
+/// torch's element type by its c10 `ScalarType` number (`scalar_type`): its place in
+/// [`words::SCALAR_TYPES`].
+fn dtype_numbered(n: i64) -> Option<u8> {
+    words::SCALAR_TYPES.iter().position(|t| i64::from(t.1) == n).map(|i| i as u8)
 }
 
 const CALL: u8 = 0;
@@ -94,6 +93,7 @@ const BACKEND: u8 = 1;
 const PARAM: u8 = 2;
 const KERNEL: u8 = 3;
 const NONE16: u16 = u16::MAX;
+const NONE8: u8 = u8::MAX;
 
 #[derive(Debug, Clone, Copy)]
 struct Rec {
@@ -104,6 +104,8 @@ struct Rec {
     seq: i64,
     /// `-1`: not recorded.
     bytes: i64,
+    /// The element type's place in [`words::SCALAR_TYPES`]; [`NONE8`]: not recorded.
+    dtype: u8,
     group_size: i32,
     group: u16,
     kind: u16,
@@ -233,9 +235,22 @@ impl Collector {
         let group_size = int_arg(e.args.get(words::GROUP_SIZE_KEY))
             .filter(|g| (1..=1 << 24).contains(g))
             .unwrap_or(-1) as i32;
+        // The message: torch's `record_param_comms` args, else what `trainprof.torch` wrote from
+        // torch's recorded shapes (docs/formats.md, "Collectives").
         let nelems = int_arg(e.args.get(words::IN_NELEMS_KEY)).filter(|n| (0..=1 << 50).contains(n));
-        let size = e.args.get(words::DTYPE_KEY).and_then(|v| v.as_str()).and_then(dtype_bytes);
-        let bytes = nelems.zip(size).and_then(|(n, s)| (n as u64).checked_mul(s)).map_or(-1, |b| b as i64);
+        let dtype = e
+            .args
+            .get(words::DTYPE_KEY)
+            .and_then(|v| v.as_str())
+            .and_then(dtype_named)
+            .or_else(|| int_arg(e.args.get(words::SCALAR_TYPE_KEY)).and_then(dtype_numbered));
+        let size = dtype.map(|d| u64::from(words::SCALAR_TYPES[usize::from(d)].3));
+        let bytes = nelems
+            .zip(size)
+            .and_then(|(n, s)| (n as u64).checked_mul(s))
+            .map(|b| b as i64)
+            .or_else(|| int_arg(e.args.get(words::MSG_BYTES_KEY)).filter(|b| (0..=1 << 60).contains(b)))
+            .unwrap_or(-1);
         self.records += 1;
         self.ranks[rank].1.recs.push(Rec {
             start: e.start_us,
@@ -243,6 +258,7 @@ impl Collector {
             step: e.step.unwrap_or(-1),
             seq,
             bytes,
+            dtype: dtype.unwrap_or(NONE8),
             group_size,
             group,
             kind,
@@ -298,9 +314,18 @@ impl Collector {
             let anchors = anchors(r, anchor, by_seq);
             let ends = completions(r, anchor, &anchors);
             let params = if anchor == PARAM { None } else { Some(paired(r, PARAM, &anchors)) };
+            // gloo's range carries the message when torch recorded its input (the `c10d::` op's
+            // is a list whose type torch does not write): docs/report.md, "Collectives across ranks".
+            let backends = if anchor == BACKEND { None } else { Some(paired(r, BACKEND, &anchors)) };
             let places = ordinals(&anchors);
             for (i, a) in anchors.iter().enumerate() {
-                let meta = params.as_ref().and_then(|p| p[i]).unwrap_or(*a);
+                let mut meta = params.as_ref().and_then(|p| p[i]).unwrap_or(*a);
+                if let Some(b) =
+                    backends.as_ref().and_then(|b| b[i]).filter(|b| meta.bytes < 0 && b.bytes >= 0)
+                {
+                    meta.bytes = b.bytes;
+                    meta.dtype = b.dtype;
+                }
                 let key = if by_seq { (a.group, i64::MIN, a.seq) } else { (a.group, a.step, places[i]) };
                 matched.entry(key).or_default().push(Arrival {
                     rank: ri,
@@ -376,6 +401,7 @@ impl Collector {
                 step: if by_seq { v[first].rec.step } else { *step },
                 kind: self.kinds.get(usize::from(m.kind)).cloned().unwrap_or_default(),
                 bytes: u64::try_from(m.bytes).ok(),
+                dtype: words::SCALAR_TYPES.get(usize::from(m.dtype)).map(|t| t.0.to_owned()),
                 group_size: u64::try_from(m.group_size).ok(),
                 ranks: v.len() as u64,
                 start_s: at[first] as f64 / 1e6,
@@ -674,6 +700,8 @@ mod tests {
                 (words::IN_NELEMS_KEY.to_owned(), serde_json::Value::from(u64::MAX)),
                 (words::GROUP_SIZE_KEY.to_owned(), serde_json::Value::from(i64::MAX)),
                 (words::DTYPE_KEY.to_owned(), serde_json::Value::from("Double")),
+                (words::MSG_BYTES_KEY.to_owned(), serde_json::Value::from(u64::MAX)),
+                (words::SCALAR_TYPE_KEY.to_owned(), serde_json::Value::from(-6)),
             ]);
             for rank in ["0-a", "1-b"] {
                 c.event(&crate::reading::Event {
@@ -705,5 +733,6 @@ mod tests {
         assert!(capped.iter().any(|k| k.what == "collective_groups" && k.limit == MAX_GROUPS as u64));
         let out = c.finish(&[]).unwrap();
         assert!(out.widest.len() <= WIDEST && out.widest.iter().all(|w| w.group.len() <= MAX_GROUP_BYTES));
+        assert!(std::mem::size_of::<Rec>() <= 56);
     }
 }

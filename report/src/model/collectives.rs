@@ -80,8 +80,11 @@ pub struct Collective {
     pub step: i64,
     /// `allreduce`, `allgather`, … (lower case, without underscores).
     pub kind: String,
-    /// `In msg nelems` × the size of `dtype`, when recorded.
+    /// The message's bytes: `In msg nelems` × the size of `dtype`, else what `trainprof.torch`
+    /// wrote from torch's recorded shapes (`msg_bytes`), when recorded.
     pub bytes: Option<u64>,
+    /// Its element type, c10's `ScalarType` name (`Float`, `BFloat16`, …), when recorded.
+    pub dtype: Option<String>,
     pub group_size: Option<u64>,
     pub ranks: u64,
     /// The first arrival, epoch s (aligned).

@@ -193,7 +193,11 @@ fn matched(out: &mut String, c: &Collectives, t0: f64) {
                 w.seq,
                 w.step,
                 esc(&w.kind),
-                w.bytes.map_or_else(|| "–".to_owned(), |b| b.to_string()),
+                esc(&match (w.bytes, &w.dtype) {
+                    (Some(b), Some(t)) => format!("{b} ({t})"),
+                    (Some(b), None) => b.to_string(),
+                    (None, _) => "–".to_owned(),
+                }),
                 w.ranks,
                 esc(&num(Some(w.arrival_spread_ms))),
                 esc(&num(w.end_spread_ms)),

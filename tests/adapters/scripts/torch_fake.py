@@ -9,6 +9,9 @@ TRAINPROF_TEST_PARAMS (JSON):
   cuda_version:  its ``torch.version.cuda`` (default "12.8"; null: a build without CUDA)
   start_fails:   the fake torch.profiler's start() raises (another profiler is running)
   user_profiler: after the loop the script makes a torch.profiler.profile of its own
+  collectives:   after each backward op a gloo all-reduce of 1,089 floats as torch 2.15 records
+                 it with record_shapes: ``c10d::allreduce_`` (a TensorList, its type not
+                 written) on the calling thread, ``gloo:all_reduce`` (the tensor) on thread 3
   epochs, batches, eval_steps, predict_steps, num_workers, pin_memory
   attach_kwargs: keyword arguments of attach()
   plan:          [[mode, count], ...]: only these forwards (train / eval), then close
@@ -112,6 +115,13 @@ class _FakeTorchProfile:
         end = self._rel_us()
         op_id = next(self._ids)
         self._events.append(_FunctionEvent(op_id, name, thread, CPU, -1, start, end))
+        if PARAMS.get("collectives") and name == "aten::mse_loss_backward":
+            call = _FunctionEvent(next(self._ids), "c10d::allreduce_", thread, CPU, -1, end, end + 2.0)
+            call.input_shapes = [[[1089]], [], [], [], [], []]
+            call.input_dtypes = ["TensorList", "", "", "", "Scalar", "Scalar"]
+            run = _FunctionEvent(next(self._ids), "gloo:all_reduce", 3, CPU, -1, end + 1.0, end + 5.0)
+            run.input_shapes, run.input_dtypes = [[1089]], ["float"]
+            self._events += [call, run]
         if "CUDA" in [a.name for a in self.activities]:
             corr = next(_FakeTorchProfile._corr)
             launch = start + (end - start) / 2

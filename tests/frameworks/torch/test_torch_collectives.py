@@ -4,7 +4,9 @@ torch; docs/report.md, "Collectives across ranks"): 4 gloo ranks in DistributedD
 of 40 steps configured; rank 3 sleeps 20 ms before each forward, so it reaches every gradient
 all-reduce last. The two nodes' outputs are put together as their S3 prefix would hold them,
 node B's timeline files shifted by a planted 37 ms (its clock ahead): the report names rank 3
-as the late rank at ≥ 90 % of the collectives with the others' wait, and finds node B's offset
+as the late rank at ≥ 90 % of the collectives with the others' wait, gives each collective's
+message (the gradient bucket's bytes and type, from the shapes torch records with
+``record_shapes``), and finds node B's offset
 within 2 ms; with node B's collective ends removed (gloo's ranges), it shares no end with node
 A and is reported unaligned, its offset not guessed. `trainprof trace` of the shifted job moves
 node B's events back by its offset (stderr and the process names say by how much): rank by
@@ -35,6 +37,9 @@ SHIFT_US = 37_000
 # Steps of the detailed window: the offset rests on this many shared ends (40 keep its error
 # well inside 1 ms where 10 left up to 0.8 ms; docs/report.md, "Clock alignment").
 WINDOW = 40
+# The gradients DDP all-reduces each step, in one bucket (scripts/ddp_ranks.py's model:
+# Linear(32, 32), ReLU, Linear(32, 1)), float32.
+GRAD_BYTES = (32 * 32 + 32 + 32 * 1 + 1) * 4
 DROP = ("TRAINPROF_", "SMPROFILER_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_", "PYTHONPATH")
 
 
@@ -55,7 +60,7 @@ def run_node(tmp_path, trainprof_bin, hook_lib, index):
         TRAINPROF_NVML_LIB=str(work / "no-libnvidia-ml.so.1"),
         TRAINPROF_TEST_PARAMS=json.dumps({"store": str(tmp_path / "store"), "stop": str(tmp_path / "stop"),
                                           "node_index": index, "ranks_per_node": 2, "world": 4, "steps": WINDOW + 20,
-                                          "step_ms": 5, "late_rank": 3, "late_ms": 20}),
+                                          "step_ms": 5, "late_rank": 3, "late_ms": 20, "record_shapes": True}),
     )
     proc = subprocess.Popen([str(trainprof_bin), "run", "--config", str(cfg), "--no-report", "--",
                              sys.executable, str(SCRIPT)],
@@ -140,6 +145,9 @@ def test_the_late_rank_is_named_and_the_shifted_node_aligned(tmp_path, trainprof
     late = c["late_rank"]
     assert late is not None and late["rank"].startswith("3-"), (late, c["per_rank"])
     assert late["last_share"] >= 0.9, late
+    # Each collective's message: the gradient bucket all-reduced, from the shapes torch recorded
+    # (record_shapes) on gloo's range (docs/formats.md, "Collectives").
+    assert c["widest"] and all((w["bytes"], w["dtype"]) == (GRAD_BYTES, "Float") for w in c["widest"]), c["widest"]
     # The others waited for it about 20 ms at each collective (3 ranks each).
     per = {r["rank"].split("-")[0]: r for r in c["per_rank"]}
     assert per["3"]["others_waited_ms"] >= 3 * 10.0 * late["last"], per["3"]

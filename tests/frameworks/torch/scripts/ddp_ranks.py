@@ -12,7 +12,8 @@ before each forward: it arrives last at every one of them.
 
 TRAINPROF_TEST_PARAMS: ``{"store": path (gloo's file store, shared by every node),
 "stop": path, "node_index": int, "ranks_per_node": int, "world": int, "step_ms": float,
-"max_steps": int, "steps": int, "late_rank": int, "late_ms": float}``."""
+"max_steps": int, "steps": int, "late_rank": int, "late_ms": float, "record_shapes": bool (the
+detailed window's torch.profiler records the ops' input shapes)}``."""
 
 import datetime
 import json
@@ -43,7 +44,7 @@ torch.set_num_threads(1)
 dist.init_process_group("gloo", init_method="file://" + PARAMS["store"], rank=RANK,
                         world_size=int(PARAMS["world"]), timeout=datetime.timedelta(seconds=120))
 model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1)))
-hook = trainprof.torch.attach(model)
+hook = trainprof.torch.attach(model, profiler_options={"record_shapes": True} if PARAMS.get("record_shapes") else None)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(16, 32), torch.randn(16, 1)
 step_s = float(PARAMS.get("step_ms", 20)) / 1000.0

@@ -8,9 +8,10 @@ Parts, in order; each has its own timeout, a part that fails prints its error an
 and a part whose prerequisites are missing (no pynvml, no torch, no CUDA device) says so:
 
   nvml     CPU µs per NVML call (nvidia-ml-py, mean of 30 calls, thread CPU time and wall): the
-           cheap instant reads, memory, processes, the two sample buffers (and how many samples
-           and seconds one read returns), the agent's field batch and each field alone, the
-           energy counter, GPM sample and metrics.
+           cheap instant reads, memory, processes, the two sample buffers from 0 and from their
+           newest sample (and how many samples and seconds one read returns), the per-process
+           utilisation from 0 and from a second ago, the agent's field batch and each field
+           alone, the energy counter, GPM sample and metrics.
   agent    `trainprof agent --interval-ms 100` for GPU_CHECK_AGENT_SECONDS (20) with the GPU and,
            at the same time, another with NVML pointed at a library that does not exist (the
            agent then samples no GPU): CPU per tick from /proc/<pid>/task/*/schedstat, from the
@@ -151,6 +152,20 @@ def nvml_part():
         except pynvml.NVMLError as e:
             out.setdefault("buffers", []).append({"buffer": label, "error": str(e)})
         timed("nvmlDeviceGetSamples (%s buffer, from 0)" % label, lambda k=kind: pynvml.nvmlDeviceGetSamples(h, k, 0))
+        # The agent reads a buffer from the newest sample it has seen (docs/formats.md, "GPU:
+        # cadence"); whether the driver charges that what it charges a read from 0 decides how
+        # often a buffer can be read in place of the instant utilisation.
+        newest = newest_sample(pynvml, h, kind)
+        if newest is not None:
+            timed("nvmlDeviceGetSamples (%s buffer, from its newest sample)" % label,
+                  lambda k=kind, t=newest: pynvml.nvmlDeviceGetSamples(h, k, t))
+    # The per-process buffer the agent reads with the others (charged in the fake as a sample
+    # buffer, never measured before): from 0, and from a second ago. NVML says "not found"
+    # when no process ran in that time; the error is then the note.
+    timed("nvmlDeviceGetProcessUtilization (from 0)", lambda: pynvml.nvmlDeviceGetProcessUtilization(h, 0))
+    recent = int(time.time() * 1e6) - 1_000_000
+    timed("nvmlDeviceGetProcessUtilization (from 1 s ago)",
+          lambda: pynvml.nvmlDeviceGetProcessUtilization(h, recent))
     timed("nvmlDeviceGetFieldValues, the agent's 10 fields", lambda: pynvml.nvmlDeviceGetFieldValues(h, FIELDS))
     for fid, scope in FIELDS:
         timed("... field %d (%s) alone" % (fid, FIELD_NAMES[fid]),
@@ -175,6 +190,15 @@ def nvml_part():
         out["calls"].append({"call": "GPM", "error": str(e)})
     pynvml.nvmlShutdown()
     print(json.dumps(out))
+
+
+def newest_sample(pynvml, h, kind):
+    """The timestamp of a sample buffer's newest sample, or None when it has none."""
+    try:
+        _, samples = pynvml.nvmlDeviceGetSamples(h, kind, 0)
+    except pynvml.NVMLError:
+        return None
+    return max((s.timeStamp for s in samples), default=None)
 
 
 def init(pynvml):

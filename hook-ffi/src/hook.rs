@@ -764,9 +764,12 @@ impl Hook {
                 TrainprofFeature::Python => {
                     c.python.feature.may_auto_open() && gate.extra_opens(AutoFeature::Python, step)
                 }
-                TrainprofFeature::Smdataparallel | TrainprofFeature::Memory => false,
+                TrainprofFeature::Smdataparallel => false,
                 TrainprofFeature::Native => {
                     c.native.feature.may_auto_open() && gate.extra_opens(AutoFeature::Native, step)
+                }
+                TrainprofFeature::Memory => {
+                    c.memory.feature.may_auto_open() && gate.extra_opens(AutoFeature::Memory, step)
                 }
             }
         };
@@ -788,6 +791,23 @@ impl Hook {
             gate.capped[i] = None;
         }
         false
+    }
+
+    /// Does a triggered or requested window (not the configured one) open the memory
+    /// feature at `step` (< 0: the current [`Hook::window_step`])? The PyTorch adapter learns
+    /// it from `trainprof_step_next` (docs/formats.md, "Memory windows"): while neither an
+    /// `AutoProfilingConfig` detector runs nor a requested window is armed, two relaxed loads
+    /// and no lock.
+    pub fn extra_memory_open(&self, step: i64) -> bool {
+        if !self.requests.armed.load(Relaxed) && !self.auto_on.load(Relaxed) {
+            return false;
+        }
+        if !self.enabled.load(Relaxed) {
+            return false;
+        }
+        let step = if step >= 0 { step as u64 } else { self.window_step().unwrap_or(0) };
+        let gate = lock(&self.gate);
+        gate.config.memory.feature.may_auto_open() && gate.extra_opens(AutoFeature::Memory, step)
     }
 
     #[cfg(test)]

@@ -597,7 +597,14 @@ mod tests {
         let (open, files, left_out) = openable(&c, all, "pytorch", "0-h");
         assert!(!open.contains(AutoFeature::Python) && open.contains(AutoFeature::Detailed));
         assert_eq!(left_out, ["python"]);
-        assert_eq!(files, ["framework/pevents/", "framework/native/0-h/"]);
+        assert_eq!(files, ["framework/pevents/", "framework/native/0-h/", "framework/memory/0-h/"]);
+        // A broken MemoryProfilingConfig leaves the memory window out, as any feature's.
+        let doc = r#"{"ProfilingParameters": {"LocalPath": "/x", "MemoryProfilingConfig": "{\"Stacks\": \"cpp\"}"}}"#;
+        let c = trainprof_config::from_bytes(doc.as_bytes(), &trainprof_config::Sources::new());
+        let (open, files, left_out) = openable(&c, all, "pytorch", "0-h");
+        assert!(!open.contains(AutoFeature::Memory) && open.contains(AutoFeature::Python));
+        assert_eq!(left_out, ["memory"]);
+        assert!(!files.iter().any(|f| f.contains("memory")));
     }
 
     fn hook_in(dir: &std::path::Path) -> Arc<Hook> {

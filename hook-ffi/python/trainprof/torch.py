@@ -36,7 +36,10 @@ Memory snapshots (``MemoryProfilingConfig``, docs/formats.md, "Memory windows"; 
 the allocator's history is on for the memory window's steps (asked at each step begin, at the
 global step) and one snapshot is written at its end, then history goes off; with
 ``OomSnapshot`` history stays on from :func:`attach` and the process's first out-of-memory
-error writes one snapshot before the error reaches the trainer (``trainprof._memory``).
+error writes one snapshot before the error reaches the trainer (``trainprof._memory``). A
+memory window ``trainprof trigger --memory`` or ``AutoProfilingConfig`` opens is recorded the
+same way, also without ``MemoryProfilingConfig``: the adapter learns it from the bit of
+``trainprof_step_next``'s answer, the one library call it makes at every step anyway.
 
 ``torch.compile``: the hooks never break a Dynamo graph (docs/trainer.md, "Framework adapters"). The
 top module's hooks are ``torch.compiler.disable``\ d, so Dynamo never traces them and they run

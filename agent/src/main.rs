@@ -183,6 +183,9 @@ struct TriggerFlags {
     /// The native CPU-sampling window.
     #[arg(long, group = "what")]
     native: bool,
+    /// The memory window (PyTorch on CUDA only): the caching allocator's history for the steps, one snapshot per rank under framework/memory/<node>/.
+    #[arg(long, group = "what")]
+    memory: bool,
     /// Every rank's Python and native stacks now, written as a hang dump of kind `requested`; the job goes on.
     #[arg(long, group = "what")]
     stacks: bool,
@@ -395,6 +398,7 @@ fn main() -> ExitCode {
                 ("dataloader", f.dataloader),
                 ("python", f.python),
                 ("native", f.native),
+                ("memory", f.memory),
             ]
             .into_iter()
             .filter_map(|(name, on)| on.then_some(name))

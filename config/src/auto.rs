@@ -33,11 +33,19 @@ pub enum AutoFeature {
     Python,
     /// Native CPU sampling: accepted and carried; opened by whatever runs native sampling.
     Native,
+    /// PyTorch's caching-allocator history, dumped as a memory snapshot at the window's end
+    /// (docs/formats.md, "Memory windows"); recorded by the PyTorch adapter only.
+    Memory,
 }
 
 impl AutoFeature {
-    pub const ALL: [AutoFeature; 4] =
-        [AutoFeature::Detailed, AutoFeature::Dataloader, AutoFeature::Python, AutoFeature::Native];
+    pub const ALL: [AutoFeature; 5] = [
+        AutoFeature::Detailed,
+        AutoFeature::Dataloader,
+        AutoFeature::Python,
+        AutoFeature::Native,
+        AutoFeature::Memory,
+    ];
 
     /// The name in `Features` (and in the trigger event's `features`).
     pub fn as_str(self) -> &'static str {
@@ -46,6 +54,7 @@ impl AutoFeature {
             AutoFeature::Dataloader => "dataloader",
             AutoFeature::Python => "python",
             AutoFeature::Native => "native",
+            AutoFeature::Memory => "memory",
         }
     }
 
@@ -155,7 +164,7 @@ pub(crate) enum AutoError {
     Negative(i64),
     #[error("is {0}, expected a list of feature names")]
     NotAList(&'static str),
-    #[error("{0} is not a feature name (detailed, dataloader, python, native)")]
+    #[error("{0} is not a feature name (detailed, dataloader, python, native, memory)")]
     NotAName(Value),
     #[error("unknown feature {0:?}{hint}", hint = did_you_mean(.0))]
     UnknownFeature(String),
@@ -171,7 +180,7 @@ fn did_you_mean(name: &str) -> String {
         .filter(|&(d, _)| d <= 2)
         .min_by_key(|&(d, _)| d)
         .map_or_else(
-            || " (detailed, dataloader, python, native)".to_owned(),
+            || " (detailed, dataloader, python, native, memory)".to_owned(),
             |(_, n)| format!("; did you mean {n:?}?"),
         )
 }
@@ -282,13 +291,16 @@ mod tests {
         assert_eq!(a.features.iter().collect::<Vec<_>>(), [AutoFeature::Detailed, AutoFeature::Python]);
         let a =
             read_json(json!({"StepTimeRatio": "2.5", "WarmupSteps": 0, "NumSteps": 3, "MedianOfSteps": 9,
-            "MaxPerHour": 1, "Features": ["Native", "dataloader"]}))
+            "MaxPerHour": 1, "Features": ["Native", "dataloader", "MEMORY"]}))
             .unwrap();
         assert_eq!(
             (a.step_time_ratio, a.warmup_steps, a.num_steps, a.median_of_steps, a.max_per_hour),
             (2.5, 0, 3, 9, 1)
         );
-        assert_eq!(a.features.iter().collect::<Vec<_>>(), [AutoFeature::Dataloader, AutoFeature::Native]);
+        assert_eq!(
+            a.features.iter().collect::<Vec<_>>(),
+            [AutoFeature::Dataloader, AutoFeature::Native, AutoFeature::Memory]
+        );
         assert_eq!(AutoFeatures::from_bits(a.features.bits()), a.features);
         assert_eq!(
             read_json(json!({"Features": "python"})).unwrap().features.bits(),
@@ -311,7 +323,10 @@ mod tests {
                 ("MedianOfSteps", "5000 is outside 1..=1000".to_owned()),
                 ("MaxPerHour", "\"x\" is not an integer".to_owned()),
                 ("Features", "unknown feature \"pyton\"; did you mean \"python\"?".to_owned()),
-                ("Features", "3 is not a feature name (detailed, dataloader, python, native)".to_owned()),
+                (
+                    "Features",
+                    "3 is not a feature name (detailed, dataloader, python, native, memory)".to_owned()
+                ),
             ]
         );
         assert_eq!(
@@ -324,7 +339,7 @@ mod tests {
         );
         assert_eq!(
             read_json(json!({"Features": ["gpu"]})).unwrap_err(),
-            [("Features", "unknown feature \"gpu\" (detailed, dataloader, python, native)".into())]
+            [("Features", "unknown feature \"gpu\" (detailed, dataloader, python, native, memory)".into())]
         );
     }
 }

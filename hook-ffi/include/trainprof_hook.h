@@ -23,7 +23,7 @@
  The ABI version: bumped whenever an export changes meaning or signature. The Python
  package refuses a library whose ABI version differs from its own.
  */
-#define TRAINPROF_ABI_VERSION 2
+#define TRAINPROF_ABI_VERSION 3
 
 /*
  Entries the ring keeps.
@@ -376,6 +376,34 @@ typedef int32_t TrainprofSnapshotKind;
 #endif // __cplusplus
 
 /*
+ The bits `trainprof_step_next` writes into `*out_windows`.
+ */
+enum TrainprofStepNext
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /*
+   The detailed window is open at the step asked about (`trainprof_window_active`'s
+   answer for `TRAINPROF_FEATURE_DETAILED`).
+   */
+  TRAINPROF_STEP_NEXT_DETAILED = 1,
+  /*
+   A triggered or requested memory window (`AutoProfilingConfig`, `trainprof trigger
+   --memory`; not the configured one, which `trainprof_window_active` answers for) is open
+   at that step (docs/formats.md, "Memory windows").
+   */
+  TRAINPROF_STEP_NEXT_MEMORY = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum TrainprofStepNext TrainprofStepNext;
+#else
+typedef int32_t TrainprofStepNext;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/*
  One extra argument of an event: `args.<name of key> = value`.
 
  For [`TrainprofArgKind::Float`], `value` carries the bits of an IEEE-754 double
@@ -618,9 +646,15 @@ TrainprofStatus trainprof_python_boundary(int32_t boundary, struct TrainprofPyth
  1. `trainprof_step_end()` when a step is in progress (none is not an error here);
  2. `trainprof_step_begin(mode, -1, out_step)`: the next step of `mode`;
  3. `trainprof_python_boundary(TRAINPROF_BOUNDARY_STEP_START, out_window)`;
- 4. `trainprof_window_active(TRAINPROF_FEATURE_DETAILED, detailed_step, NULL,
-    out_detailed)`: `detailed_step` < 0 asks about the current step (the one just begun,
-    counted as that function counts it).
+ 4. `trainprof_window_active(TRAINPROF_FEATURE_DETAILED, detailed_step, NULL, …)`:
+    `detailed_step` < 0 asks about the current step (the one just begun, counted as that
+    function counts it); its answer is the bit `TRAINPROF_STEP_NEXT_DETAILED` of
+    `*out_windows`;
+ 5. the bit `TRAINPROF_STEP_NEXT_MEMORY` of `*out_windows`: a triggered or requested
+    memory window (`AutoProfilingConfig`, `trainprof trigger --memory`) is open at that
+    same step (docs/formats.md, "Memory windows"); the configured memory window is not in
+    it (`trainprof_window_active` answers for it). While no detector runs and no request
+    is armed this costs two relaxed loads.
 
  The status is the Python boundary's (`OK`, or `BUFFER_TOO_SMALL` as
  `trainprof_python_boundary` returns it); the step end's own status (`NO_STEP`,
@@ -628,20 +662,20 @@ TrainprofStatus trainprof_python_boundary(int32_t boundary, struct TrainprofPyth
  does nothing and writes nothing (`NULL_ARGUMENT`). When the hook is not running
  (`NOT_INITIALIZED`, `SHUT_DOWN`, `DISABLED`) or `mode` is unknown (`INVALID_ARGUMENT`),
  nothing is done and the "nothing" values are written: `*out_step` = -1, `*out_window`
- = nothing ended or started, `*out_detailed` = 0 (as in a fork()ed child,
+ = nothing ended or started, `*out_windows` = 0 (as in a fork()ed child,
  `FORKED_CHILD`); the caller may then make the separate calls instead
  (`trainprof_python_boundary` also works after `trainprof_shutdown`). After a caught
  panic (`INTERNAL`) the out-values are left as the caller made them.
 
  # Safety
- `out_step`, `out_window` and `out_detailed` are each NULL or valid for a write of
+ `out_step`, `out_window` and `out_windows` are each NULL or valid for a write of
  their type.
  */
 TrainprofStatus trainprof_step_next(int32_t mode,
                                     int64_t detailed_step,
                                     int64_t *out_step,
                                     struct TrainprofPythonWindow *out_window,
-                                    int32_t *out_detailed);
+                                    int32_t *out_windows);
 
 /*
  Writes the node id (`<rank>-<host>`) NUL-terminated into `buf` of `cap` bytes.

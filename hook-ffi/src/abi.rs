@@ -24,7 +24,7 @@ use crate::types::{
     TRAINPROF_MAX_ARGS, TRAINPROF_NAME_OVER_LIMIT, TrainprofArg, TrainprofBoundary, TrainprofCap,
     TrainprofCprofileTimer, TrainprofFeature, TrainprofMemorySettings, TrainprofMode,
     TrainprofPythonProfiler, TrainprofPythonWindow, TrainprofSnapshotKind, TrainprofStacks, TrainprofStats,
-    TrainprofStatus, TrainprofWindowCaps,
+    TrainprofStatus, TrainprofStepNext, TrainprofWindowCaps,
 };
 use crate::{TRAINPROF_ABI_VERSION, guard, log, node};
 
@@ -593,9 +593,15 @@ fn python_boundary(
 /// 1. `trainprof_step_end()` when a step is in progress (none is not an error here);
 /// 2. `trainprof_step_begin(mode, -1, out_step)`: the next step of `mode`;
 /// 3. `trainprof_python_boundary(TRAINPROF_BOUNDARY_STEP_START, out_window)`;
-/// 4. `trainprof_window_active(TRAINPROF_FEATURE_DETAILED, detailed_step, NULL,
-///    out_detailed)`: `detailed_step` < 0 asks about the current step (the one just begun,
-///    counted as that function counts it).
+/// 4. `trainprof_window_active(TRAINPROF_FEATURE_DETAILED, detailed_step, NULL, …)`:
+///    `detailed_step` < 0 asks about the current step (the one just begun, counted as that
+///    function counts it); its answer is the bit `TRAINPROF_STEP_NEXT_DETAILED` of
+///    `*out_windows`;
+/// 5. the bit `TRAINPROF_STEP_NEXT_MEMORY` of `*out_windows`: a triggered or requested
+///    memory window (`AutoProfilingConfig`, `trainprof trigger --memory`) is open at that
+///    same step (docs/formats.md, "Memory windows"); the configured memory window is not in
+///    it (`trainprof_window_active` answers for it). While no detector runs and no request
+///    is armed this costs two relaxed loads.
 ///
 /// The status is the Python boundary's (`OK`, or `BUFFER_TOO_SMALL` as
 /// `trainprof_python_boundary` returns it); the step end's own status (`NO_STEP`,
@@ -603,13 +609,13 @@ fn python_boundary(
 /// does nothing and writes nothing (`NULL_ARGUMENT`). When the hook is not running
 /// (`NOT_INITIALIZED`, `SHUT_DOWN`, `DISABLED`) or `mode` is unknown (`INVALID_ARGUMENT`),
 /// nothing is done and the "nothing" values are written: `*out_step` = -1, `*out_window`
-/// = nothing ended or started, `*out_detailed` = 0 (as in a fork()ed child,
+/// = nothing ended or started, `*out_windows` = 0 (as in a fork()ed child,
 /// `FORKED_CHILD`); the caller may then make the separate calls instead
 /// (`trainprof_python_boundary` also works after `trainprof_shutdown`). After a caught
 /// panic (`INTERNAL`) the out-values are left as the caller made them.
 ///
 /// # Safety
-/// `out_step`, `out_window` and `out_detailed` are each NULL or valid for a write of
+/// `out_step`, `out_window` and `out_windows` are each NULL or valid for a write of
 /// their type.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn trainprof_step_next(
@@ -617,20 +623,23 @@ pub unsafe extern "C" fn trainprof_step_next(
     detailed_step: i64,
     out_step: *mut i64,
     out_window: *mut TrainprofPythonWindow,
-    out_detailed: *mut i32,
+    out_windows: *mut i32,
 ) -> TrainprofStatus {
     // SAFETY: the out-pointers are forwarded from the caller.
     unsafe {
-        export_out((out_step, out_window, out_detailed), (-1, TrainprofPythonWindow::NOTHING, 0), |out| {
+        export_out((out_step, out_window, out_windows), (-1, TrainprofPythonWindow::NOTHING, 0), |out| {
             let hook = running()?;
             let mode = TrainprofMode::from_i32(mode).ok_or(TrainprofStatus::InvalidArgument)?;
-            let (step, window, detailed) = out;
+            let (step, window, windows) = out;
             // NO_STEP (none in progress) is what "if one is in progress" means here;
             // DROPPED / DISABLED are counted by the hook as for trainprof_step_end.
             let _ = hook.step_end(hook::now_us());
             *step = hook.step_begin(mode, -1, hook::now_us()) as i64;
             let status = python_boundary(hook, TrainprofBoundary::StepStart, window).unwrap_or_else(|e| e);
-            *detailed = window_active(hook, TrainprofFeature::Detailed, detailed_step, None);
+            let detailed = window_active(hook, TrainprofFeature::Detailed, detailed_step, None);
+            let memory = i32::from(hook.extra_memory_open(detailed_step));
+            *windows =
+                (detailed * TrainprofStepNext::Detailed as i32) | (memory * TrainprofStepNext::Memory as i32);
             Ok(status)
         })
     }

@@ -764,9 +764,12 @@ impl Hook {
                 TrainprofFeature::Python => {
                     c.python.feature.may_auto_open() && gate.extra_opens(AutoFeature::Python, step)
                 }
-                TrainprofFeature::Smdataparallel | TrainprofFeature::Memory => false,
+                TrainprofFeature::Smdataparallel => false,
                 TrainprofFeature::Native => {
                     c.native.feature.may_auto_open() && gate.extra_opens(AutoFeature::Native, step)
+                }
+                TrainprofFeature::Memory => {
+                    c.memory.feature.may_auto_open() && gate.extra_opens(AutoFeature::Memory, step)
                 }
             }
         };
@@ -788,6 +791,23 @@ impl Hook {
             gate.capped[i] = None;
         }
         false
+    }
+
+    /// Does a triggered or requested window (not the configured one) open the memory
+    /// feature at `step` (< 0: the current [`Hook::window_step`])? The PyTorch adapter learns
+    /// it from `trainprof_step_next` (docs/formats.md, "Memory windows"): while neither an
+    /// `AutoProfilingConfig` detector runs nor a requested window is armed, two relaxed loads
+    /// and no lock.
+    pub fn extra_memory_open(&self, step: i64) -> bool {
+        if !self.requests.armed.load(Relaxed) && !self.auto_on.load(Relaxed) {
+            return false;
+        }
+        if !self.enabled.load(Relaxed) {
+            return false;
+        }
+        let step = if step >= 0 { step as u64 } else { self.window_step().unwrap_or(0) };
+        let gate = lock(&self.gate);
+        gate.config.memory.feature.may_auto_open() && gate.extra_opens(AutoFeature::Memory, step)
     }
 
     #[cfg(test)]
@@ -1445,6 +1465,42 @@ mod tests {
         // The step's own event comes first.
         let i = events.iter().position(|e| e.trigger_info().is_some()).unwrap();
         assert_eq!((events[i - 1].step, events[i - 1].end_us), (7, BASE + 1_120_000));
+    }
+
+    /// `memory` in `AutoProfilingConfig`'s `Features` (docs/formats.md, "Memory windows"): a
+    /// slow step opens the memory window at the next steps for both questions the PyTorch
+    /// adapter can ask (`trainprof_window_active`, and `trainprof_step_next`'s memory bit),
+    /// without a `MemoryProfilingConfig`; a configured memory window is not in the bit.
+    #[test]
+    fn a_slow_train_step_opens_the_memory_window_and_its_step_next_bit() {
+        let doc = r#"{"ProfilingParameters": {"LocalPath": "/nonexistent",
+            "AutoProfilingConfig": "{\"WarmupSteps\": 3, \"NumSteps\": 2, \"Features\": [\"memory\"]}"}}"#;
+        let config = trainprof_config::from_bytes(doc.as_bytes(), &Sources::new());
+        assert!(config.problems.is_empty(), "{:?}", config.problems);
+        let hook = hook_with(config, 256);
+        let (mut active, mut bit) = (Vec::new(), Vec::new());
+        let mut t = BASE;
+        for i in 0..10 {
+            hook.step_begin(TrainprofMode::Train, -1, t);
+            let g = hook.global_step().unwrap();
+            if hook.is_active(TrainprofFeature::Memory, -1, None, t as f64 / 1e6) {
+                active.push(g);
+            }
+            if hook.extra_memory_open(-1) {
+                bit.push(g);
+            }
+            assert!(!hook.is_active(TrainprofFeature::Detailed, -1, None, t as f64 / 1e6), "not named");
+            t += if i == 5 { 500_000 } else { 20_000 };
+            assert_eq!(hook.step_end(t), TrainprofStatus::Ok);
+        }
+        assert_eq!((active.as_slice(), bit.as_slice()), ([6, 7].as_slice(), [6, 7].as_slice()));
+        // A configured memory window is the adapter's own question, not the bit.
+        let doc = r#"{"ProfilingParameters": {"LocalPath": "/nonexistent",
+            "MemoryProfilingConfig": "{\"StartStep\": 1, \"NumSteps\": 2}"}}"#;
+        let hook = hook_with(trainprof_config::from_bytes(doc.as_bytes(), &Sources::new()), 256);
+        hook.step_begin(TrainprofMode::Train, -1, BASE);
+        hook.step_begin(TrainprofMode::Train, -1, BASE);
+        assert!(hook.is_active(TrainprofFeature::Memory, 1, None, 0.0) && !hook.extra_memory_open(1));
     }
 
     /// A capped window answers no for the rest of its steps (the detailed and the dataloader

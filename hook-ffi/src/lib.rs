@@ -56,7 +56,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// The ABI version: bumped whenever an export changes meaning or signature. The Python
 /// package refuses a library whose ABI version differs from its own.
-pub const TRAINPROF_ABI_VERSION: u32 = 2;
+pub const TRAINPROF_ABI_VERSION: u32 = 3;
 
 /// Runs `f`, returning `fallback` if it panics: no panic may cross the C ABI.
 pub(crate) fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {

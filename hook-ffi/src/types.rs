@@ -305,6 +305,19 @@ pub enum TrainprofSnapshotKind {
     Oom = 2,
 }
 
+/// The bits `trainprof_step_next` writes into `*out_windows`.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrainprofStepNext {
+    /// The detailed window is open at the step asked about (`trainprof_window_active`'s
+    /// answer for `TRAINPROF_FEATURE_DETAILED`).
+    Detailed = 1,
+    /// A triggered or requested memory window (`AutoProfilingConfig`, `trainprof trigger
+    /// --memory`; not the configured one, which `trainprof_window_active` answers for) is open
+    /// at that step (docs/formats.md, "Memory windows").
+    Memory = 2,
+}
+
 /// Counters, see `trainprof_stats`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]

@@ -117,7 +117,7 @@ def test_prototype_matches_the_header(name):
 def _constants_of_the_package():
     """Every constant of ``_lib`` that names a header constant: ``STATUS_OK`` is
     ``TRAINPROF_STATUS_OK``, ``PATH_MAX`` is ``TRAINPROF_PATH_MAX``, ..."""
-    prefixes = ("STATUS_", "MODE_", "FEATURE_", "BOUNDARY_", "ARG_KIND_", "PYTHON_PROFILER_", "CPROFILE_TIMER_", "CAP_", "STACKS_", "SNAPSHOT_KIND_")
+    prefixes = ("STATUS_", "MODE_", "FEATURE_", "BOUNDARY_", "ARG_KIND_", "PYTHON_PROFILER_", "CPROFILE_TIMER_", "CAP_", "STACKS_", "SNAPSHOT_KIND_", "STEP_NEXT_")
     found = {}
     for k, v in vars(_lib).items():
         if isinstance(v, int) and (k.startswith(prefixes) or k in ("PATH_MAX", "MAX_ARGS", "NAME_OVER_LIMIT")):

@@ -94,11 +94,11 @@ def test_wrong_library_path_is_a_clear_error(run_script, tmp_path, package_dir):
 
 def test_abi_mismatch_is_refused(run_script):
     e = error_of(run_script("api.py", {"case": "abi", "strict": True}))
-    assert e["import_error"] and "ABI version 2" in e["message"] and "needs 3" in e["message"]
+    assert e["import_error"] and "ABI version 3" in e["message"] and "needs 4" in e["message"]
     # Not strict: one warning, and a profiler that does nothing.
     run = run_script("api.py", {"case": "abi"}, config={}).check()
     assert run.manifest["profiler"] == {"ok": "<trainprof.Profiler framework=pytorch status=DISABLED>"}
-    assert [w for w in run.warnings() if "ABI version 2" in w and "needs 3" in w] == run.warnings()
+    assert [w for w in run.warnings() if "ABI version 3" in w and "needs 4" in w] == run.warnings()
     assert len(run.warnings()) == 1
 
 
@@ -223,7 +223,7 @@ def test_c_abi_statuses_through_ctypes(run_script):
     run = run_script("abi.py", config={}).check()
     assert run.proc.stdout.strip() == "still alive"
     m = run.manifest
-    assert m["abi_version"] == 2 and m["version"] == "0.1.0"
+    assert m["abi_version"] == 3 and m["version"] == "0.1.0"
     assert m["before_init"] == {
         "register_name": NOT_INITIALIZED,
         "step_begin": NOT_INITIALIZED,

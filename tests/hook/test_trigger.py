@@ -188,10 +188,26 @@ def test_no_trainer_running_is_a_clear_error(tmp_path, trainprof_bin):
     (["--detailed", "--wait", "0"], "--wait"),
     (["--detailed", "--wait", "nan"], "--wait"),
     (["--detailed", "--wait", "601"], "--wait"),
+    (["--memory", "--steps", "0"], "--steps"),
+    (["--memory", "--steps", "10001"], "--steps"),
+    (["--memory", "--roundup", "0"], "--roundup"),
+    (["--memory", "--memory"], "'--memory' cannot be used multiple times"),
+    (["--memory=yes"], "unexpected value 'yes' for '--memory'"),
+    (["--memroy"], "unexpected argument '--memroy'"),
 ])
 def test_flags_are_checked(tmp_path, trainprof_bin, args, says):
     t = trigger(trainprof_bin, *args, tmp_path)
     assert t.returncode == 2 and says in t.stderr, t.stderr
+    assert not (tmp_path / "trigger").exists(), "nothing starts on a flag mistake"
+
+
+def test_help_names_every_window(trainprof_bin):
+    t = subprocess.run([str(trainprof_bin), "trigger", "--help"], capture_output=True, text=True)
+    assert t.returncode == 0, t.stderr
+    usage = re.search(r"<(--detailed\|[^>]*)>", t.stdout).group(1).split("|")
+    assert usage == ["--detailed", "--python", "--dataloader", "--native", "--memory", "--stacks"], usage
+    assert "--memory\n          The memory window (PyTorch on CUDA only)" in t.stdout, t.stdout
+    assert "framework/memory/<node>/" in t.stdout
 
 
 def test_an_s3_target_that_cannot_be_used_is_exit_status_2(trainprof_bin):

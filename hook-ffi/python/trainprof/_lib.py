@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 #: The ABI this package speaks (``TRAINPROF_ABI_VERSION``).
-ABI_VERSION = 2
+ABI_VERSION = 3
 #: ``TRAINPROF_PATH_MAX``: bytes in each path buffer of :class:`TrainprofPythonWindow`.
 PATH_MAX = 4096
 #: ``TRAINPROF_MAX_ARGS``: extra arguments per event.
@@ -71,6 +71,10 @@ STACKS_ALL = 2
 # enum TrainprofSnapshotKind
 SNAPSHOT_KIND_WINDOW = 1
 SNAPSHOT_KIND_OOM = 2
+
+# enum TrainprofStepNext: the bits of trainprof_step_next's out_windows
+STEP_NEXT_DETAILED = 1
+STEP_NEXT_MEMORY = 2
 
 # enum TrainprofBoundary
 BOUNDARY_START = 1

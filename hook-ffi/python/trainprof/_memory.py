@@ -4,7 +4,11 @@ kept on (bounded) for one snapshot at a rank's first out-of-memory error.
 
 The CUDA calls are behind :class:`CudaMemory` (the default), so a test double can stand in
 where there is no GPU. :class:`Recorder` holds the state; ``trainprof.torch`` calls it at
-each step begin and at close. The library makes each file (never over a file or through a
+each step begin and at close. A window ``trainprof trigger --memory`` or ``AutoProfilingConfig``
+opens (docs/trigger.md) is recorded the same way: with ``MemoryProfilingConfig`` on, by the
+recorder it made (the library's answer for the window covers both); without it, by a recorder
+made at the first such window (:meth:`Recorder.for_trigger`), told at each step begin
+whether that window is open (``trainprof_step_next``'s bit, no call of its own). The library makes each file (never over a file or through a
 link, mode 0600); this module pickles the snapshot into it as
 ``torch.cuda.memory._dump_snapshot`` does. Nothing here raises into the trainer: a failure
 is one log line and the feature is off.
@@ -82,6 +86,9 @@ class Recorder:
         self._stacks = str(settings["stacks"])
         self._oom = bool(settings["oom_snapshot"])
         self._step = step
+        # Made for a triggered window (no MemoryProfilingConfig): the window is what the
+        # caller says at each step, not the library's answer.
+        self._triggered_only = False
         self._recording = False
         self._window_first: Optional[int] = None
         self._off = False
@@ -112,6 +119,30 @@ class Recorder:
             log("trainprof.torch: memory snapshots are off (%s: %s)" % (type(e).__name__, e))
             return None
 
+    @classmethod
+    def for_trigger(cls, prof: Profiler, backend: Any, step: Callable[[], int]) -> Optional[Recorder]:
+        """A recorder for triggered or requested memory windows in a process without
+        ``MemoryProfilingConfig`` (the config's defaults: ``MaxEntries``, Python stacks, no
+        OOM snapshot), or None, with one line saying why (no CUDA: the window cannot run)."""
+        try:
+            settings = prof._memory_settings(defaults=True)
+            if settings is None:
+                return None
+            backend = backend if backend is not None else CudaMemory()
+            if not backend.available():
+                log(
+                    "trainprof.torch: a memory window was opened (trainprof trigger --memory or "
+                    "AutoProfilingConfig) but cannot run: memory snapshots need CUDA "
+                    "(torch.cuda.is_available() is false); no snapshot is taken"
+                )
+                return None
+            r = cls(prof, dict(settings, oom_snapshot=False), backend, step)
+            r._triggered_only = True
+            return r
+        except Exception as e:
+            log("trainprof.torch: a memory window cannot run (%s: %s)" % (type(e).__name__, e))
+            return None
+
     # --- history ---------------------------------------------------------------------------
 
     def _on(self) -> None:
@@ -124,12 +155,15 @@ class Recorder:
             self._backend.stop()
             self._recording = False
 
-    def at_step(self, step: int) -> None:
-        """At the begin of global step ``step``: opens or closes the window."""
+    def at_step(self, step: int, triggered: bool = False) -> None:
+        """At the begin of global step ``step``: opens or closes the window. ``triggered``:
+        a triggered or requested memory window is open at ``step`` (what
+        ``trainprof_step_next`` said); a recorder of ``MemoryProfilingConfig`` asks the
+        library instead, whose answer covers those windows too."""
         if self._off:
             return
         try:
-            open_now = self._prof.active("memory", step=step)
+            open_now = triggered if self._triggered_only else self._prof.active("memory", step=step)
             if open_now and self._window_first is None:
                 self._on()
                 self._window_first = step

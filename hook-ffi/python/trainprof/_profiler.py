@@ -260,12 +260,14 @@ class Profiler:
         self._windows.boundary(_lib.BOUNDARY_STEP_START)
         return n
 
-    def _step_next(self, mode: str, detailed_step: int) -> Optional[bool]:
+    def _step_next(self, mode: str, detailed_step: int) -> Optional[int]:
         """For the PyTorch adapter, in one library call (``trainprof_step_next``):
         ``step_end()`` when a step is in progress, ``step_begin(mode)`` (with its step-start
         Python-profiling boundary, applied by the Python-profiling state as
-        :meth:`step_begin` applies it) and ``active("detailed", step=detailed_step)``.
-        Returns the detailed answer (True / False), or None when the one call cannot be
+        :meth:`step_begin` applies it), ``active("detailed", step=detailed_step)`` and
+        whether a triggered or requested memory window is open at that step (docs/formats.md,
+        "Memory windows"). Returns the bits ``_lib.STEP_NEXT_DETAILED`` and
+        ``_lib.STEP_NEXT_MEMORY`` (0 when neither), or None when the one call cannot be
         made (a library without it, not recording, the Python-profiling state closed, ...):
         the caller then makes the separate calls. ``mode``: a key of :data:`MODES`;
         ``detailed_step``: an int >= -1."""
@@ -278,11 +280,11 @@ class Profiler:
         r = self._windows.step_next(fn, m, detailed_step)
         if r is None:
             return None
-        _status, n, detailed = r
+        _status, n, windows = r
         if n < 0:
             n = self._next_step[m]
         self._next_step[m] = n + 1
-        return detailed == 1
+        return int(windows)
 
     def forward_end(self) -> None:
         """The end of the forward pass (PyTorch): a Python-profiling boundary."""
@@ -589,15 +591,16 @@ class Profiler:
 
     # --- PyTorch memory snapshots ---------------------------------------------------------------
 
-    def _memory_settings(self) -> Optional[Dict[str, Any]]:
+    def _memory_settings(self, defaults: bool = False) -> Optional[Dict[str, Any]]:
         """What ``MemoryProfilingConfig`` asks for (docs/formats.md, "Memory windows"):
         ``{"max_entries", "stacks" ("python" | "all"), "oom_snapshot"}``, or None when the
-        feature is off (or the library is too old to say)."""
+        feature is off (or the library is too old to say). ``defaults``: also when it is not
+        configured (its defaults then), for a triggered window."""
         if not self.enabled or not _lib.has(self._lib, "trainprof_memory_settings"):
             return None
         out = _lib.TrainprofMemorySettings()
         status: int = self._lib.trainprof_memory_settings(_byref(out))
-        if status != _lib.STATUS_OK or out.enabled != 1:
+        if status != _lib.STATUS_OK or (out.enabled != 1 and not defaults):
             return None
         return {
             "max_entries": int(out.max_entries),

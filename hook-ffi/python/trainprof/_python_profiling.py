@@ -226,8 +226,8 @@ class Windows:
         self._detailed_step = ctypes.c_int64(-1)
         self._step_out = ctypes.c_int64(-1)
         self._step_ref = ctypes.byref(self._step_out)
-        self._detailed_out = ctypes.c_int32(0)
-        self._detailed_ref = ctypes.byref(self._detailed_out)
+        self._windows_out = ctypes.c_int32(0)  # STEP_NEXT_* bits
+        self._windows_ref = ctypes.byref(self._windows_out)
         self._c_boundary = _lib.raw_function(lib, "trainprof_python_boundary")
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref))
@@ -262,7 +262,7 @@ class Windows:
         without argtypes) makes it, together with the step end, the step begin of ``mode``
         (an int) and the detailed-window question at ``detailed_step`` (an int >= -1).
         The same state checks as :meth:`boundary`, under the same lock. Returns
-        ``(status, step, detailed)``, or None when the call was not made (closed, exited,
+        ``(status, step, windows)`` (``windows``: the ``STEP_NEXT_*`` bits), or None when the call was not made (closed, exited,
         another fork generation) or did nothing (the hook not running, a wrong argument):
         the caller then makes the separate calls. Never raises."""
         if _fork._generation != self._gen:
@@ -272,21 +272,21 @@ class Windows:
                 if self.exited or self.closed:
                     return None
                 self._detailed_step.value = detailed_step
-                status: int = fn(mode, self._detailed_step, self._step_ref, self._answer_ref, self._detailed_ref)
+                status: int = fn(mode, self._detailed_step, self._step_ref, self._answer_ref, self._windows_ref)
                 answer = self._answer
                 if status == 0 and not answer.ended and not answer.started:  # every step outside a window
-                    return status, self._step_out.value, self._detailed_out.value
+                    return status, self._step_out.value, self._windows_out.value
                 if status in _STEP_NEXT_DID_NOTHING:
                     return None
                 if status == _lib.STATUS_INTERNAL:  # the out-values were not written
-                    step, detailed = -1, 0
+                    step, windows = -1, 0
                 else:
-                    step, detailed = self._step_out.value, self._detailed_out.value
+                    step, windows = self._step_out.value, self._windows_out.value
                 try:
                     self._answered(status, "trainprof_step_next")
                 except Exception as e:
                     log("Python profiling: %s: %s (profiling goes on)" % (type(e).__name__, e))
-                return status, step, detailed
+                return status, step, windows
         except Exception as e:
             log("Python profiling: %s: %s (profiling goes on)" % (type(e).__name__, e))
             return None

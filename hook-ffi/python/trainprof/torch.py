@@ -36,7 +36,10 @@ Memory snapshots (``MemoryProfilingConfig``, docs/formats.md, "Memory windows"; 
 the allocator's history is on for the memory window's steps (asked at each step begin, at the
 global step) and one snapshot is written at its end, then history goes off; with
 ``OomSnapshot`` history stays on from :func:`attach` and the process's first out-of-memory
-error writes one snapshot before the error reaches the trainer (``trainprof._memory``).
+error writes one snapshot before the error reaches the trainer (``trainprof._memory``). A
+memory window ``trainprof trigger --memory`` or ``AutoProfilingConfig`` opens is recorded the
+same way, also without ``MemoryProfilingConfig``: the adapter learns it from the bit of
+``trainprof_step_next``'s answer, the one library call it makes at every step anyway.
 
 ``torch.compile``: the hooks never break a Dynamo graph (docs/trainer.md, "Framework adapters"). The
 top module's hooks are ``torch.compiler.disable``\ d, so Dynamo never traces them and they run
@@ -64,7 +67,7 @@ import threading
 import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from . import _caps, _fork, _memory
+from . import _caps, _fork, _lib, _memory
 from ._log import log
 from ._profiler import Profiler
 
@@ -219,8 +222,11 @@ class TorchHook:
         cuda_memory: Any = None,
     ) -> None:
         self._gen = _fork.generation()
-        # Memory snapshots (docs/formats.md, "Memory windows"), when configured.
+        # Memory snapshots (docs/formats.md, "Memory windows"), when configured or once a
+        # triggered memory window opened; ``_memory_tried``: no other recorder is made.
         self._memory: Optional[_memory.Recorder] = None
+        self._memory_tried = False
+        self._cuda_memory = cuda_memory
         self._profiler_options: Dict[str, Any] = dict(profiler_options or {})
         # The detailed window's caps (docs/formats.md, "Window caps"), read when it opens:
         # the trainer's resident memory then, and the events it wrote so far.
@@ -278,6 +284,8 @@ class TorchHook:
             self._closed = True
             return
         self._memory = _memory.Recorder.make(profiler, cuda_memory, lambda: max(self.step, 0))
+        # A configured feature already said why it has no recorder (no CUDA): said once.
+        self._memory_tried = self._memory is not None or profiler._memory_settings() is not None
         if self._memory is not None and self._memory.wants_forward_hook():
             try:
                 hook = _untraced(self._memory.forward_hook, self._disable)
@@ -347,7 +355,10 @@ class TorchHook:
             mode = "train" if getattr(self._model, "training", True) else "eval"
         # Every step after the first: step end, step begin, the step-start Python boundary
         # and the detailed-window question in one library call, when it can be made.
-        detailed = prof._step_next(mode, self.step + 1) if self._in_step else None
+        windows = prof._step_next(mode, self.step + 1) if self._in_step else None
+        # A triggered or requested memory window: a bit of the same call, no call of its own.
+        memory = windows is not None and bool(windows & _lib.STEP_NEXT_MEMORY)
+        detailed = None if windows is None else bool(windows & _lib.STEP_NEXT_DETAILED)
         if detailed is None:
             if self._in_step:
                 self._in_step = False
@@ -362,8 +373,11 @@ class TorchHook:
             self.step += 1
             if self._sub_starts:
                 self._sub_starts.clear()
+        if self._memory is None and memory and not self._memory_tried:
+            self._memory_tried = True
+            self._memory = _memory.Recorder.for_trigger(prof, self._cuda_memory, lambda: max(self.step, 0))
         if self._memory is not None:
-            self._memory.at_step(self.step)
+            self._memory.at_step(self.step, memory)
         if detailed and self._detailed and self._over_cap():
             detailed = False  # stopped at its cap: closed below, this step not profiled
         if detailed and not self._detailed:

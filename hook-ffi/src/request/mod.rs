@@ -597,7 +597,14 @@ mod tests {
         let (open, files, left_out) = openable(&c, all, "pytorch", "0-h");
         assert!(!open.contains(AutoFeature::Python) && open.contains(AutoFeature::Detailed));
         assert_eq!(left_out, ["python"]);
-        assert_eq!(files, ["framework/pevents/", "framework/native/0-h/"]);
+        assert_eq!(files, ["framework/pevents/", "framework/native/0-h/", "framework/memory/0-h/"]);
+        // A broken MemoryProfilingConfig leaves the memory window out, as any feature's.
+        let doc = r#"{"ProfilingParameters": {"LocalPath": "/x", "MemoryProfilingConfig": "{\"Stacks\": \"cpp\"}"}}"#;
+        let c = trainprof_config::from_bytes(doc.as_bytes(), &trainprof_config::Sources::new());
+        let (open, files, left_out) = openable(&c, all, "pytorch", "0-h");
+        assert!(!open.contains(AutoFeature::Memory) && open.contains(AutoFeature::Python));
+        assert_eq!(left_out, ["memory"]);
+        assert!(!files.iter().any(|f| f.contains("memory")));
     }
 
     fn hook_in(dir: &std::path::Path) -> Arc<Hook> {
@@ -689,6 +696,62 @@ mod tests {
         assert!(p.current.is_none());
         p.stop();
         assert!(!folder.join("rank-0-test-77.json").exists());
+    }
+
+    /// A memory request (docs/formats.md, "Memory windows"): armed with the snapshots'
+    /// folder, open on its steps for `trainprof_window_active` and for `trainprof_step_next`'s
+    /// memory bit ([`Hook::extra_memory_open`]), which says nothing outside them.
+    #[test]
+    fn a_memory_request_opens_the_memory_window_on_its_steps() {
+        use crate::types::{TrainprofFeature, TrainprofMode};
+        let scratch = tempfile::tempdir().unwrap();
+        let hook = hook_in(scratch.path());
+        let t0 = crate::now_us();
+        let mut p = Poller::start(&hook, t0);
+        let folder = scratch.path().join(REQUEST_DIR);
+        hook.step_begin(TrainprofMode::Train, -1, t0);
+        assert!(!hook.extra_memory_open(-1) && !hook.is_active(TrainprofFeature::Memory, -1, None, 0.0));
+        put(
+            &folder,
+            "request-m1.json",
+            &serde_json::json!({"version": 1, "id": "m1", "features": ["memory"], "stacks": false,
+                "steps": 3, "roundup": 1, "requested_us": t0, "expires_us": t0 + 60_000_000}),
+        );
+        p.poll(&hook, t0);
+        hook.step_end(t0);
+        hook.step_begin(TrainprofMode::Train, -1, t0);
+        p.poll(&hook, t0 + 60_000);
+        assert_eq!(answer(&folder, "ack-m1-0-test-77.json")["step"], 1);
+        put(
+            &folder,
+            "go-m1.json",
+            &serde_json::json!({"version": 1, "id": "m1", "start": 4, "ranks": ["0-test-77"]}),
+        );
+        p.poll(&hook, t0 + 120_000);
+        hook.step_end(t0);
+        hook.step_begin(TrainprofMode::Train, -1, t0);
+        p.poll(&hook, t0 + 180_000);
+        let armed = answer(&folder, "armed-m1-0-test-77.json");
+        assert_eq!((armed["answer"].as_str(), armed["start"].as_u64()), (Some("armed"), Some(4)));
+        assert_eq!(armed["files"], serde_json::json!(["framework/memory/0-test/"]));
+        let (mut active, mut bit) = (Vec::new(), Vec::new());
+        for _ in 3..10 {
+            hook.step_end(t0);
+            let step = hook.step_begin(TrainprofMode::Train, -1, t0);
+            if hook.is_active(TrainprofFeature::Memory, -1, None, 0.0) {
+                active.push(step);
+            }
+            if hook.extra_memory_open(-1) {
+                bit.push(step);
+            }
+            assert!(!hook.is_active(TrainprofFeature::Detailed, -1, None, 0.0), "only the memory window");
+        }
+        assert_eq!((active.as_slice(), bit.as_slice()), ([4, 5, 6].as_slice(), [4, 5, 6].as_slice()));
+        let events: Vec<_> = std::iter::from_fn(|| hook.pop()).filter_map(|e| e.requested_info()).collect();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].features.iter().collect::<Vec<_>>(), [AutoFeature::Memory]);
+        assert!(!hook.requests.armed.load(Acquire) && !hook.extra_memory_open(5), "dropped past its end");
+        p.stop();
     }
 
     /// A rank already at or past the start answers missed and arms nothing; a rank not listed

@@ -102,6 +102,7 @@ pub(crate) fn openable(
             AutoFeature::Dataloader => config.dataloader.feature.may_auto_open(),
             AutoFeature::Python => config.python.feature.may_auto_open(),
             AutoFeature::Native => config.native.feature.may_auto_open(),
+            AutoFeature::Memory => config.memory.feature.may_auto_open(),
         };
         if !may {
             left_out.push(f.as_str());
@@ -116,6 +117,9 @@ pub(crate) fn openable(
             }
             AutoFeature::Native => {
                 format!("{}/{node}/", trainprof_output::protocol::native_window::NATIVE_DIR)
+            }
+            AutoFeature::Memory => {
+                format!("{}/{node}/", trainprof_output::protocol::memory_snapshot::MEMORY_DIR)
             }
         };
         if !files.contains(&folder) {

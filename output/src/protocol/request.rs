@@ -61,7 +61,7 @@ pub const JSON_SUFFIX: &str = ".json";
 
 /// The features a request may name (the windows' names, as in `AutoProfilingConfig`'s
 /// `Features`).
-pub const FEATURES: [&str; 4] = ["detailed", "dataloader", "python", "native"];
+pub const FEATURES: [&str; 5] = ["detailed", "dataloader", "python", "native", "memory"];
 
 /// `<node>-<pid>`: a rank's key in file names and go-aheads.
 pub fn rank_key(node: &str, pid: u32) -> String {
@@ -407,6 +407,12 @@ mod tests {
         assert_eq!(r.features, ["detailed", "python"]);
         let again = serde_json::to_vec(&r).unwrap();
         assert_eq!(parse_request(&again).unwrap(), r);
+        // Every feature at once, the memory window's among them (docs/formats.md, "Memory windows").
+        let all =
+            request("").replace(r#"["detailed", "python"]"#, &serde_json::to_string(&FEATURES).unwrap());
+        assert_eq!(parse_request(all.as_bytes()).unwrap().features, FEATURES);
+        let memory = request("").replace(r#"["detailed", "python"]"#, r#"["memory"]"#);
+        assert_eq!(parse_request(memory.as_bytes()).unwrap().features, ["memory"]);
     }
 
     #[test]
@@ -429,6 +435,9 @@ mod tests {
             (request("").replace(r#""id": "a1""#, r#""id": 7"#), "not the format"),
             (request("").replace(r#""python""#, r#""perf""#), "not one of"),
             (request("").replace(r#""python""#, r#""detailed""#), "twice"),
+            (request("").replace(r#"["detailed", "python"]"#, r#"["memory", "memory"]"#), "twice"),
+            (request("").replace(r#""python""#, r#""Memory""#), "not one of"),
+            (request("").replace(r#""python""#, r#""gpu_memory""#), "not one of"),
             (request("").replace(r#"["detailed", "python"]"#, "[]"), "no feature"),
             (request("").replace(r#"["detailed", "python"]"#, r#"{"a": 1}"#), "not the format"),
             (request("").replace(r#""stacks": false"#, r#""stacks": 1"#), "not the format"),

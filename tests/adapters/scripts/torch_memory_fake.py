@@ -10,24 +10,42 @@ TRAINPROF_TEST_PARAMS (JSON):
   catch_oom:        the loop catches the OOM, prints "caught", and goes on
   plain:            no trainprof at all (the same loop, for comparison)
   stand_in:         attach(cuda_memory=<a stand-in object>) instead of the fake torch's calls
+  cuda:             torch.cuda.is_available() (default true)
+  stop:             a path: steps go on (at most ``steps``) until that file appears, one
+                    every ``step_ms`` (default 20), for `trainprof trigger` (test_torch_memory_trigger.py);
+                    the manifest is written at each step (its ``step``: the step reached)
+  ranks:            starts this many ranks (``RANK`` set), each writing the manifest
+                    ``<TRAINPROF_TEST_MANIFEST>.<rank>``, and waits for them all
 What the CUDA calls were goes into the JSON manifest at TRAINPROF_TEST_MANIFEST, written
-before the loop ends (also when the OOM ends the process).
+before the loop ends (also when the OOM ends the process), with ``memory_questions``: how
+often the package asked the library whether the memory window is open, and (after
+``attach``) for the memory settings (``settings_asked``).
 """
 
 import json
 import os
+import subprocess
 import sys
+import time
 import types
 
 PARAMS = json.loads(os.environ.get("TRAINPROF_TEST_PARAMS") or "{}")
 MANIFEST = os.environ["TRAINPROF_TEST_MANIFEST"]
+if "ranks" in PARAMS:
+    if "RANK" not in os.environ:
+        procs = [
+            subprocess.Popen([sys.executable, os.path.abspath(__file__)], env=dict(os.environ, RANK=str(rank)))
+            for rank in range(int(PARAMS["ranks"]))
+        ]
+        sys.exit(max(p.wait() for p in procs))
+    MANIFEST = "%s.%s" % (MANIFEST, os.environ["RANK"])
 CALLS = []  # ("record", max_entries, stacks) | ("stop",) | ("snapshot", step) | ("observe",)
-STATE = {"step": -1, "recording": False, "observers": []}
+STATE = {"step": -1, "recording": False, "observers": [], "memory_questions": 0, "settings_asked": 0}
 
 
 def save():
     with open(MANIFEST, "w") as f:
-        json.dump({"calls": CALLS}, f)
+        json.dump(dict({k: STATE[k] for k in ("memory_questions", "settings_asked", "step")}, calls=CALLS), f)
 
 
 class OutOfMemoryError(RuntimeError):
@@ -59,7 +77,7 @@ def install_fake_torch():
     torch = types.ModuleType("torch")
     torch.OutOfMemoryError = OutOfMemoryError
     cuda = types.ModuleType("torch.cuda")
-    cuda.is_available = lambda: True
+    cuda.is_available = lambda: bool(PARAMS.get("cuda", True))
     cuda.OutOfMemoryError = OutOfMemoryError
     memory = types.ModuleType("torch.cuda.memory")
     memory._record_memory_history = _record_memory_history
@@ -165,11 +183,37 @@ def main():
     if not PARAMS.get("plain"):
         import trainprof.torch
 
+        from trainprof import _lib
+
         kwargs = {"cuda_memory": StandIn()} if PARAMS.get("stand_in") else {}
         hook = trainprof.torch.attach(model, **kwargs)
+        if hook.profiler is not None:
+            # Count the package's questions about the memory window (its one call into the library).
+            asks = hook.profiler._window_active
+
+            def counting(feature, *args):
+                if feature == _lib.FEATURE_MEMORY:
+                    STATE["memory_questions"] += 1
+                return asks(feature, *args)
+
+            hook.profiler._window_active = counting
+            settings = hook.profiler._memory_settings
+
+            def counting_settings(*args, **kwargs):
+                STATE["settings_asked"] += 1
+                return settings(*args, **kwargs)
+
+            hook.profiler._memory_settings = counting_settings
     save()
+    stop = PARAMS.get("stop")
     for step in range(PARAMS.get("steps", 8)):
+        if stop is not None:
+            if os.path.exists(stop):
+                break
+            time.sleep(PARAMS.get("step_ms", 20) / 1000.0)
         STATE["step"] = step
+        if stop is not None:
+            save()  # the step reached, for the test to wait on
         try:
             model(step)
         except OutOfMemoryError:

@@ -42,7 +42,7 @@ elif CASE == "load":
 elif CASE == "abi":
     import trainprof
 
-    trainprof._lib.ABI_VERSION = 3
+    trainprof._lib.ABI_VERSION = 4
     r["profiler"] = outcome(lambda: trainprof.Profiler(framework="pytorch", strict=PARAMS.get("strict", False)))
 elif CASE == "names":
     import trainprof

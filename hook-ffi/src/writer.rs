@@ -692,7 +692,8 @@ mod tests {
                 files_sealed: 1,
                 open_failures: 0,
                 write_errors: 0,
-                ..Counts::default()
+                // Every byte of the sealed file.
+                bytes_sealed: text.len() as u64,
             }
         );
     }

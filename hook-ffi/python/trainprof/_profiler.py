@@ -764,7 +764,7 @@ class Profiler:
             log("close(): %s: %s" % (type(e).__name__, e))
         return None
 
-    def add_cost(self, part: str, ns: int) -> None:
+    def _add_cost(self, part: str, ns: int) -> None:
         """One call of ``part`` (a window's open or close, a word of :data:`COST_PARTS`)
         that took ``ns`` nanoseconds: for the adapters, which time the windows they run."""
         c = self._cost[part]

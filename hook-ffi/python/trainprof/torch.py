@@ -399,14 +399,14 @@ class TorchHook:
         try:
             self._open_detailed_window()
         finally:
-            self._prof.add_cost("window.detailed.open", time.perf_counter_ns() - t0)
+            self._prof._add_cost("window.detailed.open", time.perf_counter_ns() - t0)
 
     def _close_detailed(self) -> None:
         t0 = time.perf_counter_ns()
         try:
             self._close_detailed_window()
         finally:
-            self._prof.add_cost("window.detailed.close", time.perf_counter_ns() - t0)
+            self._prof._add_cost("window.detailed.close", time.perf_counter_ns() - t0)
 
     def _open_detailed_window(self) -> None:
         self._detailed = True

@@ -43,3 +43,36 @@ pub fn read(dir: &Dir, skipped: &mut Skipped) -> BTreeMap<String, HookCost> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_record_of_each_rank_and_no_hostile_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let put = |rank: &str, us: u64, text: &str| {
+            let d = tmp.path().join(hook_cost::FOLDER).join(rank);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join(hook_cost::file_name(us)), text).unwrap();
+        };
+        let good = |steps: u64| {
+            format!(
+                r#"{{"NodeId":"forged","Timestamp":1.0,"WallSeconds":2.0,"Steps":{steps},"EventsWritten":1,"EventsDropped":0,"BytesWritten":10,"Parts":[{{"Part":"abi.step","Calls":2,"Seconds":0.001}}]}}"#
+            )
+        };
+        put("0-algo-1", 1, &good(1));
+        put("0-algo-1", 2, &good(2));
+        // Hostile: an unknown part; a negative time; too large.
+        put("1-algo-1", 1, &good(1).replace("abi.step", "abi.nope"));
+        put("2-algo-1", 1, &good(1).replace("0.001", "-0.5"));
+        put("3-algo-1", 1, &" ".repeat(hook_cost::MAX_BYTES as usize + 1));
+        let dir = Dir::open_root(tmp.path(), false).unwrap();
+        let mut skipped = Skipped::default();
+        let got = read(&dir, &mut skipped);
+        assert_eq!(got.keys().collect::<Vec<_>>(), ["0-algo-1"], "{skipped:?}");
+        let r = &got["0-algo-1"];
+        assert_eq!((r.steps, r.node.as_str()), (2, "0-algo-1"), "the newest; the folder names the rank");
+        assert_eq!(skipped.0.len(), 3, "{skipped:?}");
+    }
+}

@@ -707,6 +707,19 @@ TrainprofStatus trainprof_local_path(char *buf, size_t cap);
 TrainprofStatus trainprof_stats(struct TrainprofStats *out);
 
 /*
+ Adds `calls` calls and `ns` nanoseconds to the hook's cost part `part` (a word of
+ docs/formats.md, "The hook's own cost": `python.step`, `python.record`,
+ `python.active`, `window.detailed.open`, `window.detailed.close`, `window.python.open`,
+ `window.python.close`), for a caller that times its own entry points (the Python package,
+ once before it shuts the hook down). The record is written at `trainprof_shutdown`.
+ `INVALID_ARGUMENT` for another word (the C ABI's own parts are timed inside the library).
+
+ # Safety
+ `part` is NULL or a NUL-terminated string.
+ */
+TrainprofStatus trainprof_cost_add(const char *part, uint64_t calls, uint64_t ns);
+
+/*
  Fills `*out` with the caps of every window (`WindowCapsConfig`, docs/formats.md,
  "Window caps"), as the config now says; the defaults before init, in a forked child and
  when profiling is off.

@@ -26,7 +26,8 @@ use crate::types::{
     TrainprofPythonProfiler, TrainprofPythonWindow, TrainprofSnapshotKind, TrainprofStacks, TrainprofStats,
     TrainprofStatus, TrainprofStepNext, TrainprofWindowCaps,
 };
-use crate::{TRAINPROF_ABI_VERSION, guard, log, node};
+use crate::{TRAINPROF_ABI_VERSION, cost, guard, log, node};
+use trainprof_output::protocol::hook_cost::Part as CostPart;
 
 /// The crate version, NUL-terminated for C.
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
@@ -325,6 +326,7 @@ fn init(framework: &'static str) -> TrainprofStatus {
             Err(e) => log(&format_args!("cannot start the watchdog thread: {e}; hang detection is off")),
         }
     }
+    cost::start();
     let _ = HOOK.set(hook);
     AT_EXIT.call_once(|| {
         // SAFETY: the handler is an extern "C" fn without arguments that never unwinds.
@@ -379,6 +381,7 @@ fn shutdown(timeout_ms: u64) -> TrainprofStatus {
             }
             let finished = hook.stop_writer(Duration::from_millis(timeout_ms));
             STATE.store(DOWN, Release);
+            cost::write(hook);
             let s = hook.stats();
             log(&format_args!(
                 "shut down: {} events written in {} files, {} dropped (queue full), {} dropped (writer){}",
@@ -417,6 +420,7 @@ pub extern "C" fn trainprof_shutdown(timeout_ms: u32) -> TrainprofStatus {
 pub unsafe extern "C" fn trainprof_register_name(name: *const c_char, out_id: *mut u32) -> TrainprofStatus {
     export(|| {
         let hook = running()?;
+        let _t = cost::Timer::new(CostPart::AbiName);
         // SAFETY: forwarded from the caller.
         let name = unsafe { str_arg(name) }?;
         let out_id = non_null(out_id)?;
@@ -446,6 +450,7 @@ pub unsafe extern "C" fn trainprof_record(
 ) -> TrainprofStatus {
     export(|| {
         let hook = running()?;
+        let _t = cost::Timer::new(CostPart::AbiRecord);
         let args = match n_args {
             0 => &[][..],
             n if n as usize > TRAINPROF_MAX_ARGS => return Err(TrainprofStatus::InvalidArgument),
@@ -469,7 +474,9 @@ pub unsafe extern "C" fn trainprof_record(
 pub unsafe extern "C" fn trainprof_step_begin(mode: i32, step: i64, out_step: *mut i64) -> TrainprofStatus {
     export(|| {
         let hook = running()?;
+        let _t = cost::Timer::new(CostPart::AbiStep);
         let mode = TrainprofMode::from_i32(mode).ok_or(TrainprofStatus::InvalidArgument)?;
+        cost::step();
         let n = hook.step_begin(mode, step, hook::now_us());
         if let Some(out_step) = NonNull::new(out_step) {
             // SAFETY: not NULL, and the caller promises it is valid for a write.
@@ -483,7 +490,11 @@ pub unsafe extern "C" fn trainprof_step_begin(mode: i32, step: i64, out_step: *m
 /// step is in progress.
 #[unsafe(no_mangle)]
 pub extern "C" fn trainprof_step_end() -> TrainprofStatus {
-    export(|| Ok(running()?.step_end(hook::now_us())))
+    export(|| {
+        let hook = running()?;
+        let _t = cost::Timer::new(CostPart::AbiStep);
+        Ok(hook.step_end(hook::now_us()))
+    })
 }
 
 /// The hook's clock: µs since the epoch (what event times are measured in).
@@ -512,6 +523,7 @@ pub unsafe extern "C" fn trainprof_window_active(
     unsafe {
         export_out(out_active, 0, |active| {
             let hook = running()?;
+            let _t = cost::Timer::new(CostPart::AbiActive);
             let feature = TrainprofFeature::from_i32(feature).ok_or(TrainprofStatus::InvalidArgument)?;
             let name = match feature {
                 // SAFETY: forwarded from the caller.
@@ -541,6 +553,7 @@ pub unsafe extern "C" fn trainprof_python_boundary(
     unsafe {
         export_out(out, TrainprofPythonWindow::NOTHING, |w| {
             let hook = hook_any()?;
+            let _t = cost::Timer::new(CostPart::AbiBoundary);
             let b = TrainprofBoundary::from_i32(boundary).ok_or(TrainprofStatus::InvalidArgument)?;
             python_boundary(hook, b, w)
         })
@@ -629,7 +642,9 @@ pub unsafe extern "C" fn trainprof_step_next(
     unsafe {
         export_out((out_step, out_window, out_windows), (-1, TrainprofPythonWindow::NOTHING, 0), |out| {
             let hook = running()?;
+            let _t = cost::Timer::new(CostPart::AbiStep);
             let mode = TrainprofMode::from_i32(mode).ok_or(TrainprofStatus::InvalidArgument)?;
+            cost::step();
             let (step, window, windows) = out;
             // NO_STEP (none in progress) is what "if one is in progress" means here;
             // DROPPED / DISABLED are counted by the hook as for trainprof_step_end.
@@ -692,6 +707,28 @@ pub unsafe extern "C" fn trainprof_stats(out: *mut TrainprofStats) -> TrainprofS
             Ok(TrainprofStatus::Ok)
         })
     }
+}
+
+/// Adds `calls` calls and `ns` nanoseconds to the hook's cost part `part` (a word of
+/// docs/formats.md, "The hook's own cost": `python.step`, `python.record`,
+/// `python.active`, `window.detailed.open`, `window.detailed.close`, `window.python.open`,
+/// `window.python.close`), for a caller that times its own entry points (the Python package,
+/// once before it shuts the hook down). The record is written at `trainprof_shutdown`.
+/// `INVALID_ARGUMENT` for another word (the C ABI's own parts are timed inside the library).
+///
+/// # Safety
+/// `part` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn trainprof_cost_add(part: *const c_char, calls: u64, ns: u64) -> TrainprofStatus {
+    export(|| {
+        let _ = running()?;
+        // SAFETY: forwarded from the caller.
+        let word = unsafe { str_arg(part) }?;
+        let part =
+            CostPart::parse(word).filter(|p| p.from_python()).ok_or(TrainprofStatus::InvalidArgument)?;
+        cost::add(part, calls, ns);
+        Ok(TrainprofStatus::Ok)
+    })
 }
 
 /// Fills `*out` with the caps of every window (`WindowCapsConfig`, docs/formats.md,

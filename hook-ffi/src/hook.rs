@@ -945,6 +945,11 @@ impl Hook {
         self.counters.snapshot()
     }
 
+    /// Bytes of the timeline files sealed so far.
+    pub fn bytes_sealed(&self) -> u64 {
+        self.counters.bytes_sealed()
+    }
+
     /// Events lost so far, for any reason.
     pub fn dropped(&self) -> u64 {
         self.stats().dropped()

@@ -34,6 +34,7 @@
 
 pub mod abi;
 pub mod anomaly;
+pub mod cost;
 pub mod event;
 pub mod hang;
 pub mod hook;

@@ -92,16 +92,24 @@ pub(crate) struct Counters {
     dropped_writer: AtomicU64,
     files_sealed: AtomicU64,
     open_failures: AtomicU64,
+    /// Bytes of the timeline files sealed.
+    bytes_sealed: AtomicU64,
 }
 
 impl Counters {
     /// The writer thread's counts, every one of them (the writer calls this alone).
     pub(crate) fn publish(&self, c: &Counts) {
-        let Counts { written, dropped, files_sealed, open_failures, write_errors: _ } = *c;
+        let Counts { written, dropped, files_sealed, open_failures, write_errors: _, bytes_sealed } = *c;
+        self.bytes_sealed.store(bytes_sealed, Relaxed);
         self.written.store(written, Relaxed);
         self.dropped_writer.store(dropped, Relaxed);
         self.files_sealed.store(files_sealed, Relaxed);
         self.open_failures.store(open_failures, Relaxed);
+    }
+
+    /// Bytes of the timeline files sealed, as the writer last published them.
+    pub(crate) fn bytes_sealed(&self) -> u64 {
+        self.bytes_sealed.load(Relaxed)
     }
 
     pub(crate) fn snapshot(&self) -> Stats {

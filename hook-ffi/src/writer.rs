@@ -62,6 +62,8 @@ pub struct Counts {
     /// Writes, opens and seals that failed because the disk was full (or any write error):
     /// retried with back-off, never counted toward `FileOpenFailThreshold`.
     pub write_errors: u64,
+    /// Bytes of the files sealed (docs/formats.md, "The hook's own cost": `BytesWritten`).
+    pub bytes_sealed: u64,
 }
 
 /// Bytes gathered before they are written (one `pwrite`); also the most a full disk can
@@ -512,6 +514,7 @@ impl TimelineWriter {
             Ok(rel) => {
                 self.last_name_us = name_time(&rel).unwrap_or(t);
                 self.counts.files_sealed += 1;
+                self.counts.bytes_sealed += f.committed;
             }
             Err(e) if is_disk_full(&e) => {
                 // No room for the hour folder or the name: the file stays open without its
@@ -683,7 +686,15 @@ mod tests {
         assert!(text.ends_with("}\n]"));
         assert_eq!(
             w.counts(),
-            Counts { written: 2, dropped: 0, files_sealed: 1, open_failures: 0, write_errors: 0 }
+            Counts {
+                written: 2,
+                dropped: 0,
+                files_sealed: 1,
+                open_failures: 0,
+                write_errors: 0,
+                // Every byte of the sealed file.
+                bytes_sealed: text.len() as u64,
+            }
         );
     }
 
@@ -745,7 +756,14 @@ mod tests {
         assert!(!w.is_healthy());
         assert_eq!(
             w.counts(),
-            Counts { written: 0, dropped: 4, files_sealed: 0, open_failures: 2, write_errors: 0 }
+            Counts {
+                written: 0,
+                dropped: 4,
+                files_sealed: 0,
+                open_failures: 2,
+                write_errors: 0,
+                ..Counts::default()
+            }
         );
     }
 
@@ -832,7 +850,14 @@ mod tests {
         w.close(BASE + 1_000_000_000);
         assert_eq!(
             w.counts(),
-            Counts { written: 0, dropped: 2, files_sealed: 0, open_failures: 1, write_errors: 0 }
+            Counts {
+                written: 0,
+                dropped: 2,
+                files_sealed: 0,
+                open_failures: 1,
+                write_errors: 0,
+                ..Counts::default()
+            }
         );
         let kept: Vec<_> = fs::read_dir(root.join("framework"))
             .unwrap()

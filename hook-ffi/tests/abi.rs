@@ -242,8 +242,18 @@ fn sealed_files(local: &Path, node: Option<&str>) -> Vec<PathBuf> {
     let tmp: Vec<_> = all.iter().filter(|p| p.to_string_lossy().ends_with(".tmp")).collect();
     assert!(tmp.is_empty(), "temporary files left behind: {tmp:?}");
     let pevents = local.join("framework/pevents");
+    let cost = local.join(trainprof_output::protocol::hook_cost::FOLDER);
     let mut sealed: Vec<(i64, PathBuf)> = Vec::new();
     for p in all {
+        // The hook's own cost record (docs/formats.md, "The hook's own cost"): `<node>/<µs>.json`.
+        if let Ok(rel) = p.strip_prefix(&cost) {
+            let r = trainprof_output::protocol::hook_cost::parse(&std::fs::read(&p).unwrap()).unwrap();
+            assert_eq!(rel.iter().count(), 2, "{}", p.display());
+            if let Some(node) = node {
+                assert_eq!(r.node, node);
+            }
+            continue;
+        }
         let rel = p.strip_prefix(&pevents).unwrap_or_else(|_| panic!("an unexpected file {}", p.display()));
         let parts: Vec<_> = rel.iter().map(|s| s.to_string_lossy().into_owned()).collect();
         assert!(
@@ -312,6 +322,20 @@ fn c_api_end_to_end() {
 
     let node = run.get("node");
     let files = sealed_files(&local, Some(node));
+    // The hook's own cost (docs/formats.md, "The hook's own cost"): a C caller's calls, timed
+    // inside the library; the bytes are those of the sealed timelines.
+    {
+        use trainprof_output::protocol::hook_cost::{self, Part};
+        let cost = files_under(&local.join(hook_cost::FOLDER));
+        assert_eq!(cost.len(), 1, "{cost:?}");
+        let r = hook_cost::parse(&std::fs::read(&cost[0]).unwrap()).unwrap();
+        let bytes: u64 = files.iter().map(|f| f.metadata().unwrap().len()).sum();
+        assert_eq!(r.bytes_written, bytes, "{r:?}");
+        assert!(r.steps > 0 && r.events_written > 0, "{r:?}");
+        assert!(r.part(Part::AbiStep).is_some_and(|p| p.calls >= r.steps && p.seconds > 0.0), "{r:?}");
+        assert!(r.part(Part::AbiRecord).is_some_and(|p| p.calls > 0), "{r:?}");
+        assert!(r.parts.iter().all(|p| p.part.starts_with("abi.")), "{r:?}");
+    }
     assert_eq!(files.len() as u64, run.num("files_sealed"));
     let events = x_events(&files);
     assert_eq!(events.len() as u64, recorded, "{events:#?}");

@@ -80,6 +80,7 @@ fn build_inner(
     let mut inspector_capped = Vec::new();
     let nccl_inspector = crate::analysis::inspector::read(&dir, &mut skipped, &mut inspector_capped);
     let agent_costs = reading::agent_cost::read(&dir, &mut skipped);
+    let hook_costs = reading::hook_cost::read(&dir, &mut skipped);
     if agg.nodes.is_empty()
         && agg.ranks.is_empty()
         && stats.is_empty()
@@ -123,7 +124,7 @@ fn build_inner(
     m.job.identities = identities;
     m.job.capped.extend(inspector_capped);
     m.nccl_inspector = nccl_inspector;
-    let (cost, finding) = crate::analysis::cost::build(&agent_costs, &m, &rank_steps);
+    let (cost, finding) = crate::analysis::cost::build(&agent_costs, &hook_costs, &m, &rank_steps);
     m.profiling_cost = cost;
     m.findings.extend(finding);
     Ok((m, raw))

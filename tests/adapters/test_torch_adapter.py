@@ -9,6 +9,7 @@ The loop: 3 epochs of 4 batches (global steps 0-11), 1 predict step (12), 2 eval
 
 import collections
 import importlib.util
+import json
 import pathlib
 
 import pytest
@@ -288,6 +289,12 @@ def test_detailed_window_opens_at_the_global_step_in_any_mode(run_trainer):
     assert steps_of(events, "Forward") == collections.Counter([0, 1])
     assert all(evals[int(e.event_args["step_num"])].start_time <= e.start_time for e in forward)
     assert set(steps_of(events, "cpu_functions")) == {10, 11}
+    # The hook's own cost (docs/formats.md, "The hook's own cost"): the window's one open and
+    # one close timed by the adapter, the steps by the package (one call each after the first).
+    [record] = (run.out / "framework" / "cost").glob("*/*.json")
+    parts = {p["Part"]: p for p in json.loads(record.read_text())["Parts"]}
+    assert parts["window.detailed.open"]["Calls"] == 1 and parts["window.detailed.close"]["Calls"] == 1, parts
+    assert parts["window.detailed.open"]["Seconds"] > 0 and parts["python.step"]["Calls"] >= 14, parts
 
 
 def _untimed_events(events):

@@ -115,6 +115,13 @@ def test_cprofile_windows_pytorch(run_script):
     df = analysis.list_profile_stats()
     assert df.shape[0] == len(SMDEBUG_PYTORCH_WINDOWS)
     assert set(df["framework"]) == {"pytorch"} and set(df["node_id"]) == {node}
+    # The hook's own cost (docs/formats.md, "The hook's own cost"): every window opened by the
+    # close (the post-close one too) and closed but the post-close one, which ends at exit.
+    [record] = (run.out / "framework" / "cost" / node).glob("*.json")
+    parts = {p["Part"]: p for p in json.loads(record.read_text())["Parts"]}
+    assert parts["window.python.open"]["Calls"] == len(SMDEBUG_PYTORCH_WINDOWS), parts
+    assert parts["window.python.close"]["Calls"] == len(SMDEBUG_PYTORCH_WINDOWS) - 1, parts
+    assert parts["window.python.close"]["Seconds"] > 0, parts
 
     assert cprofile_functions(analysis.fetch_pre_step_zero_profile_stats()) == {"tp_setup_work"}
     forward = analysis.fetch_profile_stats_by_step(2, end_phase=StepPhase.FORWARD_PASS_END)

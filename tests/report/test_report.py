@@ -64,9 +64,10 @@ def report_json(trainprof_bin, path, *args):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     model = json.loads(proc.stdout)
-    # ProfilingCost comes last when an agent wrote its cost record (docs/report.md, "What
-    # profiling cost"): every job `run` made here has one.
-    cost = ["ProfilingCost"] if model["profiling_cost"]["recorded"] else []
+    # ProfilingCost comes last when an agent or a hook wrote its cost record (docs/report.md,
+    # "What profiling cost"): every job `run` made here has one.
+    pc = model["profiling_cost"]
+    cost = ["ProfilingCost"] if pc["recorded"] or pc["hook_recorded"] else []
     assert [f["rule"] for f in model["findings"]] == RULES + cost
     assert "series" not in model
     return model

@@ -214,6 +214,7 @@ _PROTOTYPES: Dict[str, Tuple[CType, "list[CType]"]] = {
     "trainprof_node_id": (_Status, [ctypes.c_char_p, ctypes.c_size_t]),
     "trainprof_local_path": (_Status, [ctypes.c_char_p, ctypes.c_size_t]),
     "trainprof_stats": (_Status, [ctypes.POINTER(TrainprofStats)]),
+    "trainprof_cost_add": (_Status, [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64]),
     "trainprof_dropped_events": (ctypes.c_uint64, []),
     "trainprof_dropped_names": (ctypes.c_uint64, []),
     "trainprof_selftest_panic": (_Status, []),

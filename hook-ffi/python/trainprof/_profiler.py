@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _caps, _check, _fork, _lib
 from ._check import I64_MAX, I64_MIN
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["Profiler", "FRAMEWORKS", "MODES", "FEATURES", "ArgValue"]
 
 _time_ns = time.time_ns
+_perf_ns = time.perf_counter_ns
 _c_int64 = ctypes.c_int64
 _c_int32 = ctypes.c_int32
 _c_uint32 = ctypes.c_uint32
@@ -50,6 +51,20 @@ _NAMELESS_FEATURES = {k: v for k, v in FEATURES.items() if v != _lib.FEATURE_DAT
 
 #: The value of an event argument.
 ArgValue = Union[int, float, bool]
+
+#: The Python package's parts of the hook's cost record
+#: (docs/formats.md, "The hook's own cost"): its entry points, timed around the whole call
+#: (the C call they make included), and the windows' opens and closes, handed to the
+#: library before it shuts down.
+COST_PARTS = (
+    "python.step",
+    "python.record",
+    "python.active",
+    "window.detailed.open",
+    "window.detailed.close",
+    "window.python.open",
+    "window.python.close",
+)
 
 _STATS_FIELDS = tuple(field[0] for field in _lib.TrainprofStats._fields_)
 # Read-only ctypes arguments shared by every call (never mutated, so safe across threads).
@@ -109,6 +124,14 @@ class Profiler:
         # True while the hot paths may skip their checks: recording and not closed.
         self._fast = False
         self._next_step = dict.fromkeys(MODES.values(), 0)
+        # The hook's cost (docs/formats.md, "The hook's own cost"): part -> [calls, ns];
+        # the step parts leave out the Python-profiling windows' opens and closes made
+        # inside them (the windows' own parts, the ns of which _win_ns sums).
+        self._cost: Dict[str, List[int]] = {p: [0, 0] for p in COST_PARTS}
+        self._cost_step = self._cost["python.step"]
+        self._cost_record = self._cost["python.record"]
+        self._cost_active = self._cost["python.active"]
+        self._win_ns: List[int] = [0]
         self._closed = False
         self._exited = False
         self._library_missing = False
@@ -134,6 +157,7 @@ class Profiler:
             from ._python_profiling import windows_for
 
             self._windows = windows_for(self._lib)
+            self._win_ns = self._windows.cost_ns
             self._windows.boundary(_lib.BOUNDARY_START)
             self._fast = True
             from . import _hang
@@ -231,6 +255,16 @@ class Profiler:
         set to ``step`` when one is given), which a ``pytorch`` profiler tests the windows
         at and names the Python-profiling folders by, as smdebug's PyTorch hook does
         (docs/formats.md, "Which step each framework tests")."""
+        t0 = _perf_ns()
+        w0 = self._win_ns[0]
+        try:
+            return self._step_begin(mode, step)
+        finally:
+            c = self._cost_step
+            c[0] += 1
+            c[1] += _perf_ns() - t0 - (self._win_ns[0] - w0)
+
+    def _step_begin(self, mode: str, step: Optional[int]) -> Optional[int]:
         if self._fast and step is None and type(mode) is str and _fork._generation == self._gen:
             m = MODES.get(mode)
             if m is not None:
@@ -271,6 +305,16 @@ class Profiler:
         made (a library without it, not recording, the Python-profiling state closed, ...):
         the caller then makes the separate calls. ``mode``: a key of :data:`MODES`;
         ``detailed_step``: an int >= -1."""
+        t0 = _perf_ns()
+        w0 = self._win_ns[0]
+        try:
+            return self._step_next_call(mode, detailed_step)
+        finally:
+            c = self._cost_step
+            c[0] += 1
+            c[1] += _perf_ns() - t0 - (self._win_ns[0] - w0)
+
+    def _step_next_call(self, mode: str, detailed_step: int) -> Optional[bool]:
         fn = self._c_step_next
         if fn is None or not self._fast or _fork._generation != self._gen:
             return None
@@ -296,12 +340,23 @@ class Profiler:
     def step_end(self) -> None:
         """Ends the current step (writes its ``Step:ModeKeys.<MODE>`` event), then the
         step-end Python-profiling boundary (which the library ignores for PyTorch)."""
+        t0 = _perf_ns()
+        w0 = self._win_ns[0]
+        try:
+            return self._step_end()
+        finally:
+            c = self._cost_step
+            c[0] += 1
+            c[1] += _perf_ns() - t0 - (self._win_ns[0] - w0)
+
+    def _step_end(self) -> None:
         if _fork._generation != self._gen or not self._live or self._closed:
             return None
         status: int = self._lib.trainprof_step_end()
         if status:
             if status == _lib.STATUS_NO_STEP:
-                warn_user("step_end() without step_begin(); ignored", key="no-step")
+                # stacklevel 3: the caller of step_end, above its timing frame.
+                warn_user("step_end() without step_begin(); ignored", stacklevel=3, key="no-step")
             elif status < 0:
                 log("trainprof_step_end returned %s" % _lib.status_name(status), key=("step_end", status))
         if self._step_end_boundary:
@@ -420,6 +475,23 @@ class Profiler:
     ) -> None:
         """Records one complete event with explicit times: µs since the epoch, as
         :meth:`now_us` gives them (floats are truncated)."""
+        t0 = _perf_ns()
+        try:
+            self._record_event(phase, name, start_us, end_us, step, args)
+        finally:
+            c = self._cost_record
+            c[0] += 1
+            c[1] += _perf_ns() - t0
+
+    def _record_event(
+        self,
+        phase: str,
+        name: str,
+        start_us: Union[int, float],
+        end_us: Union[int, float],
+        step: Optional[int],
+        args: Optional[Mapping[str, ArgValue]],
+    ) -> None:
         if (
             self._fast
             and args is None
@@ -494,6 +566,15 @@ class Profiler:
         native | memory) open at ``step``? By default, the current step as smdebug counts it for the
         framework: the global step for ``pytorch``, the current mode's step otherwise. The
         dataloader feature needs the metrics name its ``MetricsRegex`` is matched against."""
+        t0 = _perf_ns()
+        try:
+            return self._active(feature, metrics_name, step)
+        finally:
+            c = self._cost_active
+            c[0] += 1
+            c[1] += _perf_ns() - t0
+
+    def _active(self, feature: str, metrics_name: Optional[str], step: Optional[int]) -> bool:
         if (
             self._fast
             and metrics_name is None
@@ -673,6 +754,7 @@ class Profiler:
             return None
         try:
             self._windows.close()
+            self._hand_over_cost()
             status: int = self._lib.trainprof_shutdown(self._shutdown_timeout_ms)
             if status == _lib.STATUS_TIMEOUT:
                 log(
@@ -684,6 +766,32 @@ class Profiler:
         except Exception as e:
             log("close(): %s: %s" % (type(e).__name__, e))
         return None
+
+    def _add_cost(self, part: str, ns: int) -> None:
+        """One call of ``part`` (a window's open or close, a word of :data:`COST_PARTS`)
+        that took ``ns`` nanoseconds: for the adapters, which time the windows they run."""
+        c = self._cost[part]
+        c[0] += 1
+        c[1] += ns
+
+    def cost(self) -> Dict[str, Tuple[int, int]]:
+        """The Python package's parts of the hook's cost so far: part -> (calls, ns)."""
+        out = {p: (c[0], c[1]) for p, c in self._cost.items()}
+        if self._live:
+            for p, c in self._windows.cost.items():
+                out[p] = (c[0], c[1])
+        return out
+
+    def _hand_over_cost(self) -> None:
+        """Hands the Python parts to the library (``trainprof_cost_add``), which writes them
+        into the hook's cost record at shutdown (docs/formats.md, "The hook's own cost")."""
+        if not _lib.has(self._lib, "trainprof_cost_add"):
+            return
+        for part, (calls, ns) in self.cost().items():
+            if calls > 0:
+                status: int = self._lib.trainprof_cost_add(part.encode("ascii"), calls, max(ns, 0))
+                if status < 0:
+                    log("trainprof_cost_add returned %s" % _lib.status_name(status), key=("cost", status))
 
     def _at_exit(self) -> None:
         if self._forked():

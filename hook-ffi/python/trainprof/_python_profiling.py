@@ -27,9 +27,10 @@ import os
 import pstats
 import shutil
 import threading
+import time
 import weakref
 from types import ModuleType
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import _caps, _fork, _lib
 from ._log import log, warn_user
@@ -229,6 +230,10 @@ class Windows:
         self._windows_out = ctypes.c_int32(0)  # STEP_NEXT_* bits
         self._windows_ref = ctypes.byref(self._windows_out)
         self._c_boundary = _lib.raw_function(lib, "trainprof_python_boundary")
+        # The windows' opens and closes (docs/formats.md, "The hook's own cost"): part ->
+        # [calls, ns], and their ns summed (the step parts leave them out).
+        self.cost: Dict[str, List[int]] = {"window.python.open": [0, 0], "window.python.close": [0, 0]}
+        self.cost_ns: List[int] = [0]
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref))
 
@@ -319,9 +324,19 @@ class Windows:
                     self._start(w.profiler, w.timer)
             return
         if w.ended:
+            t0 = time.perf_counter_ns()
             self._end(os.fsdecode(w.ended_dir), os.fsdecode(w.ended_tmp_dir))
+            self._count("window.python.close", time.perf_counter_ns() - t0)
         if w.started:
+            t0 = time.perf_counter_ns()
             self._start(w.profiler, w.timer)
+            self._count("window.python.open", time.perf_counter_ns() - t0)
+
+    def _count(self, part: str, ns: int) -> None:
+        c = self.cost[part]
+        c[0] += 1
+        c[1] += ns
+        self.cost_ns[0] += ns
 
     def _end(self, ended_dir: str, tmp_dir: str) -> None:
         run, self._running = self._running, None

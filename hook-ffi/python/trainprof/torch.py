@@ -64,6 +64,7 @@ import bisect
 import os
 import sys
 import threading
+import time
 import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -408,6 +409,20 @@ class TorchHook:
         return True
 
     def _open_detailed(self) -> None:
+        t0 = time.perf_counter_ns()
+        try:
+            self._open_detailed_window()
+        finally:
+            self._prof._add_cost("window.detailed.open", time.perf_counter_ns() - t0)
+
+    def _close_detailed(self) -> None:
+        t0 = time.perf_counter_ns()
+        try:
+            self._close_detailed_window()
+        finally:
+            self._prof._add_cost("window.detailed.close", time.perf_counter_ns() - t0)
+
+    def _open_detailed_window(self) -> None:
         self._detailed = True
         self._caps = self._prof.window_caps()
         self._window_events = 0
@@ -418,7 +433,7 @@ class TorchHook:
         if self._op_events:
             self._start_torch_profiler()
 
-    def _close_detailed(self) -> None:
+    def _close_detailed_window(self) -> None:
         self._detailed = False
         self._forward_start = None
         self._remove(self._sub_handles)

@@ -15,6 +15,8 @@
 //!   sampling and read back by the report;
 //! * [`agent_cost`]: what the agent cost, per part, written at the end of sampling and read
 //!   back by the report;
+//! * [`hook_cost`]: what the hook cost its trainer, per rank and kind of entry, written when
+//!   the hook shuts down and read back by the report;
 //! * [`host_record`]: the agent's record of the host around a stall, read back by the report;
 //! * [`dump`]: the hook's hang and crash dumps (folder and file names, `stall.json` and
 //!   `ended.json` keys, the dump kinds, the check that a `stall.json` is the hook's record);
@@ -44,6 +46,7 @@ macro_rules! words {
 pub mod agent_cost;
 pub mod decimal;
 pub mod dump;
+pub mod hook_cost;
 pub mod host_record;
 pub mod memory_snapshot;
 pub mod metric;

@@ -441,7 +441,8 @@ pub mod overall {
     }
 }
 
-/// ProfilingCost (`analysis/cost.rs`): the agent's CPU against its node's steps' time.
+/// ProfilingCost (`analysis/cost.rs`): the agent's CPU against its node's steps' time, and
+/// each rank's hook against its steps.
 pub mod profiling_cost {
     use serde::{Deserialize, Serialize};
 
@@ -449,6 +450,17 @@ pub mod profiling_cost {
     pub struct Evidence {
         pub threshold_percent: f64,
         pub nodes: Vec<Node>,
+        /// Each rank judged: the agent's share of its node's steps' time plus its hook's.
+        pub ranks: Vec<Rank>,
+    }
+
+    evidence_row! {
+        pub struct Rank {
+            pub rank: String,
+            pub agent_percent: Option<f64>,
+            pub hook_percent: Option<f64>,
+            pub total_percent: Option<f64>,
+        }
     }
 
     evidence_row! {

@@ -2,7 +2,7 @@
 //! job's prefix: what `trainprof report s3://…` and `trainprof compare` download, and the
 //! most of each they read.
 
-use trainprof_output::protocol::{agent_cost, native_window, node_record};
+use trainprof_output::protocol::{agent_cost, hook_cost, native_window, node_record};
 
 /// Whether an S3 key (relative to the prefix) is a file the report reads: system files,
 /// timelines, Python-stats files, native windows' profiles and flame graphs, NCCL Inspector's
@@ -17,7 +17,8 @@ pub fn wanted(rel: &str) -> bool {
         || is_hang(rel, name)
         || is_node_record(rel, name)
         || is_inspector(rel, name)
-        || is_agent_cost(rel, name);
+        || is_agent_cost(rel, name)
+        || is_hook_cost(rel, name);
     kind && !rel.ends_with(".tmp")
         && rel.split('/').all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
 }
@@ -56,6 +57,14 @@ fn is_agent_cost(rel: &str, name: &str) -> bool {
         && node_record::name_us(name).is_some()
 }
 
+/// A rank's hook cost record, `framework/cost/<node id>/<µs>.json` (docs/formats.md, "The
+/// hook's own cost"); read up to [`hook_cost::MAX_BYTES`].
+fn is_hook_cost(rel: &str, name: &str) -> bool {
+    rel.strip_prefix(hook_cost::FOLDER).is_some_and(|r| r.starts_with('/'))
+        && rel.split('/').count() == 4
+        && node_record::name_us(name).is_some()
+}
+
 /// A hang or crash dump's file (`framework/hangs/<node>/<folder>/<file>`) or the agent's record
 /// of the host at a stall (`system/hangs/<node>/<name>.json`).
 fn is_hang(rel: &str, name: &str) -> bool {
@@ -83,6 +92,8 @@ pub fn max_bytes(rel: &str) -> u64 {
         crate::reading::inspector::MAX_FILE_BYTES
     } else if is_agent_cost(rel, name) {
         agent_cost::MAX_BYTES
+    } else if is_hook_cost(rel, name) {
+        hook_cost::MAX_BYTES
     } else {
         crate::reading::MAX_TIMELINE_BYTES
     }
@@ -148,6 +159,9 @@ mod tests {
         );
         assert_eq!(max_bytes("nccl-inspector/node-a-pid4242.log"), crate::reading::inspector::MAX_FILE_BYTES);
         assert_eq!(max_bytes("system/cost/algo-1/1795400001000000.json"), agent_cost::MAX_BYTES);
+        assert!(wanted("framework/cost/0-algo-1/1795400001000000.json"));
+        assert!(!wanted("framework/cost/0-algo-1/x.json"));
+        assert_eq!(max_bytes("framework/cost/0-algo-1/1795400001000000.json"), hook_cost::MAX_BYTES);
         assert_eq!(max_bytes("framework/pevents/1/t.json"), crate::reading::MAX_TIMELINE_BYTES);
         assert_eq!(max_bytes("system/incremental/1/1.algo-1.json"), crate::reading::MAX_TIMELINE_BYTES);
     }

@@ -13,6 +13,7 @@
 pub mod agent_cost;
 pub mod demangle;
 pub mod dumps;
+pub mod hook_cost;
 pub mod inspector;
 pub mod job_files;
 pub mod marshal;

@@ -7,7 +7,8 @@ trace can at best show, since alignment removes clock error, not the ranks' own 
 
     .venv-torch/bin/python bench/gloo_end_spread.py     # BENCH_ROUNDS=3
 
-Prints one line per round and RESULT lines (median, 90th percentile and largest spread, ms)."""
+Prints one line per round, then the median of the medians and 90th percentiles and the
+largest spread (ms). A measurement, not a side-by-side benchmark: bench/run.py does not run it."""
 
 import datetime
 import json
@@ -82,9 +83,9 @@ def main():
         load = os.getloadavg()[0]
         print(f"round {r + 1}: {len(s)} all-reduces, end spread median {med:.3f} ms, "
               f"p90 {p90:.3f} ms, max {top:.3f} ms (load {load:.2f})", flush=True)
-    print(f"RESULT gloo_end_spread_median_ms {statistics.median(medians):.3f}")
-    print(f"RESULT gloo_end_spread_p90_ms {statistics.median(p90s):.3f}")
-    print(f"RESULT gloo_end_spread_max_ms {max(maxes):.3f}")
+    print(f"over the rounds: median {statistics.median(medians):.3f} ms")
+    print(f"over the rounds: 90th percentile {statistics.median(p90s):.3f} ms")
+    print(f"over the rounds: largest {max(maxes):.3f} ms")
 
 
 if __name__ == "__main__":

@@ -482,10 +482,9 @@ mod tests {
           {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 30, "dur": 1, "tid": 78}
         ]}"#;
 
-    /// (name, start, end, step, tid) of each event written.
-    type Written = Vec<(String, i64, i64, i64, i64)>;
-
-    fn run(j: &Job) -> (Written, Imported) {
+    /// `trace` converted whole: the names registered (an event's ids index it), the events
+    /// written, what the conversion says it did.
+    fn convert_all(trace: &str, j: &Job) -> (Vec<String>, Vec<Event>, Imported) {
         let mut table: Vec<String> = Vec::new();
         let mut register = |n: &str| match table.iter().position(|t| t == n) {
             Some(i) => i as u32,
@@ -495,8 +494,16 @@ mod tests {
             }
         };
         let mut evs = Vec::new();
-        let (done, r) = convert(TRACE.as_bytes(), j, &mut register, &mut |e| evs.push(*e));
+        let (done, r) = convert(trace.as_bytes(), j, &mut register, &mut |e| evs.push(*e));
         r.unwrap();
+        (table, evs, done)
+    }
+
+    /// (name, start, end, step, tid) of each event written.
+    type Written = Vec<(String, i64, i64, i64, i64)>;
+
+    fn run(j: &Job) -> (Written, Imported) {
+        let (table, evs, done) = convert_all(TRACE, j);
         let got = evs
             .iter()
             .map(|e| {
@@ -536,18 +543,8 @@ mod tests {
           {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 13, "dur": 1, "tid": 77},
           {"ph": "i", "name": "[memory]", "ts": 25, "args": {"Total Allocated": 8192, "Total Reserved": 65536, "Device Id": 1, "Device Type": 1}}
         ]}"#;
-        let mut table: Vec<String> = Vec::new();
-        let mut register = |n: &str| match table.iter().position(|t| t == n) {
-            Some(i) => i as u32,
-            None => {
-                table.push(n.to_owned());
-                (table.len() - 1) as u32
-            }
-        };
-        let mut evs = Vec::new();
         let j = job(&dir, vec![(base, 5), (base + 20, 6)], 0, 100);
-        let (done, r) = convert(trace.as_bytes(), &j, &mut register, &mut |e| evs.push(*e));
-        r.unwrap();
+        let (table, evs, done) = convert_all(trace, &j);
         assert_eq!(done.written, 3);
         let mem: Vec<_> = evs.iter().filter(|e| table[e.phase as usize] == "trainprof:Memory").collect();
         assert_eq!(mem.len(), 2);
@@ -589,18 +586,8 @@ mod tests {
           {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 11, "dur": 1, "tid": 1,
            "args": {"Input type": ["float"], "Input Dims": [[1000]]}}
         ]}"#;
-        let mut table: Vec<String> = Vec::new();
-        let mut register = |n: &str| match table.iter().position(|t| t == n) {
-            Some(i) => i as u32,
-            None => {
-                table.push(n.to_owned());
-                (table.len() - 1) as u32
-            }
-        };
-        let mut evs = Vec::new();
         let j = job(&dir, vec![(1_000_000_000_000, 5)], 0, 100);
-        let (_, r) = convert(trace.as_bytes(), &j, &mut register, &mut |e| evs.push(*e));
-        r.unwrap();
+        let (table, evs, _) = convert_all(trace, &j);
         let got: Vec<(String, Vec<(String, i64)>)> = evs
             .iter()
             .map(|e| {

@@ -314,7 +314,7 @@ class Profiler:
             c[0] += 1
             c[1] += _perf_ns() - t0 - (self._win_ns[0] - w0)
 
-    def _step_next_call(self, mode: str, detailed_step: int) -> Optional[bool]:
+    def _step_next_call(self, mode: str, detailed_step: int) -> Optional[int]:
         fn = self._c_step_next
         if fn is None or not self._fast or _fork._generation != self._gen:
             return None

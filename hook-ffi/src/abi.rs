@@ -450,7 +450,7 @@ pub unsafe extern "C" fn trainprof_record(
 ) -> TrainprofStatus {
     export(|| {
         let hook = running()?;
-        let _t = cost::Timer::new(CostPart::AbiRecord);
+        let _t = cost::record_timer();
         let args = match n_args {
             0 => &[][..],
             n if n as usize > TRAINPROF_MAX_ARGS => return Err(TrainprofStatus::InvalidArgument),

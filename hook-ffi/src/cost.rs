@@ -7,6 +7,7 @@
 //! when the hook shuts down: `framework/cost/<node id>/<µs>.json`, a new file
 //! ([`fs::write_new`]), never replacing one.
 
+use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
@@ -35,20 +36,55 @@ pub(crate) fn start() {
 
 /// Times one call of `part` from its making to its drop (an export's work, whichever way
 /// it returns).
-pub(crate) struct Timer(Part, Instant);
+/// A timed call stands for `weight` calls ([`record_timer`]; 1 otherwise).
+pub(crate) struct Timer(Part, u64, Instant);
 
 impl Timer {
     #[inline]
     pub(crate) fn new(part: Part) -> Timer {
-        Timer(part, Instant::now())
+        Timer::weighted(part, 1)
+    }
+
+    #[inline]
+    fn weighted(part: Part, weight: u64) -> Timer {
+        Timer(part, weight, Instant::now())
     }
 }
 
 impl Drop for Timer {
     #[inline]
     fn drop(&mut self) {
-        add(self.0, 1, self.1.elapsed().as_nanos().try_into().unwrap_or(u64::MAX));
+        let ns: u64 = self.2.elapsed().as_nanos().try_into().unwrap_or(u64::MAX);
+        add(self.0, self.1, ns.saturating_mul(self.1));
     }
+}
+
+/// One call in this many of a thread's `trainprof_record` is timed (docs/formats.md, "The
+/// hook's own cost"). Timing every call cost more than the call: two clock reads and two
+/// atomics shared by every recording thread took `trainprof_record` from 54 to 125–152 ns a
+/// call at the median (scripts/bench-hook, 1 and 4 threads; BENCHMARKS.md, "the hook's own
+/// bill"); the other exports run a few times a step, and each of their calls is timed.
+pub(crate) const RECORD_SAMPLE: u64 = 32;
+
+thread_local! {
+    /// This thread's `trainprof_record` calls so far (a plain thread-local: no atomic).
+    static RECORD_CALLS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Times a `trainprof_record` call when it is its thread's first or a multiple of
+/// [`RECORD_SAMPLE`] after it; its time then stands for the calls since the thread's previous
+/// timed one ([`RECORD_SAMPLE`] of them, or 1 for the first). So a thread's last calls, up
+/// to `RECORD_SAMPLE - 1`, are not counted.
+pub(crate) fn record_timer() -> Option<Timer> {
+    let n = RECORD_CALLS.with(|c| {
+        let n = c.get();
+        c.set(n.wrapping_add(1));
+        n
+    });
+    if !n.is_multiple_of(RECORD_SAMPLE) {
+        return None;
+    }
+    Some(Timer::weighted(Part::AbiRecord, if n == 0 { 1 } else { RECORD_SAMPLE }))
 }
 
 /// Adds `calls` and `ns` to `part`.
@@ -117,6 +153,21 @@ pub(crate) fn write(hook: &Hook) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_threads_record_calls_are_timed_one_in_the_sample_each_standing_for_the_calls_since() {
+        // A fresh thread counts its own calls from 0.
+        std::thread::spawn(|| {
+            let weights: Vec<(usize, u64)> = (0..2 * RECORD_SAMPLE as usize + 1)
+                .filter_map(|i| record_timer().map(|t| (i, t.1)))
+                .collect();
+            // The first, then every RECORD_SAMPLE-th: 1 + 32 + 32 calls counted for 65 made.
+            let n = RECORD_SAMPLE as usize;
+            assert_eq!(weights, [(0, 1), (n, RECORD_SAMPLE), (2 * n, RECORD_SAMPLE)]);
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn a_timer_adds_a_call_and_its_time() {
